@@ -1,0 +1,85 @@
+"""Control flow (WHILE, IF, CALL_ONCE) and resource variables.
+
+These ops call other subgraphs through the runtime that owns every
+subgraph's runner; they hold no state of their own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import KernelError, OpContext, register
+
+MAX_WHILE_ITERATIONS = 100_000_000
+
+
+@register("WHILE")
+def while_op(ctx: OpContext):
+    cond, body = ctx.opt("cond_subgraph_index"), ctx.opt("body_subgraph_index")
+    rt = ctx.runtime
+
+    def run(xs):
+        vals = list(xs)
+        for _ in range(MAX_WHILE_ITERATIONS):
+            c = rt.run_subgraph(cond, vals)[0]
+            if not bool(np.asarray(c).reshape(-1)[0]):
+                return vals
+            vals = rt.run_subgraph(body, vals)
+        raise KernelError(f"WHILE did not finish within {MAX_WHILE_ITERATIONS} iterations")
+
+    return run
+
+
+@register("IF")
+def if_op(ctx: OpContext):
+    then_g, else_g = ctx.opt("then_subgraph_index"), ctx.opt("else_subgraph_index")
+    rt = ctx.runtime
+
+    def run(xs):
+        branch = then_g if bool(np.asarray(xs[0]).reshape(-1)[0]) else else_g
+        return rt.run_subgraph(branch, list(xs[1:]))
+
+    return run
+
+
+@register("CALL_ONCE")
+def call_once(ctx: OpContext):
+    init = ctx.opt("init_subgraph_index")
+    rt = ctx.runtime
+
+    def run(xs):
+        rt.call_once(init)
+        return []
+
+    return run
+
+
+@register("VAR_HANDLE")
+def var_handle(ctx: OpContext):
+    key = (ctx.opt("container", "") or "", ctx.opt("shared_name", "") or "")
+    rt = ctx.runtime
+    return lambda xs: [np.array(rt.resource_id(key), dtype=np.int32)]
+
+
+@register("ASSIGN_VARIABLE")
+def assign_variable(ctx: OpContext):
+    rt = ctx.runtime
+
+    def run(xs):
+        rt.resources[int(np.asarray(xs[0]).reshape(-1)[0])] = np.array(xs[1], copy=True)
+        return []
+
+    return run
+
+
+@register("READ_VARIABLE")
+def read_variable(ctx: OpContext):
+    rt = ctx.runtime
+
+    def run(xs):
+        rid = int(np.asarray(xs[0]).reshape(-1)[0])
+        if rid not in rt.resources:
+            raise KernelError("READ_VARIABLE: the variable was never assigned")
+        return [rt.resources[rid]]
+
+    return run

@@ -1,0 +1,297 @@
+"""Convolutions and matrix products on the CPU.
+
+Dense convolutions are lowered to im2col (a numba kernel) followed by one
+BLAS GEMM; depthwise and transposed convolutions are direct numba loops,
+because their arithmetic intensity is too low for GEMM to pay off.
+Weights are re-laid out once, in the factory, never per invoke.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .registry import KernelError, OpContext, activation_bounds, apply_activation, conv_padding, register
+
+
+@njit(cache=True, parallel=True)
+def _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
+    n, h, w, c = x.shape
+    cols = np.zeros((n * oh * ow, kh * kw * c), dtype=x.dtype)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        for ox in range(ow):
+            r = row * ow + ox
+            for ky in range(kh):
+                iy = oy * sh - pt + ky * dh
+                if iy < 0 or iy >= h:
+                    continue
+                for kx in range(kw):
+                    ix = ox * sw - pl + kx * dw
+                    if ix < 0 or ix >= w:
+                        continue
+                    base = (ky * kw + kx) * c
+                    for ch in range(c):
+                        cols[r, base + ch] = x[b, iy, ix, ch]
+    return cols
+
+
+@njit(cache=True, parallel=True)
+def _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi):
+    n, h, wd, c = x.shape
+    kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
+    out = np.empty((n, oh, ow, oc), dtype=np.float32)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        for ox in range(ow):
+            acc = out[b, oy, ox]
+            for o in range(oc):
+                acc[o] = bias[o]
+            for ky in range(kh):
+                iy = oy * sh - pt + ky * dh
+                if iy < 0 or iy >= h:
+                    continue
+                for kx in range(kw):
+                    ix = ox * sw - pl + kx * dw
+                    if ix < 0 or ix >= wd:
+                        continue
+                    if mult == 1:
+                        for ch in range(c):
+                            acc[ch] += x[b, iy, ix, ch] * w[0, ky, kx, ch]
+                    else:
+                        for ch in range(c):
+                            xv = x[b, iy, ix, ch]
+                            for m in range(mult):
+                                acc[ch * mult + m] += xv * w[0, ky, kx, ch * mult + m]
+            for o in range(oc):
+                v = acc[o]
+                acc[o] = min(max(v, lo), hi)
+    return out
+
+
+@njit(cache=True)
+def _col2im(cols, n, h, w, oh, ow, kh, kw, oc, sh, sw, pt, pl, out):
+    # cols: [n*h*w, kh*kw*oc]; scatter-add every input pixel's contribution
+    for b in range(n):
+        for iy in range(h):
+            for ix in range(w):
+                r = (b * h + iy) * w + ix
+                for ky in range(kh):
+                    oy = iy * sh + ky - pt
+                    if oy < 0 or oy >= oh:
+                        continue
+                    for kx in range(kw):
+                        ox = ix * sw + kx - pl
+                        if ox < 0 or ox >= ow:
+                            continue
+                        base = (ky * kw + kx) * oc
+                        for o in range(oc):
+                            out[b, oy, ox, o] += cols[r, base + o]
+    return out
+
+
+def _bias(ctx: OpContext, idx: int, n: int) -> np.ndarray:
+    b = ctx.const(idx) if ctx.has_input(idx) else None
+    if b is None:
+        return np.zeros(n, np.float32)
+    return np.ascontiguousarray(b, dtype=np.float32).reshape(n)
+
+
+def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
+    """Constant weights as float32 (int8 weights of hybrid models are dequantized once)."""
+    w = ctx.const(idx)
+    if w is None:
+        return None
+    t = ctx.input_tensor(idx)
+    if np.issubdtype(w.dtype, np.integer) and t.quantization is not None:
+        q = t.quantization
+        shape = [1] * w.ndim
+        if len(q.scales) > 1:
+            shape[q.quantized_dimension] = len(q.scales)
+        scale = q.scales.reshape(shape) if len(q.scales) > 1 else q.scales[0]
+        zp = q.zero_points.reshape(shape) if len(q.scales) > 1 else q.zero_points[0]
+        return ((w.astype(np.float32) - zp) * scale).astype(np.float32)
+    return np.asarray(w, dtype=np.float32)
+
+
+@register("CONV_2D")
+def conv2d(ctx: OpContext):
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_hfactor", 1) or 1, ctx.opt("dilation_wfactor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    act = ctx.opt("fused_activation_function", 0)
+    w_const = _float_weights(ctx, 1)
+    w_shape = ctx.input_tensor(1).shape
+    if len(w_shape) != 4:
+        raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w_shape)}")
+    oc, kh, kw, icg = w_shape
+    bias = _bias(ctx, 2, oc)
+
+    def prepare(w):
+        # [oc, kh, kw, icg] -> per group [kh*kw*icg, oc_g]
+        return np.ascontiguousarray(w.reshape(oc, kh * kw * icg).T)
+
+    w_mat = prepare(w_const) if w_const is not None else None
+
+    def run(xs):
+        x = np.ascontiguousarray(xs[0], dtype=np.float32)
+        if x.ndim != 4:
+            raise KernelError(f"CONV_2D input must be 4-D, got shape {x.shape}")
+        wm = w_mat if w_mat is not None else prepare(np.asarray(xs[1], np.float32))
+        n, h, w, c = x.shape
+        if c % icg:
+            raise KernelError(f"CONV_2D: input channels {c} not a multiple of filter depth {icg}")
+        groups = c // icg
+        ocg = oc // groups
+        oh, pt = conv_padding(h, kh, sh, dh, pad)
+        ow, pl = conv_padding(w, kw, sw, dw, pad)
+        if oh <= 0 or ow <= 0:
+            raise KernelError(f"CONV_2D: empty output for input {x.shape}")
+        outs = []
+        for g in range(groups):
+            xg = x if groups == 1 else np.ascontiguousarray(x[..., g * icg : (g + 1) * icg])
+            if kh == kw == sh == sw == 1 and pt == pl == 0:
+                cols = xg.reshape(-1, icg)
+            else:
+                cols = _im2col(xg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            outs.append(cols @ wm[:, g * ocg : (g + 1) * ocg])
+        y = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
+        y += bias
+        return [apply_activation(y.reshape(n, oh, ow, oc), act)]
+
+    return run
+
+
+@register("DEPTHWISE_CONV_2D")
+def depthwise_conv2d(ctx: OpContext):
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_hfactor", 1) or 1, ctx.opt("dilation_wfactor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    act = ctx.opt("fused_activation_function", 0)
+    w_const = _float_weights(ctx, 1)
+    w_shape = ctx.input_tensor(1).shape
+    if len(w_shape) != 4 or w_shape[0] != 1:
+        raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w_shape)}")
+    _, kh, kw, oc = w_shape
+    bias = _bias(ctx, 2, oc)
+    lo, hi = activation_bounds(act)
+    w_c = np.ascontiguousarray(w_const) if w_const is not None else None
+
+    def run(xs):
+        x = np.ascontiguousarray(xs[0], dtype=np.float32)
+        w = w_c if w_c is not None else np.ascontiguousarray(xs[1], dtype=np.float32)
+        n, h, wd, c = x.shape
+        if oc % c:
+            raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
+        oh, pt = conv_padding(h, kh, sh, dh, pad)
+        ow, pl = conv_padding(wd, kw, sw, dw, pad)
+        y = _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, oc // c, lo, hi)
+        if act in (4, 5):
+            y = apply_activation(y, act)
+        return [y]
+
+    return run
+
+
+def _transpose_conv(ctx: OpContext, x_idx: int, w_idx: int, bias_idx: int, out_shape_fn, pad, sh, sw, act):
+    w_const = _float_weights(ctx, w_idx)
+    oc, kh, kw, ic = ctx.input_tensor(w_idx).shape
+    bias = _bias(ctx, bias_idx, oc) if bias_idx >= 0 else np.zeros(oc, np.float32)
+
+    def prepare(w):  # [oc, kh, kw, ic] -> [ic, kh*kw*oc]
+        return np.ascontiguousarray(w.transpose(3, 1, 2, 0).reshape(ic, kh * kw * oc))
+
+    w_mat = prepare(w_const) if w_const is not None else None
+
+    def run(xs):
+        x = np.ascontiguousarray(xs[x_idx], dtype=np.float32)
+        wm = w_mat if w_mat is not None else prepare(np.asarray(xs[w_idx], np.float32))
+        n, h, w, c = x.shape
+        if c != ic:
+            raise KernelError(f"{ctx.op.name}: input has {c} channels, filter expects {ic}")
+        on, oh, ow, occ = out_shape_fn(xs)
+        if on != n or occ != oc:
+            raise KernelError(f"{ctx.op.name}: output shape {[on, oh, ow, occ]} does not fit input {x.shape}")
+        # TFLite derives the padding from the *output* size (as the forward conv would see it)
+        _, pt = conv_padding(oh, kh, sh, 1, pad)
+        _, pl = conv_padding(ow, kw, sw, 1, pad)
+        cols = x.reshape(-1, ic) @ wm
+        out = np.zeros((n, oh, ow, oc), np.float32)
+        _col2im(cols, n, h, w, oh, ow, kh, kw, oc, sh, sw, pt, pl, out)
+        out += bias
+        return [apply_activation(out, act)]
+
+    return run
+
+
+@register("TRANSPOSE_CONV")
+def transpose_conv(ctx: OpContext):
+    shape_const = ctx.const(0)
+
+    def out_shape(xs):
+        s = shape_const if shape_const is not None else xs[0]
+        return tuple(int(v) for v in np.asarray(s).reshape(-1))
+
+    return _transpose_conv(
+        ctx, 2, 1, 3 if ctx.has_input(3) else -1, out_shape,
+        ctx.opt("padding", 0), ctx.opt("stride_h", 1), ctx.opt("stride_w", 1),
+        ctx.opt("fused_activation_function", 0),
+    )
+
+
+@register("Convolution2DTransposeBias")
+def conv2d_transpose_bias(ctx: OpContext):
+    """MediaPipe's transposed conv with bias; options are a TfLiteTransposeConvParams struct."""
+    from .custom_options import transpose_conv_params
+
+    pad, sw, sh = transpose_conv_params(ctx)
+    shape = ctx.output_tensor(0).shape
+    return _transpose_conv(ctx, 0, 1, 2, lambda xs: shape, pad, sh, sw, 0)
+
+
+@register("FULLY_CONNECTED")
+def fully_connected(ctx: OpContext):
+    act = ctx.opt("fused_activation_function", 0)
+    keep = ctx.opt("keep_num_dims", False)
+    w_const = _float_weights(ctx, 1)
+    units, depth = ctx.input_tensor(1).shape[0], ctx.input_tensor(1).shape[-1]
+    bias = _bias(ctx, 2, units) if ctx.has_input(2) else None
+    w_t = np.ascontiguousarray(w_const.T) if w_const is not None else None
+    out_dtype = ctx.output_tensor(0).dtype
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        wt = w_t if w_t is not None else np.asarray(xs[1], np.float32).T
+        if x.size % depth:
+            raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
+        y = x.reshape(-1, depth).astype(np.float32, copy=False) @ wt
+        if bias is not None:
+            y += bias
+        elif ctx.has_input(2):
+            y += np.asarray(xs[2], np.float32)
+        y = apply_activation(y, act)
+        if keep:
+            y = y.reshape(x.shape[:-1] + (units,))
+        return [y.astype(out_dtype, copy=False)]
+
+    return run
+
+
+@register("BATCH_MATMUL")
+def batch_matmul(ctx: OpContext):
+    adj_x, adj_y = ctx.opt("adj_x", False), ctx.opt("adj_y", False)
+
+    def run(xs):
+        a, b = xs[0], xs[1]
+        if adj_x:
+            a = np.swapaxes(a, -1, -2)
+        if adj_y:
+            b = np.swapaxes(b, -1, -2)
+        try:
+            return [np.matmul(a, b)]
+        except ValueError as e:
+            raise KernelError(f"BATCH_MATMUL: {e}") from e
+
+    return run

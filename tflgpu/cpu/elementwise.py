@@ -1,0 +1,241 @@
+"""Elementwise ops: unary math, binary arithmetic with TFLite broadcasting, logic, casts.
+
+numpy's ufuncs already run these as compiled vector loops, and its
+broadcasting rules are TFLite's (align from the right, size-1 dims stretch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import KernelError, OpContext, apply_activation, register
+
+
+def _unary(fn):
+    def factory(ctx: OpContext):
+        return lambda xs: [fn(xs[0])]
+
+    return factory
+
+
+def _hard_swish(x):
+    return x * np.clip(x + 3.0, 0.0, 6.0) * np.float32(1.0 / 6.0)
+
+
+def _logistic(x):
+    # exp of a large negative number overflows to inf in float32; 1/(1+inf)=0 is right
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
+
+
+def _gelu_exact(x):
+    from math import erf, sqrt
+
+    verf = np.vectorize(erf, otypes=[np.float64])
+    return (0.5 * x * (1.0 + verf(x.astype(np.float64) / sqrt(2.0)))).astype(x.dtype)
+
+
+UNARY = {
+    "EXP": np.exp,
+    "LOG": np.log,
+    "TANH": np.tanh,
+    "LOGISTIC": _logistic,
+    "RELU": lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    "RELU6": lambda x: np.clip(x, 0, 6).astype(x.dtype),
+    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1).astype(x.dtype),
+    "RELU_0_TO_1": lambda x: np.clip(x, 0, 1).astype(x.dtype),
+    "HARD_SWISH": _hard_swish,
+    "SQRT": np.sqrt,
+    "RSQRT": lambda x: (1.0 / np.sqrt(x)).astype(x.dtype),
+    "ABS": np.abs,
+    "NEG": np.negative,
+    "SIN": np.sin,
+    "COS": np.cos,
+    "SQUARE": np.square,
+    "FLOOR": np.floor,
+    "CEIL": np.ceil,
+    "ROUND": np.rint,  # TFLite rounds half to even
+    "SIGN": np.sign,
+    "LOGICAL_NOT": np.logical_not,
+    "ZEROS_LIKE": np.zeros_like,
+    "ONES_LIKE": np.ones_like,
+}
+for _name, _fn in UNARY.items():
+    register(_name)(_unary(_fn))
+
+
+@register("LEAKY_RELU")
+def leaky_relu(ctx: OpContext):
+    alpha = np.float32(ctx.opt("alpha", 0.2))
+    return lambda xs: [np.where(xs[0] >= 0, xs[0], xs[0] * alpha).astype(xs[0].dtype)]
+
+
+@register("ELU")
+def elu(ctx: OpContext):
+    def run(xs):
+        x = xs[0]
+        return [np.where(x > 0, x, np.expm1(np.minimum(x, 0))).astype(x.dtype)]
+
+    return run
+
+
+@register("GELU")
+def gelu(ctx: OpContext):
+    if ctx.opt("approximate", False):
+        c = np.float32(np.sqrt(2.0 / np.pi))
+        return lambda xs: [(0.5 * xs[0] * (1.0 + np.tanh(c * (xs[0] + 0.044715 * xs[0] ** 3)))).astype(xs[0].dtype)]
+    return lambda xs: [_gelu_exact(xs[0])]
+
+
+@register("PRELU")
+def prelu(ctx: OpContext):
+    def run(xs):
+        x, alpha = xs[0], xs[1]
+        return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
+
+    return run
+
+
+def _int_div(a, b):
+    if np.any(b == 0):
+        raise KernelError("integer division by zero")
+    return np.trunc(np.true_divide(a, b)).astype(np.result_type(a, b))
+
+
+def _floor_div(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer) and np.any(b == 0):
+        raise KernelError("integer division by zero")
+    return np.floor_divide(a, b)
+
+
+def _floor_mod(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer) and np.any(b == 0):
+        raise KernelError("integer division by zero")
+    return np.mod(a, b)
+
+
+def _div(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return _int_div(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.true_divide(a, b)
+
+
+BINARY = {
+    "ADD": np.add,
+    "SUB": np.subtract,
+    "MUL": np.multiply,
+    "DIV": _div,
+    "MAXIMUM": np.maximum,
+    "MINIMUM": np.minimum,
+    "SQUARED_DIFFERENCE": lambda a, b: np.square(a - b),
+    "POW": np.power,
+    "FLOOR_DIV": _floor_div,
+    "FLOOR_MOD": _floor_mod,
+    "LESS": np.less,
+    "LESS_EQUAL": np.less_equal,
+    "GREATER": np.greater,
+    "GREATER_EQUAL": np.greater_equal,
+    "EQUAL": np.equal,
+    "NOT_EQUAL": np.not_equal,
+    "LOGICAL_AND": np.logical_and,
+    "LOGICAL_OR": np.logical_or,
+    "ATAN2": np.arctan2,
+}
+
+
+def _binary(fn):
+    def factory(ctx: OpContext):
+        act = ctx.opt("fused_activation_function", 0)
+        out_dtype = ctx.output_tensor(0).dtype
+
+        def run(xs):
+            a, b = xs[0], xs[1]
+            try:
+                r = fn(a, b)
+            except ValueError as e:  # shapes that do not broadcast
+                raise KernelError(f"{ctx.op.name}: cannot broadcast {a.shape} with {b.shape}") from e
+            r = np.asarray(r)
+            if r.dtype != out_dtype:
+                r = r.astype(out_dtype)
+            return [apply_activation(r, act)]
+
+        return run
+
+    return factory
+
+
+for _name, _fn in BINARY.items():
+    register(_name)(_binary(_fn))
+
+
+@register("SELECT", "SELECT_V2")
+def select(ctx: OpContext):
+    def run(xs):
+        cond, a, b = xs
+        if ctx.op.name == "SELECT" and cond.ndim == 1 and a.ndim > 1 and cond.shape[0] == a.shape[0]:
+            cond = cond.reshape(cond.shape + (1,) * (a.ndim - 1))  # v1: a rank-1 condition picks rows
+        return [np.where(cond, a, b)]
+
+    return run
+
+
+@register("CAST")
+def cast(ctx: OpContext):
+    dtype = ctx.output_tensor(0).dtype
+
+    def run(xs):
+        x = xs[0]
+        if np.issubdtype(dtype, np.integer) and np.issubdtype(x.dtype, np.floating):
+            with np.errstate(invalid="ignore"):
+                return [np.trunc(x).astype(dtype)]
+        return [x.astype(dtype)]
+
+    return run
+
+
+def _dequant_params(q, ndim: int):
+    scale = q.scales.astype(np.float32)
+    zp = q.zero_points.astype(np.float32)
+    if len(scale) > 1:
+        shape = [1] * ndim
+        shape[q.quantized_dimension] = len(scale)
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    else:
+        scale, zp = scale[0], zp[0]
+    return scale, zp
+
+
+@register("DEQUANTIZE")
+def dequantize(ctx: OpContext):
+    t = ctx.input_tensor(0)
+    if t.dtype == np.float16 or t.quantization is None:
+        return lambda xs: [xs[0].astype(np.float32)]
+    scale, zp = _dequant_params(t.quantization, len(t.shape))
+    return lambda xs: [((xs[0].astype(np.float32) - zp) * scale).astype(np.float32)]
+
+
+@register("QUANTIZE")
+def quantize(ctx: OpContext):
+    t_in, t_out = ctx.input_tensor(0), ctx.output_tensor(0)
+    q = t_out.quantization
+    if q is None:
+        raise ctx.fail("output tensor has no quantization parameters")
+    info = np.iinfo(t_out.dtype)
+    scale, zp = _dequant_params(q, len(t_out.shape))
+    if t_in.quantization is not None and np.issubdtype(t_in.dtype, np.integer):
+        in_scale, in_zp = _dequant_params(t_in.quantization, len(t_in.shape))
+
+        def requant(xs):
+            real = (xs[0].astype(np.float64) - in_zp) * in_scale
+            return [np.clip(np.round(real / scale) + zp, info.min, info.max).astype(t_out.dtype)]
+
+        return requant
+
+    def run(xs):
+        v = xs[0].astype(np.float32) / scale
+        # TFLite rounds half away from zero (std::round), numpy to even: do it by hand
+        r = np.sign(v) * np.floor(np.abs(v) + 0.5)
+        return [np.clip(r + zp, info.min, info.max).astype(t_out.dtype)]
+
+    return run

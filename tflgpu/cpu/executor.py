@@ -1,0 +1,179 @@
+"""Runs a model's subgraphs op by op on the CPU kernels.
+
+Building a :class:`SubgraphRunner` does all per-model work once: it finds
+each op's kernel (or fails with a clear error naming the op), lets the
+kernel prepare its constants, and folds every op whose inputs are all
+constant (float16 DEQUANTIZE, DENSIFY, shape arithmetic) into a constant.
+``run`` is then a flat loop over the remaining steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..graph.ir import Model, Operator, Subgraph
+from . import registry
+from .registry import KernelError, OpContext
+
+log = logging.getLogger("tflgpu")
+
+# Ops with side effects or that must see run-time state are never folded.
+NO_FOLD = frozenset({
+    "WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "ASSIGN_VARIABLE", "READ_VARIABLE",
+    "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL",
+    "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+})
+NON_NUMERIC = frozenset({"STRING", "RESOURCE", "VARIANT"})
+
+
+def unsupported_error(op: Operator, subgraph: int = 0) -> ValueError:
+    code = op.builtin_code if op.builtin_code >= 0 else "custom"
+    where = f" in subgraph {subgraph}" if subgraph else ""
+    return ValueError(
+        f"Didn't find kernel: op {op.name} (code {code}) at index {op.index}{where} "
+        f"is not supported by tflgpu's CPU kernels"
+    )
+
+
+class SubgraphRunner:
+    def __init__(self, runtime: ModelRunner, sg: Subgraph):
+        self.runtime = runtime
+        self.sg = sg
+        self.consts: dict[int, np.ndarray] = {
+            t.index: t.data for t in sg.tensors if t.data is not None and t.sparsity is None
+        }
+        self.variables: dict[int, np.ndarray] = {}
+        self.reset_variables()
+        self.steps: list[tuple[Operator, Callable]] = []
+        self.last_values: list | None = None
+
+    def build(self) -> None:
+        for op in self.sg.operators:
+            factory = registry.factory_for(op.name)
+            if factory is None:
+                raise unsupported_error(op, self.sg.index)
+            try:
+                fn = factory(OpContext(op, self.sg, self.runtime))
+            except ValueError:
+                raise
+            except Exception as e:  # a model whose shapes/options the kernel cannot take
+                raise ValueError(f"op {op.name} at index {op.index}: cannot prepare kernel: {e}") from e
+            if self._foldable(op):
+                try:
+                    outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
+                except (KernelError, ValueError, IndexError, TypeError) as e:
+                    raise ValueError(f"op {op.name} at index {op.index}: constant folding failed: {e}") from e
+                for t_idx, out in zip(op.outputs, outs):
+                    if t_idx >= 0:
+                        self.consts[t_idx] = self._coerce(t_idx, out)
+                continue
+            self.steps.append((op, fn))
+
+    def _foldable(self, op: Operator) -> bool:
+        if op.name in NO_FOLD or not op.inputs:
+            return False
+        return all(i < 0 or i in self.consts for i in op.inputs)
+
+    def reset_variables(self) -> None:
+        for t in self.sg.tensors:
+            if t.is_variable:
+                init = t.data if t.data is not None else np.zeros(t.shape, t.dtype)
+                self.variables[t.index] = np.array(init, dtype=t.dtype, copy=True)
+
+    def _coerce(self, t_idx: int, out) -> np.ndarray:
+        t = self.sg.tensors[t_idx]
+        out = np.asarray(out)
+        if t.type_name not in NON_NUMERIC and out.dtype != t.dtype:
+            out = out.astype(t.dtype)
+        return out
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list:
+        """Run with the given input arrays; returns every tensor's value, by index."""
+        sg = self.sg
+        if len(inputs) != len(sg.inputs):
+            raise RuntimeError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
+        values: list = [None] * len(sg.tensors)
+        for i, v in self.consts.items():
+            values[i] = v
+        for i, v in self.variables.items():
+            values[i] = v
+        for i, v in zip(sg.inputs, inputs):
+            values[i] = v
+        for op, fn in self.steps:
+            try:
+                outs = fn([values[i] if i >= 0 else None for i in op.inputs])
+            except KernelError as e:
+                raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
+            except (ValueError, IndexError, TypeError, FloatingPointError, MemoryError) as e:
+                raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
+            for t_idx, out in zip(op.outputs, outs):
+                if t_idx >= 0:
+                    values[t_idx] = self._coerce(t_idx, out)
+        self.last_values = values
+        return values
+
+    def outputs(self, values: list) -> list[np.ndarray]:
+        return [values[i] for i in self.sg.outputs]
+
+
+class ModelRunner:
+    """Owns one runner per subgraph (built on first use) and the resource variables."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self._runners: dict[int, SubgraphRunner] = {}
+        self.resources: dict[int, np.ndarray] = {}
+        self._resource_ids: dict[tuple[str, str], int] = {}
+        self._called_once: set[int] = set()
+
+    def runner(self, index: int) -> SubgraphRunner:
+        r = self._runners.get(index)
+        if r is None:
+            if not 0 <= index < len(self.model.subgraphs):
+                raise ValueError(f"subgraph index {index} out of range")
+            r = SubgraphRunner(self, self.model.subgraphs[index])
+            self._runners[index] = r  # registered first: kernels may look up its constants
+            try:
+                r.build()
+            except Exception:
+                del self._runners[index]
+                raise
+        return r
+
+    def build_all(self) -> None:
+        """Build every subgraph now, so unsupported ops fail at construction."""
+        for i in range(len(self.model.subgraphs)):
+            self.runner(i)
+
+    def constant_value(self, subgraph: int, tensor: int) -> np.ndarray | None:
+        r = self._runners.get(subgraph)
+        return r.consts.get(tensor) if r else None
+
+    def run_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        r = self.runner(index)
+        return r.outputs(r.run(inputs))
+
+    def call_once(self, index: int) -> None:
+        if index not in self._called_once:
+            self._called_once.add(index)
+            self.run_subgraph(index, [])
+
+    def resource_id(self, key: tuple[str, str]) -> int:
+        return self._resource_ids.setdefault(key, len(self._resource_ids))
+
+    def reset_variables(self) -> None:
+        for r in self._runners.values():
+            r.reset_variables()
+        self.resources.clear()
+        self._called_once.clear()
+
+
+def load_kernels() -> None:
+    """Import every kernel module so the registry is complete."""
+    from . import control, conv, elementwise, pool, recurrent, reduce, resize, tensor_ops  # noqa: F401
+
+
+load_kernels()

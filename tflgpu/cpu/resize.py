@@ -1,0 +1,102 @@
+"""RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR with TFLite's exact coordinate rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .registry import KernelError, OpContext, register
+
+
+def _scale(in_size: int, out_size: int, align_corners: bool) -> float:
+    if align_corners and out_size > 1:
+        return (in_size - 1) / (out_size - 1)
+    return in_size / out_size
+
+
+def _bilinear_axis(in_size, out_size, align, half):
+    """Per output coordinate: lower index, upper index, and the upper weight."""
+    scale = np.float32(_scale(in_size, out_size, align))
+    lo = np.empty(out_size, np.int64)
+    hi = np.empty(out_size, np.int64)
+    frac = np.empty(out_size, np.float32)
+    for o in range(out_size):
+        v = (np.float32(o) + np.float32(0.5)) * scale - np.float32(0.5) if half else np.float32(o) * scale
+        f = math.floor(v)
+        lo[o] = max(int(f), 0)
+        hi[o] = min(int(math.ceil(v)), in_size - 1)
+        frac[o] = v - lo[o]
+    return lo, hi, frac
+
+
+@njit(cache=True, parallel=True)
+def _bilinear(x, y0, y1, fy, x0, x1, fx):
+    n, h, w, c = x.shape
+    oh, ow = y0.shape[0], x0.shape[0]
+    out = np.empty((n, oh, ow, c), dtype=np.float32)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        dy = fy[oy]
+        for ox in range(ow):
+            dx = fx[ox]
+            for ch in range(c):
+                tl = x[b, y0[oy], x0[ox], ch]
+                tr = x[b, y0[oy], x1[ox], ch]
+                bl = x[b, y1[oy], x0[ox], ch]
+                br = x[b, y1[oy], x1[ox], ch]
+                out[b, oy, ox, ch] = (
+                    tl * (1 - dy) * (1 - dx) + bl * dy * (1 - dx) + tr * (1 - dy) * dx + br * dy * dx
+                )
+    return out
+
+
+def _nearest_axis(in_size, out_size, align, half):
+    scale = np.float32(_scale(in_size, out_size, align))
+    offset = np.float32(0.5) if half else np.float32(0.0)
+    idx = np.empty(out_size, np.int64)
+    for o in range(out_size):
+        v = (np.float32(o) + offset) * scale
+        i = int(math.floor(v + 0.5)) if align else int(math.floor(v))  # align: round half up (TfLiteRound)
+        i = min(i, in_size - 1)
+        idx[o] = max(i, 0) if half else i
+    return idx
+
+
+def _out_size(ctx: OpContext, xs) -> tuple[int, int]:
+    size = ctx.const(1)
+    size = size if size is not None else xs[1]
+    size = np.asarray(size).reshape(-1)
+    if size.size != 2 or np.any(size <= 0):
+        raise KernelError(f"{ctx.op.name}: size must be two positive ints, got {size.tolist()}")
+    return int(size[0]), int(size[1])
+
+
+@register("RESIZE_BILINEAR")
+def resize_bilinear(ctx: OpContext):
+    align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
+
+    def run(xs):
+        x = np.ascontiguousarray(xs[0], dtype=np.float32)
+        oh, ow = _out_size(ctx, xs)
+        y0, y1, fy = _bilinear_axis(x.shape[1], oh, align, half)
+        x0, x1, fx = _bilinear_axis(x.shape[2], ow, align, half)
+        return [_bilinear(x, y0, y1, fy, x0, x1, fx)]
+
+    return run
+
+
+@register("RESIZE_NEAREST_NEIGHBOR")
+def resize_nearest(ctx: OpContext):
+    align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
+
+    def run(xs):
+        x = xs[0]
+        oh, ow = _out_size(ctx, xs)
+        iy = _nearest_axis(x.shape[1], oh, align, half)
+        ix = _nearest_axis(x.shape[2], ow, align, half)
+        return [np.ascontiguousarray(x[:, iy][:, :, ix])]
+
+    return run

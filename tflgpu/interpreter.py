@@ -1,0 +1,399 @@
+"""A drop-in for ``ai_edge_litert.interpreter.Interpreter``.
+
+Same constructor forms, methods, detail dicts, dtypes and error types, so
+code written for LiteRT runs by changing the import::
+
+    from tflgpu import Interpreter
+    interp = Interpreter(model_path="model.tflite")
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    y = interp.get_tensor(interp.get_output_details()[0]["index"])
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from .cpu.executor import ModelRunner
+from .graph.ir import Model, Tensor
+from .model import ModelBytes, read_model
+
+_EMPTY_SCALES = np.zeros(0, np.float32)
+_EMPTY_ZPS = np.zeros(0, np.int32)
+
+
+def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """The detail dict LiteRT returns for one tensor."""
+    q = t.quantization
+    shape = t.shape if shape is None else shape
+    sig = t.shape_signature if shape == t.shape else tuple(shape)
+    return {
+        "name": t.name,
+        "index": t.index,
+        "shape": np.array(shape, dtype=np.int32),
+        "shape_signature": np.array(sig if len(sig) == len(shape) else shape, dtype=np.int32),
+        "dtype": t.dtype.type if t.type_name != "STRING" else np.bytes_,
+        "quantization": q.per_tensor if q else (0.0, 0),
+        "quantization_parameters": {
+            "scales": q.scales.astype(np.float32) if q else _EMPTY_SCALES.copy(),
+            "zero_points": q.zero_points.astype(np.int32) if q else _EMPTY_ZPS.copy(),
+            "quantized_dimension": q.quantized_dimension if q else 0,
+            "block_size": q.block_size if q else 0,
+        },
+        "sparsity_parameters": dict(t.sparsity) if t.sparsity else {},
+    }
+
+
+class _Session:
+    """Input buffers, allocation state and last values for one subgraph."""
+
+    def __init__(self, runtime: ModelRunner, subgraph: int):
+        self.runtime = runtime
+        self.sg = runtime.model.subgraphs[subgraph]
+        self.runner = runtime.runner(subgraph)
+        self.input_shapes: dict[int, tuple[int, ...]] = {i: self.sg.tensors[i].shape for i in self.sg.inputs}
+        self.shapes: dict[int, tuple[int, ...]] = {}
+        self.buffers: dict[int, np.ndarray] = {}
+        self.values: list | None = None
+        self.allocated = False
+
+    def shape_of(self, idx: int) -> tuple[int, ...]:
+        if idx in self.input_shapes:
+            return self.input_shapes[idx]
+        return self.shapes.get(idx, self.sg.tensors[idx].shape)
+
+    def resize(self, idx: int, size, strict: bool) -> None:
+        if idx not in self.input_shapes:
+            raise ValueError(f"Tensor {idx} is not an input tensor of subgraph {self.sg.index}")
+        size = np.asarray(size)
+        if size.ndim != 1 or not np.issubdtype(size.dtype, np.integer):
+            raise ValueError(f"tensor_size must be a 1-D list of ints, got {size.tolist()}")
+        new = tuple(int(d) for d in size)
+        if any(d < 0 for d in new):
+            raise ValueError(f"Cannot resize tensor {idx} to {list(new)}: negative dimension")
+        t = self.sg.tensors[idx]
+        if strict:
+            sig = t.shape_signature
+            if len(new) != len(sig):
+                raise RuntimeError(
+                    f"ResizeInputTensorStrict only allows mutating unknown dimensions identified by -1; "
+                    f"rank {len(sig)} cannot become {len(new)}."
+                )
+            for d, (old, want) in enumerate(zip(sig, new)):
+                if old != -1 and old != want:
+                    raise RuntimeError(
+                        f"Attempting to resize dimension {d} of tensor {idx} with value {old} to {want}. "
+                        f"ResizeInputTensorStrict only allows mutating unknown dimensions identified by -1."
+                    )
+        if new != self.input_shapes[idx]:
+            self.input_shapes[idx] = new
+            self.allocated = False
+
+    def allocate(self) -> None:
+        for i in self.sg.inputs:
+            t = self.sg.tensors[i]
+            shape = self.input_shapes[i]
+            buf = self.buffers.get(i)
+            if buf is None or buf.shape != shape:
+                self.buffers[i] = np.zeros(shape, dtype=t.dtype)
+        resized = any(self.input_shapes[i] != self.sg.tensors[i].shape for i in self.sg.inputs)
+        if resized:
+            # propagate the new shapes through the graph once, on zeros
+            vals = self.runner.run([self.buffers[i].copy() for i in self.sg.inputs])
+            self.runner.reset_variables()
+            self.shapes = {i: tuple(np.shape(v)) for i, v in enumerate(vals) if v is not None}
+        else:
+            self.shapes = {}
+        self.values = None
+        self.allocated = True
+
+    def set(self, idx: int, value) -> None:
+        if not self.allocated:
+            raise ValueError("Cannot set tensor: Tensor is unallocated. Try calling allocate_tensors() first")
+        t = self.sg.tensors[idx]
+        value = np.asarray(value) if not isinstance(value, np.ndarray) else value
+        if value.dtype != t.dtype and not (t.type_name == "STRING" and value.dtype.kind in "SUO"):
+            raise ValueError(
+                f"Cannot set tensor: Got value of type {_type_name(value.dtype)} but expected type "
+                f"{t.type_name} for input {idx}, name: {t.name} "
+            )
+        want = self.shape_of(idx)
+        if value.ndim != len(want):
+            raise ValueError(
+                f"Cannot set tensor: Dimension mismatch. Got {value.ndim} but expected {len(want)} for input {idx}."
+            )
+        for d, (got, exp) in enumerate(zip(value.shape, want)):
+            if got != exp:
+                raise ValueError(
+                    f"Cannot set tensor: Dimension mismatch. Got {got} but expected {exp} "
+                    f"for dimension {d} of input {idx}."
+                )
+        if idx in self.buffers:
+            np.copyto(self.buffers[idx], value)
+        elif idx in self.runner.variables:
+            np.copyto(self.runner.variables[idx], value)
+        else:
+            if self.values is None:
+                self.values = self._initial_values()
+            self.values[idx] = np.array(value, copy=True)
+
+    def invoke(self) -> None:
+        if not self.allocated:
+            raise RuntimeError("Invoke called on model that is not ready.")
+        self.values = self.runner.run([self.buffers[i] for i in self.sg.inputs])
+
+    def _initial_values(self) -> list:
+        vals: list = [None] * len(self.sg.tensors)
+        for i, v in self.runner.consts.items():
+            vals[i] = v
+        for i, v in self.runner.variables.items():
+            vals[i] = v
+        for i, v in self.buffers.items():
+            vals[i] = v
+        return vals
+
+    def value(self, idx: int) -> np.ndarray:
+        n = len(self.sg.tensors)
+        if not 0 <= idx < n:
+            raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
+        if not self.allocated:
+            raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
+        if idx in self.buffers:
+            return self.buffers[idx]
+        if self.values is None:
+            self.values = self._initial_values()
+        v = self.values[idx]
+        if v is None:
+            t = self.sg.tensors[idx]
+            v = np.zeros(self.shape_of(idx), dtype=t.dtype)
+            self.values[idx] = v
+        return v
+
+
+def _type_name(dtype: np.dtype) -> str:
+    names = {"float32": "FLOAT32", "float64": "FLOAT64", "float16": "FLOAT16", "int8": "INT8",
+             "int16": "INT16", "int32": "INT32", "int64": "INT64", "uint8": "UINT8", "uint16": "UINT16",
+             "uint32": "UINT32", "uint64": "UINT64", "bool": "BOOL", "complex64": "COMPLEX64"}
+    return names.get(np.dtype(dtype).name, np.dtype(dtype).name.upper())
+
+
+class Interpreter:
+    """Runs a TFLite model; the API of ``ai_edge_litert.interpreter.Interpreter``.
+
+    Args:
+        model: a path (``str`` / ``os.PathLike``) or the model bytes; tflgpu's
+            positional shortcut for ``model_path`` / ``model_content``.
+        model_path: path to a ``.tflite`` file (memory-mapped, weights zero-copy).
+        model_content: the model as ``bytes`` / ``bytearray`` / ``memoryview``.
+        experimental_delegates: a list holding at most one tflgpu delegate.
+        num_threads: CPU threads for the CPU kernels (``None``: all cores).
+        delegate: tflgpu's delegate (``GpuDelegate``); same as passing it in
+            ``experimental_delegates``.
+
+    Raises:
+        ValueError: the model cannot be read, is malformed, or uses an op
+            no backend supports; bad arguments.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | bytearray | memoryview | None = None,
+        *,
+        model_path: str | os.PathLike | None = None,
+        model_content: bytes | bytearray | memoryview | None = None,
+        experimental_delegates: list | None = None,
+        num_threads: int | None = None,
+        delegate: Any = None,
+        **litert_options: Any,
+    ):
+        if model is not None:
+            if model_path is not None or model_content is not None:
+                raise ValueError("Can't both provide `model` and `model_path`/`model_content`")
+            if isinstance(model, (str, os.PathLike)):
+                model_path = model
+            else:
+                model_content = model
+        if model_path is not None and model_content is not None:
+            raise ValueError("Can't both provide `model_path` and `model_content`")
+        if model_path is None and model_content is None:
+            raise ValueError("`model_path` or `model_content` must be specified.")
+        if model_content is not None and not isinstance(model_content, (bytes, bytearray, memoryview)):
+            raise ValueError(f"model_content must be bytes, got {type(model_content).__name__}")
+        if num_threads is not None:
+            if not isinstance(num_threads, int) or isinstance(num_threads, bool):
+                raise ValueError("type of num_threads should be int")
+            if num_threads < 1:
+                raise ValueError("num_threads should >= 1")
+        unknown = set(litert_options) - _LITERT_EXPERIMENTAL
+        if unknown:
+            raise TypeError(f"Interpreter() got unexpected keyword argument(s) {sorted(unknown)}")
+        self._num_threads = num_threads
+        delegates = list(experimental_delegates or [])
+        if delegate is not None:
+            delegates.append(delegate)
+        for d in delegates:
+            raise ValueError(
+                f"Unsupported delegate {type(d).__name__}: tflgpu runs only its own delegates"
+            )
+        self._delegates = delegates
+        source = ModelBytes.from_path(model_path) if model_path is not None else ModelBytes.from_content(model_content)
+        self._model_bytes = source
+        self._model: Model = read_model(source)
+        self._runtime = ModelRunner(self._model)
+        self._runtime.build_all()
+        self._sessions: dict[int, _Session] = {}
+        self._signature_defs = {s.key: s for s in self._model.signature_defs}
+
+    # -- internals ----------------------------------------------------------
+
+    def _session(self, subgraph: int = 0) -> _Session:
+        s = self._sessions.get(subgraph)
+        if s is None:
+            if not 0 <= subgraph < len(self._model.subgraphs):
+                raise ValueError(
+                    f"subgraph_index is out of range: {subgraph} for the model, which has "
+                    f"{len(self._model.subgraphs)} subgraphs."
+                )
+            s = self._sessions[subgraph] = _Session(self._runtime, subgraph)
+        return s
+
+    def _details(self, idx: int, subgraph: int = 0) -> dict[str, Any]:
+        s = self._session(subgraph)
+        n = len(s.sg.tensors)
+        if not 0 <= idx < n:
+            raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
+        return tensor_details(s.sg.tensors[idx], s.shape_of(idx))
+
+    # -- LiteRT API ---------------------------------------------------------
+
+    def allocate_tensors(self) -> None:
+        """Allocate input buffers (and propagate shapes after ``resize_tensor_input``)."""
+        self._session(0).allocate()
+
+    def get_input_details(self) -> list[dict[str, Any]]:
+        """Details of each model input: name, index, shape, dtype, quantization..."""
+        return [self._details(i) for i in self._model.main.inputs]
+
+    def get_output_details(self) -> list[dict[str, Any]]:
+        """Details of each model output."""
+        return [self._details(i) for i in self._model.main.outputs]
+
+    def get_tensor_details(self, subgraph_index: int = 0) -> list[dict[str, Any]]:
+        """Details of every tensor in a subgraph."""
+        s = self._session(subgraph_index)
+        return [self._details(i, subgraph_index) for i in range(len(s.sg.tensors))]
+
+    def set_tensor(self, tensor_index: int, value: np.ndarray) -> None:
+        """Copy ``value`` into the tensor (dtype and shape must match exactly)."""
+        s = self._session(0)
+        idx = int(tensor_index)
+        if not 0 <= idx < len(s.sg.tensors):
+            raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {len(s.sg.tensors)}")
+        s.set(idx, value)
+
+    def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
+        """A copy of the tensor's current value."""
+        return np.array(self._session(subgraph_index).value(int(tensor_index)), copy=True)
+
+    def tensor(self, tensor_index: int) -> Callable[[], np.ndarray]:
+        """A function returning a numpy view of the tensor's current buffer (no copy)."""
+        idx = int(tensor_index)
+        return lambda: self._session(0).value(idx)
+
+    def invoke(self) -> None:
+        """Run the model on the inputs set so far."""
+        if self._num_threads is not None:
+            import numba
+
+            numba.set_num_threads(max(1, min(self._num_threads, numba.config.NUMBA_NUM_THREADS)))
+        self._session(0).invoke()
+
+    def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
+        """Change an input's shape; call ``allocate_tensors()`` afterwards."""
+        self._session(0).resize(int(input_index), tensor_size, strict)
+
+    def reset_all_variables(self) -> None:
+        """Reset variable tensors (e.g. LSTM state) to their initial values."""
+        self._runtime.reset_variables()
+
+    def num_subgraphs(self) -> int:
+        return len(self._model.subgraphs)
+
+    def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
+        """``{key: {"inputs": [names], "outputs": [names]}}`` for each SignatureDef."""
+        return {k: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for k, s in self._signature_defs.items()}
+
+    def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
+        """A callable that runs one SignatureDef with keyword inputs, returning a dict."""
+        if signature_key is None:
+            if len(self._signature_defs) != 1:
+                raise ValueError(
+                    f"SignatureDef signature_key is None and model has {len(self._signature_defs)} Signatures. "
+                    "None is only allowed when the model has 1 SignatureDef"
+                )
+            signature_key = next(iter(self._signature_defs))
+        return SignatureRunner(self, signature_key)
+
+    # -- tflgpu extras ------------------------------------------------------
+
+    @property
+    def model(self) -> Model:
+        """The parsed graph IR."""
+        return self._model
+
+    @property
+    def backend(self) -> str:
+        """Where the model runs: 'cpu (numba)' without a delegate."""
+        return "cpu (numba)"
+
+
+_LITERT_EXPERIMENTAL = frozenset({
+    "experimental_op_resolver_type", "experimental_preserve_all_tensors",
+    "experimental_disable_delegate_clustering", "experimental_default_delegate_latest_features",
+    "experimental_compress_quantization_zero_points", "experimental_disable_delegate_node_fusion",
+    "experimental_force_delegate_node_profiling",
+})
+
+
+class SignatureRunner:
+    """Runs one SignatureDef: ``runner(x=array) -> {"out": array}``."""
+
+    def __init__(self, interpreter: Interpreter | None = None, signature_key: str | None = None):
+        if interpreter is None:
+            raise ValueError("None interpreter provided.")
+        if signature_key is None:
+            raise ValueError("None signature_key provided.")
+        sig = interpreter._signature_defs.get(signature_key)
+        if sig is None:
+            raise ValueError(f'Invalid signature_key provided: "{signature_key}".')
+        self._interp = interpreter
+        self._sig = sig
+        self._session = interpreter._session(sig.subgraph_index)
+
+    def __call__(self, **kwargs: np.ndarray) -> dict[str, np.ndarray]:
+        sig, s = self._sig, self._session
+        if len(kwargs) != len(sig.inputs):
+            raise ValueError(
+                "Invalid number of inputs provided for running a SignatureDef, "
+                f"expected {len(sig.inputs)} vs provided {len(kwargs)}"
+            )
+        for name, value in kwargs.items():
+            if name not in sig.inputs:
+                raise ValueError(f"Invalid Input name ({name}) for SignatureDef")
+            s.resize(sig.inputs[name], np.shape(value), False)
+        if not s.allocated:
+            s.allocate()
+        for name, value in kwargs.items():
+            s.set(sig.inputs[name], value)
+        s.invoke()
+        return {name: np.array(s.value(idx), copy=True) for name, idx in sig.outputs.items()}
+
+    def get_input_details(self) -> dict[str, dict[str, Any]]:
+        return {n: self._interp._details(i, self._sig.subgraph_index) for n, i in self._sig.inputs.items()}
+
+    def get_output_details(self) -> dict[str, dict[str, Any]]:
+        return {n: self._interp._details(i, self._sig.subgraph_index) for n, i in self._sig.outputs.items()}

@@ -1,0 +1,87 @@
+"""Names and numbers of the TFLite schema, taken from the generated accessors."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from functools import lru_cache
+
+import numpy as np
+from tflite.BuiltinOperator import BuiltinOperator
+from tflite.BuiltinOptions import BuiltinOptions
+from tflite.BuiltinOptions2 import BuiltinOptions2
+from tflite.TensorType import TensorType
+
+BUILTIN_NAMES: dict[int, str] = {
+    v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")
+}
+BUILTIN_CODES: dict[str, int] = {v: k for k, v in BUILTIN_NAMES.items()}
+# Codes below this are stored in the one-byte deprecated_builtin_code field.
+PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+
+TENSOR_TYPE_NAMES: dict[int, str] = {
+    v: k for k, v in vars(TensorType).items() if not k.startswith("_")
+}
+TENSOR_TYPE_CODES: dict[str, int] = {v: k for k, v in TENSOR_TYPE_NAMES.items()}
+
+# numpy dtype per TFLite type; STRING/RESOURCE/VARIANT hold no plain numbers.
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "FLOAT32": np.dtype(np.float32),
+    "FLOAT16": np.dtype(np.float16),
+    "FLOAT64": np.dtype(np.float64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "BOOL": np.dtype(np.bool_),
+    "COMPLEX64": np.dtype(np.complex64),
+    "COMPLEX128": np.dtype(np.complex128),
+    "STRING": np.dtype(np.object_),
+    "RESOURCE": np.dtype(np.int32),
+    "VARIANT": np.dtype(np.int32),
+    "INT4": np.dtype(np.int8),
+}
+
+ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+PADDINGS = {0: "SAME", 1: "VALID"}
+
+_OPTION_TABLES: dict[int, str] = {
+    v: k for k, v in vars(BuiltinOptions).items() if not k.startswith("_")
+}
+_OPTION2_TABLES: dict[int, str] = {
+    v: k for k, v in vars(BuiltinOptions2).items() if not k.startswith("_")
+}
+
+
+def snake(name: str) -> str:
+    """``FusedActivationFunction`` -> ``fused_activation_function``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def options_class(type_code: int, second: bool = False):
+    """The generated accessor class for a BuiltinOptions(2) union member, or None."""
+    table = (_OPTION2_TABLES if second else _OPTION_TABLES).get(type_code)
+    if not table or table == "NONE":
+        return None
+    module = importlib.import_module(f"tflite.{table}")
+    return getattr(module, table)
+
+
+@lru_cache(maxsize=None)
+def option_fields(cls) -> tuple[tuple[str, str, bool], ...]:
+    """(snake name, accessor name, is_vector) for every field of an options table."""
+    skip = {"Init", "GetRootAs"}
+    names = [n for n in vars(cls) if not n.startswith("_") and n not in skip]
+    fields = []
+    for name in names:
+        if name.startswith("GetRootAs") or name.endswith(("BufferHasIdentifier", "IsNone", "Length")):
+            continue
+        if name.endswith("AsNumpy"):
+            continue
+        is_vector = f"{name}AsNumpy" in names
+        fields.append((snake(name), name, is_vector))
+    return tuple(fields)
