@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .cpu.executor import ModelRunner
+from .cpu.threads import cpu_threads
 from .graph.ir import Model, Tensor
 from .model import ModelBytes, read_model
 
@@ -306,11 +307,8 @@ class Interpreter:
 
     def invoke(self) -> None:
         """Run the model on the inputs set so far."""
-        if self._num_threads is not None:
-            import numba
-
-            numba.set_num_threads(max(1, min(self._num_threads, numba.config.NUMBA_NUM_THREADS)))
-        self._session(0).invoke()
+        with cpu_threads(self._num_threads):
+            self._session(0).invoke()
 
     def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards."""
@@ -389,7 +387,8 @@ class SignatureRunner:
             s.allocate()
         for name, value in kwargs.items():
             s.set(sig.inputs[name], value)
-        s.invoke()
+        with cpu_threads(self._interp._num_threads):
+            s.invoke()
         return {name: np.array(s.value(idx), copy=True) for name, idx in sig.outputs.items()}
 
     def get_input_details(self) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,114 @@
+"""Timing models through tflgpu and, side by side in the same process, through LiteRT.
+
+Used by ``tflgpu bench`` and by ``bench/``. LiteRT is optional here: it is
+a test/bench dependency, imported only when a comparison is asked for.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+
+def reference_inputs(details: list[dict[str, Any]], seed: int = 0) -> list[np.ndarray]:
+    """The corpus' test inputs: uniform(-1, 1) from default_rng(seed), per input, in order."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in details:
+        shape, dtype = tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"])
+        if dtype.kind == "f":
+            out.append(rng.uniform(-1, 1, shape).astype(dtype))
+        elif dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            out.append(rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype))
+        else:
+            out.append(rng.integers(0, 2, shape).astype(dtype))
+    return out
+
+
+def time_invokes(invoke: Callable[[], None], warmup: int = 3, repeats: int = 20,
+                 min_time_s: float = 0.0) -> list[float]:
+    """Wall-clock seconds of each of ``repeats`` invokes after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        invoke()
+    times = []
+    start = time.perf_counter()
+    while len(times) < repeats or time.perf_counter() - start < min_time_s:
+        t = time.perf_counter()
+        invoke()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+@dataclass
+class BenchRow:
+    model: str
+    tflgpu_ms: float
+    litert_ms: float | None
+    backend: str
+    max_rel_err: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.tflgpu_ms / self.litert_ms if self.litert_ms else None
+
+
+def _prepare(interp_cls, path: Path, inputs, **kw):
+    it = interp_cls(model_path=str(path), **kw)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    return it
+
+
+def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats: int = 20,
+                compare: bool = True, interpreter_kwargs: dict | None = None) -> BenchRow:
+    """Median latency of tflgpu (and LiteRT with XNNPACK, same thread count) on one model."""
+    from .interpreter import Interpreter
+
+    path = Path(path)
+    ours = Interpreter(model_path=str(path), num_threads=num_threads, **(interpreter_kwargs or {}))
+    ours.allocate_tensors()
+    inputs = reference_inputs(ours.get_input_details())
+    for d, x in zip(ours.get_input_details(), inputs):
+        ours.set_tensor(d["index"], x)
+    ours_ms = 1e3 * statistics.median(time_invokes(ours.invoke, warmup, repeats))
+    ref_ms = err = None
+    if compare:
+        try:
+            from ai_edge_litert.interpreter import Interpreter as LiteRT
+        except ImportError:
+            LiteRT = None
+        if LiteRT is not None:
+            ref = _prepare(LiteRT, path, inputs, num_threads=num_threads)
+            ref_ms = 1e3 * statistics.median(time_invokes(ref.invoke, warmup, repeats))
+            # fresh interpreters, one invoke each, so stateful models (LSTM) compare like with like
+            a = _prepare(Interpreter, path, inputs, num_threads=num_threads, **(interpreter_kwargs or {}))
+            r = _prepare(LiteRT, path, inputs, num_threads=num_threads)
+            a.invoke()
+            r.invoke()
+            errs = []
+            for d in r.get_output_details():
+                want = r.get_tensor(d["index"]).astype(np.float64)
+                got = a.get_tensor(d["index"]).astype(np.float64)
+                errs.append(float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
+            err = max(errs) if errs else 0.0
+    return BenchRow(path.name, ours_ms, ref_ms, ours.backend, err)
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    lines = [
+        "| model | backend | tflgpu ms | LiteRT ms | ratio (tflgpu/LiteRT) | max rel err |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lit = f"{r.litert_ms:.2f}" if r.litert_ms is not None else "n/a"
+        ratio = f"{r.ratio:.1f}x" if r.ratio is not None else "n/a"
+        err = f"{r.max_rel_err:.1e}" if r.max_rel_err is not None else "n/a"
+        lines.append(f"| {r.model} | {r.backend} | {r.tflgpu_ms:.2f} | {lit} | {ratio} | {err} |")
+    return "\n".join(lines)

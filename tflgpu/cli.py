@@ -1,0 +1,163 @@
+"""The ``tflgpu`` command line: run, inspect, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def _default_model() -> Path:
+    from .model.default_model import DEFAULT_MODEL_PATH
+
+    return DEFAULT_MODEL_PATH
+
+
+def _describe(arr: np.ndarray, limit: int = 8) -> str:
+    flat = arr.reshape(-1)
+    head = np.array2string(flat[:limit], precision=5, separator=", ")
+    stats = ""
+    if arr.size and arr.dtype.kind in "fiub":
+        a = arr.astype(np.float64)
+        stats = f" min {a.min():.5g} max {a.max():.5g} mean {a.mean():.5g}"
+        if arr.ndim >= 1 and arr.shape[-1] > 1 and arr.size == arr.shape[-1] * (arr.size // arr.shape[-1]):
+            stats += f" argmax(last axis) {np.argmax(arr.reshape(-1, arr.shape[-1]), axis=-1)[:4].tolist()}"
+    return f"{head}{' ...' if flat.size > limit else ''}{stats}"
+
+
+def cmd_run(args) -> int:
+    from .benchmark import reference_inputs, time_invokes
+    from .interpreter import Interpreter
+
+    path = Path(args.model) if args.model else _default_model()
+    interp = Interpreter(model_path=str(path), num_threads=args.threads)
+    interp.allocate_tensors()
+    details = interp.get_input_details()
+    if args.input:
+        if len(args.input) != len(details):
+            print(f"error: the model has {len(details)} inputs, {len(args.input)} --input files given", file=sys.stderr)
+            return 2
+        inputs = [np.load(f, allow_pickle=False) for f in args.input]
+    else:
+        inputs = reference_inputs(details, seed=args.seed)
+    for d, x in zip(details, inputs):
+        if list(x.shape) != list(d["shape"]):
+            interp.resize_tensor_input(d["index"], x.shape)
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), inputs):
+        interp.set_tensor(d["index"], x)
+    print(f"model:   {path} ({path.stat().st_size:,} bytes)")
+    print(f"device:  {interp.backend}")
+    for d, x in zip(interp.get_input_details(), inputs):
+        src = "file" if args.input else f"uniform(-1,1), seed {args.seed}"
+        print(f"input:   {d['name']} {np.dtype(d['dtype']).name}{[int(s) for s in d['shape']]} ({src})")
+    times = time_invokes(interp.invoke, warmup=1, repeats=args.repeat)
+    for d in interp.get_output_details():
+        y = interp.get_tensor(d["index"])
+        print(f"output:  {d['name']} {y.dtype.name}{list(y.shape)}: {_describe(y)}")
+        if args.save:
+            out = Path(args.save) / f"output_{d['index']}.npy"
+            np.save(out, y)
+            print(f"         saved to {out}")
+    print(f"latency: median {1e3 * statistics.median(times):.2f} ms, min {1e3 * min(times):.2f} ms "
+          f"over {len(times)} invokes (after 1 warm-up)")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from .cpu import supported_ops
+    from .interpreter import tensor_details
+    from .model import read_model
+
+    model = read_model(args.model)
+    cpu_ops = set(supported_ops())
+    census = model.op_census()
+    report = {
+        "model": str(args.model),
+        "size_bytes": model.size_bytes,
+        "subgraphs": len(model.subgraphs),
+        "inputs": [_brief(tensor_details(model.main.tensors[i])) for i in model.main.inputs],
+        "outputs": [_brief(tensor_details(model.main.tensors[i])) for i in model.main.outputs],
+        "ops": {name: {"count": n, "cpu": name in cpu_ops} for name, n in census.items()},
+        "signatures": {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in model.signature_defs},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"model: {args.model} ({model.size_bytes:,} bytes, {len(model.subgraphs)} subgraph(s))")
+    for kind in ("inputs", "outputs"):
+        for t in report[kind]:
+            print(f"{kind[:-1]:7s} #{t['index']:<4d} {t['name']}  {t['dtype']}{t['shape']}")
+    print(f"{'op':32s} {'count':>5s}  cpu")
+    for name, info in report["ops"].items():
+        print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO'}")
+    for key, sig in report["signatures"].items():
+        print(f"signature {key!r}: inputs {sig['inputs']} outputs {sig['outputs']}")
+    return 0
+
+
+def _brief(d: dict) -> dict:
+    return {"index": d["index"], "name": d["name"], "shape": [int(s) for s in d["shape"]],
+            "dtype": np.dtype(d["dtype"]).name}
+
+
+def cmd_bench(args) -> int:
+    from .benchmark import bench_model, format_table
+
+    models = args.models or [str(_default_model())]
+    rows = []
+    for m in models:
+        rows.append(bench_model(m, num_threads=args.threads, warmup=args.warmup, repeats=args.repeat,
+                                compare=not args.no_compare))
+        print(f"  {rows[-1].model}: {rows[-1].tflgpu_ms:.2f} ms", file=sys.stderr)
+    print(format_table(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tflgpu", description="Run TensorFlow Lite models with tflgpu.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what tflgpu does")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a model once (the bundled default model if none given)")
+    r.add_argument("model", nargs="?", help="a .tflite file (default: the bundled model)")
+    r.add_argument("--input", action="append", help="a .npy file per model input, in order")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs used without --input")
+    r.add_argument("--repeat", type=int, default=10, help="timed invokes (default 10)")
+    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--save", help="directory to save each output as .npy")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("inspect", help="inputs, outputs, op census and backend support of a model")
+    i.add_argument("model")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_inspect)
+
+    b = sub.add_parser("bench", help="latency of models through tflgpu, side by side with LiteRT")
+    b.add_argument("models", nargs="*")
+    b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--warmup", type=int, default=3)
+    b.add_argument("--repeat", type=int, default=20)
+    b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s tflgpu: %(message)s")
+    try:
+        return args.func(args)
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The bundled default model: a small MobileNet-style classifier built with our own builder.
+
+Regenerate the shipped file with ``python -m tflgpu.model.default_model``;
+a test checks the shipped bytes equal a fresh build (fixed seed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .builder import ModelBuilder
+
+DEFAULT_MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "default.tflite"
+INPUT_SHAPE = (1, 96, 96, 3)
+CLASSES = 10
+
+
+def build_default_model(seed: int = 2026) -> bytes:
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder("tflgpu default model: tiny MobileNet-style classifier, random weights")
+
+    def he(shape, fan_in):
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+    def conv(x, in_shape, cout, k, stride, act, name):
+        n, h, w, cin = in_shape
+        oh, ow = -(-h // stride), -(-w // stride)
+        wt = b.const(f"{name}/weights", he((cout, k, k, cin), k * k * cin))
+        bias = b.const(f"{name}/bias", (rng.standard_normal(cout) * 0.05).astype(np.float32))
+        y = b.tensor(name, (n, oh, ow, cout))
+        b.op("CONV_2D", [x, wt, bias], [y], padding="SAME", stride_w=stride, stride_h=stride,
+             fused_activation_function=act)
+        return y, (n, oh, ow, cout)
+
+    def dwconv(x, in_shape, stride, name):
+        n, h, w, c = in_shape
+        oh, ow = -(-h // stride), -(-w // stride)
+        wt = b.const(f"{name}/weights", he((1, 3, 3, c), 9))
+        bias = b.const(f"{name}/bias", (rng.standard_normal(c) * 0.05).astype(np.float32))
+        y = b.tensor(name, (n, oh, ow, c))
+        b.op("DEPTHWISE_CONV_2D", [x, wt, bias], [y], padding="SAME", stride_w=stride, stride_h=stride,
+             depth_multiplier=1, fused_activation_function="RELU6")
+        return y, (n, oh, ow, c)
+
+    x = b.input("input", INPUT_SHAPE)
+    y, s = conv(x, INPUT_SHAPE, 16, 3, 2, "RELU6", "stem")
+    for i, (cout, stride) in enumerate([(24, 2), (24, 1), (40, 2), (40, 1), (64, 2)]):
+        e, es = conv(y, s, s[3] * 4, 1, 1, "RELU6", f"block{i}/expand")
+        d, ds = dwconv(e, es, stride, f"block{i}/depthwise")
+        p, ps = conv(d, ds, cout, 1, 1, "NONE", f"block{i}/project")
+        if stride == 1 and cout == s[3]:
+            r = b.tensor(f"block{i}/add", ps)
+            b.op("ADD", [y, p], [r])
+            p = r
+        y, s = p, ps
+    h, hs = conv(y, s, 128, 1, 1, "NONE", "head")
+    hsw = b.tensor("head/hard_swish", hs)
+    b.op("HARD_SWISH", [h], [hsw])
+    axes = b.const("pool/axes", np.array([1, 2], np.int32))
+    pooled = b.tensor("pool", (1, 128))
+    b.op("MEAN", [hsw, axes], [pooled], keep_dims=False)
+    fc_w = b.const("logits/weights", he((CLASSES, 128), 128))
+    fc_b = b.const("logits/bias", np.zeros(CLASSES, np.float32))
+    logits = b.tensor("logits", (1, CLASSES))
+    b.op("FULLY_CONNECTED", [pooled, fc_w, fc_b], [logits])
+    probs = b.tensor("probs", (1, CLASSES))
+    b.op("SOFTMAX", [logits], [probs], beta=1.0)
+    b.output(probs)
+    b.signature("serving_default", {"input": x}, {"probs": probs})
+    return b.build()
+
+
+if __name__ == "__main__":
+    data = build_default_model()
+    DEFAULT_MODEL_PATH.write_bytes(data)
+    print(f"wrote {DEFAULT_MODEL_PATH} ({len(data)} bytes)")
