@@ -119,7 +119,7 @@ def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
 @register("CONV_2D")
 def conv2d(ctx: OpContext):
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_hfactor", 1) or 1, ctx.opt("dilation_wfactor", 1) or 1
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
     pad = ctx.opt("padding", 0)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
@@ -167,7 +167,7 @@ def conv2d(ctx: OpContext):
 @register("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: OpContext):
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_hfactor", 1) or 1, ctx.opt("dilation_wfactor", 1) or 1
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
     pad = ctx.opt("padding", 0)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
@@ -187,10 +187,7 @@ def depthwise_conv2d(ctx: OpContext):
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
-        y = _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, oc // c, lo, hi)
-        if act in (4, 5):
-            y = apply_activation(y, act)
-        return [y]
+        return [_depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, oc // c, lo, hi)]
 
     return run
 
@@ -254,6 +251,8 @@ def conv2d_transpose_bias(ctx: OpContext):
 @register("FULLY_CONNECTED")
 def fully_connected(ctx: OpContext):
     act = ctx.opt("fused_activation_function", 0)
+    if act not in (0, 1, 2, 3):
+        raise ctx.fail(f"fused activation {act} is not supported (only NONE and the RELU family)")
     keep = ctx.opt("keep_num_dims", False)
     w_const = _float_weights(ctx, 1)
     units, depth = ctx.input_tensor(1).shape[0], ctx.input_tensor(1).shape[-1]

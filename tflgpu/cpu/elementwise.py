@@ -232,10 +232,11 @@ def quantize(ctx: OpContext):
 
         return requant
 
+    inv_scale = (np.float32(1.0) / np.asarray(scale, np.float32)).astype(np.float32)
+
     def run(xs):
-        v = xs[0].astype(np.float32) / scale
-        # TFLite rounds half away from zero (std::round), numpy to even: do it by hand
-        r = np.sign(v) * np.floor(np.abs(v) + 0.5)
+        # LiteRT's default (XNNPACK) path multiplies by the reciprocal scale and rounds half to even
+        r = np.rint(xs[0].astype(np.float32) * inv_scale)
         return [np.clip(r + zp, info.min, info.max).astype(t_out.dtype)]
 
     return run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .registry import KernelError, OpContext, activation_bounds, apply_activation, conv_padding, register
+from .registry import KernelError, OpContext, activation_bounds, conv_padding, register
 
 AVG, MAX, L2 = 0, 1, 2
 
@@ -55,8 +55,7 @@ def _pool_factory(kind: int, opts=None):
                 raise KernelError(f"{ctx.op.name}: input must be 4-D, got {x.shape}")
             oh, pt = conv_padding(x.shape[1], kh, sh, 1, pad)
             ow, pl = conv_padding(x.shape[2], kw, sw, 1, pad)
-            y = _pool(x, kind, kh, kw, sh, sw, pt, pl, max(oh, 0), max(ow, 0), lo, hi)
-            return [apply_activation(y, act) if act in (4, 5) else y]
+            return [_pool(x, kind, kh, kw, sh, sw, pt, pl, max(oh, 0), max(ow, 0), lo, hi)]
 
         return run
 

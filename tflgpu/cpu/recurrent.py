@@ -10,9 +10,26 @@ from __future__ import annotations
 import numpy as np
 
 from .conv import _float_weights
-from .registry import OpContext, apply_activation, register
+from .registry import OpContext, register
 
 LAYER_NORM_EPS = 1e-8
+
+
+def _cell_activation(x: np.ndarray, code: int) -> np.ndarray:
+    """The LSTM's gate/cell activation: unlike fused activations, TANH and SIGMOID apply here."""
+    if code == 0:
+        return x
+    if code == 1:
+        return np.maximum(x, 0)
+    if code == 2:
+        return np.clip(x, -1, 1)
+    if code == 3:
+        return np.clip(x, 0, 6)
+    if code == 4:
+        return np.tanh(x)
+    if code == 6:
+        return _sigmoid(x)
+    raise ValueError(f"LSTM activation {code} is not supported")
 
 
 def _sigmoid(x):
@@ -78,7 +95,7 @@ class _LstmCell:
         f = _sigmoid(pf + bf)
         if self.use_ln:
             pc = self._norm(pc, ln_c)
-        g = apply_activation((pc + bc).astype(np.float32), self.act)
+        g = _cell_activation((pc + bc).astype(np.float32), self.act)
         if pi is None:
             i = 1.0 - f
         c_new = f * c + i * g
@@ -89,7 +106,7 @@ class _LstmCell:
         if self.use_ln:
             po = self._norm(po, ln_o)
         o = _sigmoid(po + bo)
-        h_new = o * apply_activation(c_new.astype(np.float32), self.act)
+        h_new = o * _cell_activation(c_new.astype(np.float32), self.act)
         if self.proj is not None:
             h_new = h_new @ self.proj.T
             if self.proj_bias is not None:

@@ -88,13 +88,14 @@ def activation_bounds(code: int | None) -> tuple[float, float]:
 
 
 def apply_activation(x: np.ndarray, code: int | None) -> np.ndarray:
-    """Apply a fused activation in place where possible; returns the result."""
-    if not code:
+    """Apply a fused activation (in place where possible); returns the result.
+
+    As in TFLite's CalculateActivationRange, only the RELU family clamps: a
+    fused TANH or SIGN_BIT on conv/pool/elementwise ops is a no-op there,
+    and LiteRT's outputs are what we must reproduce.
+    """
+    if code not in (1, 2, 3):
         return x
-    if code == 4:
-        return np.tanh(x, out=x) if x.flags.writeable else np.tanh(x)
-    if code == 5:
-        return np.signbit(x).astype(x.dtype)
     lo, hi = activation_bounds(code)
     if x.flags.writeable:
         return np.clip(x, lo, hi, out=x)

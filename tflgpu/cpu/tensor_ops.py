@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import KernelError, OpContext, apply_activation, normalize_axis, register
+from .registry import KernelError, OpContext, normalize_axis, register
 
 
 def _value(ctx: OpContext, xs, i: int) -> np.ndarray:
@@ -78,7 +78,8 @@ def expand_dims(ctx: OpContext):
 
 @register("CONCATENATION")
 def concatenation(ctx: OpContext):
-    axis, act = ctx.opt("axis", 0), ctx.opt("fused_activation_function", 0)
+    # TFLite's float concatenation ignores its fused activation; LiteRT's outputs are the reference.
+    axis = ctx.opt("axis", 0)
 
     def run(xs):
         arrs = [np.asarray(x) for x in xs]
@@ -86,7 +87,7 @@ def concatenation(ctx: OpContext):
             y = np.concatenate(arrs, axis=normalize_axis(axis, arrs[0].ndim))
         except ValueError as e:
             raise KernelError(f"CONCATENATION: {e}") from e
-        return [apply_activation(y, act)]
+        return [y]
 
     return run
 
@@ -164,6 +165,24 @@ def slice_op(ctx: OpContext):
     return run
 
 
+def _axis_slice(b: int, e: int, s: int, size: int, begin_masked: bool, end_masked: bool, offset: bool) -> slice:
+    """One axis of STRIDED_SLICE with TFLite's rules (wrap negatives, clamp by stride sign)."""
+    lo, hi = (0, size) if s > 0 else (-1, size - 1)
+    if begin_masked:
+        start = 0 if s > 0 else size - 1
+    else:
+        start = min(max(b + size if b < 0 else b, lo), hi)
+    if offset:  # end is relative to start: not wrapped, and end_mask does not apply
+        stop = min(max(start + e, lo), hi)
+    elif end_masked:
+        stop = size if s > 0 else -1
+    else:
+        stop = min(max(e + size if e < 0 else e, lo), hi)
+    if start < 0:  # only possible with a negative stride: nothing to take
+        return slice(0, 0)
+    return slice(start, stop if stop >= 0 else None, s)
+
+
 @register("STRIDED_SLICE")
 def strided_slice(ctx: OpContext):
     bm, em = ctx.opt("begin_mask", 0), ctx.opt("end_mask", 0)
@@ -180,9 +199,8 @@ def strided_slice(ctx: OpContext):
         n_real = sum(1 for i in range(len(begin)) if not (new >> i) & 1 and not (ell >> i) & 1)
         for i, (b, e, s) in enumerate(zip(begin, end, strides)):
             if (ell >> i) & 1:
-                covered = x.ndim - n_real
                 idx.append(Ellipsis)
-                dim += covered
+                dim += x.ndim - n_real
                 continue
             if (new >> i) & 1:
                 idx.append(None)
@@ -192,17 +210,17 @@ def strided_slice(ctx: OpContext):
             if dim >= x.ndim:
                 raise KernelError("STRIDED_SLICE: more slice entries than input dimensions")
             size = x.shape[dim]
-            if offset:
-                e = b + e
             if (shrink >> i) & 1:
+                if (bm >> i) & 1:  # TFLite applies begin_mask even on a shrunk axis
+                    b = 0 if s > 0 else size - 1
                 bb = b + size if b < 0 else b
                 if not 0 <= bb < size:
                     raise KernelError(f"STRIDED_SLICE: index {b} out of range for dimension {size}")
                 idx.append(bb)
             else:
-                idx.append(slice(None if (bm >> i) & 1 else b, None if (em >> i) & 1 else e, s))
+                idx.append(_axis_slice(b, e, s, size, bool((bm >> i) & 1), bool((em >> i) & 1), offset))
             dim += 1
-        return [np.ascontiguousarray(x[tuple(idx)])]
+        return [np.array(x[tuple(idx)])]  # a copy that keeps 0-d results 0-d
 
     return run
 

@@ -58,8 +58,8 @@ _OPTION2_TABLES: dict[int, str] = {
 
 
 def snake(name: str) -> str:
-    """``FusedActivationFunction`` -> ``fused_activation_function``."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    """``FusedActivationFunction`` -> ``fused_activation_function``, ``DilationWFactor`` -> ``dilation_w_factor``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def options_class(type_code: int, second: bool = False):

@@ -1,0 +1,94 @@
+"""Shared test helpers: the corpus location, and running a model through tflgpu and LiteRT."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", REPO.parent / "shared" / "models"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # An empty selection must fail CI, not pass it: turn pytest's "no tests ran" (5) into 1.
+    if exitstatus == 5:
+        session.exitstatus = 1
+
+
+def corpus_model(name: str) -> Path:
+    path = MODELS_DIR / name
+    if not path.exists():
+        pytest.skip(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)")
+    return path
+
+
+def litert():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+    return LiteRT
+
+
+def run_model(interp_cls, model, inputs, **kw) -> list[np.ndarray]:
+    """Allocate, set every input (in order), invoke once, return every output (in order)."""
+    if isinstance(model, (bytes, bytearray)):
+        it = interp_cls(model_content=bytes(model), **kw)
+    else:
+        it = interp_cls(model_path=str(model), **kw)
+    details = it.get_input_details()
+    for d, x in zip(details, inputs):
+        if tuple(d["shape"]) != tuple(np.shape(x)):
+            it.resize_tensor_input(d["index"], np.shape(x))
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def assert_close(got, want, rtol_scale: float = 1e-4, what: str = "") -> None:
+    """max|ours - ref| <= 1e-4 * max(1, max|ref|), and equal dtype/shape."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what} shape {got.shape} != reference {want.shape}"
+    assert got.dtype == want.dtype, f"{what} dtype {got.dtype} != reference {want.dtype}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(g), np.isnan(w)), f"{what} NaN positions differ"
+    finite = ~np.isnan(w)
+    if not finite.any():
+        return
+    tol = rtol_scale * max(1.0, float(np.abs(w[finite]).max()))
+    err = float(np.abs(g[finite] - w[finite]).max())
+    assert err <= tol, f"{what} max abs error {err:.3g} > tolerance {tol:.3g}"
+
+
+def check_against_litert(model_bytes: bytes, inputs, rtol_scale: float = 1e-4) -> list[np.ndarray]:
+    from tflgpu import Interpreter
+
+    want = run_model(litert(), model_bytes, inputs)
+    got = run_model(Interpreter, model_bytes, inputs)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, rtol_scale, what=f"output {i}")
+    return got
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Derandomized so CI is reproducible; TFLGPU_HYPOTHESIS=thorough explores more.
+settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("thorough", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("TFLGPU_HYPOTHESIS", "ci"))

@@ -1,0 +1,120 @@
+"""Convolutions, pooling, resizing and matrix products against LiteRT."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from .oputil import In, Out, both_fail_or_match, check_op, rand
+
+ACTS = st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1", "TANH"])
+PAD = st.sampled_from(["SAME", "VALID"])
+
+
+def _out(in_size, k, stride, dil, pad):
+    eff = (k - 1) * dil + 1
+    return -(-in_size // stride) if pad == "SAME" else (in_size - eff + stride) // stride
+
+
+@given(n=st.integers(1, 2), h=st.integers(1, 10), w=st.integers(1, 10), cin=st.integers(1, 9),
+       cout=st.integers(1, 9), k=st.sampled_from([1, 2, 3, 5]), stride=st.integers(1, 3), dil=st.integers(1, 2),
+       pad=PAD, act=ACTS, bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_conv2d(n, h, w, cin, cout, k, stride, dil, pad, act, bias, seed):
+    assume(_out(h, k, stride, dil, pad) > 0 and _out(w, k, stride, dil, pad) > 0)
+    rng = np.random.default_rng(seed)
+    b = rand(rng, (cout,)) if bias else np.zeros(cout, np.float32)
+    check_op("CONV_2D", [In(rand(rng, (n, h, w, cin))), rand(rng, (cout, k, k, cin)), b],
+             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+             fused_activation_function=act)
+
+
+def test_conv2d_nonsquare_strides_and_dilations(rng):
+    check_op("CONV_2D", [In(rand(rng, (1, 13, 11, 5))), rand(rng, (7, 3, 2, 5)), rand(rng, (7,))],
+             padding="SAME", stride_w=2, stride_h=1, dilation_w_factor=1, dilation_h_factor=3)
+
+
+def test_grouped_conv2d(rng):
+    # filter depth 3 on 6 input channels: two groups
+    assert both_fail_or_match("CONV_2D", [In(rand(rng, (1, 6, 6, 6))), rand(rng, (4, 3, 3, 3)), rand(rng, (4,))],
+                              padding="SAME", stride_w=1, stride_h=1) in ("matched", "both rejected")
+
+
+@given(h=st.integers(1, 10), w=st.integers(1, 10), c=st.integers(1, 8), mult=st.integers(1, 3),
+       k=st.sampled_from([1, 3, 5]), stride=st.integers(1, 2), dil=st.integers(1, 2), pad=PAD, act=ACTS,
+       seed=st.integers(0, 2**16))
+def test_depthwise_conv2d(h, w, c, mult, k, stride, dil, pad, act, seed):
+    assume(_out(h, k, stride, dil, pad) > 0 and _out(w, k, stride, dil, pad) > 0)
+    rng = np.random.default_rng(seed)
+    check_op("DEPTHWISE_CONV_2D", [In(rand(rng, (1, h, w, c))), rand(rng, (1, k, k, c * mult)), rand(rng, (c * mult,))],
+             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+             depth_multiplier=mult, fused_activation_function=act)
+
+
+@given(h=st.integers(1, 8), w=st.integers(1, 8), cin=st.integers(1, 6), cout=st.integers(1, 6),
+       k=st.sampled_from([1, 2, 3, 4]), stride=st.integers(1, 3), pad=PAD, bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_transpose_conv(h, w, cin, cout, k, stride, pad, bias, seed):
+    rng = np.random.default_rng(seed)
+    if pad == "SAME":
+        oh, ow = h * stride, w * stride
+    else:
+        oh, ow = (h - 1) * stride + k, (w - 1) * stride + k
+    inputs = [np.array([1, oh, ow, cout], np.int32), rand(rng, (cout, k, k, cin)), In(rand(rng, (1, h, w, cin)))]
+    if bias:
+        inputs.append(rand(rng, (cout,)))
+    check_op("TRANSPOSE_CONV", inputs, [Out(np.float32, (1, oh, ow, cout))], padding=pad, stride_w=stride,
+             stride_h=stride, version=3 if bias else 1)
+
+
+@given(kind=st.sampled_from(["AVERAGE_POOL_2D", "MAX_POOL_2D"]), h=st.integers(1, 10), w=st.integers(1, 10),
+       c=st.integers(1, 5), fh=st.integers(1, 4), fw=st.integers(1, 4), stride=st.integers(1, 3), pad=PAD,
+       act=st.sampled_from(["NONE", "RELU", "RELU6"]), seed=st.integers(0, 2**16))
+def test_pool2d(kind, h, w, c, fh, fw, stride, pad, act, seed):
+    assume(_out(h, fh, stride, 1, pad) > 0 and _out(w, fw, stride, 1, pad) > 0)
+    rng = np.random.default_rng(seed)
+    check_op(kind, [In(rand(rng, (2, h, w, c), -3, 3))], padding=pad, stride_w=stride, stride_h=stride,
+             filter_width=fw, filter_height=fh, fused_activation_function=act)
+
+
+def test_l2_pool(rng):
+    check_op("L2_POOL_2D", [In(rand(rng, (1, 6, 6, 3)))], padding="VALID", stride_w=2, stride_h=2,
+             filter_width=2, filter_height=2)
+
+
+@given(kind=st.sampled_from(["RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"]), h=st.integers(1, 9),
+       w=st.integers(1, 9), oh=st.integers(1, 17), ow=st.integers(1, 17),
+       mode=st.sampled_from([(False, False), (True, False), (False, True)]), seed=st.integers(0, 2**16))
+def test_resize(kind, h, w, oh, ow, mode, seed):
+    rng = np.random.default_rng(seed)
+    align, half = mode
+    check_op(kind, [In(rand(rng, (1, h, w, 3))), np.array([oh, ow], np.int32)],
+             align_corners=align, half_pixel_centers=half, version=3 if half else 1)
+
+
+@given(batch=st.sampled_from([(3,), (2, 3)]), depth=st.integers(1, 12), units=st.integers(1, 10),
+       keep=st.booleans(), bias=st.booleans(), act=st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]), seed=st.integers(0, 2**16))
+def test_fully_connected(batch, depth, units, keep, bias, act, seed):
+    rng = np.random.default_rng(seed)
+    inputs = [In(rand(rng, batch + (depth,))), rand(rng, (units, depth)), rand(rng, (units,)) if bias else None]
+    check_op("FULLY_CONNECTED", inputs, keep_num_dims=keep, fused_activation_function=act)
+
+
+@given(adj_x=st.booleans(), adj_y=st.booleans(), b1=st.sampled_from([(), (2,), (1, 3), (2, 3)]),
+       b2=st.sampled_from([(), (3,), (2, 1)]), seed=st.integers(0, 2**16))
+def test_batch_matmul(adj_x, adj_y, b1, b2, seed):
+    rng = np.random.default_rng(seed)
+    m, k, n = 4, 5, 3
+    try:
+        np.broadcast_shapes(b1, b2)
+    except ValueError:
+        assume(False)
+    assume(len(b1) + 2 >= 2 and len(b2) + 2 >= 2)
+    a = rand(rng, b1 + ((k, m) if adj_x else (m, k)))
+    b = rand(rng, b2 + ((n, k) if adj_y else (k, n)))
+    check_op("BATCH_MATMUL", [In(a), In(b)], adj_x=adj_x, adj_y=adj_y)
+
+
+def test_fully_connected_rejects_tanh_like_litert(rng):
+    assert both_fail_or_match("FULLY_CONNECTED", [In(rand(rng, (2, 4))), rand(rng, (3, 4)), None],
+                              fused_activation_function="TANH") == "both rejected"
