@@ -31,12 +31,11 @@ def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None) -> dict[str,
     """The detail dict LiteRT returns for one tensor."""
     q = t.quantization
     shape = t.shape if shape is None else shape
-    sig = t.shape_signature if shape == t.shape else tuple(shape)
     return {
         "name": t.name,
         "index": t.index,
         "shape": np.array(shape, dtype=np.int32),
-        "shape_signature": np.array(sig if len(sig) == len(shape) else shape, dtype=np.int32),
+        "shape_signature": np.array(t.shape_signature, dtype=np.int32),  # the model's, even after a resize
         "dtype": t.dtype.type if t.type_name != "STRING" else np.bytes_,
         "quantization": q.per_tensor if q else (0.0, 0),
         "quantization_parameters": {

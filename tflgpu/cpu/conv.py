@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .registry import KernelError, OpContext, activation_bounds, apply_activation, conv_padding, register
+from .registry import (
+    KernelError,
+    OpContext,
+    activation_bounds,
+    apply_activation,
+    check_geometry,
+    conv_padding,
+    register,
+)
 
 
 @njit(cache=True, parallel=True)
@@ -127,6 +135,11 @@ def conv2d(ctx: OpContext):
     if len(w_shape) != 4:
         raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w_shape)}")
     oc, kh, kw, icg = w_shape
+    check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
+                   filter_depth=icg, out_channels=oc)
+    in_shape = ctx.input_tensor(0).shape
+    if len(in_shape) == 4 and (in_shape[3] % icg or oc % (in_shape[3] // icg or 1)):
+        raise ctx.fail(f"input channels {in_shape[3]} do not fit filter {list(w_shape)}")
     bias = _bias(ctx, 2, oc)
 
     def prepare(w):
@@ -144,6 +157,8 @@ def conv2d(ctx: OpContext):
         if c % icg:
             raise KernelError(f"CONV_2D: input channels {c} not a multiple of filter depth {icg}")
         groups = c // icg
+        if oc % groups:
+            raise KernelError(f"CONV_2D: {oc} output channels do not split into {groups} groups")
         ocg = oc // groups
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(w, kw, sw, dw, pad)
@@ -175,6 +190,8 @@ def depthwise_conv2d(ctx: OpContext):
     if len(w_shape) != 4 or w_shape[0] != 1:
         raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w_shape)}")
     _, kh, kw, oc = w_shape
+    check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
+                   out_channels=oc)
     bias = _bias(ctx, 2, oc)
     lo, hi = activation_bounds(act)
     w_c = np.ascontiguousarray(w_const) if w_const is not None else None
@@ -194,7 +211,11 @@ def depthwise_conv2d(ctx: OpContext):
 
 def _transpose_conv(ctx: OpContext, x_idx: int, w_idx: int, bias_idx: int, out_shape_fn, pad, sh, sw, act):
     w_const = _float_weights(ctx, w_idx)
-    oc, kh, kw, ic = ctx.input_tensor(w_idx).shape
+    w_shape = ctx.input_tensor(w_idx).shape
+    if len(w_shape) != 4:
+        raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w_shape)}")
+    oc, kh, kw, ic = w_shape
+    check_geometry(ctx, stride_h=sh, stride_w=sw, filter_h=kh, filter_w=kw, in_channels=ic, out_channels=oc)
     bias = _bias(ctx, bias_idx, oc) if bias_idx >= 0 else np.zeros(oc, np.float32)
 
     def prepare(w):  # [oc, kh, kw, ic] -> [ic, kh*kw*oc]

@@ -64,7 +64,7 @@ class SubgraphRunner:
             if self._foldable(op):
                 try:
                     outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
-                except (KernelError, ValueError, IndexError, TypeError) as e:
+                except (KernelError, ValueError, IndexError, TypeError, ArithmeticError, MemoryError) as e:
                     raise ValueError(f"op {op.name} at index {op.index}: constant folding failed: {e}") from e
                 for t_idx, out in zip(op.outputs, outs):
                     if t_idx >= 0:
@@ -107,7 +107,7 @@ class SubgraphRunner:
                 outs = fn([values[i] if i >= 0 else None for i in op.inputs])
             except KernelError as e:
                 raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
-            except (ValueError, IndexError, TypeError, FloatingPointError, MemoryError) as e:
+            except (ValueError, IndexError, TypeError, ArithmeticError, MemoryError) as e:
                 raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
             for t_idx, out in zip(op.outputs, outs):
                 if t_idx >= 0:

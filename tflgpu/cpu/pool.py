@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .registry import KernelError, OpContext, activation_bounds, conv_padding, register
+from .registry import KernelError, OpContext, activation_bounds, check_geometry, conv_padding, register
 
 AVG, MAX, L2 = 0, 1, 2
 
@@ -47,6 +47,7 @@ def _pool_factory(kind: int, opts=None):
         kh, kw = o.get("filter_height", 1), o.get("filter_width", 1)
         sh, sw = o.get("stride_h", 1), o.get("stride_w", 1)
         pad, act = o.get("padding", 0), o.get("fused_activation_function", 0)
+        check_geometry(ctx, filter_h=kh, filter_w=kw, stride_h=sh, stride_w=sw)
         lo, hi = activation_bounds(act)
 
         def run(xs):

@@ -113,6 +113,13 @@ def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int)
     return out, total // 2
 
 
+def check_geometry(ctx: OpContext, **values: int) -> None:
+    """Strides, dilations and filter sizes must be positive (a corrupt model can say otherwise)."""
+    for name, v in values.items():
+        if not isinstance(v, int) or v < 1:
+            raise ctx.fail(f"{name} must be a positive integer, got {v!r}")
+
+
 def normalize_axis(axis: int, rank: int, ctx: OpContext | None = None) -> int:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < max(rank, 1):

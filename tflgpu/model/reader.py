@@ -20,9 +20,10 @@ from . import schema
 from .sparse import read_sparsity
 
 FILE_IDENTIFIER = b"TFL3"
-# A single tensor may not claim more than this many bytes unless the caller
-# raises the cap: protects against models that ask for absurd allocations.
-DEFAULT_MAX_TENSOR_BYTES = 1 << 33  # 8 GiB
+# A single tensor may not claim more than this many bytes (TFLGPU_MAX_TENSOR_BYTES
+# overrides): a corrupt or hostile model must not make us allocate absurd amounts.
+# 2 GiB is far above any real activation (a 4K RGB float image is 100 MB).
+DEFAULT_MAX_TENSOR_BYTES = int(os.environ.get("TFLGPU_MAX_TENSOR_BYTES", 1 << 31))
 
 
 class ModelBytes:
@@ -60,7 +61,7 @@ class ModelBytes:
 
 def read_model(
     source: ModelBytes | bytes | str | os.PathLike,
-    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    max_tensor_bytes: int | None = None,
 ) -> Model:
     """Parse and validate a TFLite model. Raises ValueError on any malformed input."""
     if not isinstance(source, ModelBytes):
@@ -68,7 +69,7 @@ def read_model(
             source = ModelBytes.from_path(source)
         else:
             source = ModelBytes.from_content(source)
-    return _Reader(source, max_tensor_bytes).read()
+    return _Reader(source, DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes).read()
 
 
 class _Reader:

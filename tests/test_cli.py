@@ -1,0 +1,72 @@
+"""The tflgpu command line, and the bundled default model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from tflgpu import Interpreter
+from tflgpu.cli import main
+from tflgpu.model.default_model import DEFAULT_MODEL_PATH, build_default_model
+
+from .conftest import assert_close, corpus_model, litert, run_model
+
+
+def test_shipped_default_model_is_what_the_builder_makes():
+    assert DEFAULT_MODEL_PATH.read_bytes() == build_default_model()
+    assert DEFAULT_MODEL_PATH.stat().st_size < 400_000
+
+
+def test_default_model_matches_litert():
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 96, 96, 3)).astype(np.float32)
+    got = run_model(Interpreter, DEFAULT_MODEL_PATH, [x])[0]
+    want = run_model(litert(), DEFAULT_MODEL_PATH, [x])[0]
+    assert_close(got, want)
+    assert abs(float(got.sum()) - 1.0) < 1e-5
+
+
+def test_run_default_model(capsys):
+    assert main(["run", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "default.tflite" in out and "device:  cpu (numba)" in out
+    assert "output:  probs float32[1, 10]" in out and "latency: median" in out
+
+
+def test_run_with_input_file_and_save(tmp_path, capsys):
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 96, 96, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(DEFAULT_MODEL_PATH), "--input", str(tmp_path / "x.npy"), "--repeat", "1",
+                 "--save", str(tmp_path)]) == 0
+    saved = list(tmp_path.glob("output_*.npy"))
+    assert len(saved) == 1
+    assert_close(np.load(saved[0]), run_model(litert(), DEFAULT_MODEL_PATH, [x])[0])
+
+
+def test_run_rejects_wrong_input_count(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((1, 96, 96, 3), np.float32))
+    assert main(["run", "--input", str(tmp_path / "x.npy"), "--input", str(tmp_path / "x.npy")]) == 2
+
+
+def test_run_bad_model_is_a_clean_error(tmp_path, capsys):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"not a model at all")
+    assert main(["run", str(bad)]) == 1
+    assert "error: The model is not a valid Flatbuffer" in capsys.readouterr().err
+
+
+def test_inspect_json(capsys):
+    path = corpus_model("fallback_ops.tflite")
+    assert main(["inspect", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ops"]["TOPK_V2"] == {"count": 1, "cpu": True}
+    assert [o["name"] for o in report["outputs"]] == ["PartitionedCall:2", "PartitionedCall:0", "PartitionedCall:1"]
+
+
+def test_console_script_entry_point():
+    r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "inspect", str(DEFAULT_MODEL_PATH)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "CONV_2D" in r.stdout and "HARD_SWISH" in r.stdout

@@ -1,0 +1,201 @@
+"""tflgpu.Interpreter behaves like ai_edge_litert's: constructor forms, details, errors, signatures."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from tflgpu import Interpreter
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import assert_close, corpus_model, litert
+
+
+def _add_model(dynamic_batch: bool = False) -> bytes:
+    b = ModelBuilder()
+    sig = (-1, 3) if dynamic_batch else None
+    x = b.input("x", (1, 3), shape_signature=sig)
+    y = b.input("y", (1, 3), shape_signature=sig)
+    z = b.tensor("z", (1, 3), shape_signature=sig)
+    b.op("ADD", [x, y], [z])
+    w = b.tensor("w", (1, 3), shape_signature=sig)
+    b.op("MUL", [z, x], [w])
+    b.output(w, z)
+    b.signature("serving_default", {"x": x, "y": y}, {"prod": w, "sum": z})
+    return b.build()
+
+
+@pytest.fixture
+def opzoo():
+    return corpus_model("opzoo_small.tflite")
+
+
+def test_constructor_forms(opzoo):
+    data = opzoo.read_bytes()
+    for arg in (str(opzoo), opzoo, data, bytearray(data), memoryview(data)):
+        Interpreter(arg).allocate_tensors()
+    Interpreter(model_path=str(opzoo)).allocate_tensors()
+    Interpreter(model_path=pathlib.Path(opzoo)).allocate_tensors()
+    Interpreter(model_content=data, num_threads=2).allocate_tensors()
+
+
+def test_constructor_errors_match_litert(opzoo):
+    with pytest.raises(ValueError, match="must be specified"):
+        Interpreter()
+    with pytest.raises(ValueError, match="Can't both provide"):
+        Interpreter(model_path=str(opzoo), model_content=opzoo.read_bytes())
+    with pytest.raises(ValueError, match="type of num_threads should be int"):
+        Interpreter(str(opzoo), num_threads=1.5)
+    with pytest.raises(ValueError, match="num_threads should >= 1"):
+        Interpreter(str(opzoo), num_threads=0)
+    with pytest.raises(ValueError, match="Could not open"):
+        Interpreter("/nonexistent/model.tflite")
+    with pytest.raises(ValueError, match="Unsupported delegate"):
+        Interpreter(str(opzoo), experimental_delegates=[object()])
+
+
+def _normalize(details):
+    out = []
+    for d in details:
+        d = dict(d)
+        qp = d.pop("quantization_parameters")
+        d["shape"], d["shape_signature"] = d["shape"].tolist(), d["shape_signature"].tolist()
+        d["qp"] = (qp["scales"].tolist(), qp["zero_points"].tolist(), qp["quantized_dimension"])
+        d["qp_dtypes"] = (qp["scales"].dtype, qp["zero_points"].dtype)
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("name", ["opzoo_small.tflite", "lstm_small_keras3_while.tflite",
+                                  "mobilenet_v2_1.0_224_int8.tflite"])
+def test_details_equal_litert(name):
+    path = corpus_model(name)
+    ours, ref = Interpreter(str(path)), litert()(str(path))
+    ours.allocate_tensors()
+    ref.allocate_tensors()
+    assert _normalize(ours.get_input_details()) == _normalize(ref.get_input_details())
+    assert _normalize(ours.get_output_details()) == _normalize(ref.get_output_details())
+    assert _normalize(ours.get_tensor_details()) == _normalize(ref.get_tensor_details())
+    assert ours.get_signature_list() == ref.get_signature_list()
+    assert ours.num_subgraphs() == ref.num_subgraphs()
+    d = ours.get_input_details()[0]
+    assert isinstance(d["shape"], np.ndarray) and d["shape"].dtype == np.int32
+    assert d["dtype"] is ref.get_input_details()[0]["dtype"]
+
+
+def test_set_tensor_errors_have_litert_messages(opzoo):
+    msgs = []
+    for cls in (Interpreter, litert()):
+        it = cls(str(opzoo))
+        got = []
+        try:
+            it.set_tensor(0, np.zeros((1, 32, 32, 8), np.float32))
+        except ValueError as e:
+            got.append(str(e))
+        it.allocate_tensors()
+        for bad in (np.zeros((1, 32, 32, 7), np.float32), np.zeros((32, 32, 8), np.float32),
+                    np.zeros((1, 32, 32, 8), np.float64), np.zeros((1, 32, 32, 8), np.int32)):
+            with pytest.raises(ValueError) as e:
+                it.set_tensor(0, bad)
+            got.append(str(e.value).strip())
+        with pytest.raises(ValueError) as e:
+            it.get_tensor(9999)
+        got.append(str(e.value))
+        msgs.append(got)
+    assert msgs[0] == msgs[1]
+
+
+def test_invoke_before_allocate_is_runtime_error(opzoo):
+    for cls in (Interpreter, litert()):
+        with pytest.raises(RuntimeError):
+            cls(str(opzoo)).invoke()
+
+
+def test_tensor_view_reads_and_writes(opzoo, rng):
+    it = Interpreter(str(opzoo))
+    it.allocate_tensors()
+    inp = it.tensor(it.get_input_details()[0]["index"])
+    out_idx = it.get_output_details()[0]["index"]
+    x = rng.uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)
+    inp()[...] = x  # write through the view, no set_tensor
+    it.invoke()
+    ref = litert()(str(opzoo))
+    ref.allocate_tensors()
+    ref.set_tensor(0, x)
+    ref.invoke()
+    assert_close(it.tensor(out_idx)(), ref.get_tensor(out_idx))
+    assert_close(it.get_tensor(out_idx), ref.get_tensor(out_idx))
+
+
+def test_get_tensor_returns_a_copy(opzoo):
+    it = Interpreter(str(opzoo))
+    it.allocate_tensors()
+    it.invoke()
+    idx = it.get_output_details()[0]["index"]
+    a = it.get_tensor(idx)
+    a[...] = 123
+    assert not np.any(it.get_tensor(idx) == 123)
+
+
+def test_resize_and_strict(rng):
+    fixed, dynamic = _add_model(), _add_model(dynamic_batch=True)
+    for cls in (Interpreter, litert()):
+        it = cls(model_content=fixed)
+        with pytest.raises(RuntimeError, match="ResizeInputTensorStrict only allows mutating unknown dimensions"):
+            it.resize_tensor_input(0, [4, 3], strict=True)
+    results = []
+    for cls in (Interpreter, litert()):
+        it = cls(model_content=dynamic)
+        it.resize_tensor_input(0, [4, 3], strict=True)
+        it.resize_tensor_input(1, [4, 3])
+        it.allocate_tensors()
+        assert it.get_output_details()[0]["shape"].tolist() == [4, 3]
+        assert it.get_output_details()[0]["shape_signature"].tolist() == [-1, 3]
+        x, y = rng.uniform(-1, 1, (4, 3)).astype(np.float32), rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+        it.set_tensor(0, x)
+        it.set_tensor(1, y)
+        it.invoke()
+        results.append(it.get_tensor(it.get_output_details()[0]["index"]))
+        np.testing.assert_allclose(results[-1], (x + y) * x, rtol=1e-6)
+
+
+def test_resize_back_and_forth_between_batch_sizes(rng):
+    model = _add_model(dynamic_batch=True)
+    it = Interpreter(model_content=model)
+    for batch in (1, 4, 1, 3):
+        for i in (0, 1):
+            it.resize_tensor_input(i, [batch, 3])
+        it.allocate_tensors()
+        x = rng.uniform(-1, 1, (batch, 3)).astype(np.float32)
+        it.set_tensor(0, x)
+        it.set_tensor(1, x)
+        it.invoke()
+        np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), 2 * x * x, rtol=1e-6)
+
+
+def test_signature_runner_matches_litert(rng):
+    model = _add_model(dynamic_batch=True)
+    x, y = rng.uniform(-1, 1, (2, 3)).astype(np.float32), rng.uniform(-1, 1, (2, 3)).astype(np.float32)
+    outs = []
+    for cls in (Interpreter, litert()):
+        it = cls(model_content=model)
+        runner = it.get_signature_runner()
+        assert sorted(runner.get_input_details()) == ["x", "y"]
+        outs.append(runner(x=x, y=y))
+        with pytest.raises(ValueError, match="Invalid number of inputs"):
+            runner(x=x)
+        with pytest.raises(ValueError, match="Invalid Input name"):
+            runner(x=x, nope=y)
+        with pytest.raises(ValueError, match="Invalid signature_key"):
+            it.get_signature_runner("nope")
+    assert sorted(outs[0]) == sorted(outs[1]) == ["prod", "sum"]
+    for k in outs[0]:
+        assert_close(outs[0][k], outs[1][k])
+
+
+def test_unknown_keyword_is_type_error(opzoo):
+    with pytest.raises(TypeError):
+        Interpreter(str(opzoo), not_an_option=True)
+    Interpreter(str(opzoo), experimental_preserve_all_tensors=True)  # LiteRT's own options are accepted

@@ -1,0 +1,177 @@
+"""LSTMs, control flow (WHILE/IF) and MediaPipe custom ops."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from tflgpu import Interpreter
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import assert_close, check_against_litert, litert, run_model
+from .oputil import In, Out, op_model, rand
+
+
+def _lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, peephole=False, cifg=False,
+                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False):
+    """An LSTM op with every optional input switchable; state inputs are variable tensors."""
+    n_out = n_out or units
+    b = ModelBuilder()
+    shape = (steps, batch, n_in) if time_major else (batch, steps, n_in)
+    x = b.input("x", shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))
+    w = lambda name, s: b.const(name, rand(rng, s, -0.5, 0.5))  # noqa: E731
+    ins = [x]
+    ins += [-1 if cifg else w("wi", (units, n_in))] + [w(f"w{g}", (units, n_in)) for g in "fco"]
+    ins += [-1 if cifg else w("ri", (units, n_out))] + [w(f"r{g}", (units, n_out)) for g in "fco"]
+    ins += [-1 if (cifg or not peephole) else w("pi", (units,))]
+    ins += [w(f"p{g}", (units,)) if peephole else -1 for g in "fo"]
+    ins += [-1 if cifg else w("bi", (units,))] + [w(f"b{g}", (units,)) for g in "fco"]
+    if n_out != units:
+        ins += [w("proj", (n_out, units)), w("proj_bias", (n_out,))]
+    else:
+        ins += [-1, -1]
+    ins += [b.tensor("h", (batch, n_out), is_variable=True), b.tensor("c", (batch, units), is_variable=True)]
+    if layer_norm:
+        ins += [-1 if cifg else w("lni", (units,))] + [w(f"ln{g}", (units,)) for g in "fco"]
+    out_shape = (shape[0], shape[1], n_out) if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_out)
+    y = b.tensor("y", out_shape)
+    opts = {"fused_activation_function": "TANH", "cell_clip": cell_clip, "proj_clip": proj_clip}
+    if op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        opts["time_major"] = time_major
+    b.op(op, ins, [y], **opts)
+    b.output(y)
+    return b.build(), [rand(rng, shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))]
+
+
+VARIANTS = {
+    "plain": {},
+    "peephole": {"peephole": True},
+    "cifg": {"cifg": True},
+    "projection": {"n_out": 4, "proj_clip": 0.3},
+    "layer_norm": {"layer_norm": True},
+    "cifg_peephole_layer_norm": {"cifg": True, "peephole": True, "layer_norm": True},
+    "cell_clip_time_major": {"cell_clip": 0.2, "time_major": True},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_unidirectional_sequence_lstm(variant, rng):
+    model, feeds = _lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **VARIANTS[variant])
+    check_against_litert(model, feeds)
+
+
+@pytest.mark.parametrize("variant", ["plain", "peephole", "projection", "layer_norm"])
+def test_lstm_single_step_state_carries_over(variant, rng):
+    model, feeds = _lstm_model("LSTM", rng, **VARIANTS[variant])
+    seqs = []
+    for cls in (Interpreter, litert()):
+        it = cls(model_content=model)
+        it.allocate_tensors()
+        seq = []
+        for _ in range(3):
+            it.set_tensor(it.get_input_details()[0]["index"], feeds[0])
+            it.invoke()
+            seq.append(it.get_tensor(it.get_output_details()[0]["index"]))
+        seqs.append(seq)
+    for a, b in zip(*seqs):
+        assert_close(a, b)
+    assert not np.allclose(seqs[0][0], seqs[0][2])
+
+
+def _branch(b: ModelBuilder, op: str, const: float):
+    idx, sg = b.subgraph(op.lower())
+    x = sg.input("x", (2, 3))
+    c = sg.const("c", np.full((1,), const, np.float32))
+    y = sg.tensor("y", (2, 3))
+    sg.op(op, [x, c], [y])
+    sg.output(y)
+    return idx
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if(flag, rng):
+    b = ModelBuilder()
+    cond = b.input("cond", (1,), np.bool_)
+    x = b.input("x", (2, 3))
+    y = b.tensor("y", (2, 3))
+    then_i, else_i = _branch(b, "MUL", 2.0), _branch(b, "ADD", 1.0)
+    b.op("IF", [cond, x], [y], then_subgraph_index=then_i, else_subgraph_index=else_i)
+    b.output(y)
+    check_against_litert(b.build(), [np.array([flag]), rand(rng, (2, 3))])
+
+
+def test_while_loop(rng):
+    b = ModelBuilder()
+    i0 = b.input("i", (), np.int32)
+    x0 = b.input("x", (2, 3))
+    i_out, x_out = b.tensor("i_out", (), np.int32), b.tensor("x_out", (2, 3))
+    cond_idx, cond = b.subgraph("cond")
+    ci, cx = cond.input("i", (), np.int32), cond.input("x", (2, 3))
+    limit = cond.const("limit", np.array(5, np.int32))
+    flag = cond.tensor("flag", (), np.bool_)
+    cond.op("LESS", [ci, limit], [flag])
+    cond.output(flag)
+    body_idx, body = b.subgraph("body")
+    bi, bx = body.input("i", (), np.int32), body.input("x", (2, 3))
+    one, k = body.const("one", np.array(1, np.int32)), body.const("k", np.array([1.5], np.float32))
+    bi2, bx2 = body.tensor("i2", (), np.int32), body.tensor("x2", (2, 3))
+    body.op("ADD", [bi, one], [bi2])
+    body.op("MUL", [bx, k], [bx2])
+    body.output(bi2, bx2)
+    del cx
+    b.op("WHILE", [i0, x0], [i_out, x_out], cond_subgraph_index=cond_idx, body_subgraph_index=body_idx)
+    b.output(i_out, x_out)
+    got = check_against_litert(b.build(), [np.array(1, np.int32), rand(rng, (2, 3))])
+    assert int(got[0]) == 5
+
+
+def _pool_params(padding: int, sw: int, sh: int, fw: int, fh: int) -> bytes:
+    # TfLitePoolParams: padding (1 SAME, 2 VALID), strides, filter, activation, computed padding
+    return struct.pack("<10i", padding, sw, sh, fw, fh, 0, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("pad", ["SAME", "VALID"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_convolution2d_transpose_bias_matches_litert_transpose_conv(pad, stride, rng):
+    x, w, bias = rand(rng, (1, 5, 4, 3)), rand(rng, (6, 3, 3, 3)), rand(rng, (6,))
+    oh, ow = (5 * stride, 4 * stride) if pad == "SAME" else ((5 - 1) * stride + 3, (4 - 1) * stride + 3)
+    ref_model, feeds = op_model("TRANSPOSE_CONV", [np.array([1, oh, ow, 6], np.int32), w, In(x), bias],
+                                [Out(np.float32, (1, oh, ow, 6))], padding=pad, stride_w=stride, stride_h=stride,
+                                version=3)
+    custom = struct.pack("<3i", 1 if pad == "SAME" else 2, stride, stride)
+    model, _ = op_model("Convolution2DTransposeBias", [In(x), w, bias], [Out(np.float32, (1, oh, ow, 6))],
+                        custom_options=custom)
+    assert_close(run_model(Interpreter, model, feeds)[0], run_model(litert(), ref_model, feeds)[0])
+
+
+@pytest.mark.parametrize("pad", ["SAME", "VALID"])
+def test_max_pooling_with_argmax_and_unpooling(pad, rng):
+    x = rand(rng, (2, 6, 7, 3))
+    ref_model, _ = op_model("MAX_POOL_2D", [In(x)], padding=pad, stride_w=2, stride_h=2, filter_width=2,
+                            filter_height=2)
+    want = run_model(litert(), ref_model, [x])[0]
+    model, _ = op_model("MaxPoolingWithArgmax2D", [In(x)], [Out(np.float32), Out(np.int32)],
+                        custom_options=_pool_params(1 if pad == "SAME" else 2, 2, 2, 2, 2))
+    values, idx = run_model(Interpreter, model, [x])
+    assert_close(values, want)
+    flat = x.reshape(2, -1)
+    for n in range(2):  # each index points at the element holding the max
+        np.testing.assert_array_equal(flat[n][idx[n].reshape(-1)], values[n].reshape(-1))
+
+    unpool, _ = op_model("MaxUnpooling2D", [In(values), In(idx)], [Out(np.float32, x.shape)],
+                         custom_options=_pool_params(1 if pad == "SAME" else 2, 2, 2, 2, 2))
+    restored = run_model(Interpreter, unpool, [values, idx])[0]
+    expected = np.zeros_like(x).reshape(2, -1)
+    for n in range(2):
+        expected[n][idx[n].reshape(-1)] = values[n].reshape(-1)
+    np.testing.assert_array_equal(restored, expected.reshape(x.shape))
+    assert np.count_nonzero(restored) == np.count_nonzero(values)
+
+
+def test_bad_custom_options_rejected_at_construction(rng):
+    model, _ = op_model("MaxPoolingWithArgmax2D", [In(rand(rng, (1, 4, 4, 1)))], [Out(), Out(np.int32)],
+                        custom_options=b"\x01\x00")
+    with pytest.raises(ValueError, match="MaxPoolingWithArgmax2D"):
+        Interpreter(model_content=model)
