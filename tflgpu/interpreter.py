@@ -20,6 +20,7 @@ import numpy as np
 
 from .cpu.executor import ModelRunner
 from .cpu.threads import cpu_threads
+from .delegate import GpuDelegate
 from .graph.ir import Model, Tensor
 from .model import ModelBytes, read_model
 
@@ -60,6 +61,7 @@ class _Session:
         self.buffers: dict[int, np.ndarray] = {}
         self.values: list | None = None
         self.allocated = False
+        self.gpu_plan = None  # set by the Interpreter for subgraph 0 when a GpuDelegate is in use
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
@@ -144,7 +146,14 @@ class _Session:
     def invoke(self) -> None:
         if not self.allocated:
             raise RuntimeError("Invoke called on model that is not ready.")
-        self.values = self.runner.run([self.buffers[i] for i in self.sg.inputs])
+        inputs = [self.buffers[i] for i in self.sg.inputs]
+        if self.gpu_plan is not None and not self.shapes:  # the plan is built for the model's shapes
+            values: list = [None] * len(self.sg.tensors)
+            for i, v in self.gpu_plan.run(inputs).items():
+                values[i] = v
+            self.values = values
+        else:
+            self.values = self.runner.run(inputs)
 
     def _initial_values(self) -> list:
         vals: list = [None] * len(self.sg.tensors)
@@ -236,9 +245,12 @@ class Interpreter:
         if delegate is not None:
             delegates.append(delegate)
         for d in delegates:
-            raise ValueError(
-                f"Unsupported delegate {type(d).__name__}: tflgpu runs only its own delegates"
-            )
+            if not isinstance(d, GpuDelegate):
+                raise ValueError(
+                    f"Unsupported delegate {type(d).__name__}: tflgpu runs only its own delegates (tflgpu.GpuDelegate)"
+                )
+        if len(delegates) > 1:
+            raise ValueError("at most one GpuDelegate per Interpreter")
         self._delegates = delegates
         source = ModelBytes.from_path(model_path) if model_path is not None else ModelBytes.from_content(model_content)
         self._model_bytes = source
@@ -247,6 +259,12 @@ class Interpreter:
         self._runtime.build_all()
         self._sessions: dict[int, _Session] = {}
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
+        self._gpu_plan = None
+        if delegates:
+            from .runtime.plan import build_plan
+
+            self._gpu_plan = build_plan(self._runtime.runner(0), delegates[0])
+            self._session(0).gpu_plan = self._gpu_plan
 
     # -- internals ----------------------------------------------------------
 
@@ -344,8 +362,18 @@ class Interpreter:
 
     @property
     def backend(self) -> str:
-        """Where the model runs: 'cpu (numba)' without a delegate."""
-        return "cpu (numba)"
+        """Where the model runs: 'cpu (numba)', or the OpenCL device, precision and op split."""
+        plan = self._gpu_plan
+        if plan is None:
+            return "cpu (numba)"
+        ident = plan.device.identity
+        return (f"opencl: {ident.platform} / {ident.device} ({'fp16' if plan.fp16 else 'fp32'}; "
+                f"{plan.gpu_op_count} ops on device, {plan.cpu_op_count} on cpu)")
+
+    @property
+    def gpu_plan(self):
+        """The delegated plan (None without a GpuDelegate or without a usable OpenCL device)."""
+        return self._gpu_plan
 
 
 _LITERT_EXPERIMENTAL = frozenset({

@@ -1,0 +1,7 @@
+"""Per-op OpenCL C generators: op + shapes + precision + params -> KernelSpec (source, sizes, args)."""
+
+from . import conv, elementwise, pool, reindex  # noqa: F401  (registers the generators)
+from .base import GenContext, Unsupported, generator_for, gpu_ops
+from .common import GENERATOR_VERSION, PREAMBLE, KernelSpec
+
+__all__ = ["GENERATOR_VERSION", "PREAMBLE", "GenContext", "KernelSpec", "Unsupported", "generator_for", "gpu_ops"]

@@ -1,0 +1,80 @@
+"""The generator registry and the context a generator sees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..graph.ir import Operator, Subgraph, Tensor
+from .common import KernelSpec, Layout, bhwc
+
+
+class Unsupported(Exception):
+    """This op (with these attributes/shapes) cannot run on the OpenCL path."""
+
+
+@dataclass
+class GenContext:
+    op: Operator
+    subgraph: Subgraph
+    consts: dict[int, np.ndarray]  # folded constants by tensor index
+    fp16: bool
+    params: dict[str, Any]  # overrides of the generator's heuristic defaults (the tuner's knobs)
+
+    def tensor(self, idx: int) -> Tensor:
+        return self.subgraph.tensors[idx]
+
+    def inp(self, i: int) -> Tensor | None:
+        ins = self.op.inputs
+        return self.subgraph.tensors[ins[i]] if i < len(ins) and ins[i] >= 0 else None
+
+    def out(self, i: int = 0) -> Tensor:
+        return self.subgraph.tensors[self.op.outputs[i]]
+
+    def const(self, i: int) -> np.ndarray | None:
+        ins = self.op.inputs
+        if i >= len(ins) or ins[i] < 0:
+            return None
+        return self.consts.get(ins[i])
+
+    def layout(self, t: Tensor) -> Layout:
+        lay = bhwc(t.shape)
+        if lay is None:
+            raise Unsupported(f"rank {len(t.shape)} > 4")
+        return lay
+
+    def opt(self, key: str, default: Any = None) -> Any:
+        return self.op.options.get(key, default)
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name.lower()}_{self.op.index}"
+
+
+Generator = Callable[[GenContext], list[KernelSpec]]
+_GENERATORS: dict[str, Generator] = {}
+
+
+def generator(*names: str):
+    def deco(fn: Generator) -> Generator:
+        for n in names:
+            _GENERATORS[n] = fn
+        return fn
+
+    return deco
+
+
+def generator_for(name: str) -> Generator | None:
+    return _GENERATORS.get(name)
+
+
+def gpu_ops() -> list[str]:
+    return sorted(_GENERATORS)
+
+
+def require_float(ctx: GenContext, *tensors: Tensor | None) -> None:
+    for t in tensors:
+        if t is not None and t.dtype != np.float32:
+            raise Unsupported(f"tensor '{t.name}' is {t.type_name}, the OpenCL path runs float32 tensors")

@@ -1,0 +1,170 @@
+"""What every generator shares: the 4-channel slice layout, storage macros, and KernelSpec.
+
+Tensors live on the device as ``[B][S][H][W][4]`` with S = ceil(C / 4) (TFLite's
+slice-major PHWC4): a float4 holds four channels of one pixel, a conv reads
+one input slice for a row of pixels contiguously. Lanes past C are kept at 0,
+so a reduction over channels never sees garbage (every store masks them).
+
+Storage is ``float`` or ``half``; math is always ``float`` (FP16 storage goes
+through vload_half/vstore_half, core OpenCL, so long sums never accumulate in half).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+GENERATOR_VERSION = 1
+
+PREAMBLE = r"""
+#ifdef TFLGPU_FP16
+typedef half STORE_T;
+#define LD4(p, i) vload_half4((i), (p))
+#define ST4(p, i, v) vstore_half4((v), (i), (p))
+#define LD1(p, i) vload_half((i), (p))
+#else
+typedef float STORE_T;
+#define LD4(p, i) vload4((i), (p))
+#define ST4(p, i, v) vstore4((v), (i), (p))
+#define LD1(p, i) ((p)[(i)])
+#endif
+"""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor as BHWC (rank <= 4 mapped onto 4-D) with its slice count."""
+
+    b: int
+    h: int
+    w: int
+    c: int
+
+    @property
+    def s(self) -> int:
+        return (self.c + 3) // 4
+
+    @property
+    def elements(self) -> int:
+        """Storage elements (scalars), padding lanes included."""
+        return self.b * self.s * self.h * self.w * 4
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        return (self.b, self.h, self.w, self.c)
+
+
+def bhwc(shape: tuple[int, ...]) -> Layout | None:
+    """TFLite's GPU mapping of a shape onto BHWC, or None for rank > 4."""
+    r = len(shape)
+    if r == 0:
+        return Layout(1, 1, 1, 1)
+    if r == 1:
+        return Layout(1, 1, 1, shape[0])
+    if r == 2:
+        return Layout(shape[0], 1, 1, shape[1])
+    if r == 3:
+        return Layout(shape[0], 1, shape[1], shape[2])
+    if r == 4:
+        return Layout(*shape)
+    return None
+
+
+_AXIS_MAP = {1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
+
+
+def axis_to_bhwc(axis: int, rank: int) -> int:
+    """Which BHWC axis (0..3) an axis of a rank-``rank`` tensor lands on (see ``bhwc``)."""
+    a = axis + rank if axis < 0 else axis
+    return _AXIS_MAP[rank][a]
+
+
+def to_slices(x: np.ndarray, layout: Layout, dtype) -> np.ndarray:
+    """NHWC numpy -> ``[B][S][H][W][4]`` (zero-padded lanes), flat."""
+    a = np.asarray(x).reshape(layout.dims)
+    pad = layout.s * 4 - layout.c
+    if pad:
+        a = np.concatenate([a, np.zeros(layout.dims[:3] + (pad,), a.dtype)], axis=3)
+    a = a.reshape(layout.b, layout.h, layout.w, layout.s, 4).transpose(0, 3, 1, 2, 4)
+    return np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+
+
+def from_slices(flat: np.ndarray, layout: Layout, shape: tuple[int, ...], dtype) -> np.ndarray:
+    a = flat.reshape(layout.b, layout.s, layout.h, layout.w, 4).transpose(0, 2, 3, 1, 4)
+    a = a.reshape(layout.b, layout.h, layout.w, layout.s * 4)[..., : layout.c]
+    return np.ascontiguousarray(a, dtype=dtype).reshape(shape)
+
+
+@dataclass
+class Arg:
+    """A kernel argument: a tensor (by index in the subgraph), a constant array, or a scalar."""
+
+    kind: str  # "tensor" | "const" | "int" | "float"
+    value: Any
+
+
+@dataclass
+class KernelSpec:
+    """One launch: everything a generator decides, as data."""
+
+    name: str
+    source: str
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    args: list[Arg]
+    inputs: list[int] = field(default_factory=list)  # tensor indices read
+    outputs: list[int] = field(default_factory=list)  # tensor indices written
+    params: dict[str, Any] = field(default_factory=dict)
+    flops: int = 0
+
+
+def round_up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+def pad_lanes_mask(c: int, slice_expr: str, var: str) -> str:
+    """Statement zeroing the lanes of ``var`` past channel c (only needed when c % 4)."""
+    if c % 4 == 0:
+        return ""
+    last = (c + 3) // 4 - 1
+    keep = c - 4 * last  # lanes kept in the last slice
+    lanes = "xyzw"
+    zero = " ".join(f"{var}.{lanes[j]} = 0.0f;" for j in range(keep, 4))
+    return f"if ({slice_expr} == {last}) {{ {zero} }}"
+
+
+ACTIVATIONS = {
+    0: "",
+    1: "{v} = fmax({v}, (float4)(0.0f));",
+    2: "{v} = clamp({v}, (float4)(-1.0f), (float4)(1.0f));",
+    3: "{v} = clamp({v}, (float4)(0.0f), (float4)(6.0f));",
+}
+
+
+def activation(code: int | None, var: str) -> str:
+    """Fused activation as TFLite applies it: only the RELU family clamps (TANH/SIGN_BIT are no-ops)."""
+    return ACTIVATIONS.get(code or 0, "").format(v=var)
+
+
+def weights_oi4(w: np.ndarray, pad_out_slices_to: int = 1) -> np.ndarray:
+    """[O, KH, KW, I] -> float4 groups [So][Si][KH][KW][k=0..3] of 4 output channels each.
+
+    Group (so, si, ky, kx, k) holds w[4so:4so+4, ky, kx, 4si+k]: acc += x.k * group.
+    """
+    o, kh, kw, i = w.shape
+    so, si = (o + 3) // 4, (i + 3) // 4
+    so_p = round_up(so, pad_out_slices_to)
+    full = np.zeros((so_p * 4, kh, kw, si * 4), np.float32)
+    full[:o, :, :, :i] = w
+    # -> [so, 4(out lanes), kh, kw, si, 4(k)] -> [so, si, kh, kw, k, out lanes]
+    g = full.reshape(so_p, 4, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
+    return np.ascontiguousarray(g).reshape(-1)
+
+
+def vec_slices(v: np.ndarray, c: int, pad_slices_to: int = 1) -> np.ndarray:
+    s = round_up((c + 3) // 4, pad_slices_to)
+    out = np.zeros(s * 4, np.float32)
+    out[:c] = np.asarray(v, np.float32).reshape(-1)[:c]
+    return out

@@ -1,0 +1,210 @@
+"""CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED.
+
+Register tiling: each work-item computes TX adjacent output pixels of TS
+output slices (TX*TS float4 accumulators), so each input float4 it loads is
+used TS times and each weight float4 TX times. On this machine's OpenCL CPU
+device a 1x1 conv (784 px, 256->256) ran at 13 GFLOP/s with one output per
+work-item and ~400 GFLOP/s with 16 pixels per work-item.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu.registry import conv_padding
+from .base import GenContext, Unsupported, generator, require_float
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, round_up, vec_slices, weights_oi4
+
+
+def _float_const(ctx: GenContext, i: int) -> np.ndarray:
+    w = ctx.const(i)
+    if w is None:
+        raise Unsupported(f"input {i} (weights) is not constant")
+    t = ctx.inp(i)
+    if w.dtype != np.float32:
+        if np.issubdtype(w.dtype, np.integer) and t.quantization is not None:
+            raise Unsupported("quantized weights (quantization issue)")
+        w = w.astype(np.float32)
+    return w
+
+
+def conv_defaults(ow: int, sout: int, sin: int) -> tuple[int, int]:
+    """Heuristic register tile (TX pixels, TS slices)."""
+    tx = 8 if ow >= 8 else 4 if ow >= 4 else 2 if ow >= 2 else 1
+    ts = 4 if sout >= 4 else 2 if sout >= 2 else 1
+    if sin >= 64:
+        tx = min(tx, 4)
+    return tx, ts
+
+
+def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
+                 has_bias=True) -> str:
+    trivial = kh == kw == sh == sw == 1 and pt == pl == 0
+    lines = [f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+             "                     __global const STORE_T* bias, __global STORE_T* dst) {",
+             f"  const int X = get_global_id(0) * {tx};",
+             "  const int Y = get_global_id(1);",
+             f"  const int S = get_global_id(2) * {ts};",
+             f"  if (X >= {ow} || Y >= {batch * oh}) return;",
+             f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
+    for s in range(ts):
+        for t in range(tx):
+            lines.append(f"  float4 acc{s}_{t} = (float4)(0.0f);")
+    lines.append(f"  for (int ky = 0; ky < {kh}; ++ky) {{")
+    lines.append(f"    const int iy = oy * {sh} - {pt} + ky * {dh};")
+    if not trivial:
+        lines.append(f"    if (iy < 0 || iy >= {ih}) continue;")
+    lines.append(f"    for (int kx = 0; kx < {kw}; ++kx) {{")
+    for t in range(tx):
+        lines.append(f"      const int ix{t} = (X + {t}) * {sw} - {pl} + kx * {dw};")
+        if trivial:
+            lines.append(f"      const bool ok{t} = X + {t} < {ow};")
+        else:
+            lines.append(f"      const bool ok{t} = ix{t} >= 0 && ix{t} < {iw};")
+    lines.append(f"      for (int i = 0; i < {sin}; ++i) {{")
+    lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
+    for t in range(tx):
+        lines.append(f"        const float4 x{t} = ok{t} ? LD4(src, row + ix{t}) : (float4)(0.0f);")
+    for s in range(ts):
+        lines.append(f"        const int wb{s} = ((((S + {s}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
+        for k in range(4):
+            lines.append(f"        const float4 w{s}_{k} = LD4(wts, wb{s} + {k});")
+        for t in range(tx):
+            lines.append(f"        acc{s}_{t} = mad((float4)(x{t}.x), w{s}_0, mad((float4)(x{t}.y), w{s}_1, "
+                         f"mad((float4)(x{t}.z), w{s}_2, mad((float4)(x{t}.w), w{s}_3, acc{s}_{t}))));")
+    lines += ["      }", "    }", "  }"]
+    for s in range(ts):
+        lines.append(f"  if (S + {s} < {sout}) {{")
+        lines.append(f"    const float4 bv = LD4(bias, S + {s});")
+        for t in range(tx):
+            lines.append(f"    if (X + {t} < {ow}) {{")
+            lines.append(f"      float4 v = acc{s}_{t} + bv;")
+            lines.append("      " + activation(act, "v"))
+            lines.append("      " + pad_lanes_mask(cout, f"(S + {s})", "v"))
+            lines.append(f"      ST4(dst, ((b * {sout} + S + {s}) * {oh} + oy) * {ow} + X + {t}, v);")
+            lines.append("    }")
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@generator("CONV_2D")
+def conv2d(ctx: GenContext) -> list[KernelSpec]:
+    x_t, w_t, out = ctx.inp(0), ctx.inp(1), ctx.out()
+    require_float(ctx, x_t, out)
+    w = _float_const(ctx, 1)
+    n, ih, iw, cin = ctx.layout(x_t).dims
+    cout, kh, kw, icg = w.shape
+    if icg != cin:
+        raise Unsupported("grouped convolution")
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    oh, pt = conv_padding(ih, kh, sh, dh, pad)
+    ow, pl = conv_padding(iw, kw, sw, dw, pad)
+    sin, sout = (cin + 3) // 4, (cout + 3) // 4
+    d_tx, d_ts = conv_defaults(ow, sout, sin)
+    tx, ts = ctx.params.get("tile_x", d_tx), ctx.params.get("tile_s", d_ts)
+    bias = ctx.const(2) if ctx.inp(2) is not None else None
+    if ctx.inp(2) is not None and bias is None:
+        raise Unsupported("bias is not constant")
+    b_vec = vec_slices(bias if bias is not None else np.zeros(cout), cout, ts)
+    src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
+                       dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
+                       cout=cout)
+    gsize = ((ow + tx - 1) // tx, n * oh, (sout + ts - 1) // ts)
+    return [KernelSpec(ctx.name, src, gsize, ctx.params.get("local_size"), [
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi4(w, ts)), Arg("const", b_vec),
+        Arg("tensor", ctx.op.outputs[0])], [ctx.op.inputs[0]], [ctx.op.outputs[0]],
+        {"tile_x": tx, "tile_s": ts}, flops=2 * n * oh * ow * cout * kh * kw * cin)]
+
+
+@generator("DEPTHWISE_CONV_2D")
+def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    w = _float_const(ctx, 1)
+    n, ih, iw, cin = ctx.layout(x_t).dims
+    _, kh, kw, cout = w.shape
+    mult = cout // cin if cin else 0
+    if mult * cin != cout:
+        raise Unsupported("output channels not a multiple of input channels")
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    oh, pt = conv_padding(ih, kh, sh, dh, pad)
+    ow, pl = conv_padding(iw, kw, sw, dw, pad)
+    sin, sout = (cin + 3) // 4, (cout + 3) // 4
+    tx = ctx.params.get("tile_x", 4 if ow >= 4 else 1)
+    bias = ctx.const(2) if ctx.inp(2) is not None else np.zeros(cout, np.float32)
+    if bias is None:
+        raise Unsupported("bias is not constant")
+    # weights [1, kh, kw, cout] -> [S][kh][kw] float4
+    wk = np.zeros((sout * 4, kh, kw), np.float32)
+    wk[:cout] = w[0].transpose(2, 0, 1)
+    wk = np.ascontiguousarray(wk.reshape(sout, 4, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
+    act = ctx.opt("fused_activation_function", 0)
+    name = ctx.name
+    L = [f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+         "                     __global const STORE_T* bias, __global STORE_T* dst) {",
+         f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int S = get_global_id(2);",
+         f"  if (X >= {ow} || Y >= {n * oh} || S >= {sout}) return;",
+         f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
+    for t in range(tx):
+        L.append(f"  float4 acc{t} = LD4(bias, S);")
+    L.append(f"  for (int ky = 0; ky < {kh}; ++ky) {{")
+    L.append(f"    const int iy = oy * {sh} - {pt} + ky * {dh};")
+    L.append(f"    if (iy < 0 || iy >= {ih}) continue;")
+    L.append(f"    for (int kx = 0; kx < {kw}; ++kx) {{")
+    L.append(f"      const float4 w = LD4(wts, (S * {kh} + ky) * {kw} + kx);")
+    for t in range(tx):
+        L.append(f"      {{ const int ix = (X + {t}) * {sw} - {pl} + kx * {dw};")
+        L.append(f"        if (ix >= 0 && ix < {iw}) {{")
+        if mult == 1:
+            L.append(f"          acc{t} = mad(LD4(src, ((b * {sin} + S) * {ih} + iy) * {iw} + ix), w, acc{t});")
+        else:  # output channel o reads input channel o / mult: gather the four lanes
+            L.append("          float4 xv;")
+            for j, lane in enumerate("xyzw"):
+                L.append(f"          {{ const int ci = min((S * 4 + {j}) / {mult}, {cin - 1});")
+                L.append(f"            xv.{lane} = LD1(src, (((b * {sin} + ci / 4) * {ih} + iy) * {iw} + ix) * 4 + ci % 4); }}")
+            L.append(f"          acc{t} = mad(xv, w, acc{t});")
+        L.append("        } }")
+    L += ["    }", "  }"]
+    for t in range(tx):
+        L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {pad_lanes_mask(cout, 'S', 'v')}")
+        L.append(f"    ST4(dst, ((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}, v); }}")
+    L.append("}")
+    gsize = ((ow + tx - 1) // tx, n * oh, sout)
+    return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)),
+        Arg("tensor", ctx.op.outputs[0])], [ctx.op.inputs[0]], [ctx.op.outputs[0]], {"tile_x": tx},
+        flops=2 * n * oh * ow * cout * kh * kw)]
+
+
+@generator("FULLY_CONNECTED")
+def fully_connected(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    w = _float_const(ctx, 1)
+    units, depth = w.shape
+    lay = ctx.layout(x_t)
+    if lay.h != 1 or lay.w != 1 or lay.c != depth:
+        raise Unsupported(f"input shape {list(x_t.shape)} is not [batch, depth]")
+    act = ctx.opt("fused_activation_function", 0)
+    if act not in (0, 1, 2, 3):
+        raise Unsupported("activation")
+    out_lay = ctx.layout(out)
+    if out_lay.h != 1 or out_lay.w != 1:
+        raise Unsupported("keep_num_dims output of rank 3+")
+    n = lay.b
+    sin, sout = (depth + 3) // 4, (units + 3) // 4
+    ts = ctx.params.get("tile_s", 2 if sout >= 2 else 1)
+    bias = ctx.const(2) if ctx.inp(2) is not None else np.zeros(units, np.float32)
+    if bias is None:
+        raise Unsupported("bias is not constant")
+    src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
+                       pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units)
+    return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi4(w.reshape(units, 1, 1, depth), ts)),
+        Arg("const", vec_slices(bias, units, ts)), Arg("tensor", ctx.op.outputs[0])],
+        [ctx.op.inputs[0]], [ctx.op.outputs[0]], {"tile_s": ts}, flops=2 * n * units * depth)]

@@ -1,0 +1,248 @@
+"""Ops that move values without arithmetic, as one generic kernel shape.
+
+Each output lane computes its coordinates in the output's *original* rank,
+the op maps them to input coordinates (a C expression built here, with every
+shape and constant baked in), and the value is read from the input's slices.
+RESHAPE/SQUEEZE/EXPAND_DIMS, TRANSPOSE, CONCATENATION, PAD/PADV2,
+STRIDED_SLICE, SLICE, DEPTH_TO_SPACE and SPACE_TO_DEPTH all take this form;
+RESIZE_BILINEAR interpolates float4s with TFLite's coordinate rules.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cpu.resize import _scale
+from ..cpu.tensor_ops import _axis_slice
+from .base import GenContext, Unsupported, generator, require_float
+from .common import Arg, KernelSpec, Layout, bhwc
+from .elementwise import grid, grid_prologue
+
+_ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}
+
+
+def offset(shape: tuple[int, ...], coords: list[str]) -> str:
+    """Scalar offset of original-rank ``coords`` in a tensor of ``shape`` stored as slices."""
+    lay = bhwc(shape)
+    names = dict(zip(_ORIG[len(shape)], coords))
+    b, y, x, c = (f"({names.get(k, '0')})" for k in ("b", "y", "x", "c"))
+    return f"((({b} * {lay.s} + {c} / 4) * {lay.h} + {y}) * {lay.w} + {x}) * 4 + {c} % 4"
+
+
+def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value) -> list[KernelSpec]:
+    """lane_value(coords) -> C expression of the output value at original-rank coords."""
+    lay = bhwc(tuple(out_shape))
+    coords = [f"o{i}" for i in range(len(out_shape))]
+    names = dict(zip(_ORIG[len(out_shape)], coords))
+    params = ", ".join(f"__global const STORE_T* in{i}" for i in range(len(inputs)))
+    body = []
+    for j, lane in enumerate("xyzw"):
+        decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
+        body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
+                    f"\n      v.{lane} = {lane_value(coords)}; }} }}")
+    src = (f"__kernel void {ctx.name}({params}, __global STORE_T* dst) {{\n" + grid_prologue(lay)
+           + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n  ST4(dst, o, v);\n}")
+    args = [Arg("tensor", t) for t in inputs] + [Arg("tensor", ctx.op.outputs[0])]
+    return [KernelSpec(ctx.name, src, grid(lay), None, args, list(inputs), [ctx.op.outputs[0]])]
+
+
+def _check(ctx: GenContext, *shapes) -> None:
+    for s in shapes:
+        if len(s) > 4:
+            raise Unsupported(f"rank {len(s)} > 4")
+
+
+@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+def reshape(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    ishape, oshape = x_t.shape, out.shape
+    _check(ctx, ishape, oshape)
+    if int(np.prod(ishape)) != int(np.prod(oshape)):
+        raise Unsupported("reshape with inferred/dynamic shape")
+
+    def value(coords):
+        lin = "0"
+        for d, cexpr in zip(oshape, coords):
+            lin = f"({lin}) * {d} + {cexpr}"
+        icoords, rem = [], f"({lin})"
+        strides = [int(np.prod(ishape[i + 1:])) for i in range(len(ishape))]
+        for st, d in zip(strides, ishape):
+            icoords.append(f"(({rem}) / {st}) % {d}")
+        return f"LD1(in0, {offset(tuple(ishape), icoords)})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("TRANSPOSE")
+def transpose(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    perm = ctx.const(1)
+    if perm is None:
+        raise Unsupported("non-constant permutation")
+    perm = [int(p) for p in perm.reshape(-1)]
+    _check(ctx, x_t.shape)
+
+    def value(coords):
+        icoords = ["0"] * len(perm)
+        for i, p in enumerate(perm):
+            icoords[p] = coords[i]
+        return f"LD1(in0, {offset(x_t.shape, icoords)})"
+
+    return _kernel(ctx, tuple(x_t.shape[p] for p in perm), [ctx.op.inputs[0]], value)
+
+
+@generator("CONCATENATION")
+def concatenation(ctx: GenContext) -> list[KernelSpec]:
+    out = ctx.out()
+    ins = [ctx.tensor(i) for i in ctx.op.inputs]
+    require_float(ctx, out, *ins)
+    if any(ctx.consts.get(i) is not None for i in ctx.op.inputs):
+        raise Unsupported("constant concat operand")
+    rank = len(out.shape)
+    _check(ctx, out.shape)
+    axis = ctx.opt("axis", 0) % max(rank, 1)
+
+    def value(coords):
+        expr, start = "0.0f", 0
+        parts = []
+        for k, t in enumerate(ins):
+            ic = list(coords)
+            ic[axis] = f"({coords[axis]} - {start})"
+            parts.append((start + t.shape[axis], f"LD1(in{k}, {offset(t.shape, ic)})"))
+            start += t.shape[axis]
+        for end, rd in reversed(parts):
+            expr = f"({coords[axis]} < {end} ? {rd} : {expr})"
+        return expr
+
+    return _kernel(ctx, out.shape, list(ctx.op.inputs), value)
+
+
+@generator("PAD", "PADV2")
+def pad(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    p = ctx.const(1)
+    if p is None:
+        raise Unsupported("non-constant paddings")
+    p = p.reshape(-1, 2).astype(int)
+    cval = 0.0
+    if ctx.op.name == "PADV2" and ctx.inp(2) is not None:
+        cv = ctx.const(2)
+        if cv is None:
+            raise Unsupported("non-constant pad value")
+        cval = float(np.asarray(cv).reshape(-1)[0])
+    _check(ctx, x_t.shape)
+    shape = x_t.shape
+    oshape = tuple(int(d + a + b) for d, (a, b) in zip(shape, p))
+
+    def value(coords):
+        ic = [f"({c} - {int(a)})" for c, (a, _) in zip(coords, p)]
+        inside = " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
+        return f"(({inside}) ? LD1(in0, {offset(shape, ic)}) : {cval!r}f)"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("STRIDED_SLICE", "SLICE")
+def strided_slice(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    shape = x_t.shape
+    _check(ctx, shape)
+    consts = [ctx.const(i) for i in range(1, len(ctx.op.inputs))]
+    if any(c is None for c in consts):
+        raise Unsupported("non-constant slice parameters")
+    if ctx.op.name == "SLICE":
+        begin, size = (list(map(int, c.reshape(-1))) for c in consts)
+        starts = begin
+        steps = [1] * len(shape)
+        keep = list(range(len(shape)))
+        counts = [d - b if s == -1 else s for b, s, d in zip(begin, size, shape)]
+    else:
+        if ctx.opt("ellipsis_mask", 0) or ctx.opt("new_axis_mask", 0):
+            raise Unsupported("ellipsis/new-axis masks")
+        begin, end, strides = (list(map(int, c.reshape(-1))) for c in consts)
+        if len(begin) != len(shape):
+            raise Unsupported("partial slice spec")
+        bm, em, sm = ctx.opt("begin_mask", 0), ctx.opt("end_mask", 0), ctx.opt("shrink_axis_mask", 0)
+        starts, steps, counts, keep = [], [], [], []
+        for i, (b, e, s, d) in enumerate(zip(begin, end, strides, shape)):
+            if (sm >> i) & 1:
+                starts.append((0 if s > 0 else d - 1) if (bm >> i) & 1 else (b + d if b < 0 else b))
+                steps.append(1)
+                counts.append(1)
+                continue
+            sl = _axis_slice(b, e, s, d, bool((bm >> i) & 1), bool((em >> i) & 1), ctx.opt("offset", False))
+            idx = range(d)[sl]
+            starts.append(idx.start if len(idx) else 0)
+            steps.append(s)
+            counts.append(len(idx))
+            keep.append(i)
+    oshape = tuple(counts[i] for i in keep)
+    if tuple(out.shape) != oshape or min(counts, default=1) <= 0:
+        raise Unsupported("slice output shape")
+
+    def value(coords):
+        it = iter(coords)
+        ic = [f"({starts[i]} + {steps[i]} * {next(it)})" if i in keep else str(starts[i]) for i in range(len(shape))]
+        return f"LD1(in0, {offset(shape, ic)})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
+def depth_space(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    bs = ctx.opt("block_size", 1)
+    n, h, w, c = x_t.shape
+    if ctx.op.name == "DEPTH_TO_SPACE":
+        oshape = (n, h * bs, w * bs, c // (bs * bs))
+        oc = oshape[3]
+
+        def value(co):
+            b, y, x, ch = co
+            return f"LD1(in0, {offset(x_t.shape, [b, f'{y} / {bs}', f'{x} / {bs}', f'(({y} % {bs}) * {bs} + {x} % {bs}) * {oc} + {ch}'])})"
+    else:
+        oshape = (n, h // bs, w // bs, c * bs * bs)
+
+        def value(co):
+            b, y, x, ch = co
+            return f"LD1(in0, {offset(x_t.shape, [b, f'{y} * {bs} + ({ch} / {c}) / {bs}', f'{x} * {bs} + ({ch} / {c}) % {bs}', f'{ch} % {c}'])})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("RESIZE_BILINEAR")
+def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    size = ctx.const(1)
+    if size is None:
+        raise Unsupported("non-constant size")
+    oh, ow = (int(v) for v in size.reshape(-1))
+    n, ih, iw, c = ctx.layout(x_t).dims
+    align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
+    sy, sx = _scale(ih, oh, align), _scale(iw, ow, align)
+    lay = Layout(n, oh, ow, c)
+    s = lay.s
+
+    def coord(var, scale, in_size):
+        v = f"(((float){var} + 0.5f) * {scale!r}f - 0.5f)" if half else f"((float){var} * {scale!r}f)"
+        return (f"  const float f{var} = {v};\n"
+                f"  const int {var}0 = max((int)floor(f{var}), 0);\n"
+                f"  const int {var}1 = min((int)ceil(f{var}), {in_size - 1});\n"
+                f"  const float d{var} = f{var} - (float){var}0;\n")
+
+    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n" + grid_prologue(lay)
+           + coord("y", sy, ih) + coord("x", sx, iw)
+           + f"  const int base = (b * {s} + S) * {ih};\n"
+           + f"  const float4 tl = LD4(src, (base + y0) * {iw} + x0), tr = LD4(src, (base + y0) * {iw} + x1);\n"
+           + f"  const float4 bl = LD4(src, (base + y1) * {iw} + x0), br = LD4(src, (base + y1) * {iw} + x1);\n"
+           + "  const float4 v = tl * (1.0f - dy) * (1.0f - dx) + bl * dy * (1.0f - dx) + tr * (1.0f - dy) * dx"
+           + " + br * dy * dx;\n  ST4(dst, o, v);\n}")
+    return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]),
+                                                         Arg("tensor", ctx.op.outputs[0])],
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]])]

@@ -1,0 +1,1 @@
+"""OpenCL runtime: device discovery, buffers, memory planning and the executor of delegated plans."""

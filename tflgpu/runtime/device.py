@@ -1,0 +1,120 @@
+"""Finding OpenCL devices, describing them, and choosing one."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+from .icd import ensure_icd_vendors
+
+log = logging.getLogger("tflgpu")
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """What a compiled binary or a tuning record depends on."""
+
+    platform: str
+    device: str
+    driver_version: str
+    opencl_c_version: str
+    device_type: str  # "GPU", "CPU", "ACCELERATOR", ...
+    fp16: bool
+    compute_units: int
+    max_work_group_size: int
+    local_mem_bytes: int
+    global_mem_bytes: int
+
+    def key(self) -> str:
+        return f"{self.platform}|{self.device}|{self.driver_version}|{self.opencl_c_version}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    identity: DeviceIdentity
+    cl_device: object  # pyopencl.Device
+
+
+def _type_name(cl, t: int) -> str:
+    for name in ("GPU", "CPU", "ACCELERATOR", "CUSTOM"):
+        if t & getattr(cl.device_type, name, 0):
+            return name
+    return "OTHER"
+
+
+@lru_cache(maxsize=1)
+def list_devices() -> tuple[DeviceInfo, ...]:
+    """Every OpenCL device of every platform (system ICDs and pip runtimes), GPUs first."""
+    ensure_icd_vendors()
+    try:
+        import pyopencl as cl
+
+        platforms = cl.get_platforms()
+    except Exception as e:  # no loader, no platform (pyopencl raises LogicError/RuntimeError)
+        log.info("no OpenCL platform: %s", e)
+        return ()
+    found = []
+    for p in platforms:
+        try:
+            devices = p.get_devices()
+        except Exception as e:
+            log.info("OpenCL platform %r has no usable devices: %s", p.name, e)
+            continue
+        for d in devices:
+            try:
+                ident = DeviceIdentity(
+                    platform=p.name.strip(),
+                    device=d.name.strip(),
+                    driver_version=d.driver_version.strip(),
+                    opencl_c_version=d.opencl_c_version.strip(),
+                    device_type=_type_name(cl, d.type),
+                    fp16="cl_khr_fp16" in d.extensions,
+                    compute_units=int(d.max_compute_units),
+                    max_work_group_size=int(d.max_work_group_size),
+                    local_mem_bytes=int(d.local_mem_size),
+                    global_mem_bytes=int(d.global_mem_size),
+                )
+            except Exception as e:
+                log.info("skipping an OpenCL device of %r: %s", p.name, e)
+                continue
+            found.append((ident, d))
+    order = {"GPU": 0, "ACCELERATOR": 1, "CPU": 2}
+    # GPUs first; among devices of a kind, those with fp16 support (then the original order)
+    found.sort(key=lambda x: (order.get(x[0].device_type, 3), not x[0].fp16))
+    return tuple(DeviceInfo(i, ident, d) for i, (ident, d) in enumerate(found))
+
+
+class NoDeviceError(RuntimeError):
+    pass
+
+
+def choose_device(spec: int | str | None = None) -> DeviceInfo:
+    """The device for ``spec``: an index into list_devices(), a name substring, or None.
+
+    None means $TFLGPU_DEVICE if set, else the first device (GPUs come first).
+    """
+    if spec is None:
+        spec = os.environ.get("TFLGPU_DEVICE") or None
+    devices = list_devices()
+    if not devices:
+        raise NoDeviceError("no OpenCL device found")
+    if spec is None:
+        return devices[0]
+    if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):
+        i = int(spec)
+        if not 0 <= i < len(devices):
+            raise NoDeviceError(f"OpenCL device index {i} out of range: {len(devices)} device(s)")
+        return devices[i]
+    needle = str(spec).lower()
+    for d in devices:
+        ident = d.identity
+        if needle in f"{ident.platform} {ident.device} {ident.opencl_c_version} {ident.device_type}".lower():
+            return d
+    names = ", ".join(f"{d.index}: {d.identity.platform} / {d.identity.device}" for d in devices)
+    raise NoDeviceError(f"no OpenCL device matches {spec!r}; devices: {names}")

@@ -1,0 +1,255 @@
+"""The delegated plan: which ops run on the OpenCL device, their compiled kernels, buffers, and invoke().
+
+Built once per (model, delegate options): every op gets a generated kernel or
+stays on the CPU kernels; programs are compiled, arguments bound, buffers
+planned. ``run`` then uploads the inputs, enqueues every launch, copies across
+partition boundaries only where a CPU op needs a value, and reads the outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cpu.executor import SubgraphRunner
+from ..graph.ir import Operator
+from ..kernels import PREAMBLE, GenContext, KernelSpec, Unsupported, generator_for
+from ..kernels.common import Layout, bhwc, from_slices, to_slices
+from .device import DeviceInfo
+from .memory import plan_memory
+
+log = logging.getLogger("tflgpu")
+
+
+@dataclass
+class Step:
+    op: Operator
+    device: str  # "gpu" | "cpu"
+    specs: list[KernelSpec] = field(default_factory=list)
+    cpu_fn: object = None
+    reason: str = ""
+    kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
+
+
+class GpuPlan:
+    def __init__(self, runner: SubgraphRunner, device: DeviceInfo, fp16: bool, max_partitions: int,
+                 profile: bool = False, params: dict | None = None):
+        import pyopencl as cl
+
+        self.cl = cl
+        self.runner = runner
+        self.sg = runner.sg
+        self.device = device
+        self.fp16 = fp16
+        self.np_dtype = np.float16 if fp16 else np.float32
+        self.itemsize = 2 if fp16 else 4
+        t0 = time.perf_counter()
+        self.steps = self._select(params or {})
+        self._limit_partitions(max_partitions)
+        self._report()
+        self.ctx = cl.Context([device.cl_device])
+        props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
+        self.queue = cl.CommandQueue(self.ctx, properties=props)
+        self.profile = profile
+        self._compile()
+        self._allocate()
+        self.build_seconds = time.perf_counter() - t0
+        self.last_events: list = []
+
+    # -- selection and partitioning ---------------------------------------
+
+    def _select(self, params: dict) -> list[Step]:
+        steps = []
+        for op, fn in self.runner.steps:
+            gen = generator_for(op.name)
+            if gen is None:
+                steps.append(Step(op, "cpu", cpu_fn=fn, reason="no OpenCL kernel"))
+                continue
+            try:
+                specs = gen(GenContext(op, self.sg, self.runner.consts, self.fp16, params.get(op.index, {})))
+            except Unsupported as e:
+                steps.append(Step(op, "cpu", cpu_fn=fn, reason=str(e)))
+                continue
+            steps.append(Step(op, "gpu", specs, cpu_fn=fn))
+        return steps
+
+    def _limit_partitions(self, max_partitions: int) -> None:
+        runs, cur = [], []
+        for i, s in enumerate(self.steps):
+            if s.device == "gpu":
+                cur.append(i)
+            elif cur:
+                runs.append(cur)
+                cur = []
+        if cur:
+            runs.append(cur)
+        if len(runs) <= max_partitions:
+            self.partitions = len(runs)
+            return
+        keep = set()
+        for run in sorted(runs, key=len, reverse=True)[:max_partitions]:
+            keep.update(run)
+        for i, s in enumerate(self.steps):
+            if s.device == "gpu" and i not in keep:
+                s.device, s.reason = "cpu", "outside the max_delegated_partitions largest partitions"
+        self.partitions = max_partitions
+
+    def _report(self) -> None:
+        cpu = [s for s in self.steps if s.device == "cpu"]
+        self.gpu_op_count = len(self.steps) - len(cpu)
+        self.cpu_op_count = len(cpu)
+        if cpu:
+            lines = [f"op code #{s.op.builtin_code} ({s.op.name}) cannot be handled by this delegate: {s.reason}"
+                     for s in cpu]
+            log.warning("%s\n%d ops run on the OpenCL device (%d partitions), %d on the CPU",
+                        "\n".join(dict.fromkeys(lines)), self.gpu_op_count, self.partitions, self.cpu_op_count)
+
+    # -- compile and allocate ------------------------------------------------
+
+    def _compile(self) -> None:
+        cl = self.cl
+        sources, seen = [PREAMBLE], set()
+        for s in self.steps:
+            for spec in s.specs if s.device == "gpu" else []:
+                if spec.name not in seen:
+                    seen.add(spec.name)
+                    sources.append(spec.source)
+        self.source = "\n\n".join(sources)
+        opts = ["-cl-mad-enable"] + (["-DTFLGPU_FP16"] if self.fp16 else [])
+        try:
+            self.program = cl.Program(self.ctx, self.source).build(options=opts)
+        except cl.RuntimeError as e:
+            raise RuntimeError(f"OpenCL build failed on {self.device.identity.device}: {e}") from e
+
+    def _layout(self, idx: int) -> Layout:
+        return bhwc(self.sg.tensors[idx].shape)
+
+    def _allocate(self) -> None:
+        cl, ctx = self.cl, self.ctx
+        mf = cl.mem_flags
+        n = len(self.steps)
+        on_gpu: dict[int, tuple[int, int]] = {}  # tensor -> (first, last) step touching it on the device
+        self.uploads_after: dict[int, list[int]] = {}  # step -> tensors produced on CPU, then read on GPU
+        self.downloads_before: dict[int, list[int]] = {}  # step -> tensors produced on GPU, read on CPU
+        producer = {}
+        for i, s in enumerate(self.steps):
+            for t in s.op.outputs:
+                producer[t] = i
+        graph_in, graph_out = set(self.sg.inputs), set(self.sg.outputs)
+
+        def touch(t, i):
+            a, b = on_gpu.get(t, (i, i))
+            on_gpu[t] = (min(a, i), max(b, i))
+
+        for i, s in enumerate(self.steps):
+            if s.device != "gpu":
+                continue
+            for spec in s.specs:
+                for t in spec.inputs:
+                    touch(t, i)
+                    p = producer.get(t)
+                    if t in graph_in:
+                        touch(t, -1)
+                    elif p is not None and self.steps[p].device == "cpu":
+                        touch(t, p)
+                        self.uploads_after.setdefault(p, []).append(t)
+                for t in spec.outputs:
+                    touch(t, i)
+        for i, s in enumerate(self.steps):
+            if s.device == "cpu":
+                for t in s.op.inputs:
+                    p = producer.get(t)
+                    if t >= 0 and p is not None and self.steps[p].device == "gpu":
+                        self.downloads_before.setdefault(i, []).append(t)
+                        touch(t, i)
+        for t in graph_out:
+            if t in on_gpu:
+                touch(t, n)
+        self.input_uploads = [t for t in self.sg.inputs if t in on_gpu]
+        self.output_downloads = [t for t in self.sg.outputs if t in producer and self.steps[producer[t]].device == "gpu"]
+        sizes = {t: self._layout(t).elements * self.itemsize for t in on_gpu}
+        assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
+        self.planned_bytes = sum(buf_sizes)
+        self.naive_bytes = sum(sizes.values())
+        self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
+        self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
+        self.const_buffers = []
+        for s in self.steps:
+            if s.device != "gpu":
+                continue
+            for spec in s.specs:
+                k = getattr(self.program, spec.name)
+                args = []
+                for a in spec.args:
+                    if a.kind == "tensor":
+                        args.append(self.tensor_buffer[a.value])
+                    elif a.kind == "const":
+                        data = np.ascontiguousarray(a.value, dtype=self.np_dtype)
+                        buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data)
+                        self.const_buffers.append(buf)
+                        args.append(buf)
+                    elif a.kind == "int":
+                        args.append(np.int32(a.value))
+                    else:
+                        args.append(np.float32(a.value))
+                k.set_args(*args)
+                s.kernels.append(k)
+        self.const_bytes = sum(b.size for b in self.const_buffers)
+
+    # -- run -----------------------------------------------------------------
+
+    def _upload(self, t: int, value: np.ndarray) -> None:
+        data = to_slices(value, self._layout(t), self.np_dtype)
+        self.cl.enqueue_copy(self.queue, self.tensor_buffer[t], data, is_blocking=False)
+        self._keep.append(data)
+
+    def _download(self, t: int) -> np.ndarray:
+        tensor = self.sg.tensors[t]
+        lay = self._layout(t)
+        host = np.empty(lay.elements, self.np_dtype)
+        self.cl.enqueue_copy(self.queue, host, self.tensor_buffer[t], is_blocking=True)
+        return from_slices(host, lay, tensor.shape, np.float32)
+
+    def run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Run once; returns host values of the graph outputs and of every CPU-side tensor."""
+        cl, q = self.cl, self.queue
+        values: dict[int, np.ndarray] = dict(self.runner.consts)
+        values.update(self.runner.variables)
+        self._keep: list = []
+        events = []
+        for t, x in zip(self.sg.inputs, inputs):
+            values[t] = x
+        for t in self.input_uploads:
+            self._upload(t, values[t])
+        for i, s in enumerate(self.steps):
+            if s.device == "gpu":
+                for spec, k in zip(s.specs, s.kernels):
+                    ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
+                    if self.profile:
+                        events.append((spec.name, s.op, ev))
+                continue
+            for t in self.downloads_before.get(i, ()):
+                if t not in values:
+                    values[t] = self._download(t)
+            outs = s.cpu_fn([values[t] if t >= 0 else None for t in s.op.inputs])
+            for t, v in zip(s.op.outputs, outs):
+                if t >= 0:
+                    values[t] = self.runner._coerce(t, v)
+            for t in self.uploads_after.get(i, ()):
+                self._upload(t, values[t])
+        for t in self.output_downloads:
+            values[t] = self._download(t)
+        q.finish()
+        self._keep = []
+        self.last_events = events
+        return values
+
+    def profile_report(self) -> list[tuple[str, str, float]]:
+        """(kernel, op name, microseconds) for the last run (needs GpuDelegate(profile=True))."""
+        out = []
+        for name, op, ev in self.last_events:
+            out.append((name, op.name, (ev.profile.end - ev.profile.start) / 1e3))
+        return out

@@ -1,0 +1,112 @@
+"""Make pip-installed OpenCL runtimes visible to pyopencl's ICD loader, beside the system's.
+
+pyopencl's wheel bundles the ocl-icd loader, which only reads .icd files in
+/etc/OpenCL/vendors (or OCL_ICD_VENDORS). The Intel CPU runtime from PyPI
+(``intel-opencl-rt``) ships an .icd whose path is bogus, so it is invisible
+unless someone points the loader at ``libintelocl.so``. We do that here:
+build a private vendors directory holding an .icd for each pip runtime found
+plus every .icd the user's loader would have read (a real GPU's), and point
+OCL_ICD_VENDORS (and the Khronos loader's OCL_ICD_FILENAMES) at it. This must
+happen before the loader's first platform query in the process.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import os
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+log = logging.getLogger("tflgpu")
+
+SYSTEM_VENDOR_DIR = "/etc/OpenCL/vendors"
+_PIP_RUNTIMES = {"intel-opencl-rt": "libintelocl.so"}
+_done = False
+
+
+def pip_runtime_libraries() -> list[str]:
+    """Absolute paths of OpenCL runtimes installed from PyPI in this environment."""
+    found: list[str] = []
+    for dist, lib in _PIP_RUNTIMES.items():
+        try:
+            files = metadata.files(dist) or []
+        except metadata.PackageNotFoundError:
+            files = []
+        for f in files:
+            if Path(str(f)).name == lib:
+                p = Path(str(f.locate())).resolve()
+                if p.exists():
+                    found.append(str(p))
+                    break
+        else:
+            for p in glob.glob(os.path.join(sys.prefix, "lib", lib)):
+                found.append(os.path.realpath(p))
+    return sorted(set(found))
+
+
+def _existing_icds() -> list[Path]:
+    """The .icd files the loader would read without us (user's OCL_ICD_VENDORS or the system dir)."""
+    src = os.environ.get("OCL_ICD_VENDORS") or SYSTEM_VENDOR_DIR
+    p = Path(src)
+    if p.is_dir():
+        return sorted(p.glob("*.icd"))
+    return []
+
+
+def vendors_dir_contents() -> dict[str, str]:
+    """File name -> content of the private vendors directory."""
+    contents: dict[str, str] = {}
+    seen_libs = set()
+    for icd in _existing_icds():
+        try:
+            lib = icd.read_text().strip()
+        except OSError:
+            continue
+        if lib and lib not in seen_libs:
+            contents[icd.name] = lib + "\n"
+            seen_libs.add(lib)
+    user = os.environ.get("OCL_ICD_VENDORS")
+    if user and os.path.isfile(user) and user not in seen_libs:  # a single library named directly
+        contents["user.icd"] = user + "\n"
+        seen_libs.add(user)
+    for i, lib in enumerate(pip_runtime_libraries()):
+        if lib not in seen_libs:
+            contents[f"tflgpu-pip-{i}-{Path(lib).stem}.icd"] = lib + "\n"
+            seen_libs.add(lib)
+    return contents
+
+
+def ensure_icd_vendors() -> str | None:
+    """Point the ICD loader at a vendors dir that includes pip runtimes; returns the dir (or None)."""
+    global _done
+    if _done:
+        return os.environ.get("OCL_ICD_VENDORS")
+    _done = True
+    if os.environ.get("TFLGPU_NO_ICD_SETUP"):
+        return None
+    contents = vendors_dir_contents()
+    if not any(name.startswith("tflgpu-pip-") for name in contents):
+        return None  # nothing to add: leave the user's loader configuration alone
+    digest = hashlib.sha256(repr(sorted(contents.items())).encode()).hexdigest()[:16]
+    base = Path(tempfile.gettempdir()) / f"tflgpu-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    target = base / f"icd-{digest}"
+    if not target.is_dir():
+        base.mkdir(mode=0o700, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=base))
+        for name, text in contents.items():
+            (tmp / name).write_text(text)
+        try:
+            os.rename(tmp, target)  # atomic: a concurrent process may have made the same dir
+        except OSError:
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+    os.environ["OCL_ICD_VENDORS"] = str(target)
+    libs = [t.strip() for t in contents.values()]
+    os.environ["OCL_ICD_FILENAMES"] = os.pathsep.join(libs)
+    log.debug("OpenCL ICD vendors: %s (%s)", target, ", ".join(libs))
+    return str(target)
