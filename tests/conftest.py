@@ -34,7 +34,10 @@ def litert():
 
 
 def run_model(interp_cls, model, inputs, **kw) -> list[np.ndarray]:
-    """Allocate, set every input (in order), invoke once, return every output (in order)."""
+    """Allocate, set every input (in order), invoke once, return every output (in order).
+
+    ``interp_cls`` is an Interpreter class (or any callable taking model_path=/model_content=).
+    """
     if isinstance(model, (bytes, bytearray)):
         it = interp_cls(model_content=bytes(model), **kw)
     else:
@@ -92,3 +95,14 @@ settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True
 settings.register_profile("thorough", max_examples=300, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("TFLGPU_HYPOTHESIS", "ci"))
+
+
+@pytest.fixture(scope="session")
+def opencl_device():
+    """The OpenCL device the GPU-path tests run on (the pip CPU runtime in CI); skip if none."""
+    from tflgpu.runtime.device import list_devices
+
+    devices = list_devices()
+    if not devices:
+        pytest.skip("no OpenCL device available")
+    return devices[0]

@@ -51,13 +51,24 @@ def op_model(op: str, inputs: Sequence[Any], outputs: Sequence[Out] | int = 1, *
 
 
 def check_op(op: str, inputs: Sequence[Any], outputs: Sequence[Out] | int = 1, *, rtol_scale: float = 1e-4,
-             **options: Any) -> list[np.ndarray]:
-    """Run a single-op model through both runtimes; outputs must match within tolerance."""
+             delegate: Any = None, expect_on_device: bool = True, **options: Any) -> list[np.ndarray]:
+    """Run a single-op model through both runtimes; outputs must match within tolerance.
+
+    With ``delegate`` (a GpuDelegate) tflgpu runs the op through it, and the op must have been
+    placed on the OpenCL device unless ``expect_on_device`` is False.
+    """
     from tflgpu import Interpreter
 
     model, feeds = op_model(op, inputs, outputs, **options)
     want = run_model(litert(), model, feeds)
-    got = run_model(Interpreter, model, feeds)
+    if delegate is None:
+        got = run_model(Interpreter, model, feeds)
+    else:
+        it = Interpreter(model_content=model, delegate=delegate)
+        assert it.gpu_plan is not None, "no OpenCL plan was built"
+        if expect_on_device:
+            assert it.gpu_plan.cpu_op_count == 0, [s.reason for s in it.gpu_plan.steps if s.device == "cpu"]
+        got = run_model(lambda **kw: it, model, feeds)
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, rtol_scale, what=f"{op} output {i}")

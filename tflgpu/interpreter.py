@@ -61,7 +61,8 @@ class _Session:
         self.buffers: dict[int, np.ndarray] = {}
         self.values: list | None = None
         self.allocated = False
-        self.gpu_plan = None  # set by the Interpreter for subgraph 0 when a GpuDelegate is in use
+        self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
+        self.gpu_factory = None  # input shapes -> plan
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
@@ -103,6 +104,10 @@ class _Session:
             if buf is None or buf.shape != shape:
                 self.buffers[i] = np.zeros(shape, dtype=t.dtype)
         resized = any(self.input_shapes[i] != self.sg.tensors[i].shape for i in self.sg.inputs)
+        if self.gpu_factory is not None:
+            shapes = [self.input_shapes[i] for i in self.sg.inputs]
+            if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes:
+                self.gpu_plan = self.gpu_factory(shapes)
         if resized:
             # propagate the new shapes through the graph once, on zeros
             vals = self.runner.run([self.buffers[i].copy() for i in self.sg.inputs])
@@ -147,7 +152,7 @@ class _Session:
         if not self.allocated:
             raise RuntimeError("Invoke called on model that is not ready.")
         inputs = [self.buffers[i] for i in self.sg.inputs]
-        if self.gpu_plan is not None and not self.shapes:  # the plan is built for the model's shapes
+        if self.gpu_plan is not None:
             values: list = [None] * len(self.sg.tensors)
             for i, v in self.gpu_plan.run(inputs).items():
                 values[i] = v
@@ -259,12 +264,14 @@ class Interpreter:
         self._runtime.build_all()
         self._sessions: dict[int, _Session] = {}
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
-        self._gpu_plan = None
         if delegates:
             from .runtime.plan import build_plan
 
-            self._gpu_plan = build_plan(self._runtime.runner(0), delegates[0])
-            self._session(0).gpu_plan = self._gpu_plan
+            runner, options = self._runtime.runner(0), delegates[0]
+            session = self._session(0)
+            session.gpu_plan = build_plan(runner, options)  # at construction, as TFLite does
+            if session.gpu_plan is not None:
+                session.gpu_factory = lambda shapes: build_plan(runner, options, shapes)
 
     # -- internals ----------------------------------------------------------
 
@@ -363,7 +370,7 @@ class Interpreter:
     @property
     def backend(self) -> str:
         """Where the model runs: 'cpu (numba)', or the OpenCL device, precision and op split."""
-        plan = self._gpu_plan
+        plan = self.gpu_plan
         if plan is None:
             return "cpu (numba)"
         ident = plan.device.identity
@@ -373,7 +380,7 @@ class Interpreter:
     @property
     def gpu_plan(self):
         """The delegated plan (None without a GpuDelegate or without a usable OpenCL device)."""
-        return self._gpu_plan
+        return self._session(0).gpu_plan
 
 
 _LITERT_EXPERIMENTAL = frozenset({

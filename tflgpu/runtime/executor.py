@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
-from ..graph.ir import Operator
+from ..graph.ir import Operator, Subgraph
 from ..kernels import PREAMBLE, GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, from_slices, to_slices
 from .device import DeviceInfo
@@ -34,14 +34,30 @@ class Step:
     kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
 
 
+def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
+    """The subgraph with every tensor's actual shape for these input shapes (one CPU run on zeros).
+
+    Kernels are specialized for exact shapes, and a model's declared shapes may be stale
+    (LiteRT recomputes them too); variables are reset afterwards.
+    """
+    sg = runner.sg
+    zeros = [np.zeros(shape, sg.tensors[i].dtype) for i, shape in zip(sg.inputs, input_shapes)]
+    values = runner.run(zeros)
+    runner.reset_variables()
+    tensors = [replace(t, shape=tuple(np.shape(v))) if v is not None else t for t, v in zip(sg.tensors, values)]
+    return replace(sg, tensors=tensors)
+
+
 class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, fp16: bool, max_partitions: int,
-                 profile: bool = False, params: dict | None = None):
+                 profile: bool = False, params: dict | None = None,
+                 input_shapes: list[tuple[int, ...]] | None = None):
         import pyopencl as cl
 
         self.cl = cl
         self.runner = runner
-        self.sg = runner.sg
+        self.input_shapes = [tuple(s) for s in (input_shapes or [runner.sg.tensors[i].shape for i in runner.sg.inputs])]
+        self.sg = propagate_shapes(runner, self.input_shapes)
         self.device = device
         self.fp16 = fp16
         self.np_dtype = np.float16 if fp16 else np.float32

@@ -11,7 +11,7 @@ from .device import NoDeviceError, choose_device
 log = logging.getLogger("tflgpu")
 
 
-def build_plan(runner: SubgraphRunner, options: GpuDelegate):
+def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None):
     """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used."""
     try:
         device = choose_device(options.device)
@@ -26,4 +26,5 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate):
         fp16 = False
     from .executor import GpuPlan
 
-    return GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile)
+    return GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
+                   input_shapes=input_shapes)

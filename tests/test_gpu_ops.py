@@ -1,0 +1,151 @@
+"""Every OpenCL generator on the available OpenCL device (the pip CPU runtime in CI), FP32 and FP16,
+against LiteRT: FP32 within 1e-4 * max(1, max|ref|), FP16 within 1e-2 * max(1, max|ref|)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate
+
+from .oputil import In, Out, check_op, rand
+
+PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
+I32 = np.int32
+
+
+@pytest.fixture(params=PRECISIONS)
+def gpu(request, opencl_device):
+    fp16 = request.param
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    return {"delegate": GpuDelegate(precision_loss_allowed=fp16), "rtol_scale": 1e-2 if fp16 else 1e-4}
+
+
+@pytest.mark.parametrize("shape,cout,k,stride,dil,pad,act", [
+    ((1, 9, 11, 3), 8, 3, 1, 1, "SAME", "RELU6"),
+    ((2, 8, 8, 5), 6, 3, 2, 1, "VALID", "NONE"),
+    ((1, 7, 7, 16), 12, 1, 1, 1, "SAME", "RELU"),
+    ((1, 10, 9, 4), 7, 3, 1, 2, "SAME", "RELU_N1_TO_1"),
+    ((1, 5, 6, 9), 3, 5, 2, 1, "SAME", "NONE"),
+])
+def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
+    check_op("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, k, k, shape[3])), rand(rng, (cout,))],
+             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+             fused_activation_function=act, **gpu)
+
+
+@pytest.mark.parametrize("tile_x,tile_s", [(1, 1), (2, 4), (8, 2)])
+def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s):
+    """Every register tile the generator offers computes the same conv."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 9, 13, 6))), rand(rng, (10, 3, 3, 6)), rand(rng, (10,))],
+                            padding="SAME", stride_w=1, stride_h=1)
+    it = Interpreter(model_content=model, delegate=GpuDelegate())
+    from tflgpu.runtime.executor import GpuPlan
+
+    plan = GpuPlan(it._runtime.runner(0), opencl_device, False, 1 << 30,
+                   params={0: {"tile_x": tile_x, "tile_s": tile_s}})
+    assert plan.steps[0].specs[0].params == {"tile_x": tile_x, "tile_s": tile_s}
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    assert_close(got, run_model(litert(), model, feeds)[0])
+
+
+@pytest.mark.parametrize("shape,mult,k,stride,dil,pad", [
+    ((1, 9, 9, 8), 1, 3, 1, 1, "SAME"),
+    ((1, 10, 7, 6), 1, 3, 2, 1, "SAME"),
+    ((1, 8, 8, 5), 2, 3, 1, 1, "VALID"),
+    ((1, 9, 9, 4), 1, 3, 1, 2, "SAME"),
+    ((2, 6, 6, 3), 1, 5, 1, 1, "SAME"),
+])
+def test_depthwise(gpu, rng, shape, mult, k, stride, dil, pad):
+    c = shape[3]
+    check_op("DEPTHWISE_CONV_2D", [In(rand(rng, shape)), rand(rng, (1, k, k, c * mult)), rand(rng, (c * mult,))],
+             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+             depth_multiplier=mult, fused_activation_function="RELU6", **gpu)
+
+
+@pytest.mark.parametrize("batch,depth,units", [(1, 10, 7), (3, 16, 9)])
+def test_fully_connected(gpu, rng, batch, depth, units):
+    check_op("FULLY_CONNECTED", [In(rand(rng, (batch, depth))), rand(rng, (units, depth)), rand(rng, (units,))],
+             fused_activation_function="RELU", **gpu)
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"])
+@pytest.mark.parametrize("shape_b", [(1, 5, 6, 7), (7,), (1, 1, 1, 1), (1, 5, 1, 7)])
+def test_binary(gpu, rng, op, shape_b):
+    a = rand(rng, (1, 5, 6, 7), -2, 2)
+    b = rand(rng, shape_b, 0.5, 2)
+    opts = {"fused_activation_function": "RELU6"} if op in ("ADD", "SUB", "MUL", "DIV") else {}
+    check_op(op, [In(a), In(b)], **opts, **gpu)
+
+
+def test_binary_with_constant(gpu, rng):
+    check_op("MUL", [In(rand(rng, (1, 4, 4, 6))), rand(rng, (6,))], **gpu)
+
+
+@pytest.mark.parametrize("op,lo,hi", [("RELU", -2, 2), ("RELU6", -3, 9), ("RELU_N1_TO_1", -3, 3), ("LOGISTIC", -6, 6),
+                                      ("TANH", -3, 3), ("EXP", -3, 3), ("HARD_SWISH", -5, 5), ("ABS", -2, 2),
+                                      ("RSQRT", 0.2, 4), ("SQRT", 0, 4), ("NEG", -1, 1), ("ELU", -3, 3),
+                                      ("LOG", 0.2, 4), ("SQUARE", -2, 2)])
+def test_unary(gpu, rng, op, lo, hi):
+    check_op(op, [In(rand(rng, (1, 4, 5, 7), lo, hi))], **gpu)
+
+
+def test_leaky_relu_and_prelu(gpu, rng):
+    check_op("LEAKY_RELU", [In(rand(rng, (1, 4, 4, 6)))], alpha=0.2, **gpu)
+    check_op("PRELU", [In(rand(rng, (1, 4, 4, 6))), rand(rng, (6,))], **gpu)
+
+
+@pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
+@pytest.mark.parametrize("pad", ["SAME", "VALID"])
+def test_pool(gpu, rng, op, pad):
+    check_op(op, [In(rand(rng, (1, 9, 8, 6)))], padding=pad, stride_w=2, stride_h=2, filter_width=3,
+             filter_height=3, **gpu)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_mean_spatial(gpu, rng, keep):
+    check_op("MEAN", [In(rand(rng, (2, 5, 6, 7))), np.array([1, 2], I32)], keep_dims=keep, **gpu)
+
+
+@pytest.mark.parametrize("shape", [(1, 10), (2, 3, 7), (1, 4, 4, 6)])
+def test_softmax(gpu, rng, shape):
+    check_op("SOFTMAX", [In(rand(rng, shape, -4, 4))], beta=1.0, **gpu)
+
+
+def test_reshape_transpose_concat(gpu, rng):
+    check_op("RESHAPE", [In(rand(rng, (1, 4, 6, 3))), np.array([1, 8, 9], I32)], **gpu)
+    check_op("TRANSPOSE", [In(rand(rng, (1, 4, 6, 3))), np.array([0, 2, 1, 3], I32)], **gpu)
+    for axis in (1, 3, -1):
+        shapes = [(1, 3, 4, 5), (1, 3, 4, 5)]
+        shapes[1] = tuple(d + 2 if i == axis % 4 else d for i, d in enumerate(shapes[1]))
+        check_op("CONCATENATION", [In(rand(rng, s)) for s in shapes], axis=axis, **gpu)
+
+
+def test_pad_slices_and_space_depth(gpu, rng):
+    check_op("PAD", [In(rand(rng, (1, 4, 5, 3))), np.array([[0, 0], [1, 2], [2, 0], [0, 1]], I32)], **gpu)
+    check_op("PADV2", [In(rand(rng, (1, 4, 5, 3))), np.array([[0, 0], [1, 1], [1, 1], [0, 0]], I32),
+                       np.array([0.5], np.float32)], **gpu)
+    check_op("STRIDED_SLICE", [In(rand(rng, (1, 8, 8, 6))), np.array([0, 1, 7, 0], I32), np.array([0, 7, 0, 5], I32),
+                               np.array([1, 2, -2, 1], I32)], begin_mask=1, end_mask=1, **gpu)
+    check_op("SLICE", [In(rand(rng, (1, 6, 5, 7))), np.array([0, 1, 2, 3], I32), np.array([1, 4, -1, 3], I32)],
+             [Out(np.float32, (1, 4, 3, 3))], **gpu)
+    check_op("DEPTH_TO_SPACE", [In(rand(rng, (1, 3, 2, 8)))], block_size=2, **gpu)
+    check_op("SPACE_TO_DEPTH", [In(rand(rng, (1, 4, 6, 3)))], block_size=2, **gpu)
+
+
+@pytest.mark.parametrize("mode", [(False, False), (True, False), (False, True)])
+def test_resize_bilinear(gpu, rng, mode):
+    check_op("RESIZE_BILINEAR", [In(rand(rng, (1, 5, 7, 6))), np.array([9, 12], I32)],
+             align_corners=mode[0], half_pixel_centers=mode[1], version=3 if mode[1] else 1, **gpu)
+
+
+def test_unsupported_op_falls_back_to_cpu_with_warning(opencl_device, rng, caplog):
+    caplog.set_level("WARNING", logger="tflgpu")
+    check_op("CUMSUM", [In(rand(rng, (3, 4))), np.array(1, I32)], delegate=GpuDelegate(), expect_on_device=False)
+    assert "op code #128 (CUMSUM) cannot be handled by this delegate" in caplog.text
