@@ -61,7 +61,8 @@ def test_inspect_json(capsys):
     path = corpus_model("fallback_ops.tflite")
     assert main(["inspect", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ops"]["TOPK_V2"] == {"count": 1, "cpu": True}
+    assert report["ops"]["TOPK_V2"] == {"count": 1, "cpu": True, "opencl": False}
+    assert report["ops"]["CONV_2D"] == {"count": 3, "cpu": True, "opencl": True}
     assert [o["name"] for o in report["outputs"]] == ["PartitionedCall:2", "PartitionedCall:0", "PartitionedCall:1"]
 
 
@@ -70,3 +71,19 @@ def test_console_script_entry_point():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "CONV_2D" in r.stdout and "HARD_SWISH" in r.stdout
+
+
+def test_inspect_devices_and_memory(capsys, opencl_device):
+    assert main(["inspect", "--devices"]) == 0
+    assert opencl_device.identity.device in capsys.readouterr().out
+    assert main(["inspect", str(DEFAULT_MODEL_PATH), "--memory"]) == 0
+    out = capsys.readouterr().out
+    assert "planned:" in out and "shared buffers" in out
+
+
+def test_run_and_bench_through_gpu_delegate(capsys, opencl_device):
+    assert main(["run", "--delegate", "gpu", "--repeat", "2"]) == 0
+    assert "device:  opencl:" in capsys.readouterr().out
+    assert main(["bench", "--delegate", "gpu", "--repeat", "3", "--warmup", "1", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "| default.tflite | opencl:" in out and "per-kernel profile" in out and "| conv_2d_0 | CONV_2D |" in out

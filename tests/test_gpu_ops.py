@@ -35,8 +35,9 @@ def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
              fused_activation_function=act, **gpu)
 
 
+@pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("tile_x,tile_s", [(1, 1), (2, 4), (8, 2)])
-def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s):
+def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, strided):
     """Every register tile the generator offers computes the same conv."""
     from tflgpu import Interpreter
 
@@ -49,8 +50,8 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s):
     from tflgpu.runtime.executor import GpuPlan
 
     plan = GpuPlan(it._runtime.runner(0), opencl_device, False, 1 << 30,
-                   params={0: {"tile_x": tile_x, "tile_s": tile_s}})
-    assert plan.steps[0].specs[0].params == {"tile_x": tile_x, "tile_s": tile_s}
+                   params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided}})
+    assert plan.steps[0].specs[0].params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided}
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0])
 

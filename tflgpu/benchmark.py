@@ -112,3 +112,26 @@ def format_table(rows: list[BenchRow]) -> str:
         err = f"{r.max_rel_err:.1e}" if r.max_rel_err is not None else "n/a"
         lines.append(f"| {r.model} | {r.backend} | {r.tflgpu_ms:.2f} | {lit} | {ratio} | {err} |")
     return "\n".join(lines)
+
+
+def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
+    """Per-kernel OpenCL event times of one invoke (after a warm-up), largest first."""
+    from .interpreter import Interpreter
+
+    delegate.profile = True
+    it = Interpreter(model_path=str(path), delegate=delegate)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    it.invoke()
+    plan = it.gpu_plan
+    if plan is None:
+        return "(no OpenCL plan)"
+    rows = sorted(plan.profile_report(), key=lambda r: -r[2])
+    total = sum(r[2] for r in rows) or 1.0
+    lines = [f"| kernel | op | us | share |", "|---|---|---:|---:|"]
+    for name, op, us in rows[:top]:
+        lines.append(f"| {name} | {op} | {us:.0f} | {us / total:.0%} |")
+    lines.append(f"| all {len(rows)} kernels | | {total:.0f} | 100% |")
+    return "\n".join(lines)

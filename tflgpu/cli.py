@@ -30,12 +30,21 @@ def _describe(arr: np.ndarray, limit: int = 8) -> str:
     return f"{head}{' ...' if flat.size > limit else ''}{stats}"
 
 
+def _delegate(args):
+    if getattr(args, "delegate", "cpu") != "gpu":
+        return None
+    from .delegate import GpuDelegate
+
+    return GpuDelegate(precision_loss_allowed=args.precision == "fp16", device=args.device,
+                       profile=getattr(args, "profile", False))
+
+
 def cmd_run(args) -> int:
     from .benchmark import reference_inputs, time_invokes
     from .interpreter import Interpreter
 
     path = Path(args.model) if args.model else _default_model()
-    interp = Interpreter(model_path=str(path), num_threads=args.threads)
+    interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
     interp.allocate_tensors()
     details = interp.get_input_details()
     if args.input:
@@ -69,13 +78,58 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_devices(args) -> int:
+    from .runtime.device import list_devices
+
+    devices = list_devices()
+    if args.json:
+        print(json.dumps([d.identity.as_dict() | {"index": d.index} for d in devices], indent=2))
+        return 0
+    if not devices:
+        print("no OpenCL device found (GpuDelegate will run models on the CPU kernels)")
+    for d in devices:
+        i = d.identity
+        print(f"#{d.index} {i.device_type:4s} {i.device} | platform {i.platform} | driver {i.driver_version} | "
+              f"{i.opencl_c_version} | fp16 {'yes' if i.fp16 else 'no'} | {i.compute_units} CUs | "
+              f"{i.global_mem_bytes / 2**30:.1f} GiB")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    from .delegate import GpuDelegate
+    from .interpreter import Interpreter
+
+    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(precision_loss_allowed=args.precision == "fp16",
+                                                                     device=args.device))
+    plan = interp.gpu_plan
+    if plan is None:
+        print("no OpenCL device: nothing is planned")
+        return 1
+    print(f"device: {interp.backend}")
+    print(f"intermediate tensors: {plan.naive_bytes:,} bytes if each had its own buffer")
+    print(f"planned:              {plan.planned_bytes:,} bytes in {len(plan.buffers)} shared buffers "
+          f"({plan.planned_bytes / max(plan.naive_bytes, 1):.0%})")
+    print(f"constants (weights):  {plan.const_bytes:,} bytes")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .cpu import supported_ops
     from .interpreter import tensor_details
     from .model import read_model
 
+    if args.devices:
+        return cmd_devices(args)
+    if not args.model:
+        print("error: inspect needs a MODEL (or --devices)", file=sys.stderr)
+        return 2
+    if args.memory:
+        return cmd_memory(args)
     model = read_model(args.model)
     cpu_ops = set(supported_ops())
+    from .kernels import gpu_ops
+
+    opencl_ops = set(gpu_ops())
     census = model.op_census()
     report = {
         "model": str(args.model),
@@ -83,7 +137,8 @@ def cmd_inspect(args) -> int:
         "subgraphs": len(model.subgraphs),
         "inputs": [_brief(tensor_details(model.main.tensors[i])) for i in model.main.inputs],
         "outputs": [_brief(tensor_details(model.main.tensors[i])) for i in model.main.outputs],
-        "ops": {name: {"count": n, "cpu": name in cpu_ops} for name, n in census.items()},
+        "ops": {name: {"count": n, "cpu": name in cpu_ops, "opencl": name in opencl_ops}
+                for name, n in census.items()},
         "signatures": {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in model.signature_defs},
     }
     if args.json:
@@ -93,9 +148,11 @@ def cmd_inspect(args) -> int:
     for kind in ("inputs", "outputs"):
         for t in report[kind]:
             print(f"{kind[:-1]:7s} #{t['index']:<4d} {t['name']}  {t['dtype']}{t['shape']}")
-    print(f"{'op':32s} {'count':>5s}  cpu")
+    print(f"{'op':32s} {'count':>5s}  cpu  opencl")
     for name, info in report["ops"].items():
-        print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO'}")
+        print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO ':3s}  "
+              f"{'yes' if info['opencl'] else 'no (runs on cpu)'}")
+    print("(opencl: a generator exists; shapes/attributes it cannot take still fall back, see `tflgpu run -v`)")
     for key, sig in report["signatures"].items():
         print(f"signature {key!r}: inputs {sig['inputs']} outputs {sig['outputs']}")
     return 0
@@ -112,11 +169,25 @@ def cmd_bench(args) -> int:
     models = args.models or [str(_default_model())]
     rows = []
     for m in models:
+        kwargs = {"delegate": _delegate(args)} if args.delegate == "gpu" else {}
         rows.append(bench_model(m, num_threads=args.threads, warmup=args.warmup, repeats=args.repeat,
-                                compare=not args.no_compare))
-        print(f"  {rows[-1].model}: {rows[-1].tflgpu_ms:.2f} ms", file=sys.stderr)
+                                compare=not args.no_compare, interpreter_kwargs=kwargs))
+        print(f"  {rows[-1].model}: {rows[-1].tflgpu_ms:.2f} ms ({rows[-1].backend})", file=sys.stderr)
     print(format_table(rows))
+    if args.profile and args.delegate == "gpu":
+        from .benchmark import kernel_profile
+
+        for m in models:
+            print(f"\nper-kernel profile of {Path(m).name} (OpenCL events, one invoke):")
+            print(kernel_profile(m, _delegate(args)))
     return 0
+
+
+def _delegate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--delegate", choices=["cpu", "gpu"], default="cpu",
+                   help="gpu: run through GpuDelegate on an OpenCL device (default cpu)")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="with --delegate gpu")
+    p.add_argument("--device", help="OpenCL device: index or name substring (default: $TFLGPU_DEVICE or the first)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,11 +202,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, default=10, help="timed invokes (default 10)")
     r.add_argument("--threads", type=int, default=None)
     r.add_argument("--save", help="directory to save each output as .npy")
+    _delegate_args(r)
     r.set_defaults(func=cmd_run)
 
     i = sub.add_parser("inspect", help="inputs, outputs, op census and backend support of a model")
-    i.add_argument("model")
+    i.add_argument("model", nargs="?")
     i.add_argument("--json", action="store_true")
+    i.add_argument("--devices", action="store_true", help="list OpenCL devices and their identity")
+    i.add_argument("--memory", action="store_true", help="planned device memory vs one buffer per tensor")
+    i.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    i.add_argument("--device", help="OpenCL device: index or name substring")
     i.set_defaults(func=cmd_inspect)
 
     b = sub.add_parser("bench", help="latency of models through tflgpu, side by side with LiteRT")
@@ -144,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=3)
     b.add_argument("--repeat", type=int, default=20)
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
+    b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
+    _delegate_args(b)
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -136,7 +137,9 @@ class GpuPlan:
         self.source = "\n\n".join(sources)
         opts = ["-cl-mad-enable"] + (["-DTFLGPU_FP16"] if self.fp16 else [])
         try:
-            self.program = cl.Program(self.ctx, self.source).build(options=opts)
+            with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                self.program = cl.Program(self.ctx, self.source).build(options=opts)
         except cl.RuntimeError as e:
             raise RuntimeError(f"OpenCL build failed on {self.device.identity.device}: {e}") from e
 

@@ -1,0 +1,104 @@
+"""Every corpus model through GpuDelegate (FP32 and FP16) on the available OpenCL device, against LiteRT,
+with the number of ops placed on the device asserted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import reference_inputs
+
+from .conftest import assert_close, corpus_model, litert, run_model
+
+# model -> ops expected on the CPU (everything else on the OpenCL device)
+EXPECTED_CPU_OPS = {
+    "mobilenet_v1_1.0_224.tflite": 0,
+    "mobilenet_v2_1.0_224.tflite": 0,
+    "deeplab_mnv2_257.tflite": 0,
+    "posenet_mnv1_257.tflite": 0,
+    "ssd_mnv2_300.tflite": 0,
+    "opzoo_small.tflite": 0,
+    "mobilenet_v1_1.0_224_fp16.tflite": 0,
+    "unet_small_256.tflite": 3,  # TRANSPOSE_CONV has no OpenCL generator yet
+    "fallback_ops.tflite": 6,  # ARG_MAX, CAST, TOPK_V2, int STRIDED_SLICE, GATHER, CUMSUM
+    "lstm_small.tflite": 1,  # UNIDIRECTIONAL_SEQUENCE_LSTM
+    "lstm_small_keras3_while.tflite": 1,  # WHILE (its body runs on the CPU kernels)
+}
+CLASSIFIERS = {"mobilenet_v1_1.0_224.tflite", "mobilenet_v2_1.0_224.tflite", "mobilenet_v1_1.0_224_fp16.tflite"}
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", sorted(EXPECTED_CPU_OPS))
+def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    path = corpus_model(name)
+    it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=fp16))
+    plan = it.gpu_plan
+    assert plan is not None and plan.fp16 == fp16
+    assert plan.cpu_op_count == EXPECTED_CPU_OPS[name], [(s.op.name, s.reason) for s in plan.steps if s.device == "cpu"]
+    inputs = reference_inputs(it.get_input_details())
+    got = run_model(lambda **kw: it, path, inputs)
+    want = run_model(litert(), path, inputs)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if fp16 and w.dtype.kind in "iu":  # indices (argmax/top-k) may flip on near-ties in FP16
+            assert np.mean(g == w) >= 0.9, f"output {i}: only {np.mean(g == w):.0%} of indices agree"
+            continue
+        assert_close(g, w, 1e-2 if fp16 else 1e-4, what=f"{name} output {i}")
+    if name in CLASSIFIERS:
+        assert int(np.argmax(got[0])) == int(np.argmax(want[0]))
+
+
+def test_memory_plan_shares_buffers(opencl_device):
+    it = Interpreter(str(corpus_model("mobilenet_v2_1.0_224.tflite")), delegate=GpuDelegate())
+    plan = it.gpu_plan
+    assert plan.planned_bytes < plan.naive_bytes / 3, (plan.planned_bytes, plan.naive_bytes)
+
+
+def test_resize_rebuilds_the_plan(opencl_device, rng):
+    from tflgpu.model.default_model import DEFAULT_MODEL_PATH as path
+
+    it = Interpreter(str(path), delegate=GpuDelegate())
+    for batch in (3, 1):
+        it.resize_tensor_input(0, [batch, 96, 96, 3])
+        it.allocate_tensors()
+        assert it.gpu_plan.input_shapes == [(batch, 96, 96, 3)] and it.gpu_plan.cpu_op_count == 0
+        x = rng.uniform(-1, 1, (batch, 96, 96, 3)).astype(np.float32)
+        it.set_tensor(0, x)
+        it.invoke()
+        ref = litert()(str(path))
+        ref.resize_tensor_input(0, [batch, 96, 96, 3])
+        ref.allocate_tensors()
+        ref.set_tensor(0, x)
+        ref.invoke()
+        for d in ref.get_output_details():
+            assert_close(it.get_tensor(d["index"]), ref.get_tensor(d["index"]))
+
+
+def test_max_delegated_partitions(opencl_device):
+    path = corpus_model("fallback_ops.tflite")
+    full = Interpreter(str(path), delegate=GpuDelegate()).gpu_plan
+    one = Interpreter(str(path), delegate=GpuDelegate(max_delegated_partitions=1)).gpu_plan
+    assert full.partitions > 1 and one.partitions == 1
+    assert one.gpu_op_count < full.gpu_op_count
+
+
+def test_no_device_falls_back_with_one_warning(monkeypatch, caplog, rng):
+    from tflgpu.runtime import device
+
+    monkeypatch.setattr(device, "list_devices", lambda: ())
+    caplog.set_level("WARNING", logger="tflgpu")
+    path = corpus_model("opzoo_small.tflite")
+    it = Interpreter(str(path), delegate=GpuDelegate())
+    assert it.gpu_plan is None and it.backend == "cpu (numba)"
+    assert caplog.text.count("no OpenCL device") == 1
+    x = [rng.uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)]
+    for g, w in zip(run_model(lambda **kw: it, path, x), run_model(litert(), path, x)):
+        assert_close(g, w)
+
+
+def test_named_device_that_does_not_exist_is_an_error():
+    with pytest.raises(ValueError, match="no OpenCL device matches"):
+        Interpreter(str(corpus_model("opzoo_small.tflite")), delegate=GpuDelegate(device="no-such-device-xyz"))
