@@ -99,10 +99,11 @@ settings.load_profile(os.environ.get("TFLGPU_HYPOTHESIS", "ci"))
 
 @pytest.fixture(scope="session")
 def opencl_device():
-    """The OpenCL device the GPU-path tests run on (the pip CPU runtime in CI); skip if none."""
-    from tflgpu.runtime.device import list_devices
+    """The OpenCL device the GPU-path tests run on ($TFLGPU_DEVICE, else the first; in CI the pip CPU
+    runtime); skip if there is none."""
+    from tflgpu.runtime.device import NoDeviceError, choose_device
 
-    devices = list_devices()
-    if not devices:
-        pytest.skip("no OpenCL device available")
-    return devices[0]
+    try:
+        return choose_device()
+    except NoDeviceError as e:
+        pytest.skip(f"no OpenCL device available: {e}")

@@ -150,3 +150,15 @@ def test_unsupported_op_falls_back_to_cpu_with_warning(opencl_device, rng, caplo
     caplog.set_level("WARNING", logger="tflgpu")
     check_op("CUMSUM", [In(rand(rng, (3, 4))), np.array(1, I32)], delegate=GpuDelegate(), expect_on_device=False)
     assert "op code #128 (CUMSUM) cannot be handled by this delegate" in caplog.text
+
+
+def test_kernel_the_compiler_rejects_falls_back_to_cpu(opencl_device, rng, caplog, monkeypatch):
+    """Inject a build failure into one generator: that op runs on the CPU, the model stays correct."""
+    from tflgpu.kernels import conv as conv_gen
+
+    original = conv_gen._conv_source
+    monkeypatch.setattr(conv_gen, "_conv_source", lambda *a, **k: original(*a, **k).replace("mad(", "no_such_fn("))
+    caplog.set_level("WARNING", logger="tflgpu")
+    check_op("CONV_2D", [In(rand(rng, (1, 6, 6, 3))), rand(rng, (4, 3, 3, 3)), rand(rng, (4,))], padding="SAME",
+             stride_w=1, stride_h=1, delegate=GpuDelegate(), expect_on_device=False)
+    assert "(CONV_2D) cannot be handled by this delegate: OpenCL build failed" in caplog.text

@@ -65,13 +65,13 @@ class GpuPlan:
         self.itemsize = 2 if fp16 else 4
         t0 = time.perf_counter()
         self.steps = self._select(params or {})
-        self._limit_partitions(max_partitions)
-        self._report()
         self.ctx = cl.Context([device.cl_device])
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(self.ctx, properties=props)
         self.profile = profile
         self._compile()
+        self._limit_partitions(max_partitions)
+        self._report()
         self._allocate()
         self.build_seconds = time.perf_counter() - t0
         self.last_events: list = []
@@ -126,21 +126,31 @@ class GpuPlan:
 
     # -- compile and allocate ------------------------------------------------
 
-    def _compile(self) -> None:
-        cl = self.cl
-        sources, seen = [PREAMBLE], set()
-        for s in self.steps:
-            for spec in s.specs if s.device == "gpu" else []:
-                if spec.name not in seen:
-                    seen.add(spec.name)
-                    sources.append(spec.source)
-        self.source = "\n\n".join(sources)
+    def _build(self, sources: list[str]):
         opts = ["-cl-mad-enable"] + (["-DTFLGPU_FP16"] if self.fp16 else [])
+        with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
+            warnings.simplefilter("ignore", self.cl.CompilerWarning)
+            return self.cl.Program(self.ctx, "\n\n".join([PREAMBLE] + sources)).build(options=opts)
+
+    def _compile(self) -> None:
+        """One program for all kernels; if the compiler rejects it, find the kernels it rejects
+        and run those ops on the CPU instead (with the reason), never failing the model."""
+        cl = self.cl
+        gpu_steps = [s for s in self.steps if s.device == "gpu"]
         try:
-            with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
-                warnings.simplefilter("ignore", cl.CompilerWarning)
-                self.program = cl.Program(self.ctx, self.source).build(options=opts)
-        except cl.RuntimeError as e:
+            self.program = self._build([spec.source for s in gpu_steps for spec in s.specs])
+            return
+        except cl.Error as e:
+            log.info("OpenCL build of the whole plan failed, checking kernels one by one: %s", str(e)[:200])
+        for s in gpu_steps:
+            try:
+                self._build([spec.source for spec in s.specs])
+            except cl.Error as e:
+                first = next((ln for ln in str(e).splitlines() if "error" in ln), str(e).splitlines()[0])
+                s.device, s.reason = "cpu", f"OpenCL build failed: {first.strip()[:160]}"
+        try:
+            self.program = self._build([spec.source for s in self.steps if s.device == "gpu" for spec in s.specs])
+        except cl.Error as e:
             raise RuntimeError(f"OpenCL build failed on {self.device.identity.device}: {e}") from e
 
     def _layout(self, idx: int) -> Layout:
