@@ -130,7 +130,7 @@ def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
         return "(no OpenCL plan)"
     rows = sorted(plan.profile_report(), key=lambda r: -r[2])
     total = sum(r[2] for r in rows) or 1.0
-    lines = [f"| kernel | op | us | share |", "|---|---|---:|---:|"]
+    lines = ["| kernel | op | us | share |", "|---|---|---:|---:|"]
     for name, op, us in rows[:top]:
         lines.append(f"| {name} | {op} | {us:.0f} | {us / total:.0%} |")
     lines.append(f"| all {len(rows)} kernels | | {total:.0f} | 100% |")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..cpu.registry import conv_padding
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, round_up, vec_slices, weights_oi4
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi4
 
 
 def _float_const(ctx: GenContext, i: int) -> np.ndarray:
@@ -26,6 +26,16 @@ def _float_const(ctx: GenContext, i: int) -> np.ndarray:
             raise Unsupported("quantized weights (quantization issue)")
         w = w.astype(np.float32)
     return w
+
+
+def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int, ...]:
+    """Strides, dilations, output size and leading padding of a conv-like op's options."""
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    oh, pt = conv_padding(ih, kh, sh, dh, pad)
+    ow, pl = conv_padding(iw, kw, sw, dw, pad)
+    return sh, sw, dh, dw, oh, ow, pt, pl
 
 
 def conv_defaults(ow: int, sout: int, sin: int) -> tuple[int, int]:
@@ -108,18 +118,14 @@ def conv_grid(*, ow, oh, ih, iw, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) ->
 
 @generator("CONV_2D")
 def conv2d(ctx: GenContext) -> list[KernelSpec]:
-    x_t, w_t, out = ctx.inp(0), ctx.inp(1), ctx.out()
+    x_t, out = ctx.inp(0), ctx.out()
     require_float(ctx, x_t, out)
     w = _float_const(ctx, 1)
     n, ih, iw, cin = ctx.layout(x_t).dims
     cout, kh, kw, icg = w.shape
     if icg != cin:
         raise Unsupported("grouped convolution")
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
-    oh, pt = conv_padding(ih, kh, sh, dh, pad)
-    ow, pl = conv_padding(iw, kw, sw, dw, pad)
+    sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     d_tx, d_ts = conv_defaults(ow, sout, sin)
     tx, ts = ctx.params.get("tile_x", d_tx), ctx.params.get("tile_s", d_ts)
@@ -149,11 +155,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     mult = cout // cin if cin else 0
     if mult * cin != cout:
         raise Unsupported("output channels not a multiple of input channels")
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
-    oh, pt = conv_padding(ih, kh, sh, dh, pad)
-    ow, pl = conv_padding(iw, kw, sw, dw, pad)
+    sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     tx = ctx.params.get("tile_x", 4 if ow >= 4 else 1)
     bias = ctx.const(2) if ctx.inp(2) is not None else np.zeros(cout, np.float32)

@@ -43,7 +43,8 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
     """
     sg = runner.sg
     zeros = [np.zeros(shape, sg.tensors[i].dtype) for i, shape in zip(sg.inputs, input_shapes)]
-    values = runner.run(zeros)
+    with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
+        values = runner.run(zeros)
     runner.reset_variables()
     tensors = [replace(t, shape=tuple(np.shape(v))) if v is not None else t for t, v in zip(sg.tensors, values)]
     return replace(sg, tensors=tensors)
