@@ -36,8 +36,10 @@ def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
 
 
 @pytest.mark.parametrize("strided", [False, True])
-@pytest.mark.parametrize("tile_x,tile_s", [(1, 1), (2, 4), (8, 2)])
-def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, strided):
+@pytest.mark.parametrize("tile_x,tile_s,wide,hint", [(1, 1, False, None), (2, 4, False, "float4"), (8, 2, False, None),
+                                                     (4, 4, True, "float8"), (2, 8, True, "float8"),
+                                                     (1, 2, True, None)])
+def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, strided):
     """Every register tile the generator offers computes the same conv."""
     from tflgpu import Interpreter
 
@@ -50,8 +52,10 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, strided):
     from tflgpu.runtime.executor import GpuPlan
 
     plan = GpuPlan(it._runtime.runner(0), opencl_device, False, 1 << 30,
-                   params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided}})
-    assert plan.steps[0].specs[0].params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided}
+                   params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint,
+                               "wide": wide}})
+    assert plan.steps[0].specs[0].params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided,
+                                             "vec_hint": hint, "wide": wide}
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0])
 

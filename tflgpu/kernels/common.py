@@ -24,11 +24,13 @@ typedef half STORE_T;
 #define LD4(p, i) vload_half4((i), (p))
 #define ST4(p, i, v) vstore_half4((v), (i), (p))
 #define LD1(p, i) vload_half((i), (p))
+#define LD8(p, i) vload_half8((i), (p))
 #else
 typedef float STORE_T;
 #define LD4(p, i) vload4((i), (p))
 #define ST4(p, i, v) vstore4((v), (i), (p))
 #define LD1(p, i) ((p)[(i)])
+#define LD8(p, i) vload8((i), (p))
 #endif
 """
 
@@ -160,6 +162,20 @@ def weights_oi4(w: np.ndarray, pad_out_slices_to: int = 1) -> np.ndarray:
     full[:o, :, :, :i] = w
     # -> [so, 4(out lanes), kh, kw, si, 4(k)] -> [so, si, kh, kw, k, out lanes]
     g = full.reshape(so_p, 4, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
+    return np.ascontiguousarray(g).reshape(-1)
+
+
+def weights_oi8(w: np.ndarray, pad_out_slices_to: int = 2) -> np.ndarray:
+    """[O, KH, KW, I] -> float8 groups [So/2][Si][KH][KW][k] holding 8 output channels (2 slices).
+
+    Group (sp, si, ky, kx, k) = w[8sp:8sp+8, ky, kx, 4si+k]: acc8 += x.k * group.
+    """
+    o, kh, kw, i = w.shape
+    so, si = (o + 3) // 4, (i + 3) // 4
+    so_p = round_up(so, max(2, pad_out_slices_to))
+    full = np.zeros((so_p * 4, kh, kw, si * 4), np.float32)
+    full[:o, :, :, :i] = w
+    g = full.reshape(so_p // 2, 8, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
     return np.ascontiguousarray(g).reshape(-1)
 
 
