@@ -184,3 +184,22 @@ def vec_slices(v: np.ndarray, c: int, pad_slices_to: int = 1) -> np.ndarray:
     out = np.zeros(s * 4, np.float32)
     out[:c] = np.asarray(v, np.float32).reshape(-1)[:c]
     return out
+
+
+def boundary_kernels(name: str, lay: Layout) -> str:
+    """Two kernels converting a dense NHWC float32 buffer to the slice layout and back.
+
+    Used at the graph/partition boundary so the host copies plain NHWC data and never transposes.
+    """
+    grid = (f"  const int x = get_global_id(0); const int Y = get_global_id(1); const int S = get_global_id(2);\n"
+            f"  if (x >= {lay.w} || Y >= {lay.b * lay.h} || S >= {lay.s}) return;\n"
+            f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n"
+            f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n"
+            f"  const int d = ((b * {lay.h} + y) * {lay.w} + x) * {lay.c} + S * 4;\n")
+    lanes = "xyzw"
+    load = "\n".join(f"  if (S * 4 + {j} < {lay.c}) v.{lanes[j]} = dense[d + {j}];" for j in range(4))
+    store = "\n".join(f"  if (S * 4 + {j} < {lay.c}) dense[d + {j}] = v.{lanes[j]};" for j in range(4))
+    return (f"__kernel void {name}_in(__global const float* dense, __global STORE_T* dst) {{\n{grid}"
+            f"  float4 v = (float4)(0.0f);\n{load}\n  ST4(dst, o, v);\n}}\n\n"
+            f"__kernel void {name}_out(__global const STORE_T* src, __global float* dense) {{\n{grid}"
+            f"  const float4 v = LD4(src, o);\n{store}\n}}\n")

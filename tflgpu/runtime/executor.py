@@ -18,7 +18,7 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..graph.ir import Operator, Subgraph
 from ..kernels import PREAMBLE, GenContext, KernelSpec, Unsupported, generator_for
-from ..kernels.common import Layout, bhwc, from_slices, to_slices
+from ..kernels.common import Layout, bhwc, boundary_kernels
 from .device import DeviceInfo
 from .memory import plan_memory
 
@@ -228,20 +228,45 @@ class GpuPlan:
                 k.set_args(*args)
                 s.kernels.append(k)
         self.const_bytes = sum(b.size for b in self.const_buffers)
+        self._boundary(on_gpu)
+
+    def _boundary(self, on_gpu) -> None:
+        """A dense NHWC float32 staging buffer and conversion kernels for each tensor crossing the boundary."""
+        cl = self.cl
+        crossing = set(self.input_uploads) | set(self.output_downloads)
+        for ts in list(self.uploads_after.values()) + list(self.downloads_before.values()):
+            crossing.update(ts)
+        self.staging: dict[int, tuple] = {}
+        if not crossing:
+            return
+        sources = [boundary_kernels(f"io_{t}", self._layout(t)) for t in sorted(crossing)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            opts = ["-DTFLGPU_FP16"] if self.fp16 else []
+            prog = cl.Program(self.ctx, "\n".join([PREAMBLE] + sources)).build(options=opts)
+        for t in sorted(crossing):
+            lay = self._layout(t)
+            dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
+            k_in, k_out = getattr(prog, f"io_{t}_in"), getattr(prog, f"io_{t}_out")
+            k_in.set_args(dense, self.tensor_buffer[t])
+            k_out.set_args(self.tensor_buffer[t], dense)
+            self.staging[t] = (dense, k_in, k_out, (lay.w, lay.b * lay.h, lay.s))
 
     # -- run -----------------------------------------------------------------
 
     def _upload(self, t: int, value: np.ndarray) -> None:
-        data = to_slices(value, self._layout(t), self.np_dtype)
-        self.cl.enqueue_copy(self.queue, self.tensor_buffer[t], data, is_blocking=False)
+        dense, k_in, _, gsize = self.staging[t]
+        data = np.ascontiguousarray(value, dtype=np.float32)
+        self.cl.enqueue_copy(self.queue, dense, data, is_blocking=False)
+        self.cl.enqueue_nd_range_kernel(self.queue, k_in, gsize, None)
         self._keep.append(data)
 
     def _download(self, t: int) -> np.ndarray:
-        tensor = self.sg.tensors[t]
-        lay = self._layout(t)
-        host = np.empty(lay.elements, self.np_dtype)
-        self.cl.enqueue_copy(self.queue, host, self.tensor_buffer[t], is_blocking=True)
-        return from_slices(host, lay, tensor.shape, np.float32)
+        dense, _, k_out, gsize = self.staging[t]
+        self.cl.enqueue_nd_range_kernel(self.queue, k_out, gsize, None)
+        host = np.empty(self.sg.tensors[t].shape, np.float32)
+        self.cl.enqueue_copy(self.queue, host, dense, is_blocking=True)
+        return host
 
     def run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Run once; returns host values of the graph outputs and of every CPU-side tensor."""
