@@ -166,3 +166,47 @@ def test_kernel_the_compiler_rejects_falls_back_to_cpu(opencl_device, rng, caplo
     check_op("CONV_2D", [In(rand(rng, (1, 6, 6, 3))), rand(rng, (4, 3, 3, 3)), rand(rng, (4,))], padding="SAME",
              stride_w=1, stride_h=1, delegate=GpuDelegate(), expect_on_device=False)
     assert "(CONV_2D) cannot be handled by this delegate: OpenCL build failed" in caplog.text
+
+
+@pytest.mark.parametrize("second", ["HARD_SWISH", "LOGISTIC", "ADD_TENSOR", "MUL_CONST", "SUB_LHS_CONST"])
+@pytest.mark.parametrize("producer", ["CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"])
+def test_elementwise_fused_into_producer(gpu, rng, producer, second):
+    """producer -> elementwise: one kernel (the pass fuses it), same results as LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    shape = (1, 6, 5, 8) if producer != "FULLY_CONNECTED" else (2, 8)
+    x = b.input("x", shape)
+    skip = b.input("skip", shape)
+    if producer == "CONV_2D":
+        w, bias = b.const("w", rand(rng, (8, 3, 3, 8))), b.const("b", rand(rng, (8,)))
+        opts = {"padding": "SAME", "stride_w": 1, "stride_h": 1}
+    elif producer == "DEPTHWISE_CONV_2D":
+        w, bias = b.const("w", rand(rng, (1, 3, 3, 8))), b.const("b", rand(rng, (8,)))
+        opts = {"padding": "SAME", "stride_w": 1, "stride_h": 1, "depth_multiplier": 1}
+    else:
+        w, bias = b.const("w", rand(rng, (8, 8))), b.const("b", rand(rng, (8,)))
+        opts = {}
+    y = b.tensor("y", shape)
+    b.op(producer, [x, w, bias], [y], **opts)
+    z = b.tensor("z", shape)
+    if second in ("HARD_SWISH", "LOGISTIC"):
+        b.op(second, [y], [z])
+    elif second == "ADD_TENSOR":
+        b.op("ADD", [y, skip], [z], fused_activation_function="RELU6")
+    elif second == "MUL_CONST":
+        b.op("MUL", [y, b.const("k", rand(rng, (8,)))], [z])
+    else:
+        b.op("SUB", [b.const("k", rand(rng, (1,))), y], [z])
+    b.output(z)
+    model = b.build()
+    feeds = [rand(rng, shape), rand(rng, shape)]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    assert plan.pass_counts["fuse_elementwise"] == 1 and plan.cpu_op_count == 0
+    assert len([s for s in plan.steps if s.device == "gpu"]) == 1
+    got = run_model(lambda **kw: it, model, feeds)
+    assert_close(got[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])

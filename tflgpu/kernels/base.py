@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -22,6 +22,7 @@ class GenContext:
     consts: dict[int, np.ndarray]  # folded constants by tensor index
     fp16: bool
     params: dict[str, Any]  # overrides of the generator's heuristic defaults (the tuner's knobs)
+    epilogue: list = field(default_factory=list)  # fused elementwise ops (graph.passes.Fused), applied in order
 
     def tensor(self, idx: int) -> Tensor:
         return self.subgraph.tensors[idx]
@@ -47,6 +48,21 @@ class GenContext:
 
     def opt(self, key: str, default: Any = None) -> Any:
         return self.op.options.get(key, default)
+
+    @property
+    def final_output(self) -> int:
+        """The tensor this kernel writes: the last fused op's output, else the op's."""
+        return self.epilogue[-1].op.outputs[0] if self.epilogue else self.op.outputs[0]
+
+    def epilogue_io(self, var: str, index: str, cout: int):
+        """(C code, extra params, extra Args, extra input tensors) of the fused ops."""
+        from ..graph.passes import epilogue_code
+        from .common import Arg
+
+        if not self.epilogue:
+            return "", [], [], []
+        code, (args, params) = epilogue_code(self.epilogue, var, index, cout)
+        return code, params, [Arg(k, v) for k, v in args], [v for k, v in args if k == "tensor"]
 
     @property
     def name(self) -> str:

@@ -28,6 +28,21 @@ def _float_const(ctx: GenContext, i: int) -> np.ndarray:
     return w
 
 
+def _epilogue(ctx: GenContext, cout: int):
+    """(source hook, extra Args, extra input tensors) for the fused ops of this kernel."""
+    if not ctx.epilogue:
+        return None, [], []
+    holder = {}
+
+    def hook(index: str):
+        code, params, args, tensors = ctx.epilogue_io("v", index, cout)
+        holder["args"], holder["tensors"] = args, tensors
+        return code, params
+
+    hook("0")  # fill args eagerly (the index only shapes the code)
+    return hook, holder["args"], holder["tensors"]
+
+
 def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int, ...]:
     """Strides, dilations, output size and leading padding of a conv-like op's options."""
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
@@ -42,10 +57,11 @@ def conv_defaults(pixels: int, sout: int, sin: int) -> dict:
     """Heuristic tile for the conv kernel, from a sweep on the Intel OpenCL CPU device (5 MobileNet-like
     shapes x 18 tiles): float8 accumulators ("wide", two output slices per vector) won everywhere but
     on the 3-channel stem: 86-108 GFLOP/s vs 39-65 for the best float4 tile. 4 px x 4 slices won on
-    large maps (>= 256 px), 2 px x 8 slices on small ones.
+    large maps (>= 256 px), 2 px x 8 slices on small ones and on deep inputs (>= 128 slices, whose
+    weights outgrow the cache: 17x17 1024->1024 ran at 90 GFLOP/s with (2, 8), 82 with (4, 4)).
     """
     if sout >= 4 and sin >= 2:
-        tx, ts = (4, 4) if pixels >= 256 or sout < 8 else (2, 8)
+        tx, ts = (4, 4) if (pixels >= 256 and sin < 128) or sout < 8 else (2, 8)
         return {"tile_x": tx, "tile_s": ts, "wide": True, "vec_hint": "float8"}
     if sout >= 4:
         return {"tile_x": 2, "tile_s": 4, "wide": False, "vec_hint": "float4"}
@@ -53,7 +69,7 @@ def conv_defaults(pixels: int, sout: int, sin: int) -> dict:
 
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
-                 strided=False, vec_hint: str | None = None, wide: bool = False) -> str:
+                 strided=False, vec_hint: str | None = None, wide: bool = False, epilogue=None) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -73,8 +89,10 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     if wide and ts % 2:
         raise ValueError("wide conv needs an even tile_s")
     vt, nacc = ("float8", ts // 2) if wide else ("float4", ts)
+    ep_code, ep_params = epilogue(f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + PX") if epilogue else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
     lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
-             "                     __global const STORE_T* bias, __global STORE_T* dst) {",
+             f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
              f"  const int S = get_global_id(2) * {ts};",
@@ -123,6 +141,9 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             lines.append(f"    if ({px(t)} < {ow}) {{")
             lines.append(f"      float4 v = {accexpr(t)} + bv;")
             lines.append("      " + activation(act, "v"))
+            if ep_code:
+                lines.append(f"      const int S_ep = S + {s};")
+                lines.append("      " + ep_code.replace("PX", px(t)))
             lines.append("      " + pad_lanes_mask(cout, f"(S + {s})", "v"))
             lines.append(f"      ST4(dst, ((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}, v);")
             lines.append("    }")
@@ -157,15 +178,16 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
     strided = p.get("strided", False)
     wide = p["wide"] and ts % 2 == 0
     hint = p["vec_hint"] if (wide or p["vec_hint"] != "float8") else "float4"
+    ep = _epilogue(ctx, cout)
     src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
-                       cout=cout, strided=strided, vec_hint=hint, wide=wide)
+                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[0])
     gsize = conv_grid(ow=ow, oh=oh, ih=ih, iw=iw, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
                       sout=sout)
     return [KernelSpec(ctx.name, src, gsize, p.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if wide else weights_oi4(w, ts)),
-        Arg("const", b_vec),
-        Arg("tensor", ctx.op.outputs[0])], [ctx.op.inputs[0]], [ctx.op.outputs[0]],
+        Arg("const", b_vec), *ep[1],
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
         {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide}, flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
 
@@ -192,9 +214,12 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     act = ctx.opt("fused_activation_function", 0)
     name = ctx.name
     hint = ctx.params.get("vec_hint", "float4")
+    ep = _epilogue(ctx, cout)
+    ep_code, ep_params = ep[0](f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + PX") if ep[0] else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
     L = [(f"__attribute__((vec_type_hint({hint}))) " if hint else "")
          + f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
-         "                     __global const STORE_T* bias, __global STORE_T* dst) {",
+         f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
          f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int S = get_global_id(2);",
          f"  if (X >= {ow} || Y >= {n * oh} || S >= {sout}) return;",
          f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
@@ -219,13 +244,16 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         L.append("        } }")
     L += ["    }", "  }"]
     for t in range(tx):
-        L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {pad_lanes_mask(cout, 'S', 'v')}")
+        fused = ("const int S_ep = S; " + ep_code.replace("PX", f"X + {t}")) if ep_code else ""
+        L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {fused} "
+                 f"{pad_lanes_mask(cout, 'S', 'v')}")
         L.append(f"    ST4(dst, ((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}, v); }}")
     L.append("}")
     gsize = ((ow + tx - 1) // tx, n * oh, sout)
     return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)),
-        Arg("tensor", ctx.op.outputs[0])], [ctx.op.inputs[0]], [ctx.op.outputs[0]], {"tile_x": tx, "vec_hint": hint},
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep[1],
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
+        {"tile_x": tx, "vec_hint": hint},
         flops=2 * n * oh * ow * cout * kh * kw)]
 
 
@@ -253,9 +281,10 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("bias is not constant")
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
                        pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units, wide=wide,
-                       vec_hint="float8" if wide else "float4")
+                       vec_hint="float8" if wide else "float4", epilogue=_epilogue(ctx, units)[0])
+    ep = _epilogue(ctx, units)
     wq = w.reshape(units, 1, 1, depth)
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
-        Arg("const", vec_slices(bias, units, ts)), Arg("tensor", ctx.op.outputs[0])],
-        [ctx.op.inputs[0]], [ctx.op.outputs[0]], {"tile_s": ts, "wide": wide}, flops=2 * n * units * depth)]
+        Arg("const", vec_slices(bias, units, ts)), *ep[1], Arg("tensor", ctx.final_output)],
+        [ctx.op.inputs[0], *ep[2]], [ctx.final_output], {"tile_s": ts, "wide": wide}, flops=2 * n * units * depth)]

@@ -27,10 +27,10 @@ log = logging.getLogger("tflgpu")
 
 @dataclass
 class Step:
-    op: Operator
+    op: Operator  # the op whose generator made the kernel (a fused group's producer)
     device: str  # "gpu" | "cpu"
     specs: list[KernelSpec] = field(default_factory=list)
-    cpu_fn: object = None
+    members: list = field(default_factory=list)  # [(op, cpu_fn)]: every op this step computes, in order
     reason: str = ""
     kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
 
@@ -80,19 +80,35 @@ class GpuPlan:
     # -- selection and partitioning ---------------------------------------
 
     def _select(self, params: dict) -> list[Step]:
-        steps = []
+        """Place each op, run the graph passes, then generate the kernels of every device step."""
+        from ..cpu.executor import NO_FOLD
+        from ..graph.passes import PassStep, cull_dead, fuse_elementwise
+
+        consts = self.runner.consts
+        reasons: dict[int, str] = {}
+        base = []
         for op, fn in self.runner.steps:
             gen = generator_for(op.name)
-            if gen is None:
-                steps.append(Step(op, "cpu", cpu_fn=fn, reason="no OpenCL kernel"))
+            ok = gen is not None
+            if not ok:
+                reasons[op.index] = "no OpenCL kernel"
+            else:
+                try:
+                    gen(GenContext(op, self.sg, consts, self.fp16, params.get(op.index, {})))
+                except Unsupported as e:
+                    ok, reasons[op.index] = False, str(e)
+            base.append(PassStep(op, [(op, fn)], [], ok))
+        self.pass_counts = {"fold_constants": len(self.runner.sg.operators) - len(self.runner.steps)}
+        steps, self.pass_counts["cull_dead"] = cull_dead(base, self.sg, lambda op: op.name in NO_FOLD)
+        steps, self.pass_counts["fuse_elementwise"] = fuse_elementwise(steps, self.sg, consts)
+        out = []
+        for ps in steps:
+            if not ps.gpu:
+                out.append(Step(ps.op, "cpu", members=ps.members, reason=reasons.get(ps.op.index, "")))
                 continue
-            try:
-                specs = gen(GenContext(op, self.sg, self.runner.consts, self.fp16, params.get(op.index, {})))
-            except Unsupported as e:
-                steps.append(Step(op, "cpu", cpu_fn=fn, reason=str(e)))
-                continue
-            steps.append(Step(op, "gpu", specs, cpu_fn=fn))
-        return steps
+            ctx = GenContext(ps.op, self.sg, consts, self.fp16, params.get(ps.op.index, {}), ps.epilogue)
+            out.append(Step(ps.op, "gpu", generator_for(ps.op.name)(ctx), members=ps.members))
+        return out
 
     def _limit_partitions(self, max_partitions: int) -> None:
         runs, cur = [], []
@@ -117,11 +133,11 @@ class GpuPlan:
 
     def _report(self) -> None:
         cpu = [s for s in self.steps if s.device == "cpu"]
-        self.gpu_op_count = len(self.steps) - len(cpu)
-        self.cpu_op_count = len(cpu)
+        self.cpu_op_count = sum(len(s.members) for s in cpu)
+        self.gpu_op_count = sum(len(s.members) for s in self.steps) - self.cpu_op_count
         if cpu:
-            lines = [f"op code #{s.op.builtin_code} ({s.op.name}) cannot be handled by this delegate: {s.reason}"
-                     for s in cpu]
+            lines = [f"op code #{op.builtin_code} ({op.name}) cannot be handled by this delegate: {s.reason}"
+                     for s in cpu for op, _ in s.members]
             log.warning("%s\n%d ops run on the OpenCL device (%d partitions), %d on the CPU",
                         "\n".join(dict.fromkeys(lines)), self.gpu_op_count, self.partitions, self.cpu_op_count)
 
@@ -166,8 +182,9 @@ class GpuPlan:
         self.downloads_before: dict[int, list[int]] = {}  # step -> tensors produced on GPU, read on CPU
         producer = {}
         for i, s in enumerate(self.steps):
-            for t in s.op.outputs:
-                producer[t] = i
+            for op, _ in s.members:
+                for t in op.outputs:
+                    producer[t] = i
         graph_in, graph_out = set(self.sg.inputs), set(self.sg.outputs)
 
         def touch(t, i):
@@ -190,9 +207,9 @@ class GpuPlan:
                     touch(t, i)
         for i, s in enumerate(self.steps):
             if s.device == "cpu":
-                for t in s.op.inputs:
+                for t in {t for op, _ in s.members for t in op.inputs}:
                     p = producer.get(t)
-                    if t >= 0 and p is not None and self.steps[p].device == "gpu":
+                    if t >= 0 and p is not None and p != i and self.steps[p].device == "gpu":
                         self.downloads_before.setdefault(i, []).append(t)
                         touch(t, i)
         for t in graph_out:
@@ -289,10 +306,11 @@ class GpuPlan:
             for t in self.downloads_before.get(i, ()):
                 if t not in values:
                     values[t] = self._download(t)
-            outs = s.cpu_fn([values[t] if t >= 0 else None for t in s.op.inputs])
-            for t, v in zip(s.op.outputs, outs):
-                if t >= 0:
-                    values[t] = self.runner._coerce(t, v)
+            for op, fn in s.members:
+                outs = fn([values[t] if t >= 0 else None for t in op.inputs])
+                for t, v in zip(op.outputs, outs):
+                    if t >= 0:
+                        values[t] = self.runner._coerce(t, v)
             for t in self.uploads_after.get(i, ()):
                 self._upload(t, values[t])
         for t in self.output_downloads:

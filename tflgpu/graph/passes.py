@@ -1,0 +1,158 @@
+"""Graph passes over the delegated step list, run in this fixed order (counts: ``tflgpu inspect --passes``):
+
+1. ``fold_constants`` — done when the CPU runner is built: every op whose inputs are all constant
+   (float16 DEQUANTIZE, DENSIFY, shape arithmetic) becomes a constant; counted here.
+2. ``cull_dead`` — ops none of whose outputs is read by a later op or is a graph output.
+3. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
+   or ADD/SUB/MUL/MAXIMUM/MINIMUM with a same-layout tensor or a constant) joins its CONV_2D /
+   DEPTHWISE_CONV_2D / FULLY_CONNECTED producer as a snippet applied before the store.
+
+Each pass is a pure function of (steps, subgraph) returning new steps and how many ops it changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..kernels.common import bhwc
+from ..kernels.elementwise import BINARY, UNARY
+
+PRODUCERS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
+FUSABLE_BINARY = {"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"}
+
+
+@dataclass
+class Fused:
+    """One elementwise op appended to a producer: its op, and the other operand (tensor index or constant)."""
+
+    op: object
+    other_tensor: int | None = None
+    other_const: np.ndarray | None = None
+    producer_is_lhs: bool = True
+
+
+@dataclass
+class PassStep:
+    op: object  # the producing op (its generator runs)
+    members: list = field(default_factory=list)  # [(op, cpu_fn)] in order: the CPU fallback runs these
+    epilogue: list[Fused] = field(default_factory=list)
+    gpu: bool = True
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return self.epilogue[-1].op.outputs if self.epilogue else self.op.outputs
+
+
+def _readers(steps: list[PassStep]) -> dict[int, list[int]]:
+    readers: dict[int, list[int]] = {}
+    for i, s in enumerate(steps):
+        for op, _ in s.members:
+            for t in op.inputs:
+                if t >= 0:
+                    readers.setdefault(t, []).append(i)
+    return readers
+
+
+def cull_dead(steps: list[PassStep], sg, side_effects: Callable[[object], bool]) -> tuple[list[PassStep], int]:
+    live = set(sg.outputs)
+    kept: list[PassStep] = []
+    removed = 0
+    for s in reversed(steps):
+        outs = [t for op, _ in s.members for t in op.outputs]
+        if any(t in live for t in outs) or any(side_effects(op) for op, _ in s.members):
+            kept.append(s)
+            for op, _ in s.members:
+                live.update(t for t in op.inputs if t >= 0)
+        else:
+            removed += len(s.members)
+    return list(reversed(kept)), removed
+
+
+def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
+    graph_out = set(sg.outputs)
+    fused = 0
+    out: list[PassStep] = []
+    absorbed: set[int] = set()
+    readers = _readers(steps)
+    producer = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
+    for i, s in enumerate(steps):
+        if i in absorbed:
+            continue
+        if s.gpu and s.op.name in PRODUCERS:
+            while True:
+                (t,) = s.outputs[:1] or (None,)
+                rs = readers.get(t, [])
+                if t is None or t in graph_out or len(rs) != 1:
+                    break
+                j = rs[0]
+                nxt = steps[j]
+                if j in absorbed or not nxt.gpu or len(nxt.members) != 1 or nxt.epilogue:
+                    break
+                f = _fusable(nxt.op, t, sg, consts)
+                # the fused op runs at the producer's position: its other operand must exist by then
+                if f is None or (f.other_tensor is not None and producer.get(f.other_tensor, -1) >= i):
+                    break
+                s = PassStep(s.op, s.members + nxt.members, s.epilogue + [f], True)
+                absorbed.add(j)
+                fused += 1
+        out.append(s)
+    return out, fused
+
+
+def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
+    if op.name in UNARY and op.inputs[:1] == (t,):
+        return Fused(op)
+    if op.name not in FUSABLE_BINARY or len(op.inputs) != 2 or t not in op.inputs or op.inputs[0] == op.inputs[1]:
+        return None
+    lhs = op.inputs[0] == t
+    other = op.inputs[1] if lhs else op.inputs[0]
+    out_lay = bhwc(sg.tensors[t].shape)
+    o_shape = sg.tensors[other].shape
+    o_lay = bhwc(o_shape)
+    if out_lay is None or o_lay is None or sg.tensors[other].dtype != np.float32:
+        return None
+    if bhwc(sg.tensors[op.outputs[0]].shape) != out_lay:
+        return None
+    if other in consts:
+        c = np.asarray(consts[other], np.float32)
+        if c.size == 1 or (o_lay.dims[:3] == (1, 1, 1) and o_lay.c == out_lay.c):
+            return Fused(op, other_const=c, producer_is_lhs=lhs)
+        return None
+    if o_lay != out_lay:
+        return None
+    return Fused(op, other_tensor=other, producer_is_lhs=lhs)
+
+
+def epilogue_code(epilogue: list[Fused], var: str, index: str, cout: int) -> tuple[str, list]:
+    """C statements applying the fused ops to ``var`` (the producer's float4 at slice-layout ``index``),
+    and the extra kernel arguments they read, in order: ("tensor", idx) or ("const", slices)."""
+    from ..kernels.common import activation, vec_slices
+
+    lines, args = [], []
+    for k, f in enumerate(epilogue):
+        name = f.op.name
+        if f.other_tensor is None and f.other_const is None:
+            expr = UNARY[name].replace("ALPHA", f"{float(f.op.options.get('alpha', 0.2))!r}f")
+            assert var == "v", "UNARY snippets are written over a float4 named v"
+            lines.append(f"v = {expr};")
+            continue
+        if f.other_tensor is not None:
+            args.append(("tensor", f.other_tensor))
+            other = f"LD4(ep{k}, {index})"
+        elif f.other_const.size == 1:
+            other = f"(float4)({float(f.other_const.reshape(-1)[0])!r}f)"
+        else:
+            args.append(("const", vec_slices(f.other_const.reshape(-1), cout)))
+            other = f"LD4(ep{k}, S_ep)"
+        a, b = (var, "eo") if f.producer_is_lhs else ("eo", var)
+        expr = BINARY[name].replace("va", "EA").replace("vb", "EB").replace("EA", a).replace("EB", b)
+        lines.append(f"{{ const float4 eo = {other}; {var} = {expr}; }}")
+        act = activation(f.op.options.get("fused_activation_function", 0), var)
+        if act:
+            lines.append(act)
+    params = [f"__global const STORE_T* ep{k}" for k, f in enumerate(epilogue)
+              if f.other_tensor is not None or (f.other_const is not None and f.other_const.size > 1)]
+    return " ".join(lines), (args, params)
