@@ -81,6 +81,13 @@ def test_inspect_devices_and_memory(capsys, opencl_device):
     assert "planned:" in out and "shared buffers" in out
 
 
+def test_inspect_passes(capsys, opencl_device):
+    assert main(["inspect", str(corpus_model("mobilenet_v1_1.0_224_fp16.tflite")), "--passes"]) == 0
+    out = capsys.readouterr().out
+    assert "fold_constants       56 op(s)" in out  # the float16 weights' DEQUANTIZE ops
+    assert "fuse_elementwise" in out and "cull_dead" in out
+
+
 def test_run_and_bench_through_gpu_delegate(capsys, opencl_device):
     assert main(["run", "--delegate", "gpu", "--repeat", "2"]) == 0
     assert "device:  opencl:" in capsys.readouterr().out

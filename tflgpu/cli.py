@@ -113,6 +113,24 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def cmd_passes(args) -> int:
+    from .delegate import GpuDelegate
+    from .graph import passes
+    from .interpreter import Interpreter
+
+    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device))
+    plan = interp.gpu_plan
+    if plan is None:
+        print("no OpenCL device: the passes run when a plan is built")
+        return 1
+    print(f"graph passes, in order ({passes.__name__}):")
+    for name, n in plan.pass_counts.items():
+        print(f"  {name:18s} {n:4d} op(s)")
+    print(f"device steps: {sum(1 for s in plan.steps if s.device == 'gpu')} kernels for {plan.gpu_op_count} ops; "
+          f"{plan.cpu_op_count} ops on the CPU")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .cpu import supported_ops
     from .interpreter import tensor_details
@@ -125,6 +143,8 @@ def cmd_inspect(args) -> int:
         return 2
     if args.memory:
         return cmd_memory(args)
+    if args.passes:
+        return cmd_passes(args)
     model = read_model(args.model)
     cpu_ops = set(supported_ops())
     from .kernels import gpu_ops
@@ -210,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.add_argument("--devices", action="store_true", help="list OpenCL devices and their identity")
     i.add_argument("--memory", action="store_true", help="planned device memory vs one buffer per tensor")
+    i.add_argument("--passes", action="store_true", help="what each graph pass changed (on the OpenCL path)")
     i.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     i.add_argument("--device", help="OpenCL device: index or name substring")
     i.set_defaults(func=cmd_inspect)

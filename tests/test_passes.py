@@ -1,0 +1,90 @@
+"""The graph passes as pure functions over steps (no OpenCL needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tflgpu.cpu.executor import ModelRunner
+from tflgpu.graph.passes import PassStep, cull_dead, fuse_elementwise
+from tflgpu.model import read_model
+from tflgpu.model.builder import ModelBuilder
+
+
+def _steps(b: ModelBuilder):
+    runner = ModelRunner(read_model(b.build())).runner(0)
+    return runner, [PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps]
+
+
+def _conv(b, x, name, rng):
+    w, bias = b.const(f"{name}_w", rng.standard_normal((4, 1, 1, 4)).astype(np.float32)), b.const(
+        f"{name}_b", np.zeros(4, np.float32))
+    y = b.tensor(name, (1, 3, 3, 4))
+    b.op("CONV_2D", [x, w, bias], [y], padding="SAME", stride_w=1, stride_h=1)
+    return y
+
+
+def test_cull_dead_removes_unused_ops_only():
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 4))
+    used = _conv(b, x, "used", rng)
+    _conv(b, x, "dead", rng)  # nothing reads it
+    out = b.tensor("out", (1, 3, 3, 4))
+    b.op("RELU", [used], [out])
+    b.output(out)
+    runner, steps = _steps(b)
+    kept, removed = cull_dead(steps, runner.sg, lambda op: False)
+    assert removed == 1 and [s.op.outputs[0] for s in kept] == [used, out]
+
+
+def test_fuse_chain_into_conv():
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 4))
+    skip = b.input("skip", (1, 3, 3, 4))
+    y = _conv(b, x, "conv", rng)
+    z, o = b.tensor("z", (1, 3, 3, 4)), b.tensor("o", (1, 3, 3, 4))
+    b.op("ADD", [y, skip], [z])
+    b.op("HARD_SWISH", [z], [o])
+    b.output(o)
+    runner, steps = _steps(b)
+    fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
+    assert n == 2 and len(fused) == 1
+    assert [f.op.name for f in fused[0].epilogue] == ["ADD", "HARD_SWISH"] and fused[0].outputs == (o,)
+    assert fused[0].epilogue[0].other_tensor == skip
+    assert [op.name for op, _ in fused[0].members] == ["CONV_2D", "ADD", "HARD_SWISH"]
+
+
+def test_no_fusion_when_the_value_has_two_readers_or_is_an_output():
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 4))
+    y = _conv(b, x, "conv", rng)
+    r1, r2 = b.tensor("r1", (1, 3, 3, 4)), b.tensor("r2", (1, 3, 3, 4))
+    b.op("RELU", [y], [r1])
+    b.op("LOGISTIC", [y], [r2])
+    b.output(r1, r2)
+    runner, steps = _steps(b)
+    assert fuse_elementwise(steps, runner.sg, runner.consts)[1] == 0
+    b2 = ModelBuilder()
+    x = b2.input("x", (1, 3, 3, 4))
+    y = _conv(b2, x, "conv", rng)
+    r = b2.tensor("r", (1, 3, 3, 4))
+    b2.op("RELU", [y], [r])
+    b2.output(y, r)  # the conv output itself is a graph output
+    runner, steps = _steps(b2)
+    assert fuse_elementwise(steps, runner.sg, runner.consts)[1] == 0
+
+
+def test_no_fusion_when_the_other_operand_comes_later():
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 4))
+    y = _conv(b, x, "first", rng)
+    later = _conv(b, x, "later", rng)  # produced after y: y's kernel cannot read it
+    z = b.tensor("z", (1, 3, 3, 4))
+    b.op("ADD", [y, later], [z])
+    b.output(z)
+    runner, steps = _steps(b)
+    fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
+    assert n == 1 and fused[1].epilogue[0].other_tensor == y  # fused into 'later' instead
