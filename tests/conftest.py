@@ -87,7 +87,7 @@ def rng():
     return np.random.default_rng(1234)
 
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 # Derandomized so CI is reproducible; TFLGPU_HYPOTHESIS=thorough explores more.
 settings.register_profile("ci", max_examples=20, deadline=None, derandomize=True,

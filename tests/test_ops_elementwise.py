@@ -150,10 +150,10 @@ def test_fp16_weights_feed_conv_through_folded_dequantize(rng):
 
 
 def test_quantize_float_to_int8(rng):
+    from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
 
     from .conftest import litert, run_model
-    from tflgpu import Interpreter
 
     b = ModelBuilder()
     x = b.input("x", (4, 9))
@@ -167,10 +167,10 @@ def test_quantize_float_to_int8(rng):
 
 def test_int8_dequantize_per_channel(rng):
     q = rng.integers(-127, 128, (3, 4)).astype(np.int8)
+    from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
 
     from .conftest import assert_close, litert, run_model
-    from tflgpu import Interpreter
 
     b = ModelBuilder()
     x = b.input("x", (3, 4), np.int8, quant={"scale": [0.1, 0.2, 0.05], "zero_point": [0, 0, 0],

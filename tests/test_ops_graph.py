@@ -21,7 +21,7 @@ def _lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, 
     b = ModelBuilder()
     shape = (steps, batch, n_in) if time_major else (batch, steps, n_in)
     x = b.input("x", shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))
-    w = lambda name, s: b.const(name, rand(rng, s, -0.5, 0.5))  # noqa: E731
+    w = lambda name, s: b.const(name, rand(rng, s, -0.5, 0.5))
     ins = [x]
     ins += [-1 if cifg else w("wi", (units, n_in))] + [w(f"w{g}", (units, n_in)) for g in "fco"]
     ins += [-1 if cifg else w("ri", (units, n_out))] + [w(f"r{g}", (units, n_out)) for g in "fco"]

@@ -14,7 +14,8 @@ code written for LiteRT runs by changing the import::
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

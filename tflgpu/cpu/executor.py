@@ -10,7 +10,7 @@ constant (float16 DEQUANTIZE, DENSIFY, shape arithmetic) into a constant.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -39,7 +39,7 @@ def _sigmoid(x):
 
 class _LstmCell:
     def __init__(self, ctx: OpContext):
-        w = lambda i: _float_weights(ctx, i) if ctx.has_input(i) else None  # noqa: E731
+        w = lambda i: _float_weights(ctx, i) if ctx.has_input(i) else None
         self.cifg = not ctx.has_input(1)
         gates = ([] if self.cifg else [1]) + [2, 3, 4]
         rgates = ([] if self.cifg else [5]) + [6, 7, 8]

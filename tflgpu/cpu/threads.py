@@ -10,7 +10,7 @@ numba gets the cores; outside an invoke the user's settings are untouched.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numba
 from threadpoolctl import ThreadpoolController

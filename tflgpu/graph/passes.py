@@ -12,8 +12,8 @@ Each pass is a pure function of (steps, subgraph) returning new steps and how ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -132,9 +132,9 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     for s in range(ts):
         if wide:
             half = "lo" if s % 2 == 0 else "hi"
-            accexpr = lambda t, s=s, half=half: f"acc{s // 2}_{t}.{half}"  # noqa: E731
+            accexpr = lambda t, s=s, half=half: f"acc{s // 2}_{t}.{half}"
         else:
-            accexpr = lambda t, s=s: f"acc{s}_{t}"  # noqa: E731
+            accexpr = lambda t, s=s: f"acc{s}_{t}"
         lines.append(f"  if (S + {s} < {sout}) {{")
         lines.append(f"    const float4 bv = LD4(bias, S + {s});")
         for t in range(tx):

@@ -15,8 +15,9 @@ reports them); ``padding`` and ``fused_activation_function`` also take names.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import flatbuffers
 import numpy as np
@@ -410,10 +411,10 @@ class ModelBuilder:
             elif isinstance(value, str):
                 value = fb.CreateString(value)
             values[fields[key]] = value
-        getattr(mod, "Start")(fb)
+        mod.Start(fb)
         for acc, value in values.items():
             getattr(mod, f"Add{acc}")(fb, value)
-        return code, getattr(mod, "End")(fb), second
+        return code, mod.End(fb), second
 
 
 def csr_encode(dense: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:

@@ -23,7 +23,7 @@ FILE_IDENTIFIER = b"TFL3"
 # A single tensor may not claim more than this many bytes (TFLGPU_MAX_TENSOR_BYTES
 # overrides): a corrupt or hostile model must not make us allocate absurd amounts.
 # 2 GiB is far above any real activation (a 4K RGB float image is 100 MB).
-DEFAULT_MAX_TENSOR_BYTES = int(os.environ.get("TFLGPU_MAX_TENSOR_BYTES", 1 << 31))
+DEFAULT_MAX_TENSOR_BYTES = int(os.environ.get("TFLGPU_MAX_TENSOR_BYTES", str(1 << 31)))
 
 
 class ModelBytes:

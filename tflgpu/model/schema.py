@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator
@@ -71,7 +71,7 @@ def options_class(type_code: int, second: bool = False):
     return getattr(module, table)
 
 
-@lru_cache(maxsize=None)
+@cache
 def option_fields(cls) -> tuple[tuple[str, str, bool], ...]:
     """(snake name, accessor name, is_vector) for every field of an options table."""
     skip = {"Init", "GetRootAs"}
