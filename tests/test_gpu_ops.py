@@ -210,3 +210,39 @@ def test_elementwise_fused_into_producer(gpu, rng, producer, second):
     assert len([s for s in plan.steps if s.device == "gpu"]) == 1
     got = run_model(lambda **kw: it, model, feeds)
     assert_close(got[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,cout,k,stride,pad,bias", [
+    ((1, 5, 4, 3), 6, 3, 2, "SAME", True), ((1, 4, 4, 8), 5, 2, 2, "VALID", False),
+    ((2, 3, 5, 4), 8, 4, 3, "SAME", True), ((1, 6, 6, 16), 16, 2, 2, "VALID", True),
+])
+def test_transpose_conv(gpu, rng, shape, cout, k, stride, pad, bias):
+    n, h, w, cin = shape
+    oh, ow = (h * stride, w * stride) if pad == "SAME" else ((h - 1) * stride + k, (w - 1) * stride + k)
+    inputs = [np.array([n, oh, ow, cout], I32), rand(rng, (cout, k, k, cin)), In(rand(rng, shape))]
+    if bias:
+        inputs.append(rand(rng, (cout,)))
+    check_op("TRANSPOSE_CONV", inputs, [Out(np.float32, (n, oh, ow, cout))], padding=pad, stride_w=stride,
+             stride_h=stride, version=3 if bias else 1, **gpu)
+
+
+@pytest.mark.parametrize("pad", ["SAME", "VALID"])
+def test_convolution2d_transpose_bias_on_device(gpu, rng, pad):
+    """MediaPipe's op on the device against LiteRT's TRANSPOSE_CONV with the same weights and bias."""
+    import struct
+
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    x, w, bias = rand(rng, (1, 5, 4, 3)), rand(rng, (6, 3, 3, 3)), rand(rng, (6,))
+    oh, ow = (10, 8) if pad == "SAME" else (11, 9)
+    ref_model, feeds = op_model("TRANSPOSE_CONV", [np.array([1, oh, ow, 6], I32), w, In(x), bias],
+                                [Out(np.float32, (1, oh, ow, 6))], padding=pad, stride_w=2, stride_h=2, version=3)
+    model, _ = op_model("Convolution2DTransposeBias", [In(x), w, bias], [Out(np.float32, (1, oh, ow, 6))],
+                        custom_options=struct.pack("<3i", 1 if pad == "SAME" else 2, 2, 2))
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.cpu_op_count == 0
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), ref_model, feeds)[0],
+                 gpu["rtol_scale"])

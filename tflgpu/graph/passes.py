@@ -20,7 +20,7 @@ import numpy as np
 from ..kernels.common import bhwc
 from ..kernels.elementwise import BINARY, UNARY
 
-PRODUCERS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"}
+PRODUCERS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "Convolution2DTransposeBias"}
 FUSABLE_BINARY = {"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"}
 
 

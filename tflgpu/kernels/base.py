@@ -50,6 +50,9 @@ class GenContext:
     def opt(self, key: str, default: Any = None) -> Any:
         return self.op.options.get(key, default)
 
+    def fail(self, msg: str) -> Unsupported:
+        return Unsupported(msg)
+
     @property
     def final_output(self) -> int:
         """The tensor this kernel writes: the last fused op's output, else the op's."""

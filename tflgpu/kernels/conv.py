@@ -288,3 +288,76 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
         Arg("const", vec_slices(bias, units, ts)), *ep[1], Arg("tensor", ctx.final_output)],
         [ctx.op.inputs[0], *ep[2]], [ctx.final_output], {"tile_s": ts, "wide": wide}, flops=2 * n * units * depth)]
+
+
+def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_hw, pad, sh, sw, act):
+    """Gather form: output pixel (oy, ox) sums input pixels (iy, ix) with iy*sh + ky - pt == oy."""
+    x_t = ctx.inp(x_idx)
+    require_float(ctx, x_t, ctx.out())
+    w = _float_const(ctx, w_idx)
+    n, ih, iw, cin = ctx.layout(x_t).dims
+    cout, kh, kw, icw = w.shape
+    if icw != cin:
+        raise Unsupported("filter depth differs from input channels")
+    oh, ow = out_hw
+    _, pt = conv_padding(oh, kh, sh, 1, pad)
+    _, pl = conv_padding(ow, kw, sw, 1, pad)
+    sin, sout = (cin + 3) // 4, (cout + 3) // 4
+    ts = ctx.params.get("tile_s", 4 if sout >= 4 else 1)
+    bias = ctx.const(bias_idx) if bias_idx >= 0 and ctx.inp(bias_idx) is not None else np.zeros(cout, np.float32)
+    if bias is None:
+        raise Unsupported("bias is not constant")
+    ep = _epilogue(ctx, cout)
+    ep_code, ep_params = ep[0](f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + ox") if ep[0] else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
+    L = [f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
+         f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+         "  const int ox = get_global_id(0); const int Y = get_global_id(1);",
+         f"  const int S = get_global_id(2) * {ts};",
+         f"  if (ox >= {ow} || Y >= {n * oh}) return;",
+         f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
+    L += [f"  float4 acc{s} = (float4)(0.0f);" for s in range(ts)]
+    L += [f"  for (int ky = 0; ky < {kh}; ++ky) {{",
+          f"    const int ny = oy + {pt} - ky;",
+          f"    if (ny < 0 || ny % {sh} != 0 || ny / {sh} >= {ih}) continue;",
+          f"    const int iy = ny / {sh};",
+          f"    for (int kx = 0; kx < {kw}; ++kx) {{",
+          f"      const int nx = ox + {pl} - kx;",
+          f"      if (nx < 0 || nx % {sw} != 0 || nx / {sw} >= {iw}) continue;",
+          f"      const int ix = nx / {sw};",
+          f"      for (int i = 0; i < {sin}; ++i) {{",
+          f"        const float4 x = LD4(src, ((b * {sin} + i) * {ih} + iy) * {iw} + ix);"]
+    for s in range(ts):
+        L.append(f"        {{ const int wb = ((((S + {s}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
+        L.append(f"          acc{s} = mad((float4)(x.x), LD4(wts, wb), mad((float4)(x.y), LD4(wts, wb + 1), "
+                 f"mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc{s})))); }}")
+    L += ["      }", "    }", "  }"]
+    for s in range(ts):
+        fused = f"const int S_ep = S + {s}; {ep_code}" if ep_code else ""
+        L.append(f"  if (S + {s} < {sout}) {{ float4 v = acc{s} + LD4(bias, S + {s}); {activation(act, 'v')} "
+                 f"{fused} {pad_lanes_mask(cout, f'(S + {s})', 'v')}")
+        L.append(f"    ST4(dst, ((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox, v); }}")
+    L.append("}")
+    return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
+        Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi4(w, ts)), Arg("const", vec_slices(bias, cout, ts)),
+        *ep[1], Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep[2]], [ctx.final_output],
+        {"tile_s": ts}, flops=2 * n * ih * iw * cin * cout * kh * kw)]
+
+
+@generator("TRANSPOSE_CONV")
+def transpose_conv(ctx: GenContext) -> list[KernelSpec]:
+    shape = ctx.const(0)
+    if shape is None:
+        raise Unsupported("non-constant output shape")
+    _, oh, ow, _ = (int(v) for v in shape.reshape(-1))
+    return _transpose_conv(ctx, 2, 1, 3 if len(ctx.op.inputs) > 3 else -1, (oh, ow), ctx.opt("padding", 0),
+                           ctx.opt("stride_h", 1), ctx.opt("stride_w", 1), ctx.opt("fused_activation_function", 0))
+
+
+@generator("Convolution2DTransposeBias")
+def conv2d_transpose_bias(ctx: GenContext) -> list[KernelSpec]:
+    from ..cpu.custom_options import transpose_conv_params
+
+    pad, sw, sh = transpose_conv_params(ctx)
+    _, oh, ow, _ = ctx.out().shape
+    return _transpose_conv(ctx, 0, 1, 2, (oh, ow), pad, sh, sw, 0)
