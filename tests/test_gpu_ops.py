@@ -246,3 +246,27 @@ def test_convolution2d_transpose_bias_on_device(gpu, rng, pad):
     assert it.gpu_plan.cpu_op_count == 0
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), ref_model, feeds)[0],
                  gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("mode", [(False, False), (True, False), (False, True)])
+def test_resize_nearest(gpu, rng, mode):
+    check_op("RESIZE_NEAREST_NEIGHBOR", [In(rand(rng, (1, 5, 7, 6))), np.array([11, 4], I32)],
+             align_corners=mode[0], half_pixel_centers=mode[1], version=3 if mode[1] else 1, **gpu)
+
+
+def test_split_and_split_v(gpu, rng):
+    check_op("SPLIT", [np.array(3, I32), In(rand(rng, (1, 4, 5, 12)))], 3, num_splits=3, **gpu)
+    check_op("SPLIT", [np.array(1, I32), In(rand(rng, (2, 6, 3)))], 2, num_splits=2, **gpu)
+    check_op("SPLIT_V", [In(rand(rng, (1, 7, 3, 5))), np.array([2, 4, 1], I32), np.array(1, I32)], 3,
+             num_splits=3, **gpu)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_sum_spatial(gpu, rng, keep):
+    check_op("SUM", [In(rand(rng, (2, 4, 5, 6))), np.array([1, 2], I32)], keep_dims=keep, **gpu)
+
+
+@pytest.mark.parametrize("adj_x,adj_y,sa,sb", [(False, False, (2, 3, 5), (2, 5, 4)), (True, False, (2, 5, 3), (2, 5, 4)),
+                                                (False, True, (3, 6), (4, 6)), (False, False, (2, 3, 5), (5, 4))])
+def test_batch_matmul(gpu, rng, adj_x, adj_y, sa, sb):
+    check_op("BATCH_MATMUL", [In(rand(rng, sa)), In(rand(rng, sb))], adj_x=adj_x, adj_y=adj_y, **gpu)

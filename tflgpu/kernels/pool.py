@@ -41,7 +41,7 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
 
 
-@generator("MEAN")
+@generator("MEAN", "SUM")
 def mean(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.inp(0), ctx.out()
     require_float(ctx, x_t, out)
@@ -50,7 +50,7 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("MEAN needs constant axes on a 4-D input")
     ax = sorted({int(a) % 4 for a in axes.reshape(-1)})
     if ax != [1, 2]:
-        raise Unsupported(f"MEAN over axes {ax} (only spatial [1, 2] on the OpenCL path)")
+        raise Unsupported(f"{ctx.op.name} over axes {ax} (only spatial [1, 2] on the OpenCL path)")
     n, ih, iw, c = ctx.layout(x_t).dims
     lay = ctx.layout(out)
     if lay.dims != (n, 1, 1, c):
@@ -62,7 +62,7 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
   float4 acc = (float4)(0.0f);
   const int base = (b * {s} + S) * {ih * iw};
   for (int i = 0; i < {ih * iw}; ++i) acc += LD4(src, base + i);
-  float4 v = acc * (1.0f / {ih * iw}.0f);
+  float4 v = acc{' * (1.0f / ' + str(ih * iw) + '.0f)' if ctx.op.name == 'MEAN' else ''};
   ST4(dst, b * {s} + S, v);
 }}"""
     return [KernelSpec(ctx.name, src, (s, n), None, [Arg("tensor", ctx.op.inputs[0]),

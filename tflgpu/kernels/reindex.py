@@ -29,8 +29,11 @@ def offset(shape: tuple[int, ...], coords: list[str]) -> str:
     return f"((({b} * {lay.s} + {c} / 4) * {lay.h} + {y}) * {lay.w} + {x}) * 4 + {c} % 4"
 
 
-def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value) -> list[KernelSpec]:
+def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
+            output: int | None = None, helpers: str = "") -> list[KernelSpec]:
     """lane_value(coords) -> C expression of the output value at original-rank coords."""
+    name = name or ctx.name
+    output = ctx.op.outputs[0] if output is None else output
     lay = bhwc(tuple(out_shape))
     coords = [f"o{i}" for i in range(len(out_shape))]
     names = dict(zip(_ORIG[len(out_shape)], coords))
@@ -40,10 +43,10 @@ def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value) -> list[K
         decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
         body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
                     f"\n      v.{lane} = {lane_value(coords)}; }} }}")
-    src = (f"__kernel void {ctx.name}({params}, __global STORE_T* dst) {{\n" + grid_prologue(lay)
+    src = (helpers + f"__kernel void {name}({params}, __global STORE_T* dst) {{\n" + grid_prologue(lay)
            + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n  ST4(dst, o, v);\n}")
-    args = [Arg("tensor", t) for t in inputs] + [Arg("tensor", ctx.op.outputs[0])]
-    return [KernelSpec(ctx.name, src, grid(lay), None, args, list(inputs), [ctx.op.outputs[0]])]
+    args = [Arg("tensor", t) for t in inputs] + [Arg("tensor", output)]
+    return [KernelSpec(name, src, grid(lay), None, args, list(inputs), [output])]
 
 
 def _check(ctx: GenContext, *shapes) -> None:
@@ -246,3 +249,86 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]),
                                                          Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
+
+
+@generator("SPLIT", "SPLIT_V")
+def split(ctx: GenContext) -> list[KernelSpec]:
+    """One reindex kernel per output: output k reads the input shifted along the split axis."""
+    x_idx, axis_idx = (1, 0) if ctx.op.name == "SPLIT" else (0, 2)
+    x_t = ctx.inp(x_idx)
+    outs = [ctx.tensor(t) for t in ctx.op.outputs]
+    require_float(ctx, x_t, *outs)
+    axis = ctx.const(axis_idx)
+    if axis is None:
+        raise Unsupported("non-constant split axis")
+    _check(ctx, x_t.shape)
+    a = int(np.asarray(axis).reshape(-1)[0]) % len(x_t.shape)
+    specs, start = [], 0
+    for k, (t_idx, t) in enumerate(zip(ctx.op.outputs, outs)):
+        def value(coords, start=start):
+            ic = list(coords)
+            ic[a] = f"({coords[a]} + {start})"
+            return f"LD1(in0, {offset(x_t.shape, ic)})"
+
+        specs += _kernel(ctx, t.shape, [ctx.op.inputs[x_idx]], value, name=f"{ctx.name}_{k}", output=t_idx)
+        start += t.shape[a]
+    if start != x_t.shape[a]:
+        raise Unsupported("split sizes do not cover the axis")
+    return specs
+
+
+@generator("RESIZE_NEAREST_NEIGHBOR")
+def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    size = ctx.const(1)
+    if size is None or len(x_t.shape) != 4:
+        raise Unsupported("non-constant size or not 4-D")
+    oh, ow = (int(v) for v in size.reshape(-1))
+    n, ih, iw, c = x_t.shape
+    align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
+
+    def coord(var, in_size, out_size):
+        scale = _scale(in_size, out_size, align)
+        v = f"(((float){var} + {0.5 if half else 0.0!r}f) * {scale!r}f)"
+        i = f"(int)round({v})" if align else f"(int)floor({v})"
+        i = f"min({i}, {in_size - 1})"
+        return f"max({i}, 0)" if half else i
+
+    def value(co):
+        b, y, x, ch = co
+        return f"LD1(in0, {offset(x_t.shape, [b, coord(y, ih, oh), coord(x, iw, ow), ch])})"
+
+    return _kernel(ctx, (n, oh, ow, c), [ctx.op.inputs[0]], value)
+
+
+@generator("BATCH_MATMUL")
+def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
+    a_t, b_t, out = ctx.inp(0), ctx.inp(1), ctx.out()
+    require_float(ctx, a_t, b_t, out)
+    if any(ctx.const(i) is not None for i in (0, 1)):
+        raise Unsupported("constant operand")
+    adj_x, adj_y = ctx.opt("adj_x", False), ctx.opt("adj_y", False)
+    ash, bsh, osh = a_t.shape, b_t.shape, out.shape
+    if min(len(ash), len(bsh)) < 2 or max(len(ash), len(bsh), len(osh)) > 4:
+        raise Unsupported("rank")
+    k_dim = ash[-2] if adj_x else ash[-1]
+    if (bsh[-1] if adj_y else bsh[-2]) != k_dim:
+        raise Unsupported("inner dimensions differ")
+
+    def batch_coords(shape, coords):
+        extra = len(shape) - 2
+        lead = coords[len(coords) - 2 - extra: len(coords) - 2]
+        return [c if d > 1 else "0" for c, d in zip(lead, shape[:extra])]
+
+    co = [f"c{i}" for i in range(len(osh))]
+    m, nn = co[-2], co[-1]
+    ab, bb = batch_coords(ash, co), batch_coords(bsh, co)
+    a_idx = ab + (["kk", m] if adj_x else [m, "kk"])
+    b_idx = bb + ([nn, "kk"] if adj_y else ["kk", nn])
+    helper = (f"float {ctx.name}_dot(__global const STORE_T* in0, __global const STORE_T* in1, "
+              + ", ".join(f"const int {c}" for c in co) + ") {\n"
+              + f"  float s = 0.0f;\n  for (int kk = 0; kk < {k_dim}; ++kk)\n"
+              + f"    s += LD1(in0, {offset(ash, a_idx)}) * LD1(in1, {offset(bsh, b_idx)});\n  return s;\n}}\n\n")
+    return _kernel(ctx, osh, [ctx.op.inputs[0], ctx.op.inputs[1]],
+                   lambda coords: f"{ctx.name}_dot(in0, in1, {', '.join(coords)})", helpers=helper)
