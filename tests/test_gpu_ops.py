@@ -270,3 +270,31 @@ def test_sum_spatial(gpu, rng, keep):
                                                 (False, True, (3, 6), (4, 6)), (False, False, (2, 3, 5), (5, 4))])
 def test_batch_matmul(gpu, rng, adj_x, adj_y, sa, sb):
     check_op("BATCH_MATMUL", [In(rand(rng, sa)), In(rand(rng, sb))], adj_x=adj_x, adj_y=adj_y, **gpu)
+
+
+@pytest.mark.parametrize("op,pads,conv_pad", [("CONV_2D", [[0, 0], [1, 1], [2, 1], [0, 0]], "VALID"),
+                                              ("CONV_2D", [[0, 0], [0, 2], [1, 0], [0, 0]], "SAME"),
+                                              ("DEPTHWISE_CONV_2D", [[0, 0], [1, 2], [1, 1], [0, 0]], "VALID")])
+def test_pad_merged_into_conv(gpu, rng, op, pads, conv_pad):
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 6, 5, 4))
+    padded = b.tensor("padded", (1, 1, 1, 4))
+    b.op("PAD", [x, b.const("p", np.array(pads, I32))], [padded])
+    if op == "CONV_2D":
+        w, opts = b.const("w", rand(rng, (5, 3, 3, 4))), {}
+        cout = 5
+    else:
+        w, opts, cout = b.const("w", rand(rng, (1, 3, 3, 4))), {"depth_multiplier": 1}, 4
+    y = b.tensor("y", (1, 1, 1, cout))
+    b.op(op, [padded, w, b.const("b", rand(rng, (cout,)))], [y], padding=conv_pad, stride_w=2, stride_h=1, **opts)
+    b.output(y)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.pass_counts["merge_pad"] == 1 and it.gpu_plan.cpu_op_count == 0
+    feeds = [rand(rng, (1, 6, 5, 4))]
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])

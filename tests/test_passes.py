@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import PassStep, cull_dead, fuse_elementwise
+from tflgpu.graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 
@@ -88,3 +88,41 @@ def test_no_fusion_when_the_other_operand_comes_later():
     runner, steps = _steps(b)
     fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
     assert n == 1 and fused[1].epilogue[0].other_tensor == y  # fused into 'later' instead
+
+
+def test_drop_identities_rewires_readers():
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 4))
+    same = b.tensor("same", (1, 3, 3, 4))
+    b.op("RESHAPE", [x, b.const("shape", np.array([1, 3, 3, 4], np.int32))], [same])
+    cat = b.tensor("cat", (1, 3, 3, 4))
+    b.op("CONCATENATION", [same], [cat], axis=3)
+    y = _conv(b, cat, "conv", rng)
+    b.output(y)
+    runner, steps = _steps(b)
+    out, n = drop_identities(steps, runner.sg, runner.consts)
+    assert n == 2 and len(out) == 1 and out[0].op.inputs[0] == x
+
+
+def test_merge_pad_into_conv_only():
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 5, 4))
+    padded = b.tensor("padded", (1, 7, 8, 4))
+    b.op("PAD", [x, b.const("p", np.array([[0, 0], [1, 1], [2, 1], [0, 0]], np.int32))], [padded])
+    w, bias = b.const("w", rng.standard_normal((4, 3, 3, 4)).astype(np.float32)), b.const("b", np.zeros(4, np.float32))
+    y = b.tensor("y", (1, 5, 6, 4))
+    b.op("CONV_2D", [padded, w, bias], [y], padding="VALID", stride_w=1, stride_h=1)
+    pooled_in = b.tensor("pooled_in", (1, 7, 8, 4))
+    b.op("PAD", [y, b.const("p2", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [pooled_in])
+    z = b.tensor("z", (1, 3, 3, 4))
+    b.op("AVERAGE_POOL_2D", [pooled_in], [z], padding="VALID", stride_w=2, stride_h=2, filter_width=3,
+         filter_height=3)
+    b.output(z)
+    runner, steps = _steps(b)
+    out, n = merge_pad(steps, runner.sg, runner.consts)
+    assert n == 1  # into the conv, not into the average pool
+    conv = next(s for s in out if s.op.name == "CONV_2D")
+    assert conv.op.options["explicit_padding"] == (1, 1, 2, 1) and conv.op.inputs[0] == x
+    assert [op.name for op, _ in conv.members] == ["PAD", "CONV_2D"]

@@ -3,7 +3,11 @@
 1. ``fold_constants`` — done when the CPU runner is built: every op whose inputs are all constant
    (float16 DEQUANTIZE, DENSIFY, shape arithmetic) becomes a constant; counted here.
 2. ``cull_dead`` — ops none of whose outputs is read by a later op or is a graph output.
-3. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
+3. ``drop_identities`` — RESHAPE to the same shape, single-input CONCATENATION, all-zero PAD: their
+   readers read the input instead (kept when the output is a graph output).
+4. ``merge_pad`` — a zero PAD (spatial only) read only by a CONV_2D / DEPTHWISE_CONV_2D becomes that
+   conv's explicit padding (not pooling: AVERAGE_POOL_2D must count explicit zeros, not skip them).
+5. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM with a same-layout tensor or a constant) joins its CONV_2D /
    DEPTHWISE_CONV_2D / FULLY_CONNECTED producer as a snippet applied before the store.
 
@@ -13,7 +17,7 @@ Each pass is a pure function of (steps, subgraph) returning new steps and how ma
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -69,6 +73,81 @@ def cull_dead(steps: list[PassStep], sg, side_effects: Callable[[object], bool])
         else:
             removed += len(s.members)
     return list(reversed(kept)), removed
+
+
+def _remap(steps: list[PassStep], old: int, new: int) -> list[PassStep]:
+    """Every reader of tensor ``old`` reads ``new`` instead (ops are replaced, never mutated)."""
+    out = []
+    for s in steps:
+        def fix(op):
+            return replace(op, inputs=tuple(new if t == old else t for t in op.inputs)) if old in op.inputs else op
+
+        members = [(fix(op), fn) for op, fn in s.members]
+        out.append(PassStep(fix(s.op), members, list(s.epilogue), s.gpu))
+    return out
+
+
+def _paddings(op, consts) -> np.ndarray | None:
+    p = consts.get(op.inputs[1]) if len(op.inputs) > 1 else None
+    if p is None:
+        return None
+    if op.name == "PADV2" and len(op.inputs) > 2:
+        v = consts.get(op.inputs[2])
+        if v is None or float(np.asarray(v).reshape(-1)[0]) != 0.0:
+            return None
+    return np.asarray(p).reshape(-1, 2).astype(int)
+
+
+def drop_identities(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
+    graph_out = set(sg.outputs)
+    dropped = 0
+    i = 0
+    steps = list(steps)
+    while i < len(steps):
+        s = steps[i]
+        op = s.op
+        identity = False
+        if len(s.members) == 1 and op.outputs and op.outputs[0] not in graph_out and op.inputs:
+            src, dst = op.inputs[0], op.outputs[0]
+            if op.name == "RESHAPE" or op.name in ("SQUEEZE", "EXPAND_DIMS"):
+                identity = sg.tensors[src].shape == sg.tensors[dst].shape
+            elif op.name == "CONCATENATION":
+                identity = len(op.inputs) == 1
+            elif op.name in ("PAD", "PADV2"):
+                p = _paddings(op, consts)
+                identity = p is not None and not p.any()
+        if identity:
+            steps = _remap(steps[:i] + steps[i + 1:], op.outputs[0], op.inputs[0])
+            dropped += 1
+            continue
+        i += 1
+    return steps, dropped
+
+
+def merge_pad(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
+    graph_out = set(sg.outputs)
+    readers = _readers(steps)
+    steps = list(steps)
+    drop: set[int] = set()
+    for i, s in enumerate(steps):
+        op = s.op
+        if not (s.gpu and len(s.members) == 1 and op.name in ("PAD", "PADV2") and op.outputs[0] not in graph_out):
+            continue
+        p = _paddings(op, consts)
+        rs = readers.get(op.outputs[0], [])
+        if p is None or len(p) != 4 or p[0].any() or p[3].any() or len(rs) != 1:
+            continue
+        j = rs[0]
+        conv = steps[j]
+        if not (conv.gpu and len(conv.members) == 1 and conv.op.name in ("CONV_2D", "DEPTHWISE_CONV_2D")
+                and conv.op.inputs[0] == op.outputs[0] and op.outputs[0] not in conv.op.inputs[1:]):
+            continue
+        explicit = (int(p[1][0]), int(p[1][1]), int(p[2][0]), int(p[2][1]))
+        new_op = replace(conv.op, inputs=(op.inputs[0],) + conv.op.inputs[1:],
+                         options={**conv.op.options, "explicit_padding": explicit})
+        steps[j] = PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
+        drop.add(i)
+    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

@@ -48,9 +48,12 @@ def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int,
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
     dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
     pad = ctx.opt("padding", 0)
-    oh, pt = conv_padding(ih, kh, sh, dh, pad)
-    ow, pl = conv_padding(iw, kw, sw, dw, pad)
-    return sh, sw, dh, dw, oh, ow, pt, pl
+    # a merged PAD (graph.passes.merge_pad): the conv sees the padded size; reads outside the
+    # original input are zeros either way, so only the offsets move
+    et, eb, el, er = ctx.opt("explicit_padding", (0, 0, 0, 0))
+    oh, pt = conv_padding(ih + et + eb, kh, sh, dh, pad)
+    ow, pl = conv_padding(iw + el + er, kw, sw, dw, pad)
+    return sh, sw, dh, dw, oh, ow, pt + et, pl + el
 
 
 def conv_defaults(pixels: int, sout: int, sin: int) -> dict:

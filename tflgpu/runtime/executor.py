@@ -82,7 +82,7 @@ class GpuPlan:
     def _select(self, params: dict) -> list[Step]:
         """Place each op, run the graph passes, then generate the kernels of every device step."""
         from ..cpu.executor import NO_FOLD
-        from ..graph.passes import PassStep, cull_dead, fuse_elementwise
+        from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 
         consts = self.runner.consts
         reasons: dict[int, str] = {}
@@ -100,6 +100,8 @@ class GpuPlan:
             base.append(PassStep(op, [(op, fn)], [], ok))
         self.pass_counts = {"fold_constants": len(self.runner.sg.operators) - len(self.runner.steps)}
         steps, self.pass_counts["cull_dead"] = cull_dead(base, self.sg, lambda op: op.name in NO_FOLD)
+        steps, self.pass_counts["drop_identities"] = drop_identities(steps, self.sg, consts)
+        steps, self.pass_counts["merge_pad"] = merge_pad(steps, self.sg, consts)
         steps, self.pass_counts["fuse_elementwise"] = fuse_elementwise(steps, self.sg, consts)
         out = []
         for ps in steps:
