@@ -102,3 +102,39 @@ def test_no_device_falls_back_with_one_warning(monkeypatch, caplog, rng):
 def test_named_device_that_does_not_exist_is_an_error():
     with pytest.raises(ValueError, match="no OpenCL device matches"):
         Interpreter(str(corpus_model("opzoo_small.tflite")), delegate=GpuDelegate(device="no-such-device-xyz"))
+
+
+@pytest.mark.parametrize("device_outputs", [False, True])
+def test_zero_copy_bound_input_and_output_buffers(opencl_device, rng, device_outputs):
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    path = corpus_model("opzoo_small.tflite")
+    it = Interpreter(str(path), delegate=GpuDelegate(allow_buffer_handle_output=device_outputs))
+    ctx, q = it.gpu_context, it.gpu_queue
+    x = rng.uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)
+    in_buf = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    out_d = it.get_output_details()[0]
+    out_arr = cla.empty(q, tuple(out_d["shape"]), np.float32)
+    it.bind_buffer(it.get_input_details()[0]["index"], in_buf)
+    it.bind_buffer(out_d["index"], out_arr)
+    it.allocate_tensors()
+    it.invoke()  # no set_tensor: the input comes from the bound buffer
+    want = run_model(litert(), path, [x])[0]
+    assert_close(out_arr.get(), want)  # written into the user's device buffer
+    assert_close(it.get_tensor(out_d["index"]), want)  # and readable on demand either way
+
+
+def test_bind_buffer_errors(opencl_device):
+    import pyopencl as cl
+
+    it = Interpreter(str(corpus_model("opzoo_small.tflite")), delegate=GpuDelegate())
+    with pytest.raises(ValueError, match="too small"):
+        it.bind_buffer(0, cl.Buffer(it.gpu_context, cl.mem_flags.READ_WRITE, 64))
+    other = cl.Context([it.gpu_plan.device.cl_device])
+    with pytest.raises(ValueError, match="another OpenCL context"):
+        it.bind_buffer(0, cl.Buffer(other, cl.mem_flags.READ_WRITE, 1 << 16))
+    with pytest.raises(ValueError, match="neither an input nor an output"):
+        it.bind_buffer(5, cl.Buffer(it.gpu_context, cl.mem_flags.READ_WRITE, 1 << 16))
+    with pytest.raises(ValueError, match="needs a GpuDelegate"):
+        Interpreter(str(corpus_model("opzoo_small.tflite"))).bind_buffer(0, None)

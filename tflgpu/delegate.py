@@ -35,7 +35,9 @@ class GpuDelegate:
         max_delegated_partitions: at most this many GPU partitions (the largest); the rest run on CPU.
         device: an index into ``tflgpu inspect --devices`` or a name substring; default
             $TFLGPU_DEVICE, else the first GPU, else a CPU OpenCL device.
-        profile: enable OpenCL profiling events (``Interpreter.gpu_profile()``).
+        profile: enable OpenCL profiling events (``Interpreter.gpu_plan.profile_report()``).
+        allow_buffer_handle_output: outputs bound with ``Interpreter.bind_buffer`` stay on the device
+            (TFLite's flag): invoke() does not copy them to the host; ``get_tensor`` still can, on demand.
     """
 
     precision_loss_allowed: bool = False
@@ -45,6 +47,7 @@ class GpuDelegate:
     max_delegated_partitions: int = 1 << 30
     device: int | str | None = None
     profile: bool = False
+    allow_buffer_handle_output: bool = False
 
     def __post_init__(self):
         self.inference_priority1 = _priority(self.inference_priority1)

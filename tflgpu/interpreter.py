@@ -64,6 +64,7 @@ class _Session:
         self.allocated = False
         self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
         self.gpu_factory = None  # input shapes -> plan
+        self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
@@ -109,6 +110,8 @@ class _Session:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes:
                 self.gpu_plan = self.gpu_factory(shapes)
+                for t, buf in self.bindings.items():
+                    self.gpu_plan.bind(t, buf)
         if resized:
             # propagate the new shapes through the graph once, on zeros
             vals = self.runner.run([self.buffers[i].copy() for i in self.sg.inputs])
@@ -177,11 +180,13 @@ class _Session:
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
         if not self.allocated:
             raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
-        if idx in self.buffers:
+        if idx in self.buffers and idx not in self.bindings:
             return self.buffers[idx]
         if self.values is None:
             self.values = self._initial_values()
         v = self.values[idx]
+        if v is None and self.gpu_plan is not None and idx in self.gpu_plan.bound:
+            v = self.gpu_plan.read_bound(idx)  # an output left on the device: read on demand
         if v is None:
             t = self.sg.tensors[idx]
             v = np.zeros(self.shape_of(idx), dtype=t.dtype)
@@ -377,6 +382,32 @@ class Interpreter:
         ident = plan.device.identity
         return (f"opencl: {ident.platform} / {ident.device} ({'fp16' if plan.fp16 else 'fp32'}; "
                 f"{plan.gpu_op_count} ops on device, {plan.cpu_op_count} on cpu)")
+
+    def bind_buffer(self, tensor_index: int, buffer) -> None:
+        """Bind a pyopencl Buffer/Array (dense NHWC float32, created in ``gpu_context``) to a model input
+        or output: inputs are read from it without a host copy (set_tensor is not needed), outputs are
+        written to it (and, with ``allow_buffer_handle_output``, not copied to the host).
+        TFLite's bindGlBufferToTensor analogue; bindings survive resizes."""
+        s = self._session(0)
+        if s.gpu_plan is None:
+            raise ValueError("bind_buffer needs a GpuDelegate with an OpenCL device")
+        idx = int(tensor_index)
+        if idx not in s.sg.inputs and idx not in s.sg.outputs:
+            raise ValueError(f"tensor {idx} is neither an input nor an output of the model")
+        s.gpu_plan.bind(idx, buffer)
+        s.bindings[idx] = buffer
+
+    @property
+    def gpu_context(self):
+        """The pyopencl Context of the delegated plan (create buffers to bind in it)."""
+        plan = self.gpu_plan
+        return plan.ctx if plan is not None else None
+
+    @property
+    def gpu_queue(self):
+        """The pyopencl CommandQueue invoke() runs on."""
+        plan = self.gpu_plan
+        return plan.queue if plan is not None else None
 
     @property
     def gpu_plan(self):

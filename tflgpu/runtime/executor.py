@@ -256,6 +256,9 @@ class GpuPlan:
         for ts in list(self.uploads_after.values()) + list(self.downloads_before.values()):
             crossing.update(ts)
         self.staging: dict[int, tuple] = {}
+        self.bound: set[int] = set()
+        self.device_outputs = False  # allow_buffer_handle_output: bound outputs are not read back
+        self.crossing = crossing
         if not crossing:
             return
         sources = [boundary_kernels(f"io_{t}", self._layout(t)) for t in sorted(crossing)]
@@ -272,6 +275,36 @@ class GpuPlan:
             self.staging[t] = (dense, k_in, k_out, (lay.w, lay.b * lay.h, lay.s))
 
     # -- run -----------------------------------------------------------------
+
+    def bind(self, t: int, buffer) -> None:
+        """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
+        cl = self.cl
+        if t not in self.staging:
+            raise ValueError(f"tensor {t} does not cross the device boundary; only graph inputs/outputs can be bound")
+        buf = getattr(buffer, "base_data", None) or getattr(buffer, "data", buffer)
+        if not isinstance(buf, cl.MemoryObjectHolder):
+            raise ValueError(f"bind_buffer needs a pyopencl Buffer or Array, got {type(buffer).__name__}")
+        try:
+            same = buf.context == self.ctx
+        except cl.Error as e:
+            raise ValueError(f"the buffer's OpenCL context is not usable: {e}") from e
+        if not same:
+            raise ValueError("the buffer belongs to another OpenCL context; create it in interpreter.gpu_context")
+        need = 4 * int(np.prod(self.sg.tensors[t].shape))
+        if buf.size < need:
+            raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
+        _, k_in, k_out, gsize = self.staging[t]
+        k_in.set_arg(0, buf)
+        k_out.set_arg(1, buf)
+        self.staging[t] = (buf, k_in, k_out, gsize)
+        self.bound.add(t)
+
+    def read_bound(self, t: int) -> np.ndarray:
+        """The current value of a bound output, copied from its device buffer."""
+        dense = self.staging[t][0]
+        host = np.empty(self.sg.tensors[t].shape, np.float32)
+        self.cl.enqueue_copy(self.queue, host, dense, is_blocking=True)
+        return host
 
     def _upload(self, t: int, value: np.ndarray) -> None:
         dense, k_in, _, gsize = self.staging[t]
@@ -297,7 +330,11 @@ class GpuPlan:
         for t, x in zip(self.sg.inputs, inputs):
             values[t] = x
         for t in self.input_uploads:
-            self._upload(t, values[t])
+            if t in self.bound:  # zero-copy: the data is already on the device, just convert the layout
+                _, k_in, _, gsize = self.staging[t]
+                cl.enqueue_nd_range_kernel(q, k_in, gsize, None)
+            else:
+                self._upload(t, values[t])
         for i, s in enumerate(self.steps):
             if s.device == "gpu":
                 for spec, k in zip(s.specs, s.kernels):
@@ -316,7 +353,12 @@ class GpuPlan:
             for t in self.uploads_after.get(i, ()):
                 self._upload(t, values[t])
         for t in self.output_downloads:
-            values[t] = self._download(t)
+            if t in self.bound and self.device_outputs:
+                _, _, k_out, gsize = self.staging[t]
+                cl.enqueue_nd_range_kernel(q, k_out, gsize, None)
+                values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
+            else:
+                values[t] = self._download(t)
         q.finish()
         self._keep = []
         self.last_events = events

@@ -26,5 +26,7 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None):
         fp16 = False
     from .executor import GpuPlan
 
-    return GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
+    plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
                    input_shapes=input_shapes)
+    plan.device_outputs = options.allow_buffer_handle_output
+    return plan
