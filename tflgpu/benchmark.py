@@ -49,10 +49,13 @@ def time_invokes(invoke: Callable[[], None], warmup: int = 3, repeats: int = 20,
 @dataclass
 class BenchRow:
     model: str
-    tflgpu_ms: float
+    tflgpu_ms: float  # median
     litert_ms: float | None
     backend: str
     max_rel_err: float | None
+    init_ms: float = 0.0  # construction + allocate_tensors (kernel generation and compilation included)
+    min_ms: float = 0.0
+    max_ms: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -73,12 +76,15 @@ def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats
     from .interpreter import Interpreter
 
     path = Path(path)
+    t0 = time.perf_counter()
     ours = Interpreter(model_path=str(path), num_threads=num_threads, **(interpreter_kwargs or {}))
     ours.allocate_tensors()
+    init_ms = 1e3 * (time.perf_counter() - t0)
     inputs = reference_inputs(ours.get_input_details())
     for d, x in zip(ours.get_input_details(), inputs):
         ours.set_tensor(d["index"], x)
-    ours_ms = 1e3 * statistics.median(time_invokes(ours.invoke, warmup, repeats))
+    times = time_invokes(ours.invoke, warmup, repeats)
+    ours_ms = 1e3 * statistics.median(times)
     ref_ms = err = None
     if compare:
         try:
@@ -99,19 +105,20 @@ def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats
                 got = a.get_tensor(d["index"]).astype(np.float64)
                 errs.append(float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
             err = max(errs) if errs else 0.0
-    return BenchRow(path.name, ours_ms, ref_ms, ours.backend, err)
+    return BenchRow(path.name, ours_ms, ref_ms, ours.backend, err, init_ms, 1e3 * min(times), 1e3 * max(times))
 
 
 def format_table(rows: list[BenchRow]) -> str:
     lines = [
-        "| model | backend | tflgpu ms | LiteRT ms | ratio (tflgpu/LiteRT) | max rel err |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | backend | init ms | tflgpu ms (median) | min | max | LiteRT ms | ratio (tflgpu/LiteRT) | max rel err |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lit = f"{r.litert_ms:.2f}" if r.litert_ms is not None else "n/a"
         ratio = f"{r.ratio:.1f}x" if r.ratio is not None else "n/a"
         err = f"{r.max_rel_err:.1e}" if r.max_rel_err is not None else "n/a"
-        lines.append(f"| {r.model} | {r.backend} | {r.tflgpu_ms:.2f} | {lit} | {ratio} | {err} |")
+        lines.append(f"| {r.model} | {r.backend} | {r.init_ms:.0f} | {r.tflgpu_ms:.2f} | {r.min_ms:.2f} | "
+                     f"{r.max_ms:.2f} | {lit} | {ratio} | {err} |")
     return "\n".join(lines)
 
 

@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=3)
     b.add_argument("--repeat", type=int, default=20)
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
+    b.add_argument("--compare-litert", action="store_true", help="compare with LiteRT (the default)")
     b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
     _delegate_args(b)
     b.set_defaults(func=cmd_bench)
