@@ -22,7 +22,7 @@ EXPECTED_CPU_OPS = {
     "mobilenet_v1_1.0_224_fp16.tflite": 0,
     "unet_small_256.tflite": 0,
     "fallback_ops.tflite": 6,  # ARG_MAX, CAST, TOPK_V2, int STRIDED_SLICE, GATHER, CUMSUM
-    "lstm_small.tflite": 1,  # UNIDIRECTIONAL_SEQUENCE_LSTM
+    "lstm_small.tflite": 0,
     "lstm_small_keras3_while.tflite": 1,  # WHILE (its body runs on the CPU kernels)
 }
 CLASSIFIERS = {"mobilenet_v1_1.0_224.tflite", "mobilenet_v2_1.0_224.tflite", "mobilenet_v1_1.0_224_fp16.tflite"}
@@ -138,3 +138,25 @@ def test_bind_buffer_errors(opencl_device):
         it.bind_buffer(5, cl.Buffer(it.gpu_context, cl.mem_flags.READ_WRITE, 1 << 16))
     with pytest.raises(ValueError, match="needs a GpuDelegate"):
         Interpreter(str(corpus_model("opzoo_small.tflite"))).bind_buffer(0, None)
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_lstm_on_device_keeps_state_like_litert(opencl_device, fp16):
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    path = corpus_model("lstm_small.tflite")
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 16, 32)).astype(np.float32)
+    ours = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=fp16))
+    assert ours.gpu_plan.cpu_op_count == 0
+    ref = litert()(str(path))
+    for it in (ours, ref):
+        it.allocate_tensors()
+    for step in range(4):
+        if step == 3:
+            ours.reset_all_variables()
+            ref.reset_all_variables()
+        for it in (ours, ref):
+            it.set_tensor(0, x)
+            it.invoke()
+        idx = ref.get_output_details()[0]["index"]
+        assert_close(ours.get_tensor(idx), ref.get_tensor(idx), 1e-2 if fp16 else 1e-4, what=f"invoke {step}")

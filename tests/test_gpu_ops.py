@@ -298,3 +298,17 @@ def test_pad_merged_into_conv(gpu, rng, op, pads, conv_pad):
     assert it.gpu_plan.pass_counts["merge_pad"] == 1 and it.gpu_plan.cpu_op_count == 0
     feeds = [rand(rng, (1, 6, 5, 4))]
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("variant", ["plain", "cell_clip_time_major", "peephole"])
+def test_unidirectional_lstm_on_device(gpu, rng, variant):
+    """Plain LSTMs run on the device; other variants fall back to the CPU, correct either way."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .test_ops_graph import VARIANTS, _lstm_model
+
+    model, feeds = _lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **VARIANTS[variant])
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.cpu_op_count == (1 if variant == "peephole" else 0)
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])

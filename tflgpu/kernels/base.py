@@ -24,6 +24,7 @@ class GenContext:
     fp16: bool
     params: dict[str, Any]  # overrides of the generator's heuristic defaults (the tuner's knobs)
     epilogue: list = field(default_factory=list)  # fused elementwise ops (graph.passes.Fused), applied in order
+    subgraph_variables: frozenset = frozenset()  # variable (stateful) tensor indices
 
     def tensor(self, idx: int) -> Tensor:
         return self.subgraph.tensors[idx]

@@ -94,7 +94,8 @@ class GpuPlan:
                 reasons[op.index] = "no OpenCL kernel"
             else:
                 try:
-                    gen(GenContext(op, self.sg, consts, self.fp16, params.get(op.index, {})))
+                    gen(GenContext(op, self.sg, consts, self.fp16, params.get(op.index, {}),
+                                   subgraph_variables=frozenset(self.runner.variables)))
                 except Unsupported as e:
                     ok, reasons[op.index] = False, str(e)
             base.append(PassStep(op, [(op, fn)], [], ok))
@@ -108,7 +109,8 @@ class GpuPlan:
             if not ps.gpu:
                 out.append(Step(ps.op, "cpu", members=ps.members, reason=reasons.get(ps.op.index, "")))
                 continue
-            ctx = GenContext(ps.op, self.sg, consts, self.fp16, params.get(ps.op.index, {}), ps.epilogue)
+            ctx = GenContext(ps.op, self.sg, consts, self.fp16, params.get(ps.op.index, {}), ps.epilogue,
+                             frozenset(self.runner.variables))
             out.append(Step(ps.op, "gpu", generator_for(ps.op.name)(ctx), members=ps.members))
         return out
 
@@ -146,6 +148,7 @@ class GpuPlan:
     # -- compile and allocate ------------------------------------------------
 
     def _build(self, sources: list[str]):
+        sources = list(dict.fromkeys(sources))  # specs may share a kernel (e.g. one per LSTM time step)
         opts = ["-cl-mad-enable"] + (["-DTFLGPU_FP16"] if self.fp16 else [])
         with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
             warnings.simplefilter("ignore", self.cl.CompilerWarning)
@@ -217,7 +220,12 @@ class GpuPlan:
         for t in graph_out:
             if t in on_gpu:
                 touch(t, n)
-        self.input_uploads = [t for t in self.sg.inputs if t in on_gpu]
+        self.state_tensors = sorted({t for s in self.steps if s.device == "gpu" for spec in s.specs
+                                     for t in spec.params.get("state", [])})
+        for t in self.state_tensors:
+            touch(t, -1)
+            touch(t, n)
+        self.input_uploads = [t for t in self.sg.inputs if t in on_gpu] + self.state_tensors
         self.output_downloads = [t for t in self.sg.outputs if t in producer and self.steps[producer[t]].device == "gpu"]
         sizes = {t: self._layout(t).elements * self.itemsize for t in on_gpu}
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
@@ -230,13 +238,13 @@ class GpuPlan:
             if s.device != "gpu":
                 continue
             for spec in s.specs:
-                k = getattr(self.program, spec.name)
+                k = cl.Kernel(self.program, spec.name)  # independent instances: args differ per spec
                 args = []
                 for a in spec.args:
                     if a.kind == "tensor":
                         args.append(self.tensor_buffer[a.value])
-                    elif a.kind == "const":
-                        data = np.ascontiguousarray(a.value, dtype=self.np_dtype)
+                    elif a.kind in ("const", "const32"):  # const32: float32 whatever the storage precision
+                        data = np.ascontiguousarray(a.value, dtype=np.float32 if a.kind == "const32" else self.np_dtype)
                         buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data)
                         self.const_buffers.append(buf)
                         args.append(buf)
@@ -252,7 +260,7 @@ class GpuPlan:
     def _boundary(self, on_gpu) -> None:
         """A dense NHWC float32 staging buffer and conversion kernels for each tensor crossing the boundary."""
         cl = self.cl
-        crossing = set(self.input_uploads) | set(self.output_downloads)
+        crossing = set(self.input_uploads) | set(self.output_downloads) | set(self.state_tensors)
         for ts in list(self.uploads_after.values()) + list(self.downloads_before.values()):
             crossing.update(ts)
         self.staging: dict[int, tuple] = {}
@@ -352,6 +360,8 @@ class GpuPlan:
                         values[t] = self.runner._coerce(t, v)
             for t in self.uploads_after.get(i, ()):
                 self._upload(t, values[t])
+        for t in self.state_tensors:  # variables (LSTM state) carry over to the next invoke
+            np.copyto(self.runner.variables[t], self._download(t).reshape(self.runner.variables[t].shape))
         for t in self.output_downloads:
             if t in self.bound and self.device_outputs:
                 _, _, k_out, gsize = self.staging[t]

@@ -1,0 +1,96 @@
+"""UNIDIRECTIONAL_SEQUENCE_LSTM on the device: one launch per time step.
+
+Work-item (b, u) computes unit u's four gates for batch b: the input and recurrent products, the
+bias, then c = f*c + i*g (clipped), h = o*tanh(c). The previous h is read from the output sequence
+itself (step t-1), so no ping-pong buffer is needed; c is updated in place (one work-item per unit).
+The state tensors are variables: the executor uploads them before an invoke and writes the final
+state back after it, so state carries over between invokes as on the CPU path.
+Plain LSTMs only (optional cell clipping): peephole, CIFG, projection and layer norm stay on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import GenContext, Unsupported, generator, require_float
+from .common import Arg, KernelSpec
+from .reindex import offset
+
+
+@generator("UNIDIRECTIONAL_SEQUENCE_LSTM")
+def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
+    op = ctx.op
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out)
+    if len(op.inputs) < 20:
+        raise Unsupported("LSTM without state inputs")
+    absent = [i for i in (1, 5, 9, 10, 11, 16, 17) if ctx.inp(i) is None]
+    if absent != [9, 10, 11, 16, 17] or any(ctx.inp(i) is not None for i in range(20, len(op.inputs))):
+        raise Unsupported("peephole/CIFG/projection/layer-norm LSTM variants run on the CPU")
+    if op.options.get("fused_activation_function", 4) != 4 or op.options.get("proj_clip", 0.0):
+        raise Unsupported("LSTM activation other than TANH")
+    ws = [ctx.const(i) for i in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14, 15)]
+    if any(w is None for w in ws) or any(w.dtype != np.float32 for w in ws):
+        raise Unsupported("LSTM weights must be float32 constants")
+    h_idx, c_idx = op.inputs[18], op.inputs[19]
+    if h_idx not in ctx.subgraph_variables or c_idx not in ctx.subgraph_variables:
+        raise Unsupported("LSTM state is not a variable tensor")
+    wx = np.concatenate(ws[0:4], axis=0)  # [4U, In], gates i, f, g, o
+    wh = np.concatenate(ws[4:8], axis=0)  # [4U, U]
+    bias = np.concatenate(ws[8:12])
+    units, n_in = ws[0].shape
+    if ws[4].shape[1] != units:
+        raise Unsupported("recurrent weights with a projection")
+    time_major = op.options.get("time_major", False)
+    shape = x_t.shape
+    steps, batch = (shape[0], shape[1]) if time_major else (shape[1], shape[0])
+    clip = float(op.options.get("cell_clip", 0.0) or 0.0)
+
+    def seq(t, b, k, tensor_shape):
+        return offset(tensor_shape, [t, b, k] if time_major else [b, t, k])
+
+    hs, cs = ctx.tensor(h_idx).shape, ctx.tensor(c_idx).shape
+    name = ctx.name
+    src = f"""__kernel void {name}(__global const STORE_T* x, __global const float* wx, __global const float* wh,
+    __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate, __global STORE_T* y,
+    const int t) {{
+  const int u = get_global_id(0); const int b = get_global_id(1);
+  if (u >= {units} || b >= {batch}) return;
+  float g[4];
+  for (int q = 0; q < 4; ++q) {{
+    const int row = q * {units} + u;
+    float s = bias[row];
+    for (int k = 0; k < {n_in}; ++k) s += LD1(x, {seq('t', 'b', 'k', shape)}) * wx[row * {n_in} + k];
+    for (int k = 0; k < {units}; ++k) {{
+      const float hp = t == 0 ? LD1(hstate, {offset(hs, ['b', 'k'])}) : LD1(y, {seq('(t - 1)', 'b', 'k', out.shape)});
+      s += hp * wh[row * {units} + k];
+    }}
+    g[q] = s;
+  }}
+  const float ig = 1.0f / (1.0f + exp(-g[0])), fg = 1.0f / (1.0f + exp(-g[1]));
+  const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));
+  float c = fg * LD1(cstate, {offset(cs, ['b', 'u'])}) + ig * gg;
+  {f'c = clamp(c, {-clip!r}f, {clip!r}f);' if clip > 0 else ''}
+  const float h = og * tanh(c);
+#ifdef TFLGPU_FP16
+  vstore_half(c, {offset(cs, ['b', 'u'])}, cstate);
+  vstore_half(h, {seq('t', 'b', 'u', out.shape)}, y);
+  if (t == {steps - 1}) vstore_half(h, {offset(hs, ['b', 'u'])}, hstate);
+#else
+  cstate[{offset(cs, ['b', 'u'])}] = c;
+  y[{seq('t', 'b', 'u', out.shape)}] = h;
+  if (t == {steps - 1}) hstate[{offset(hs, ['b', 'u'])}] = h;
+#endif
+}}"""
+    # the weights stay float32 whatever the storage precision: pass them as float32 blobs
+    consts = [Arg("const32", np.ascontiguousarray(wx, np.float32).reshape(-1)),
+              Arg("const32", np.ascontiguousarray(wh, np.float32).reshape(-1)),
+              Arg("const32", np.ascontiguousarray(bias, np.float32))]
+    specs = []
+    for t in range(steps):
+        specs.append(KernelSpec(name, src, (units, batch), None,
+                                [Arg("tensor", op.inputs[0]), *consts, Arg("tensor", h_idx), Arg("tensor", c_idx),
+                                 Arg("tensor", op.outputs[0]), Arg("int", t)],
+                                [op.inputs[0], h_idx, c_idx], [op.outputs[0], h_idx, c_idx],
+                                params={"state": [h_idx, c_idx]}, flops=8 * batch * units * (n_in + units)))
+    return specs
