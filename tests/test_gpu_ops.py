@@ -312,3 +312,16 @@ def test_unidirectional_lstm_on_device(gpu, rng, variant):
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     assert it.gpu_plan.cpu_op_count == (1 if variant == "peephole" else 0)
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("op", ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"])
+def test_comparisons_on_device(gpu, rng, op):
+    a = rng.integers(-2, 3, (1, 3, 4, 5)).astype(np.float32)
+    b = rng.integers(-2, 3, (5,)).astype(np.float32)
+    check_op(op, [In(a), In(b)], [Out(np.bool_)], **gpu)
+
+
+@pytest.mark.parametrize("op", ["LOGICAL_AND", "LOGICAL_OR"])
+def test_logical_on_device(gpu, rng, op):
+    check_op(op, [In(rng.random((2, 3, 6)) > 0.5), In(rng.random((2, 3, 6)) > 0.5)], [Out(np.bool_)], **gpu)
+    check_op("LOGICAL_NOT", [In(rng.random((3, 7)) > 0.5)], [Out(np.bool_)], **gpu)

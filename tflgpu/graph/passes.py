@@ -182,7 +182,7 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
 
 
 def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
-    if op.name in UNARY and op.inputs[:1] == (t,):
+    if op.name in UNARY and op.name != "LOGICAL_NOT" and op.inputs[:1] == (t,):
         return Fused(op)
     if op.name not in FUSABLE_BINARY or len(op.inputs) != 2 or t not in op.inputs or op.inputs[0] == op.inputs[1]:
         return None

@@ -95,7 +95,9 @@ def gpu_ops() -> list[str]:
     return sorted(_GENERATORS)
 
 
-def require_float(ctx: GenContext, *tensors: Tensor | None) -> None:
+def require_float(ctx: GenContext, *tensors: Tensor | None, allow_bool: bool = False) -> None:
+    """Device tensors are float32 (or bool stored as exact 0/1 where the op allows it)."""
     for t in tensors:
-        if t is not None and t.dtype != np.float32:
-            raise Unsupported(f"tensor '{t.name}' is {t.type_name}, the OpenCL path runs float32 tensors")
+        if t is None or t.dtype == np.float32 or (allow_bool and t.dtype == np.bool_):
+            continue
+        raise Unsupported(f"tensor '{t.name}' is {t.type_name}, the OpenCL path runs float32 tensors")

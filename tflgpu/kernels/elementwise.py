@@ -24,7 +24,20 @@ UNARY = {
     "SIN": "sin(v)",
     "COS": "cos(v)",
     "ELU": "select(expm1(v), v, isgreater(v, (float4)(0.0f)))",
+    "LOGICAL_NOT": "convert_float4(v == 0.0f) * -1.0f",
     "LEAKY_RELU": "select(v * ALPHA, v, isgreaterequal(v, (float4)(0.0f)))",
+}
+
+# comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0
+LOGIC = {
+    "LESS": "convert_float4(isless(va, vb)) * -1.0f",
+    "LESS_EQUAL": "convert_float4(islessequal(va, vb)) * -1.0f",
+    "GREATER": "convert_float4(isgreater(va, vb)) * -1.0f",
+    "GREATER_EQUAL": "convert_float4(isgreaterequal(va, vb)) * -1.0f",
+    "EQUAL": "convert_float4(isequal(va, vb)) * -1.0f",
+    "NOT_EQUAL": "convert_float4(isnotequal(va, vb)) * -1.0f",
+    "LOGICAL_AND": "convert_float4((va != 0.0f) && (vb != 0.0f)) * -1.0f",
+    "LOGICAL_OR": "convert_float4((va != 0.0f) || (vb != 0.0f)) * -1.0f",
 }
 
 BINARY = {
@@ -62,7 +75,7 @@ def broadcast_read(var: str, inp: Layout, out: Layout) -> str:
 @generator(*UNARY)
 def unary(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.inp(0), ctx.out()
-    require_float(ctx, x_t, out)
+    require_float(ctx, x_t, out, allow_bool=ctx.op.name == "LOGICAL_NOT")
     lay = ctx.layout(out)
     expr = UNARY[ctx.op.name].replace("ALPHA", f"{float(ctx.opt('alpha', 0.2))!r}f")
     src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n"
@@ -76,7 +89,7 @@ def unary(ctx: GenContext) -> list[KernelSpec]:
 def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
     """A binary operand: a device tensor, or a constant uploaded in slice layout."""
     t = ctx.inp(i)
-    require_float(ctx, t)
+    require_float(ctx, t, allow_bool=ctx.op.name.startswith("LOGICAL_"))
     lay = ctx.layout(t)
     c = ctx.const(i)
     if c is not None:
@@ -84,10 +97,10 @@ def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
     return Arg("tensor", ctx.op.inputs[i]), lay, [ctx.op.inputs[i]]
 
 
-@generator(*BINARY, "PRELU")
+@generator(*BINARY, *LOGIC, "PRELU")
 def binary(ctx: GenContext) -> list[KernelSpec]:
     out = ctx.out()
-    require_float(ctx, out)
+    require_float(ctx, out, allow_bool=ctx.op.name in LOGIC)
     lay = ctx.layout(out)
     (arg_a, la, ia), (arg_b, lb, ib) = _operand(ctx, 0), _operand(ctx, 1)
     for x in (la, lb):
@@ -95,6 +108,8 @@ def binary(ctx: GenContext) -> list[KernelSpec]:
             raise Unsupported(f"broadcast of {x.dims} to {lay.dims}")
     if ctx.op.name == "PRELU":
         expr = "select(va * vb, va, isgreaterequal(va, (float4)(0.0f)))"
+    elif ctx.op.name in LOGIC:
+        expr = LOGIC[ctx.op.name]
     else:
         expr = BINARY[ctx.op.name]
     act = activation(ctx.opt("fused_activation_function", 0), "v")

@@ -324,9 +324,10 @@ class GpuPlan:
     def _download(self, t: int) -> np.ndarray:
         dense, _, k_out, gsize = self.staging[t]
         self.cl.enqueue_nd_range_kernel(self.queue, k_out, gsize, None)
-        host = np.empty(self.sg.tensors[t].shape, np.float32)
+        tensor = self.sg.tensors[t]
+        host = np.empty(tensor.shape, np.float32)
         self.cl.enqueue_copy(self.queue, host, dense, is_blocking=True)
-        return host
+        return host if tensor.dtype == np.float32 else (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
 
     def run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Run once; returns host values of the graph outputs and of every CPU-side tensor."""
