@@ -325,3 +325,23 @@ def test_comparisons_on_device(gpu, rng, op):
 def test_logical_on_device(gpu, rng, op):
     check_op(op, [In(rng.random((2, 3, 6)) > 0.5), In(rng.random((2, 3, 6)) > 0.5)], [Out(np.bool_)], **gpu)
     check_op("LOGICAL_NOT", [In(rng.random((3, 7)) > 0.5)], [Out(np.bool_)], **gpu)
+
+
+def test_lstm_single_step_on_device_keeps_state(gpu, rng):
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert
+    from .test_ops_graph import _lstm_model
+
+    model, feeds = _lstm_model("LSTM", rng, cell_clip=0.5)
+    ours = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert ours.gpu_plan.cpu_op_count == 0
+    ref = litert()(model_content=model)
+    for it in (ours, ref):
+        it.allocate_tensors()
+    for _ in range(3):
+        for it in (ours, ref):
+            it.set_tensor(it.get_input_details()[0]["index"], feeds[0])
+            it.invoke()
+        idx = ref.get_output_details()[0]["index"]
+        assert_close(ours.get_tensor(idx), ref.get_tensor(idx), gpu["rtol_scale"])

@@ -17,9 +17,12 @@ from .common import Arg, KernelSpec
 from .reindex import offset
 
 
-@generator("UNIDIRECTIONAL_SEQUENCE_LSTM")
+@generator("UNIDIRECTIONAL_SEQUENCE_LSTM", "LSTM")
 def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
+    """Also the one-step LSTM op: a sequence of length 1 whose input/output have no time axis."""
     op = ctx.op
+    if op.name == "LSTM" and (op.options.get("kernel_type", 0) != 0 or len(op.outputs) != 1):
+        raise Unsupported("BASIC LSTM kernel or the 4-output LSTM form")
     x_t, out = ctx.inp(0), ctx.out()
     require_float(ctx, x_t, out)
     if len(op.inputs) < 20:
@@ -43,10 +46,16 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("recurrent weights with a projection")
     time_major = op.options.get("time_major", False)
     shape = x_t.shape
-    steps, batch = (shape[0], shape[1]) if time_major else (shape[1], shape[0])
+    single = op.name == "LSTM"
+    if single:
+        steps, batch = 1, shape[0]
+    else:
+        steps, batch = (shape[0], shape[1]) if time_major else (shape[1], shape[0])
     clip = float(op.options.get("cell_clip", 0.0) or 0.0)
 
     def seq(t, b, k, tensor_shape):
+        if single:
+            return offset(tensor_shape, [b, k])
         return offset(tensor_shape, [t, b, k] if time_major else [b, t, k])
 
     hs, cs = ctx.tensor(h_idx).shape, ctx.tensor(c_idx).shape
@@ -75,11 +84,21 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
 #ifdef TFLGPU_FP16
   vstore_half(c, {offset(cs, ['b', 'u'])}, cstate);
   vstore_half(h, {seq('t', 'b', 'u', out.shape)}, y);
-  if (t == {steps - 1}) vstore_half(h, {offset(hs, ['b', 'u'])}, hstate);
 #else
   cstate[{offset(cs, ['b', 'u'])}] = c;
   y[{seq('t', 'b', 'u', out.shape)}] = h;
-  if (t == {steps - 1}) hstate[{offset(hs, ['b', 'u'])}] = h;
+#endif
+}}
+
+// after the last step: the final h becomes the state (a separate launch: during a step every
+// work-item may still read the old h)
+__kernel void {name}_final(__global const STORE_T* y, __global STORE_T* hstate) {{
+  const int u = get_global_id(0); const int b = get_global_id(1);
+  if (u >= {units} || b >= {batch}) return;
+#ifdef TFLGPU_FP16
+  vstore_half(LD1(y, {seq(str(steps - 1), 'b', 'u', out.shape)}), {offset(hs, ['b', 'u'])}, hstate);
+#else
+  hstate[{offset(hs, ['b', 'u'])}] = y[{seq(str(steps - 1), 'b', 'u', out.shape)}];
 #endif
 }}"""
     # the weights stay float32 whatever the storage precision: pass them as float32 blobs
@@ -93,4 +112,7 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
                                  Arg("tensor", op.outputs[0]), Arg("int", t)],
                                 [op.inputs[0], h_idx, c_idx], [op.outputs[0], h_idx, c_idx],
                                 params={"state": [h_idx, c_idx]}, flops=8 * batch * units * (n_in + units)))
+    specs.append(KernelSpec(f"{name}_final", src, (units, batch), None,
+                            [Arg("tensor", op.outputs[0]), Arg("tensor", h_idx)], [op.outputs[0]], [h_idx],
+                            params={"state": [h_idx, c_idx]}))
     return specs

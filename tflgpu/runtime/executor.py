@@ -148,7 +148,7 @@ class GpuPlan:
     # -- compile and allocate ------------------------------------------------
 
     def _build(self, sources: list[str]):
-        sources = list(dict.fromkeys(sources))  # specs may share a kernel (e.g. one per LSTM time step)
+        sources = list(dict.fromkeys(sources))  # specs may share a source (e.g. one per LSTM time step)
         opts = ["-cl-mad-enable"] + (["-DTFLGPU_FP16"] if self.fp16 else [])
         with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
             warnings.simplefilter("ignore", self.cl.CompilerWarning)
