@@ -345,3 +345,35 @@ def test_lstm_single_step_on_device_keeps_state(gpu, rng):
             it.invoke()
         idx = ref.get_output_details()[0]["index"]
         assert_close(ours.get_tensor(idx), ref.get_tensor(idx), gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("pad", ["SAME", "VALID"])
+def test_mediapipe_argmax_pool_and_unpool_on_device(opencl_device, rng, pad):
+    """FP32 on the device (int32 indices are exact there), against the CPU kernels (themselves checked
+    against LiteRT's MAX_POOL_2D in test_ops_graph); the two ops chained."""
+    import struct
+
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    params = struct.pack("<10i", 1 if pad == "SAME" else 2, 2, 2, 2, 2, 0, 0, 0, 0, 0)
+    b = ModelBuilder()
+    x = b.input("x", (2, 6, 7, 5))
+    pooled, idx = b.tensor("pooled", (1,)), b.tensor("idx", (1,), np.int32)
+    b.op("MaxPoolingWithArgmax2D", [x], [pooled, idx], custom_options=params)
+    restored = b.tensor("restored", (2, 6, 7, 5))  # unpooling restores the original size
+    b.op("MaxUnpooling2D", [pooled, idx], [restored], custom_options=params)
+    b.output(pooled, idx, restored)
+    model = b.build()
+    feeds = [rand(rng, (2, 6, 7, 5))]
+    it = Interpreter(model_content=model, delegate=GpuDelegate())
+    assert it.gpu_plan.cpu_op_count == 0
+    from .conftest import run_model
+
+    got = run_model(lambda **kw: it, model, feeds)
+    want = run_model(Interpreter, model, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    fp16 = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
+    if opencl_device.identity.fp16:
+        assert fp16.gpu_plan.cpu_op_count == 2  # indices are not exact in half: CPU

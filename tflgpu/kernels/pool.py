@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..cpu.registry import conv_padding
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask
@@ -103,3 +105,86 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(ctx.name, src, (lay.w, lay.b * lay.h), None, [Arg("tensor", ctx.op.inputs[0]),
                                                                       Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
+
+
+def _index_tensor_ok(ctx: GenContext, t) -> None:
+    """int32 index tensors live on the device as floats: exact in FP32 storage (< 2^24), not in FP16."""
+    if t.dtype != np.int32:
+        raise Unsupported(f"tensor '{t.name}' is {t.type_name}")
+    if ctx.fp16:
+        raise Unsupported("int32 indices are not exact in FP16 storage")
+    lay = ctx.layout(t)
+    if lay.h * lay.w * lay.c >= 1 << 24:
+        raise Unsupported("indices beyond 2^24")
+
+
+@generator("MaxPoolingWithArgmax2D")
+def max_pool_with_argmax(ctx: GenContext) -> list[KernelSpec]:
+    from ..cpu.custom_options import pool_params
+
+    x_t, out, idx_t = ctx.inp(0), ctx.out(0), ctx.out(1)
+    require_float(ctx, x_t, out)
+    _index_tensor_ok(ctx, idx_t)
+    o = pool_params(ctx)
+    n, ih, iw, c = ctx.layout(x_t).dims
+    kh, kw, sh, sw = o["filter_height"], o["filter_width"], o["stride_h"], o["stride_w"]
+    oh, pt = conv_padding(ih, kh, sh, 1, o["padding"])
+    ow, pl = conv_padding(iw, kw, sw, 1, o["padding"])
+    lay = ctx.layout(out)
+    s = lay.s
+    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst, __global STORE_T* idx) {{
+{grid_prologue(lay)}  float4 best = (float4)(-INFINITY); float4 arg = (float4)(0.0f);
+  for (int ky = 0; ky < {kh}; ++ky) {{
+    const int iy = y * {sh} - {pt} + ky;
+    if (iy < 0 || iy >= {ih}) continue;
+    for (int kx = 0; kx < {kw}; ++kx) {{
+      const int ix = x * {sw} - {pl} + kx;
+      if (ix < 0 || ix >= {iw}) continue;
+      const float4 v = LD4(src, ((b * {s} + S) * {ih} + iy) * {iw} + ix);
+      const float4 at = (float4)((iy * {iw} + ix) * {c} + S * 4) + (float4)(0.0f, 1.0f, 2.0f, 3.0f);
+      const int4 better = isgreater(v, best);
+      best = select(best, v, better);
+      arg = select(arg, at, better);
+    }}
+  }}
+  {pad_lanes_mask(c, "S", "best")} {pad_lanes_mask(c, "S", "arg")}
+  ST4(dst, o, best);
+  ST4(idx, o, arg);
+}}"""
+    del oh, ow
+    return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0]),
+                                                         Arg("tensor", ctx.op.outputs[1])],
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0], ctx.op.outputs[1]])]
+
+
+@generator("MaxUnpooling2D")
+def max_unpooling(ctx: GenContext) -> list[KernelSpec]:
+    """Gather form: output (y, x, c) takes the pooled value whose index names it (filter == stride)."""
+    from ..cpu.custom_options import pool_params
+
+    x_t, idx_t, out = ctx.inp(0), ctx.inp(1), ctx.out()
+    require_float(ctx, x_t, out)
+    _index_tensor_ok(ctx, idx_t)
+    o = pool_params(ctx)
+    kh, kw, sh, sw = o["filter_height"], o["filter_width"], o["stride_h"], o["stride_w"]
+    if (kh, kw) != (sh, sw):
+        raise Unsupported("overlapping pooling windows (filter != stride)")
+    n, ih, iw, c = ctx.layout(x_t).dims
+    lay = ctx.layout(out)
+    _, pt = conv_padding(lay.h, kh, sh, 1, o["padding"])
+    _, pl = conv_padding(lay.w, kw, sw, 1, o["padding"])
+    s = lay.s
+    src = f"""__kernel void {ctx.name}(__global const STORE_T* vals, __global const STORE_T* idx, __global STORE_T* dst) {{
+{grid_prologue(lay)}  float4 v = (float4)(0.0f);
+  const int py = (y + {pt}) / {sh}, px = (x + {pl}) / {sw};
+  if (py < {ih} && px < {iw}) {{
+    const int src_o = ((b * {s} + S) * {ih} + py) * {iw} + px;
+    const float4 want = (float4)((y * {lay.w} + x) * {c} + S * 4) + (float4)(0.0f, 1.0f, 2.0f, 3.0f);
+    v = select((float4)(0.0f), LD4(vals, src_o), isequal(LD4(idx, src_o), want));
+  }}
+  {pad_lanes_mask(c, "S", "v")}
+  ST4(dst, o, v);
+}}"""
+    return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.inputs[1]),
+                                                         Arg("tensor", ctx.op.outputs[0])],
+                       [ctx.op.inputs[0], ctx.op.inputs[1]], [ctx.op.outputs[0]])]
