@@ -54,8 +54,10 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
     plan = GpuPlan(it._runtime.runner(0), opencl_device, False, 1 << 30,
                    params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint,
                                "wide": wide}})
-    assert plan.steps[0].specs[0].params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided,
-                                             "vec_hint": hint, "wide": wide}
+    spec = plan.steps[0].specs[0]
+    assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "wide": wide,
+                           "const_weights": False}
+    assert all(v in spec.space[k] for k, v in spec.params.items())  # the chosen point lies in the space
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0])
 
@@ -377,3 +379,38 @@ def test_mediapipe_argmax_pool_and_unpool_on_device(opencl_device, rng, pad):
     fp16 = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
     if opencl_device.identity.fp16:
         assert fp16.gpu_plan.cpu_op_count == 2  # indices are not exact in half: CPU
+
+
+@pytest.mark.parametrize("const_weights", [False, True])
+def test_conv_constant_memory_weights(gpu, rng, const_weights):
+    """The small-filter variant with weights in __constant memory computes the same conv."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 7, 6, 4))), rand(rng, (8, 3, 3, 4)), rand(rng, (8,))],
+                            padding="SAME", stride_w=1, stride_h=1)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    from tflgpu.runtime.executor import GpuPlan
+
+    plan = GpuPlan(it._runtime.runner(0), it.gpu_plan.device, it.gpu_plan.fp16, 1 << 30,
+                   params={0: {"const_weights": const_weights}})
+    spec = plan.steps[0].specs[0]
+    assert spec.params["const_weights"] is const_weights and ("__constant" in spec.source) is const_weights
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+def test_inference_priorities_map_to_precision():
+    from tflgpu.delegate import GpuDelegate as G
+
+    assert not G().wants_fp16()  # default: MAX_PRECISION first
+    assert G(precision_loss_allowed=True).wants_fp16()
+    assert G(inference_priority1="MIN_LATENCY").wants_fp16()
+    assert G(inference_priority1="MIN_MEMORY_USAGE", inference_priority2="MAX_PRECISION").wants_fp16()
+    assert not G(inference_priority1="AUTO", inference_priority2="MAX_PRECISION").wants_fp16()
+    assert G(inference_priority1="AUTO").wants_fp16()  # all AUTO: precision may be traded
+    with pytest.raises(ValueError):
+        G(inference_priority1="FASTEST")
+    with pytest.raises(ValueError):
+        G(max_delegated_partitions=0)

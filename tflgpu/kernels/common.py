@@ -118,7 +118,8 @@ class KernelSpec:
     args: list[Arg]
     inputs: list[int] = field(default_factory=list)  # tensor indices read
     outputs: list[int] = field(default_factory=list)  # tensor indices written
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)  # the values this spec was generated with
+    space: dict[str, list] = field(default_factory=dict)  # every value each knob may take (the tuner's space)
     flops: int = 0
 
 

@@ -56,6 +56,17 @@ def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int,
     return sh, sw, dh, dw, oh, ow, pt + et, pl + el
 
 
+CONV_SPACE = {
+    "tile_x": [1, 2, 4, 8, 16],
+    "tile_s": [1, 2, 4, 8],
+    "wide": [False, True],  # float8 accumulators (needs an even tile_s)
+    "vec_hint": [None, "float4", "float8"],
+    "strided": [False, True],
+    "const_weights": [False, True],  # weights in __constant memory (small filters only)
+    "local_size": [None, (8, 1, 1), (16, 1, 1), (32, 1, 1), (8, 4, 1), (16, 2, 1)],
+}
+
+
 def conv_defaults(pixels: int, sout: int, sin: int) -> dict:
     """Heuristic tile for the conv kernel, from a sweep on the Intel OpenCL CPU device (5 MobileNet-like
     shapes x 18 tiles): float8 accumulators ("wide", two output slices per vector) won everywhere but
@@ -72,7 +83,8 @@ def conv_defaults(pixels: int, sout: int, sin: int) -> dict:
 
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
-                 strided=False, vec_hint: str | None = None, wide: bool = False, epilogue=None) -> str:
+                 strided=False, vec_hint: str | None = None, wide: bool = False, epilogue=None,
+                 const_weights: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -94,7 +106,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     vt, nacc = ("float8", ts // 2) if wide else ("float4", ts)
     ep_code, ep_params = epilogue(f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + PX") if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
-    lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+    wspace = "__constant" if const_weights else "__global const"
+    lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, {wspace} STORE_T* wts,",
              f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
@@ -180,18 +193,22 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
     b_vec = vec_slices(bias if bias is not None else np.zeros(cout), cout, ts)
     strided = p.get("strided", False)
     wide = p["wide"] and ts % 2 == 0
+    # __constant weights: small filters only (the device's constant buffer is often 64 KB)
+    const_w = bool(p.get("const_weights", False)) and w.size * (2 if ctx.fp16 else 4) <= 32 * 1024
     hint = p["vec_hint"] if (wide or p["vec_hint"] != "float8") else "float4"
     ep = _epilogue(ctx, cout)
     src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
-                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[0])
+                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[0],
+                       const_weights=const_w)
     gsize = conv_grid(ow=ow, oh=oh, ih=ih, iw=iw, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
                       sout=sout)
     return [KernelSpec(ctx.name, src, gsize, p.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if wide else weights_oi4(w, ts)),
         Arg("const", b_vec), *ep[1],
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
-        {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide}, flops=2 * n * oh * ow * cout * kh * kw * cin)]
+        {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide,
+         "const_weights": const_w}, space=dict(CONV_SPACE), flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
 
 @generator("DEPTHWISE_CONV_2D")
@@ -256,7 +273,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep[1],
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
-        {"tile_x": tx, "vec_hint": hint},
+        {"tile_x": tx, "vec_hint": hint}, space={"tile_x": [1, 2, 4, 8], "vec_hint": [None, "float4"]},
         flops=2 * n * oh * ow * cout * kh * kw)]
 
 
@@ -290,7 +307,8 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
         Arg("const", vec_slices(bias, units, ts)), *ep[1], Arg("tensor", ctx.final_output)],
-        [ctx.op.inputs[0], *ep[2]], [ctx.final_output], {"tile_s": ts, "wide": wide}, flops=2 * n * units * depth)]
+        [ctx.op.inputs[0], *ep[2]], [ctx.final_output], {"tile_s": ts, "wide": wide},
+        space={"tile_s": [1, 2, 4, 8], "wide": [False, True]}, flops=2 * n * units * depth)]
 
 
 def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_hw, pad, sh, sw, act):
@@ -344,7 +362,7 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi4(w, ts)), Arg("const", vec_slices(bias, cout, ts)),
         *ep[1], Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep[2]], [ctx.final_output],
-        {"tile_s": ts}, flops=2 * n * ih * iw * cin * cout * kh * kw)]
+        {"tile_s": ts}, space={"tile_s": [1, 2, 4]}, flops=2 * n * ih * iw * cin * cout * kh * kw)]
 
 
 @generator("TRANSPOSE_CONV")
