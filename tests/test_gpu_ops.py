@@ -414,3 +414,20 @@ def test_inference_priorities_map_to_precision():
         G(inference_priority1="FASTEST")
     with pytest.raises(ValueError):
         G(max_delegated_partitions=0)
+
+
+@pytest.mark.parametrize("shape,cout,pad", [((1, 9, 11, 8), 8, "SAME"), ((2, 7, 6, 5), 6, "VALID"),
+                                            ((1, 16, 16, 16), 12, "SAME")])
+def test_conv_winograd_variant(gpu, rng, shape, cout, pad):
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, 3, 3, shape[3])), rand(rng, (cout,))],
+                            padding=pad, stride_w=1, stride_h=1, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it._runtime.runner(0), it.gpu_plan.device, it.gpu_plan.fp16, 1 << 30, params={0: {"winograd": True}})
+    assert plan.steps[0].specs[0].params == {"winograd": True} and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
