@@ -29,10 +29,16 @@ def test_default_model_matches_litert():
 
 
 def test_run_default_model(capsys):
-    assert main(["run", "--repeat", "2"]) == 0
+    assert main(["run", "--repeat", "2", "--delegate", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "default.tflite" in out and "device:  cpu (numba)" in out
     assert "output:  probs float32[1, 10]" in out and "latency: median" in out
+
+
+def test_run_defaults_to_the_opencl_device(capsys, opencl_device):
+    assert main(["run", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"device:  opencl: {opencl_device.identity.platform}" in out and "0 on cpu" in out
 
 
 def test_run_with_input_file_and_save(tmp_path, capsys):

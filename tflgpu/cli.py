@@ -31,7 +31,7 @@ def _describe(arr: np.ndarray, limit: int = 8) -> str:
 
 
 def _delegate(args):
-    if getattr(args, "delegate", "cpu") != "gpu":
+    if getattr(args, "delegate", "gpu") != "gpu":
         return None
     from .delegate import GpuDelegate
 
@@ -204,8 +204,9 @@ def cmd_bench(args) -> int:
 
 
 def _delegate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--delegate", choices=["cpu", "gpu"], default="cpu",
-                   help="gpu: run through GpuDelegate on an OpenCL device (default cpu)")
+    p.add_argument("--delegate", choices=["cpu", "gpu"], default="gpu",
+                   help="gpu (default): GpuDelegate on an OpenCL device (the CPU kernels when there is none); "
+                        "cpu: the CPU kernels only")
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="with --delegate gpu")
     p.add_argument("--device", help="OpenCL device: index or name substring (default: $TFLGPU_DEVICE or the first)")
 
@@ -254,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s tflgpu: %(message)s")
     try:
         return args.func(args)
+    except BrokenPipeError:  # output piped into head & co.: stop quietly, as Unix tools do
+        sys.stderr.close()
+        return 0
     except (ValueError, RuntimeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
