@@ -112,7 +112,9 @@ class _Session:
                 self.gpu_plan = self.gpu_factory(shapes)
                 for t, buf in self.bindings.items():
                     self.gpu_plan.bind(t, buf)
-        if resized:
+        if resized and self.gpu_plan is not None:  # the plan already propagated these shapes
+            self.shapes = {t.index: t.shape for t in self.gpu_plan.sg.tensors}
+        elif resized:
             # propagate the new shapes through the graph once, on zeros
             vals = self.runner.run([self.buffers[i].copy() for i in self.sg.inputs])
             self.runner.reset_variables()
