@@ -255,9 +255,9 @@ class GpuPlan:
                 k.set_args(*args)
                 s.kernels.append(k)
         self.const_bytes = sum(b.size for b in self.const_buffers)
-        self._boundary(on_gpu)
+        self._boundary()
 
-    def _boundary(self, on_gpu) -> None:
+    def _boundary(self) -> None:
         """A dense NHWC float32 staging buffer and conversion kernels for each tensor crossing the boundary."""
         cl = self.cl
         crossing = set(self.input_uploads) | set(self.output_downloads) | set(self.state_tensors)
