@@ -206,8 +206,9 @@ def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
 
 
 def epilogue_code(epilogue: list[Fused], var: str, index: str, cout: int) -> tuple[str, list]:
-    """C statements applying the fused ops to ``var`` (the producer's float4 at slice-layout ``index``),
-    and the extra kernel arguments they read, in order: ("tensor", idx) or ("const", slices)."""
+    """C statements applying the fused ops to ``var`` (the producer's float4 at slice-layout ``index``;
+    a constant vector is read at slice ``S_ep``), and the extra kernel arguments they read, in order:
+    ("tensor", idx) or ("const", slices)."""
     from ..kernels.common import activation, vec_slices
 
     lines, args = [], []

@@ -29,34 +29,45 @@ def _float_const(ctx: GenContext, i: int) -> np.ndarray:
 
 
 def _epilogue(ctx: GenContext, cout: int):
-    """(source hook, extra Args, extra input tensors) for the fused ops of this kernel."""
-    if not ctx.epilogue:
-        return None, [], []
-    holder = {}
+    """(C code, extra kernel params, extra Args, extra input tensors) of the fused ops.
 
-    def hook(index: str):
-        code, params, args, tensors = ctx.epilogue_io("v", index, cout)
-        holder["args"], holder["tensors"] = args, tensors
-        return code, params
-
-    hook("0")  # fill args eagerly (the index only shapes the code)
-    return hook, holder["args"], holder["tensors"]
+    The code works on ``v`` and reads ``oi`` (the output's slice-layout index) and ``S_ep`` (its
+    slice), which every store site defines with ``_store``.
+    """
+    return ctx.epilogue_io("v", "oi", cout)
 
 
-def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl, cin, cout, ep):
+def _store(index: str, slice_expr: str, ep_code: str, mask: str) -> str:
+    """Apply the fused ops and the pad-lane mask to ``v``, then store it at ``index``."""
+    fused = f"const int S_ep = {slice_expr}; {ep_code}" if ep_code else ""
+    return f"{{ const int oi = {index}; {fused} {mask} ST4(dst, oi, v); }}"
+
+
+def _bias_const(ctx: GenContext, idx: int, cout: int) -> np.ndarray:
+    """The bias input as float32 (zeros when omitted); a non-constant bias cannot be baked in."""
+    if idx < 0 or ctx.inp(idx) is None:
+        return np.zeros(cout, np.float32)
+    bias = ctx.const(idx)
+    if bias is None:
+        raise Unsupported("bias is not constant")
+    return np.asarray(bias, np.float32)
+
+
+def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl, cin, cout):
     from .winograd import transform_weights, winograd_source
 
-    hook = ep[0]
-    ep_code, ep_params = hook(f"((b * {sout} + S_ep) * {oh} + PXY) * {ow} + PX") if hook else ("", [])
+    ep = _epilogue(ctx, cout)
+    ep_code, ep_params = ep[0], ep[1]
     src = winograd_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, pt=pt, pl=pl, batch=n,
                           act_code=activation(ctx.opt("fused_activation_function", 0), "v"),
-                          mask_code=pad_lanes_mask(cout, "S", "v"), ep_code=ep_code, ep_params=ep_params)
+                          store=lambda index: _store(index, "S", ep_code, pad_lanes_mask(cout, "S", "v")),
+                          ep_params=ep_params)
     u = transform_weights(w)  # [O, 6, 6, I]
-    b_vec = vec_slices(bias if bias is not None else np.zeros(cout), cout)
+    b_vec = vec_slices(bias, cout)
     gsize = ((ow + 3) // 4, n * ((oh + 3) // 4), sout)
     return [KernelSpec(ctx.name, src, gsize, None, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const32", weights_oi4(u)), Arg("const", b_vec), *ep[1],
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
+        Arg("tensor", ctx.op.inputs[0]), Arg("const32", weights_oi4(u)), Arg("const", b_vec), *ep[2],
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
         {"winograd": True}, space=dict(CONV_SPACE), flops=2 * n * oh * ow * cout * 9 * cin)]
 
 
@@ -122,7 +133,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     if wide and ts % 2:
         raise ValueError("wide conv needs an even tile_s")
     vt, nacc = ("float8", ts // 2) if wide else ("float4", ts)
-    ep_code, ep_params = epilogue(f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + PX") if epilogue else ("", [])
+    ep_code, ep_params = epilogue or ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wspace = "__constant" if const_weights else "__global const"
     lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, {wspace} STORE_T* wts,",
@@ -175,11 +186,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             lines.append(f"    if ({px(t)} < {ow}) {{")
             lines.append(f"      float4 v = {accexpr(t)} + bv;")
             lines.append("      " + activation(act, "v"))
-            if ep_code:
-                lines.append(f"      const int S_ep = S + {s};")
-                lines.append("      " + ep_code.replace("PX", px(t)))
-            lines.append("      " + pad_lanes_mask(cout, f"(S + {s})", "v"))
-            lines.append(f"      ST4(dst, ((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}, v);")
+            lines.append("      " + _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}", f"(S + {s})",
+                                           ep_code, pad_lanes_mask(cout, f"(S + {s})", "v")))
             lines.append("    }")
         lines.append("  }")
     lines.append("}")
@@ -208,29 +216,27 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
     # 1.1-1.6x faster than the direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower
     # with it (103 vs 109 ms, A/B in one process), so only a measurement in context should pick it.
     tx, ts = p["tile_x"], p["tile_s"]
-    bias = ctx.const(2) if ctx.inp(2) is not None else None
-    if ctx.inp(2) is not None and bias is None:
-        raise Unsupported("bias is not constant")
-    b_vec = vec_slices(bias if bias is not None else np.zeros(cout), cout, ts)
+    bias = _bias_const(ctx, 2, cout)
+    b_vec = vec_slices(bias, cout, ts)
     strided = p.get("strided", False)
     wide = p["wide"] and ts % 2 == 0
     # __constant weights: small filters only (the device's constant buffer is often 64 KB)
     const_w = bool(p.get("const_weights", False)) and w.size * (2 if ctx.fp16 else 4) <= 32 * 1024
     hint = p["vec_hint"] if (wide or p["vec_hint"] != "float8") else "float4"
-    ep = _epilogue(ctx, cout)
     if p.get("winograd") and (kh, kw, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1):
         return _winograd(ctx, w, bias, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, pt=pt, pl=pl,
-                         cin=cin, cout=cout, ep=ep)
+                         cin=cin, cout=cout)
+    ep = _epilogue(ctx, cout)
     src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
-                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[0],
+                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[:2],
                        const_weights=const_w)
     gsize = conv_grid(ow=ow, oh=oh, ih=ih, iw=iw, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
                       sout=sout)
     return [KernelSpec(ctx.name, src, gsize, p.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if wide else weights_oi4(w, ts)),
-        Arg("const", b_vec), *ep[1],
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
+        Arg("const", b_vec), *ep[2],
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
         {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide,
          "const_weights": const_w}, space=dict(CONV_SPACE), flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
@@ -248,9 +254,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     tx = ctx.params.get("tile_x", 4 if ow >= 4 else 1)
-    bias = ctx.const(2) if ctx.inp(2) is not None else np.zeros(cout, np.float32)
-    if bias is None:
-        raise Unsupported("bias is not constant")
+    bias = _bias_const(ctx, 2, cout)
     # weights [1, kh, kw, cout] -> [S][kh][kw] float4
     wk = np.zeros((sout * 4, kh, kw), np.float32)
     wk[:cout] = w[0].transpose(2, 0, 1)
@@ -259,7 +263,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     name = ctx.name
     hint = ctx.params.get("vec_hint", "float4")
     ep = _epilogue(ctx, cout)
-    ep_code, ep_params = ep[0](f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + PX") if ep[0] else ("", [])
+    ep_code, ep_params = ep[0], ep[1]
     extra = "".join(f"{p}, " for p in ep_params)
     L = [(f"__attribute__((vec_type_hint({hint}))) " if hint else "")
          + f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
@@ -288,15 +292,14 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         L.append("        } }")
     L += ["    }", "  }"]
     for t in range(tx):
-        fused = ("const int S_ep = S; " + ep_code.replace("PX", f"X + {t}")) if ep_code else ""
-        L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {fused} "
-                 f"{pad_lanes_mask(cout, 'S', 'v')}")
-        L.append(f"    ST4(dst, ((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}, v); }}")
+        store = _store(f"((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}", "S", ep_code,
+                       pad_lanes_mask(cout, "S", "v"))
+        L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {store} }}")
     L.append("}")
     gsize = ((ow + tx - 1) // tx, n * oh, sout)
     return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep[1],
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[2]], [ctx.final_output],
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep[2],
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
         {"tile_x": tx, "vec_hint": hint}, space={"tile_x": [1, 2, 4, 8], "vec_hint": [None, "float4"]},
         flops=2 * n * oh * ow * cout * kh * kw)]
 
@@ -320,18 +323,16 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     sin, sout = (depth + 3) // 4, (units + 3) // 4
     ts = ctx.params.get("tile_s", 2 if sout >= 2 else 1)
     wide = ctx.params.get("wide", ts % 2 == 0)
-    bias = ctx.const(2) if ctx.inp(2) is not None else np.zeros(units, np.float32)
-    if bias is None:
-        raise Unsupported("bias is not constant")
+    ep = _epilogue(ctx, units)
+    bias = _bias_const(ctx, 2, units)
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
                        pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units, wide=wide,
-                       vec_hint="float8" if wide else "float4", epilogue=_epilogue(ctx, units)[0])
-    ep = _epilogue(ctx, units)
+                       vec_hint="float8" if wide else "float4", epilogue=ep[:2])
     wq = w.reshape(units, 1, 1, depth)
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
-        Arg("const", vec_slices(bias, units, ts)), *ep[1], Arg("tensor", ctx.final_output)],
-        [ctx.op.inputs[0], *ep[2]], [ctx.final_output], {"tile_s": ts, "wide": wide},
+        Arg("const", vec_slices(bias, units, ts)), *ep[2], Arg("tensor", ctx.final_output)],
+        [ctx.op.inputs[0], *ep[3]], [ctx.final_output], {"tile_s": ts, "wide": wide},
         space={"tile_s": [1, 2, 4, 8], "wide": [False, True]}, flops=2 * n * units * depth)]
 
 
@@ -349,11 +350,9 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     _, pl = conv_padding(ow, kw, sw, 1, pad)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     ts = ctx.params.get("tile_s", 4 if sout >= 4 else 1)
-    bias = ctx.const(bias_idx) if bias_idx >= 0 and ctx.inp(bias_idx) is not None else np.zeros(cout, np.float32)
-    if bias is None:
-        raise Unsupported("bias is not constant")
+    bias = _bias_const(ctx, bias_idx, cout)
     ep = _epilogue(ctx, cout)
-    ep_code, ep_params = ep[0](f"((b * {sout} + S_ep) * {oh} + oy) * {ow} + ox") if ep[0] else ("", [])
+    ep_code, ep_params = ep[0], ep[1]
     extra = "".join(f"{p}, " for p in ep_params)
     L = [f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
@@ -378,14 +377,14 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
                  f"mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc{s})))); }}")
     L += ["      }", "    }", "  }"]
     for s in range(ts):
-        fused = f"const int S_ep = S + {s}; {ep_code}" if ep_code else ""
+        store = _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox", f"(S + {s})", ep_code,
+                       pad_lanes_mask(cout, f"(S + {s})", "v"))
         L.append(f"  if (S + {s} < {sout}) {{ float4 v = acc{s} + LD4(bias, S + {s}); {activation(act, 'v')} "
-                 f"{fused} {pad_lanes_mask(cout, f'(S + {s})', 'v')}")
-        L.append(f"    ST4(dst, ((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox, v); }}")
+                 f"{store} }}")
     L.append("}")
     return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi4(w, ts)), Arg("const", vec_slices(bias, cout, ts)),
-        *ep[1], Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep[2]], [ctx.final_output],
+        *ep[2], Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep[3]], [ctx.final_output],
         {"tile_s": ts}, space={"tile_s": [1, 2, 4]}, flops=2 * n * ih * iw * cin * cout * kh * kw)]
 
 

@@ -45,8 +45,9 @@ def _lin(coefs, terms) -> str:
     return "".join(parts).lstrip("+") or "(float4)(0.0f)"
 
 
-def winograd_source(name, *, ih, iw, sin, oh, ow, sout, pt, pl, batch, act_code: str, mask_code, ep_code,
-                    ep_params, hint="float4") -> str:
+def winograd_source(name, *, ih, iw, sin, oh, ow, sout, pt, pl, batch, act_code: str, store, ep_params,
+                    hint="float4") -> str:
+    """``store(index)``: C code applying fused ops/masking to ``v`` and storing it at ``index``."""
     th, tw = (oh + 3) // 4, (ow + 3) // 4
     extra = "".join(f"{p}, " for p in ep_params)
     L = [f"__attribute__((vec_type_hint({hint}))) __kernel void {name}(__global const STORE_T* src, "
@@ -82,10 +83,7 @@ def winograd_source(name, *, ih, iw, sin, oh, ow, sout, pt, pl, batch, act_code:
             L.append(f"  if (ty * 4 + {r} < {oh} && tx * 4 + {c} < {ow}) {{")
             L.append(f"    float4 v = {_lin(AT[c], [f's{r}_{k}' for k in range(6)])} + bv;")
             L.append(f"    {act_code}")
-            if ep_code:
-                L.append(f"    const int S_ep = S; {ep_code.replace('PXY', f'(ty * 4 + {r})').replace('PX', f'(tx * 4 + {c})')}")
-            L.append(f"    {mask_code}")
-            L.append(f"    ST4(dst, ((b * {sout} + S) * {oh} + ty * 4 + {r}) * {ow} + tx * 4 + {c}, v);")
+            L.append("    " + store(f"((b * {sout} + S) * {oh} + ty * 4 + {r}) * {ow} + tx * 4 + {c}"))
             L.append("  }")
     L.append("}")
     return "\n".join(L)
