@@ -85,20 +85,22 @@ class GpuPlan:
         from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 
         consts = self.runner.consts
+        variables = frozenset(self.runner.variables)
         reasons: dict[int, str] = {}
+        generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
         base = []
         for op, fn in self.runner.steps:
             gen = generator_for(op.name)
-            ok = gen is not None
-            if not ok:
+            if gen is None:
                 reasons[op.index] = "no OpenCL kernel"
             else:
                 try:
-                    gen(GenContext(op, self.sg, consts, self.fp16, params.get(op.index, {}),
-                                   subgraph_variables=frozenset(self.runner.variables)))
+                    specs = gen(GenContext(op, self.sg, consts, self.fp16, params.get(op.index, {}),
+                                           subgraph_variables=variables))
+                    generated[op.index] = (op, specs)
                 except Unsupported as e:
-                    ok, reasons[op.index] = False, str(e)
-            base.append(PassStep(op, [(op, fn)], [], ok))
+                    reasons[op.index] = str(e)
+            base.append(PassStep(op, [(op, fn)], [], op.index in generated))
         self.pass_counts = {"fold_constants": len(self.runner.sg.operators) - len(self.runner.steps)}
         steps, self.pass_counts["cull_dead"] = cull_dead(base, self.sg, lambda op: op.name in NO_FOLD)
         steps, self.pass_counts["drop_identities"] = drop_identities(steps, self.sg, consts)
@@ -109,9 +111,13 @@ class GpuPlan:
             if not ps.gpu:
                 out.append(Step(ps.op, "cpu", members=ps.members, reason=reasons.get(ps.op.index, "")))
                 continue
-            ctx = GenContext(ps.op, self.sg, consts, self.fp16, params.get(ps.op.index, {}), ps.epilogue,
-                             frozenset(self.runner.variables))
-            out.append(Step(ps.op, "gpu", generator_for(ps.op.name)(ctx), members=ps.members))
+            first = generated.get(ps.op.index)
+            if first is not None and first[0] is ps.op and not ps.epilogue:
+                specs = first[1]  # no pass changed this op: the check's kernels are the kernels
+            else:
+                specs = generator_for(ps.op.name)(GenContext(ps.op, self.sg, consts, self.fp16,
+                                                             params.get(ps.op.index, {}), ps.epilogue, variables))
+            out.append(Step(ps.op, "gpu", specs, members=ps.members))
         return out
 
     def _limit_partitions(self, max_partitions: int) -> None:
