@@ -25,7 +25,7 @@ def _describe(arr: np.ndarray, limit: int = 8) -> str:
     if arr.size and arr.dtype.kind in "fiub":
         a = arr.astype(np.float64)
         stats = f" min {a.min():.5g} max {a.max():.5g} mean {a.mean():.5g}"
-        if arr.ndim >= 1 and arr.shape[-1] > 1 and arr.size == arr.shape[-1] * (arr.size // arr.shape[-1]):
+        if arr.ndim >= 1 and arr.shape[-1] > 1:
             stats += f" argmax(last axis) {np.argmax(arr.reshape(-1, arr.shape[-1]), axis=-1)[:4].tolist()}"
     return f"{head}{' ...' if flat.size > limit else ''}{stats}"
 

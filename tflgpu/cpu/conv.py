@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .elementwise import dequant_params
 from .registry import (
     KernelError,
     OpContext,
@@ -114,12 +115,7 @@ def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
         return None
     t = ctx.input_tensor(idx)
     if np.issubdtype(w.dtype, np.integer) and t.quantization is not None:
-        q = t.quantization
-        shape = [1] * w.ndim
-        if len(q.scales) > 1:
-            shape[q.quantized_dimension] = len(q.scales)
-        scale = q.scales.reshape(shape) if len(q.scales) > 1 else q.scales[0]
-        zp = q.zero_points.reshape(shape) if len(q.scales) > 1 else q.zero_points[0]
+        scale, zp = dequant_params(t.quantization, w.ndim)
         return ((w.astype(np.float32) - zp) * scale).astype(np.float32)
     return np.asarray(w, dtype=np.float32)
 

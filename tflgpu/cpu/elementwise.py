@@ -194,7 +194,8 @@ def cast(ctx: OpContext):
     return run
 
 
-def _dequant_params(q, ndim: int):
+def dequant_params(q, ndim: int):
+    """(scale, zero point) of a Quantization, shaped to broadcast over a rank-``ndim`` tensor."""
     scale = q.scales.astype(np.float32)
     zp = q.zero_points.astype(np.float32)
     if len(scale) > 1:
@@ -211,7 +212,7 @@ def dequantize(ctx: OpContext):
     t = ctx.input_tensor(0)
     if t.dtype == np.float16 or t.quantization is None:
         return lambda xs: [xs[0].astype(np.float32)]
-    scale, zp = _dequant_params(t.quantization, len(t.shape))
+    scale, zp = dequant_params(t.quantization, len(t.shape))
     return lambda xs: [((xs[0].astype(np.float32) - zp) * scale).astype(np.float32)]
 
 
@@ -222,9 +223,9 @@ def quantize(ctx: OpContext):
     if q is None:
         raise ctx.fail("output tensor has no quantization parameters")
     info = np.iinfo(t_out.dtype)
-    scale, zp = _dequant_params(q, len(t_out.shape))
+    scale, zp = dequant_params(q, len(t_out.shape))
     if t_in.quantization is not None and np.issubdtype(t_in.dtype, np.integer):
-        in_scale, in_zp = _dequant_params(t_in.quantization, len(t_in.shape))
+        in_scale, in_zp = dequant_params(t_in.quantization, len(t_in.shape))
 
         def requant(xs):
             real = (xs[0].astype(np.float64) - in_zp) * in_scale

@@ -121,7 +121,7 @@ def check_geometry(ctx: OpContext, **values: int) -> None:
             raise ctx.fail(f"{name} must be a positive integer, got {v!r}")
 
 
-def normalize_axis(axis: int, rank: int, ctx: OpContext | None = None) -> int:
+def normalize_axis(axis: int, rank: int) -> int:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < max(rank, 1):
         raise KernelError(f"axis {axis} out of range for rank {rank}")

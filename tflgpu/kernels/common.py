@@ -93,12 +93,6 @@ def to_slices(x: np.ndarray, layout: Layout, dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype).reshape(-1)
 
 
-def from_slices(flat: np.ndarray, layout: Layout, shape: tuple[int, ...], dtype) -> np.ndarray:
-    a = flat.reshape(layout.b, layout.s, layout.h, layout.w, 4).transpose(0, 2, 3, 1, 4)
-    a = a.reshape(layout.b, layout.h, layout.w, layout.s * 4)[..., : layout.c]
-    return np.ascontiguousarray(a, dtype=dtype).reshape(shape)
-
-
 @dataclass
 class Arg:
     """A kernel argument: a tensor (by index in the subgraph), a constant array, or a scalar."""

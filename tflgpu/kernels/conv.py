@@ -194,7 +194,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     return "\n".join(lines)
 
 
-def conv_grid(*, ow, oh, ih, iw, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
+def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
     if kh == kw == sh == sw == 1 and pt == pl == 0:
         ow, oh = oh * ow, 1
     return ((ow + tx - 1) // tx, batch * oh, (sout + ts - 1) // ts)
@@ -231,7 +231,7 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
                        cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[:2],
                        const_weights=const_w)
-    gsize = conv_grid(ow=ow, oh=oh, ih=ih, iw=iw, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
+    gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
                       sout=sout)
     return [KernelSpec(ctx.name, src, gsize, p.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if wide else weights_oi4(w, ts)),

@@ -49,7 +49,7 @@ def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: 
     return [KernelSpec(name, src, grid(lay), None, args, list(inputs), [output])]
 
 
-def _check(ctx: GenContext, *shapes) -> None:
+def _check(*shapes) -> None:
     for s in shapes:
         if len(s) > 4:
             raise Unsupported(f"rank {len(s)} > 4")
@@ -60,7 +60,7 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.inp(0), ctx.out()
     require_float(ctx, x_t, out)
     ishape, oshape = x_t.shape, out.shape
-    _check(ctx, ishape, oshape)
+    _check(ishape, oshape)
     if int(np.prod(ishape)) != int(np.prod(oshape)):
         raise Unsupported("reshape with inferred/dynamic shape")
 
@@ -85,7 +85,7 @@ def transpose(ctx: GenContext) -> list[KernelSpec]:
     if perm is None:
         raise Unsupported("non-constant permutation")
     perm = [int(p) for p in perm.reshape(-1)]
-    _check(ctx, x_t.shape)
+    _check(x_t.shape)
 
     def value(coords):
         icoords = ["0"] * len(perm)
@@ -104,7 +104,7 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
     if any(ctx.consts.get(i) is not None for i in ctx.op.inputs):
         raise Unsupported("constant concat operand")
     rank = len(out.shape)
-    _check(ctx, out.shape)
+    _check(out.shape)
     axis = ctx.opt("axis", 0) % max(rank, 1)
 
     def value(coords):
@@ -136,7 +136,7 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
         if cv is None:
             raise Unsupported("non-constant pad value")
         cval = float(np.asarray(cv).reshape(-1)[0])
-    _check(ctx, x_t.shape)
+    _check(x_t.shape)
     shape = x_t.shape
     oshape = tuple(int(d + a + b) for d, (a, b) in zip(shape, p))
 
@@ -153,7 +153,7 @@ def strided_slice(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.inp(0), ctx.out()
     require_float(ctx, x_t, out)
     shape = x_t.shape
-    _check(ctx, shape)
+    _check(shape)
     consts = [ctx.const(i) for i in range(1, len(ctx.op.inputs))]
     if any(c is None for c in consts):
         raise Unsupported("non-constant slice parameters")
@@ -261,7 +261,7 @@ def split(ctx: GenContext) -> list[KernelSpec]:
     axis = ctx.const(axis_idx)
     if axis is None:
         raise Unsupported("non-constant split axis")
-    _check(ctx, x_t.shape)
+    _check(x_t.shape)
     a = int(np.asarray(axis).reshape(-1)[0]) % len(x_t.shape)
     specs, start = [], 0
     for k, (t_idx, t) in enumerate(zip(ctx.op.outputs, outs)):
