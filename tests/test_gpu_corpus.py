@@ -160,3 +160,14 @@ def test_lstm_on_device_keeps_state_like_litert(opencl_device, fp16):
             it.invoke()
         idx = ref.get_output_details()[0]["index"]
         assert_close(ours.get_tensor(idx), ref.get_tensor(idx), 1e-2 if fp16 else 1e-4, what=f"invoke {step}")
+
+
+def test_get_tensor_of_a_constant_after_a_delegated_invoke(opencl_device):
+    path = corpus_model("opzoo_small.tflite")
+    it = Interpreter(str(path), delegate=GpuDelegate())
+    it.allocate_tensors()
+    it.invoke()
+    weights = next(d for d in it.get_tensor_details() if d["name"] == "depthwise")
+    ref = litert()(str(path))
+    ref.allocate_tensors()
+    np.testing.assert_array_equal(it.get_tensor(weights["index"]), ref.get_tensor(weights["index"]))

@@ -189,6 +189,8 @@ class _Session:
         v = self.values[idx]
         if v is None and self.gpu_plan is not None and idx in self.gpu_plan.bound:
             v = self.gpu_plan.read_bound(idx)  # an output left on the device: read on demand
+        if v is None:  # a delegated invoke returns only what crossed to the host: constants live here
+            v = self.runner.consts.get(idx, self.runner.variables.get(idx))
         if v is None:
             t = self.sg.tensors[idx]
             v = np.zeros(self.shape_of(idx), dtype=t.dtype)

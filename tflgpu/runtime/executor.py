@@ -261,6 +261,9 @@ class GpuPlan:
                 k.set_args(*args)
                 s.kernels.append(k)
         self.const_bytes = sum(b.size for b in self.const_buffers)
+        consts = self.runner.consts
+        self.host_consts = {t: consts[t] for s in self.steps if s.device == "cpu"
+                            for op, _ in s.members for t in op.inputs if t in consts}
         self._boundary()
 
     def _boundary(self) -> None:
@@ -338,7 +341,7 @@ class GpuPlan:
     def run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Run once; returns host values of the graph outputs and of every CPU-side tensor."""
         cl, q = self.cl, self.queue
-        values: dict[int, np.ndarray] = dict(self.runner.consts)
+        values: dict[int, np.ndarray] = dict(self.host_consts)  # only what CPU-side ops read
         values.update(self.runner.variables)
         self._keep: list = []
         events = []
