@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -13,7 +15,14 @@ REPO = Path(__file__).resolve().parent.parent
 MODELS_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", REPO.parent / "shared" / "models"))
 
 
+# Tests never read or write the user's cache (tuning records, ...): a fresh directory per session,
+# inherited by the CLI subprocesses the tests start.
+_TEST_CACHE = tempfile.mkdtemp(prefix="tflgpu-test-cache-")
+os.environ["TFLGPU_CACHE_DIR"] = _TEST_CACHE
+
+
 def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_TEST_CACHE, ignore_errors=True)
     # An empty selection must fail CI, not pass it: turn pytest's "no tests ran" (5) into 1.
     if exitstatus == 5:
         session.exitstatus = 1

@@ -57,7 +57,10 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "wide": wide,
                            "const_weights": False}
-    assert all(v in spec.space[k] for k, v in spec.params.items())  # the chosen point lies in the space
+    from tflgpu.kernels.conv import CONV_SPACE
+
+    assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
+    assert set(spec.space) <= set(CONV_SPACE)  # (pruned to what can change this conv's code)
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0])
 

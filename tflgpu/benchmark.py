@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,3 +144,41 @@ def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
         lines.append(f"| {name} | {op} | {us:.0f} | {us / total:.0%} |")
     lines.append(f"| all {len(rows)} kernels | | {total:.0f} | 100% |")
     return "\n".join(lines)
+
+
+def fma_peak_gflops(device=None, fp16: bool = False, repeats: int = 7) -> float:
+    """This OpenCL device's FP32 multiply-add throughput, measured: every work-item runs 16 independent
+    float8 mad chains (enough to hide FMA latency), timed with profiling events (best of ``repeats``)."""
+    import pyopencl as cl
+
+    from .runtime.device import choose_device
+
+    dev = device or choose_device()
+    ctx = cl.Context([dev.cl_device])
+    q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    chains, iters = 16, 2048
+    body = "\n".join(f"    a{i} = mad(a{i}, m, c);" for i in range(chains))
+    decl = "\n".join(f"  float8 a{i} = (float8)(get_global_id(0) * 1e-9f + {i});" for i in range(chains))
+    total = " + ".join(f"a{i}" for i in range(chains))
+    src = f"""__attribute__((vec_type_hint(float8)))
+__kernel void peak(__global float8* out, float mf, float cf) {{
+  const float8 m = (float8)(mf); const float8 c = (float8)(cf);
+{decl}
+  for (int k = 0; k < {iters}; ++k) {{
+{body}
+  }}
+  out[get_global_id(0)] = {total};
+}}"""
+    with warnings.catch_warnings():  # the Intel compiler always prints something
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        prog = cl.Program(ctx, src).build(options=["-cl-mad-enable"])
+    items = dev.identity.compute_units * 256
+    out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, items * 32)
+    k = prog.peak
+    k.set_args(out, np.float32(0.999), np.float32(1e-3))
+    best = float("inf")
+    for _ in range(repeats):
+        ev = cl.enqueue_nd_range_kernel(q, k, (items,), None)
+        ev.wait()
+        best = min(best, (ev.profile.end - ev.profile.start) * 1e-9)
+    return 2.0 * 8 * chains * iters * items / best / 1e9

@@ -1,4 +1,4 @@
-"""The ``tflgpu`` command line: run, inspect, bench."""
+"""The ``tflgpu`` command line: run, inspect, bench, tune."""
 
 from __future__ import annotations
 
@@ -203,6 +203,43 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from tqdm import tqdm
+
+    from .autotune.records import FileTuningDB, default_tuning_db
+    from .autotune.report import format_model_tuning, tune_model
+    from .cache import default_cache_dir, private_dir
+
+    storage = args.storage
+    if storage is None:  # the search state persists next to the records: a rerun continues it
+        storage = f"sqlite:///{private_dir(default_cache_dir()) / 'tuning-trials.db'}"
+    db = FileTuningDB(args.db) if args.db else default_tuning_db()
+    reports = []
+    for m in args.models:
+        bar = tqdm(desc=Path(m).name, unit="kernel", file=sys.stderr, disable=args.quiet)
+        best = [1.0]
+
+        def progress(result, done, total, bar=bar, best=best):
+            bar.total = total
+            best[0] = max(best[0], result.speedup)
+            bar.set_postfix_str(f"best speedup {best[0]:.2f}x")
+            bar.update(1)
+
+        try:
+            reports.append(tune_model(m, mode=args.mode, precision=args.precision, budget_s=args.budget_s,
+                                      trials=args.trials, storage=storage, db=db, device=args.device,
+                                      retune=args.retune, progress=progress, rounds=args.repeat))
+        finally:
+            bar.close()
+        print(format_model_tuning(reports[-1]))
+        print()
+    if args.json:
+        import dataclasses
+
+        print(json.dumps([dataclasses.asdict(r) for r in reports], default=str, indent=1))
+    return 0
+
+
 def _delegate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delegate", choices=["cpu", "gpu"], default="gpu",
                    help="gpu (default): GpuDelegate on an OpenCL device (the CPU kernels when there is none); "
@@ -246,6 +283,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
     _delegate_args(b)
     b.set_defaults(func=cmd_bench)
+
+    t = sub.add_parser("tune", help="tune every kernel of models on an OpenCL device and record the choices")
+    t.add_argument("models", nargs="+")
+    t.add_argument("--mode", choices=["fast", "exhaustive"], default="exhaustive",
+                   help="exhaustive (default): every point of each kernel's space; fast: a small search")
+    t.add_argument("--budget-s", type=float, default=None, help="wall-clock budget per model")
+    t.add_argument("--trials", type=int, default=None, help="compiled candidates per kernel at most")
+    t.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    t.add_argument("--device", help="OpenCL device: index or name substring")
+    t.add_argument("--storage", help="optuna storage URL shared by tuning workers (default: a SQLite file "
+                                     "in the cache directory), e.g. postgresql://user@host/db")
+    t.add_argument("--db", help="tuning records file (default: tuning.json in the cache directory)")
+    t.add_argument("--retune", action="store_true", help="search again where a record exists")
+    t.add_argument("--repeat", type=int, default=30, help="invokes timed per model, before and after")
+    t.add_argument("--json", action="store_true", help="also print the reports as JSON")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_tune)
     return p
 
 

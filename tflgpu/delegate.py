@@ -38,6 +38,17 @@ class GpuDelegate:
         profile: enable OpenCL profiling events (``Interpreter.gpu_plan.profile_report()``).
         allow_buffer_handle_output: outputs bound with ``Interpreter.bind_buffer`` stay on the device
             (TFLite's flag): invoke() does not copy them to the host; ``get_tensor`` still can, on demand.
+        tuning: what to do for kernels with no tuning record on this device: "none" (heuristic
+            parameters), "fast" (a small search: 10 candidates per kernel, 30 s per model unless
+            ``tuning_budget_s``), "exhaustive" (every point of each kernel's space, within
+            ``tuning_budget_s`` if given). Records (from ``tflgpu tune`` or earlier runs) are used in
+            every mode. A ``tflgpu.autotune.TuningConfig`` sets everything at once (the other
+            tuning_* options are then ignored).
+        tuning_budget_s: wall-clock budget for searching, per model.
+        tuning_db: where records are read and written: None = the file in the cache directory
+            ($TFLGPU_CACHE_DIR or the user cache dir), a path to such a file, a
+            ``tflgpu.autotune.TuningDB``, or False for no records at all.
+        tuning_storage: an optuna storage URL to share the search with other processes (default: in memory).
     """
 
     precision_loss_allowed: bool = False
@@ -48,6 +59,10 @@ class GpuDelegate:
     device: int | str | None = None
     profile: bool = False
     allow_buffer_handle_output: bool = False
+    tuning: str = "none"
+    tuning_budget_s: float | None = None
+    tuning_db: object = None
+    tuning_storage: str | None = None
 
     def __post_init__(self):
         self.inference_priority1 = _priority(self.inference_priority1)
@@ -55,6 +70,23 @@ class GpuDelegate:
         self.inference_priority3 = _priority(self.inference_priority3)
         if not isinstance(self.max_delegated_partitions, int) or self.max_delegated_partitions < 1:
             raise ValueError("max_delegated_partitions must be a positive int")
+        self.tuning_config()  # validates tuning / tuning_budget_s early
+
+    def tuning_config(self):
+        """The autotuner's configuration for these options."""
+        from .autotune import TuningConfig, TuningDB, default_tuning_db
+        from .autotune.records import FileTuningDB
+
+        if isinstance(self.tuning, TuningConfig):
+            return self.tuning
+        db = self.tuning_db
+        if db is None:
+            db = default_tuning_db()
+        elif db is False:
+            db = None
+        elif not isinstance(db, TuningDB):
+            db = FileTuningDB(db)
+        return TuningConfig(mode=self.tuning, budget_s=self.tuning_budget_s, db=db, storage=self.tuning_storage)
 
     def wants_fp16(self) -> bool:
         """TFLite's rule: the legacy flag wins; else the first non-AUTO priority decides

@@ -68,7 +68,9 @@ def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl,
     return [KernelSpec(ctx.name, src, gsize, None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const32", weights_oi4(u)), Arg("const", b_vec), *ep[2],
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
-        {"winograd": True}, space=dict(CONV_SPACE), flops=2 * n * oh * ow * cout * 9 * cin)]
+        {"winograd": True}, space=conv_space(kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, sout=sout, row=ow,
+                                              w_bytes=w.size * (2 if ctx.fp16 else 4)),
+        flops=2 * n * oh * ow * cout * 9 * cin)]
 
 
 def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int, ...]:
@@ -94,6 +96,19 @@ CONV_SPACE = {
     "winograd": [False, True],  # F(4x4, 3x3): 3x3, stride 1, undilated only
     "local_size": [None, (8, 1, 1), (16, 1, 1), (32, 1, 1), (8, 4, 1), (16, 2, 1)],
 }
+
+
+def conv_space(*, kh, kw, sh, sw, dh, dw, sout, row, w_bytes) -> dict[str, list]:
+    """CONV_SPACE without the knobs that cannot change this conv's code: Winograd only for 3x3/s1
+    undilated, __constant weights only for small filters, tiles no wider than the row / slices."""
+    space = dict(CONV_SPACE)
+    space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * row]
+    space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * sout]
+    if (kh, kw, sh, sw, dh, dw) != (3, 3, 1, 1, 1, 1):
+        del space["winograd"]
+    if w_bytes > 32 * 1024:
+        del space["const_weights"]
+    return space
 
 
 def conv_defaults(pixels: int, sout: int, sin: int) -> dict:
@@ -238,7 +253,10 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
         Arg("const", b_vec), *ep[2],
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
         {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide,
-         "const_weights": const_w}, space=dict(CONV_SPACE), flops=2 * n * oh * ow * cout * kh * kw * cin)]
+         "const_weights": const_w},
+        space=conv_space(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, sout=sout, row=gsize[0] * tx,
+                         w_bytes=w.size * (2 if ctx.fp16 else 4)),
+        flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
 
 @generator("DEPTHWISE_CONV_2D")
@@ -300,7 +318,9 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep[2],
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
-        {"tile_x": tx, "vec_hint": hint}, space={"tile_x": [1, 2, 4, 8], "vec_hint": [None, "float4"]},
+        {"tile_x": tx, "vec_hint": hint},
+        space={"tile_x": [v for v in (1, 2, 4, 8) if v == 1 or v < 2 * ow], "vec_hint": [None, "float4"],
+               "local_size": [None, (8, 1, 1), (16, 1, 1), (8, 4, 1)]},
         flops=2 * n * oh * ow * cout * kh * kw)]
 
 
@@ -322,7 +342,7 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     n = lay.b
     sin, sout = (depth + 3) // 4, (units + 3) // 4
     ts = ctx.params.get("tile_s", 2 if sout >= 2 else 1)
-    wide = ctx.params.get("wide", ts % 2 == 0)
+    wide = bool(ctx.params.get("wide", True)) and ts % 2 == 0
     ep = _epilogue(ctx, units)
     bias = _bias_const(ctx, 2, units)
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,

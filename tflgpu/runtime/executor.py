@@ -20,6 +20,7 @@ from ..graph.ir import Operator, Subgraph
 from ..kernels import PREAMBLE, GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
 from .device import DeviceInfo
+from .launch import bind_kernel, build_program
 from .memory import plan_memory
 
 log = logging.getLogger("tflgpu")
@@ -33,6 +34,27 @@ class Step:
     members: list = field(default_factory=list)  # [(op, cpu_fn)]: every op this step computes, in order
     reason: str = ""
     kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
+    epilogue: list = field(default_factory=list)  # fused elementwise ops the kernels apply
+    params: dict = field(default_factory=dict)  # generator knobs (explicit or tuned); {} = heuristics
+
+
+@dataclass
+class TunedKernel:
+    """What tuning decided for one kernel identity of this plan."""
+
+    key: str
+    op: str
+    layers: int  # steps of this plan sharing the identity
+    default_us: float
+    best_us: float
+    params: dict  # {} = the heuristic default
+    source: str  # "record" (from the tuning database) | "tuned" (searched now)
+    result: object = None  # the TuneResult, when searched now
+    flops: int = 0  # per launch of one layer
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.best_us if self.best_us > 0 else 1.0
 
 
 def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
@@ -53,7 +75,7 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
 class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, fp16: bool, max_partitions: int,
                  profile: bool = False, params: dict | None = None,
-                 input_shapes: list[tuple[int, ...]] | None = None):
+                 input_shapes: list[tuple[int, ...]] | None = None, tuning=None):
         import pyopencl as cl
 
         self.cl = cl
@@ -65,11 +87,15 @@ class GpuPlan:
         self.np_dtype = np.float16 if fp16 else np.float32
         self.itemsize = 2 if fp16 else 4
         t0 = time.perf_counter()
+        self.tuning_seconds = 0.0
         self.steps = self._select(params or {})
         self.ctx = cl.Context([device.cl_device])
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(self.ctx, properties=props)
         self.profile = profile
+        self.tuning_results: list[TunedKernel] = []  # one per tunable kernel identity
+        if tuning is not None:
+            self._apply_tuning(tuning, explicit=set(params or {}))
         self._compile()
         self._limit_partitions(max_partitions)
         self._report()
@@ -117,8 +143,77 @@ class GpuPlan:
             else:
                 specs = generator_for(ps.op.name)(GenContext(ps.op, self.sg, consts, self.fp16,
                                                              params.get(ps.op.index, {}), ps.epilogue, variables))
-            out.append(Step(ps.op, "gpu", specs, members=ps.members))
+            out.append(Step(ps.op, "gpu", specs, members=ps.members, epilogue=ps.epilogue,
+                            params=params.get(ps.op.index, {})))
         return out
+
+    def _generate(self, step: Step, params: dict) -> list[KernelSpec]:
+        return generator_for(step.op.name)(GenContext(step.op, self.sg, self.runner.consts, self.fp16, params,
+                                                      step.epilogue, frozenset(self.runner.variables)))
+
+    # -- tuning ----------------------------------------------------------------
+
+    def _apply_tuning(self, config, explicit: set) -> None:
+        """Give every tunable device step its recorded parameters; search those without a record
+        (unless tuning is "none"), record the results, and regenerate the steps' kernels."""
+        from ..autotune import TuneTask, TuningRecord, kernel_key, tune_tasks
+        from ..autotune.measure import KernelBench
+        from ..autotune.tuner import space_size
+
+        dev = self.device.identity.key()
+        groups: dict[str, list[Step]] = {}
+        for s in self.steps:
+            if s.device != "gpu" or s.op.index in explicit or not s.specs:
+                continue
+            space = s.specs[0].space
+            if space_size(space) <= 1 or any("state" in sp.params for sp in s.specs):
+                continue
+            if any(bhwc(self.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
+                continue
+            key = kernel_key(s.op.name, s.specs, self.fp16, f"{s.op.name.lower()}_{s.op.index}")
+            groups.setdefault(key, []).append(s)
+        todo = []
+        for key, steps in groups.items():
+            rec = config.db.get(dev, key) if config.db is not None and config.reuse_records else None
+            if rec is not None:
+                self._set_params(steps, rec.params)
+                self.tuning_results.append(TunedKernel(key, steps[0].op.name, len(steps), rec.default_us,
+                                                       rec.best_us, rec.params, "record",
+                                                       flops=sum(sp.flops for sp in steps[0].specs)))
+            elif config.mode != "none":
+                s = steps[0]
+                space = s.specs[0].space
+                default = {k: s.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
+                layouts = {t: self._layout(t) for sp in s.specs for t in sp.inputs + sp.outputs}
+                todo.append(TuneTask(key, s.op.name, lambda p, s=s: self._generate(s, p), space, default, layouts))
+        if not todo:
+            return
+        t0 = time.perf_counter()
+        results = tune_tasks(todo, lambda task: KernelBench(self.cl, self.ctx, self.device, self.fp16, task.layouts,
+                                                            seed=config.seed), dev, config)
+        records = {}
+        for r in results:
+            self._set_params(groups[r.key], r.params)
+            self.tuning_results.append(TunedKernel(r.key, r.op, len(groups[r.key]), r.default_us, r.best_us,
+                                                   r.params, "tuned", r,
+                                                   flops=sum(sp.flops for sp in groups[r.key][0].specs)))
+            if r.strategy != "budget spent":
+                records[r.key] = TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op)
+        if records and config.db is not None:
+            config.db.put_many(dev, records)
+        self.tuning_seconds = time.perf_counter() - t0
+        log.info("tuned %d kernels in %.1f s", len(results), self.tuning_seconds)
+
+    def _set_params(self, steps: list[Step], params: dict) -> None:
+        if not params:
+            return
+        for s in steps:
+            try:
+                specs = self._generate(s, params)
+            except Unsupported as e:  # a record from another shape family: keep the heuristics
+                log.info("tuned parameters %s do not apply to %s: %s", params, s.op.name, e)
+                continue
+            s.specs, s.params = specs, dict(params)
 
     def _limit_partitions(self, max_partitions: int) -> None:
         runs, cur = [], []
@@ -154,11 +249,7 @@ class GpuPlan:
     # -- compile and allocate ------------------------------------------------
 
     def _build(self, sources: list[str]):
-        sources = list(dict.fromkeys(sources))  # specs may share a source (e.g. one per LSTM time step)
-        opts = ["-cl-mad-enable"] + (["-DTFLGPU_FP16"] if self.fp16 else [])
-        with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
-            warnings.simplefilter("ignore", self.cl.CompilerWarning)
-            return self.cl.Program(self.ctx, "\n\n".join([PREAMBLE] + sources)).build(options=opts)
+        return build_program(self.cl, self.ctx, sources, self.fp16)
 
     def _compile(self) -> None:
         """One program for all kernels; if the compiler rejects it, find the kernels it rejects
@@ -244,21 +335,8 @@ class GpuPlan:
             if s.device != "gpu":
                 continue
             for spec in s.specs:
-                k = cl.Kernel(self.program, spec.name)  # independent instances: args differ per spec
-                args = []
-                for a in spec.args:
-                    if a.kind == "tensor":
-                        args.append(self.tensor_buffer[a.value])
-                    elif a.kind in ("const", "const32"):  # const32: float32 whatever the storage precision
-                        data = np.ascontiguousarray(a.value, dtype=np.float32 if a.kind == "const32" else self.np_dtype)
-                        buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data)
-                        self.const_buffers.append(buf)
-                        args.append(buf)
-                    elif a.kind == "int":
-                        args.append(np.int32(a.value))
-                    else:
-                        args.append(np.float32(a.value))
-                k.set_args(*args)
+                k, consts = bind_kernel(cl, ctx, self.program, spec, self.tensor_buffer, self.np_dtype)
+                self.const_buffers.extend(consts)
                 s.kernels.append(k)
         self.const_bytes = sum(b.size for b in self.const_buffers)
         consts = self.runner.consts

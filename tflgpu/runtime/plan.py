@@ -27,6 +27,6 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None):
     from .executor import GpuPlan
 
     plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
-                   input_shapes=input_shapes)
+                   input_shapes=input_shapes, tuning=options.tuning_config())
     plan.device_outputs = options.allow_buffer_handle_output
     return plan

@@ -1,0 +1,225 @@
+"""The autotuner on the OpenCL device: it picks the truly faster variant, never a wrong one, keeps to its
+budgets, stores and reloads records (invalidated by a new generator version), shares one search
+between processes, and tuned models still match LiteRT."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.autotune import FileTuningDB, MemoryTuningDB, TuneTask, TuningConfig, TuningRecord, tune_tasks
+from tflgpu.autotune.measure import KernelBench
+from tflgpu.autotune.tuner import KernelTuner
+from tflgpu.kernels.common import Arg, KernelSpec, Layout
+
+from .conftest import assert_close, litert, run_model
+from .oputil import In, op_model, rand
+
+N = 1 << 15  # pixels (float4 each) of the synthetic kernel's tensors
+LAYOUTS = {0: Layout(1, 1, N, 4), 1: Layout(1, 1, N, 4)}
+
+
+def scale_kernel(params: dict) -> list[KernelSpec]:
+    """y = 2x. ``slow`` burns cycles in a loop whose result is multiplied by 0 (IEEE keeps it);
+    ``wrong`` computes 3x; ``n`` only changes a comment (distinct code, same speed)."""
+    loops = 300 if params.get("slow", True) else 1
+    factor = 3.0 if params.get("wrong", False) else 2.0
+    src = f"""// variant {params.get('n', 0)}
+__kernel void scale(__global const STORE_T* x, __global STORE_T* y) {{
+  const int i = get_global_id(0);
+  const float4 v = LD4(x, i);
+  float4 junk = v;
+  for (int k = 0; k < {loops}; ++k) junk = sin(junk) + v;
+  const float4 r = v * {factor}f + junk * 0.0f;
+  ST4(y, i, r);
+}}"""
+    return [KernelSpec("scale", src, (N,), None, [Arg("tensor", 0), Arg("tensor", 1)], [0], [1])]
+
+
+@pytest.fixture(scope="module")
+def ctx(opencl_device):
+    import pyopencl as cl
+
+    return cl.Context([opencl_device.cl_device])
+
+
+def bench(ctx, device):
+    import pyopencl as cl
+
+    return KernelBench(cl, ctx, device, False, LAYOUTS)
+
+
+def task(space, default, key="test-scale"):
+    return TuneTask(key, "TEST", scale_kernel, space, default, LAYOUTS)
+
+
+def test_picks_the_faster_variant_and_rejects_a_wrong_one(ctx, opencl_device):
+    t = task({"slow": [True, False], "wrong": [False, True]}, {"slow": True, "wrong": False})
+    tuner = KernelTuner(t, bench(ctx, opencl_device), "dev", mode="exhaustive", trials=None)
+    r = tuner.run(None)
+    assert r.params == {"slow": False, "wrong": False}, r
+    assert r.speedup > 3, r  # 300 sin() per element vs 1
+    assert r.rejected >= 1 and any("differs from the default" in why for why in r.reasons), r.reasons
+
+
+def test_a_candidate_that_fails_to_compile_is_rejected(ctx, opencl_device):
+    def make(params):
+        specs = scale_kernel({"slow": True})
+        if params.get("broken"):
+            specs[0].source = specs[0].source.replace("sin(junk)", "undefined_function(junk)")
+        return specs
+
+    t = TuneTask("test-broken", "TEST", make, {"broken": [False, True]}, {"broken": False}, LAYOUTS)
+    r = KernelTuner(t, bench(ctx, opencl_device), "dev", mode="exhaustive", trials=None).run(None)
+    assert r.params == {} and r.rejected == 1 and "build failed" in r.reasons[0]
+
+
+def test_trial_and_time_budgets(ctx, opencl_device):
+    space = {"n": list(range(60)), "slow": [True]}  # 60 distinct kernels: optuna TPE
+    b = bench(ctx, opencl_device)
+    tuner = KernelTuner(task(space, {"n": 0, "slow": True}), b, "dev", mode="fast", trials=3)
+    before = b.compiles
+    r = tuner.run(None)
+    assert r.strategy == "tpe"
+    assert r.measured <= 1 + 3 and b.compiles - before <= 3 + 2  # + the A/B confirmation's two builds
+
+    tuner = KernelTuner(task(space, {"n": 0, "slow": True}, key="test-time"), bench(ctx, opencl_device), "dev",
+                        mode="exhaustive", trials=None)
+    tuner.measure_default()
+    t0 = time.perf_counter()
+    r = tuner.run(1.0)
+    assert time.perf_counter() - t0 < 1.0 + 5.0  # a started candidate finishes, then the search stops
+    assert r.measured < 60
+
+
+def test_model_budget_shared_across_kernels(ctx, opencl_device):
+    tasks = [task({"n": list(range(60)), "slow": [True]}, {"n": 0, "slow": True}, key=f"k{i}") for i in range(3)]
+    t0 = time.perf_counter()
+    results = tune_tasks(tasks, lambda t: bench(ctx, opencl_device), "dev",
+                         TuningConfig(mode="exhaustive", budget_s=2.0))
+    assert time.perf_counter() - t0 < 2.0 + 8.0  # defaults are timed first, then the budget is split
+    assert len(results) == 3
+
+
+def test_records_roundtrip_and_generator_version(tmp_path, monkeypatch):
+    db = FileTuningDB(tmp_path / "t.json")
+    rec = TuningRecord({"tile_x": 2, "local_size": (8, 1, 1)}, 100.0, 50.0, 7, "CONV_2D")
+    db.put("dev", "k1", rec)
+    got = FileTuningDB(tmp_path / "t.json").get("dev", "k1")
+    assert got.params == {"tile_x": 2, "local_size": (8, 1, 1)} and got.best_us == 50.0 and got.speedup == 2.0
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o600
+    import tflgpu.autotune.records as records
+
+    monkeypatch.setattr(records, "GENERATOR_VERSION", records.GENERATOR_VERSION + 1)
+    assert FileTuningDB(tmp_path / "t.json").get("dev", "k1") is None  # a changed generator: not used
+    db2 = FileTuningDB(tmp_path / "t.json")
+    db2.put("dev", "k1", TuningRecord({"tile_x": 4}, 100.0, 90.0, 1, "CONV_2D"))  # replaced despite fewer trials
+    assert FileTuningDB(tmp_path / "t.json").get("dev", "k1").params == {"tile_x": 4}
+
+
+def test_corrupt_records_are_set_aside(tmp_path, caplog):
+    path = tmp_path / "t.json"
+    path.write_text('{"format": 1, "records": {"dev": {"k": {"params": 5')
+    db = FileTuningDB(path)
+    assert db.get("dev", "k") is None
+    assert "unreadable" in caplog.text and (tmp_path / "t.json.corrupt").exists()
+    db.put("dev", "k", TuningRecord({}, 1.0, 1.0))
+    assert json.loads(path.read_text())["records"]["dev"]["k"]["params"] == {}
+
+
+def invoke(it, feeds):
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def conv_model(rng):
+    return op_model("CONV_2D", [In(rand(rng, (1, 12, 12, 8))), rand(rng, (16, 3, 3, 8)), rand(rng, (16,))],
+                    padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+
+
+def test_tuned_model_matches_litert_and_records_are_reused(opencl_device, rng, tmp_path):
+    model, feeds = conv_model(rng)
+    ref = run_model(litert(), model, feeds)[0]
+    db = tmp_path / "records.json"
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=db, tuning_budget_s=20))
+    plan = it.gpu_plan
+    assert [k.source for k in plan.tuning_results] == ["tuned"]
+    assert_close(invoke(it, feeds), ref)
+    it2 = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=db))
+    assert [k.source for k in it2.gpu_plan.tuning_results] == ["record"] and it2.gpu_plan.tuning_seconds == 0
+    assert it2.gpu_plan.steps[0].params == plan.tuning_results[0].params
+    assert_close(invoke(it2, feeds), ref)
+
+
+@pytest.mark.parametrize("params", [{"winograd": True}, {"tile_x": 1, "tile_s": 1, "wide": False},
+                                    {"tile_x": 8, "tile_s": 2, "strided": True, "const_weights": True}])
+def test_recorded_parameters_are_applied(opencl_device, rng, params):
+    """Whatever the record says is what runs, and it still matches LiteRT."""
+    from tflgpu.autotune import kernel_key
+
+    model, feeds = conv_model(rng)
+    plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan
+    step = plain.steps[0]
+    key = kernel_key(step.op.name, step.specs, False, "conv_2d_0")
+    db = MemoryTuningDB()
+    db.put(opencl_device.identity.key(), key, TuningRecord(params, 10.0, 5.0, 3, "CONV_2D"))
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
+    assert it.gpu_plan.steps[0].params == params
+    assert_close(invoke(it, feeds), run_model(litert(), model, feeds)[0])
+
+
+def test_tuning_option_validation():
+    with pytest.raises(ValueError, match="tuning must be one of"):
+        GpuDelegate(tuning="fastest")
+    with pytest.raises(ValueError, match="tuning_budget_s"):
+        GpuDelegate(tuning="fast", tuning_budget_s=0)
+
+
+def test_workers_share_one_search(opencl_device, rng, tmp_path):
+    """Three `tflgpu tune` processes on one SQLite storage: all succeed, the study holds trials measured
+    by more than one of them, and the record is the decision drawn from the whole study."""
+    import optuna
+
+    model, _ = conv_model(rng)
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(model)
+    storage = f"sqlite:///{tmp_path / 'trials.db'}"
+    db = tmp_path / "records.json"
+    cmd = [sys.executable, "-m", "tflgpu.cli", "tune", str(path), "--mode", "fast", "--trials", "3",
+           "--storage", storage, "--db", str(db), "--repeat", "3", "-q"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        assert "tuning took" in out
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len({t.user_attrs["worker"] for t in finished}) >= 2
+    ((_, key, rec),) = list(FileTuningDB(db).items())
+    assert key in summary.study_name and rec.trials == len(complete)
+    if rec.params:  # chosen: the study's best trial
+        assert {k: repr(v) for k, v in rec.params.items()} == study.best_params
+
+
+def test_tune_cli_prints_the_table(rng, tmp_path, opencl_device):
+    model, _ = conv_model(rng)
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(model)
+    r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "tune", str(path), "--mode", "fast", "--trials", "2",
+                        "--repeat", "3", "-q", "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "heuristic us" in r.stdout and "conv_2d" in r.stdout
+    doc = json.loads(r.stdout[r.stdout.index("["):])
+    assert doc[0]["model"] == "conv.tflite" and doc[0]["kernels"][0]["op"] == "CONV_2D"
+    assert np.isfinite(doc[0]["heuristic_ms"]) and np.isfinite(doc[0]["tuned_ms"])

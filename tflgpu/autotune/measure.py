@@ -1,0 +1,161 @@
+"""Timing one step's kernels on the device with OpenCL profiling events, on real buffers.
+
+Every candidate of a step reads the same random inputs (slice layout, pad lanes 0) and writes
+fresh output buffers of the right sizes; its outputs are compared with the heuristic default's,
+so a candidate that computes something else is rejected rather than timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels.common import KernelSpec, Layout, to_slices
+from ..runtime.launch import bind_kernel, build_program
+
+
+class CandidateRejected(Exception):
+    """The candidate fails to compile, does not fit the device, or computes wrong results."""
+
+
+@dataclass
+class Timing:
+    us: float  # median over the kept samples (sum over the step's launches)
+    samples: list[float]
+    outputs: dict[int, np.ndarray] | None = None
+
+
+class KernelBench:
+    """Builds and times candidate kernel lists for one step.
+
+    ``layouts`` maps every tensor index the specs touch to its layout (storage size).
+    """
+
+    def __init__(self, cl, ctx, device, fp16: bool, layouts: dict[int, Layout], seed: int = 0,
+                 warmup: int = 1, k: int = 5, max_samples: int = 15, max_seconds: float = 1.0,
+                 stable_rel: float = 0.05, discard_ratio: float = 1.5):
+        self.cl, self.ctx, self.device, self.fp16 = cl, ctx, device, fp16
+        self.queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.np_dtype = np.float16 if fp16 else np.float32
+        self.layouts = layouts
+        self.rng = np.random.default_rng(seed)
+        self.warmup, self.k, self.max_samples = warmup, k, max_samples
+        self.max_seconds, self.stable_rel, self.discard_ratio = max_seconds, stable_rel, discard_ratio
+        self._inputs: dict[int, np.ndarray] = {}
+        self.compiles = 0
+
+    def _input(self, t: int) -> np.ndarray:
+        if t not in self._inputs:
+            lay = self.layouts[t]
+            self._inputs[t] = to_slices(self.rng.uniform(-1, 1, lay.dims).astype(np.float32), lay, self.np_dtype)
+        return self._inputs[t]
+
+    def _buffers(self, specs: list[KernelSpec]) -> tuple[dict, list[int]]:
+        cl, mf = self.cl, self.cl.mem_flags
+        produced: set[int] = set()
+        bufs, outs = {}, []
+        for spec in specs:
+            for t in spec.inputs:
+                if t not in bufs and t not in produced:
+                    bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=self._input(t))
+            for t in spec.outputs:
+                produced.add(t)
+                if t not in bufs:
+                    size = max(self.layouts[t].elements * self.np_dtype().itemsize, 16)
+                    bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE, size)
+                    cl.enqueue_fill_buffer(self.queue, bufs[t], self.np_dtype(0), 0, size)
+                    outs.append(t)
+        return bufs, outs
+
+    def prepare(self, specs: list[KernelSpec]) -> list[tuple[KernelSpec, object]]:
+        """Compile and bind; raises CandidateRejected when the compiler or the device refuses it."""
+        cl = self.cl
+        limit = self.device.identity.max_work_group_size
+        for spec in specs:
+            if spec.local_size is not None and int(np.prod(spec.local_size)) > limit:
+                raise CandidateRejected(f"local size {spec.local_size} exceeds the device's {limit}")
+        try:
+            self.compiles += 1
+            program = build_program(cl, self.ctx, [s.source for s in specs], self.fp16)
+        except cl.Error as e:
+            raise CandidateRejected(f"build failed: {str(e).splitlines()[0][:160]}") from e
+        bufs, outs = self._buffers(specs)
+        launches = []
+        for spec in specs:
+            k, consts = bind_kernel(cl, self.ctx, program, spec, bufs, self.np_dtype)
+            launches.append((spec, k, consts, bufs))  # the launch keeps its buffers alive
+        self._bufs, self._outs = bufs, outs
+        return launches
+
+    def _launch(self, launches) -> float:
+        cl, q = self.cl, self.queue
+        try:
+            evs = [cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size) for spec, k, *_ in launches]
+            q.finish()
+        except cl.Error as e:
+            raise CandidateRejected(f"launch failed: {str(e).splitlines()[0][:160]}") from e
+        return sum(ev.profile.end - ev.profile.start for ev in evs) / 1e3
+
+    def time(self, specs: list[KernelSpec], best_us: float | None = None,
+             ref: dict[int, np.ndarray] | None = None) -> Timing:
+        """Warm-up, check the outputs against ``ref`` (the default's), then repeat until the median
+        of the last k is stable (or the cap); raises CandidateRejected on wrong results, and early
+        when clearly slower than ``best_us`` (then it cannot win)."""
+        launches = self.prepare(specs)
+        for _ in range(max(1, self.warmup)):
+            self._launch(launches)
+        outputs = self.read_outputs()
+        if ref is not None:
+            check_outputs(outputs, ref, self.fp16)
+        samples: list[float] = []
+        t0 = time.perf_counter()
+        while len(samples) < self.max_samples:
+            samples.append(self._launch(launches))
+            if best_us is not None and len(samples) >= 2 and min(samples) > self.discard_ratio * best_us:
+                raise CandidateRejected(f"discarded early: {min(samples):.0f} us vs best {best_us:.0f} us")
+            if len(samples) >= self.k:
+                last = samples[-self.k:]
+                med = statistics.median(last)
+                if (max(last) - min(last)) <= self.stable_rel * 2 * med:
+                    break
+            if len(samples) >= 3 and time.perf_counter() - t0 > self.max_seconds:
+                break
+        return Timing(statistics.median(samples[-self.k:]), samples, outputs)
+
+    def compare(self, a: list[KernelSpec], b: list[KernelSpec], rounds: int = 9) -> tuple[float, float]:
+        """Medians of a and b timed in alternation (so drifting machine speed hits both alike)."""
+        la, lb = self.prepare(a), self.prepare(b)
+        self._launch(la)
+        self._launch(lb)
+        ta, tb = [], []
+        for _ in range(rounds):
+            ta.append(self._launch(la))
+            tb.append(self._launch(lb))
+        return statistics.median(ta), statistics.median(tb)
+
+    def read_outputs(self) -> dict[int, np.ndarray]:
+        out = {}
+        for t in self._outs:
+            host = np.empty(self.layouts[t].elements, self.np_dtype)
+            self.cl.enqueue_copy(self.queue, host, self._bufs[t], is_blocking=True)
+            out[t] = host.astype(np.float32)
+        return out
+
+
+def check_outputs(got: dict[int, np.ndarray], ref: dict[int, np.ndarray], fp16: bool) -> None:
+    """Raise CandidateRejected unless every output matches the reference within the precision's bound."""
+    tol = 2e-2 if fp16 else 1e-3
+    for t, r in ref.items():
+        g = got.get(t)
+        if g is None or g.shape != r.shape:
+            raise CandidateRejected(f"output {t} missing or of another size")
+        finite = np.isfinite(r)
+        if not np.array_equal(finite, np.isfinite(g)):
+            raise CandidateRejected(f"output {t}: non-finite values differ from the default's")
+        scale = max(1.0, float(np.max(np.abs(r[finite]), initial=0.0)))
+        err = float(np.max(np.abs(g[finite] - r[finite]), initial=0.0))
+        if err > tol * scale:
+            raise CandidateRejected(f"output {t} differs from the default's by {err:.3g} (bound {tol * scale:.3g})")

@@ -1,0 +1,179 @@
+"""Tuning records: per device identity and kernel identity, the chosen parameters and measured times.
+
+A record is only valid for the generator version it was measured with (``GENERATOR_VERSION`` in
+``tflgpu.kernels.common``): a changed generator may emit different code for the same parameters,
+so older records are ignored (and replaced by the next tuning run).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..kernels.common import GENERATOR_VERSION
+
+log = logging.getLogger("tflgpu")
+
+FORMAT = 1
+
+
+def params_to_json(params: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+
+
+def params_from_json(params: dict) -> dict:
+    """JSON turns tuples (local sizes) into lists; the generators and the search space use tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+
+
+@dataclass
+class TuningRecord:
+    params: dict  # the knobs to pass to the generator (empty: the heuristic default is best)
+    default_us: float  # the heuristic default's time
+    best_us: float  # the chosen parameters' time
+    trials: int = 0  # completed trials of the search it came from
+    op: str = ""  # op name, for reports
+    generator_version: int = field(default_factory=lambda: GENERATOR_VERSION)
+    updated: float = field(default_factory=time.time)
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.best_us if self.best_us > 0 else 1.0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["params"] = params_to_json(self.params)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> TuningRecord:
+        fields = {k: d[k] for k in ("params", "default_us", "best_us", "trials", "op", "generator_version",
+                                    "updated") if k in d}
+        rec = cls(**fields)
+        if not isinstance(rec.params, dict):
+            raise ValueError("params is not a mapping")
+        rec.params = params_from_json(rec.params)
+        return rec
+
+
+class TuningDB:
+    """Where records live. ``get`` ignores records of another generator version."""
+
+    def get(self, device_key: str, kernel_key: str) -> TuningRecord | None:
+        rec = self._records().get(device_key, {}).get(kernel_key)
+        if rec is None or rec.generator_version != GENERATOR_VERSION:
+            return None
+        return rec
+
+    def put(self, device_key: str, kernel_key: str, record: TuningRecord) -> None:
+        self.put_many(device_key, {kernel_key: record})
+
+    def put_many(self, device_key: str, records: dict[str, TuningRecord]) -> None:
+        raise NotImplementedError
+
+    def items(self):
+        """(device_key, kernel_key, record) for every stored record, valid or not."""
+        for dev, recs in self._records().items():
+            for key, rec in recs.items():
+                yield dev, key, rec
+
+    def _records(self) -> dict[str, dict[str, TuningRecord]]:
+        raise NotImplementedError
+
+
+def _better(new: TuningRecord, old: TuningRecord | None) -> bool:
+    """Whether ``new`` replaces ``old``. Workers sharing one optuna study each write the decision
+    they drew from it; the one drawn from more trials wins (the last worker to finish saw them all),
+    so the final record is the same whichever worker found the best trial."""
+    if old is None or old.generator_version != GENERATOR_VERSION:
+        return True
+    if new.trials != old.trials:
+        return new.trials > old.trials
+    return new.best_us <= old.best_us
+
+
+class MemoryTuningDB(TuningDB):
+    def __init__(self):
+        self._data: dict[str, dict[str, TuningRecord]] = {}
+
+    def put_many(self, device_key, records):
+        recs = self._data.setdefault(device_key, {})
+        for k, r in records.items():
+            if _better(r, recs.get(k)):
+                recs[k] = r
+
+    def _records(self):
+        return self._data
+
+
+class FileTuningDB(TuningDB):
+    """Records in one JSON file, read-modify-written under a file lock with an atomic replace.
+
+    A file that cannot be parsed is moved aside (``.corrupt``), logged, and treated as empty,
+    so a damaged file never stops a model from running and is never silently overwritten.
+    """
+
+    def __init__(self, path: str | os.PathLike, lock_timeout_s: float = 30.0):
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._cache: tuple[float, int, dict] | None = None  # (mtime, size, records)
+
+    def _lock(self):
+        from filelock import FileLock
+
+        from ..cache import private_dir
+
+        private_dir(self.path.parent)
+        return FileLock(str(self.path) + ".lock", timeout=self.lock_timeout_s)
+
+    def _load(self) -> dict[str, dict[str, TuningRecord]]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        if self._cache and self._cache[:2] == (st.st_mtime, st.st_size):
+            return self._cache[2]
+        try:
+            doc = json.loads(self.path.read_bytes())
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}, expected {FORMAT}")
+            data = {dev: {k: TuningRecord.from_json(r) for k, r in recs.items()}
+                    for dev, recs in doc["records"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            aside = self.path.with_suffix(self.path.suffix + ".corrupt")
+            log.warning("tuning records %s are unreadable (%s); moved to %s, starting empty", self.path, e, aside)
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                pass
+            return {}
+        self._cache = (st.st_mtime, st.st_size, data)
+        return data
+
+    def _records(self):
+        return self._load()
+
+    def put_many(self, device_key, records):
+        from ..cache import atomic_write
+
+        with self._lock():
+            self._cache = None
+            data = self._load()
+            recs = data.setdefault(device_key, {})
+            for k, r in records.items():
+                if _better(r, recs.get(k)):
+                    recs[k] = r
+            doc = {"format": FORMAT, "records": {dev: {k: r.to_json() for k, r in rs.items()}
+                                                for dev, rs in data.items()}}
+            atomic_write(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+            self._cache = None
+
+
+def default_tuning_db() -> FileTuningDB:
+    from ..cache import default_cache_dir
+
+    return FileTuningDB(default_cache_dir() / "tuning.json")

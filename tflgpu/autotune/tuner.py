@@ -1,0 +1,333 @@
+"""Searching a kernel's parameter space: grid for small spaces, optuna's TPE for large ones.
+
+The search state is an optuna study per (device, kernel identity). In memory by default; with an
+RDB storage URL (SQLite, PostgreSQL, ...) several processes or machines tune the same kernels at
+once and share every trial; the chosen parameters are the study's best trial, whoever measured it.
+Candidates whose generated code is identical (a knob the generator ignores for this shape) are
+measured once. Rejected candidates (build/launch failure, wrong results, discarded early) are
+pruned trials, never chosen.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import xxhash
+
+from ..kernels import Unsupported
+from ..kernels.common import GENERATOR_VERSION, KernelSpec, Layout
+from .measure import CandidateRejected, KernelBench
+
+log = logging.getLogger("tflgpu")
+
+MODES = ("none", "fast", "exhaustive")
+GRID_MAX = 48  # spaces up to this many points are searched exhaustively in every mode
+MIN_GAIN = 0.03  # a candidate must beat the default by this much to be chosen (timing noise)
+FAST_TRIALS = 10  # per kernel, in "fast" mode
+FAST_MODEL_BUDGET_S = 30.0  # per model, in "fast" mode unless tuning_budget_s says otherwise
+
+
+@dataclass
+class TuningConfig:
+    """How a plan tunes kernels that have no record: mode, budgets, where records and trials go."""
+
+    mode: str = "none"
+    budget_s: float | None = None  # per model (None: fast -> FAST_MODEL_BUDGET_S, exhaustive -> unbounded)
+    trials: int | None = None  # per kernel (None: fast -> FAST_TRIALS, exhaustive -> the whole space)
+    db: object | None = None  # a TuningDB, or None for no records at all
+    storage: str | None = None  # optuna storage URL; None keeps the search in memory
+    seed: int = 0
+    progress: Callable | None = None  # progress(TuneResult, done, total) as kernels finish
+    reuse_records: bool = True  # False: search even where a record exists (tflgpu tune --retune)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"tuning must be one of {MODES}, got {self.mode!r}")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ValueError("tuning_budget_s must be positive")
+        if self.trials is not None and self.trials < 1:
+            raise ValueError("trials must be >= 1")
+
+    def model_budget(self) -> float | None:
+        if self.budget_s is not None:
+            return self.budget_s
+        return FAST_MODEL_BUDGET_S if self.mode == "fast" else None
+
+    def kernel_trials(self) -> int | None:
+        if self.trials is not None:
+            return self.trials
+        return FAST_TRIALS if self.mode == "fast" else None
+
+
+@dataclass
+class TuneTask:
+    key: str  # kernel identity
+    op: str
+    make: Callable[[dict], list[KernelSpec]]  # params -> specs (may raise Unsupported)
+    space: dict[str, list]
+    default: dict  # the heuristic default's knob values (the first trial)
+    layouts: dict[int, Layout]
+
+
+@dataclass
+class TuneResult:
+    key: str
+    op: str
+    params: dict
+    default_us: float
+    best_us: float
+    trials: int = 0  # completed trials in the study (every worker's)
+    measured: int = 0  # candidates this process compiled and timed
+    rejected: int = 0
+    seconds: float = 0.0
+    strategy: str = ""
+    reasons: list[str] = field(default_factory=list)  # why candidates were rejected (first few)
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.best_us if self.best_us > 0 else 1.0
+
+
+def space_size(space: dict[str, list]) -> int:
+    return math.prod(len(v) for v in space.values()) if space else 1
+
+
+def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str) -> str:
+    """Identity of a kernel: op family, the default's specialized code (shapes, padding, activation,
+    fused ops: all baked into the source), launch sizes, precision and generator version. Weights are
+    arguments, not source, so identical layers in any model share one key."""
+    h = xxhash.xxh64(f"{GENERATOR_VERSION}|{op_name}|{int(fp16)}".encode())
+    for s in specs:
+        h.update(s.source.replace(base_name, "K").encode())
+        h.update(repr((s.global_size, s.local_size)).encode())
+    return h.hexdigest()
+
+
+def _encode(v) -> str:
+    return repr(v)
+
+
+def _fingerprint(specs: list[KernelSpec]) -> str:
+    h = xxhash.xxh64()
+    for s in specs:
+        h.update(s.source.encode())
+        h.update(repr((s.global_size, s.local_size, [(a.kind, a.value if a.kind in ("int", "float") else None)
+                                                      for a in s.args])).encode())
+    return h.hexdigest()
+
+
+def _storage(url: str | None):
+    import optuna
+
+    if url is None:
+        return optuna.storages.InMemoryStorage()
+    from sqlalchemy.exc import SQLAlchemyError
+
+    kwargs = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
+    for attempt in range(8):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except SQLAlchemyError as e:  # workers creating a fresh database's schema at the same moment
+            if attempt == 7:
+                raise RuntimeError(f"optuna storage {url!r} is not usable: {e}") from e
+            time.sleep(0.2 + random.random() * 0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+class KernelTuner:
+    def __init__(self, task: TuneTask, bench: KernelBench, device_key: str, *, mode: str, trials: int | None,
+                 storage=None, seed: int = 0):
+        self.task, self.bench, self.mode, self.max_trials = task, bench, mode, trials
+        self.device_key, self.storage, self.seed = device_key, storage, seed
+        self.values = {k: list(dict.fromkeys(list(v) + ([task.default[k]] if k in task.default else [])))
+                       for k, v in task.space.items()}
+        self.decode = {k: {_encode(x): x for x in vals} for k, vals in self.values.items()}
+        self.measured: dict[str, float | None] = {}
+        self.rejected, self.reasons = 0, []
+        self.ref = None
+        self.default_us = None
+
+    def measure_default(self) -> float:
+        """Time the heuristic default (raises CandidateRejected if even it cannot run)."""
+        specs = self.task.make({})
+        timing = self.bench.time(specs)
+        self.ref, self.default_us = timing.outputs, timing.us
+        self.measured[_fingerprint(specs)] = timing.us
+        self.best_us = timing.us
+        return timing.us
+
+    def _specs(self, params: dict) -> list[KernelSpec]:
+        """The candidate's kernels, or CandidateRejected before any compile when it cannot launch."""
+        try:
+            specs = self.task.make(params)
+        except (Unsupported, ValueError) as e:  # a combination the generator refuses
+            raise CandidateRejected(f"generator: {e}") from e
+        limit = self.bench.device.identity.max_work_group_size
+        for sp in specs:
+            if sp.local_size is None:
+                continue
+            if len(sp.local_size) != len(sp.global_size) or math.prod(sp.local_size) > limit or any(
+                    g % lc for g, lc in zip(sp.global_size, sp.local_size)):
+                raise CandidateRejected(f"local size {sp.local_size} does not fit global {sp.global_size}")
+        return specs
+
+    def neighbors(self) -> list[dict]:
+        """The default with one knob changed, each distinct kernel once, in the space's knob order:
+        the first trials of every search (a hill-climbing step from the heuristic, as tinygrad's
+        beam search starts), so a small budget is spent where the heuristic is most likely improvable."""
+        out, seen = [], set(self.measured)
+        for k, vals in self.values.items():
+            for v in vals:
+                if v == self.task.default.get(k):
+                    continue
+                p = {**self.task.default, k: v}
+                try:
+                    fp = _fingerprint(self._specs(p))
+                except CandidateRejected:
+                    continue
+                if fp not in seen:
+                    seen.add(fp)
+                    out.append(p)
+        return out
+
+    def evaluate(self, params: dict) -> float | None:
+        try:
+            specs = self._specs(params)
+        except CandidateRejected as e:
+            return self._reject(str(e))
+        fp = _fingerprint(specs)
+        if fp in self.measured:
+            return self.measured[fp]
+        try:
+            us = self.bench.time(specs, best_us=self.best_us, ref=self.ref).us
+        except CandidateRejected as e:
+            self.measured[fp] = None
+            return self._reject(str(e))
+        self.measured[fp] = us
+        self.best_us = min(self.best_us, us)
+        return us
+
+    def _confirm(self, study, trial, cand: dict) -> tuple[float, float]:
+        """(default µs, candidate µs) timed in alternation, so a winner measured while the machine
+        happened to be fast does not look better than it is. Stored in the study: every worker
+        sharing it decides from the same confirmation."""
+        key = f"confirm:{trial.number}"
+        got = study.user_attrs.get(key)
+        if got is not None:
+            return tuple(got)
+        try:
+            res = self.bench.compare(self.task.make({}), self._specs(cand))
+        except CandidateRejected as e:
+            self._reject(f"confirmation: {e}")
+            return self.default_us, self.default_us
+        study.set_user_attr(key, list(res))
+        return res
+
+    def _reject(self, why: str):
+        self.rejected += 1
+        if len(self.reasons) < 5:
+            self.reasons.append(why)
+        return None
+
+    def run(self, budget_s: float | None) -> TuneResult:
+        import optuna
+
+        t0 = time.perf_counter()
+        if self.default_us is None:
+            self.measure_default()
+        n = space_size(self.values)
+        grid = n <= GRID_MAX or self.mode == "exhaustive"
+        name = f"tflgpu-{xxhash.xxh64_hexdigest(self.device_key.encode())}-{self.task.key}"
+        encoded = {k: [_encode(x) for x in v] for k, v in self.values.items()}
+        sampler = (optuna.samplers.GridSampler(encoded, seed=self.seed) if grid
+                   else optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=4))
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
+                                    direction="minimize", load_if_exists=True)
+        first = [self.task.default] + self.neighbors() if not study.trials else []
+        for p in first:  # a fresh study: the default first, then its one-knob neighbors
+            study.enqueue_trial({k: _encode(v) for k, v in p.items() if k in encoded})
+
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+
+        def objective(trial):
+            trial.set_user_attr("worker", worker)  # who measured it (trials are shared through the storage)
+            params = {k: self.decode[k][trial.suggest_categorical(k, encoded[k])] for k in encoded}
+            us = self.evaluate(params)
+            if us is None:
+                raise optuna.TrialPruned()
+            return us
+
+        compiles0 = self.bench.compiles
+        n_trials = n + len(first) if grid else 20 * (self.max_trials or n)  # also caps cheap repeats
+
+        def enough(study, trial):
+            # the trial budget counts compiled candidates: repeats of a measured kernel and launch sizes
+            # rejected before compiling cost almost nothing
+            if self.max_trials is not None and self.bench.compiles - compiles0 >= self.max_trials:
+                study.stop()
+
+        study.optimize(objective, n_trials=n_trials, timeout=budget_s, catch=(), callbacks=[enough])
+        params, best_us, default_us = {}, self.default_us, self.default_us
+        try:
+            bt = study.best_trial
+        except ValueError:  # no completed trial at all
+            bt = None
+        if bt is not None and bt.value < best_us * (1 - MIN_GAIN):
+            cand = {k: self.decode[k][v] for k, v in bt.params.items() if k in self.decode}
+            default_us, us = self._confirm(study, bt, cand)
+            if us < default_us * (1 - MIN_GAIN):
+                params, best_us = cand, us
+            else:
+                best_us = default_us
+        done = sum(1 for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
+        return TuneResult(self.task.key, self.task.op, params, default_us, best_us, trials=done,
+                          measured=sum(1 for v in self.measured.values() if v is not None),
+                          rejected=self.rejected, seconds=time.perf_counter() - t0,
+                          strategy="grid" if grid else "tpe", reasons=self.reasons)
+
+
+def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBench], device_key: str,
+               config: TuningConfig) -> list[TuneResult]:
+    """Tune every task within the model budget: the slowest defaults first, each kernel getting
+    an even share of what is left (what a fast kernel leaves unused flows to the next)."""
+    storage = _storage(config.storage)
+    budget = config.model_budget()
+    start = time.perf_counter()
+    tuners = []
+    for task in tasks:
+        tuner = KernelTuner(task, bench_for(task), device_key, mode=config.mode, trials=config.kernel_trials(),
+                            storage=storage, seed=config.seed)
+        try:
+            tuner.measure_default()
+        except CandidateRejected as e:
+            log.info("not tuning %s (%s): the default itself fails: %s", task.op, task.key, e)
+            continue
+        tuners.append(tuner)
+    tuners.sort(key=lambda t: -t.default_us)
+    results = []
+    for i, tuner in enumerate(tuners):
+        left = None
+        if budget is not None:
+            left = (budget - (time.perf_counter() - start)) / (len(tuners) - i)
+            if left <= 0:
+                r = TuneResult(tuner.task.key, tuner.task.op, {}, tuner.default_us, tuner.default_us,
+                               strategy="budget spent")
+                results.append(r)
+                if config.progress:
+                    config.progress(r, len(results), len(tuners))
+                continue
+        r = tuner.run(left)
+        log.info("tuned %s: %.0f -> %.0f us (%.2fx, %d measured, %d rejected, %s) %s", r.op, r.default_us,
+                 r.best_us, r.speedup, r.measured, r.rejected, r.strategy, r.params)
+        results.append(r)
+        if config.progress:
+            config.progress(r, len(results), len(tuners))
+    return results
