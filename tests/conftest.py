@@ -19,6 +19,8 @@ MODELS_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", REPO.parent / "shared" / "
 # inherited by the CLI subprocesses the tests start.
 _TEST_CACHE = tempfile.mkdtemp(prefix="tflgpu-test-cache-")
 os.environ["TFLGPU_CACHE_DIR"] = _TEST_CACHE
+# Plans built in tests use heuristic kernel parameters unless a test asks for tuning.
+os.environ["TFLGPU_TUNING"] = "none"
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,4 +1,4 @@
-"""The ``tflgpu`` command line: run, inspect, bench, tune."""
+"""The ``tflgpu`` command line: run, inspect, bench, tune, warmup, cache."""
 
 from __future__ import annotations
 
@@ -240,6 +240,124 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def _warm_one(model: str, precision: str, tuning: str, device, cache_dir) -> dict:
+    """Build (or load) one model's plan into the cache; runs in a worker process with --jobs."""
+    import time
+
+    from .delegate import GpuDelegate
+    from .interpreter import Interpreter
+
+    t0 = time.perf_counter()
+    it = Interpreter(model_path=model, delegate=GpuDelegate(precision_loss_allowed=precision == "fp16",
+                                                            tuning=tuning, device=device,
+                                                            serialization_dir=cache_dir))
+    plan = it.gpu_plan
+    if plan is None:
+        raise RuntimeError("no OpenCL device")
+    return {"model": Path(model).name, "seconds": time.perf_counter() - t0, **plan.build_stats,
+            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned")}
+
+
+def cmd_warmup(args) -> int:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    from tqdm import tqdm
+
+    jobs = [(m, p) for m in args.models for p in args.precision]
+    failed = 0
+    with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
+        if args.jobs <= 1:
+            futures = None
+            results = []
+            for m, p in jobs:
+                try:
+                    results.append(((m, p), _warm_one(m, p, args.tuning, args.device, args.cache_dir), None))
+                except (ValueError, RuntimeError, OSError) as e:
+                    results.append(((m, p), None, e))
+                bar.update(1)
+        else:  # spawned workers: an OpenCL runtime does not survive fork
+            results = []
+            with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(_warm_one, m, p, args.tuning, args.device, args.cache_dir): (m, p)
+                           for m, p in jobs}
+                for f in as_completed(futures):
+                    try:
+                        results.append((futures[f], f.result(), None))
+                    except Exception as e:  # a worker's error, reported per model
+                        results.append((futures[f], None, e))
+                    bar.update(1)
+    for (m, p), r, err in sorted(results, key=lambda x: x[0]):
+        if err is not None:
+            failed += 1
+            print(f"{Path(m).name} [{p}]: FAILED: {err}")
+        else:
+            what = "already cached" if r["plan"] == "cache" else (
+                f"built: {r['source_builds']} programs compiled, {r['tuned']} kernels tuned")
+            print(f"{r['model']} [{p}]: {what} ({r['seconds']:.1f} s)")
+    return 1 if failed else 0
+
+
+def _age(t: float) -> str:
+    import time
+
+    d = max(0.0, time.time() - t)
+    for unit, sec in (("d", 86400), ("h", 3600), ("min", 60)):
+        if d >= sec:
+            return f"{d / sec:.0f} {unit} ago"
+    return f"{d:.0f} s ago"
+
+
+def cmd_cache(args) -> int:
+    from .cache.store import CacheStore
+
+    store = CacheStore(args.cache_dir)
+    entries = list(store.entries())
+    token = args.model
+
+    def of_model(e):
+        return token is None or (e.kind == "plan" and e.key.startswith(token + "-"))
+
+    if args.action == "ls":
+        print(f"cache {store.root} ({store.total_bytes():,} bytes, bound {store.max_bytes:,})")
+        print(f"{'kind':<8} {'model token / key':<36} {'size':>10}  {'last use':<12} device")
+        for e in sorted(entries, key=lambda e: (e.kind != "plan", -e.last_use)):
+            if not of_model(e):
+                continue
+            name = e.key.rsplit("-", 1)[0] if e.kind == "plan" else e.key
+            dev = e.device_key.split("|")[1] if e.device_key.count("|") >= 1 else e.device_key
+            print(f"{e.kind:<8} {name[:36]:<36} {e.size:>10,}  {_age(e.last_use):<12} {dev}"
+                  + (f"  [BAD: {e.problem}]" if e.problem else ""))
+        return 0
+    if args.action == "stats":
+        by: dict = {}
+        for e in entries:
+            d = by.setdefault(e.device_key or "(unreadable)", {})
+            n, b = d.get(e.kind, (0, 0))
+            d[e.kind] = (n + 1, b + e.size)
+        print(f"cache {store.root}: {len(entries)} entries, {store.total_bytes():,} bytes "
+              f"(bound {store.max_bytes:,})")
+        for dev, kinds in by.items():
+            print(f"  {dev}")
+            for kind, (n, b) in sorted(kinds.items()):
+                print(f"    {kind:<8} {n:>6} entries {b:>14,} bytes")
+        return 0
+    if args.action == "verify":
+        bad = [e for e in entries if e.problem]
+        for e in bad:
+            print(f"BAD {e.path.relative_to(store.root)}: {e.problem}")
+            if args.fix:
+                store.remove(e)
+        print(f"{len(entries) - len(bad)} entries verify, {len(bad)} bad" + (" (removed)" if bad and args.fix else ""))
+        return 1 if bad and not args.fix else 0
+    # clear
+    gone = [e for e in entries if of_model(e)]
+    for e in gone:
+        store.remove(e)
+    print(f"removed {len(gone)} entries ({sum(e.size for e in gone):,} bytes)")
+    return 0
+
+
 def _delegate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delegate", choices=["cpu", "gpu"], default="gpu",
                    help="gpu (default): GpuDelegate on an OpenCL device (the CPU kernels when there is none); "
@@ -300,11 +418,31 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="also print the reports as JSON")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_tune)
+
+    w = sub.add_parser("warmup", help="compile, tune and serialize models into the cache ahead of time")
+    w.add_argument("models", nargs="+")
+    w.add_argument("--precision", choices=["fp32", "fp16"], action="append",
+                   help="repeat for both (default fp32)")
+    w.add_argument("--tuning", choices=["none", "fast", "exhaustive"], default="fast")
+    w.add_argument("--jobs", type=int, default=1, help="models warmed in parallel processes")
+    w.add_argument("--device", help="OpenCL device: index or name substring")
+    w.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
+    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    w.set_defaults(func=cmd_warmup)
+
+    c = sub.add_parser("cache", help="what the cache holds: ls, stats, verify, clear")
+    c.add_argument("action", choices=["ls", "stats", "verify", "clear"])
+    c.add_argument("--model", help="only this model token's plans (ls, clear)")
+    c.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
+    c.add_argument("--fix", action="store_true", help="verify: remove the entries that fail")
+    c.set_defaults(func=cmd_cache)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "command", None) == "warmup":
+        args.precision = args.precision or ["fp32"]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s tflgpu: %(message)s")
     try:

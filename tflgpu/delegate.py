@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 # TFLite's TfLiteGpuInferencePriority
@@ -38,16 +39,23 @@ class GpuDelegate:
         profile: enable OpenCL profiling events (``Interpreter.gpu_plan.profile_report()``).
         allow_buffer_handle_output: outputs bound with ``Interpreter.bind_buffer`` stay on the device
             (TFLite's flag): invoke() does not copy them to the host; ``get_tensor`` still can, on demand.
+        serialization_dir: TFLite's option: where compiled programs, tuning records and built plans
+            are stored (a private directory: created 0700; one owned by another user or writable by
+            others is refused). Default: $TFLGPU_CACHE_DIR, else the user cache dir for tflgpu.
+        model_token: TFLite's option: the key of this model's plans (letters, digits, '.', '_', '-';
+            at most 128). Default: a 64-bit xxhash fingerprint of the model bytes, in hex.
+        cache: False turns serialization off (nothing read or written; tuning defaults to "none").
+        max_cache_bytes: bound on the cache directory; least-recently-used entries are evicted.
         tuning: what to do for kernels with no tuning record on this device: "none" (heuristic
             parameters), "fast" (a small search: 10 candidates per kernel, 30 s per model unless
             ``tuning_budget_s``), "exhaustive" (every point of each kernel's space, within
-            ``tuning_budget_s`` if given). Records (from ``tflgpu tune`` or earlier runs) are used in
-            every mode. A ``tflgpu.autotune.TuningConfig`` sets everything at once (the other
-            tuning_* options are then ignored).
+            ``tuning_budget_s`` if given). Default: $TFLGPU_TUNING, else "fast" with the cache on and
+            "none" without. Records (from ``tflgpu tune`` or earlier runs) are used in every mode.
+            A ``tflgpu.autotune.TuningConfig`` sets everything at once (the other tuning_* options
+            are then ignored).
         tuning_budget_s: wall-clock budget for searching, per model.
-        tuning_db: where records are read and written: None = the file in the cache directory
-            ($TFLGPU_CACHE_DIR or the user cache dir), a path to such a file, a
-            ``tflgpu.autotune.TuningDB``, or False for no records at all.
+        tuning_db: where records are read and written: None = the cache (``serialization_dir``), a
+            path to a JSON records file, a ``tflgpu.autotune.TuningDB``, or False for no records.
         tuning_storage: an optuna storage URL to share the search with other processes (default: in memory).
     """
 
@@ -59,7 +67,11 @@ class GpuDelegate:
     device: int | str | None = None
     profile: bool = False
     allow_buffer_handle_output: bool = False
-    tuning: str = "none"
+    serialization_dir: str | os.PathLike | None = None
+    model_token: str | None = None
+    cache: bool = True
+    max_cache_bytes: int = 1 << 30
+    tuning: object = None  # "none" | "fast" | "exhaustive" | TuningConfig; None: see above
     tuning_budget_s: float | None = None
     tuning_db: object = None
     tuning_storage: str | None = None
@@ -70,23 +82,45 @@ class GpuDelegate:
         self.inference_priority3 = _priority(self.inference_priority3)
         if not isinstance(self.max_delegated_partitions, int) or self.max_delegated_partitions < 1:
             raise ValueError("max_delegated_partitions must be a positive int")
-        self.tuning_config()  # validates tuning / tuning_budget_s early
+        if self.model_token is not None:
+            from .cache.plans import check_token
 
-    def tuning_config(self):
-        """The autotuner's configuration for these options."""
-        from .autotune import TuningConfig, TuningDB, default_tuning_db
-        from .autotune.records import FileTuningDB
+            check_token(self.model_token)
+        if not isinstance(self.max_cache_bytes, int) or self.max_cache_bytes < 1:
+            raise ValueError("max_cache_bytes must be a positive int")
+        self.tuning_config(None)  # validates tuning / tuning_budget_s early
+
+    def cache_store(self):
+        """The cache these options use (a ``tflgpu.cache.CacheStore``), or None with cache=False."""
+        if not self.cache:
+            return None
+        from .cache.store import CacheStore
+
+        return CacheStore(self.serialization_dir, self.max_cache_bytes)
+
+    def tuning_mode(self) -> str:
+        from .autotune import TuningConfig
+
+        if isinstance(self.tuning, TuningConfig):
+            return self.tuning.mode
+        return self.tuning or os.environ.get("TFLGPU_TUNING") or ("fast" if self.cache else "none")
+
+    def tuning_config(self, store):
+        """The autotuner's configuration for these options (records in ``store`` unless tuning_db says)."""
+        from .autotune import TuningConfig, TuningDB
+        from .autotune.records import CacheTuningDB, FileTuningDB
 
         if isinstance(self.tuning, TuningConfig):
             return self.tuning
         db = self.tuning_db
         if db is None:
-            db = default_tuning_db()
+            db = CacheTuningDB(store) if store is not None else None
         elif db is False:
             db = None
         elif not isinstance(db, TuningDB):
             db = FileTuningDB(db)
-        return TuningConfig(mode=self.tuning, budget_s=self.tuning_budget_s, db=db, storage=self.tuning_storage)
+        return TuningConfig(mode=self.tuning_mode(), budget_s=self.tuning_budget_s, db=db,
+                            storage=self.tuning_storage)
 
     def wants_fp16(self) -> bool:
         """TFLite's rule: the legacy flag wins; else the first non-AUTO priority decides

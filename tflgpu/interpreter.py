@@ -279,9 +279,14 @@ class Interpreter:
 
             runner, options = self._runtime.runner(0), delegates[0]
             session = self._session(0)
-            session.gpu_plan = build_plan(runner, options)  # at construction, as TFLite does
+            token = None
+            if options.cache and options.model_token is None:
+                from .cache.plans import model_token
+
+                token = model_token(self._model_bytes.data)
+            session.gpu_plan = build_plan(runner, options, token=token)  # at construction, as TFLite does
             if session.gpu_plan is not None:
-                session.gpu_factory = lambda shapes: build_plan(runner, options, shapes)
+                session.gpu_factory = lambda shapes: build_plan(runner, options, shapes, token=token)
 
     # -- internals ----------------------------------------------------------
 

@@ -173,7 +173,53 @@ class FileTuningDB(TuningDB):
             self._cache = None
 
 
-def default_tuning_db() -> FileTuningDB:
-    from ..cache import default_cache_dir
+class CacheTuningDB(TuningDB):
+    """Records as checked entries of a ``tflgpu.cache.CacheStore`` (one file per device and kernel):
+    a damaged record is logged, dropped and re-tuned, never trusted."""
 
-    return FileTuningDB(default_cache_dir() / "tuning.json")
+    def __init__(self, store):
+        self.store = store
+
+    def get(self, device_key, kernel_key):
+        from ..cache.plans import decode_tuning
+        from ..cache.store import InvalidEntry
+
+        payload = self.store.get("tuning", kernel_key, device_key)
+        if payload is None:
+            return None
+        try:
+            rec = decode_tuning(payload)
+        except InvalidEntry as e:
+            self.store.discard(self.store.path("tuning", kernel_key, device_key), str(e))
+            return None
+        return rec if rec.generator_version == GENERATOR_VERSION else None
+
+    def put_many(self, device_key, records):
+        from filelock import FileLock
+
+        from ..cache.plans import encode_tuning
+
+        with FileLock(str(self.store.root / ".tuning.lock"), timeout=30):  # read-compare-write per key
+            for k, r in records.items():
+                if _better(r, self.get(device_key, k)):
+                    self.store.put("tuning", k, device_key, encode_tuning(r))
+
+    def _records(self):
+        from ..cache.plans import decode_tuning
+        from ..cache.store import InvalidEntry
+
+        out: dict[str, dict[str, TuningRecord]] = {}
+        for e in self.store.entries(with_payload=True):
+            if e.kind == "tuning" and e.problem is None:
+                try:
+                    out.setdefault(e.device_key, {})[e.key] = decode_tuning(e.payload)
+                except InvalidEntry:
+                    continue
+        return out
+
+
+def default_tuning_db() -> TuningDB:
+    """The records in the default cache directory ($TFLGPU_CACHE_DIR or the user cache dir)."""
+    from ..cache.store import CacheStore
+
+    return CacheTuningDB(CacheStore())

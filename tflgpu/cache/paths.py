@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,15 +18,28 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("tflgpu", appauthor=False))
 
 
+class UnsafeCacheDir(PermissionError):
+    """The cache directory belongs to another user or others can write to it."""
+
+
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (mode 0700) if needed and return it."""
+    """Create ``path`` (mode 0700, parents too) if needed, and refuse one that is not private:
+    owned by another user, or writable by group or others (someone could plant binaries)."""
     path = Path(path)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise UnsafeCacheDir(f"cache directory {path} is owned by uid {st.st_uid}, not by this user "
+                             f"(uid {os.getuid()}); choose another serialization_dir")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeCacheDir(f"cache directory {path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+                             f"chmod 700 it or choose another serialization_dir")
     return path
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` all at once (temp file in the same dir, fsync, rename; mode 0600)."""
+    """Replace ``path`` with ``data`` all at once (temp file in the same dir, fsync, rename; mode 0600).
+    Readers see the old file or the new one, never a part."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
 from ..graph.ir import Operator, Subgraph
-from ..kernels import PREAMBLE, GenContext, KernelSpec, Unsupported, generator_for
+from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
 from .device import DeviceInfo
 from .launch import bind_kernel, build_program
@@ -75,31 +74,50 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
 class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, fp16: bool, max_partitions: int,
                  profile: bool = False, params: dict | None = None,
-                 input_shapes: list[tuple[int, ...]] | None = None, tuning=None):
+                 input_shapes: list[tuple[int, ...]] | None = None, tuning=None, cache=None):
+        """``cache``: a ``tflgpu.cache.PlanCache`` — a stored plan for these options and shapes is
+        used as is (no shape propagation, graph-pass search, tuning or compilation), and a plan
+        built here is stored."""
         import pyopencl as cl
 
         self.cl = cl
         self.runner = runner
         self.input_shapes = [tuple(s) for s in (input_shapes or [runner.sg.tensors[i].shape for i in runner.sg.inputs])]
-        self.sg = propagate_shapes(runner, self.input_shapes)
         self.device = device
         self.fp16 = fp16
         self.np_dtype = np.float16 if fp16 else np.float32
         self.itemsize = 2 if fp16 else 4
         t0 = time.perf_counter()
+        self.store = cache.store if cache is not None else None
+        self.build_stats = {"source_builds": 0, "binary_loads": 0, "plan": "built"}
+        record = cache.load(self) if cache is not None else None
+        if record is not None:
+            self.sg = replace(runner.sg, tensors=[replace(t, shape=tuple(shape))
+                                                  for t, shape in zip(runner.sg.tensors, record.tensor_shapes)])
+            params = {s.op_index: s.params for s in record.steps if s.on_device and s.params}
+        else:
+            self.sg = propagate_shapes(runner, self.input_shapes)
         self.tuning_seconds = 0.0
         self.steps = self._select(params or {})
+        if record is not None and not self._restore(record):
+            cache.reject(record, "its steps no longer match what the graph passes produce")
+            record, params = None, None
+            self.steps = self._select({})
         self.ctx = cl.Context([device.cl_device])
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(self.ctx, properties=props)
         self.profile = profile
         self.tuning_results: list[TunedKernel] = []  # one per tunable kernel identity
-        if tuning is not None:
+        if tuning is not None and record is None:
             self._apply_tuning(tuning, explicit=set(params or {}))
         self._compile()
         self._limit_partitions(max_partitions)
+        if record is not None:
+            self.build_stats["plan"] = "cache"
         self._report()
         self._allocate()
+        if cache is not None and record is None:
+            cache.save(self)
         self.build_seconds = time.perf_counter() - t0
         self.last_events: list = []
 
@@ -248,8 +266,20 @@ class GpuPlan:
 
     # -- compile and allocate ------------------------------------------------
 
-    def _build(self, sources: list[str]):
-        return build_program(self.cl, self.ctx, sources, self.fp16)
+    def _build(self, sources: list[str], store: bool = True):
+        return build_program(self.cl, self.ctx, sources, self.fp16, self.store if store else None, self.device,
+                             self.build_stats)
+
+    def _restore(self, record) -> bool:
+        """Apply a stored plan's placement to the freshly selected steps; False if they differ."""
+        if [s.op.index for s in self.steps] != [r.op_index for r in record.steps]:
+            return False
+        for s, r in zip(self.steps, record.steps):
+            if s.device == "gpu" and not r.on_device:
+                s.device, s.reason = "cpu", r.reason  # e.g. its kernel failed to build, or a partition limit
+            elif s.device == "cpu" and r.on_device:
+                return False
+        return True
 
     def _compile(self) -> None:
         """One program for all kernels; if the compiler rejects it, find the kernels it rejects
@@ -263,7 +293,7 @@ class GpuPlan:
             log.info("OpenCL build of the whole plan failed, checking kernels one by one: %s", str(e)[:200])
         for s in gpu_steps:
             try:
-                self._build([spec.source for spec in s.specs])
+                self._build([spec.source for spec in s.specs], store=False)
             except cl.Error as e:
                 first = next((ln for ln in str(e).splitlines() if "error" in ln), str(e).splitlines()[0])
                 s.device, s.reason = "cpu", f"OpenCL build failed: {first.strip()[:160]}"
@@ -357,10 +387,8 @@ class GpuPlan:
         if not crossing:
             return
         sources = [boundary_kernels(f"io_{t}", self._layout(t)) for t in sorted(crossing)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", cl.CompilerWarning)
-            opts = ["-DTFLGPU_FP16"] if self.fp16 else []
-            prog = cl.Program(self.ctx, "\n".join([PREAMBLE] + sources)).build(options=opts)
+        prog = build_program(cl, self.ctx, sources, self.fp16, self.store, self.device, self.build_stats,
+                             options=[])
         for t in sorted(crossing):
             lay = self._layout(t)
             dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))

@@ -2,22 +2,65 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import numpy as np
+import xxhash
 
 from ..kernels import PREAMBLE, KernelSpec
+
+log = logging.getLogger("tflgpu")
 
 BUILD_OPTIONS = ["-cl-mad-enable"]
 
 
-def build_program(cl, ctx, sources: list[str], fp16: bool):
-    """One program from the preamble and ``sources`` (duplicates dropped); raises ``cl.Error``."""
-    sources = list(dict.fromkeys(sources))  # specs may share a source (e.g. one per LSTM time step)
-    opts = BUILD_OPTIONS + (["-DTFLGPU_FP16"] if fp16 else [])
+def program_source(sources: list[str]) -> str:
+    return "\n\n".join([PREAMBLE] + list(dict.fromkeys(sources)))  # specs may share a source (LSTM steps)
+
+
+def program_key(sources: list[str], fp16: bool, options: list[str] | None = None) -> str:
+    """Content address of a program: the hash of its exact source and build options."""
+    opts = (BUILD_OPTIONS if options is None else options) + (["-DTFLGPU_FP16"] if fp16 else [])
+    return xxhash.xxh64_hexdigest((program_source(sources) + "\0" + " ".join(opts)).encode())
+
+
+def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=None, stats: dict | None = None,
+                  options: list[str] | None = None):
+    """One program from the preamble and ``sources``; raises ``cl.Error`` if the compiler rejects it.
+
+    With a ``tflgpu.cache.CacheStore`` (and the ``DeviceInfo``), the driver's binary is stored under
+    the hash of the exact source and options, so a kernel shared by models is stored once, and a
+    later build loads it instead of compiling. A binary the driver rejects is discarded and rebuilt.
+    """
+    opts = (BUILD_OPTIONS if options is None else options) + (["-DTFLGPU_FP16"] if fp16 else [])
+    src = program_source(sources)
+    stats = stats if stats is not None else {}
+    key = program_key(sources, fp16, options) if store is not None else None
     with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        return cl.Program(ctx, "\n\n".join([PREAMBLE] + sources)).build(options=opts)
+        if store is not None:
+            dev_key = device.identity.key()
+            binary = store.get("program", key, dev_key)
+            if binary is not None:
+                try:
+                    prg = cl.Program(ctx, [device.cl_device], [binary]).build(options=opts)
+                    stats["binary_loads"] = stats.get("binary_loads", 0) + 1
+                    return prg
+                except cl.Error as e:
+                    store.discard(store.path("program", key, dev_key),
+                                  f"the driver rejects the stored binary ({str(e).splitlines()[0][:120]})")
+        # with tflgpu's cache on, pyopencl's own compiler cache is bypassed (one copy of each binary)
+        prg = cl.Program(ctx, src).build(options=opts, cache_dir=False if store is not None else None)
+        stats["source_builds"] = stats.get("source_builds", 0) + 1
+    if store is not None:
+        try:
+            binary = prg.get_info(cl.program_info.BINARIES)[0]
+            if binary:
+                store.put("program", key, device.identity.key(), bytes(binary))
+        except (cl.Error, OSError) as e:
+            log.warning("tflgpu cache: could not store a program binary: %s", e)
+    return prg
 
 
 def bind_kernel(cl, ctx, program, spec: KernelSpec, tensor_buffer: dict, np_dtype) -> tuple[object, list]:

@@ -11,8 +11,14 @@ from .device import NoDeviceError, choose_device
 log = logging.getLogger("tflgpu")
 
 
-def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None):
-    """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used."""
+def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, model_bytes=None,
+               token: str | None = None):
+    """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used.
+
+    With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
+    instead of built, and a newly built one is stored; ``token`` defaults to the delegate's
+    model_token, else the fingerprint of ``model_bytes``.
+    """
     try:
         device = choose_device(options.device)
     except NoDeviceError as e:
@@ -26,7 +32,16 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None):
         fp16 = False
     from .executor import GpuPlan
 
+    store = options.cache_store()
+    cache = None
+    if store is not None and (token or options.model_token or model_bytes is not None):
+        from ..cache.plans import PlanCache, model_token
+
+        token = token or options.model_token or model_token(model_bytes)
+        desc = (f"fp16={int(fp16)};max_partitions={options.max_delegated_partitions};"
+                f"tuning={options.tuning_mode()};subgraph={runner.sg.index}")
+        cache = PlanCache(store, token, desc)
     plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
-                   input_shapes=input_shapes, tuning=options.tuning_config())
+                   input_shapes=input_shapes, tuning=options.tuning_config(store), cache=cache)
     plan.device_outputs = options.allow_buffer_handle_output
     return plan

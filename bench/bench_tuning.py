@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Tuning report over the corpus on the OpenCL device: per model, end-to-end latency with heuristic
+parameters vs tuned ("fast" and "exhaustive", each from an empty record database), the tuning wall
+time, and the ratio to LiteRT (XNNPACK, same thread count). All four run in one process, invoked in
+alternation, so the machine's drift hits them alike. The device's FP32 peak is measured in the same
+run with an FMA-bound kernel; "conv % peak" is the tuned CONV_2D kernels' flops over their time.
+
+    python bench/bench_tuning.py [--models-dir ../shared/models] [--exhaustive-budget-s 120] [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.autotune import MemoryTuningDB, TuningConfig
+from tflgpu.autotune.report import interleaved_ms
+from tflgpu.benchmark import _prepare, fma_peak_gflops, reference_inputs
+
+DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
+
+
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def conv_gflops(plan) -> float | None:
+    """Tuned CONV_2D kernels: total flops / total time (every layer counted)."""
+    ks = [k for k in plan.tuning_results if k.op == "CONV_2D" and k.flops]
+    t = sum(k.best_us * k.layers for k in ks)
+    return sum(k.flops * k.layers for k in ks) / t / 1e3 if t else None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="*")
+    p.add_argument("--models-dir", type=Path, default=DEFAULT_DIR)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=30, help="interleaved invokes per interpreter")
+    p.add_argument("--fast-budget-s", type=float, default=None, help="per model (default: the fast mode's)")
+    p.add_argument("--exhaustive-budget-s", type=float, default=120.0, help="per model")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    args = p.parse_args()
+    models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
+    fp16 = args.precision == "fp16"
+    try:
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+    except ImportError:
+        LiteRT = None
+    peak = fma_peak_gflops()
+    print(f"FP32 FMA peak of the OpenCL device, measured: {peak:.0f} GFLOP/s\n")
+    print("| model | LiteRT ms | heuristic ms | fast ms (speedup, tuning s) | exhaustive ms (speedup, tuning s) "
+          "| exhaustive / LiteRT | conv GFLOP/s (% peak) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    fast_x, exh_x = [], []
+    for m in models:
+        print(f"tuning {m.name} ...", file=sys.stderr, flush=True)
+        probe = Interpreter(model_path=str(m))
+        inputs = reference_inputs(probe.get_input_details())
+        heur = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(precision_loss_allowed=fp16, tuning_db=False))
+        if heur.gpu_plan is None:
+            print(f"| {m.name} | no OpenCL device |")
+            continue
+        tuned, secs = {}, {}
+        for mode, budget in (("fast", args.fast_budget_s), ("exhaustive", args.exhaustive_budget_s)):
+            cfg = TuningConfig(mode=mode, budget_s=budget, db=MemoryTuningDB())
+            t0 = time.perf_counter()
+            tuned[mode] = _prepare(Interpreter, m, inputs,
+                                   delegate=GpuDelegate(precision_loss_allowed=fp16, tuning=cfg))
+            secs[mode] = time.perf_counter() - t0
+        its = [heur, tuned["fast"], tuned["exhaustive"]]
+        ref = None
+        if LiteRT is not None:
+            ref = _prepare(LiteRT, m, inputs, num_threads=args.threads)
+            its.append(ref)
+        ms = interleaved_ms(its, rounds=args.rounds)
+        h, f, e = ms[:3]
+        lite = ms[3] if ref is not None else None
+        fast_x.append(h / f)
+        exh_x.append(h / e)
+        g = conv_gflops(tuned["exhaustive"].gpu_plan)
+        print(f"| {m.name} | " + (f"{lite:.2f}" if lite else "-") + f" | {h:.2f} | {f:.2f} ({h / f:.2f}x, {secs['fast']:.0f}) | "
+              f"{e:.2f} ({h / e:.2f}x, {secs['exhaustive']:.0f}) | "
+              + (f"{e / lite:.2f}x | " if lite else "- | ")
+              + (f"{g:.0f} ({100 * g / peak:.0f}%)" if g else "") + " |", flush=True)
+    print(f"\ngeomean speedup over heuristics: fast {geomean(fast_x):.2f}x, exhaustive {geomean(exh_x):.2f}x "
+          f"({len(exh_x)} models)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Built plans and tuning records as flatbuffers payloads (schema: ``schema/cache.fbs``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import flatbuffers
+import numpy as np
+import xxhash
+
+from .fb import Plan as fb_plan
+from .fb import PlanStep as fb_step
+from .fb import Shape as fb_shape
+from .fb import Tuning as fb_tuning
+from .store import InvalidEntry
+
+MAX_TOKEN_LEN = 128
+
+
+def model_token(data) -> str:
+    """The default model token: a 64-bit xxhash fingerprint of the model bytes, in hex (farmhash-style)."""
+    return xxhash.xxh64_hexdigest(memoryview(data))
+
+
+def check_token(token: str) -> str:
+    """A user-given model token is used as-is, if it is a plain, bounded name (it becomes part of file keys)."""
+    if not isinstance(token, str) or not token:
+        raise ValueError("model_token must be a non-empty string")
+    if len(token) > MAX_TOKEN_LEN:
+        raise ValueError(f"model_token is longer than {MAX_TOKEN_LEN} characters")
+    bad = set(token) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if bad or token in (".", ".."):
+        raise ValueError(f"model_token may hold letters, digits, '.', '_' and '-' only; got {token!r}")
+    return token
+
+
+def plan_key(token: str, options: str, input_shapes) -> str:
+    """File key of a plan: the model token (readable, for ``tflgpu cache clear --model``) + options hash."""
+    h = xxhash.xxh64_hexdigest(f"{options}|{[tuple(s) for s in input_shapes]}".encode())
+    return f"{token}-{h}"
+
+
+@dataclass
+class StepRecord:
+    op_index: int
+    on_device: bool
+    params: dict
+    reason: str = ""
+
+
+@dataclass
+class PlanRecord:
+    model_token: str
+    options: str
+    input_shapes: list[tuple[int, ...]]
+    tensor_shapes: list[tuple[int, ...]]
+    steps: list[StepRecord] = field(default_factory=list)
+    program_key: str = ""
+
+
+def _params_json(params: dict) -> str:
+    from ..autotune.records import params_to_json
+
+    return json.dumps(params_to_json(params), sort_keys=True)
+
+
+def _params_from(s: bytes | None) -> dict:
+    from ..autotune.records import params_from_json
+
+    d = json.loads((s or b"{}").decode())
+    if not isinstance(d, dict):
+        raise InvalidEntry("step parameters are not a mapping")
+    return params_from_json(d)
+
+
+def _shapes(b: flatbuffers.Builder, shapes) -> int:
+    offs = []
+    for s in shapes:
+        dims = b.CreateNumpyVector(np.asarray(s, np.int32))
+        fb_shape.Start(b)
+        fb_shape.AddDims(b, dims)
+        offs.append(fb_shape.End(b))
+    b.StartVector(4, len(offs), 4)
+    for o in reversed(offs):
+        b.PrependUOffsetTRelative(o)
+    return b.EndVector()
+
+
+def encode_plan(rec: PlanRecord) -> bytes:
+    b = flatbuffers.Builder(4096)
+    steps = []
+    for s in rec.steps:
+        pj, reason = b.CreateString(_params_json(s.params)), b.CreateString(s.reason)
+        fb_step.Start(b)
+        fb_step.AddOpIndex(b, s.op_index)
+        fb_step.AddOnDevice(b, s.on_device)
+        fb_step.AddParamsJson(b, pj)
+        fb_step.AddReason(b, reason)
+        steps.append(fb_step.End(b))
+    b.StartVector(4, len(steps), 4)
+    for o in reversed(steps):
+        b.PrependUOffsetTRelative(o)
+    steps_vec = b.EndVector()
+    ins, tens = _shapes(b, rec.input_shapes), _shapes(b, rec.tensor_shapes)
+    tok, opt, prog = (b.CreateString(x) for x in (rec.model_token, rec.options, rec.program_key))
+    fb_plan.Start(b)
+    fb_plan.AddModelToken(b, tok)
+    fb_plan.AddOptions(b, opt)
+    fb_plan.AddInputShapes(b, ins)
+    fb_plan.AddTensorShapes(b, tens)
+    fb_plan.AddSteps(b, steps_vec)
+    fb_plan.AddProgramKey(b, prog)
+    b.Finish(fb_plan.End(b))
+    return bytes(b.Output())
+
+
+def decode_plan(data: bytes) -> PlanRecord:
+    try:
+        p = fb_plan.Plan.GetRootAs(data, 0)
+
+        def shapes(n, get):
+            return [tuple(int(d) for d in get(i).DimsAsNumpy()) if get(i).DimsLength() else () for i in range(n)]
+
+        rec = PlanRecord((p.ModelToken() or b"").decode(), (p.Options() or b"").decode(),
+                         shapes(p.InputShapesLength(), p.InputShapes), shapes(p.TensorShapesLength(), p.TensorShapes),
+                         [], (p.ProgramKey() or b"").decode())
+        for i in range(p.StepsLength()):
+            s = p.Steps(i)
+            rec.steps.append(StepRecord(s.OpIndex(), bool(s.OnDevice()), _params_from(s.ParamsJson()),
+                                        (s.Reason() or b"").decode()))
+    except InvalidEntry:
+        raise
+    except Exception as e:  # a payload that passed the checksum but not the schema (a foreign writer)
+        raise InvalidEntry(f"plan payload unreadable ({type(e).__name__})") from e
+    return rec
+
+
+def encode_tuning(rec) -> bytes:
+    b = flatbuffers.Builder(512)
+    op, pj = b.CreateString(rec.op), b.CreateString(_params_json(rec.params))
+    fb_tuning.Start(b)
+    fb_tuning.AddOp(b, op)
+    fb_tuning.AddParamsJson(b, pj)
+    fb_tuning.AddDefaultUs(b, rec.default_us)
+    fb_tuning.AddBestUs(b, rec.best_us)
+    fb_tuning.AddTrials(b, rec.trials)
+    fb_tuning.AddGeneratorVersion(b, rec.generator_version)
+    fb_tuning.AddUpdated(b, rec.updated or time.time())
+    b.Finish(fb_tuning.End(b))
+    return bytes(b.Output())
+
+
+def decode_tuning(data: bytes):
+    from ..autotune.records import TuningRecord
+
+    try:
+        t = fb_tuning.Tuning.GetRootAs(data, 0)
+        return TuningRecord(_params_from(t.ParamsJson()), t.DefaultUs(), t.BestUs(), t.Trials(),
+                            (t.Op() or b"").decode(), t.GeneratorVersion(), t.Updated())
+    except InvalidEntry:
+        raise
+    except Exception as e:
+        raise InvalidEntry(f"tuning payload unreadable ({type(e).__name__})") from e
+
+
+class PlanCache:
+    """Built plans of one model (token) under one set of delegate options, in a CacheStore."""
+
+    def __init__(self, store, token: str, options: str):
+        self.store, self.token, self.options = store, token, options
+
+    def _where(self, plan) -> tuple[str, str]:
+        return plan_key(self.token, self.options, plan.input_shapes), plan.device.identity.key()
+
+    def load(self, plan) -> PlanRecord | None:
+        key, dev = self._where(plan)
+        payload = self.store.get("plan", key, dev)
+        if payload is None:
+            return None
+        try:
+            rec = decode_plan(payload)
+            if (rec.model_token, rec.options) != (self.token, self.options):
+                raise InvalidEntry("belongs to another model or options")
+            if [tuple(s) for s in rec.input_shapes] != [tuple(s) for s in plan.input_shapes]:
+                raise InvalidEntry("built for other input shapes")
+            if len(rec.tensor_shapes) != len(plan.runner.sg.tensors):
+                raise InvalidEntry("its tensor count does not match the model")
+        except InvalidEntry as e:
+            self.store.discard(self.store.path("plan", key, dev), str(e))
+            return None
+        self._loaded = (key, dev)
+        return rec
+
+    def reject(self, record: PlanRecord, why: str) -> None:
+        """Drop the plan ``load`` returned (it turned out unusable); the caller builds a new one."""
+        key, dev = self._loaded
+        self.store.discard(self.store.path("plan", key, dev), why)
+
+    def save(self, plan) -> None:
+        from ..runtime.launch import program_key
+
+        key, dev = self._where(plan)
+        sources = [spec.source for s in plan.steps if s.device == "gpu" for spec in s.specs]
+        rec = PlanRecord(self.token, self.options, plan.input_shapes, [t.shape for t in plan.sg.tensors],
+                         [StepRecord(s.op.index, s.device == "gpu", s.params, s.reason) for s in plan.steps],
+                         program_key(sources, plan.fp16))
+        try:
+            self.store.put("plan", key, dev, encode_plan(rec))
+        except OSError as e:
+            import logging
+
+            logging.getLogger("tflgpu").warning("tflgpu cache: could not store the plan: %s", e)

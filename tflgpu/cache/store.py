@@ -1,0 +1,237 @@
+"""The entry store: one flatbuffers ``Entry`` file per cached thing, checked on every read.
+
+Layout: ``<root>/v<FORMAT>/<device hash>/<kind>/<key>.bin``. A read checks the file identifier,
+format version, kind, key, device identity (driver version included), library version and the
+xxh64 checksum; an entry failing any check is logged once, deleted, and reported as a miss, so the
+caller rebuilds it and writes a good one (self-repair instead of "deserialization failed" loops).
+Writes are atomic (temp file, fsync, rename); a read refreshes the file's mtime, which is the
+"last use" that least-recently-used eviction goes by when the cache outgrows ``max_bytes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import flatbuffers
+import xxhash
+
+from .. import __version__
+from ..kernels.common import GENERATOR_VERSION
+from .fb import Entry as fb_entry
+from .paths import atomic_write, default_cache_dir, private_dir
+
+log = logging.getLogger("tflgpu")
+
+FORMAT = 1
+KINDS = ("program", "plan", "tuning")
+LIBRARY_VERSION = f"{__version__}+gen{GENERATOR_VERSION}"
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+def _hash(s: str) -> str:
+    return xxhash.xxh64_hexdigest(s.encode())
+
+
+class InvalidEntry(Exception):
+    pass
+
+
+@dataclass
+class EntryInfo:
+    path: Path
+    kind: str
+    key: str
+    device_key: str
+    size: int
+    last_use: float
+    created: float = 0.0
+    problem: str | None = None  # None: the entry verifies
+    payload: bytes | None = None
+
+
+def _checksum(kind: str, key: str, device_key: str, library_version: str, payload: bytes) -> int:
+    h = xxhash.xxh64()
+    for part in (kind, key, device_key, library_version):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(payload)
+    return h.intdigest()
+
+
+def encode_entry(kind: str, key: str, device_key: str, payload: bytes, library_version: str = LIBRARY_VERSION,
+                 format_version: int = FORMAT) -> bytes:
+    b = flatbuffers.Builder(len(payload) + 512)
+    strings = [b.CreateString(s) for s in (kind, key, device_key, library_version)]
+    vec = b.CreateByteVector(payload)
+    fb_entry.Start(b)
+    fb_entry.AddFormatVersion(b, format_version)
+    fb_entry.AddKind(b, strings[0])
+    fb_entry.AddKey(b, strings[1])
+    fb_entry.AddDeviceKey(b, strings[2])
+    fb_entry.AddLibraryVersion(b, strings[3])
+    fb_entry.AddCreated(b, time.time())
+    fb_entry.AddPayload(b, vec)
+    fb_entry.AddChecksum(b, _checksum(kind, key, device_key, library_version, payload))
+    b.Finish(fb_entry.End(b), file_identifier=b"TFGC")
+    return bytes(b.Output())
+
+
+def decode_entry(data: bytes) -> tuple[dict, bytes]:
+    """(header fields, payload) of an entry file; InvalidEntry if it is not a complete, intact entry."""
+    if len(data) < 8 or not fb_entry.Entry.EntryBufferHasIdentifier(data, 0):
+        raise InvalidEntry("not a tflgpu cache entry (bad identifier)")
+    try:
+        e = fb_entry.Entry.GetRootAs(data, 0)
+        head = {"format_version": e.FormatVersion(), "kind": (e.Kind() or b"").decode(),
+                "key": (e.Key() or b"").decode(), "device_key": (e.DeviceKey() or b"").decode(),
+                "library_version": (e.LibraryVersion() or b"").decode(), "created": e.Created(),
+                "checksum": e.Checksum()}
+        payload = e.PayloadAsNumpy().tobytes() if e.PayloadLength() else b""
+    except Exception as err:  # a truncated or mangled flatbuffer fails in many ways (struct, index, unicode)
+        raise InvalidEntry(f"unreadable ({type(err).__name__})") from err
+    if head["format_version"] != FORMAT:
+        raise InvalidEntry(f"format version {head['format_version']}, expected {FORMAT}")
+    if _checksum(head["kind"], head["key"], head["device_key"], head["library_version"], payload) != head["checksum"]:
+        raise InvalidEntry("checksum mismatch")
+    return head, payload
+
+
+class CacheStore:
+    def __init__(self, root: str | os.PathLike | None = None, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.root = private_dir(Path(root) if root is not None else default_cache_dir())
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError("max_cache_bytes must be a positive int")
+        self.max_bytes = max_bytes
+        self.base = self.root / f"v{FORMAT}"
+        self.stats = {"hits": 0, "misses": 0, "writes": 0, "repairs": 0, "evicted": 0}
+
+    def path(self, kind: str, key: str, device_key: str) -> Path:
+        if kind not in KINDS:
+            raise ValueError(f"unknown cache entry kind {kind!r}")
+        return self.base / _hash(device_key) / kind / f"{key}.bin"
+
+    def get(self, kind: str, key: str, device_key: str) -> bytes | None:
+        """The payload, or None (a miss, or an invalid entry: logged, removed, to be rebuilt)."""
+        p = self.path(kind, key, device_key)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            self.stats["misses"] += 1
+            return None
+        except OSError as e:
+            log.warning("tflgpu cache: cannot read %s (%s); rebuilding it", p, e)
+            self.stats["misses"] += 1
+            return None
+        try:
+            head, payload = decode_entry(data)
+            if (head["kind"], head["key"]) != (kind, key):
+                raise InvalidEntry(f"holds {head['kind']} {head['key']}")
+            if head["device_key"] != device_key:
+                raise InvalidEntry(f"built for another device or driver ({head['device_key']})")
+            if head["library_version"] != LIBRARY_VERSION:
+                raise InvalidEntry(f"written by tflgpu {head['library_version']}, this is {LIBRARY_VERSION}")
+        except InvalidEntry as e:
+            self.discard(p, str(e))
+            self.stats["misses"] += 1
+            return None
+        try:
+            os.utime(p)  # last use, for LRU eviction
+        except OSError:
+            pass
+        self.stats["hits"] += 1
+        return payload
+
+    def discard(self, p: Path, why: str) -> None:
+        """Log one line and remove an entry that cannot be used; the caller rebuilds and replaces it."""
+        log.warning("tflgpu cache: ignoring %s: %s; it will be rebuilt", p.relative_to(self.root), why)
+        self.stats["repairs"] += 1
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+
+    def put(self, kind: str, key: str, device_key: str, payload: bytes) -> None:
+        p = self.path(kind, key, device_key)
+        private_dir(p.parent)
+        atomic_write(p, encode_entry(kind, key, device_key, payload))
+        self.stats["writes"] += 1
+        self.evict()
+
+    def entries(self, with_payload: bool = False) -> Iterator[EntryInfo]:
+        """Every entry file (checked: ``problem`` says what is wrong with a bad one)."""
+        if not self.base.is_dir():
+            return
+        for dev_dir in sorted(self.base.iterdir()):
+            for kind in KINDS:
+                d = dev_dir / kind
+                if not d.is_dir():
+                    continue
+                for p in sorted(d.glob("*.bin")):
+                    try:
+                        st = p.stat()
+                        data = p.read_bytes()
+                    except OSError:
+                        continue
+                    info = EntryInfo(p, kind, p.stem, "", st.st_size, st.st_mtime)
+                    try:
+                        head, payload = decode_entry(data)
+                        info.device_key, info.created = head["device_key"], head["created"]
+                        if (head["kind"], head["key"]) != (kind, p.stem):
+                            info.problem = f"holds {head['kind']} {head['key']}"
+                        elif _hash(head["device_key"]) != dev_dir.name:
+                            info.problem = "device identity does not match its directory"
+                        elif head["library_version"] != LIBRARY_VERSION:
+                            info.problem = f"written by tflgpu {head['library_version']}"
+                        if with_payload:
+                            info.payload = payload
+                    except InvalidEntry as e:
+                        info.problem = str(e)
+                    yield info
+
+    def total_bytes(self) -> int:
+        total = 0
+        if self.base.is_dir():
+            for dirpath, _, files in os.walk(self.base):
+                for f in files:
+                    try:
+                        total += os.stat(os.path.join(dirpath, f)).st_size
+                    except OSError:
+                        pass
+        return total
+
+    def evict(self) -> int:
+        """Remove least-recently-used entries until the cache fits ``max_bytes``; returns bytes freed."""
+        files = []
+        if not self.base.is_dir():
+            return 0
+        for dirpath, _, names in os.walk(self.base):
+            for n in names:
+                p = os.path.join(dirpath, n)
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                files.append((st.st_mtime, st.st_size, p))
+        total = sum(f[1] for f in files)
+        freed = 0
+        for _, size, p in sorted(files):
+            if total - freed <= self.max_bytes:
+                break
+            try:
+                os.unlink(p)
+                freed += size
+                self.stats["evicted"] += 1
+            except FileNotFoundError:
+                pass
+        return freed
+
+    def remove(self, info: EntryInfo) -> None:
+        try:
+            info.path.unlink()
+        except FileNotFoundError:
+            pass
