@@ -62,7 +62,9 @@ def main() -> int:
         print(f"tuning {m.name} ...", file=sys.stderr, flush=True)
         probe = Interpreter(model_path=str(m))
         inputs = reference_inputs(probe.get_input_details())
-        heur = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(precision_loss_allowed=fp16, tuning_db=False))
+        # cache=False: every plan here is built (and tuned) from scratch, none loaded
+        heur = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(precision_loss_allowed=fp16, tuning_db=False,
+                                                                     cache=False))
         if heur.gpu_plan is None:
             print(f"| {m.name} | no OpenCL device |")
             continue
@@ -71,7 +73,7 @@ def main() -> int:
             cfg = TuningConfig(mode=mode, budget_s=budget, db=MemoryTuningDB())
             t0 = time.perf_counter()
             tuned[mode] = _prepare(Interpreter, m, inputs,
-                                   delegate=GpuDelegate(precision_loss_allowed=fp16, tuning=cfg))
+                                   delegate=GpuDelegate(precision_loss_allowed=fp16, tuning=cfg, cache=False))
             secs[mode] = time.perf_counter() - t0
         its = [heur, tuned["fast"], tuned["exhaustive"]]
         ref = None

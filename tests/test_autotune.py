@@ -87,7 +87,8 @@ def test_trial_and_time_budgets(ctx, opencl_device):
     before = b.compiles
     r = tuner.run(None)
     assert r.strategy == "tpe"
-    assert r.measured <= 1 + 3 and b.compiles - before <= 3 + 2  # + the A/B confirmation's two builds
+    assert r.measured <= 1 + 3  # the default, then at most 3 compiled candidates
+    assert b.compiles - before <= 1 + 3 + 2  # (+ two builds if a winner is confirmed against the default)
 
     tuner = KernelTuner(task(space, {"n": 0, "slow": True}, key="test-time"), bench(ctx, opencl_device), "dev",
                         mode="exhaustive", trials=None)

@@ -128,7 +128,7 @@ class FileTuningDB(TuningDB):
         from ..cache import private_dir
 
         private_dir(self.path.parent)
-        return FileLock(str(self.path) + ".lock", timeout=self.lock_timeout_s)
+        return FileLock(str(self.path) + ".lock", timeout=self.lock_timeout_s, mode=0o600)
 
     def _load(self) -> dict[str, dict[str, TuningRecord]]:
         try:
@@ -199,7 +199,7 @@ class CacheTuningDB(TuningDB):
 
         from ..cache.plans import encode_tuning
 
-        with FileLock(str(self.store.root / ".tuning.lock"), timeout=30):  # read-compare-write per key
+        with FileLock(str(self.store.root / ".tuning.lock"), timeout=30, mode=0o600):  # read-compare-write per key
             for k, r in records.items():
                 if _better(r, self.get(device_key, k)):
                     self.store.put("tuning", k, device_key, encode_tuning(r))

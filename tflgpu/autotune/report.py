@@ -66,16 +66,19 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     fp16 = precision == "fp16"
     config = TuningConfig(mode=mode, budget_s=budget_s, trials=trials, db=db, storage=storage,
                           progress=progress, reuse_records=not retune)
-    delegate = GpuDelegate(precision_loss_allowed=fp16, device=device, tuning=config)
+    # cache=False: a tuning run searches; it never takes a plan stored before the records existed
+    delegate = GpuDelegate(precision_loss_allowed=fp16, device=device, tuning=config, cache=False)
     t0 = time.perf_counter()
     tuned = Interpreter(model_path=str(path), delegate=delegate)
     tuning_s = time.perf_counter() - t0
+    _drop_plans(Path(path))
     plan = tuned.gpu_plan
     if plan is None:
         raise RuntimeError("no OpenCL device to tune on")
     inputs = reference_inputs(tuned.get_input_details())
     heuristic = _prepare(Interpreter, Path(path), inputs,
-                         delegate=GpuDelegate(precision_loss_allowed=fp16, device=device, tuning_db=False))
+                         delegate=GpuDelegate(precision_loss_allowed=fp16, device=device, tuning_db=False,
+                                              cache=False))
     tuned.allocate_tensors()
     for d, x in zip(tuned.get_input_details(), inputs):
         tuned.set_tensor(d["index"], x)
@@ -84,6 +87,19 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
             for k in plan.tuning_results]
     rows.sort(key=lambda r: -r.heuristic_us * max(r.layers, 1))
     return ModelTuning(Path(path).name, h_ms, t_ms, tuning_s, rows, plan.device.identity.device)
+
+
+def _drop_plans(path: Path) -> None:
+    """New records make this model's stored plans stale: remove them (the next run rebuilds its plan with
+    the records; compiled programs stay, content-addressed)."""
+    from ..cache.plans import model_token
+    from ..cache.store import CacheStore
+
+    store = CacheStore()
+    token = model_token(path.read_bytes())
+    for e in store.entries():
+        if e.kind == "plan" and e.key.startswith(token + "-"):
+            store.remove(e)
 
 
 def format_model_tuning(t: ModelTuning) -> str:

@@ -274,7 +274,14 @@ class KernelTuner:
             if self.max_trials is not None and self.bench.compiles - compiles0 >= self.max_trials:
                 study.stop()
 
-        study.optimize(objective, n_trials=n_trials, timeout=budget_s, catch=(), callbacks=[enough])
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        for _ in range(5):
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            try:
+                study.optimize(objective, n_trials=n_trials, timeout=left, catch=(), callbacks=[enough])
+                break
+            except (RuntimeError, ValueError) as e:  # shared storage: a trial another worker finished first
+                log.info("tuning %s: %s; continuing", self.task.op, e)
         params, best_us, default_us = {}, self.default_us, self.default_us
         try:
             bt = study.best_trial

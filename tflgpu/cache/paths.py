@@ -26,7 +26,13 @@ def private_dir(path: Path) -> Path:
     """Create ``path`` (mode 0700, parents too) if needed, and refuse one that is not private:
     owned by another user, or writable by group or others (someone could plant binaries)."""
     path = Path(path)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for p in reversed(missing):  # every directory this creates is private, not just the last
+        p.mkdir(mode=0o700, exist_ok=True)
     st = path.stat()
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
         raise UnsafeCacheDir(f"cache directory {path} is owned by uid {st.st_uid}, not by this user "

@@ -34,12 +34,16 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
 
     store = options.cache_store()
     cache = None
-    if store is not None and (token or options.model_token or model_bytes is not None):
+    # a plan is stored only where its options describe it fully: records from the cache itself (or
+    # none), not from a caller's own TuningDB / TuningConfig, which a later run could not match
+    describable = options.tuning_db in (None, False) and isinstance(options.tuning, (str, type(None)))
+    if store is not None and describable and (token or options.model_token or model_bytes is not None):
         from ..cache.plans import PlanCache, model_token
 
         token = token or options.model_token or model_token(model_bytes)
+        records = options.tuning_db is not False
         desc = (f"fp16={int(fp16)};max_partitions={options.max_delegated_partitions};"
-                f"tuning={options.tuning_mode()};subgraph={runner.sg.index}")
+                f"tuning={options.tuning_mode()};records={int(records)};subgraph={runner.sg.index}")
         cache = PlanCache(store, token, desc)
     plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
                    input_shapes=input_shapes, tuning=options.tuning_config(store), cache=cache)

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Start-up with and without the serialization cache, every corpus model, on the OpenCL device.
+
+Per model, each number is the construction time (Interpreter(...) + allocate_tensors(), imports
+excluded) in a fresh process: cold = empty cache directory (tuning off, and tuning "fast"), warm =
+the next process on the directory the cold one filled. pyopencl's own compiler cache is bypassed
+whenever tflgpu's cache is on, so "cold" compiles everything.
+
+    python bench/bench_cache.py [--models-dir ../shared/models] [--precision fp32] [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
+
+CHILD = r"""
+import json, sys, time
+from tflgpu import GpuDelegate, Interpreter
+model, cache_dir, tuning, fp16 = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+t0 = time.perf_counter()
+it = Interpreter(model_path=model, delegate=GpuDelegate(serialization_dir=cache_dir, tuning=tuning,
+                                                        precision_loss_allowed=fp16))
+it.allocate_tensors()
+s = time.perf_counter() - t0
+p = it.gpu_plan
+print(json.dumps({"s": s, "plan": p.build_stats["plan"] if p else None,
+                  "compiled": p.build_stats["source_builds"] if p else 0}))
+"""
+
+
+def init_time(model: Path, cache_dir: str, tuning: str, fp16: bool) -> dict:
+    r = subprocess.run([sys.executable, "-c", CHILD, str(model), cache_dir, tuning, "1" if fp16 else "0"],
+                       capture_output=True, text=True, timeout=1800, env={**os.environ, "TFLGPU_TUNING": ""})
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def dir_bytes(d: str) -> int:
+    return sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="*")
+    p.add_argument("--models-dir", type=Path, default=DEFAULT_DIR)
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    p.add_argument("--no-fast", action="store_true", help="skip the cold runs with tuning 'fast'")
+    args = p.parse_args()
+    models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
+    fp16 = args.precision == "fp16"
+    print("| model | cold init s (tuning off) | cold init s (tuning fast) | warm init s | warm vs cold (off) "
+          "| warm vs cold (fast) | cache bytes |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    worst = 100.0
+    for m in models:
+        print(f"{m.name} ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="tflgpu-bench-") as d:
+            cold = init_time(m, d, "none", fp16)
+            warm = init_time(m, d, "none", fp16)
+            assert warm["plan"] in ("cache", None) and warm["compiled"] == 0, warm
+            size = dir_bytes(d)
+        fast = None
+        if not args.no_fast:
+            with tempfile.TemporaryDirectory(prefix="tflgpu-bench-") as d:
+                fast = init_time(m, d, "fast", fp16)
+                warm_fast = init_time(m, d, "fast", fp16)
+                assert warm_fast["compiled"] == 0, warm_fast
+        red = 100 * (1 - warm["s"] / cold["s"])
+        worst = min(worst, red)
+        red_fast = f"{100 * (1 - warm_fast['s'] / fast['s']):.1f}%" if fast else "-"
+        print(f"| {m.name} | {cold['s']:.2f} | " + (f"{fast['s']:.2f}" if fast else "-")
+              + f" | {warm['s']:.2f} | {red:.1f}% | {red_fast} | {size:,} |", flush=True)
+    print(f"\nsmallest reduction (warm vs cold, tuning off): {worst:.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The serialization cache: warm starts load everything, damaged entries are detected, logged, rebuilt and
+replaced, concurrent warmups never corrupt it, permissions and the size bound hold."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xxhash
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.cache.store import CacheStore, decode_entry, encode_entry
+from tflgpu.model.default_model import DEFAULT_MODEL_PATH
+
+from .conftest import assert_close, litert, run_model
+
+MODEL = DEFAULT_MODEL_PATH
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from tflgpu.benchmark import reference_inputs
+
+    inputs = reference_inputs(Interpreter(model_path=str(MODEL)).get_input_details())
+    return inputs, run_model(litert(), str(MODEL), inputs)
+
+
+def build(cache_dir, **kw):
+    kw.setdefault("tuning", "none")
+    return Interpreter(model_path=str(MODEL), delegate=GpuDelegate(serialization_dir=cache_dir, **kw))
+
+
+def outputs(it, inputs):
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def check(it, reference):
+    inputs, ref = reference
+    got = outputs(it, inputs)
+    for g, r in zip(got, ref):
+        assert_close(g, r)
+    return got
+
+
+def files(root, kind):
+    return sorted(root.glob(f"v1/*/{kind}/*.bin"))
+
+
+def test_warm_start_loads_everything(tmp_path, opencl_device, reference):
+    cold = build(tmp_path, tuning="fast", tuning_budget_s=15)
+    assert cold.gpu_plan.build_stats["plan"] == "built" and cold.gpu_plan.build_stats["source_builds"] >= 1
+    assert any(k.source == "tuned" for k in cold.gpu_plan.tuning_results)
+    first = check(cold, reference)
+    size = CacheStore(tmp_path).total_bytes()
+    warm = build(tmp_path, tuning="fast", tuning_budget_s=15)
+    stats = warm.gpu_plan.build_stats
+    assert stats["plan"] == "cache" and stats["source_builds"] == 0 and stats["binary_loads"] >= 1
+    assert warm.gpu_plan.tuning_results == [] and warm.gpu_plan.tuning_seconds == 0  # nothing searched
+    assert [s.params for s in warm.gpu_plan.steps] == [s.params for s in cold.gpu_plan.steps]
+    for a, b in zip(first, check(warm, reference)):
+        np.testing.assert_array_equal(a, b)  # the same kernels: identical outputs
+    assert CacheStore(tmp_path).total_bytes() == size  # nothing new built: the cache did not grow
+
+
+def test_default_token_and_layout(tmp_path, opencl_device):
+    it = build(tmp_path)
+    token = xxhash.xxh64_hexdigest(MODEL.read_bytes())
+    (plan,) = files(tmp_path, "plan")
+    assert plan.name.startswith(token + "-")
+    assert oct(tmp_path.stat().st_mode & 0o777) == oct(0o700) or tmp_path.stat().st_mode & 0o077 == 0
+    for p in tmp_path.rglob("*"):
+        mode = p.stat().st_mode & 0o777
+        assert mode == (0o700 if p.is_dir() else 0o600), (p, oct(mode))
+    assert it.gpu_plan.store.root == tmp_path
+
+
+def test_user_token(tmp_path, opencl_device):
+    build(tmp_path, model_token="my-model_v2.1")
+    assert files(tmp_path, "plan")[0].name.startswith("my-model_v2.1-")
+    for bad in ["../escape", "a/b", "", "x" * 200]:
+        with pytest.raises(ValueError, match="model_token"):
+            GpuDelegate(model_token=bad)
+
+
+def rewrite(path, mutate):
+    """Rewrite an entry with its header/payload changed and a checksum that matches again."""
+    head, payload = decode_entry(path.read_bytes())
+    head, payload = mutate(dict(head), payload)
+    path.write_bytes(encode_entry(head["kind"], head["key"], head["device_key"], payload,
+                                  library_version=head["library_version"]))
+
+
+def flip_byte(path, at=-20):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["binary-bitflip", "binary-rejected", "plan-truncated", "plan-garbage",
+                                    "older-driver", "older-library"])
+def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, reference, caplog, damage):
+    build(tmp_path)
+    programs, (plan,) = files(tmp_path, "program"), files(tmp_path, "plan")
+    if damage == "binary-bitflip":
+        flip_byte(programs[0], at=len(programs[0].read_bytes()) // 2)
+    elif damage == "binary-rejected":  # intact entry, but the driver cannot load what it holds
+        rewrite(programs[0], lambda h, p: (h, b"\x7fELF not a program binary" * 8))
+    elif damage == "plan-truncated":
+        plan.write_bytes(plan.read_bytes()[: len(plan.read_bytes()) // 2])
+    elif damage == "plan-garbage":
+        plan.write_bytes(os.urandom(300))
+    elif damage == "older-driver":
+        rewrite(plan, lambda h, p: ({**h, "device_key": h["device_key"].replace("|OpenCL C", ".old|OpenCL C")}, p))
+    elif damage == "older-library":
+        for p in programs:
+            rewrite(p, lambda h, pl: ({**h, "library_version": "0.0.1+gen0"}, pl))
+    before = {p.name for p in files(tmp_path, "program")} | {plan.name}
+    it = build(tmp_path)
+    assert "tflgpu cache: ignoring" in caplog.text, caplog.text
+    stats = it.gpu_plan.build_stats
+    if damage.startswith("plan") or damage == "older-driver":
+        assert stats["plan"] == "built"
+    else:
+        assert stats["source_builds"] >= 1
+    check(it, reference)  # still correct
+    after = {p.name for p in files(tmp_path, "program")} | {p.name for p in files(tmp_path, "plan")}
+    assert before <= after  # replaced
+    assert all(e.problem is None for e in CacheStore(tmp_path).entries())  # and the cache verifies clean
+    caplog.clear()
+    again = build(tmp_path)
+    assert "ignoring" not in caplog.text and again.gpu_plan.build_stats["source_builds"] == 0
+
+
+def test_damaged_tuning_record_is_retuned(tmp_path, opencl_device, reference, caplog):
+    build(tmp_path, tuning="fast", tuning_budget_s=10)
+    records = files(tmp_path, "tuning")
+    assert records
+    flip_byte(records[0])
+    for p in files(tmp_path, "plan"):
+        p.unlink()  # so the next construction consults the records
+    it = build(tmp_path, tuning="fast", tuning_budget_s=10)
+    assert "checksum mismatch" in caplog.text
+    assert any(k.source == "tuned" for k in it.gpu_plan.tuning_results)  # the lost record was searched again
+    check(it, reference)
+    assert all(e.problem is None for e in CacheStore(tmp_path).entries())
+
+
+def test_unsafe_directories_are_refused(tmp_path, opencl_device):
+    d = tmp_path / "shared"
+    d.mkdir()
+    d.chmod(0o777)
+    with pytest.raises(PermissionError, match="writable by others"):
+        build(d)
+    if os.getuid() == 0:
+        d2 = tmp_path / "other"
+        d2.mkdir(mode=0o700)
+        os.chown(d2, 12345, 12345)
+        with pytest.raises(PermissionError, match="owned by uid 12345"):
+            build(d2)
+
+
+def test_cache_off_writes_nothing(tmp_path, opencl_device, reference):
+    it = Interpreter(model_path=str(MODEL), delegate=GpuDelegate(serialization_dir=tmp_path, cache=False))
+    check(it, reference)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eviction_keeps_the_bound_and_the_recent(tmp_path, opencl_device):
+    build(tmp_path)
+    full = CacheStore(tmp_path).total_bytes()
+    bound = full + full // 2
+    store = CacheStore(tmp_path, max_bytes=bound)
+    os.utime(files(tmp_path, "plan")[0], (1, 1))  # the least recently used entry
+    store.put("plan", "other-0", "dev", b"x" * (full // 2 + 100))  # pushes the total over the bound
+    assert store.total_bytes() <= bound
+    assert not any(p.name.startswith(xxhash.xxh64_hexdigest(MODEL.read_bytes())) for p in files(tmp_path, "plan"))
+    assert store.stats["evicted"] >= 1
+    it = build(tmp_path, max_cache_bytes=bound)  # the evicted plan is rebuilt; the bound still holds
+    assert it.gpu_plan.build_stats["plan"] == "built"
+    assert CacheStore(tmp_path).total_bytes() <= bound
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "tflgpu.cli", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
+    from .test_autotune import conv_model
+
+    other = tmp_path / "conv.tflite"
+    other.write_bytes(conv_model(rng)[0])
+    cache = tmp_path / "cache"
+    cmd = [sys.executable, "-m", "tflgpu.cli", "warmup", str(MODEL), str(other), "--tuning", "fast",
+           "--cache-dir", str(cache), "-q"]
+    env = {**os.environ, "TFLGPU_TUNING": ""}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        assert "default.tflite [fp32]" in out and "conv.tflite [fp32]" in out
+    r = cli("cache", "verify", "--cache-dir", str(cache))
+    assert r.returncode == 0 and " 0 bad" in r.stdout, r.stdout + r.stderr
+    assert not list(cache.rglob("*.tmp"))  # no temp file left behind
+    r = cli("cache", "ls", "--cache-dir", str(cache))
+    token = xxhash.xxh64_hexdigest(MODEL.read_bytes())
+    assert token in r.stdout and "program" in r.stdout
+    r = cli("cache", "stats", "--cache-dir", str(cache))
+    assert "plan" in r.stdout and "entries" in r.stdout
+    r = cli("cache", "clear", "--model", token, "--cache-dir", str(cache))
+    assert r.returncode == 0 and "removed 1 entries" in r.stdout, r.stdout
+    assert not any(p.name.startswith(token) for p in files(cache, "plan")) and files(cache, "plan")
+    flip_byte(files(cache, "program")[0], at=100)
+    r = cli("cache", "verify", "--cache-dir", str(cache))
+    assert r.returncode == 1 and "BAD" in r.stdout
+    r = cli("cache", "verify", "--fix", "--cache-dir", str(cache))
+    assert r.returncode == 0 and cli("cache", "verify", "--cache-dir", str(cache)).returncode == 0
+    r = cli("cache", "clear", "--cache-dir", str(cache))
+    assert r.returncode == 0 and not files(cache, "program")
