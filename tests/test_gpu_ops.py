@@ -434,3 +434,34 @@ def test_conv_winograd_variant(gpu, rng, shape, cout, pad):
     plan = GpuPlan(it._runtime.runner(0), it.gpu_plan.device, it.gpu_plan.fp16, 1 << 30, params={0: {"winograd": True}})
     assert plan.steps[0].specs[0].params == {"winograd": True} and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,idx,axis", [
+    ((16, 1, 32), np.array(3, np.int32), 0),
+    ((4, 5, 6), np.array([4, 0, 2], np.int32), 1),
+    ((2, 3, 4, 5), np.array([3, 3], np.int32), -1),
+    ((7, 9), np.array([[6, 1], [0, 0]], np.int32), 0),
+])
+def test_gather_constant_indices(gpu, rng, shape, idx, axis):
+    a = axis % len(shape)
+    oshape = shape[:a] + idx.shape + shape[a + 1:]
+    check_op("GATHER", [In(rand(rng, shape)), idx], [Out(np.float32, oshape)], axis=axis, batch_dims=0, **gpu)
+
+
+@pytest.mark.parametrize("float_cond", [False, True])
+def test_while_through_the_delegate(gpu, rng, float_cond):
+    """A counted loop is unrolled onto the device (no op left on the CPU); one whose trip count depends
+    on the data stays a loop on the CPU kernels. Both match LiteRT."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .test_passes import _while_model
+
+    model, feeds = _while_model(rng, float_cond=float_cond)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.pass_counts["unroll_while"] == (0 if float_cond else 1)
+    assert (it.gpu_plan.cpu_op_count == 0) != float_cond
+    got = run_model(lambda **kw: it, model, feeds)
+    want = run_model(litert(), model, feeds)
+    assert_close(got[0], want[0], gpu["rtol_scale"])
+    assert int(got[1]) == int(want[1])

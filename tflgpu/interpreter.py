@@ -159,9 +159,11 @@ class _Session:
             raise RuntimeError("Invoke called on model that is not ready.")
         inputs = [self.buffers[i] for i in self.sg.inputs]
         if self.gpu_plan is not None:
-            values: list = [None] * len(self.sg.tensors)
+            n = len(self.sg.tensors)
+            values: list = [None] * n
             for i, v in self.gpu_plan.run(inputs).items():
-                values[i] = v
+                if i < n:  # (a plan's own tensors, e.g. of an unrolled loop, are not the model's)
+                    values[i] = v
             self.values = values
         else:
             self.values = self.runner.run(inputs)

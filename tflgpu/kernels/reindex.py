@@ -332,3 +332,40 @@ def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
               + f"    s += LD1(in0, {offset(ash, a_idx)}) * LD1(in1, {offset(bsh, b_idx)});\n  return s;\n}}\n\n")
     return _kernel(ctx, osh, [ctx.op.inputs[0], ctx.op.inputs[1]],
                    lambda coords: f"{ctx.name}_dot(in0, in1, {', '.join(coords)})", helpers=helper)
+
+
+@generator("GATHER")
+def gather(ctx: GenContext) -> list[KernelSpec]:
+    """GATHER with constant indices (e.g. a time step picked by an unrolled loop): the indices are a
+    ``__constant`` table in the source, so the kernel is a plain reindexing."""
+    x_t, out = ctx.inp(0), ctx.out()
+    require_float(ctx, x_t, out, allow_bool=True)
+    idx = ctx.const(1)
+    if idx is None:
+        raise Unsupported("indices are not constant")
+    if ctx.opt("batch_dims", 0):
+        raise Unsupported("batch_dims != 0")
+    ishape, oshape = tuple(x_t.shape), tuple(out.shape)
+    _check(ishape, oshape)
+    rank = len(ishape)
+    axis = ctx.opt("axis", 0)
+    axis = axis + rank if axis < 0 else axis
+    idx = np.asarray(idx, np.int64)
+    if not 0 <= axis < rank or idx.size == 0 or idx.size > 4096:
+        raise Unsupported("axis out of range or index table size")
+    if idx.min() < 0 or idx.max() >= ishape[axis]:
+        raise Unsupported("indices out of range")
+    expect = ishape[:axis] + idx.shape + ishape[axis + 1:]
+    if expect != oshape:
+        raise Unsupported(f"output shape {oshape} is not {expect}")
+    table = f"gidx_{ctx.name}"
+    helpers = f"__constant int {table}[{idx.size}] = {{{', '.join(str(int(v)) for v in idx.reshape(-1))}}};\n"
+    r = idx.ndim
+    strides = [int(np.prod(idx.shape[j + 1:])) for j in range(r)]
+
+    def value(coords):
+        pos = " + ".join(f"({coords[axis + j]}) * {strides[j]}" for j in range(r)) if r else "0"
+        icoords = coords[:axis] + [f"{table}[{pos}]"] + coords[axis + r:]
+        return f"LD1(in0, {offset(ishape, icoords)})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)

@@ -372,6 +372,8 @@ class GpuPlan:
         consts = self.runner.consts
         self.host_consts = {t: consts[t] for s in self.steps if s.device == "cpu"
                             for op, _ in s.members for t in op.inputs if t in consts}
+        # graph outputs that folded to constants (e.g. an unrolled loop's counter)
+        self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
         self._boundary()
 
     def _boundary(self) -> None:

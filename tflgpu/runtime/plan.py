@@ -32,6 +32,15 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
         fp16 = False
     from .executor import GpuPlan
 
+    unrolled = 0
+    if not any(t.is_variable for t in runner.sg.tensors):  # (a separate runner must not own state)
+        from ..cpu.executor import SubgraphRunner
+        from ..graph.unroll import unroll_static_loops
+
+        sg, unrolled = unroll_static_loops(runner.sg, runner.runtime, runner.consts)
+        if unrolled:
+            runner = SubgraphRunner(runner.runtime, sg)
+            runner.build()
     store = options.cache_store()
     cache = None
     # a plan is stored only where its options describe it fully: records from the cache itself (or
@@ -48,4 +57,5 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
     plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
                    input_shapes=input_shapes, tuning=options.tuning_config(store), cache=cache)
     plan.device_outputs = options.allow_buffer_handle_output
+    plan.pass_counts = {"unroll_while": unrolled, **plan.pass_counts}
     return plan

@@ -1,0 +1,178 @@
+"""Unroll WHILE loops whose trip count is fixed by constants (a Keras RNN's time loop).
+
+A loop variable is *static* when its initial value is constant and the body computes its next
+value from static variables and constants only (the step counter); the loop is unrollable when
+the condition reads static variables only. The static part is then run on the host once per
+iteration (with the CPU kernels) and becomes constants; the body's other ops are inlined once per
+iteration into the parent graph, reading those constants (a GATHER of ``x[t]`` gets a constant
+``t``). The loop's float state then flows through ordinary ops the OpenCL path can run, with no
+host round trip per iteration. Bounded: at most MAX_TRIPS iterations and MAX_OPS inlined ops.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+
+from .ir import Operator, Subgraph, Tensor
+
+log = logging.getLogger("tflgpu")
+
+MAX_TRIPS = 256
+MAX_OPS = 8192
+SIDE_EFFECTS = frozenset({"WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "ASSIGN_VARIABLE", "READ_VARIABLE",
+                          "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "LSTM",
+                          "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM"})
+
+
+class NotUnrollable(Exception):
+    pass
+
+
+def _static_tensors(body: Subgraph, static_inputs: set[int]) -> set[int]:
+    """Body tensors computable from constants and the static inputs alone."""
+    known = {t.index for t in body.tensors if t.data is not None} | {body.inputs[j] for j in static_inputs}
+    for op in body.operators:
+        if op.name not in SIDE_EFFECTS and all(i < 0 or i in known for i in op.inputs):
+            known.update(op.outputs)
+    return known
+
+
+def _loop_plan(while_op: Operator, parent: Subgraph, cond: Subgraph, body: Subgraph, consts: dict):
+    """The static loop-variable positions, or NotUnrollable."""
+    n = len(while_op.inputs)
+    if len(body.inputs) != n or len(body.outputs) != n or len(cond.inputs) != n:
+        raise NotUnrollable("loop signature")
+    if any(op.name in SIDE_EFFECTS for op in body.operators + cond.operators):
+        raise NotUnrollable("the loop has control flow or state inside")
+    if any(t.is_variable for t in body.tensors):
+        raise NotUnrollable("variable tensors in the body")
+    static = {j for j in range(n) if while_op.inputs[j] in consts}
+    while True:  # fixpoint: a variable stays static only if the body keeps it static
+        known = _static_tensors(body, static)
+        keep = {j for j in static if body.outputs[j] in known}
+        if keep == static:
+            break
+        static = keep
+    cond_known = _static_tensors(cond, static)
+    if any(o not in cond_known for o in cond.outputs):
+        raise NotUnrollable("the condition depends on non-constant values")
+    return static, known
+
+
+def unroll_static_loops(sg: Subgraph, runtime, consts: dict) -> tuple[Subgraph, int]:
+    """``sg`` with every unrollable WHILE inlined (new tensors appended; existing indices kept)."""
+    if not any(op.name == "WHILE" for op in sg.operators):
+        return sg, 0
+    tensors = list(sg.tensors)
+    ops: list[Operator] = []
+    outputs = list(sg.outputs)
+    count = 0
+
+    def new_tensor(like: Tensor, shape, data=None, suffix="") -> int:
+        idx = len(tensors)
+        tensors.append(replace(like, index=idx, name=f"{like.name}{suffix}", shape=tuple(shape),
+                               shape_signature=tuple(shape), data=data, is_variable=False, sparsity=None))
+        return idx
+
+    remap: dict[int, int] = {}
+    for op in sg.operators:
+        op = replace(op, inputs=tuple(remap.get(i, i) for i in op.inputs))
+        if op.name != "WHILE":
+            ops.append(op)
+            continue
+        try:
+            new_ops = _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs)
+        except NotUnrollable as e:
+            log.info("WHILE at op %d stays a loop: %s", op.index, e)
+            ops.append(op)
+            continue
+        ops.extend(new_ops)
+        count += 1
+    if not count:
+        return sg, 0
+    ops = [replace(o, index=i) for i, o in enumerate(ops)]
+    return replace(sg, tensors=tensors, operators=ops, outputs=tuple(outputs)), count
+
+
+def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) -> list[Operator]:
+    model = runtime.model
+    cond = model.subgraphs[op.options["cond_subgraph_index"]]
+    body = model.subgraphs[op.options["body_subgraph_index"]]
+    static, known = _loop_plan(op, sg, cond, body, consts)
+    cond_runner, body_runner = runtime.runner(cond.index), runtime.runner(body.index)
+    n = len(op.inputs)
+    state = list(op.inputs)  # parent tensor of each loop variable
+    values: list = [consts.get(t) for t in op.inputs]  # host values of the static variables
+    body_consts: dict[int, int] = {}  # body constant tensor -> parent tensor
+    new_ops: list[Operator] = []
+    dynamic_ops = [b for b in body.operators if not all(o in known for o in b.outputs)]
+
+    def feed(vals):
+        return [vals[j] if j in static else np.zeros(body.tensors[body.inputs[j]].shape,
+                                                      body.tensors[body.inputs[j]].dtype) for j in range(n)]
+
+    for trip in range(MAX_TRIPS + 1):
+        with np.errstate(all="ignore"):
+            go = cond_runner.run(feed(values))[cond.outputs[0]]
+        if not bool(np.asarray(go).reshape(-1)[0]):
+            break
+        if trip == MAX_TRIPS or len(new_ops) + len(dynamic_ops) > MAX_OPS:
+            raise NotUnrollable(f"more than {MAX_TRIPS} iterations or {MAX_OPS} ops")
+        with np.errstate(all="ignore"):
+            body_vals = body_runner.run(feed(values))  # static tensors are exact; others ignored
+        where: dict[int, int] = {body.inputs[j]: state[j] for j in range(n) if j not in static}
+
+        def parent_of(bt: int) -> int:
+            if bt < 0:
+                return bt
+            if bt in where:
+                return where[bt]
+            t = body.tensors[bt]
+            if t.data is not None:  # a true constant: one parent tensor for every iteration
+                if bt not in body_consts:
+                    body_consts[bt] = new_tensor(t, t.shape, t.data, suffix="")
+                return body_consts[bt]
+            if bt in known:  # static this iteration: its value becomes a constant
+                v = np.asarray(body_vals[bt])
+                where[bt] = new_tensor(t, v.shape, v, suffix=f"@{trip}")
+                return where[bt]
+            raise NotUnrollable(f"body tensor {bt} has no producer")
+
+        for b in dynamic_ops:
+            ins = tuple(parent_of(i) for i in b.inputs)
+            outs = []
+            for o in b.outputs:
+                v = body_vals[o]
+                shape = np.shape(v) if v is not None else body.tensors[o].shape
+                where[o] = new_tensor(body.tensors[o], shape, suffix=f"@{trip}")
+                outs.append(where[o])
+            new_ops.append(replace(b, inputs=ins, outputs=tuple(outs)))
+        new_state = []
+        for j in range(n):
+            bo = body.outputs[j]
+            if j in static:
+                values[j] = np.asarray(body_vals[bo])
+                new_state.append(None)
+            else:
+                new_state.append(parent_of(bo))
+        state = new_state
+    # the WHILE's outputs: constants for static variables, the last iteration's tensors otherwise
+    for j, out in enumerate(op.outputs):
+        if out < 0:
+            continue
+        if j in static:
+            tensors[out] = replace(tensors[out], data=np.asarray(values[j]).reshape(tensors[out].shape))
+            continue
+        src = state[j]
+        if out in outputs:  # a graph output keeps its index: copy into it
+            shape_t = new_tensor(tensors[out], (len(tensors[out].shape),),
+                                 np.asarray(tensors[out].shape, np.int32), suffix="@shape")
+            tensors[shape_t] = replace(tensors[shape_t], dtype=np.dtype(np.int32), type_name="INT32")
+            new_ops.append(Operator(-1, "RESHAPE", 22, 1, (src, shape_t), (out,),
+                                    options={"new_shape": list(tensors[out].shape)}))
+        else:
+            remap[out] = src
+    return new_ops
