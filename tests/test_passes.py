@@ -172,7 +172,8 @@ def test_unroll_static_while():
     names = [op.name for op in sg.operators]
     # one copy of the float ops per iteration (table[i] became constants), then a copy into the output
     assert names == ["MUL", "ADD"] * 5 + ["RESHAPE"]
-    assert len(sg.tensors) > len(runner.sg.tensors) and sg.tensors[:3] == runner.sg.tensors[:3]  # indices kept
+    n0 = len(runner.sg.tensors)
+    assert len(sg.tensors) > n0 and [t.name for t in sg.tensors[:n0]] == [t.name for t in runner.sg.tensors]  # kept
     assert int(sg.tensors[sg.outputs[1]].data) == 5  # the counter's final value is a constant
 
 
