@@ -4,7 +4,9 @@ thread count), every corpus model, in one process.
 
     python bench/bench_corpus.py [--models-dir ../shared/models] [--threads 2] [--repeat 20] [--no-gpu] [MODEL ...]
 
-Prints a markdown table of median latencies and ratios to LiteRT (lower is better for tflgpu).
+Prints a markdown table of median latencies and ratios to LiteRT (lower is better for tflgpu). Per
+model, every interpreter is built first, then all are invoked in alternation (--repeat rounds), so
+the machine's drift hits every column alike.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from tflgpu import GpuDelegate
-from tflgpu.benchmark import bench_model
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.autotune.report import interleaved_ms
+from tflgpu.benchmark import _prepare, reference_inputs
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
 
@@ -36,23 +39,35 @@ def main() -> int:
         return 1
     print("| model | LiteRT ms | tflgpu CPU ms (ratio) | OpenCL FP32 ms (ratio) | OpenCL FP16 ms (ratio) | ops on device |")
     print("|---|---:|---:|---:|---:|---|")
+    try:
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+    except ImportError:
+        LiteRT = None
     ratios = {"cpu": [], "fp32": [], "fp16": []}
     for m in models:
         print(f"benchmarking {m.name} ...", file=sys.stderr, flush=True)
-        cpu = bench_model(m, num_threads=args.threads, warmup=args.warmup, repeats=args.repeat)
-        ref = cpu.litert_ms
-        cells, split = [], ""
-        for key, row in [("cpu", cpu)] + ([] if args.no_gpu else [
-            (key, bench_model(m, num_threads=args.threads, warmup=args.warmup, repeats=args.repeat, compare=False,
-                              interpreter_kwargs={"delegate": GpuDelegate(precision_loss_allowed=fp16)}))
-            for key, fp16 in (("fp32", False), ("fp16", True))]):
+        inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
+        its = {"cpu": _prepare(Interpreter, m, inputs, num_threads=args.threads)}
+        if not args.no_gpu:
+            for key, fp16 in (("fp32", False), ("fp16", True)):
+                its[key] = _prepare(Interpreter, m, inputs, num_threads=args.threads,
+                                    delegate=GpuDelegate(precision_loss_allowed=fp16))
+        if LiteRT is not None:
+            its["litert"] = _prepare(LiteRT, m, inputs, num_threads=args.threads)
+        # all invoked in alternation: the machine's drift hits every column alike
+        ms = dict(zip(its, interleaved_ms(list(its.values()), rounds=args.repeat, warmup=args.warmup)))
+        ref = ms.get("litert")
+        cells = []
+        for key in ("cpu", "fp32", "fp16"):
+            if key not in ms:
+                cells.append("")
+                continue
             if ref:
-                ratios[key].append(row.tflgpu_ms / ref)
-            cells.append(f"{row.tflgpu_ms:.2f} ({row.tflgpu_ms / ref:.1f}x)" if ref else f"{row.tflgpu_ms:.2f}")
-            if key == "fp32":
-                split = row.backend.split("; ", 1)[-1].rstrip(")")
-        cells += [""] * (3 - len(cells))
-        print(f"| {m.name} | {ref:.2f} | " + " | ".join(cells) + f" | {split} |", flush=True)
+                ratios[key].append(ms[key] / ref)
+            cells.append(f"{ms[key]:.2f} ({ms[key] / ref:.1f}x)" if ref else f"{ms[key]:.2f}")
+        split = its["fp32"].backend.split("; ", 1)[-1].rstrip(")") if "fp32" in its else ""
+        print(f"| {m.name} | " + (f"{ref:.2f}" if ref else "-") + " | " + " | ".join(cells) + f" | {split} |",
+              flush=True)
     for key, rs in ratios.items():
         if rs:
             print(f"geomean ratio to LiteRT, {key}: {math.exp(sum(map(math.log, rs)) / len(rs)):.2f}x "

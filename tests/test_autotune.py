@@ -224,3 +224,7 @@ def test_tune_cli_prints_the_table(rng, tmp_path, opencl_device):
     doc = json.loads(r.stdout[r.stdout.index("["):])
     assert doc[0]["model"] == "conv.tflite" and doc[0]["kernels"][0]["op"] == "CONV_2D"
     assert np.isfinite(doc[0]["heuristic_ms"]) and np.isfinite(doc[0]["tuned_ms"])
+    # what `tflgpu tune` recorded is what a later Interpreter on this device uses, without searching
+    it = Interpreter(model_path=str(path), delegate=GpuDelegate(tuning="fast"))
+    assert [k.source for k in it.gpu_plan.tuning_results] == ["record"] and it.gpu_plan.tuning_seconds == 0
+    assert json.loads(json.dumps(it.gpu_plan.tuning_results[0].params)) == doc[0]["kernels"][0]["params"]
