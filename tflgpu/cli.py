@@ -100,7 +100,7 @@ def cmd_memory(args) -> int:
     from .interpreter import Interpreter
 
     interp = Interpreter(model_path=args.model, delegate=GpuDelegate(precision_loss_allowed=args.precision == "fp16",
-                                                                     device=args.device))
+                                                                     device=args.device, tuning="none"))
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -118,7 +118,8 @@ def cmd_passes(args) -> int:
     from .graph import passes
     from .interpreter import Interpreter
 
-    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device))
+    # inspection never searches (tuning="none"); recorded parameters still apply
+    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device, tuning="none"))
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: the passes run when a plan is built")
