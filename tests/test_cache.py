@@ -225,3 +225,38 @@ def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
     assert r.returncode == 0 and cli("cache", "verify", "--cache-dir", str(cache)).returncode == 0
     r = cli("cache", "clear", "--cache-dir", str(cache))
     assert r.returncode == 0 and not files(cache, "program")
+
+
+@pytest.mark.parametrize("attack", ["symlinked-entry", "symlinked-dir", "world-writable", "huge", "other-user"])
+def test_hostile_entries_are_never_followed_or_loaded(tmp_path, opencl_device, reference, caplog, attack):
+    cache = tmp_path / "cache"
+    build(cache)
+    (plan,) = files(cache, "plan")
+    victim = tmp_path / "victim.bin"
+    victim.write_bytes(plan.read_bytes())  # a valid entry, outside the cache
+    if attack == "symlinked-entry":
+        plan.unlink()
+        plan.symlink_to(victim)
+    elif attack == "symlinked-dir":
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        os.replace(plan.parent, outside / "plan")
+        plan.parent.symlink_to(outside / "plan")
+    elif attack == "world-writable":
+        plan.chmod(0o666)
+    elif attack == "huge":
+        with open(plan, "r+b") as f:
+            f.truncate(2 << 30)  # sparse: claims 2 GiB
+    else:
+        if os.getuid() != 0:
+            pytest.skip("needs root to give a file to another user")
+        os.chown(plan, 12345, 12345)
+    it = build(cache)
+    assert "tflgpu cache: ignoring" in caplog.text
+    assert it.gpu_plan.build_stats["plan"] == "built"  # refused, rebuilt
+    check(it, reference)
+    assert victim.read_bytes()  # the link's target is untouched
+    (new,) = files(cache, "plan")
+    assert not new.is_symlink() and not new.parent.is_symlink() and new.stat().st_mode & 0o777 == 0o600
+    assert new.stat().st_size < 1 << 20
+    assert all(e.problem is None for e in CacheStore(cache).entries())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +32,34 @@ FORMAT = 1
 KINDS = ("program", "plan", "tuning")
 LIBRARY_VERSION = f"{__version__}+gen{GENERATOR_VERSION}"
 DEFAULT_MAX_BYTES = 1 << 30
+
+
+MAX_ENTRY_BYTES = 1 << 30  # no single entry may claim more (a program binary is a few MB)
+
+
+def read_private(path: Path, limit: int) -> bytes:
+    """The bytes of a cache file, refusing (InvalidEntry) a symlink, anything not a regular file, a
+    file of another user or writable by others, or one larger than ``limit``: never followed or loaded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        if os.path.islink(path):
+            raise InvalidEntry("is a symbolic link") from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidEntry("not a regular file")
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise InvalidEntry(f"owned by uid {st.st_uid}, not this user")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise InvalidEntry(f"writable by others (mode {stat.S_IMODE(st.st_mode):o})")
+        if st.st_size > limit:
+            raise InvalidEntry(f"claims {st.st_size} bytes, over the {limit}-byte limit")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
 
 
 def _hash(s: str) -> str:
@@ -119,8 +148,13 @@ class CacheStore:
         """The payload, or None (a miss, or an invalid entry: logged, removed, to be rebuilt)."""
         p = self.path(kind, key, device_key)
         try:
-            data = p.read_bytes()
+            self._check_dirs(p)
+            data = read_private(p, min(self.max_bytes, MAX_ENTRY_BYTES))
         except FileNotFoundError:
+            self.stats["misses"] += 1
+            return None
+        except InvalidEntry as e:
+            self.discard(p, str(e))
             self.stats["misses"] += 1
             return None
         except OSError as e:
@@ -146,17 +180,33 @@ class CacheStore:
         self.stats["hits"] += 1
         return payload
 
+    def _check_dirs(self, p: Path) -> None:
+        """Every directory between the root and an entry must be a real directory (a planted symlink
+        could point the cache anywhere): InvalidEntry otherwise."""
+        d = p.parent
+        while d != self.root and self.root in d.parents:
+            if d.is_symlink():
+                raise InvalidEntry(f"{d.relative_to(self.root)} is a symbolic link")
+            d = d.parent
+
     def discard(self, p: Path, why: str) -> None:
         """Log one line and remove an entry that cannot be used; the caller rebuilds and replaces it."""
         log.warning("tflgpu cache: ignoring %s: %s; it will be rebuilt", p.relative_to(self.root), why)
         self.stats["repairs"] += 1
         try:
-            p.unlink()
-        except FileNotFoundError:
+            self._check_dirs(p)  # never remove anything through a planted directory link
+            p.unlink()  # (a symlinked entry: removes the link, not its target)
+        except (InvalidEntry, OSError):
             pass
 
     def put(self, kind: str, key: str, device_key: str, payload: bytes) -> None:
         p = self.path(kind, key, device_key)
+        d = p.parent
+        while d != self.root and self.root in d.parents:  # a planted symlinked directory: replace it
+            if d.is_symlink():
+                log.warning("tflgpu cache: removing the symbolic link %s", d.relative_to(self.root))
+                d.unlink()
+            d = d.parent
         private_dir(p.parent)
         atomic_write(p, encode_entry(kind, key, device_key, payload))
         self.stats["writes"] += 1
@@ -173,13 +223,13 @@ class CacheStore:
                     continue
                 for p in sorted(d.glob("*.bin")):
                     try:
-                        st = p.stat()
-                        data = p.read_bytes()
+                        st = p.lstat()
                     except OSError:
                         continue
                     info = EntryInfo(p, kind, p.stem, "", st.st_size, st.st_mtime)
                     try:
-                        head, payload = decode_entry(data)
+                        self._check_dirs(p)
+                        head, payload = decode_entry(read_private(p, min(self.max_bytes, MAX_ENTRY_BYTES)))
                         info.device_key, info.created = head["device_key"], head["created"]
                         if (head["kind"], head["key"]) != (kind, p.stem):
                             info.problem = f"holds {head['kind']} {head['key']}"
@@ -191,6 +241,8 @@ class CacheStore:
                             info.payload = payload
                     except InvalidEntry as e:
                         info.problem = str(e)
+                    except OSError as e:
+                        info.problem = f"unreadable ({e.strerror or e})"
                     yield info
 
     def total_bytes(self) -> int:
@@ -199,7 +251,7 @@ class CacheStore:
             for dirpath, _, files in os.walk(self.base):
                 for f in files:
                     try:
-                        total += os.stat(os.path.join(dirpath, f)).st_size
+                        total += os.lstat(os.path.join(dirpath, f)).st_size
                     except OSError:
                         pass
         return total
@@ -213,7 +265,7 @@ class CacheStore:
             for n in names:
                 p = os.path.join(dirpath, n)
                 try:
-                    st = os.stat(p)
+                    st = os.lstat(p)
                 except OSError:
                     continue
                 files.append((st.st_mtime, st.st_size, p))
