@@ -43,9 +43,13 @@ def cmd_run(args) -> int:
     from .benchmark import reference_inputs, time_invokes
     from .interpreter import Interpreter
 
+    import time
+
     path = Path(args.model) if args.model else _default_model()
+    t0 = time.perf_counter()
     interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
     interp.allocate_tensors()
+    init_s = time.perf_counter() - t0
     details = interp.get_input_details()
     if args.input:
         if len(args.input) != len(details):
@@ -62,6 +66,15 @@ def cmd_run(args) -> int:
         interp.set_tensor(d["index"], x)
     print(f"model:   {path} ({path.stat().st_size:,} bytes)")
     print(f"device:  {interp.backend}")
+    plan = interp.gpu_plan
+    how = ""
+    if plan is not None:
+        st = plan.build_stats
+        how = (" (plan and programs from the cache)" if st["plan"] == "cache" and not st["source_builds"] else
+               f" ({st['source_builds']} programs compiled, "
+               f"{sum(1 for k in plan.tuning_results if k.source == 'tuned')} kernels tuned"
+               + (", stored in the cache)" if plan.store is not None else ")"))
+    print(f"init:    {init_s:.2f} s{how}")
     for d, x in zip(interp.get_input_details(), inputs):
         src = "file" if args.input else f"uniform(-1,1), seed {args.seed}"
         print(f"input:   {d['name']} {np.dtype(d['dtype']).name}{[int(s) for s in d['shape']]} ({src})")
