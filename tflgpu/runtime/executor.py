@@ -286,6 +286,9 @@ class GpuPlan:
         and run those ops on the CPU instead (with the reason), never failing the model."""
         cl = self.cl
         gpu_steps = [s for s in self.steps if s.device == "gpu"]
+        if not gpu_steps:  # nothing delegated (e.g. an integer model): no program to build
+            self.program = None
+            return
         try:
             self.program = self._build([spec.source for s in gpu_steps for spec in s.specs])
             return
