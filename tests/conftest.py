@@ -23,6 +23,16 @@ os.environ["TFLGPU_CACHE_DIR"] = _TEST_CACHE
 os.environ["TFLGPU_TUNING"] = "none"
 
 
+def pytest_collection_modifyitems(config, items):
+    # long runs (marker `slow`) only when asked for: `pytest -m slow`
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="long run: select with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_TEST_CACHE, ignore_errors=True)
     # An empty selection must fail CI, not pass it: turn pytest's "no tests ran" (5) into 1.

@@ -14,6 +14,7 @@ code written for LiteRT runs by changing the import::
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,7 @@ class _Session:
         self.allocated = False
         self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
         self.gpu_factory = None  # input shapes -> plan
+        self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
@@ -108,7 +110,8 @@ class _Session:
         resized = any(self.input_shapes[i] != self.sg.tensors[i].shape for i in self.sg.inputs)
         if self.gpu_factory is not None:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
-            if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes:
+            if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
+                self.gpu_plan, self.gpu_failed = None, False  # (drop the old plan's buffers first)
                 self.gpu_plan = self.gpu_factory(shapes)
                 for t, buf in self.bindings.items():
                     self.gpu_plan.bind(t, buf)
@@ -158,10 +161,21 @@ class _Session:
         if not self.allocated:
             raise RuntimeError("Invoke called on model that is not ready.")
         inputs = [self.buffers[i] for i in self.sg.inputs]
+        if self.gpu_failed:
+            raise RuntimeError("the OpenCL device failed in an earlier invoke(); call allocate_tensors() to rebuild "
+                               "the device plan (or create a new Interpreter)")
         if self.gpu_plan is not None:
+            import pyopencl as cl
+
             n = len(self.sg.tensors)
             values: list = [None] * n
-            for i, v in self.gpu_plan.run(inputs).items():
+            try:
+                out = self.gpu_plan.run(inputs)
+            except cl.Error as e:  # out of resources, a lost device...: this plan is not trusted again
+                self.gpu_failed = True
+                raise RuntimeError(f"OpenCL device error during invoke ({e}); call allocate_tensors() to rebuild "
+                                   f"the device plan") from e
+            for i, v in out.items():
                 if i < n:  # (a plan's own tensors, e.g. of an unrolled loop, are not the model's)
                     values[i] = v
             self.values = values
@@ -275,6 +289,7 @@ class Interpreter:
         self._runtime = ModelRunner(self._model)
         self._runtime.build_all()
         self._sessions: dict[int, _Session] = {}
+        self._invoke_lock = threading.Lock()
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
         if delegates:
             from .runtime.plan import build_plan
@@ -347,9 +362,18 @@ class Interpreter:
         return lambda: self._session(0).value(idx)
 
     def invoke(self) -> None:
-        """Run the model on the inputs set so far."""
-        with cpu_threads(self._num_threads):
-            self._session(0).invoke()
+        """Run the model on the inputs set so far.
+
+        One Interpreter serves one thread at a time (as in LiteRT); use one Interpreter per thread.
+        A second thread invoking while one is running gets a RuntimeError instead of mixed results."""
+        if not self._invoke_lock.acquire(blocking=False):
+            raise RuntimeError("invoke() called while another thread is invoking this Interpreter; "
+                               "an Interpreter is not thread-safe: use one per thread")
+        try:
+            with cpu_threads(self._num_threads):
+                self._session(0).invoke()
+        finally:
+            self._invoke_lock.release()
 
     def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards."""

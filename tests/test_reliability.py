@@ -1,0 +1,146 @@
+"""Reliability of the delegated path: device errors at run time, concurrent use, resize cycles, long runs.
+
+The long runs are marked ``slow`` (``pytest -m slow``); the rest run in CI."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import reference_inputs
+from tflgpu.cache.store import CacheStore
+from tflgpu.model.default_model import DEFAULT_MODEL_PATH
+
+from .conftest import assert_close, litert, run_model
+
+MODEL = str(DEFAULT_MODEL_PATH)
+
+
+@pytest.fixture(scope="module")
+def feeds():
+    return reference_inputs(Interpreter(MODEL).get_input_details())
+
+
+@pytest.fixture(scope="module")
+def want(feeds):
+    return run_model(litert(), MODEL, feeds)[0]
+
+
+def invoke(it, feeds):
+    for d, x in zip(it.get_input_details(), feeds):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def test_device_error_during_invoke(opencl_device, tmp_path, feeds, want):
+    """An OpenCL error while running (out of resources, lost device: injected) is a RuntimeError; the
+    Interpreter refuses to run on the suspect plan until allocate_tensors() rebuilds it; the cache is intact."""
+    import pyopencl as cl
+
+    it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none"))
+    it.allocate_tensors()
+    assert_close(invoke(it, feeds), want)
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(cl, name)
+
+        def enqueue_nd_range_kernel(self, *a, **k):
+            raise cl.RuntimeError("clEnqueueNDRangeKernel failed: OUT_OF_RESOURCES (injected)")
+
+    it.gpu_plan.cl = Failing()
+    with pytest.raises(RuntimeError, match="OpenCL device error during invoke"):
+        invoke(it, feeds)
+    with pytest.raises(RuntimeError, match="allocate_tensors"):
+        invoke(it, feeds)  # not silently run on the suspect plan
+    it.allocate_tensors()  # rebuilds the plan (from the cache)
+    assert it.gpu_plan.build_stats["plan"] == "cache"
+    assert_close(invoke(it, feeds), want)
+    assert all(e.problem is None for e in CacheStore(tmp_path).entries())
+
+
+def test_concurrent_invoke_on_one_interpreter_is_refused(opencl_device, feeds):
+    it = Interpreter(MODEL, delegate=GpuDelegate(tuning="none"))
+    it.allocate_tensors()
+    it._invoke_lock.acquire()  # as if another thread were inside invoke()
+    try:
+        with pytest.raises(RuntimeError, match="not thread-safe: use one per thread"):
+            invoke(it, feeds)
+    finally:
+        it._invoke_lock.release()
+    invoke(it, feeds)
+
+
+@pytest.mark.parametrize("threads,invokes", [pytest.param(8, 20, id="ci"),
+                                             pytest.param(8, 200, id="long", marks=pytest.mark.slow)])
+def test_one_interpreter_per_thread(opencl_device, feeds, threads, invokes):
+    single = Interpreter(MODEL, delegate=GpuDelegate(tuning="none"))
+    single.allocate_tensors()
+    expect = invoke(single, feeds).copy()
+    results, errors = [None] * threads, []
+
+    def work(k):
+        try:
+            it = Interpreter(MODEL, delegate=GpuDelegate(tuning="none"))
+            it.allocate_tensors()
+            outs = [invoke(it, feeds).copy() for _ in range(invokes)]
+            results[k] = all(np.array_equal(o, expect) for o in outs)
+        except Exception as e:  # reported below, with the thread
+            errors.append((k, repr(e)))
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(600)
+    assert not errors and all(results), (errors, results)
+
+
+def test_resize_cycles_are_correct_and_release_device_buffers(opencl_device, rng):
+    it = Interpreter(MODEL, delegate=GpuDelegate(tuning="none"))
+    idx = it.get_input_details()[0]["index"]
+    base = tuple(int(s) for s in it.get_input_details()[0]["shape"])
+    ref = litert()(model_path=MODEL)
+    old = []
+    for batch in (1, 4, 1, 4, 2):
+        shape = (batch,) + base[1:]
+        it.resize_tensor_input(idx, shape)
+        it.allocate_tensors()
+        old.append(weakref.ref(it.gpu_plan))
+        x = rng.uniform(-1, 1, shape).astype(np.float32)
+        ref.resize_tensor_input(idx, shape)
+        ref.allocate_tensors()
+        ref.set_tensor(idx, x)
+        ref.invoke()
+        assert_close(invoke(it, [x]), ref.get_tensor(ref.get_output_details()[0]["index"]))
+    gc.collect()
+    assert sum(r() is not None for r in old) == 1  # every earlier plan (and its device buffers) is gone
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.slow
+def test_long_run_memory_is_flat(opencl_device, tmp_path, feeds, want):
+    """10,000 invokes: host RSS flat after warm-up, the plan's device memory unchanged, the cache unchanged."""
+    it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none"))
+    it.allocate_tensors()
+    for _ in range(200):
+        invoke(it, feeds)
+    rss0, cache0, planned0 = _rss_bytes(), CacheStore(tmp_path).total_bytes(), it.gpu_plan.planned_bytes
+    for _ in range(10_000):
+        y = invoke(it, feeds)
+    grown = _rss_bytes() - rss0
+    print(f"\n10,000 invokes: RSS {rss0 / 2**20:.1f} MiB -> {(rss0 + grown) / 2**20:.1f} MiB")
+    assert grown < 8 * 2**20, grown
+    assert it.gpu_plan.planned_bytes == planned0 and CacheStore(tmp_path).total_bytes() == cache0
+    assert_close(y, want)
