@@ -144,3 +144,42 @@ def test_long_run_memory_is_flat(opencl_device, tmp_path, feeds, want):
     assert grown < 8 * 2**20, grown
     assert it.gpu_plan.planned_bytes == planned0 and CacheStore(tmp_path).total_bytes() == cache0
     assert_close(y, want)
+
+
+CHILD = r"""
+import sys, numpy as np
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import reference_inputs
+model, cache, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+it = Interpreter(model, delegate=GpuDelegate(serialization_dir=cache, tuning="fast", tuning_budget_s=5))
+it.allocate_tensors()
+x = reference_inputs(it.get_input_details())
+first = None
+for _ in range(n):
+    it.set_tensor(it.get_input_details()[0]["index"], x[0])
+    it.invoke()
+    y = it.get_tensor(it.get_output_details()[0]["index"])
+    assert first is None or np.array_equal(y, first), "outputs changed between invokes"
+    first = y.copy() if first is None else first
+np.save(out, first)
+"""
+
+
+@pytest.mark.parametrize("invokes", [pytest.param(50, id="ci"), pytest.param(200, id="long", marks=pytest.mark.slow)])
+def test_processes_sharing_one_cache(opencl_device, tmp_path, want, invokes):
+    """4 processes on one fresh cache directory (building, tuning and writing it at the same time), each
+    running the model repeatedly: all agree with LiteRT and the cache verifies clean."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    env = {**os.environ, "TFLGPU_TUNING": ""}
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, MODEL, str(cache), str(invokes), str(tmp_path / f"{k}.npy")],
+                              stderr=subprocess.PIPE, text=True, env=env) for k in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+    outs = [np.load(tmp_path / f"{k}.npy") for k in range(4)]
+    for o in outs:
+        assert_close(o, want)
+    assert all(e.problem is None for e in CacheStore(cache).entries())
