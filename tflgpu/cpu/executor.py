@@ -38,6 +38,16 @@ def unsupported_error(op: Operator, subgraph: int = 0) -> ValueError:
     )
 
 
+def run_cpu_op(op: Operator, fn: Callable, inputs: list) -> list:
+    """One CPU kernel call; what a hostile or broken model makes it raise becomes a RuntimeError naming the op."""
+    try:
+        return fn(inputs)
+    except KernelError as e:
+        raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
+    except (ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError) as e:
+        raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
+
+
 class SubgraphRunner:
     def __init__(self, runtime: ModelRunner, sg: Subgraph):
         self.runtime = runtime
@@ -64,7 +74,8 @@ class SubgraphRunner:
             if self._foldable(op):
                 try:
                     outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
-                except (KernelError, ValueError, IndexError, TypeError, ArithmeticError, MemoryError) as e:
+                except (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError,
+                        MemoryError) as e:  # (AttributeError: a required input marked omitted, -1)
                     raise ValueError(f"op {op.name} at index {op.index}: constant folding failed: {e}") from e
                 for t_idx, out in zip(op.outputs, outs):
                     if t_idx >= 0:
@@ -103,12 +114,7 @@ class SubgraphRunner:
         for i, v in zip(sg.inputs, inputs):
             values[i] = v
         for op, fn in self.steps:
-            try:
-                outs = fn([values[i] if i >= 0 else None for i in op.inputs])
-            except KernelError as e:
-                raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
-            except (ValueError, IndexError, TypeError, ArithmeticError, MemoryError) as e:
-                raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
+            outs = run_cpu_op(op, fn, [values[i] if i >= 0 else None for i in op.inputs])
             for t_idx, out in zip(op.outputs, outs):
                 if t_idx >= 0:
                     values[t_idx] = self._coerce(t_idx, out)

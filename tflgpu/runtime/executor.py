@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..cpu.executor import SubgraphRunner
+from ..cpu.executor import SubgraphRunner, run_cpu_op
 from ..graph.ir import Operator, Subgraph
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
@@ -475,7 +475,7 @@ class GpuPlan:
                 if t not in values:
                     values[t] = self._download(t)
             for op, fn in s.members:
-                outs = fn([values[t] if t >= 0 else None for t in op.inputs])
+                outs = run_cpu_op(op, fn, [values[t] if t >= 0 else None for t in op.inputs])
                 for t, v in zip(op.outputs, outs):
                     if t >= 0:
                         values[t] = self.runner._coerce(t, v)

@@ -1,0 +1,114 @@
+"""Fuzzed models: mutants of real corpus models (bit flips, extreme integers written over fields, so giant
+or negative sizes and out-of-range indices, splices, truncations) either load and run or raise
+ValueError/RuntimeError — never a crash, a hang, an unbounded allocation, or another exception type.
+
+The mutants run in a child process (a segfault would otherwise take pytest down) under an address-space
+limit and a per-mutant alarm. CI runs a bounded number; TFLGPU_FUZZ_SECONDS=600 runs longer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import corpus_model
+
+CHILD = r"""
+import json, os, resource, signal, sys, time
+import numpy as np
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # an unbounded allocation fails here, loudly
+from tflgpu import GpuDelegate, Interpreter
+
+paths, seed, seconds, max_n, gpu_every = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rng = np.random.default_rng(seed)
+originals = [open(p, "rb").read() for p in paths]
+EXTREMES = [b"\xff\xff\xff\xff", b"\xff\xff\xff\x7f", b"\x00\x00\x00\x80", b"\x00\x00\x00\x00", b"\x01\x00\x01\x00"]
+
+class Hang(Exception):
+    pass
+
+def on_alarm(*_):
+    raise Hang()
+
+signal.signal(signal.SIGALRM, on_alarm)
+
+def mutate(data):
+    d = bytearray(data)
+    kind = rng.integers(0, 4)
+    if kind == 0:  # bit flips
+        for pos in rng.integers(0, len(d), rng.integers(1, 6)):
+            d[pos] ^= 1 << int(rng.integers(0, 8))
+    elif kind == 1:  # an extreme int32 over an aligned field (sizes, offsets, indices, dims)
+        for _ in range(rng.integers(1, 3)):
+            pos = int(rng.integers(0, len(d) // 4)) * 4
+            d[pos:pos + 4] = EXTREMES[rng.integers(0, len(EXTREMES))]
+    elif kind == 2:  # splice: a chunk copied over another place
+        n = int(rng.integers(4, 64))
+        a, b = (int(v) for v in rng.integers(0, max(1, len(d) - n), 2))
+        d[b:b + n] = d[a:a + n]
+    else:  # truncation
+        d = d[: int(rng.integers(8, len(d)))]
+    return bytes(d), ["flip", "extreme", "splice", "truncate"][kind]
+
+stats = {"tried": 0, "ran": 0, "rejected": 0, "gpu": 0, "bad": []}
+t0 = time.time()
+while stats["tried"] < max_n and time.time() - t0 < seconds:
+    data, kind = mutate(originals[stats["tried"] % len(originals)])
+    use_gpu = gpu_every and stats["tried"] % gpu_every == 0
+    stats["tried"] += 1
+    signal.alarm(60)
+    try:
+        it = Interpreter(model_content=data, delegate=GpuDelegate(cache=False) if use_gpu else None)
+        it.allocate_tensors()
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
+        it.invoke()
+        stats["ran"] += 1
+        stats["gpu"] += bool(use_gpu and it.gpu_plan is not None)
+    except (ValueError, RuntimeError):
+        stats["rejected"] += 1
+    except Hang:
+        stats["bad"].append((kind, "hang (> 60 s)"))
+    except BaseException as e:  # anything else is a finding
+        import traceback
+        where = [ln.strip() for ln in traceback.format_exc().splitlines() if ln.strip().startswith("File")][-2:]
+        stats["bad"].append((kind, f"{type(e).__name__}: {str(e)[:200]}", where))
+    finally:
+        signal.alarm(0)
+print(json.dumps(stats))
+"""
+
+
+def test_fuzzed_corpus_models(opencl_device):
+    paths = [str(corpus_model(n)) for n in ("opzoo_small.tflite", "lstm_small.tflite", "fallback_ops.tflite")]
+    seconds = float(os.environ.get("TFLGPU_FUZZ_SECONDS", "45"))
+    max_n = 100_000 if "TFLGPU_FUZZ_SECONDS" in os.environ else 300
+    env = {**os.environ, "TFLGPU_TUNING": "none"}
+    r = subprocess.run([sys.executable, "-c", CHILD, ",".join(paths), "11", str(seconds), str(max_n), "25"],
+                       capture_output=True, text=True, timeout=seconds + 600, env=env)
+    assert r.returncode == 0, f"the fuzz child died (signal {-r.returncode})" if r.returncode < 0 else r.stderr[-3000:]
+    stats = json.loads(r.stdout.strip().splitlines()[-1])
+    print(f"\nfuzz: {stats['tried']} mutants, {stats['ran']} ran ({stats['gpu']} through GpuDelegate), "
+          f"{stats['rejected']} rejected with ValueError/RuntimeError")
+    assert not stats["bad"], stats["bad"][:10]
+    assert stats["tried"] >= 50 and stats["rejected"] > 0 and stats["ran"] > 0
+
+
+@pytest.mark.parametrize("dims", [[1 << 30, 1 << 30], [-5, 3], [2, 3, 0x7FFFFFFF]])
+def test_giant_or_negative_dimensions(dims):
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    y = b.tensor("y", (2, 3))
+    b.op("RELU", [x], [y])
+    b.output(y)
+    b.main.tensors[y].shape = tuple(dims)  # the declared shape of the intermediate
+    with pytest.raises(ValueError):
+        it = Interpreter(model_content=b.build())
+        it.allocate_tensors()
+        it.invoke()
