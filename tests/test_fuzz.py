@@ -3,7 +3,8 @@ or negative sizes and out-of-range indices, splices, truncations) either load an
 ValueError/RuntimeError — never a crash, a hang, an unbounded allocation, or another exception type.
 
 The mutants run in a child process (a segfault would otherwise take pytest down) under an address-space
-limit and a per-mutant alarm. CI runs a bounded number; TFLGPU_FUZZ_SECONDS=600 runs longer."""
+limit and a per-mutant alarm, measuring line coverage (coverage.py) of what they reach. CI runs a bounded
+number; TFLGPU_FUZZ_SECONDS=600 runs longer (run with -s to see the counts and coverage)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from .conftest import corpus_model
 
 CHILD = r"""
 import json, os, resource, signal, sys, time
+import coverage
+cov = coverage.Coverage(source_pkgs=["tflgpu"], data_file=None)
+cov.start()
 import numpy as np
 resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # an unbounded allocation fails here, loudly
 from tflgpu import GpuDelegate, Interpreter
@@ -78,6 +82,11 @@ while stats["tried"] < max_n and time.time() - t0 < seconds:
         stats["bad"].append((kind, f"{type(e).__name__}: {str(e)[:200]}", where))
     finally:
         signal.alarm(0)
+cov.stop()
+import io, tflgpu.model.reader as reader_mod
+stats["coverage_total"] = round(cov.report(file=io.StringIO()), 1)
+_, statements, _, missing, _ = cov.analysis2(reader_mod.__file__)
+stats["coverage_reader"] = round(100 * (1 - len(missing) / max(1, len(statements))), 1)
 print(json.dumps(stats))
 """
 
@@ -92,7 +101,8 @@ def test_fuzzed_corpus_models(opencl_device):
     assert r.returncode == 0, f"the fuzz child died (signal {-r.returncode})" if r.returncode < 0 else r.stderr[-3000:]
     stats = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"\nfuzz: {stats['tried']} mutants, {stats['ran']} ran ({stats['gpu']} through GpuDelegate), "
-          f"{stats['rejected']} rejected with ValueError/RuntimeError")
+          f"{stats['rejected']} rejected with ValueError/RuntimeError; line coverage: model reader "
+          f"{stats['coverage_reader']}%, tflgpu {stats['coverage_total']}%")
     assert not stats["bad"], stats["bad"][:10]
     assert stats["tried"] >= 50 and stats["rejected"] > 0 and stats["ran"] > 0
 
@@ -112,3 +122,23 @@ def test_giant_or_negative_dimensions(dims):
         it = Interpreter(model_content=b.build())
         it.allocate_tensors()
         it.invoke()
+
+
+def test_activation_claims_are_bounded_by_file_size(monkeypatch):
+    """A tiny file may not declare activations far beyond what its size could justify."""
+    import tflgpu.model.reader as reader
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (64, 1024, 1024))  # 256 MiB of float32, from a file of a few hundred bytes
+    y = b.tensor("y", (64, 1024, 1024))
+    b.op("RELU", [x], [y])
+    b.output(y)
+    model = b.build()
+    monkeypatch.setattr(reader, "ACTIVATION_FLOOR_BYTES", 64 << 20)
+    with pytest.raises(ValueError, match="tensors claim .* over the limit"):
+        Interpreter(model_content=model)
+    monkeypatch.setattr(reader, "ACTIVATION_FLOOR_BYTES", 1 << 30)
+    assert Interpreter(model_content=model).get_input_details()[0]["shape"].tolist() == [64, 1024, 1024]
+

@@ -39,13 +39,21 @@ def unsupported_error(op: Operator, subgraph: int = 0) -> ValueError:
 
 
 def run_cpu_op(op: Operator, fn: Callable, inputs: list) -> list:
-    """One CPU kernel call; what a hostile or broken model makes it raise becomes a RuntimeError naming the op."""
+    """One CPU kernel call; what a hostile or broken model makes it raise becomes a RuntimeError naming the op,
+    and so does an output (its shape computed from data) larger than one tensor may be."""
+    from ..model.reader import DEFAULT_MAX_TENSOR_BYTES
+
     try:
-        return fn(inputs)
+        outs = fn(inputs)
     except KernelError as e:
         raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
     except (ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError) as e:
         raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
+    for o in outs:
+        if getattr(o, "nbytes", 0) > DEFAULT_MAX_TENSOR_BYTES:
+            raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: its output of shape "
+                               f"{list(o.shape)} exceeds {DEFAULT_MAX_TENSOR_BYTES} bytes (TFLGPU_MAX_TENSOR_BYTES)")
+    return outs
 
 
 class SubgraphRunner:

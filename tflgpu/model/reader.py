@@ -24,6 +24,11 @@ FILE_IDENTIFIER = b"TFL3"
 # overrides): a corrupt or hostile model must not make us allocate absurd amounts.
 # 2 GiB is far above any real activation (a 4K RGB float image is 100 MB).
 DEFAULT_MAX_TENSOR_BYTES = int(os.environ.get("TFLGPU_MAX_TENSOR_BYTES", str(1 << 31)))
+# All non-constant tensors of a subgraph together may claim at most max(floor, factor x file size):
+# a few-KB file asking for gigabytes of activations is hostile, a real model asks for a small
+# multiple of its weights (MobileNetV2: 14 MB of weights, ~30 MB of activations).
+ACTIVATION_FLOOR_BYTES = int(os.environ.get("TFLGPU_ACTIVATION_FLOOR_BYTES", str(1 << 30)))
+ACTIVATION_PER_FILE_BYTE = int(os.environ.get("TFLGPU_ACTIVATION_PER_FILE_BYTE", "1000"))
 
 
 class ModelBytes:
@@ -239,6 +244,11 @@ class _Reader:
         tensors = [self._tensor(sg.Tensors(i), i) for i in range(sg.TensorsLength())]
         n = len(tensors)
         self.where = f"subgraph {s}"
+        claimed = sum(int(np.prod(t.shape, dtype=object)) * max(t.dtype.itemsize, 1) for t in tensors if t.data is None)
+        allowed = max(ACTIVATION_FLOOR_BYTES, ACTIVATION_PER_FILE_BYTE * self.size)
+        if claimed > allowed:
+            raise self.fail(f"its tensors claim {claimed} bytes, over the limit of {allowed} for a "
+                            f"{self.size}-byte file (TFLGPU_ACTIVATION_FLOOR_BYTES / TFLGPU_ACTIVATION_PER_FILE_BYTE)")
 
         def indices(arr, what: str, allow_omitted: bool) -> tuple[int, ...]:
             out = tuple(int(v) for v in arr) if arr is not None and not isinstance(arr, int) else ()
