@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.autotune.report import interleaved_ms
-from tflgpu.benchmark import _prepare, reference_inputs
+from tflgpu.benchmark import _prepare, interleaved_ms, reference_inputs
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
 

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.autotune import MemoryTuningDB, TuningConfig
-from tflgpu.autotune.report import interleaved_ms
-from tflgpu.benchmark import _prepare, fma_peak_gflops, reference_inputs
+from tflgpu.benchmark import _prepare, fma_peak_gflops, interleaved_ms, reference_inputs
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
 

@@ -47,6 +47,26 @@ def time_invokes(invoke: Callable[[], None], warmup: int = 3, repeats: int = 20,
     return times
 
 
+def interleaved_ms(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4) -> list[float]:
+    """Median invoke latency of each interpreter, timed in alternation so the machine's drift hits all
+    alike: ``rounds`` rounds, each running every interpreter ``block`` times in a row and keeping all
+    but the first of those (the first may share the CPU with the previous runtime's still-spinning
+    worker threads: XNNPACK, numba and OpenCL CPU runtimes all spin a while after work)."""
+    for it in interps:
+        for _ in range(warmup):
+            it.invoke()
+    times = [[] for _ in interps]
+    per_round = max(1, -(-rounds // max(1, block - 1)))  # enough rounds for ``rounds`` kept samples
+    for _ in range(per_round):
+        for ts, it in zip(times, interps):
+            it.invoke()
+            for _ in range(max(1, block - 1)):
+                t = time.perf_counter()
+                it.invoke()
+                ts.append(time.perf_counter() - t)
+    return [statistics.median(ts) * 1e3 for ts in times]
+
+
 @dataclass
 class BenchRow:
     model: str

@@ -327,17 +327,12 @@ def cmd_cache(args) -> int:
 
     store = CacheStore(args.cache_dir)
     entries = list(store.entries())
-    token = args.model
-
-    def of_model(e):
-        return token is None or (e.kind == "plan" and e.key.startswith(token + "-"))
+    selected = entries if args.model is None else store.plans_of(args.model, entries)
 
     if args.action == "ls":
         print(f"cache {store.root} ({store.total_bytes():,} bytes, bound {store.max_bytes:,})")
         print(f"{'kind':<8} {'model token / key':<36} {'size':>10}  {'last use':<12} device")
-        for e in sorted(entries, key=lambda e: (e.kind != "plan", -e.last_use)):
-            if not of_model(e):
-                continue
+        for e in sorted(selected, key=lambda e: (e.kind != "plan", -e.last_use)):
             name = e.key.rsplit("-", 1)[0] if e.kind == "plan" else e.key
             dev = e.device_key.split("|")[1] if e.device_key.count("|") >= 1 else e.device_key
             print(f"{e.kind:<8} {name[:36]:<36} {e.size:>10,}  {_age(e.last_use):<12} {dev}"
@@ -365,7 +360,7 @@ def cmd_cache(args) -> int:
         print(f"{len(entries) - len(bad)} entries verify, {len(bad)} bad" + (" (removed)" if bad and args.fix else ""))
         return 1 if bad and not args.fix else 0
     # clear
-    gone = [e for e in entries if of_model(e)]
+    gone = selected
     for e in gone:
         store.remove(e)
     print(f"removed {len(gone)} entries ({sum(e.size for e in gone):,} bytes)")

@@ -25,6 +25,7 @@ from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
 from .graph.ir import Model, Tensor
 from .model import ModelBytes, read_model
+from .runtime import DeviceError
 
 _EMPTY_SCALES = np.zeros(0, np.float32)
 _EMPTY_ZPS = np.zeros(0, np.int32)
@@ -165,16 +166,13 @@ class _Session:
             raise RuntimeError("the OpenCL device failed in an earlier invoke(); call allocate_tensors() to rebuild "
                                "the device plan (or create a new Interpreter)")
         if self.gpu_plan is not None:
-            import pyopencl as cl
-
             n = len(self.sg.tensors)
             values: list = [None] * n
             try:
                 out = self.gpu_plan.run(inputs)
-            except cl.Error as e:  # out of resources, a lost device...: this plan is not trusted again
+            except DeviceError as e:  # out of resources, a lost device...: this plan is not trusted again
                 self.gpu_failed = True
-                raise RuntimeError(f"OpenCL device error during invoke ({e}); call allocate_tensors() to rebuild "
-                                   f"the device plan") from e
+                raise DeviceError(f"{e}; call allocate_tensors() to rebuild the device plan") from e
             for i, v in out.items():
                 if i < n:  # (a plan's own tensors, e.g. of an unrolled loop, are not the model's)
                     values[i] = v

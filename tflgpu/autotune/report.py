@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,31 +37,11 @@ class ModelTuning:
         return self.heuristic_ms / self.tuned_ms if self.tuned_ms > 0 else 1.0
 
 
-def interleaved_ms(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4) -> list[float]:
-    """Median invoke latency of each interpreter, timed in alternation so the machine's drift hits all
-    alike: ``rounds`` rounds, each running every interpreter ``block`` times in a row and keeping all
-    but the first of those (the first may share the CPU with the previous runtime's still-spinning
-    worker threads: XNNPACK, numba and OpenCL CPU runtimes all spin a while after work)."""
-    for it in interps:
-        for _ in range(warmup):
-            it.invoke()
-    times = [[] for _ in interps]
-    per_round = max(1, -(-rounds // max(1, block - 1)))  # enough rounds for ``rounds`` kept samples
-    for _ in range(per_round):
-        for ts, it in zip(times, interps):
-            it.invoke()
-            for _ in range(max(1, block - 1)):
-                t = time.perf_counter()
-                it.invoke()
-                ts.append(time.perf_counter() - t)
-    return [statistics.median(ts) * 1e3 for ts in times]
-
-
 def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32", budget_s: float | None = None,
                trials: int | None = None, storage: str | None = None, db=None, device=None,
                retune: bool = False, progress=None, rounds: int = 30) -> ModelTuning:
     """Tune every kernel of a model on one device; time it with heuristics vs tuned parameters."""
-    from ..benchmark import _prepare, reference_inputs
+    from ..benchmark import _prepare, interleaved_ms, reference_inputs
     from ..delegate import GpuDelegate
     from ..interpreter import Interpreter
     from .records import default_tuning_db
@@ -102,10 +81,8 @@ def _drop_plans(path: Path) -> None:
     from ..cache.store import CacheStore
 
     store = CacheStore()
-    token = model_token(path.read_bytes())
-    for e in store.entries():
-        if e.kind == "plan" and e.key.startswith(token + "-"):
-            store.remove(e)
+    for e in store.plans_of(model_token(path.read_bytes())):
+        store.remove(e)
 
 
 def format_model_tuning(t: ModelTuning) -> str:

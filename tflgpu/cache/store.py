@@ -282,6 +282,12 @@ class CacheStore:
                 pass
         return freed
 
+    def plans_of(self, token: str, entries: list[EntryInfo] | None = None) -> list[EntryInfo]:
+        """The stored plans of one model token (plan keys are ``<token>-<options hash>``), among
+        ``entries`` if given (else every entry)."""
+        return [e for e in (self.entries() if entries is None else entries)
+                if e.kind == "plan" and e.key.startswith(token + "-")]
+
     def remove(self, info: EntryInfo) -> None:
         try:
             info.path.unlink()

@@ -40,7 +40,7 @@ def _static_tensors(body: Subgraph, static_inputs: set[int]) -> set[int]:
     return known
 
 
-def _loop_plan(while_op: Operator, parent: Subgraph, cond: Subgraph, body: Subgraph, consts: dict):
+def _loop_plan(while_op: Operator, cond: Subgraph, body: Subgraph, consts: dict):
     """The static loop-variable positions, or NotUnrollable."""
     n = len(while_op.inputs)
     if len(body.inputs) != n or len(body.outputs) != n or len(cond.inputs) != n:
@@ -101,7 +101,7 @@ def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) ->
     model = runtime.model
     cond = model.subgraphs[op.options["cond_subgraph_index"]]
     body = model.subgraphs[op.options["body_subgraph_index"]]
-    static, known = _loop_plan(op, sg, cond, body, consts)
+    static, known = _loop_plan(op, cond, body, consts)
     cond_runner, body_runner = runtime.runner(cond.index), runtime.runner(body.index)
     n = len(op.inputs)
     state = list(op.inputs)  # parent tensor of each loop variable

@@ -18,6 +18,7 @@ from ..cpu.executor import SubgraphRunner, run_cpu_op
 from ..graph.ir import Operator, Subgraph
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
+from . import DeviceError
 from .device import DeviceInfo
 from .launch import bind_kernel, build_program
 from .memory import plan_memory
@@ -129,19 +130,15 @@ class GpuPlan:
         from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 
         consts = self.runner.consts
-        variables = frozenset(self.runner.variables)
         reasons: dict[int, str] = {}
         generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
         base = []
         for op, fn in self.runner.steps:
-            gen = generator_for(op.name)
-            if gen is None:
+            if generator_for(op.name) is None:
                 reasons[op.index] = "no OpenCL kernel"
             else:
                 try:
-                    specs = gen(GenContext(op, self.sg, consts, self.fp16, params.get(op.index, {}),
-                                           subgraph_variables=variables))
-                    generated[op.index] = (op, specs)
+                    generated[op.index] = (op, self._generate(op, [], params.get(op.index, {})))
                 except Unsupported as e:
                     reasons[op.index] = str(e)
             base.append(PassStep(op, [(op, fn)], [], op.index in generated))
@@ -159,15 +156,15 @@ class GpuPlan:
             if first is not None and first[0] is ps.op and not ps.epilogue:
                 specs = first[1]  # no pass changed this op: the check's kernels are the kernels
             else:
-                specs = generator_for(ps.op.name)(GenContext(ps.op, self.sg, consts, self.fp16,
-                                                             params.get(ps.op.index, {}), ps.epilogue, variables))
+                specs = self._generate(ps.op, ps.epilogue, params.get(ps.op.index, {}))
             out.append(Step(ps.op, "gpu", specs, members=ps.members, epilogue=ps.epilogue,
                             params=params.get(ps.op.index, {})))
         return out
 
-    def _generate(self, step: Step, params: dict) -> list[KernelSpec]:
-        return generator_for(step.op.name)(GenContext(step.op, self.sg, self.runner.consts, self.fp16, params,
-                                                      step.epilogue, frozenset(self.runner.variables)))
+    def _generate(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
+        """The kernels of ``op`` (with its fused ops) for these generator parameters; raises Unsupported."""
+        return generator_for(op.name)(GenContext(op, self.sg, self.runner.consts, self.fp16, params, epilogue,
+                                                 frozenset(self.runner.variables)))
 
     # -- tuning ----------------------------------------------------------------
 
@@ -203,7 +200,8 @@ class GpuPlan:
                 space = s.specs[0].space
                 default = {k: s.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
                 layouts = {t: self._layout(t) for sp in s.specs for t in sp.inputs + sp.outputs}
-                todo.append(TuneTask(key, s.op.name, lambda p, s=s: self._generate(s, p), space, default, layouts))
+                todo.append(TuneTask(key, s.op.name, lambda p, s=s: self._generate(s.op, s.epilogue, p), space,
+                                     default, layouts))
         if not todo:
             return
         t0 = time.perf_counter()
@@ -227,7 +225,7 @@ class GpuPlan:
             return
         for s in steps:
             try:
-                specs = self._generate(s, params)
+                specs = self._generate(s.op, s.epilogue, params)
             except Unsupported as e:  # a record from another shape family: keep the heuristics
                 log.info("tuned parameters %s do not apply to %s: %s", params, s.op.name, e)
                 continue
@@ -450,7 +448,14 @@ class GpuPlan:
         return host if tensor.dtype == np.float32 else (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
 
     def run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
-        """Run once; returns host values of the graph outputs and of every CPU-side tensor."""
+        """Run once; returns host values of the graph outputs and of every CPU-side tensor.
+        An OpenCL error on the way is a DeviceError (a RuntimeError)."""
+        try:
+            return self._run(inputs)
+        except self.cl.Error as e:
+            raise DeviceError(f"OpenCL device error during invoke ({e})") from e
+
+    def _run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         cl, q = self.cl, self.queue
         values: dict[int, np.ndarray] = dict(self.host_consts)  # only what CPU-side ops read
         values.update(self.runner.variables)

@@ -19,10 +19,17 @@ def program_source(sources: list[str]) -> str:
     return "\n\n".join([PREAMBLE] + list(dict.fromkeys(sources)))  # specs may share a source (LSTM steps)
 
 
+def _options(fp16: bool, options: list[str] | None) -> list[str]:
+    return (BUILD_OPTIONS if options is None else options) + (["-DTFLGPU_FP16"] if fp16 else [])
+
+
+def _key(src: str, opts: list[str]) -> str:
+    return xxhash.xxh64_hexdigest((src + "\0" + " ".join(opts)).encode())
+
+
 def program_key(sources: list[str], fp16: bool, options: list[str] | None = None) -> str:
     """Content address of a program: the hash of its exact source and build options."""
-    opts = (BUILD_OPTIONS if options is None else options) + (["-DTFLGPU_FP16"] if fp16 else [])
-    return xxhash.xxh64_hexdigest((program_source(sources) + "\0" + " ".join(opts)).encode())
+    return _key(program_source(sources), _options(fp16, options))
 
 
 def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=None, stats: dict | None = None,
@@ -33,10 +40,10 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     the hash of the exact source and options, so a kernel shared by models is stored once, and a
     later build loads it instead of compiling. A binary the driver rejects is discarded and rebuilt.
     """
-    opts = (BUILD_OPTIONS if options is None else options) + (["-DTFLGPU_FP16"] if fp16 else [])
+    opts = _options(fp16, options)
     src = program_source(sources)
     stats = stats if stats is not None else {}
-    key = program_key(sources, fp16, options) if store is not None else None
+    key = _key(src, opts) if store is not None else None
     with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
         warnings.simplefilter("ignore", cl.CompilerWarning)
         if store is not None:

@@ -11,13 +11,12 @@ from .device import NoDeviceError, choose_device
 log = logging.getLogger("tflgpu")
 
 
-def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, model_bytes=None,
-               token: str | None = None):
+def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, token: str | None = None):
     """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used.
 
     With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
-    instead of built, and a newly built one is stored; ``token`` defaults to the delegate's
-    model_token, else the fingerprint of ``model_bytes``.
+    instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
+    the delegate has no model_token.
     """
     try:
         device = choose_device(options.device)
@@ -46,10 +45,10 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
     # a plan is stored only where its options describe it fully: records from the cache itself (or
     # none), not from a caller's own TuningDB / TuningConfig, which a later run could not match
     describable = options.tuning_db in (None, False) and isinstance(options.tuning, (str, type(None)))
-    if store is not None and describable and (token or options.model_token or model_bytes is not None):
-        from ..cache.plans import PlanCache, model_token
+    token = options.model_token or token
+    if store is not None and describable and token:
+        from ..cache.plans import PlanCache
 
-        token = token or options.model_token or model_token(model_bytes)
         records = options.tuning_db is not False
         desc = (f"fp16={int(fp16)};max_partitions={options.max_delegated_partitions};"
                 f"tuning={options.tuning_mode()};records={int(records)};subgraph={runner.sg.index}")
