@@ -29,11 +29,12 @@ NO_FOLD = frozenset({
 NON_NUMERIC = frozenset({"STRING", "RESOURCE", "VARIANT"})
 
 
-def unsupported_error(op: Operator, subgraph: int = 0) -> ValueError:
+def unsupported_error(op: Operator, subgraph: int = 0, quantized: bool = False) -> ValueError:
     code = op.builtin_code if op.builtin_code >= 0 else "custom"
     where = f" in subgraph {subgraph}" if subgraph else ""
+    what = "quantized " if quantized else ""
     return ValueError(
-        f"Didn't find kernel: op {op.name} (code {code}) at index {op.index}{where} "
+        f"Didn't find kernel: {what}op {op.name} (code {code}) at index {op.index}{where} "
         f"is not supported by tflgpu's CPU kernels"
     )
 
@@ -69,12 +70,16 @@ class SubgraphRunner:
         self.last_values: list | None = None
 
     def build(self) -> None:
+        from .quantized import is_quantized_op, quantized_factory
+
         for op in self.sg.operators:
-            factory = registry.factory_for(op.name)
+            ctx = OpContext(op, self.sg, self.runtime, self.consts)
+            quantized = is_quantized_op(op, self.sg)
+            factory = quantized_factory(ctx) if quantized else registry.factory_for(op.name)
             if factory is None:
-                raise unsupported_error(op, self.sg.index)
+                raise unsupported_error(op, self.sg.index, quantized)
             try:
-                fn = factory(OpContext(op, self.sg, self.runtime))
+                fn = factory(ctx)
             except ValueError:
                 raise
             except Exception as e:  # a model whose shapes/options the kernel cannot take

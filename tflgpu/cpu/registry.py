@@ -32,6 +32,7 @@ class OpContext:
     op: Operator
     subgraph: Subgraph
     runtime: Any  # the ModelRunner: control-flow ops call other subgraphs through it
+    consts: Any = None  # the building runner's constants (tensor -> array); else looked up via runtime
 
     def input_tensor(self, i: int) -> Tensor | None:
         if i >= len(self.op.inputs) or self.op.inputs[i] < 0:
@@ -46,6 +47,8 @@ class OpContext:
         t = self.input_tensor(i)
         if t is None:
             return None
+        if self.consts is not None:
+            return self.consts.get(t.index)
         return self.runtime.constant_value(self.subgraph.index, t.index)
 
     def has_input(self, i: int) -> bool:

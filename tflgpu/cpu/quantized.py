@@ -1,0 +1,657 @@
+"""Integer kernels for quantized (int8 / uint8 / int16) tensors, with TFLite's arithmetic.
+
+An op is *quantized* when one of its non-constant inputs or outputs is an integer tensor
+with affine quantization (``real = scale * (q - zero_point)``). For such an op the
+executor picks, in this order:
+
+1. an integer kernel from this module (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, SUB,
+   MUL, the pools, CONCATENATION, QUANTIZE/DEQUANTIZE and table-driven unary ops). Products are
+   accumulated exactly (int32 sums of int8 products, computed in float64, which holds them
+   exactly). Convolutions and matrix products are rescaled as LiteRT's default (XNNPACK) path does
+   (float32 scale, round to nearest even); ADD/SUB/MUL/requantization with TFLite's fixed-point
+   multipliers (``QuantizeMultiplier`` / ``MultiplyByQuantizedMultiplier``). On MobileNet v2 int8
+   every intermediate tensor equals LiteRT's bit for bit;
+2. for ops that only move values (RESHAPE, TRANSPOSE, GATHER, MAX over values, ...), the float
+   kernel on the raw integers, when every quantized tensor of the op has the same scale and zero
+   point (as TFLite requires for them);
+3. otherwise the float kernel on dequantized inputs, its outputs rounded (half away from zero,
+   as ``TfLiteRound``) and clamped: within one step of an integer implementation.
+
+Hybrid (dynamic-range) ops — float activations, int8 weights — are not quantized ops: their
+float kernels dequantize the weights once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numba import njit, prange
+
+from .registry import KernelError, OpContext, check_geometry, conv_padding, factory_for
+
+QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+
+_KERNELS: dict = {}
+
+# ops that only select or move values: on equal input/output parameters the raw integers are exact
+TRANSPARENT = frozenset({
+    "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "GATHER", "GATHER_ND", "SLICE", "STRIDED_SLICE",
+    "SPLIT", "SPLIT_V", "UNPACK", "PACK", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "BATCH_TO_SPACE_ND",
+    "SPACE_TO_BATCH_ND", "TILE", "BROADCAST_TO", "REVERSE_V2", "PAD", "PADV2", "MIRROR_PAD",
+    "RESIZE_NEAREST_NEIGHBOR", "MAXIMUM", "MINIMUM", "REDUCE_MAX", "REDUCE_MIN", "ARG_MAX", "ARG_MIN",
+    "SHAPE", "IDENTITY", "ZEROS_LIKE", "SELECT", "SELECT_V2", "CONCATENATION",
+})
+# ops whose integer result is defined by its own (de)quantization, never by an emulation
+NO_EMULATION = frozenset({"QUANTIZE", "DEQUANTIZE", "CAST"})
+
+
+def register_int(*names: str):
+    def deco(factory):
+        for n in names:
+            _KERNELS[n] = factory
+        return factory
+
+    return deco
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: np.ndarray  # float32 [n]
+    zero_point: np.ndarray  # int64 [n]
+    dim: int
+    dtype: np.dtype
+
+    @property
+    def qmin(self) -> int:
+        return int(np.iinfo(self.dtype).min)
+
+    @property
+    def qmax(self) -> int:
+        return int(np.iinfo(self.dtype).max)
+
+    @property
+    def s(self) -> float:
+        return float(self.scale[0])
+
+    @property
+    def z(self) -> int:
+        return int(self.zero_point[0])
+
+    def same(self, other: QParams) -> bool:
+        return (self.dtype == other.dtype and np.array_equal(self.scale, other.scale)
+                and np.array_equal(self.zero_point, other.zero_point))
+
+    def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scale, zero point) shaped to broadcast over a rank-``ndim`` array."""
+        if len(self.scale) == 1:
+            return self.scale[0], self.zero_point[0]
+        shape = [1] * ndim
+        shape[self.dim] = len(self.scale)
+        return self.scale.reshape(shape), self.zero_point.reshape(shape)
+
+
+def qparams(t) -> QParams | None:
+    """The tensor's quantization if it is an integer tensor TFLite would treat as quantized."""
+    if t is None or t.dtype not in QTYPES or t.quantization is None:
+        return None
+    q = t.quantization
+    if len(q.scales) == 0:
+        return None
+    scale = np.asarray(q.scales, np.float32).reshape(-1)
+    zp = np.asarray(q.zero_points, np.int64).reshape(-1)
+    if len(zp) != len(scale):
+        zp = np.resize(zp, len(scale)) if len(zp) else np.zeros(len(scale), np.int64)
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        raise ValueError(f"tensor '{t.name}' has an invalid quantization scale {scale[:4].tolist()}")
+    return QParams(scale, zp, int(q.quantized_dimension), t.dtype)
+
+
+def is_quantized_op(op, sg) -> bool:
+    for i in list(op.inputs) + list(op.outputs):
+        if i < 0:
+            continue
+        t = sg.tensors[i]
+        if t.data is None and qparams(t) is not None:
+            return True
+    return False
+
+
+def quantized_factory(ctx: OpContext):
+    """The factory to use for a quantized op (see the module docstring), or None if there is none."""
+    name = ctx.op.name
+    if name in _KERNELS:
+        return _KERNELS[name]
+    float_factory = factory_for(name)
+    if float_factory is None or name in NO_EMULATION:
+        return None
+    if name in TRANSPARENT and _uniform(ctx):
+        return float_factory
+    return _emulated(float_factory)
+
+
+def _uniform(ctx: OpContext) -> bool:
+    ps = [qparams(ctx.input_tensor(i)) for i in range(len(ctx.op.inputs))
+          if ctx.input_tensor(i) is not None and ctx.input_tensor(i).data is None]
+    ps += [qparams(ctx.output_tensor(i)) for i in range(len(ctx.op.outputs)) if ctx.op.outputs[i] >= 0]
+    ps = [p for p in ps if p is not None]
+    return all(p.same(ps[0]) for p in ps)
+
+
+# -- TFLite's fixed-point rescaling -------------------------------------------
+
+def quantize_multiplier(m) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's QuantizeMultiplier: real multipliers (float64) -> (Q31 int64, shift) per element."""
+    m = np.atleast_1d(np.asarray(m, np.float64))
+    frac, shift = np.frexp(m)
+    q = np.round(frac * (1 << 31)).astype(np.int64)  # std::round: half away from zero (frac > 0)
+    full = q == (1 << 31)
+    q[full] //= 2
+    shift = shift.astype(np.int64) + full
+    tiny = shift < -31
+    q[tiny], shift[tiny] = 0, 0
+    q[m == 0] = 0
+    return q, shift
+
+
+def _srdhm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul on int32 values held in int64."""
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    s = ab + nudge
+    r = np.where(s >= 0, s >> 31, -((-s) >> 31))  # C division truncates toward zero
+    return np.where((a == b) & (a == -(1 << 31)), (1 << 31) - 1, r)
+
+
+def _rdbypot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """RoundingDivideByPOT: x / 2^exponent, rounding half away from zero."""
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, q: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.int64)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    shifted = np.clip(x * (np.int64(1) << left), -(1 << 31), (1 << 31) - 1)
+    return _rdbypot(_srdhm(shifted, q), right)
+
+
+def requantize(acc: np.ndarray, real_multiplier, zero_point: int, lo: int, hi: int, dtype) -> np.ndarray:
+    """Output value = clamp(MultiplyByQuantizedMultiplier(acc, M) + zero_point, lo, hi); ``real_multiplier``
+    is one value or one per last-axis channel."""
+    q, shift = quantize_multiplier(real_multiplier)
+    if len(q) == 1:
+        q, shift = q[0], shift[0]
+    out = multiply_by_quantized_multiplier(acc, q, shift) + zero_point
+    return np.clip(out, lo, hi).astype(dtype)
+
+
+def tfl_round(x: np.ndarray) -> np.ndarray:
+    """std::round: half away from zero."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
+    scale, zp = p.broadcast(np.ndim(real))
+    q = tfl_round(np.asarray(real, np.float64) / np.asarray(scale, np.float64)) + zp
+    return np.clip(q, p.qmin, p.qmax).astype(p.dtype)
+
+
+def dequantize_values(q: np.ndarray, p: QParams) -> np.ndarray:
+    scale, zp = p.broadcast(np.ndim(q))
+    return ((np.asarray(q, np.float32) - np.asarray(zp, np.float32)) * np.asarray(scale, np.float32)).astype(np.float32)
+
+
+def activation_range(code: int, p: QParams) -> tuple[int, int]:
+    """TFLite's CalculateActivationRangeQuantized."""
+    lo, hi = p.qmin, p.qmax
+
+    def q(v):
+        return p.z + int(tfl_round(np.float64(v) / np.float64(np.float32(p.s))))
+
+    if code == 1:
+        lo = max(lo, q(0.0))
+    elif code == 3:
+        lo, hi = max(lo, q(0.0)), min(hi, q(6.0))
+    elif code == 2:
+        lo, hi = max(lo, q(-1.0)), min(hi, q(1.0))
+    return lo, hi
+
+
+def _require(ctx: OpContext, t, what: str) -> QParams:
+    p = qparams(t)
+    if p is None:
+        raise ctx.fail(f"{what} '{t.name if t is not None else '?'}' must be a quantized integer tensor")
+    return p
+
+
+def _check_input(ctx: OpContext, x: np.ndarray, p: QParams, ndim: int | None = None) -> None:
+    if x.dtype != p.dtype:
+        raise KernelError(f"{ctx.op.name}: input is {x.dtype}, the model declares {p.dtype}")
+    if ndim is not None and x.ndim != ndim:
+        raise KernelError(f"{ctx.op.name}: input must be {ndim}-D, got shape {x.shape}")
+
+
+# -- convolutions and matrix products -------------------------------------------
+
+def _weights(ctx: OpContext, idx: int, what: str) -> tuple[np.ndarray, QParams]:
+    w = ctx.const(idx)
+    t = ctx.input_tensor(idx)
+    if w is None:
+        raise ctx.fail(f"quantized {ctx.op.name} needs constant {what}")
+    p = _require(ctx, t, what)
+    return w, p
+
+
+def _int_bias(ctx: OpContext, idx: int, n: int) -> np.ndarray:
+    if not ctx.has_input(idx):
+        return np.zeros(n, np.int64)
+    b = ctx.const(idx)
+    if b is None:
+        raise ctx.fail("quantized ops need a constant bias")
+    b = np.asarray(b).reshape(-1)
+    if not np.issubdtype(b.dtype, np.integer) or b.size != n:
+        raise ctx.fail(f"bias must be {n} integers, got {b.size} of {b.dtype}")
+    return b.astype(np.int64)
+
+
+def _multipliers(pi: QParams, pw: QParams, po: QParams, n: int) -> np.ndarray:
+    """Per output channel: input_scale * filter_scale / output_scale, in float32 (as XNNPACK)."""
+    ws = pw.scale.astype(np.float32)
+    if len(ws) not in (1, n):
+        raise ValueError(f"filter has {len(ws)} scales for {n} output channels")
+    return (np.float32(pi.s) * np.broadcast_to(ws, (n,)) / np.float32(po.s)).astype(np.float32)
+
+
+def requantize_fp32(acc: np.ndarray, scale: np.ndarray, zero_point: int, lo: int, hi: int, dtype) -> np.ndarray:
+    """XNNPACK's "fp32" requantization, which LiteRT applies to quantized convolutions and matrix
+    products: float32(acc) * scale, clamped, rounded to nearest even, plus the zero point."""
+    v = acc.astype(np.float32) * scale
+    np.clip(v, np.float32(lo - zero_point), np.float32(hi - zero_point), out=v)
+    return (np.rint(v).astype(np.int64) + zero_point).astype(dtype)
+
+
+@register_int("CONV_2D")
+def conv2d_q(ctx: OpContext):
+    from .conv import _im2col
+
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
+    w, pw = _weights(ctx, 1, "filter")
+    if w.ndim != 4:
+        raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w.shape)}")
+    oc, kh, kw, ic = w.shape
+    check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
+                   filter_depth=ic, out_channels=oc)
+    _, wz = pw.broadcast(4)
+    w_mat = np.ascontiguousarray((w.astype(np.float64) - np.asarray(wz, np.float64)).reshape(oc, -1).T)
+    bias = _int_bias(ctx, 2, oc)
+    mult = _multipliers(pi, pw, po, oc)
+    lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        _check_input(ctx, x, pi, 4)
+        n, h, wd, c = x.shape
+        if c != ic:
+            raise KernelError(f"CONV_2D: input has {c} channels, the filter {ic} (grouped int8 conv unsupported)")
+        oh, pt = conv_padding(h, kh, sh, dh, pad)
+        ow, pl = conv_padding(wd, kw, sw, dw, pad)
+        if oh <= 0 or ow <= 0:
+            raise KernelError(f"CONV_2D: empty output for input {x.shape}")
+        xf = x.astype(np.float64) - pi.z  # padding then holds real zero, as TFLite's input offset does
+        if kh == kw == sh == sw == 1 and pt == pl == 0:
+            cols = xf.reshape(-1, ic)
+        else:
+            cols = _im2col(xf, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+        acc = (cols @ w_mat).astype(np.int64) + bias  # exact: |sums| < 2^53
+        return [requantize_fp32(acc, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
+
+    return run
+
+
+@njit(cache=True, parallel=True)
+def _depthwise_int(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult):
+    n, h, wd, c = x.shape
+    kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
+    out = np.empty((n, oh, ow, oc), dtype=np.int64)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        for ox in range(ow):
+            acc = out[b, oy, ox]
+            for o in range(oc):
+                acc[o] = bias[o]
+            for ky in range(kh):
+                iy = oy * sh - pt + ky * dh
+                if iy < 0 or iy >= h:
+                    continue
+                for kx in range(kw):
+                    ix = ox * sw - pl + kx * dw
+                    if ix < 0 or ix >= wd:
+                        continue
+                    for ch in range(c):
+                        xv = x[b, iy, ix, ch]
+                        for m in range(mult):
+                            acc[ch * mult + m] += xv * w[0, ky, kx, ch * mult + m]
+    return out
+
+
+@register_int("DEPTHWISE_CONV_2D")
+def depthwise_q(ctx: OpContext):
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
+    w, pw = _weights(ctx, 1, "filter")
+    if w.ndim != 4 or w.shape[0] != 1:
+        raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w.shape)}")
+    _, kh, kw, oc = w.shape
+    check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
+                   out_channels=oc)
+    _, wz = pw.broadcast(4)
+    w_i = np.ascontiguousarray(w.astype(np.int64) - np.asarray(wz, np.int64))
+    bias = _int_bias(ctx, 2, oc)
+    mult = _multipliers(pi, pw, po, oc)
+    lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        _check_input(ctx, x, pi, 4)
+        n, h, wd, c = x.shape
+        if c == 0 or oc % c:
+            raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
+        oh, pt = conv_padding(h, kh, sh, dh, pad)
+        ow, pl = conv_padding(wd, kw, sw, dw, pad)
+        xi = np.ascontiguousarray(x.astype(np.int64) - pi.z)
+        acc = _depthwise_int(xi, w_i, bias, sh, sw, dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c)
+        return [requantize_fp32(acc, mult, po.z, lo, hi, po.dtype)]
+
+    return run
+
+
+@register_int("FULLY_CONNECTED")
+def fully_connected_q(ctx: OpContext):
+    pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
+    w, pw = _weights(ctx, 1, "weights")
+    if w.ndim != 2:
+        raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
+    units, depth = w.shape
+    _, wz = pw.broadcast(2)
+    w_t = np.ascontiguousarray((w.astype(np.float64) - np.asarray(wz, np.float64)).T)
+    bias = _int_bias(ctx, 2, units)
+    mult = _multipliers(pi, pw, po, units)
+    lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
+    keep = ctx.opt("keep_num_dims", False)
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        _check_input(ctx, x, pi)
+        if x.size % depth:
+            raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
+        acc = ((x.reshape(-1, depth).astype(np.float64) - pi.z) @ w_t).astype(np.int64) + bias
+        y = requantize_fp32(acc, mult, po.z, lo, hi, po.dtype)
+        return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
+
+    return run
+
+
+# -- elementwise arithmetic ---------------------------------------------------------
+
+def _broadcast(ctx: OpContext, a: np.ndarray, b: np.ndarray):
+    try:
+        return np.broadcast_arrays(a, b)
+    except ValueError as e:
+        raise KernelError(f"{ctx.op.name}: cannot broadcast {a.shape} with {b.shape}") from e
+
+
+def _operand_value(ctx: OpContext, i: int, xs) -> np.ndarray:
+    return np.asarray(xs[i])
+
+
+@register_int("ADD", "SUB")
+def add_sub_q(ctx: OpContext):
+    """TFLite's quantized ADD/SUB: both inputs shifted left (20 bits for 8-bit, 15 for int16), scaled to
+    twice the larger input scale, summed, then rescaled to the output."""
+    p1 = _require(ctx, ctx.input_tensor(0), "input 0")
+    p2 = _require(ctx, ctx.input_tensor(1), "input 1")
+    po = _require(ctx, ctx.output_tensor(0), "output")
+    left = 15 if po.dtype == np.int16 else 20
+    twice_max = 2.0 * max(np.float64(p1.s), np.float64(p2.s))
+    m1, s1 = quantize_multiplier(np.float64(p1.s) / twice_max)
+    m2, s2 = quantize_multiplier(np.float64(p2.s) / twice_max)
+    mo, so = quantize_multiplier(twice_max / ((1 << left) * np.float64(po.s)))
+    lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
+    sign = -1 if ctx.op.name == "SUB" else 1
+
+    def run(xs):
+        a, b = np.asarray(xs[0]), np.asarray(xs[1])
+        a, b = _broadcast(ctx, a, b)
+        va = multiply_by_quantized_multiplier((a.astype(np.int64) - p1.z) << left, m1[0], s1[0])
+        vb = multiply_by_quantized_multiplier((b.astype(np.int64) - p2.z) << left, m2[0], s2[0])
+        out = multiply_by_quantized_multiplier(va + sign * vb, mo[0], so[0]) + po.z
+        return [np.clip(out, lo, hi).astype(po.dtype)]
+
+    return run
+
+
+@register_int("MUL")
+def mul_q(ctx: OpContext):
+    p1 = _require(ctx, ctx.input_tensor(0), "input 0")
+    p2 = _require(ctx, ctx.input_tensor(1), "input 1")
+    po = _require(ctx, ctx.output_tensor(0), "output")
+    m = np.float64(p1.s) * np.float64(p2.s) / np.float64(po.s)
+    lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
+
+    def run(xs):
+        a, b = _broadcast(ctx, np.asarray(xs[0]), np.asarray(xs[1]))
+        acc = (a.astype(np.int64) - p1.z) * (b.astype(np.int64) - p2.z)
+        return [requantize(acc, m, po.z, lo, hi, po.dtype)]
+
+    return run
+
+
+# -- pooling, concatenation, (de)quantization --------------------------------------
+
+@njit(cache=True, parallel=True)
+def _pool_int(x, is_max, kh, kw, sh, sw, pt, pl, oh, ow, lo, hi):
+    n, h, w, c = x.shape
+    out = np.empty((n, oh, ow, c), dtype=np.int64)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        y0 = max(oy * sh - pt, 0)
+        y1 = min(oy * sh - pt + kh, h)
+        for ox in range(ow):
+            x0 = max(ox * sw - pl, 0)
+            x1 = min(ox * sw - pl + kw, w)
+            count = (y1 - y0) * (x1 - x0)
+            for ch in range(c):
+                if is_max:
+                    acc = lo
+                    for iy in range(y0, y1):
+                        for ix in range(x0, x1):
+                            acc = max(acc, x[b, iy, ix, ch])
+                else:
+                    acc = 0
+                    for iy in range(y0, y1):
+                        for ix in range(x0, x1):
+                            acc += x[b, iy, ix, ch]
+                    if count > 0:  # TFLite: round half away from zero
+                        acc = (acc + count // 2) // count if acc > 0 else -((-acc + count // 2) // count)
+                out[b, oy, ox, ch] = min(max(acc, lo), hi)
+    return out
+
+
+def _pool_q(is_max: bool):
+    def factory(ctx: OpContext):
+        pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
+        if not pi.same(po):  # TFLite requires it; anything else goes through the float emulation
+            return _emulated(factory_for(ctx.op.name))(ctx)
+        o = ctx.op.options
+        kh, kw = o.get("filter_height", 1), o.get("filter_width", 1)
+        sh, sw = o.get("stride_h", 1), o.get("stride_w", 1)
+        pad = o.get("padding", 0)
+        check_geometry(ctx, filter_h=kh, filter_w=kw, stride_h=sh, stride_w=sw)
+        lo, hi = activation_range(o.get("fused_activation_function", 0), po)
+
+        def run(xs):
+            x = np.asarray(xs[0])
+            _check_input(ctx, x, pi, 4)
+            oh, pt = conv_padding(x.shape[1], kh, sh, 1, pad)
+            ow, pl = conv_padding(x.shape[2], kw, sw, 1, pad)
+            y = _pool_int(np.ascontiguousarray(x.astype(np.int64)), is_max, kh, kw, sh, sw, pt, pl,
+                          max(oh, 0), max(ow, 0), lo, hi)
+            return [y.astype(po.dtype)]
+
+        return run
+
+    return factory
+
+
+register_int("MAX_POOL_2D")(_pool_q(True))
+register_int("AVERAGE_POOL_2D")(_pool_q(False))
+
+
+@register_int("CONCATENATION")
+def concatenation_q(ctx: OpContext):
+    """Inputs with other parameters than the output are requantized as TFLite does (in float)."""
+    from .registry import normalize_axis
+
+    po = _require(ctx, ctx.output_tensor(0), "output")
+    axis = ctx.opt("axis", 0)
+    ps = [qparams(ctx.input_tensor(i)) for i in range(len(ctx.op.inputs))]
+    inv_out = np.float32(1.0) / np.float32(po.s)
+
+    def convert(x, p):
+        if p is None or p.same(po):
+            return x
+        scale = np.float32(p.s) * inv_out
+        bias = np.float32(-p.z) * scale
+        v = tfl_round(x.astype(np.float32) * scale + bias) + po.z
+        return np.clip(v, po.qmin, po.qmax).astype(po.dtype)
+
+    def run(xs):
+        arrs = [convert(np.asarray(x), p) for x, p in zip(xs, ps)]
+        try:
+            return [np.concatenate(arrs, axis=normalize_axis(axis, arrs[0].ndim))]
+        except ValueError as e:
+            raise KernelError(f"CONCATENATION: {e}") from e
+
+    return run
+
+
+@register_int("QUANTIZE")
+def quantize_q(ctx: OpContext):
+    from .elementwise import quantize
+
+    pi, po = qparams(ctx.input_tensor(0)), _require(ctx, ctx.output_tensor(0), "output")
+    if pi is None:  # float -> int: the float kernel's rounding is LiteRT's
+        return quantize(ctx)
+    m = np.float64(pi.s) / np.float64(po.s)  # requantization (TFLite's Requantize)
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        return [requantize(x.astype(np.int64) - pi.z, m, po.z, po.qmin, po.qmax, po.dtype)]
+
+    return run
+
+
+@register_int("DEQUANTIZE")
+def dequantize_q(ctx: OpContext):
+    from .elementwise import dequantize
+
+    return dequantize(ctx)
+
+
+# -- unary ops by lookup table ------------------------------------------------------
+
+_LUT_OPS = ("LOGISTIC", "TANH", "HARD_SWISH", "ELU", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1",
+            "LEAKY_RELU", "GELU", "EXP", "LOG", "SQRT", "RSQRT", "ABS", "NEG", "SQUARE")
+
+
+def _lut_factory(ctx: OpContext):
+    """8-bit unary ops: a 256-entry table of quantize(f(dequantize(q))), as TFLite's LUT kernels build it."""
+    pi, po = qparams(ctx.input_tensor(0)), qparams(ctx.output_tensor(0))
+    if pi is None or po is None or pi.dtype != po.dtype or pi.dtype == np.int16:
+        return _emulated(factory_for(ctx.op.name))(ctx)
+    f = factory_for(ctx.op.name)(_float_ctx(ctx))
+    levels = np.arange(pi.qmin, pi.qmax + 1, dtype=np.int64)
+    real = ((levels - pi.z).astype(np.float32) * np.float32(pi.s)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        transformed = np.asarray(f([real])[0], np.float32)
+    table = quantize_values(np.nan_to_num(transformed), po)
+    offset = -pi.qmin
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        _check_input(ctx, x, pi)
+        return [table[x.astype(np.int64) + offset]]
+
+    return run
+
+
+register_int(*_LUT_OPS)(_lut_factory)
+
+
+# -- everything else: the float kernel between dequantize and quantize --------------------
+
+def _float_ctx(ctx: OpContext) -> OpContext:
+    """The op's context with its quantized tensors seen as float32 (constants dequantized)."""
+    sg = ctx.subgraph
+    idx = {i for i in ctx.op.inputs if i >= 0} | {i for i in ctx.op.outputs if i >= 0}
+    tensors = list(sg.tensors)
+    consts = {}
+    for i in idx:
+        t = tensors[i]
+        p = qparams(t)
+        if p is None:
+            continue
+        data = dequantize_values(t.data, p) if t.data is not None else None
+        tensors[i] = replace(t, dtype=np.dtype(np.float32), type_name="FLOAT32", data=data)
+        if data is not None:
+            consts[i] = data
+    return OpContext(ctx.op, replace(sg, tensors=tensors), ctx.runtime, _ConstView(consts, ctx))
+
+
+class _ConstView:
+    """The runner's constants, with this op's quantized constants replaced by their float values."""
+
+    def __init__(self, overrides, ctx):
+        self.overrides, self.ctx = overrides, ctx
+
+    def get(self, key, default=None):
+        if key in self.overrides:
+            return self.overrides[key]
+        if self.ctx.consts is not None:
+            v = self.ctx.consts.get(key)
+        else:
+            v = self.ctx.runtime.constant_value(self.ctx.subgraph.index, key)
+        return default if v is None else v
+
+
+def _emulated(float_factory):
+    def factory(ctx: OpContext):
+        if float_factory is None:
+            raise ctx.fail("no kernel")
+        fn = float_factory(_float_ctx(ctx))
+        in_q = [qparams(ctx.input_tensor(i)) if ctx.input_tensor(i) is not None
+                and ctx.input_tensor(i).data is None else None for i in range(len(ctx.op.inputs))]
+        out_q = [qparams(ctx.output_tensor(i)) if ctx.op.outputs[i] >= 0 else None
+                 for i in range(len(ctx.op.outputs))]
+
+        def run(xs):
+            fx = [dequantize_values(x, p) if p is not None and x is not None else x for x, p in zip(xs, in_q)]
+            with np.errstate(all="ignore"):
+                ys = fn(fx)
+            return [quantize_values(np.nan_to_num(np.asarray(y, np.float64)), p) if p is not None else y
+                    for y, p in zip(ys, out_q)]
+
+        return run
+
+    return factory
