@@ -51,7 +51,7 @@ class QOut:
     extra: dict = field(default_factory=dict)
 
 
-STEPS: dict[str, list[float]] = {}  # op -> worst step difference of each check (printed by -s runs)
+STEPS: dict[tuple[str, str], list[float]] = {}  # (op, path) -> worst step difference of each check
 
 
 def qop_model(op: str, inputs: Sequence[Any], outputs: Sequence[QOut], *, version: int = 1,
@@ -84,9 +84,10 @@ def steps_apart(got: np.ndarray, want: np.ndarray, scale: float | None = None) -
     return float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max(initial=0) / scale)
 
 
-def check_qop(op: str, inputs, outputs, *, max_steps: float = 1.0, delegate=None, version: int = 1,
+def check_qop(delegate, op: str, inputs, outputs, *, max_steps: float = 1.0, version: int = 1,
               builtin_only: bool = False, float_step: float = 1.0, **options) -> tuple[float, list]:
-    """Run a quantized single-op model through LiteRT and tflgpu; every output within ``max_steps``.
+    """Run a quantized single-op model through LiteRT and tflgpu (``delegate``: None for the CPU kernels,
+    or a GpuDelegate: the float view, every op on the device); every output within ``max_steps``.
     ``float_step``: the step a float output is measured in. ``builtin_only``: the reference is TFLite's builtin kernels (for cases LiteRT's XNNPACK refuses)."""
     from tflgpu import Interpreter
 
@@ -97,14 +98,21 @@ def check_qop(op: str, inputs, outputs, *, max_steps: float = 1.0, delegate=None
 
         kw["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     want = run_model(litert(), model, feeds, **kw)
-    kw = {"experimental_delegates": [delegate]} if delegate is not None else {}
-    got = run_model(Interpreter, model, feeds, **kw)
+    if delegate is None:
+        got = run_model(Interpreter, model, feeds)
+    else:
+        it = Interpreter(model_content=model, delegate=delegate)
+        plan = it.gpu_plan
+        assert plan is not None and plan.cpu_op_count == 0, [(s.op.name, s.reason) for s in plan.steps
+                                                              if s.device == "cpu"]
+        got = run_model(lambda **kw: it, model, feeds)
     worst = 0.0
     for g, w, o in zip(got, want, outputs):
         d = steps_apart(g, w, float(np.atleast_1d(o.q.scale)[0]) if o.q else float_step)
         worst = max(worst, d)
         assert d <= max_steps, f"{op}: {d} steps from LiteRT (allowed {max_steps})"
-    STEPS.setdefault(op, []).append(worst)
+    path = "cpu" if delegate is None else ("gpu-fp16" if delegate.wants_fp16() else "gpu-fp32")
+    STEPS.setdefault((op, path), []).append(worst)
     return worst, got
 
 

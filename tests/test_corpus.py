@@ -22,12 +22,17 @@ FLOAT_MODELS = [
     "lstm_small_keras3_while.tflite",
     "fallback_ops.tflite",
     "mobilenet_v1_1.0_224_fp16.tflite",
-]
-# Waiting for the quantization issue (#7): integer kernels and hybrid (dynamic-range) kernels.
-QUANTIZED_MODELS = [
+    # integer kernels (int8 exact) and hybrid kernels (dynamic range); their GpuDelegate paths: test_quantized
     "mobilenet_v2_1.0_224_int8.tflite",
     "mobilenet_v2_1.0_224_dynrange.tflite",
 ]
+
+
+# Dynamic-range models: every hybrid op equals LiteRT's given the same input (test_quantized checks it
+# op by op), but float-rounding differences of the float layers before a hybrid layer can flip single
+# levels of its 8-bit input quantization (1/255 of a row's range), and the network amplifies that:
+# 2.6e-3 of a 0.29 maximum measured on these inputs.
+RTOL = {"mobilenet_v2_1.0_224_dynrange.tflite": 1e-2}
 
 
 def _compare(name: str) -> None:
@@ -37,19 +42,12 @@ def _compare(name: str) -> None:
     want = run_model(litert(), path, inputs)
     got = run_model(Interpreter, path, inputs)
     for i, (g, w) in enumerate(zip(got, want)):
-        assert_close(g, w, what=f"{name} output {i}")
+        assert_close(g, w, RTOL.get(name, 1e-4), what=f"{name} output {i}")
 
 
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", FLOAT_MODELS)
 def test_corpus_model_matches_litert(name):
-    _compare(name)
-
-
-@pytest.mark.corpus
-@pytest.mark.parametrize("name", QUANTIZED_MODELS)
-@pytest.mark.xfail(strict=True, reason="quantized kernels arrive with the quantization issue (#7)")
-def test_quantized_corpus_model_matches_litert(name):
     _compare(name)
 
 

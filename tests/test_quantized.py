@@ -6,6 +6,8 @@ away from 0 (odd ones, too), on random integer inputs covering the whole range.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,23 @@ from .conftest import corpus_model, litert, run_model
 from .qutil import Q, QConst, QIn, QOut, check_qop, rand_q
 
 I8, U8 = np.int8, np.uint8
+
+
+@pytest.fixture(params=["cpu", "gpu-fp32", "gpu-fp16"])
+def path(request):
+    """Where the op runs: the CPU integer kernels (None), or the GpuDelegate's float view in FP32 / FP16.
+    The float view's bound is also one step: it rounds the same real values as the integer kernels (sums
+    differ only by float rounding, a small fraction of a step, and FP16 storage of 8-bit values
+    times a scale is within 2^-11 relative), so an output moves only where the value lies at a tie."""
+    if request.param == "cpu":
+        return None
+    device = request.getfixturevalue("opencl_device")
+    fp16 = request.param == "gpu-fp16"
+    if fp16 and not device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    from tflgpu import GpuDelegate
+
+    return GpuDelegate(precision_loss_allowed=fp16, cache=False)
 
 
 def _conv_case(rng, dtype, per_channel, *, depthwise=False, stride=1, act="NONE", k=3, c=8, oc=12):
@@ -40,22 +59,22 @@ def _conv_case(rng, dtype, per_channel, *, depthwise=False, stride=1, act="NONE"
 @pytest.mark.parametrize("dtype,per_channel", [(I8, True), (I8, False), (U8, False)],
                          ids=["int8_per_channel", "int8_per_tensor", "uint8"])  # (uint8 is per-tensor in TFLite)
 @pytest.mark.parametrize("stride,act", [(1, "NONE"), (2, "RELU6"), (1, "RELU")])
-def test_conv2d(rng, dtype, per_channel, stride, act):
+def test_conv2d(rng, dtype, per_channel, stride, act, path):
     ins, out = _conv_case(rng, dtype, per_channel, stride=stride)
-    check_qop("CONV_2D", ins, [out], version=3 if dtype == I8 else 1, padding="SAME", stride_h=stride,
+    check_qop(path, "CONV_2D", ins, [out], version=3 if dtype == I8 else 1, padding="SAME", stride_h=stride,
               stride_w=stride, fused_activation_function=act)
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise(rng, dtype, stride):
+def test_depthwise(rng, dtype, stride, path):
     ins, out = _conv_case(rng, dtype, dtype == I8, depthwise=True, stride=stride)
-    check_qop("DEPTHWISE_CONV_2D", ins, [out], version=3 if dtype == I8 else 1, padding="SAME",
+    check_qop(path, "DEPTHWISE_CONV_2D", ins, [out], version=3 if dtype == I8 else 1, padding="SAME",
               stride_h=stride, stride_w=stride, depth_multiplier=1, fused_activation_function="RELU6")
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
-def test_fully_connected(rng, dtype):
+def test_fully_connected(rng, dtype, path):
     w = rand_q(rng, (10, 37), dtype)
     if dtype == I8:
         w[w == -128] = -127
@@ -63,68 +82,68 @@ def test_fully_connected(rng, dtype):
     in_q = Q(0.05, -3 if dtype == I8 else 130)
     bias = rng.integers(-500, 500, 10).astype(np.int32)
     out = QOut((4, 10), dtype, Q(0.41, 9 if dtype == I8 else 117))
-    check_qop("FULLY_CONNECTED", [QIn(rand_q(rng, (4, 37), dtype), in_q), QConst(w, wq),
+    check_qop(path, "FULLY_CONNECTED", [QIn(rand_q(rng, (4, 37), dtype), in_q), QConst(w, wq),
                                   QConst(bias, Q(np.float32(0.05) * np.float32(0.0071), 0))], [out],
               version=4 if dtype == I8 else 1, fused_activation_function="RELU")
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 @pytest.mark.parametrize("op", ["ADD", "SUB", "MUL"])
-def test_binary(rng, dtype, op):
+def test_binary(rng, dtype, op, path):
     z = (3, -11, 1) if dtype == I8 else (131, 117, 128)
     a = QIn(rand_q(rng, (1, 6, 5, 7), dtype), Q(0.047, z[0]))
     b = QIn(rand_q(rng, (1, 6, 5, 7), dtype), Q(0.0213, z[1]))
     out = QOut((1, 6, 5, 7), dtype, Q(0.083 if op != "MUL" else 0.0231, z[2]))
-    check_qop(op, [a, b], [out], version=2, fused_activation_function="NONE")
+    check_qop(path, op, [a, b], [out], version=2, fused_activation_function="NONE")
 
 
-def test_add_broadcast_and_relu(rng):
+def test_add_broadcast_and_relu(rng, path):
     a = QIn(rand_q(rng, (1, 4, 4, 6), I8), Q(0.05, 1))
     b = QIn(rand_q(rng, (1, 1, 1, 6), I8), Q(0.09, -4))
-    check_qop("ADD", [a, b], [QOut((1, 4, 4, 6), I8, Q(0.1, -20))], version=2, fused_activation_function="RELU")
+    check_qop(path, "ADD", [a, b], [QOut((1, 4, 4, 6), I8, Q(0.1, -20))], version=2, fused_activation_function="RELU")
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 @pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
-def test_pools(rng, dtype, op):
+def test_pools(rng, dtype, op, path):
     q = Q(0.06, -5 if dtype == I8 else 140)
     x = QIn(rand_q(rng, (1, 9, 10, 5), dtype), q)
-    check_qop(op, [x], [QOut((1, 5, 5, 5), dtype, q)], version=2, padding="SAME", stride_h=2, stride_w=2,
+    check_qop(path, op, [x], [QOut((1, 5, 5, 5), dtype, q)], version=2, padding="SAME", stride_h=2, stride_w=2,
               filter_height=3, filter_width=3, fused_activation_function="NONE")
 
 
-def test_concatenation(rng):
+def test_concatenation(rng, path):
     q = Q(0.05, -3)
     a, b = QIn(rand_q(rng, (1, 3, 3, 4), I8), q), QIn(rand_q(rng, (1, 3, 3, 2), I8), q)
-    check_qop("CONCATENATION", [a, b], [QOut((1, 3, 3, 6), I8, q)], version=2, axis=3)
+    check_qop(path, "CONCATENATION", [a, b], [QOut((1, 3, 3, 6), I8, q)], version=2, axis=3)
 
 
-def test_concatenation_rescales_uint8(rng):
+def test_concatenation_rescales_uint8(rng, path):
     """uint8 inputs with other parameters than the output are requantized (TFLite's builtin kernel;
     LiteRT's XNNPACK refuses the op, and int8 concatenation requires equal parameters)."""
     a = QIn(rand_q(rng, (1, 3, 3, 4), U8), Q(0.05, 120))
     b = QIn(rand_q(rng, (1, 3, 3, 2), U8), Q(0.11, 135))
-    check_qop("CONCATENATION", [a, b], [QOut((1, 3, 3, 6), U8, Q(0.1, 128))], axis=3, builtin_only=True)
+    check_qop(path, "CONCATENATION", [a, b], [QOut((1, 3, 3, 6), U8, Q(0.1, 128))], axis=3, builtin_only=True)
 
 
-def test_reshape_and_pad(rng):
+def test_reshape_and_pad(rng, path):
     q = Q(0.02, 7)
     x = rand_q(rng, (1, 4, 4, 3), I8)
-    check_qop("RESHAPE", [QIn(x, q), QConst(np.array([1, 48], np.int32))], [QOut((1, 48), I8, q)])
-    check_qop("PAD", [QIn(x, q), QConst(np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32))],
+    check_qop(path, "RESHAPE", [QIn(x, q), QConst(np.array([1, 48], np.int32))], [QOut((1, 48), I8, q)])
+    check_qop(path, "PAD", [QIn(x, q), QConst(np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32))],
               [QOut((1, 7, 7, 3), I8, q)], version=2)
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
-def test_softmax(rng, dtype):
+def test_softmax(rng, dtype, path):
     x = QIn(rand_q(rng, (2, 30), dtype), Q(0.09, 4 if dtype == I8 else 131))
     out_q = Q(1 / 256, -128 if dtype == I8 else 0)
-    check_qop("SOFTMAX", [x], [QOut((2, 30), dtype, out_q)], version=2, beta=1.0)
+    check_qop(path, "SOFTMAX", [x], [QOut((2, 30), dtype, out_q)], version=2, beta=1.0)
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 @pytest.mark.parametrize("op", ["LOGISTIC", "TANH", "HARD_SWISH"])
-def test_unary(rng, dtype, op):
+def test_unary(rng, dtype, op, path):
     x = QIn(rand_q(rng, (1, 8, 8, 4), dtype), Q(0.041, -9 if dtype == I8 else 125))
     if op == "LOGISTIC":
         out_q = Q(1 / 256, -128 if dtype == I8 else 0)
@@ -132,31 +151,33 @@ def test_unary(rng, dtype, op):
         out_q = Q(1 / 128, 0 if dtype == I8 else 128)
     else:
         out_q = Q(0.031, -100 if dtype == I8 else 30)
-    check_qop(op, [x], [QOut((1, 8, 8, 4), dtype, out_q)], version=1 if op == "HARD_SWISH" else 2)
+    check_qop(path, op, [x], [QOut((1, 8, 8, 4), dtype, out_q)], version=1 if op == "HARD_SWISH" else 2)
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
-def test_mean(rng, dtype):
+def test_mean(rng, dtype, path):
     x = QIn(rand_q(rng, (1, 7, 6, 5), dtype), Q(0.07, 3 if dtype == I8 else 129))
-    check_qop("MEAN", [x, QConst(np.array([1, 2], np.int32))], [QOut((1, 1, 1, 5), dtype, Q(0.03, -2 if dtype == I8 else 126))],
+    check_qop(path, "MEAN", [x, QConst(np.array([1, 2], np.int32))], [QOut((1, 1, 1, 5), dtype, Q(0.03, -2 if dtype == I8 else 126))],
               version=2, keep_dims=True)
 
 
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
-def test_resize_bilinear(rng, dtype):
+def test_resize_bilinear(rng, dtype, path):
     q = Q(0.05, 9 if dtype == I8 else 140)
     x = QIn(rand_q(rng, (1, 5, 4, 3), dtype), q)
-    check_qop("RESIZE_BILINEAR", [x, QConst(np.array([9, 7], np.int32))], [QOut((1, 9, 7, 3), dtype, q)],
+    check_qop(path, "RESIZE_BILINEAR", [x, QConst(np.array([9, 7], np.int32))], [QOut((1, 9, 7, 3), dtype, q)],
               version=2, half_pixel_centers=True)
 
 
-def test_quantize_dequantize_requantize(rng):
+def test_quantize_dequantize_requantize(rng, path):
     x = rng.normal(0, 3, (2, 50)).astype(np.float32)
-    check_qop("QUANTIZE", [QIn(x)], [QOut((2, 50), I8, Q(0.037, -3))])
-    check_qop("QUANTIZE", [QIn(x)], [QOut((2, 50), U8, Q(0.037, 129))])
+    check_qop(path, "QUANTIZE", [QIn(x)], [QOut((2, 50), I8, Q(0.037, -3))])
+    check_qop(path, "QUANTIZE", [QIn(x)], [QOut((2, 50), U8, Q(0.037, 129))])
     q8 = rand_q(rng, (2, 50), I8)
-    check_qop("QUANTIZE", [QIn(q8, Q(0.05, 4))], [QOut((2, 50), I8, Q(0.13, -9))], version=2)
-    check_qop("DEQUANTIZE", [QIn(q8, Q(0.05, 4))], [QOut((2, 50), np.float32)], max_steps=0.0, version=2)
+    check_qop(path, "QUANTIZE", [QIn(q8, Q(0.05, 4))], [QOut((2, 50), I8, Q(0.13, -9))], version=2)
+    check_qop(path, "DEQUANTIZE", [QIn(q8, Q(0.05, 4))], [QOut((2, 50), np.float32)],
+              max_steps=0.0 if path is None else 0.05 if path.wants_fp16() else 1e-5, float_step=0.05,
+              version=2)  # (FP16 keeps the float output in half: 2^-11 relative, 0.03 steps here)
 
 
 def test_fixed_point_multiplier_matches_reference_arithmetic():
@@ -188,13 +209,141 @@ def _corpus_input(path):
     return np.random.default_rng(7).uniform(-1, 1, d["shape"]).astype(d["dtype"])
 
 
-def test_mobilenet_v2_int8_matches_litert():
-    """The whole int8 model on the CPU integer kernels: every output equals LiteRT's (0 steps)."""
+# -- hybrid (dynamic-range) ops: float activations, int8 per-channel weights ------------------------
+
+def _hybrid_case(rng, op):
+    """A float-input op with int8 per-channel weights, as the converter's dynamic-range mode writes it."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    if op == "FULLY_CONNECTED":
+        x = rng.normal(0, 1, (3, 40)).astype(np.float32)
+        w_shape, out_shape, dim, n = (16, 40), (3, 16), 0, 16
+    elif op == "DEPTHWISE_CONV_2D":
+        x = rng.normal(0, 1, (1, 9, 8, 12)).astype(np.float32)
+        w_shape, out_shape, dim, n = (1, 3, 3, 12), (1, 9, 8, 12), 3, 12
+    else:
+        k = 1 if op == "CONV_2D_1x1" else 3
+        x = rng.normal(0, 1, (1, 9, 8, 10)).astype(np.float32)
+        w_shape, out_shape, dim, n = (14, k, k, 10), (1, 9, 8, 14), 0, 14
+    w = rng.integers(-127, 128, w_shape).astype(np.int8)
+    scale = rng.uniform(0.005, 0.02, n).astype(np.float32)
+    xi = b.input("x", x.shape, np.float32)
+    wi = b.const("w", w, quant={"scale": scale, "zero_point": np.zeros(n, np.int64), "quantized_dimension": dim})
+    bi = b.const("b", rng.normal(0, 0.1, n).astype(np.float32))
+    yi = b.tensor("y", out_shape, np.float32)
+    name = "CONV_2D" if op.startswith("CONV_2D") else op
+    opts = {} if name == "FULLY_CONNECTED" else {"padding": "SAME", "stride_h": 1, "stride_w": 1}
+    if name == "DEPTHWISE_CONV_2D":
+        opts["depth_multiplier"] = 1
+    b.op(name, [xi, wi, bi], [yi], version={"CONV_2D": 5, "DEPTHWISE_CONV_2D": 6, "FULLY_CONNECTED": 12}[name],
+         fused_activation_function="NONE", **opts)
+    b.output(yi)
+    return b.build(), x, (w.astype(np.float32) * scale.reshape([-1 if i == dim else 1 for i in range(w.ndim)]))
+
+
+@pytest.mark.parametrize("op", ["CONV_2D", "CONV_2D_1x1", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"])
+def test_hybrid_ops(rng, op, path):
+    """CPU: LiteRT's hybrid arithmetic (inputs quantized per row / image, integer products), within float
+    rounding. GPU float view: float inputs times the dequantized weights, as TFLite's GPU delegate does;
+    it differs from LiteRT by LiteRT's input quantization, at most half an input step times the sum of
+    |weights| of an output (the bound asserted, from the input's range over 255 levels)."""
     from tflgpu import Interpreter
 
-    path = corpus_model("mobilenet_v2_1.0_224_int8.tflite")
-    x = _corpus_input(path)
-    want = run_model(litert(), path, [x])[0]
-    got = run_model(Interpreter, path, [x])[0]
+    model, x, w_real = _hybrid_case(rng, op)
+    want = run_model(litert(), model, [x])[0]
+    if path is None:
+        got = run_model(Interpreter, model, [x])[0]
+        bound = 1e-5 * max(1.0, float(np.abs(want).max()))
+    else:
+        it = Interpreter(model_content=model, delegate=path)
+        assert it.gpu_plan.cpu_op_count == 0
+        got = run_model(lambda **kw: it, model, [x])[0]
+        in_step = (max(0.0, float(x.max())) - min(0.0, float(x.min()))) / 255
+        dim = 3 if op == "DEPTHWISE_CONV_2D" else 0
+        l1 = np.abs(w_real).sum(axis=tuple(i for i in range(w_real.ndim) if i != dim)).max()
+        bound = 0.5 * in_step * float(l1) + (2e-3 if path.wants_fp16() else 1e-5) * float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    assert err <= bound, f"{op}: max |diff| {err:.3g} > bound {bound:.3g}"
+
+
+# -- the corpus' quantized models, on every path --------------------------------------------------
+
+def _run_path(path_delegate, model_path, x):
+    from tflgpu import Interpreter
+
+    if path_delegate is None:
+        return run_model(Interpreter, model_path, [x])[0], None
+    it = Interpreter(str(model_path), delegate=path_delegate)
+    return run_model(lambda **kw: it, model_path, [x])[0], it.gpu_plan
+
+
+def test_mobilenet_v2_int8_every_path(path):
+    """int8 MobileNet v2: top-1 equals LiteRT's on every path; the CPU integer kernels give LiteRT's
+    output exactly; the float view (every op on the device) stays within 2 output steps (1/256 each)."""
+    model_path = corpus_model("mobilenet_v2_1.0_224_int8.tflite")
+    x = _corpus_input(model_path)
+    want = run_model(litert(), model_path, [x])[0]
+    got, plan = _run_path(path, model_path, x)
     assert got.argmax() == want.argmax()
-    assert np.abs(got - want).max() <= 1 / 256 + 1e-9  # at most one step of the output (scale 1/256)
+    steps = float(np.abs(got - want).max()) * 256
+    if plan is None:
+        assert steps == 0.0
+    else:
+        assert plan.cpu_op_count == 0
+        assert steps <= 2.0, f"{steps} output steps from LiteRT"
+
+
+def test_mobilenet_v2_dynrange_hybrid_ops_equal_litert_op_by_op():
+    """Each op of the dynamic-range model, fed LiteRT's own input for it, gives LiteRT's output within float
+    rounding (the hybrid ops quantize their input exactly as LiteRT does)."""
+    from tflgpu import Interpreter
+    from tflgpu.model.reader import read_model
+
+    model_path = corpus_model("mobilenet_v2_1.0_224_dynrange.tflite")
+    x = _corpus_input(model_path)
+    with warnings.catch_warnings():  # (LiteRT warns that keeping every tensor is for debugging: it is)
+        warnings.simplefilter("ignore")
+        ref = litert()(model_path=str(model_path), experimental_preserve_all_tensors=True)
+    ref.allocate_tensors()
+    ref.set_tensor(ref.get_input_details()[0]["index"], x)
+    ref.invoke()
+    runner = Interpreter(str(model_path))._session(0).runner
+    sg = read_model(str(model_path)).subgraphs[0]
+    hybrid = 0
+    for op, fn in runner.steps:
+        ins = [runner.consts.get(i) if i in runner.consts else ref.get_tensor(i) if i >= 0 else None
+               for i in op.inputs]
+        want = ref.get_tensor(op.outputs[0])
+        got = fn(ins)[0]
+        hybrid += sg.tensors[op.inputs[1]].dtype == np.int8 if len(op.inputs) > 1 else 0
+        assert np.abs(got - want).max() <= 1e-6 * max(1.0, float(np.abs(want).max())), (op.index, op.name)
+    assert hybrid >= 40
+
+
+def test_mobilenet_v2_dynrange_every_path(path):
+    """Dynamic-range MobileNet v2 end to end: top-1 equals LiteRT's on every path and the probabilities
+    are within 0.01 (on the CPU, float-rounding differences can flip single levels of a hybrid op's input
+    quantization; the float view does not quantize activations at all, as TFLite's GPU delegate)."""
+    model_path = corpus_model("mobilenet_v2_1.0_224_dynrange.tflite")
+    x = _corpus_input(model_path)
+    want = run_model(litert(), model_path, [x])[0]
+    got, plan = _run_path(path, model_path, x)
+    assert got.argmax() == want.argmax()
+    err = float(np.abs(got - want).max())
+    assert err <= 0.01, err
+    if plan is not None:
+        assert plan.cpu_op_count == 0
+
+
+def test_quantized_models_allowed_false_keeps_integer_kernels(opencl_device):
+    """TFLite's ENABLE_QUANT off: quantized ops are not delegated (they run on the CPU integer kernels,
+    with the usual warning), and the output is the CPU path's."""
+    from tflgpu import GpuDelegate, Interpreter
+
+    model_path = corpus_model("mobilenet_v2_1.0_224_int8.tflite")
+    x = _corpus_input(model_path)
+    it = Interpreter(str(model_path), delegate=GpuDelegate(quantized_models_allowed=False, cache=False))
+    assert it.gpu_plan is None or it.gpu_plan.gpu_op_count == 0
+    got = run_model(lambda **kw: it, model_path, [x])[0]
+    np.testing.assert_array_equal(got, run_model(Interpreter, model_path, [x])[0])

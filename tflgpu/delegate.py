@@ -57,6 +57,11 @@ class GpuDelegate:
         tuning_db: where records are read and written: None = the cache (``serialization_dir``), a
             path to a JSON records file, a ``tflgpu.autotune.TuningDB``, or False for no records.
         tuning_storage: an optuna storage URL to share the search with other processes (default: in memory).
+        quantized_models_allowed: TFLite's ENABLE_QUANT flag (on by default, as in recent TFLite): a
+            quantized model runs through a float view on the device (weights dequantized once,
+            quantized inputs/outputs converted on the host, quantization simulators keeping
+            activations on the integer model's grid). False: quantized ops stay on the CPU integer
+            kernels.
     """
 
     precision_loss_allowed: bool = False
@@ -75,6 +80,7 @@ class GpuDelegate:
     tuning_budget_s: float | None = None
     tuning_db: object = None
     tuning_storage: str | None = None
+    quantized_models_allowed: bool = True
 
     def __post_init__(self):
         self.inference_priority1 = _priority(self.inference_priority1)

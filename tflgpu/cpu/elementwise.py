@@ -241,3 +241,22 @@ def quantize(ctx: OpContext):
         return [np.clip(r + zp, info.min, info.max).astype(t_out.dtype)]
 
     return run
+
+
+@register("QUANT_SIM")
+def quant_sim(ctx: OpContext):
+    """tflgpu's quantization simulator (inserted by graph.float_view): float values rounded to a quantized
+    tensor's grid — ``(clamp(rint(x / scale) + zero_point, qmin, qmax) - zero_point) * scale`` — or copied."""
+    o = ctx.op.options
+    if not o.get("tflgpu_sim"):
+        raise ctx.fail("QUANT_SIM is tflgpu's internal op; this model's custom op of that name is not supported")
+    if "scale" not in o:
+        return lambda xs: [np.asarray(xs[0], np.float32)]
+    scale, inv = np.float32(o["scale"]), np.float32(1.0) / np.float32(o["scale"])
+    zp, lo, hi = np.float32(o["zero_point"]), np.float32(o["qmin"]), np.float32(o["qmax"])
+
+    def run(xs):
+        q = np.clip(np.rint(np.asarray(xs[0], np.float32) * inv) + zp, lo, hi)
+        return [((q - zp) * scale).astype(np.float32)]
+
+    return run

@@ -70,12 +70,17 @@ class SubgraphRunner:
         self.last_values: list | None = None
 
     def build(self) -> None:
-        from .quantized import is_quantized_op, quantized_factory
+        from .quantized import hybrid_factory, is_hybrid_op, is_quantized_op, quantized_factory
 
         for op in self.sg.operators:
             ctx = OpContext(op, self.sg, self.runtime, self.consts)
             quantized = is_quantized_op(op, self.sg)
-            factory = quantized_factory(ctx) if quantized else registry.factory_for(op.name)
+            if quantized:
+                factory = quantized_factory(ctx)
+            elif is_hybrid_op(op, self.sg):
+                factory = hybrid_factory
+            else:
+                factory = registry.factory_for(op.name)
             if factory is None:
                 raise unsupported_error(op, self.sg.index, quantized)
             try:

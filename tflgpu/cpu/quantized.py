@@ -363,7 +363,7 @@ def depthwise_q(ctx: OpContext):
     def run(xs):
         x = np.asarray(xs[0])
         _check_input(ctx, x, pi, 4)
-        n, h, wd, c = x.shape
+        _, h, wd, c = x.shape
         if c == 0 or oc % c:
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
         oh, pt = conv_padding(h, kh, sh, dh, pad)
@@ -408,10 +408,6 @@ def _broadcast(ctx: OpContext, a: np.ndarray, b: np.ndarray):
         return np.broadcast_arrays(a, b)
     except ValueError as e:
         raise KernelError(f"{ctx.op.name}: cannot broadcast {a.shape} with {b.shape}") from e
-
-
-def _operand_value(ctx: OpContext, i: int, xs) -> np.ndarray:
-    return np.asarray(xs[i])
 
 
 @register_int("ADD", "SUB")
@@ -655,3 +651,127 @@ def _emulated(float_factory):
         return run
 
     return factory
+
+
+# -- hybrid (dynamic-range) ops: float activations, int8 weights ----------------------------------
+
+HYBRID = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+
+def is_hybrid_op(op, sg) -> bool:
+    """A conv / matrix product with float activations and constant int8 weights (dynamic-range models)."""
+    if op.name not in HYBRID or len(op.inputs) < 2 or op.inputs[0] < 0 or op.inputs[1] < 0:
+        return False
+    x, w = sg.tensors[op.inputs[0]], sg.tensors[op.inputs[1]]
+    return x.dtype == np.float32 and w.data is not None and w.dtype == np.int8 and qparams(w) is not None
+
+
+def _quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TFLite's AsymmetricQuantizeFloats per row: (int values, scale, offset) of each row, the row's
+    range [min(0, x), max(0, x)] mapped onto [-128, 127] with a nudged integer zero point."""
+    n = x.shape[0]
+    rows = x.reshape(n, -1).astype(np.float32)
+    rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float64)
+    rmax = np.maximum(rows.max(axis=1, initial=0), 0).astype(np.float64)
+    flat = rmin == rmax
+    scale = np.where(flat, 1.0, (rmax - rmin) / 255.0)
+    zp = np.where(128.0 + np.abs(rmin / scale) < 127.0 + np.abs(rmax / scale), -128.0 - rmin / scale,
+                  127.0 - rmax / scale)
+    off = np.where(zp <= -128, -128, np.where(zp >= 127, 127, tfl_round(zp))).astype(np.int64)
+    off[flat] = 0
+    inv = (np.float32(1.0) / scale.astype(np.float32))[:, None]
+    q = np.clip(tfl_round(rows * inv) + off[:, None], -128, 127).astype(np.int64)  # (as LiteRT's x86 build rounds)
+    q[flat] = 0
+    return q.reshape(x.shape), scale.astype(np.float32).astype(np.float64), off
+
+
+def _quantize_rows_xnnpack(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """XNNPACK's dynamic (qd8) quantization of each row, all in float32: inverse scale 255 / range,
+    the zero point of smaller error, rounded to nearest even."""
+    rows = rows.astype(np.float32)
+    rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float32)
+    rmax = np.maximum(rows.max(axis=1, initial=0), 0).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(rmin == rmax, np.float32(1), np.float32(255) / (rmax - rmin)).astype(np.float32)
+    rmin_s, rmax_s = rmin * inv, rmax * inv
+    zp = np.where((np.float32(-128) + rmin_s) + (np.float32(127) + rmax_s) > 0, np.float32(-128) - rmin_s,
+                  np.float32(127) - rmax_s)
+    zp = np.rint(np.clip(zp, -128, 127)).astype(np.int64)
+    v = np.clip(rows * inv[:, None], (-128 - zp)[:, None].astype(np.float32), (127 - zp)[:, None].astype(np.float32))
+    return np.rint(v).astype(np.int64) + zp[:, None], (np.float32(1) / inv).astype(np.float64), zp
+
+
+def hybrid_factory(ctx: OpContext):
+    """LiteRT's hybrid kernels: the float input quantized to int8, an exact integer product with the
+    int8 weights, then scaled back to float. How the input is quantized follows what LiteRT runs:
+    1×1 convolutions and FULLY_CONNECTED go to XNNPACK's dynamically quantized GEMM (each row — pixel
+    or batch row — asymmetrically on its own range); other convolutions stay on TFLite's per-channel
+    hybrid kernels (each image asymmetrically)."""
+    from .conv import _bias, _im2col
+    from .registry import apply_activation
+
+    name = ctx.op.name
+    w, pw = _weights(ctx, 1, "filter")
+    act = ctx.opt("fused_activation_function", 0)
+    if act not in (0, 1, 2, 3):
+        raise ctx.fail(f"fused activation {act} is not supported by the hybrid kernel")
+    _, wz = pw.broadcast(w.ndim)
+    wf = w.astype(np.float64) - np.asarray(wz, np.float64)
+    if name == "FULLY_CONNECTED":
+        if w.ndim != 2:
+            raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
+        units, depth = w.shape
+        w_mat, n_out = np.ascontiguousarray(wf.T), units
+    elif name == "CONV_2D":
+        if w.ndim != 4:
+            raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w.shape)}")
+        oc, kh, kw, ic = w.shape
+        w_mat, n_out = np.ascontiguousarray(wf.reshape(oc, -1).T), oc
+    else:
+        if w.ndim != 4 or w.shape[0] != 1:
+            raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w.shape)}")
+        _, kh, kw, oc = w.shape
+        w_i, n_out = np.ascontiguousarray(wf.astype(np.int64)), oc
+    w_scale = np.broadcast_to(pw.scale.astype(np.float32), (n_out,))
+    bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
+    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
+    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
+    pad = ctx.opt("padding", 0)
+    keep = ctx.opt("keep_num_dims", False)
+    pointwise = name == "CONV_2D" and kh == kw == sh == sw == 1
+
+    def run(xs):
+        x = np.asarray(xs[0], np.float32)
+        if name == "FULLY_CONNECTED" or (pointwise and x.ndim == 4):
+            d = depth if name == "FULLY_CONNECTED" else ic
+            if x.size % d:
+                raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
+            q, scales, offsets = _quantize_rows_xnnpack(x.reshape(-1, d))
+            acc = (q - offsets[:, None]).astype(np.float64) @ w_mat
+            y = (acc.astype(np.float32) * (scales[:, None].astype(np.float32) * w_scale)) + bias
+            y = apply_activation(y.astype(np.float32), act)
+            if name == "CONV_2D":
+                return [y.reshape(x.shape[:-1] + (oc,))]
+            return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
+        if x.ndim != 4:
+            raise KernelError(f"{name}: input must be 4-D, got shape {x.shape}")
+        n, h, wd, c = x.shape
+        q, scales, offsets = _quantize_rows(x)
+        qz = q - offsets[:, None, None, None]  # padding then holds the real zero, as the offset does
+        oh, pt = conv_padding(h, kh, sh, dh, pad)
+        ow, pl = conv_padding(wd, kw, sw, dw, pad)
+        if name == "CONV_2D":
+            if c != ic:
+                raise KernelError(f"CONV_2D: input has {c} channels, the filter {ic}")
+            cols = _im2col(qz.astype(np.float64), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            acc = (cols @ w_mat).reshape(n, oh, ow, oc)
+        else:
+            if c == 0 or oc % c:
+                raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
+            acc = _depthwise_int(np.ascontiguousarray(qz), w_i, np.zeros(oc, np.int64), sh, sw, dh, dw, pt, pl,
+                                 max(oh, 0), max(ow, 0), oc // c)
+        factor = scales.astype(np.float32)[:, None, None, None] * w_scale
+        y = acc.astype(np.float32) * factor + bias
+        return [apply_activation(y.astype(np.float32), act)]
+
+    return run

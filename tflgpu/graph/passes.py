@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..kernels.common import bhwc
-from ..kernels.elementwise import BINARY, UNARY
+from ..kernels.elementwise import BINARY, UNARY, unary_expr
 
 PRODUCERS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "Convolution2DTransposeBias"}
 FUSABLE_BINARY = {"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"}
@@ -215,7 +215,7 @@ def epilogue_code(epilogue: list[Fused], var: str, index: str, cout: int) -> tup
     for k, f in enumerate(epilogue):
         name = f.op.name
         if f.other_tensor is None and f.other_const is None:
-            expr = UNARY[name].replace("ALPHA", f"{float(f.op.options.get('alpha', 0.2))!r}f")
+            expr = unary_expr(f.op)
             assert var == "v", "UNARY snippets are written over a float4 named v"
             lines.append(f"v = {expr};")
             continue

@@ -26,7 +26,24 @@ UNARY = {
     "ELU": "select(expm1(v), v, isgreater(v, (float4)(0.0f)))",
     "LOGICAL_NOT": "convert_float4(v == 0.0f) * -1.0f",
     "LEAKY_RELU": "select(v * ALPHA, v, isgreaterequal(v, (float4)(0.0f)))",
+    "QUANT_SIM": "QSIM",  # graph.float_view's quantization simulator: see unary_expr
 }
+
+
+def unary_expr(op) -> str:
+    """The float4 expression of a unary op over ``v``, with the op's options filled in."""
+    expr = UNARY[op.name]
+    if op.name == "QUANT_SIM":
+        o = op.options
+        if not o.get("tflgpu_sim"):
+            raise Unsupported("a model's own custom op named QUANT_SIM")
+        if "scale" not in o:
+            return "v"
+        inv = float(np.float32(1.0) / np.float32(o["scale"]))
+        zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
+        return (f"(clamp(rint(v * {inv!r}f) + {zp!r}f, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
+                f" * {float(np.float32(scale))!r}f")
+    return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
 
 # comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0
 LOGIC = {
@@ -77,7 +94,7 @@ def unary(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.inp(0), ctx.out()
     require_float(ctx, x_t, out, allow_bool=ctx.op.name == "LOGICAL_NOT")
     lay = ctx.layout(out)
-    expr = UNARY[ctx.op.name].replace("ALPHA", f"{float(ctx.opt('alpha', 0.2))!r}f")
+    expr = unary_expr(ctx.op)
     src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n"
            + grid_prologue(lay) + f"  const float4 v0 = LD4(src, o);\n  float4 v = v0;\n  v = {expr};\n"
            + f"  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")

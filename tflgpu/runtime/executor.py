@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner, run_cpu_op
+from ..cpu.quantized import dequantize_values, quantize_values
 from ..graph.ir import Operator, Subgraph
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
@@ -75,12 +76,15 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
 class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, fp16: bool, max_partitions: int,
                  profile: bool = False, params: dict | None = None,
-                 input_shapes: list[tuple[int, ...]] | None = None, tuning=None, cache=None):
+                 input_shapes: list[tuple[int, ...]] | None = None, tuning=None, cache=None, quant_io=None):
         """``cache``: a ``tflgpu.cache.PlanCache`` — a stored plan for these options and shapes is
         used as is (no shape propagation, graph-pass search, tuning or compilation), and a plan
-        built here is stored."""
+        built here is stored. ``quant_io``: for a quantized model's float view (``runner.sg``), the
+        quantization of tensors the caller sees as integers: dequantized on the way in, quantized on
+        the way out."""
         import pyopencl as cl
 
+        self.quant_io = quant_io or {}
         self.cl = cl
         self.runner = runner
         self.input_shapes = [tuple(s) for s in (input_shapes or [runner.sg.tensors[i].shape for i in runner.sg.inputs])]
@@ -462,7 +466,8 @@ class GpuPlan:
         self._keep: list = []
         events = []
         for t, x in zip(self.sg.inputs, inputs):
-            values[t] = x
+            p = self.quant_io.get(t)
+            values[t] = x if p is None else dequantize_values(x, p)
         for t in self.input_uploads:
             if t in self.bound:  # zero-copy: the data is already on the device, just convert the layout
                 _, k_in, _, gsize = self.staging[t]
@@ -498,6 +503,12 @@ class GpuPlan:
         q.finish()
         self._keep = []
         self.last_events = events
+        for t, p in self.quant_io.items():  # back to the integers the caller's model declares
+            if values.get(t) is not None:
+                values[t] = quantize_values(values[t], p)
+        for t, x in zip(self.sg.inputs, inputs):
+            if t in self.quant_io:
+                values[t] = x
         return values
 
     def profile_report(self) -> list[tuple[str, str, float]]:

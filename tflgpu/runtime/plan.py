@@ -33,13 +33,22 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
 
     unrolled = 0
     if not any(t.is_variable for t in runner.sg.tensors):  # (a separate runner must not own state)
-        from ..cpu.executor import SubgraphRunner
         from ..graph.unroll import unroll_static_loops
 
         sg, unrolled = unroll_static_loops(runner.sg, runner.runtime, runner.consts)
         if unrolled:
             runner = SubgraphRunner(runner.runtime, sg)
             runner.build()
+    view = None
+    if options.quantized_models_allowed:
+        from ..graph.float_view import float_view, needs_float_view
+
+        if needs_float_view(runner.sg):
+            view = float_view(runner.sg)
+            runner = SubgraphRunner(runner.runtime, view.sg)
+            runner.build()
+            log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
+                     f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
     store = options.cache_store()
     cache = None
     # a plan is stored only where its options describe it fully: records from the cache itself (or
@@ -51,10 +60,12 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
 
         records = options.tuning_db is not False
         desc = (f"fp16={int(fp16)};max_partitions={options.max_delegated_partitions};"
-                f"tuning={options.tuning_mode()};records={int(records)};subgraph={runner.sg.index}")
+                f"tuning={options.tuning_mode()};records={int(records)};subgraph={runner.sg.index};"
+                f"quant={int(options.quantized_models_allowed)}")
         cache = PlanCache(store, token, desc)
     plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
-                   input_shapes=input_shapes, tuning=options.tuning_config(store), cache=cache)
+                   input_shapes=input_shapes, tuning=options.tuning_config(store), cache=cache,
+                   quant_io=view.io if view is not None else None)
     plan.device_outputs = options.allow_buffer_handle_output
     plan.pass_counts = {"unroll_while": unrolled, **plan.pass_counts}
     return plan

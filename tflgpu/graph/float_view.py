@@ -1,0 +1,155 @@
+"""The float view of a quantized subgraph, which the OpenCL path runs (TFLite's GPU delegate does the same).
+
+- Quantized constants (int8/uint8/int16 weights, and the int32 biases of convolutions and matrix
+  products) are dequantized once, here, into float32 constants.
+- Quantized activations become float32 tensors holding the real values ``scale * (q - zero_point)``.
+  Graph inputs and outputs keep their integer type for the caller: the plan dequantizes inputs and
+  quantizes outputs on the host (:attr:`FloatView.io`).
+- QUANTIZE becomes a quantization simulator; DEQUANTIZE disappears (its producer writes the float
+  tensor directly), or becomes an exact copy where that is not possible.
+- After every op whose outputs are quantized, a *quantization simulator* (``QUANT_SIM``: round to the
+  output's scale, add the zero point, clamp to the integer range, map back) makes the float values
+  follow the integer model's grid, so results track the integer model rather than drift from it.
+  Ops that only move values with equal input/output parameters (RESHAPE, MAX_POOL_2D, ...) need none.
+  The simulators are elementwise ops: the fusion pass folds them into their producer's kernel.
+- Ops with no float equivalent (CAST of quantized values reads the raw integers) keep their integer
+  kernels, on the CPU, between a QUANTIZE and a DEQUANTIZE of their operands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..cpu.quantized import TRANSPARENT, QParams, dequantize_values, qparams
+from .ir import Operator, Quantization, Subgraph, Tensor
+
+SIM = "QUANT_SIM"
+NO_FLOAT_VIEW = frozenset({"CAST", "BITCAST"})
+NO_SIM = TRANSPARENT | {"MAX_POOL_2D"}
+BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
+
+
+@dataclass
+class FloatView:
+    sg: Subgraph
+    io: dict[int, QParams]  # quantized graph inputs/outputs (and other host-side tensors): their parameters
+    simulators: int = 0
+    kept_integer: list[str] = field(default_factory=list)  # names of ops left on the integer kernels
+
+
+def needs_float_view(sg: Subgraph) -> bool:
+    return any(qparams(t) is not None for t in sg.tensors)
+
+
+def sim_options(p: QParams | None) -> dict:
+    """A simulator's options (none: an exact copy); the marker keeps a model's own custom op of that name out."""
+    if p is None:
+        return {"tflgpu_sim": True}
+    return {"tflgpu_sim": True, "scale": float(p.s), "zero_point": int(p.z), "qmin": p.qmin, "qmax": p.qmax}
+
+
+def float_view(sg: Subgraph) -> FloatView:
+    tensors = list(sg.tensors)
+    params: dict[int, QParams] = {}
+    for t in sg.tensors:
+        p = qparams(t)
+        if p is None:
+            continue
+        if t.data is not None:
+            tensors[t.index] = _float_tensor(t, dequantize_values(t.data, p))
+        else:
+            params[t.index] = p
+            tensors[t.index] = _float_tensor(t, None)
+    for op in sg.operators:  # int32 biases of quantized convolutions / matrix products
+        b = BIAS_INPUT.get(op.name)
+        if b is None or len(op.inputs) <= b or op.inputs[b] < 0:
+            continue
+        t = tensors[op.inputs[b]]
+        if t.data is not None and np.issubdtype(t.dtype, np.integer) and t.quantization is not None \
+                and len(t.quantization.scales):
+            scale = np.asarray(t.quantization.scales, np.float32)
+            data = (np.asarray(t.data, np.float32).reshape(-1) * (scale if scale.size > 1 else scale[0]))
+            tensors[t.index] = _float_tensor(t, data.reshape(t.shape).astype(np.float32))
+
+    view = FloatView(sg, {t: p for t, p in params.items()})
+    ops: list[Operator] = []
+
+    def new_tensor(like: Tensor, dtype=np.float32, quant: QParams | None = None) -> int:
+        idx = len(tensors)
+        q = Quantization(quant.scale, quant.zero_point, quant.dim) if quant is not None else None
+        tensors.append(replace(like, index=idx, name=f"{like.name}/float_view", dtype=np.dtype(dtype),
+                               type_name=np.dtype(dtype).name.upper(), data=None, quantization=q))
+        return idx
+
+    def sim(src: int, dst: int, p: QParams | None) -> Operator:
+        view.simulators += p is not None
+        return Operator(0, SIM, -1, 1, (src,), (dst,), options=sim_options(p))
+
+    merge: dict[int, int] = {}  # a DEQUANTIZE's input -> its output: the producer writes the float tensor
+    graph_io = set(sg.inputs) | set(sg.outputs)
+    for op in sg.operators:
+        if op.name == "DEQUANTIZE" and op.inputs and op.inputs[0] in params and op.inputs[0] not in graph_io:
+            merge[op.inputs[0]] = op.outputs[0]
+
+    def m(t: int) -> int:
+        return merge.get(t, t)
+
+    for op in sg.operators:
+        ins, outs = tuple(m(t) for t in op.inputs), tuple(m(t) for t in op.outputs)
+        quant_outs = [t for t in op.outputs if t in params]
+        if op.name == "DEQUANTIZE" and op.inputs and qparams(sg.tensors[op.inputs[0]]) is not None:
+            if op.inputs[0] not in merge:
+                ops.append(sim(ins[0], outs[0], None))  # an exact copy
+            continue
+        if op.name == "QUANTIZE" and quant_outs:
+            ops.append(sim(ins[0], outs[0], params[op.outputs[0]]))
+            continue
+        if op.name in NO_FLOAT_VIEW and any(t in params for t in op.inputs + op.outputs):
+            ops.extend(_integer_island(op, ins, outs, params, tensors, new_tensor, sim))
+            view.kept_integer.append(op.name)
+            continue
+        if not quant_outs or _uniform(op, params):
+            ops.append(replace(op, inputs=ins, outputs=outs))
+            continue
+        raw_outs, after = list(outs), []
+        for k, t in enumerate(op.outputs):
+            if t in params:
+                raw = new_tensor(tensors[t])
+                raw_outs[k] = raw
+                after.append(sim(raw, outs[k], params[t]))
+        ops.append(replace(op, inputs=ins, outputs=tuple(raw_outs)))
+        ops.extend(after)
+    ops = [replace(o, index=i) for i, o in enumerate(ops)]
+    view.sg = replace(sg, tensors=tensors, operators=ops)
+    return view
+
+
+def _float_tensor(t: Tensor, data) -> Tensor:
+    return replace(t, dtype=np.dtype(np.float32), type_name="FLOAT32", data=data, quantization=None)
+
+
+def _uniform(op: Operator, params: dict) -> bool:
+    """An op that only moves values, all of whose quantized operands share parameters: no simulator."""
+    if op.name not in NO_SIM:
+        return False
+    ps = [params[t] for t in op.inputs + op.outputs if t in params]
+    return all(p.same(ps[0]) for p in ps)
+
+
+def _integer_island(op: Operator, ins, outs, params, tensors, new_tensor, sim) -> list[Operator]:
+    """``op`` on its integer kernel: QUANTIZE its quantized inputs, DEQUANTIZE its quantized outputs."""
+    out: list[Operator] = []
+    new_ins, new_outs, after = list(ins), list(outs), []
+    for k, t in enumerate(op.inputs):
+        if t in params:
+            q = new_tensor(tensors[t], params[t].dtype, params[t])
+            out.append(Operator(0, "QUANTIZE", 114, 1, (ins[k],), (q,)))
+            new_ins[k] = q
+    for k, t in enumerate(op.outputs):
+        if t in params:
+            q = new_tensor(tensors[t], params[t].dtype, params[t])
+            after.append(Operator(0, "DEQUANTIZE", 6, 2, (q,), (outs[k],)))
+            new_outs[k] = q
+    return out + [replace(op, inputs=tuple(new_ins), outputs=tuple(new_outs))] + after
