@@ -258,6 +258,14 @@ def _int_bias(ctx: OpContext, idx: int, n: int) -> np.ndarray:
     return b.astype(np.int64)
 
 
+def _exact_dtype(w_mat: np.ndarray, pi: QParams):
+    """float32 when every partial sum of (input - zero point) x weight products over a column of ``w_mat``
+    stays below 2^24 (then float32 sums are exact integers), else float64 (exact below 2^53)."""
+    worst_input = max(pi.z - pi.qmin, pi.qmax - pi.z)
+    bound = float(np.abs(w_mat).sum(axis=0).max(initial=0)) * worst_input
+    return np.float32 if bound < 2 ** 24 else np.float64
+
+
 def _multipliers(pi: QParams, pw: QParams, po: QParams, n: int) -> np.ndarray:
     """Per output channel: input_scale * filter_scale / output_scale, in float32 (as XNNPACK)."""
     ws = pw.scale.astype(np.float32)
@@ -266,12 +274,27 @@ def _multipliers(pi: QParams, pw: QParams, po: QParams, n: int) -> np.ndarray:
     return (np.float32(pi.s) * np.broadcast_to(ws, (n,)) / np.float32(po.s)).astype(np.float32)
 
 
-def requantize_fp32(acc: np.ndarray, scale: np.ndarray, zero_point: int, lo: int, hi: int, dtype) -> np.ndarray:
+@njit(cache=True, parallel=True)
+def _requant_rows(acc, bias, scale, zero_point, lo, hi, out):
+    rows, n = acc.shape
+    vlo, vhi = np.float32(lo - zero_point), np.float32(hi - zero_point)
+    for r in prange(rows):
+        for c in range(n):
+            v = np.float32(acc[r, c] + bias[c]) * scale[c]
+            out[r, c] = np.int32(np.rint(min(max(v, vlo), vhi))) + zero_point
+
+
+def requantize_fp32(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, zero_point: int, lo: int, hi: int,
+                    dtype) -> np.ndarray:
     """XNNPACK's "fp32" requantization, which LiteRT applies to quantized convolutions and matrix
-    products: float32(acc) * scale, clamped, rounded to nearest even, plus the zero point."""
-    v = acc.astype(np.float32) * scale
-    np.clip(v, np.float32(lo - zero_point), np.float32(hi - zero_point), out=v)
-    return (np.rint(v).astype(np.int64) + zero_point).astype(dtype)
+    products: float32(acc + bias) * scale, clamped, rounded to nearest even, plus the zero point.
+    ``acc``: [rows, channels] exact integer sums (int64, or float64 holding integers)."""
+    acc2 = acc.reshape(-1, acc.shape[-1])
+    out = np.empty(acc2.shape, dtype)
+    b = np.ascontiguousarray(np.broadcast_to(bias, (acc2.shape[1],)), np.float64 if acc2.dtype.kind == "f" else np.int64)
+    s = np.ascontiguousarray(np.broadcast_to(scale, (acc2.shape[1],)), np.float32)
+    _requant_rows(np.ascontiguousarray(acc2), b, s, int(zero_point), int(lo), int(hi), out)
+    return out.reshape(acc.shape)
 
 
 @register_int("CONV_2D")
@@ -290,7 +313,9 @@ def conv2d_q(ctx: OpContext):
                    filter_depth=ic, out_channels=oc)
     _, wz = pw.broadcast(4)
     w_mat = np.ascontiguousarray((w.astype(np.float64) - np.asarray(wz, np.float64)).reshape(oc, -1).T)
-    bias = _int_bias(ctx, 2, oc)
+    exact = _exact_dtype(w_mat, pi)
+    w_mat = w_mat.astype(exact)
+    bias_f = _int_bias(ctx, 2, oc).astype(np.float64)
     mult = _multipliers(pi, pw, po, oc)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
 
@@ -304,13 +329,13 @@ def conv2d_q(ctx: OpContext):
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
         if oh <= 0 or ow <= 0:
             raise KernelError(f"CONV_2D: empty output for input {x.shape}")
-        xf = x.astype(np.float64) - pi.z  # padding then holds real zero, as TFLite's input offset does
+        xf = x.astype(exact) - exact(pi.z)  # padding then holds real zero, as TFLite's input offset does
         if kh == kw == sh == sw == 1 and pt == pl == 0:
             cols = xf.reshape(-1, ic)
         else:
             cols = _im2col(xf, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        acc = (cols @ w_mat).astype(np.int64) + bias  # exact: |sums| < 2^53
-        return [requantize_fp32(acc, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
+        acc = cols @ w_mat  # exact integers (see _exact_dtype)
+        return [requantize_fp32(acc, bias_f, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
 
     return run
 
@@ -319,7 +344,7 @@ def conv2d_q(ctx: OpContext):
 def _depthwise_int(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult):
     n, h, wd, c = x.shape
     kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
-    out = np.empty((n, oh, ow, oc), dtype=np.int64)
+    out = np.empty((n, oh, ow, oc), dtype=bias.dtype)
     for row in prange(n * oh):
         b = row // oh
         oy = row % oh
@@ -335,10 +360,14 @@ def _depthwise_int(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult):
                     ix = ox * sw - pl + kx * dw
                     if ix < 0 or ix >= wd:
                         continue
-                    for ch in range(c):
-                        xv = x[b, iy, ix, ch]
-                        for m in range(mult):
-                            acc[ch * mult + m] += xv * w[0, ky, kx, ch * mult + m]
+                    if mult == 1:  # (a loop the compiler vectorizes)
+                        for ch in range(c):
+                            acc[ch] += x[b, iy, ix, ch] * w[0, ky, kx, ch]
+                    else:
+                        for ch in range(c):
+                            xv = x[b, iy, ix, ch]
+                            for m in range(mult):
+                                acc[ch * mult + m] += xv * w[0, ky, kx, ch * mult + m]
     return out
 
 
@@ -355,10 +384,11 @@ def depthwise_q(ctx: OpContext):
     check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
                    out_channels=oc)
     _, wz = pw.broadcast(4)
-    w_i = np.ascontiguousarray(w.astype(np.int64) - np.asarray(wz, np.int64))
-    bias = _int_bias(ctx, 2, oc)
+    w_i = np.ascontiguousarray(w.astype(np.int32) - np.asarray(wz, np.int32))
+    bias = _int_bias(ctx, 2, oc).astype(np.int32)  # int32 sums, as TFLite's (|sums| < 2^31 for 8-bit values)
     mult = _multipliers(pi, pw, po, oc)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
+    zero_bias = np.zeros(oc, np.int32)
 
     def run(xs):
         x = np.asarray(xs[0])
@@ -368,9 +398,9 @@ def depthwise_q(ctx: OpContext):
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
-        xi = np.ascontiguousarray(x.astype(np.int64) - pi.z)
+        xi = np.ascontiguousarray(x.astype(np.int32) - np.int32(pi.z))
         acc = _depthwise_int(xi, w_i, bias, sh, sw, dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c)
-        return [requantize_fp32(acc, mult, po.z, lo, hi, po.dtype)]
+        return [requantize_fp32(acc, zero_bias, mult, po.z, lo, hi, po.dtype)]
 
     return run
 
@@ -384,7 +414,9 @@ def fully_connected_q(ctx: OpContext):
     units, depth = w.shape
     _, wz = pw.broadcast(2)
     w_t = np.ascontiguousarray((w.astype(np.float64) - np.asarray(wz, np.float64)).T)
-    bias = _int_bias(ctx, 2, units)
+    exact = _exact_dtype(w_t, pi)
+    w_t = w_t.astype(exact)
+    bias = _int_bias(ctx, 2, units).astype(np.float64)
     mult = _multipliers(pi, pw, po, units)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
     keep = ctx.opt("keep_num_dims", False)
@@ -394,8 +426,8 @@ def fully_connected_q(ctx: OpContext):
         _check_input(ctx, x, pi)
         if x.size % depth:
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
-        acc = ((x.reshape(-1, depth).astype(np.float64) - pi.z) @ w_t).astype(np.int64) + bias
-        y = requantize_fp32(acc, mult, po.z, lo, hi, po.dtype)
+        acc = (x.reshape(-1, depth).astype(exact) - exact(pi.z)) @ w_t
+        y = requantize_fp32(acc, bias, mult, po.z, lo, hi, po.dtype)
         return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
 
     return run
