@@ -101,6 +101,19 @@ def _col2im(cols, n, h, w, oh, ow, kh, kw, oc, sh, sw, pt, pl, out):
     return out
 
 
+def _once(make):
+    """``make()``'s value, computed on the first call: weight re-layouts wait until the op runs on the
+    CPU at all (under a GpuDelegate most never do, and start-up is spared the copies)."""
+    box = []
+
+    def get():
+        if not box:
+            box.append(make())
+        return box[0]
+
+    return get
+
+
 def _bias(ctx: OpContext, idx: int, n: int) -> np.ndarray:
     b = ctx.const(idx) if ctx.has_input(idx) else None
     if b is None:
@@ -142,13 +155,13 @@ def conv2d(ctx: OpContext):
         # [oc, kh, kw, icg] -> per group [kh*kw*icg, oc_g]
         return np.ascontiguousarray(w.reshape(oc, kh * kw * icg).T)
 
-    w_mat = prepare(w_const) if w_const is not None else None
+    w_mat = _once(lambda: prepare(w_const)) if w_const is not None else None
 
     def run(xs):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
         if x.ndim != 4:
             raise KernelError(f"CONV_2D input must be 4-D, got shape {x.shape}")
-        wm = w_mat if w_mat is not None else prepare(np.asarray(xs[1], np.float32))
+        wm = w_mat() if w_mat is not None else prepare(np.asarray(xs[1], np.float32))
         n, h, w, c = x.shape
         if c % icg:
             raise KernelError(f"CONV_2D: input channels {c} not a multiple of filter depth {icg}")
@@ -217,11 +230,11 @@ def _transpose_conv(ctx: OpContext, x_idx: int, w_idx: int, bias_idx: int, out_s
     def prepare(w):  # [oc, kh, kw, ic] -> [ic, kh*kw*oc]
         return np.ascontiguousarray(w.transpose(3, 1, 2, 0).reshape(ic, kh * kw * oc))
 
-    w_mat = prepare(w_const) if w_const is not None else None
+    w_mat = _once(lambda: prepare(w_const)) if w_const is not None else None
 
     def run(xs):
         x = np.ascontiguousarray(xs[x_idx], dtype=np.float32)
-        wm = w_mat if w_mat is not None else prepare(np.asarray(xs[w_idx], np.float32))
+        wm = w_mat() if w_mat is not None else prepare(np.asarray(xs[w_idx], np.float32))
         n, h, w, c = x.shape
         if c != ic:
             raise KernelError(f"{ctx.op.name}: input has {c} channels, filter expects {ic}")
@@ -274,12 +287,12 @@ def fully_connected(ctx: OpContext):
     w_const = _float_weights(ctx, 1)
     units, depth = ctx.input_tensor(1).shape[0], ctx.input_tensor(1).shape[-1]
     bias = _bias(ctx, 2, units) if ctx.has_input(2) else None
-    w_t = np.ascontiguousarray(w_const.T) if w_const is not None else None
+    w_t = _once(lambda: np.ascontiguousarray(w_const.T)) if w_const is not None else None
     out_dtype = ctx.output_tensor(0).dtype
 
     def run(xs):
         x = np.asarray(xs[0])
-        wt = w_t if w_t is not None else np.asarray(xs[1], np.float32).T
+        wt = w_t() if w_t is not None else np.asarray(xs[1], np.float32).T
         if x.size % depth:
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
         y = x.reshape(-1, depth).astype(np.float32, copy=False) @ wt
