@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+LARGE_BYTES = 1 << 20  # "large" models: the real architectures (1.9-17 MB); the rest are under 120 KB
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
 
 CHILD = r"""
@@ -68,7 +69,7 @@ def main() -> int:
     print("| model | cold init s (tuning off) | cold init s (tuning fast) | warm init s | warm vs cold (off) "
           "| warm vs cold (fast) | cache bytes | runtime start s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    worst = 100.0
+    worst, worst_large = 100.0, 100.0
     for m in models:
         print(f"{m.name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="tflgpu-bench-") as d:
@@ -84,10 +85,13 @@ def main() -> int:
                 assert warm_fast["compiled"] == 0, warm_fast
         red = 100 * (1 - warm["s"] / cold["s"])
         worst = min(worst, red)
+        if m.stat().st_size >= LARGE_BYTES:
+            worst_large = min(worst_large, red)
         red_fast = f"{100 * (1 - warm_fast['s'] / fast['s']):.1f}%" if fast else "-"
         print(f"| {m.name} | {cold['s']:.2f} | " + (f"{fast['s']:.2f}" if fast else "-")
               + f" | {warm['s']:.3f} | {red:.1f}% | {red_fast} | {size:,} | {warm['runtime_start']:.2f} |", flush=True)
-    print(f"\nsmallest reduction (warm vs cold, tuning off): {worst:.1f}%")
+    print(f"\nsmallest reduction (warm vs cold, tuning off): {worst:.1f}% over every model (goal 90%), "
+          f"{worst_large:.1f}% over the large ones, files of 1 MB or more (goal 95%)")
     return 0
 
 
