@@ -698,9 +698,10 @@ def is_hybrid_op(op, sg) -> bool:
     return x.dtype == np.float32 and w.data is not None and w.dtype == np.int8 and qparams(w) is not None
 
 
-def _quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """TFLite's AsymmetricQuantizeFloats per row: (int values, scale, offset) of each row, the row's
-    range [min(0, x), max(0, x)] mapped onto [-128, 127] with a nudged integer zero point."""
+def _quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's AsymmetricQuantizeFloats per row (an image): the row's range [min(0, x), max(0, x)] mapped
+    onto [-128, 127] with a nudged integer zero point. Returns (quantized value - zero point, as float32
+    integers; so a padded zero stays zero) and each row's scale."""
     n = x.shape[0]
     rows = x.reshape(n, -1).astype(np.float32)
     rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float64)
@@ -709,17 +710,18 @@ def _quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     scale = np.where(flat, 1.0, (rmax - rmin) / 255.0)
     zp = np.where(128.0 + np.abs(rmin / scale) < 127.0 + np.abs(rmax / scale), -128.0 - rmin / scale,
                   127.0 - rmax / scale)
-    off = np.where(zp <= -128, -128, np.where(zp >= 127, 127, tfl_round(zp))).astype(np.int64)
-    off[flat] = 0
+    off = np.where(flat, 0, np.where(zp <= -128, -128, np.where(zp >= 127, 127, tfl_round(zp)))).astype(np.float32)
     inv = (np.float32(1.0) / scale.astype(np.float32))[:, None]
-    q = np.clip(tfl_round(rows * inv) + off[:, None], -128, 127).astype(np.int64)  # (as LiteRT's x86 build rounds)
+    # (rounded before the offset is added, as LiteRT's x86 build does)
+    q = np.clip(tfl_round(rows * inv) + off[:, None], -128, 127) - off[:, None]
     q[flat] = 0
-    return q.reshape(x.shape), scale.astype(np.float32).astype(np.float64), off
+    return q.astype(np.float32).reshape(x.shape), scale.astype(np.float32)
 
 
-def _quantize_rows_xnnpack(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """XNNPACK's dynamic (qd8) quantization of each row, all in float32: inverse scale 255 / range,
-    the zero point of smaller error, rounded to nearest even."""
+def _quantize_rows_xnnpack(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """XNNPACK's dynamic (qd8) quantization of each row, all in float32: inverse scale 255 / range, the
+    zero point of smaller error, rounded to nearest even. Returns (quantized value - zero point, as
+    float32 integers) and each row's scale."""
     rows = rows.astype(np.float32)
     rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float32)
     rmax = np.maximum(rows.max(axis=1, initial=0), 0).astype(np.float32)
@@ -728,9 +730,10 @@ def _quantize_rows_xnnpack(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     rmin_s, rmax_s = rmin * inv, rmax * inv
     zp = np.where((np.float32(-128) + rmin_s) + (np.float32(127) + rmax_s) > 0, np.float32(-128) - rmin_s,
                   np.float32(127) - rmax_s)
-    zp = np.rint(np.clip(zp, -128, 127)).astype(np.int64)
-    v = np.clip(rows * inv[:, None], (-128 - zp)[:, None].astype(np.float32), (127 - zp)[:, None].astype(np.float32))
-    return np.rint(v).astype(np.int64) + zp[:, None], (np.float32(1) / inv).astype(np.float64), zp
+    zp = np.rint(np.clip(zp, -128, 127)).astype(np.float32)[:, None]
+    v = rows * inv[:, None]
+    np.clip(v, np.float32(-128) - zp, np.float32(127) - zp, out=v)
+    return np.rint(v, out=v), np.float32(1) / inv
 
 
 def hybrid_factory(ctx: OpContext):
@@ -738,7 +741,8 @@ def hybrid_factory(ctx: OpContext):
     int8 weights, then scaled back to float. How the input is quantized follows what LiteRT runs:
     1×1 convolutions and FULLY_CONNECTED go to XNNPACK's dynamically quantized GEMM (each row — pixel
     or batch row — asymmetrically on its own range); other convolutions stay on TFLite's per-channel
-    hybrid kernels (each image asymmetrically)."""
+    hybrid kernels (each image asymmetrically). Products are summed in float32 where every partial sum
+    provably stays below 2^24 (exact), else in float64."""
     from .conv import _bias, _im2col
     from .registry import apply_activation
 
@@ -749,6 +753,8 @@ def hybrid_factory(ctx: OpContext):
         raise ctx.fail(f"fused activation {act} is not supported by the hybrid kernel")
     _, wz = pw.broadcast(w.ndim)
     wf = w.astype(np.float64) - np.asarray(wz, np.float64)
+    full_range = QParams(np.ones(1, np.float32), np.zeros(1, np.int64), 0, np.dtype(np.uint8))  # |q - zp| <= 255
+    w_i = w_mat = None
     if name == "FULLY_CONNECTED":
         if w.ndim != 2:
             raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
@@ -763,7 +769,9 @@ def hybrid_factory(ctx: OpContext):
         if w.ndim != 4 or w.shape[0] != 1:
             raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w.shape)}")
         _, kh, kw, oc = w.shape
-        w_i, n_out = np.ascontiguousarray(wf.astype(np.int64)), oc
+        w_i, n_out = np.ascontiguousarray(wf.astype(np.int32)), oc
+    if w_mat is not None:
+        w_mat = w_mat.astype(_exact_dtype(w_mat, full_range))
     w_scale = np.broadcast_to(pw.scale.astype(np.float32), (n_out,))
     bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
@@ -778,32 +786,31 @@ def hybrid_factory(ctx: OpContext):
             d = depth if name == "FULLY_CONNECTED" else ic
             if x.size % d:
                 raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
-            q, scales, offsets = _quantize_rows_xnnpack(x.reshape(-1, d))
-            acc = (q - offsets[:, None]).astype(np.float64) @ w_mat
-            y = (acc.astype(np.float32) * (scales[:, None].astype(np.float32) * w_scale)) + bias
-            y = apply_activation(y.astype(np.float32), act)
+            qz, scales = _quantize_rows_xnnpack(x.reshape(-1, d))
+            acc = qz.astype(w_mat.dtype, copy=False) @ w_mat
+            y = acc.astype(np.float32, copy=False) * (scales[:, None] * w_scale) + bias
+            y = apply_activation(y, act)
             if name == "CONV_2D":
                 return [y.reshape(x.shape[:-1] + (oc,))]
             return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
         if x.ndim != 4:
             raise KernelError(f"{name}: input must be 4-D, got shape {x.shape}")
         n, h, wd, c = x.shape
-        q, scales, offsets = _quantize_rows(x)
-        qz = q - offsets[:, None, None, None]  # padding then holds the real zero, as the offset does
+        qz, scales = _quantize_rows(x)  # padding then holds the real zero, as the offset does
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
         if name == "CONV_2D":
             if c != ic:
                 raise KernelError(f"CONV_2D: input has {c} channels, the filter {ic}")
-            cols = _im2col(qz.astype(np.float64), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            cols = _im2col(qz.astype(w_mat.dtype, copy=False), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
             acc = (cols @ w_mat).reshape(n, oh, ow, oc)
         else:
             if c == 0 or oc % c:
                 raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
-            acc = _depthwise_int(np.ascontiguousarray(qz), w_i, np.zeros(oc, np.int64), sh, sw, dh, dw, pt, pl,
-                                 max(oh, 0), max(ow, 0), oc // c)
-        factor = scales.astype(np.float32)[:, None, None, None] * w_scale
-        y = acc.astype(np.float32) * factor + bias
-        return [apply_activation(y.astype(np.float32), act)]
+            acc = _depthwise_int(np.ascontiguousarray(qz.astype(np.int32)), w_i, np.zeros(oc, np.int32), sh, sw,
+                                 dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c)
+        factor = scales[:, None, None, None] * w_scale
+        y = acc.astype(np.float32, copy=False) * factor + bias
+        return [apply_activation(y, act)]
 
     return run
