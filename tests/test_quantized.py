@@ -198,8 +198,9 @@ def test_unsupported_quantized_op_is_a_clear_error():
 
     from .qutil import qop_model
 
-    model, _ = qop_model("CAST", [QIn(np.zeros((2, 3), I8), Q(0.1, 0))], [QOut((2, 3), np.int32)])
-    with pytest.raises(ValueError, match="quantized op CAST"):
+    model, _ = qop_model("LOCAL_RESPONSE_NORMALIZATION", [QIn(np.zeros((1, 2, 2, 3), I8), Q(0.1, 0))],
+                         [QOut((1, 2, 2, 3), I8, Q(0.1, 0))])
+    with pytest.raises(ValueError, match="quantized op LOCAL_RESPONSE_NORMALIZATION"):
         Interpreter(model_content=model).allocate_tensors()
 
 
@@ -347,3 +348,36 @@ def test_quantized_models_allowed_false_keeps_integer_kernels(opencl_device):
     assert it.gpu_plan is None or it.gpu_plan.gpu_op_count == 0
     got = run_model(lambda **kw: it, model_path, [x])[0]
     np.testing.assert_array_equal(got, run_model(Interpreter, model_path, [x])[0])
+
+
+def test_op_without_float_view_stays_on_integer_kernels(rng, opencl_device, caplog):
+    """CAST of quantized values reads the raw integers: under the float view it keeps its integer kernel
+    on the CPU (after a QUANTIZE of its operand), with TFLite's warning; the ADD before it runs on
+    the device; the results are within one step of LiteRT's."""
+    import logging
+
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    q = {"scale": np.float32([0.05]), "zero_point": np.int64([3])}
+    x0 = b.input("a", (1, 4, 4, 8), np.int8, quant=q)
+    x1 = b.input("b", (1, 4, 4, 8), np.int8, quant={"scale": np.float32([0.07]), "zero_point": np.int64([-5])})
+    s = b.tensor("sum", (1, 4, 4, 8), np.int8, quant={"scale": np.float32([0.1]), "zero_point": np.int64([-2])})
+    y = b.tensor("y", (1, 4, 4, 8), np.int32)
+    b.op("ADD", [x0, x1], [s], version=2, fused_activation_function="NONE")
+    b.op("CAST", [s], [y])
+    b.output(y, s)
+    model = b.build()
+    feeds = [rand_q(rng, (1, 4, 4, 8), I8), rand_q(rng, (1, 4, 4, 8), I8)]
+    want = run_model(litert(), model, feeds)
+    with caplog.at_level(logging.WARNING, logger="tflgpu"):
+        it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    plan = it.gpu_plan
+    on_cpu = [op.name for s_ in plan.steps if s_.device == "cpu" for op, _ in s_.members]
+    assert "CAST" in on_cpu and "ADD" not in on_cpu, on_cpu
+    assert "op code #53 (CAST) cannot be handled by this delegate" in caplog.text
+    got = run_model(lambda **kw: it, model, feeds)
+    # the ADD's int8 output (float view + simulator) and its CAST: within one step of LiteRT's
+    assert np.abs(got[1].astype(int) - want[1]).max() <= 1
+    assert np.abs(got[0] - want[0]).max() <= 1

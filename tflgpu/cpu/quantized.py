@@ -13,7 +13,7 @@ executor picks, in this order:
    every intermediate tensor equals LiteRT's bit for bit;
 2. for ops that only move values (RESHAPE, TRANSPOSE, GATHER, MAX over values, ...), the float
    kernel on the raw integers, when every quantized tensor of the op has the same scale and zero
-   point (as TFLite requires for them);
+   point (as TFLite requires for them); CAST always converts the raw integers, as TFLite's does;
 3. otherwise the float kernel on dequantized inputs, its outputs rounded (half away from zero,
    as ``TfLiteRound``) and clamped: within one step of an integer implementation.
 
@@ -42,8 +42,8 @@ TRANSPARENT = frozenset({
     "RESIZE_NEAREST_NEIGHBOR", "MAXIMUM", "MINIMUM", "REDUCE_MAX", "REDUCE_MIN", "ARG_MAX", "ARG_MIN",
     "SHAPE", "IDENTITY", "ZEROS_LIKE", "SELECT", "SELECT_V2", "CONCATENATION",
 })
-# ops whose integer result is defined by its own (de)quantization, never by an emulation
-NO_EMULATION = frozenset({"QUANTIZE", "DEQUANTIZE", "CAST"})
+# ops defined on the raw integers whatever the parameters (CAST converts the stored values, as TFLite)
+RAW = frozenset({"CAST"})
 
 
 def register_int(*names: str):
@@ -123,9 +123,9 @@ def quantized_factory(ctx: OpContext):
     if name in _KERNELS:
         return _KERNELS[name]
     float_factory = factory_for(name)
-    if float_factory is None or name in NO_EMULATION:
+    if float_factory is None:
         return None
-    if name in TRANSPARENT and _uniform(ctx):
+    if name in RAW or (name in TRANSPARENT and _uniform(ctx)):
         return float_factory
     return _emulated(float_factory)
 
@@ -194,7 +194,26 @@ def tfl_round(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+@njit(cache=True, parallel=True)
+def _quantize_flat(x, scale, zp, lo, hi, out):
+    for i in prange(x.size):
+        v = np.float64(x[i]) / scale
+        if v != v:  # NaN: as zero
+            v = 0.0
+        r = np.floor(abs(v) + 0.5)
+        q = (r if v >= 0 else -r) + zp
+        out[i] = min(max(q, lo), hi)
+
+
 def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
+    """round(real / scale) + zero point (half away from zero, as TfLiteRound), clamped to the type's range."""
+    if len(p.scale) == 1 and np.ndim(real) > 0:  # (one pass; the host side of every float-view output)
+        x = np.ascontiguousarray(real).reshape(-1)
+        if x.dtype not in (np.float32, np.float64):
+            x = x.astype(np.float64)
+        out = np.empty(x.size, p.dtype)
+        _quantize_flat(x, np.float64(p.scale[0]), np.float64(p.z), np.float64(p.qmin), np.float64(p.qmax), out)
+        return out.reshape(np.shape(real))
     scale, zp = p.broadcast(np.ndim(real))
     q = tfl_round(np.asarray(real, np.float64) / np.asarray(scale, np.float64)) + zp
     return np.clip(q, p.qmin, p.qmax).astype(p.dtype)
