@@ -5,7 +5,9 @@ pyopencl's wheel bundles the ocl-icd loader, which only reads .icd files in
 (``intel-opencl-rt``) ships an .icd whose path is bogus, so it is invisible
 unless someone points the loader at ``libintelocl.so``. We do that here:
 build a private vendors directory holding an .icd for each pip runtime found
-plus every .icd the user's loader would have read (a real GPU's), and point
+plus every .icd the user's loader would have read (a real GPU's), plus one for
+a known GPU driver library that is installed without its .icd (seen in
+containers that mount NVIDIA's driver), and point
 OCL_ICD_VENDORS (and the Khronos loader's OCL_ICD_FILENAMES) at it. This must
 happen before the loader's first platform query in the process.
 """
@@ -25,6 +27,9 @@ log = logging.getLogger("tflgpu")
 
 SYSTEM_VENDOR_DIR = "/etc/OpenCL/vendors"
 _PIP_RUNTIMES = {"intel-opencl-rt": "libintelocl.so"}
+# GPU drivers whose OpenCL library is installed but may lack its .icd file (containers that mount
+# the driver, e.g. NVIDIA's /usr/local/nvidia, often do): found through the dynamic linker's cache
+_DRIVER_LIBRARIES = ("nvidia-opencl", "amdocl64")
 _done = False
 
 
@@ -46,6 +51,21 @@ def pip_runtime_libraries() -> list[str]:
             for p in glob.glob(os.path.join(sys.prefix, "lib", lib)):
                 found.append(os.path.realpath(p))
     return sorted(set(found))
+
+
+def driver_libraries() -> list[str]:
+    """Sonames of known GPU OpenCL drivers the dynamic linker can load (``libnvidia-opencl.so.1``, ...)."""
+    from ctypes.util import find_library
+
+    found = []
+    for name in _DRIVER_LIBRARIES:
+        try:
+            lib = find_library(name)
+        except (OSError, RuntimeError):  # (no ldconfig / gcc to ask)
+            lib = None
+        if lib:
+            found.append(lib)
+    return found
 
 
 def _existing_icds() -> list[Path]:
@@ -77,6 +97,11 @@ def vendors_dir_contents() -> dict[str, str]:
         if lib not in seen_libs:
             contents[f"tflgpu-pip-{i}-{Path(lib).stem}.icd"] = lib + "\n"
             seen_libs.add(lib)
+    registered = {Path(lib).name.split(".so")[0] for lib in seen_libs}
+    for lib in driver_libraries():  # an installed GPU driver nobody registered
+        if Path(lib).name.split(".so")[0] not in registered:
+            contents[f"tflgpu-driver-{Path(lib).name.split('.so')[0]}.icd"] = lib + "\n"
+            registered.add(Path(lib).name.split(".so")[0])
     return contents
 
 
@@ -89,7 +114,7 @@ def ensure_icd_vendors() -> str | None:
     if os.environ.get("TFLGPU_NO_ICD_SETUP"):
         return None
     contents = vendors_dir_contents()
-    if not any(name.startswith("tflgpu-pip-") for name in contents):
+    if not any(name.startswith(("tflgpu-pip-", "tflgpu-driver-")) for name in contents):
         return None  # nothing to add: leave the user's loader configuration alone
     digest = hashlib.sha256(repr(sorted(contents.items())).encode()).hexdigest()[:16]
     base = Path(tempfile.gettempdir()) / f"tflgpu-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
