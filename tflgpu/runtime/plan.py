@@ -44,11 +44,18 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
         from ..graph.float_view import float_view, needs_float_view
 
         if needs_float_view(runner.sg):
-            view = float_view(runner.sg)
-            runner = SubgraphRunner(runner.runtime, view.sg)
-            runner.build()
-            log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
-                     f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
+            try:
+                view = float_view(runner.sg)
+                view_runner = SubgraphRunner(runner.runtime, view.sg)
+                view_runner.build()
+            except ValueError as e:  # a quantized model whose float view has no kernel somewhere
+                log.warning("GpuDelegate: no float view of this quantized model (%s); its quantized ops run "
+                            "on the CPU integer kernels", e)
+                view = None
+            else:
+                runner = view_runner
+                log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
+                         f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
     store = options.cache_store()
     cache = None
     # a plan is stored only where its options describe it fully: records from the cache itself (or
