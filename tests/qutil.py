@@ -119,3 +119,49 @@ def check_qop(delegate, op: str, inputs, outputs, *, max_steps: float = 1.0, ver
 def rand_q(rng, shape, dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def small_quantized_model(seed: int = 0) -> bytes:
+    """A small full-integer model with float I/O, like the converter writes: QUANTIZE, per-channel CONV_2D
+    (RELU6), DEPTHWISE_CONV_2D, a residual ADD, AVERAGE_POOL_2D, FULLY_CONNECTED, SOFTMAX, DEQUANTIZE."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+
+    def q(scale, zp=0):
+        return {"scale": np.float32([scale]), "zero_point": np.int64([zp])}
+
+    def per_channel(n, dim=0):
+        s = rng.uniform(0.004, 0.02, n).astype(np.float32)
+        return s, {"scale": s, "zero_point": np.zeros(n, np.int64), "quantized_dimension": dim}
+
+    x = b.input("x", (1, 8, 8, 3), np.float32)
+    xq = b.tensor("xq", (1, 8, 8, 3), np.int8, quant=q(0.02, -3))
+    b.op("QUANTIZE", [x], [xq])
+    s1, q1 = per_channel(8)
+    w1 = b.const("w1", rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8), quant=q1)
+    b1 = b.const("b1", rng.integers(-500, 500, 8).astype(np.int32), quant={"scale": 0.02 * s1, "zero_point": np.zeros(8, np.int64)})
+    c1 = b.tensor("c1", (1, 8, 8, 8), np.int8, quant=q(0.03, -128))
+    b.op("CONV_2D", [xq, w1, b1], [c1], version=3, padding="SAME", stride_h=1, stride_w=1,
+         fused_activation_function="RELU6")
+    s2, q2 = per_channel(8, 3)
+    w2 = b.const("w2", rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8), quant=q2)
+    b2 = b.const("b2", rng.integers(-500, 500, 8).astype(np.int32), quant={"scale": 0.03 * s2, "zero_point": np.zeros(8, np.int64)})
+    c2 = b.tensor("c2", (1, 8, 8, 8), np.int8, quant=q(0.04, 5))
+    b.op("DEPTHWISE_CONV_2D", [c1, w2, b2], [c2], version=3, padding="SAME", stride_h=1, stride_w=1,
+         depth_multiplier=1, fused_activation_function="NONE")
+    a = b.tensor("a", (1, 8, 8, 8), np.int8, quant=q(0.06, -10))
+    b.op("ADD", [c1, c2], [a], version=2, fused_activation_function="NONE")
+    p = b.tensor("p", (1, 1, 1, 8), np.int8, quant=q(0.06, -10))
+    b.op("AVERAGE_POOL_2D", [a], [p], version=2, padding="VALID", stride_h=8, stride_w=8, filter_height=8,
+         filter_width=8, fused_activation_function="NONE")
+    s3, _ = per_channel(1)
+    w3 = b.const("w3", rng.integers(-127, 128, (5, 8)).astype(np.int8), quant=q(float(s3[0])))
+    b3 = b.const("b3", rng.integers(-200, 200, 5).astype(np.int32), quant=q(float(0.06 * s3[0])))
+    f = b.tensor("f", (1, 5), np.int8, quant=q(0.05, 2))
+    b.op("FULLY_CONNECTED", [p, w3, b3], [f], version=4, fused_activation_function="NONE")
+    sm = b.tensor("sm", (1, 5), np.int8, quant=q(1 / 256, -128))
+    b.op("SOFTMAX", [f], [sm], version=2, beta=1.0)
+    y = b.tensor("y", (1, 5), np.float32)
+    b.op("DEQUANTIZE", [sm], [y], version=2)
+    b.output(y)
+    return b.build()

@@ -1,4 +1,4 @@
-"""Fuzzed models: mutants of real corpus models (bit flips, extreme integers written over fields, so giant
+"""Fuzzed models: mutants of real corpus models and of a small int8 model (bit flips, extreme integers written over fields, so giant
 or negative sizes and out-of-range indices, splices, truncations) either load and run or raise
 ValueError/RuntimeError — never a crash, a hang, an unbounded allocation, or another exception type.
 
@@ -91,8 +91,13 @@ print(json.dumps(stats))
 """
 
 
-def test_fuzzed_corpus_models(opencl_device):
+def test_fuzzed_corpus_models(opencl_device, tmp_path):
+    from .qutil import small_quantized_model
+
+    quantized = tmp_path / "small_int8.tflite"  # the integer kernels and the float view get mutants too
+    quantized.write_bytes(small_quantized_model())
     paths = [str(corpus_model(n)) for n in ("opzoo_small.tflite", "lstm_small.tflite", "fallback_ops.tflite")]
+    paths.append(str(quantized))
     seconds = float(os.environ.get("TFLGPU_FUZZ_SECONDS", "45"))
     max_n = 100_000 if "TFLGPU_FUZZ_SECONDS" in os.environ else 300
     env = {**os.environ, "TFLGPU_TUNING": "none"}

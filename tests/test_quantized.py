@@ -381,3 +381,21 @@ def test_op_without_float_view_stays_on_integer_kernels(rng, opencl_device, capl
     # the ADD's int8 output (float view + simulator) and its CAST: within one step of LiteRT's
     assert np.abs(got[1].astype(int) - want[1]).max() <= 1
     assert np.abs(got[0] - want[0]).max() <= 1
+
+
+def test_small_quantized_model_on_every_path(path):
+    """A converter-shaped int8 model (the fuzz test's quantized seed): within one output step of LiteRT."""
+    from tflgpu import Interpreter
+
+    from .qutil import small_quantized_model
+
+    model = small_quantized_model()
+    x = np.random.default_rng(5).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)
+    want = run_model(litert(), model, [x])[0]
+    if path is None:
+        got = run_model(Interpreter, model, [x])[0]
+    else:
+        it = Interpreter(model_content=model, delegate=path)
+        assert it.gpu_plan.cpu_op_count == 0
+        got = run_model(lambda **kw: it, model, [x])[0]
+    assert np.abs(got - want).max() <= 1 / 256 + 1e-7
