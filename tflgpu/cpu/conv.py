@@ -21,6 +21,7 @@ from .registry import (
     conv_padding,
     register,
 )
+from .registry import once as _once
 
 
 @njit(cache=True, parallel=True)
@@ -99,19 +100,6 @@ def _col2im(cols, n, h, w, oh, ow, kh, kw, oc, sh, sw, pt, pl, out):
                         for o in range(oc):
                             out[b, oy, ox, o] += cols[r, base + o]
     return out
-
-
-def _once(make):
-    """``make()``'s value, computed on the first call: weight re-layouts wait until the op runs on the
-    CPU at all (under a GpuDelegate most never do, and start-up is spared the copies)."""
-    box = []
-
-    def get():
-        if not box:
-            box.append(make())
-        return box[0]
-
-    return get
 
 
 def _bias(ctx: OpContext, idx: int, n: int) -> np.ndarray:

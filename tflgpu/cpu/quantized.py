@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 from .registry import KernelError, OpContext, check_geometry, conv_padding, factory_for
+from .registry import once as _once
 
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
@@ -198,7 +199,7 @@ def tfl_round(x: np.ndarray) -> np.ndarray:
 def _quantize_flat(x, scale, zp, lo, hi, out):
     for i in prange(x.size):
         v = np.float64(x[i]) / scale
-        if v != v:  # NaN: as zero
+        if np.isnan(v):  # NaN: as zero
             v = 0.0
         r = np.floor(abs(v) + 0.5)
         q = (r if v >= 0 else -r) + zp
@@ -285,6 +286,11 @@ def _exact_dtype(w_mat: np.ndarray, pi: QParams):
     return np.float32 if bound < 2 ** 24 else np.float64
 
 
+def _gemm_weights(w_mat: np.ndarray, pi: QParams) -> np.ndarray:
+    """[K, N] weights minus their zero point, contiguous, in the dtype whose sums are exact."""
+    return np.ascontiguousarray(w_mat, dtype=_exact_dtype(w_mat, pi))
+
+
 def _multipliers(pi: QParams, pw: QParams, po: QParams, n: int) -> np.ndarray:
     """Per output channel: input_scale * filter_scale / output_scale, in float32 (as XNNPACK)."""
     ws = pw.scale.astype(np.float32)
@@ -331,9 +337,7 @@ def conv2d_q(ctx: OpContext):
     check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
                    filter_depth=ic, out_channels=oc)
     _, wz = pw.broadcast(4)
-    w_mat = np.ascontiguousarray((w.astype(np.float64) - np.asarray(wz, np.float64)).reshape(oc, -1).T)
-    exact = _exact_dtype(w_mat, pi)
-    w_mat = w_mat.astype(exact)
+    w_mat = _once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).reshape(oc, -1).T, pi))
     bias_f = _int_bias(ctx, 2, oc).astype(np.float64)
     mult = _multipliers(pi, pw, po, oc)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
@@ -348,12 +352,14 @@ def conv2d_q(ctx: OpContext):
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
         if oh <= 0 or ow <= 0:
             raise KernelError(f"CONV_2D: empty output for input {x.shape}")
+        wm = w_mat()
+        exact = wm.dtype.type
         xf = x.astype(exact) - exact(pi.z)  # padding then holds real zero, as TFLite's input offset does
         if kh == kw == sh == sw == 1 and pt == pl == 0:
             cols = xf.reshape(-1, ic)
         else:
             cols = _im2col(xf, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        acc = cols @ w_mat  # exact integers (see _exact_dtype)
+        acc = cols @ wm  # exact integers (see _exact_dtype)
         return [requantize_fp32(acc, bias_f, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
 
     return run
@@ -432,9 +438,7 @@ def fully_connected_q(ctx: OpContext):
         raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
     units, depth = w.shape
     _, wz = pw.broadcast(2)
-    w_t = np.ascontiguousarray((w.astype(np.float64) - np.asarray(wz, np.float64)).T)
-    exact = _exact_dtype(w_t, pi)
-    w_t = w_t.astype(exact)
+    w_t = _once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).T, pi))
     bias = _int_bias(ctx, 2, units).astype(np.float64)
     mult = _multipliers(pi, pw, po, units)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
@@ -445,7 +449,9 @@ def fully_connected_q(ctx: OpContext):
         _check_input(ctx, x, pi)
         if x.size % depth:
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
-        acc = (x.reshape(-1, depth).astype(exact) - exact(pi.z)) @ w_t
+        wt = w_t()
+        exact = wt.dtype.type
+        acc = (x.reshape(-1, depth).astype(exact) - exact(pi.z)) @ wt
         y = requantize_fp32(acc, bias, mult, po.z, lo, hi, po.dtype)
         return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
 
@@ -771,26 +777,30 @@ def hybrid_factory(ctx: OpContext):
     if act not in (0, 1, 2, 3):
         raise ctx.fail(f"fused activation {act} is not supported by the hybrid kernel")
     _, wz = pw.broadcast(w.ndim)
-    wf = w.astype(np.float64) - np.asarray(wz, np.float64)
     full_range = QParams(np.ones(1, np.float32), np.zeros(1, np.int64), 0, np.dtype(np.uint8))  # |q - zp| <= 255
-    w_i = w_mat = None
+
+    def centered():
+        return w.astype(np.float64) - np.asarray(wz, np.float64)
+
+    # weight re-layouts wait for the first CPU run (under a GpuDelegate most never come)
     if name == "FULLY_CONNECTED":
         if w.ndim != 2:
             raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
         units, depth = w.shape
-        w_mat, n_out = np.ascontiguousarray(wf.T), units
+        n_out = units
+        w_mat = _once(lambda: _gemm_weights(centered().T, full_range))
     elif name == "CONV_2D":
         if w.ndim != 4:
             raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w.shape)}")
         oc, kh, kw, ic = w.shape
-        w_mat, n_out = np.ascontiguousarray(wf.reshape(oc, -1).T), oc
+        n_out = oc
+        w_mat = _once(lambda: _gemm_weights(centered().reshape(oc, -1).T, full_range))
     else:
         if w.ndim != 4 or w.shape[0] != 1:
             raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w.shape)}")
         _, kh, kw, oc = w.shape
-        w_i, n_out = np.ascontiguousarray(wf.astype(np.int32)), oc
-    if w_mat is not None:
-        w_mat = w_mat.astype(_exact_dtype(w_mat, full_range))
+        n_out = oc
+        w_i = _once(lambda: np.ascontiguousarray(centered().astype(np.int32)))
     w_scale = np.broadcast_to(pw.scale.astype(np.float32), (n_out,))
     bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
@@ -806,7 +816,8 @@ def hybrid_factory(ctx: OpContext):
             if x.size % d:
                 raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
             qz, scales = _quantize_rows_xnnpack(x.reshape(-1, d))
-            acc = qz.astype(w_mat.dtype, copy=False) @ w_mat
+            wm = w_mat()
+            acc = qz.astype(wm.dtype, copy=False) @ wm
             y = acc.astype(np.float32, copy=False) * (scales[:, None] * w_scale) + bias
             y = apply_activation(y, act)
             if name == "CONV_2D":
@@ -821,12 +832,13 @@ def hybrid_factory(ctx: OpContext):
         if name == "CONV_2D":
             if c != ic:
                 raise KernelError(f"CONV_2D: input has {c} channels, the filter {ic}")
-            cols = _im2col(qz.astype(w_mat.dtype, copy=False), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-            acc = (cols @ w_mat).reshape(n, oh, ow, oc)
+            wm = w_mat()
+            cols = _im2col(qz.astype(wm.dtype, copy=False), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            acc = (cols @ wm).reshape(n, oh, ow, oc)
         else:
             if c == 0 or oc % c:
                 raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
-            acc = _depthwise_int(np.ascontiguousarray(qz.astype(np.int32)), w_i, np.zeros(oc, np.int32), sh, sw,
+            acc = _depthwise_int(np.ascontiguousarray(qz.astype(np.int32)), w_i(), np.zeros(oc, np.int32), sh, sw,
                                  dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c)
         factor = scales[:, None, None, None] * w_scale
         y = acc.astype(np.float32, copy=False) * factor + bias

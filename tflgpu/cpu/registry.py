@@ -80,6 +80,19 @@ def supported_ops() -> list[str]:
 
 # -- helpers shared by kernels ----------------------------------------------
 
+def once(make: Callable[[], Any]) -> Callable[[], Any]:
+    """``make()``'s value, computed on the first call. Kernels prepare their weight re-layouts this way:
+    under a GpuDelegate most ops never run on the CPU, and start-up is spared the copies."""
+    box: list = []
+
+    def get():
+        if not box:
+            box.append(make())
+        return box[0]
+
+    return get
+
+
 def activation_bounds(code: int | None) -> tuple[float, float]:
     """Clamp bounds of a fused activation; TANH/SIGN_BIT are applied separately."""
     if code == 1:

@@ -11,6 +11,8 @@ through vload_half/vstore_half, core OpenCL, so long sums never accumulate in ha
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,11 +147,41 @@ def activation(code: int | None, var: str) -> str:
     return ACTIVATIONS.get(code or 0, "").format(v=var)
 
 
+_RELAYOUTS: ContextVar[dict | None] = ContextVar("tflgpu_relayouts", default=None)
+
+
+@contextmanager
+def relayout_cache():
+    """Within this block, a weight re-layout asked for twice (an op generated for the support check, then
+    again with its fused epilogue or tuned parameters) is computed once. The cache lives only as long as
+    the block (a plan's construction), so it never keeps weights alive afterwards."""
+    token = _RELAYOUTS.set({})
+    try:
+        yield
+    finally:
+        _RELAYOUTS.reset(token)
+
+
+def _cached(kind: str, w: np.ndarray, pad: int, make) -> np.ndarray:
+    cache = _RELAYOUTS.get()
+    if cache is None:
+        return make()
+    key = (kind, w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str, pad)
+    hit = cache.get(key)
+    if hit is None or hit[0] is not w:  # (the array itself is held, so its address cannot be reused)
+        hit = cache[key] = (w, make())
+    return hit[1]
+
+
 def weights_oi4(w: np.ndarray, pad_out_slices_to: int = 1) -> np.ndarray:
     """[O, KH, KW, I] -> float4 groups [So][Si][KH][KW][k=0..3] of 4 output channels each.
 
     Group (so, si, ky, kx, k) holds w[4so:4so+4, ky, kx, 4si+k]: acc += x.k * group.
     """
+    return _cached("oi4", w, pad_out_slices_to, lambda: _weights_oi4(w, pad_out_slices_to))
+
+
+def _weights_oi4(w: np.ndarray, pad_out_slices_to: int) -> np.ndarray:
     o, kh, kw, i = w.shape
     so, si = (o + 3) // 4, (i + 3) // 4
     so_p = round_up(so, pad_out_slices_to)
@@ -165,6 +197,10 @@ def weights_oi8(w: np.ndarray, pad_out_slices_to: int = 2) -> np.ndarray:
 
     Group (sp, si, ky, kx, k) = w[8sp:8sp+8, ky, kx, 4si+k]: acc8 += x.k * group.
     """
+    return _cached("oi8", w, pad_out_slices_to, lambda: _weights_oi8(w, pad_out_slices_to))
+
+
+def _weights_oi8(w: np.ndarray, pad_out_slices_to: int) -> np.ndarray:
     o, kh, kw, i = w.shape
     so, si = (o + 3) // 4, (i + 3) // 4
     so_p = round_up(so, max(2, pad_out_slices_to))

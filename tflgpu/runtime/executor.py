@@ -82,6 +82,14 @@ class GpuPlan:
         built here is stored. ``quant_io``: for a quantized model's float view (``runner.sg``), the
         quantization of tensors the caller sees as integers: dequantized on the way in, quantized on
         the way out."""
+        from ..kernels.common import relayout_cache
+
+        with relayout_cache():  # (weights re-laid out once, however often their op is generated)
+            self._build_plan(runner, device, fp16, max_partitions, profile, params, input_shapes, tuning, cache,
+                             quant_io)
+
+    def _build_plan(self, runner, device, fp16, max_partitions, profile, params, input_shapes, tuning, cache,
+                    quant_io) -> None:
         import pyopencl as cl
 
         self.quant_io = quant_io or {}
