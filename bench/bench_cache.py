@@ -8,7 +8,7 @@ three processes on the directory the cold one filled. Each process first imports
 timed apart ("runtime start") and not counted in the model's start-up. pyopencl's own compiler
 cache is bypassed whenever tflgpu's cache is on, so "cold" compiles everything.
 
-    python bench/bench_cache.py [--models-dir ../shared/models] [--precision fp32] [MODEL ...]
+    python bench/bench_cache.py [--models-dir ../shared/models] [--precision fp32] [--cold-runs 3] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def main() -> int:
     p.add_argument("--models-dir", type=Path, default=DEFAULT_DIR)
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     p.add_argument("--no-fast", action="store_true", help="skip the cold runs with tuning 'fast'")
+    p.add_argument("--cold-runs", type=int, default=1, help="cold starts (tuning off) per model; the median is used")
     args = p.parse_args()
     models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
     fp16 = args.precision == "fp16"
@@ -75,6 +76,12 @@ def main() -> int:
         print(f"{m.name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="tflgpu-bench-") as d:
             cold = init_time(m, d, "none", fp16)
+            if args.cold_runs > 1:  # more cold starts, each on an empty directory: the median process
+                colds = [cold]
+                for _ in range(args.cold_runs - 1):
+                    with tempfile.TemporaryDirectory(prefix="tflgpu-bench-") as d2:
+                        colds.append(init_time(m, d2, "none", fp16))
+                cold = sorted(colds, key=lambda c: c["s"])[len(colds) // 2]
             warms = [init_time(m, d, "none", fp16) for _ in range(WARM_RUNS)]
             for w in warms:
                 assert w["plan"] in ("cache", None) and w["compiled"] == 0, w

@@ -121,7 +121,11 @@ def decode_plan(data: bytes) -> PlanRecord:
         p = fb_plan.Plan.GetRootAs(data, 0)
 
         def shapes(n, get):
-            return [tuple(int(d) for d in get(i).DimsAsNumpy()) if get(i).DimsLength() else () for i in range(n)]
+            out = []
+            for i in range(n):
+                shape = get(i)  # (one accessor object per shape: each lookup walks the vtable again)
+                out.append(tuple(shape.DimsAsNumpy().tolist()) if shape.DimsLength() else ())
+            return out
 
         rec = PlanRecord((p.ModelToken() or b"").decode(), (p.Options() or b"").decode(),
                          shapes(p.InputShapesLength(), p.InputShapes), shapes(p.TensorShapesLength(), p.TensorShapes),
