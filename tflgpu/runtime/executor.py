@@ -104,6 +104,17 @@ class GpuPlan:
         self.store = cache.store if cache is not None else None
         self.build_stats = {"source_builds": 0, "binary_loads": 0, "plan": "built"}
         record = cache.load(self) if cache is not None else None
+        self.ctx = cl.Context([device.cl_device])
+        self._prefetched = None
+        if record is not None and record.program_key:  # load the binary while the kernels are generated
+            from concurrent.futures import ThreadPoolExecutor
+
+            from .launch import load_binary
+
+            pool = ThreadPoolExecutor(1, thread_name_prefix="tflgpu-binary")
+            self._prefetched = (record.program_key, pool.submit(load_binary, cl, self.ctx, record.program_key, fp16,
+                                                                self.store, device))
+            pool.shutdown(wait=False)
         if record is not None:
             self.sg = replace(runner.sg, tensors=[replace(t, shape=tuple(shape))
                                                   for t, shape in zip(runner.sg.tensors, record.tensor_shapes)])
@@ -116,7 +127,6 @@ class GpuPlan:
             cache.reject(record, "its steps no longer match what the graph passes produce")
             record, params = None, None
             self.steps = self._select({})
-        self.ctx = cl.Context([device.cl_device])
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
         self.queue = cl.CommandQueue(self.ctx, properties=props)
         self.profile = profile
@@ -278,7 +288,7 @@ class GpuPlan:
 
     def _build(self, sources: list[str], store: bool = True):
         return build_program(self.cl, self.ctx, sources, self.fp16, self.store if store else None, self.device,
-                             self.build_stats)
+                             self.build_stats, prefetched=self._prefetched if store else None)
 
     def _restore(self, record) -> bool:
         """Apply a stored plan's placement to the freshly selected steps; False if they differ."""

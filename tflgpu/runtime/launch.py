@@ -32,9 +32,26 @@ def program_key(sources: list[str], fp16: bool, options: list[str] | None = None
     return _key(program_source(sources), _options(fp16, options))
 
 
+def load_binary(cl, ctx, key: str, fp16: bool, store, device, options: list[str] | None = None):
+    """The stored program ``key`` built from its binary, or None (not stored, or the driver refuses it:
+    ``build_program`` then finds the same and repairs the entry). Safe to run on another thread."""
+    binary = store.get("program", key, device.identity.key())
+    if binary is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        try:
+            return cl.Program(ctx, [device.cl_device], [binary]).build(options=_options(fp16, options))
+        except cl.Error:
+            return None
+
+
 def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=None, stats: dict | None = None,
-                  options: list[str] | None = None):
+                  options: list[str] | None = None, prefetched: tuple | None = None):
     """One program from the preamble and ``sources``; raises ``cl.Error`` if the compiler rejects it.
+
+    ``prefetched``: (key, future) of a ``load_binary`` started while the sources were being generated
+    (a warm start knows its program key from the stored plan); used when the key matches.
 
     With a ``tflgpu.cache.CacheStore`` (and the ``DeviceInfo``), the driver's binary is stored under
     the hash of the exact source and options, so a kernel shared by models is stored once, and a
@@ -44,6 +61,11 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     src = program_source(sources)
     stats = stats if stats is not None else {}
     key = _key(src, opts) if store is not None else None
+    if prefetched is not None and key == prefetched[0]:  # (key, future of load_binary) started earlier
+        prg = prefetched[1].result()
+        if prg is not None:
+            stats["binary_loads"] = stats.get("binary_loads", 0) + 1
+            return prg
     with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
         warnings.simplefilter("ignore", cl.CompilerWarning)
         if store is not None:
