@@ -32,17 +32,22 @@ def program_key(sources: list[str], fp16: bool, options: list[str] | None = None
     return _key(program_source(sources), _options(fp16, options))
 
 
-def load_binary(cl, ctx, key: str, fp16: bool, store, device, options: list[str] | None = None):
-    """The stored program ``key`` built from its binary, or None (not stored, or the driver refuses it:
-    ``build_program`` then finds the same and repairs the entry). Safe to run on another thread."""
-    binary = store.get("program", key, device.identity.key())
+def load_binary(cl, ctx, key: str, fp16: bool, store, device, options: list[str] | None = None,
+                repair: bool = False):
+    """The stored program ``key`` built from its binary, or None: not stored, or the driver refuses it
+    (``repair``: the refused entry is then discarded, with one log line). Safe to run on another thread."""
+    dev_key = device.identity.key()
+    binary = store.get("program", key, dev_key)
     if binary is None:
         return None
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
         warnings.simplefilter("ignore", cl.CompilerWarning)
         try:
             return cl.Program(ctx, [device.cl_device], [binary]).build(options=_options(fp16, options))
-        except cl.Error:
+        except cl.Error as e:
+            if repair:
+                store.discard(store.path("program", key, dev_key),
+                              f"the driver rejects the stored binary ({str(e).splitlines()[0][:120]})")
             return None
 
 
@@ -60,25 +65,16 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     opts = _options(fp16, options)
     src = program_source(sources)
     stats = stats if stats is not None else {}
-    key = _key(src, opts) if store is not None else None
-    if prefetched is not None and key == prefetched[0]:  # (key, future of load_binary) started earlier
-        prg = prefetched[1].result()
+    if store is not None:
+        key = _key(src, opts)
+        prg = prefetched[1].result() if prefetched is not None and prefetched[0] == key else None
+        if prg is None:
+            prg = load_binary(cl, ctx, key, fp16, store, device, options, repair=True)
         if prg is not None:
             stats["binary_loads"] = stats.get("binary_loads", 0) + 1
             return prg
-    with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        if store is not None:
-            dev_key = device.identity.key()
-            binary = store.get("program", key, dev_key)
-            if binary is not None:
-                try:
-                    prg = cl.Program(ctx, [device.cl_device], [binary]).build(options=opts)
-                    stats["binary_loads"] = stats.get("binary_loads", 0) + 1
-                    return prg
-                except cl.Error as e:
-                    store.discard(store.path("program", key, dev_key),
-                                  f"the driver rejects the stored binary ({str(e).splitlines()[0][:120]})")
         # with tflgpu's cache on, pyopencl's own compiler cache is bypassed (one copy of each binary)
         prg = cl.Program(ctx, src).build(options=opts, cache_dir=False if store is not None else None)
         stats["source_builds"] = stats.get("source_builds", 0) + 1
