@@ -18,10 +18,11 @@ from .registry import (
     activation_bounds,
     apply_activation,
     check_geometry,
+    conv_options,
     conv_padding,
+    once,
     register,
 )
-from .registry import once as _once
 
 
 @njit(cache=True, parallel=True)
@@ -49,9 +50,11 @@ def _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
 
 @njit(cache=True, parallel=True)
 def _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi):
+    """Depthwise convolution accumulated in ``bias``'s dtype (float32, or int32 for the integer kernels)
+    and clamped to [lo, hi]."""
     n, h, wd, c = x.shape
     kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
-    out = np.empty((n, oh, ow, oc), dtype=np.float32)
+    out = np.empty((n, oh, ow, oc), dtype=bias.dtype)
     for row in prange(n * oh):
         b = row // oh
         oy = row % oh
@@ -123,9 +126,7 @@ def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
 
 @register("CONV_2D")
 def conv2d(ctx: OpContext):
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
+    sh, sw, dh, dw, pad = conv_options(ctx)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
     w_shape = ctx.input_tensor(1).shape
@@ -143,7 +144,7 @@ def conv2d(ctx: OpContext):
         # [oc, kh, kw, icg] -> per group [kh*kw*icg, oc_g]
         return np.ascontiguousarray(w.reshape(oc, kh * kw * icg).T)
 
-    w_mat = _once(lambda: prepare(w_const)) if w_const is not None else None
+    w_mat = once(lambda: prepare(w_const)) if w_const is not None else None
 
     def run(xs):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
@@ -178,9 +179,7 @@ def conv2d(ctx: OpContext):
 
 @register("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: OpContext):
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
+    sh, sw, dh, dw, pad = conv_options(ctx)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
     w_shape = ctx.input_tensor(1).shape
@@ -218,7 +217,7 @@ def _transpose_conv(ctx: OpContext, x_idx: int, w_idx: int, bias_idx: int, out_s
     def prepare(w):  # [oc, kh, kw, ic] -> [ic, kh*kw*oc]
         return np.ascontiguousarray(w.transpose(3, 1, 2, 0).reshape(ic, kh * kw * oc))
 
-    w_mat = _once(lambda: prepare(w_const)) if w_const is not None else None
+    w_mat = once(lambda: prepare(w_const)) if w_const is not None else None
 
     def run(xs):
         x = np.ascontiguousarray(xs[x_idx], dtype=np.float32)
@@ -275,7 +274,7 @@ def fully_connected(ctx: OpContext):
     w_const = _float_weights(ctx, 1)
     units, depth = ctx.input_tensor(1).shape[0], ctx.input_tensor(1).shape[-1]
     bias = _bias(ctx, 2, units) if ctx.has_input(2) else None
-    w_t = _once(lambda: np.ascontiguousarray(w_const.T)) if w_const is not None else None
+    w_t = once(lambda: np.ascontiguousarray(w_const.T)) if w_const is not None else None
     out_dtype = ctx.output_tensor(0).dtype
 
     def run(xs):

@@ -28,9 +28,20 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit, prange
 
-from .registry import KernelError, OpContext, check_geometry, conv_padding, factory_for
-from .registry import once as _once
+from .conv import _bias, _depthwise, _im2col
+from .elementwise import dequantize, quantize
+from .registry import (
+    KernelError,
+    OpContext,
+    apply_activation,
+    check_geometry,
+    conv_options,
+    conv_padding,
+    factory_for,
+    once,
+)
 
+INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
 _KERNELS: dict = {}
@@ -324,11 +335,7 @@ def requantize_fp32(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, zero_p
 
 @register_int("CONV_2D")
 def conv2d_q(ctx: OpContext):
-    from .conv import _im2col
-
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
+    sh, sw, dh, dw, pad = conv_options(ctx)
     pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
     w, pw = _weights(ctx, 1, "filter")
     if w.ndim != 4:
@@ -337,7 +344,7 @@ def conv2d_q(ctx: OpContext):
     check_geometry(ctx, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, filter_h=kh, filter_w=kw,
                    filter_depth=ic, out_channels=oc)
     _, wz = pw.broadcast(4)
-    w_mat = _once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).reshape(oc, -1).T, pi))
+    w_mat = once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).reshape(oc, -1).T, pi))
     bias_f = _int_bias(ctx, 2, oc).astype(np.float64)
     mult = _multipliers(pi, pw, po, oc)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
@@ -365,42 +372,9 @@ def conv2d_q(ctx: OpContext):
     return run
 
 
-@njit(cache=True, parallel=True)
-def _depthwise_int(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult):
-    n, h, wd, c = x.shape
-    kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
-    out = np.empty((n, oh, ow, oc), dtype=bias.dtype)
-    for row in prange(n * oh):
-        b = row // oh
-        oy = row % oh
-        for ox in range(ow):
-            acc = out[b, oy, ox]
-            for o in range(oc):
-                acc[o] = bias[o]
-            for ky in range(kh):
-                iy = oy * sh - pt + ky * dh
-                if iy < 0 or iy >= h:
-                    continue
-                for kx in range(kw):
-                    ix = ox * sw - pl + kx * dw
-                    if ix < 0 or ix >= wd:
-                        continue
-                    if mult == 1:  # (a loop the compiler vectorizes)
-                        for ch in range(c):
-                            acc[ch] += x[b, iy, ix, ch] * w[0, ky, kx, ch]
-                    else:
-                        for ch in range(c):
-                            xv = x[b, iy, ix, ch]
-                            for m in range(mult):
-                                acc[ch * mult + m] += xv * w[0, ky, kx, ch * mult + m]
-    return out
-
-
 @register_int("DEPTHWISE_CONV_2D")
 def depthwise_q(ctx: OpContext):
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
+    sh, sw, dh, dw, pad = conv_options(ctx)
     pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
     w, pw = _weights(ctx, 1, "filter")
     if w.ndim != 4 or w.shape[0] != 1:
@@ -424,7 +398,7 @@ def depthwise_q(ctx: OpContext):
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
         xi = np.ascontiguousarray(x.astype(np.int32) - np.int32(pi.z))
-        acc = _depthwise_int(xi, w_i, bias, sh, sw, dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c)
+        acc = _depthwise(xi, w_i, bias, sh, sw, dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, INT32_MIN, INT32_MAX)
         return [requantize_fp32(acc, zero_bias, mult, po.z, lo, hi, po.dtype)]
 
     return run
@@ -438,7 +412,7 @@ def fully_connected_q(ctx: OpContext):
         raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
     units, depth = w.shape
     _, wz = pw.broadcast(2)
-    w_t = _once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).T, pi))
+    w_t = once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).T, pi))
     bias = _int_bias(ctx, 2, units).astype(np.float64)
     mult = _multipliers(pi, pw, po, units)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
@@ -601,8 +575,6 @@ def concatenation_q(ctx: OpContext):
 
 @register_int("QUANTIZE")
 def quantize_q(ctx: OpContext):
-    from .elementwise import quantize
-
     pi, po = qparams(ctx.input_tensor(0)), _require(ctx, ctx.output_tensor(0), "output")
     if pi is None:  # float -> int: the float kernel's rounding is LiteRT's
         return quantize(ctx)
@@ -615,11 +587,7 @@ def quantize_q(ctx: OpContext):
     return run
 
 
-@register_int("DEQUANTIZE")
-def dequantize_q(ctx: OpContext):
-    from .elementwise import dequantize
-
-    return dequantize(ctx)
+register_int("DEQUANTIZE")(dequantize)  # (int -> float: the float kernel dequantizes with the tensor's params)
 
 
 # -- unary ops by lookup table ------------------------------------------------------
@@ -768,9 +736,6 @@ def hybrid_factory(ctx: OpContext):
     or batch row — asymmetrically on its own range); other convolutions stay on TFLite's per-channel
     hybrid kernels (each image asymmetrically). Products are summed in float32 where every partial sum
     provably stays below 2^24 (exact), else in float64."""
-    from .conv import _bias, _im2col
-    from .registry import apply_activation
-
     name = ctx.op.name
     w, pw = _weights(ctx, 1, "filter")
     act = ctx.opt("fused_activation_function", 0)
@@ -788,24 +753,22 @@ def hybrid_factory(ctx: OpContext):
             raise ctx.fail(f"weights must be 2-D [units, depth], got {list(w.shape)}")
         units, depth = w.shape
         n_out = units
-        w_mat = _once(lambda: _gemm_weights(centered().T, full_range))
+        w_mat = once(lambda: _gemm_weights(centered().T, full_range))
     elif name == "CONV_2D":
         if w.ndim != 4:
             raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(w.shape)}")
         oc, kh, kw, ic = w.shape
         n_out = oc
-        w_mat = _once(lambda: _gemm_weights(centered().reshape(oc, -1).T, full_range))
+        w_mat = once(lambda: _gemm_weights(centered().reshape(oc, -1).T, full_range))
     else:
         if w.ndim != 4 or w.shape[0] != 1:
             raise ctx.fail(f"filter must be [1, kh, kw, out], got {list(w.shape)}")
         _, kh, kw, oc = w.shape
         n_out = oc
-        w_i = _once(lambda: np.ascontiguousarray(centered().astype(np.int32)))
+        w_i = once(lambda: np.ascontiguousarray(centered().astype(np.int32)))
     w_scale = np.broadcast_to(pw.scale.astype(np.float32), (n_out,))
     bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
-    sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
-    dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
-    pad = ctx.opt("padding", 0)
+    sh, sw, dh, dw, pad = conv_options(ctx)
     keep = ctx.opt("keep_num_dims", False)
     pointwise = name == "CONV_2D" and kh == kw == sh == sw == 1
 
@@ -838,8 +801,8 @@ def hybrid_factory(ctx: OpContext):
         else:
             if c == 0 or oc % c:
                 raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
-            acc = _depthwise_int(np.ascontiguousarray(qz.astype(np.int32)), w_i(), np.zeros(oc, np.int32), sh, sw,
-                                 dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c)
+            acc = _depthwise(np.ascontiguousarray(qz.astype(np.int32)), w_i(), np.zeros(oc, np.int32), sh, sw,
+                             dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, INT32_MIN, INT32_MAX)
         factor = scales[:, None, None, None] * w_scale
         y = acc.astype(np.float32, copy=False) * factor + bias
         return [apply_activation(y, act)]

@@ -119,6 +119,12 @@ def apply_activation(x: np.ndarray, code: int | None) -> np.ndarray:
     return np.clip(x, lo, hi)
 
 
+def conv_options(ctx: OpContext) -> tuple[int, int, int, int, int]:
+    """(stride_h, stride_w, dilation_h, dilation_w, padding) of a convolution's options."""
+    return (ctx.opt("stride_h", 1), ctx.opt("stride_w", 1), ctx.opt("dilation_h_factor", 1) or 1,
+            ctx.opt("dilation_w_factor", 1) or 1, ctx.opt("padding", 0))
+
+
 def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int) -> tuple[int, int]:
     """(output size, padding before) for TFLite's SAME (0) / VALID (1) padding."""
     eff = (k - 1) * dilation + 1

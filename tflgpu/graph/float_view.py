@@ -107,7 +107,7 @@ def float_view(sg: Subgraph) -> FloatView:
             ops.append(sim(ins[0], outs[0], params[op.outputs[0]]))
             continue
         if op.name in NO_FLOAT_VIEW and any(t in params for t in op.inputs + op.outputs):
-            ops.extend(_integer_island(op, ins, outs, params, tensors, new_tensor, sim))
+            ops.extend(_integer_island(op, ins, outs, params, tensors, new_tensor))
             view.kept_integer.append(op.name)
             continue
         if not quant_outs or _uniform(op, params):
@@ -138,7 +138,7 @@ def _uniform(op: Operator, params: dict) -> bool:
     return all(p.same(ps[0]) for p in ps)
 
 
-def _integer_island(op: Operator, ins, outs, params, tensors, new_tensor, sim) -> list[Operator]:
+def _integer_island(op: Operator, ins, outs, params, tensors, new_tensor) -> list[Operator]:
     """``op`` on its integer kernel: QUANTIZE its quantized inputs, DEQUANTIZE its quantized outputs."""
     out: list[Operator] = []
     new_ins, new_outs, after = list(ins), list(outs), []
