@@ -18,17 +18,28 @@ class In:
     """A runtime input of the op (fed at invoke)."""
 
     value: np.ndarray
+    quant: dict | None = None  # quantization parameters (ModelBuilder's form)
+
+
+@dataclass
+class Const:
+    """A constant input with quantization parameters (plain arrays are constants too)."""
+
+    value: np.ndarray
+    quant: dict | None = None
 
 
 @dataclass
 class Out:
     dtype: Any = np.float32
     shape: Sequence[int] = (1,)
+    quant: dict | None = None
 
 
 def op_model(op: str, inputs: Sequence[Any], outputs: Sequence[Out] | int = 1, *,
              custom_options: bytes | None = None, version: int = 1, **options: Any) -> tuple[bytes, list]:
-    """A model with one op. ``inputs``: In(array) for graph inputs, arrays for constants, None for omitted.
+    """A model with one op. ``inputs``: In(array) for graph inputs, arrays or Const for constants, None for
+    omitted.
 
     Returns the model bytes and the runtime input arrays (in graph-input order).
     """
@@ -39,13 +50,13 @@ def op_model(op: str, inputs: Sequence[Any], outputs: Sequence[Out] | int = 1, *
             idx.append(-1)
         elif isinstance(v, In):
             arr = np.asarray(v.value)
-            idx.append(b.input(f"in{i}", arr.shape, arr.dtype))
+            idx.append(b.input(f"in{i}", arr.shape, arr.dtype, quant=v.quant))
             feeds.append(arr)
         else:
-            arr = np.asarray(v)
-            idx.append(b.const(f"const{i}", arr, dtype=arr.dtype))
+            arr = np.asarray(v.value if isinstance(v, Const) else v)
+            idx.append(b.const(f"const{i}", arr, dtype=arr.dtype, quant=v.quant if isinstance(v, Const) else None))
     outs = [Out() for _ in range(outputs)] if isinstance(outputs, int) else list(outputs)
-    out_idx = [b.tensor(f"out{i}", o.shape, o.dtype) for i, o in enumerate(outs)]
+    out_idx = [b.tensor(f"out{i}", o.shape, o.dtype, quant=o.quant) for i, o in enumerate(outs)]
     b.op(op, idx, out_idx, custom_options=custom_options, version=version, **options)
     b.output(*out_idx)
     return b.build(), feeds

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ import numpy as np
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import litert, run_model
+from .oputil import Const, In, Out, op_model
 
 
 @dataclass
@@ -48,7 +49,6 @@ class QOut:
     shape: Sequence[int]
     dtype: Any
     q: Q | None = None
-    extra: dict = field(default_factory=dict)
 
 
 STEPS: dict[tuple[str, str], list[float]] = {}  # (op, path) -> worst step difference of each check
@@ -56,23 +56,13 @@ STEPS: dict[tuple[str, str], list[float]] = {}  # (op, path) -> worst step diffe
 
 def qop_model(op: str, inputs: Sequence[Any], outputs: Sequence[QOut], *, version: int = 1,
               **options: Any) -> tuple[bytes, list]:
-    b = ModelBuilder()
-    idx, feeds = [], []
-    for i, v in enumerate(inputs):
-        if v is None:
-            idx.append(-1)
-        elif isinstance(v, QIn):
-            arr = np.asarray(v.value)
-            idx.append(b.input(f"in{i}", arr.shape, arr.dtype, quant=v.q.as_dict() if v.q else None))
-            feeds.append(arr)
-        else:
-            arr = np.asarray(v.value)
-            idx.append(b.const(f"const{i}", arr, dtype=arr.dtype, quant=v.q.as_dict() if v.q else None))
-    out_idx = [b.tensor(f"out{i}", o.shape, o.dtype, quant=o.q.as_dict() if o.q else None)
-               for i, o in enumerate(outputs)]
-    b.op(op, idx, out_idx, version=version, **options)
-    b.output(*out_idx)
-    return b.build(), feeds
+    """oputil.op_model with quantized inputs (QIn), constants (QConst) and outputs (QOut)."""
+    def q(x):
+        return x.q.as_dict() if x.q else None
+
+    ins = [In(v.value, q(v)) if isinstance(v, QIn) else Const(v.value, q(v)) if isinstance(v, QConst) else v
+           for v in inputs]
+    return op_model(op, ins, [Out(o.dtype, o.shape, q(o)) for o in outputs], version=version, **options)
 
 
 def steps_apart(got: np.ndarray, want: np.ndarray, scale: float | None = None) -> float:
