@@ -69,11 +69,10 @@ def float_view(sg: Subgraph) -> FloatView:
         t = tensors[op.inputs[b]]
         if t.data is not None and np.issubdtype(t.dtype, np.integer) and t.quantization is not None \
                 and len(t.quantization.scales):
-            scale = np.asarray(t.quantization.scales, np.float32)
-            data = (np.asarray(t.data, np.float32).reshape(-1) * (scale if scale.size > 1 else scale[0]))
-            tensors[t.index] = _float_tensor(t, data.reshape(t.shape).astype(np.float32))
+            data = np.asarray(t.data, np.float32).reshape(-1) * np.asarray(t.quantization.scales, np.float32)
+            tensors[t.index] = _float_tensor(t, data.reshape(t.shape))
 
-    view = FloatView(sg, {t: p for t, p in params.items()})
+    view = FloatView(sg, dict(params))
     ops: list[Operator] = []
 
     def new_tensor(like: Tensor, dtype=np.float32, quant: QParams | None = None) -> int:

@@ -41,21 +41,7 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
             runner.build()
     view = None
     if options.quantized_models_allowed:
-        from ..graph.float_view import float_view, needs_float_view
-
-        if needs_float_view(runner.sg):
-            try:
-                view = float_view(runner.sg)
-                view_runner = SubgraphRunner(runner.runtime, view.sg)
-                view_runner.build()
-            except ValueError as e:  # a quantized model whose float view has no kernel somewhere
-                log.warning("GpuDelegate: no float view of this quantized model (%s); its quantized ops run "
-                            "on the CPU integer kernels", e)
-                view = None
-            else:
-                runner = view_runner
-                log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
-                         f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
+        runner, view = _float_view(runner)
     store = options.cache_store()
     cache = None
     # a plan is stored only where its options describe it fully: records from the cache itself (or
@@ -76,3 +62,23 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
     plan.device_outputs = options.allow_buffer_handle_output
     plan.pass_counts = {"unroll_while": unrolled, **plan.pass_counts}
     return plan
+
+
+def _float_view(runner: SubgraphRunner):
+    """(a runner over the float view, the view) of a quantized subgraph; (``runner``, None) for a float one,
+    or (one warning) when the view cannot be built: its quantized ops then keep their integer kernels."""
+    from ..graph.float_view import float_view, needs_float_view
+
+    if not needs_float_view(runner.sg):
+        return runner, None
+    try:
+        view = float_view(runner.sg)
+        view_runner = SubgraphRunner(runner.runtime, view.sg)
+        view_runner.build()
+    except ValueError as e:  # a quantized model whose float view has no kernel somewhere
+        log.warning("GpuDelegate: no float view of this quantized model (%s); its quantized ops run "
+                    "on the CPU integer kernels", e)
+        return runner, None
+    log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
+             f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
+    return view_runner, view
