@@ -92,7 +92,9 @@ class GpuPlan:
                     quant_io) -> None:
         import pyopencl as cl
 
-        self.quant_io = quant_io or {}
+        quant_io = quant_io or {}
+        self.quant_in = {t: p for t, p in quant_io.items() if t in runner.sg.inputs}  # dequantized per run
+        self.quant_out = {t: p for t, p in quant_io.items() if t not in self.quant_in}  # quantized per run
         self.cl = cl
         self.runner = runner
         self.input_shapes = [tuple(s) for s in (input_shapes or [runner.sg.tensors[i].shape for i in runner.sg.inputs])]
@@ -484,7 +486,7 @@ class GpuPlan:
         self._keep: list = []
         events = []
         for t, x in zip(self.sg.inputs, inputs):
-            p = self.quant_io.get(t)
+            p = self.quant_in.get(t)
             values[t] = x if p is None else dequantize_values(x, p)
         for t in self.input_uploads:
             if t in self.bound:  # zero-copy: the data is already on the device, just convert the layout
@@ -521,12 +523,12 @@ class GpuPlan:
         q.finish()
         self._keep = []
         self.last_events = events
-        for t, p in self.quant_io.items():  # back to the integers the caller's model declares
+        for t, p in self.quant_out.items():  # back to the integers the caller's model declares
             if values.get(t) is not None:
                 values[t] = quantize_values(values[t], p)
         for t, x in zip(self.sg.inputs, inputs):
-            if t in self.quant_io:
-                values[t] = x
+            if t in self.quant_in:
+                values[t] = x  # (the caller's own integers)
         return values
 
     def profile_report(self) -> list[tuple[str, str, float]]:
