@@ -246,7 +246,8 @@ def quantize(ctx: OpContext):
 @register("QUANT_SIM")
 def quant_sim(ctx: OpContext):
     """tflgpu's quantization simulator (inserted by graph.float_view): float values rounded to a quantized
-    tensor's grid — ``(clamp(rint(x / scale) + zero_point, qmin, qmax) - zero_point) * scale`` — or copied."""
+    tensor's grid — ``(clamp(rint(x * (1 / scale)) + zero_point, qmin, qmax) - zero_point) * scale`` (as the
+    OpenCL snippet computes it) — or copied."""
     o = ctx.op.options
     if not o.get("tflgpu_sim"):
         raise ctx.fail("QUANT_SIM is tflgpu's internal op; this model's custom op of that name is not supported")
