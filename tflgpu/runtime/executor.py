@@ -395,8 +395,11 @@ class GpuPlan:
                 s.kernels.append(k)
         self.const_bytes = sum(b.size for b in self.const_buffers)
         consts = self.runner.consts
-        self.host_consts = {t: consts[t] for s in self.steps if s.device == "cpu"
-                            for op, _ in s.members for t in op.inputs if t in consts}
+        # Every tensor a CPU step reads that no step produces and the caller does not set: a constant, or
+        # (like the CPU runner's own loop) None for one that has no dense value, e.g. a sparse tensor
+        ready = set(producer) | set(self.sg.inputs) | set(self.runner.variables)
+        self.host_consts = {t: consts.get(t) for s in self.steps if s.device == "cpu"
+                            for op, _ in s.members for t in op.inputs if t >= 0 and t not in ready}
         # graph outputs that folded to constants (e.g. an unrolled loop's counter)
         self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
         self._boundary()
