@@ -9,7 +9,7 @@ import pytest
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.benchmark import reference_inputs
 
-from .conftest import assert_close, corpus_model, litert, run_model
+from .conftest import assert_close, constant_only_ops, corpus_model, litert, run_model
 
 # model -> ops expected on the CPU (everything else on the OpenCL device)
 EXPECTED_CPU_OPS = {
@@ -39,6 +39,7 @@ def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
     plan = it.gpu_plan
     assert plan is not None and plan.fp16 == fp16
     assert plan.cpu_op_count == EXPECTED_CPU_OPS[name], [(s.op.name, s.reason) for s in plan.steps if s.device == "cpu"]
+    assert not constant_only_ops(plan), "constant-only ops reached placement unfolded"
     inputs = reference_inputs(it.get_input_details())
     got = run_model(lambda **kw: it, path, inputs)
     want = run_model(litert(), path, inputs)

@@ -64,6 +64,8 @@ class SubgraphRunner:
         self.consts: dict[int, np.ndarray] = {
             t.index: t.data for t in sg.tensors if t.data is not None and t.sparsity is None
         }
+        # sparse constants hold only their values: DENSIFY rebuilds them, and counts them as constant inputs
+        self.sparse_consts = frozenset(t.index for t in sg.tensors if t.data is not None and t.sparsity is not None)
         self.variables: dict[int, np.ndarray] = {}
         self.reset_variables()
         self.steps: list[tuple[Operator, Callable]] = []
@@ -104,7 +106,7 @@ class SubgraphRunner:
     def _foldable(self, op: Operator) -> bool:
         if op.name in NO_FOLD or not op.inputs:
             return False
-        return all(i < 0 or i in self.consts for i in op.inputs)
+        return all(i < 0 or i in self.consts or i in self.sparse_consts for i in op.inputs)
 
     def reset_variables(self) -> None:
         for t in self.sg.tensors:

@@ -418,20 +418,19 @@ class ModelBuilder:
 
 
 def csr_encode(dense: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-    """Encode a 2-D array as TFLite sparse (dense rows, CSR columns): (values, sparsity)."""
-    rows, cols = dense.shape
+    """Encode an array as TFLite sparse the way converters write weights: every dimension dense but the
+    last, which is CSR (per row of the leading dimensions, its nonzero columns). Returns (values, sparsity)."""
+    rows = dense.reshape(-1, dense.shape[-1])
     segments, indices, values = [0], [], []
-    for r in range(rows):
-        nz = np.nonzero(dense[r])[0]
+    for r in range(rows.shape[0]):
+        nz = np.nonzero(rows[r])[0]
         indices.extend(int(c) for c in nz)
-        values.extend(dense[r, nz])
+        values.extend(rows[r, nz])
         segments.append(len(indices))
     sparsity = {
-        "traversal_order": [0, 1],
+        "traversal_order": list(range(dense.ndim)),
         "block_map": [],
-        "dim_metadata": [
-            {"format": 0, "dense_size": rows},
-            {"format": 1, "array_segments": segments, "array_indices": indices},
-        ],
+        "dim_metadata": [{"format": 0, "dense_size": int(n)} for n in dense.shape[:-1]]
+        + [{"format": 1, "array_segments": segments, "array_indices": indices}],
     }
     return np.array(values, dtype=dense.dtype), sparsity

@@ -51,9 +51,10 @@ def read_sparsity(sp) -> dict[str, Any]:
 
 
 def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict[str, Any]) -> np.ndarray:
-    """Rebuild the dense tensor from its sparse values (TFLite's FormatConverter, in Python).
+    """Rebuild the dense tensor from its sparse values (what TFLite's FormatConverter does).
 
-    Runs once per constant at build time, so clarity wins over speed here.
+    The traversal is expanded one level at a time over every position at once, so a large weight
+    (a conv of 256x3x3x256) is rebuilt in a few numpy calls rather than one Python call per value.
     """
     order = [int(v) for v in sparsity["traversal_order"]]
     block_map = [int(v) for v in sparsity["block_map"]]
@@ -61,44 +62,43 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict[str, Any]
     rank = len(shape)
     if len(order) != len(meta) or sorted(order) != list(range(len(order))) or len(order) != rank + len(block_map):
         raise ValueError("Invalid sparse tensor: traversal order, block map and dim metadata disagree")
-    level_of = {d: lvl for lvl, d in enumerate(order)}
-    block_size = {}
-    for k, d in enumerate(block_map):
-        block_size[d] = meta[level_of[rank + k]].get("dense_size", 1)
-    out = np.zeros(shape, dtype=values.dtype)
-    coords = [0] * len(order)
-
-    def place(value_index: int) -> None:
-        idx = []
-        for d in range(rank):
-            c = coords[level_of[d]]
-            if d in block_size:
-                k = block_map.index(d)
-                c = c * block_size[d] + coords[level_of[rank + k]]
-            idx.append(c)
-        if value_index >= len(values) or any(c >= s for c, s in zip(idx, shape)):
-            raise ValueError("Invalid sparse tensor: an index lies outside the dense shape")
-        out[tuple(idx)] = values[value_index]
-
-    def walk(level: int, prev: int) -> None:
-        if level == len(order):
-            place(prev)
-            return
-        m = meta[level]
+    # walk the levels: `prev` is each position's index into the next level's segments (or the values)
+    prev = np.zeros(1, np.int64)
+    coords: list[np.ndarray] = []  # per level, each position's coordinate
+    for m in meta:
         if m["format"] == DENSE:
-            size = m["dense_size"]
-            for j in range(size):
-                coords[level] = j
-                walk(level + 1, prev * size + j)
+            size = int(m["dense_size"])
+            if size < 0:
+                raise ValueError("Invalid sparse tensor: a negative dense_size")
+            coords = [np.repeat(c, size) for c in coords] + [np.tile(np.arange(size, dtype=np.int64), len(prev))]
+            prev = (prev[:, None] * size + np.arange(size, dtype=np.int64)).ravel()
         else:
-            seg, ind = m["array_segments"], m["array_indices"]
-            if prev + 1 >= len(seg):
+            seg = np.asarray(m["array_segments"], np.int64)
+            ind = np.asarray(m["array_indices"], np.int64)
+            if len(prev) and int(prev.max()) + 1 >= len(seg):
                 raise ValueError("Invalid sparse tensor: array_segments too short")
-            for j in range(int(seg[prev]), int(seg[prev + 1])):
-                if j >= len(ind):
-                    raise ValueError("Invalid sparse tensor: array_indices too short")
-                coords[level] = int(ind[j])
-                walk(level + 1, j)
-
-    walk(0, 0)
+            lo, hi = seg[prev], seg[prev + 1]
+            counts = hi - lo
+            if (counts < 0).any():
+                raise ValueError("Invalid sparse tensor: array_segments decrease")
+            # j runs over lo..hi-1 for every position, all positions at once
+            j = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts) + np.arange(int(counts.sum()))
+            if len(j) and int(j.max()) >= len(ind):
+                raise ValueError("Invalid sparse tensor: array_indices too short")
+            coords = [np.repeat(c, counts) for c in coords] + [ind[j]]
+            prev = j
+    level_of = {d: lvl for lvl, d in enumerate(order)}
+    index = []
+    for d in range(rank):
+        c = coords[level_of[d]]
+        if d in block_map:
+            k = block_map.index(d)
+            block = int(meta[level_of[rank + k]].get("dense_size", 1))
+            c = c * block + coords[level_of[rank + k]]
+        index.append(c)
+    if len(prev) and (int(prev.max()) >= len(values) or
+                      any(len(c) and (int(c.min()) < 0 or int(c.max()) >= s) for c, s in zip(index, shape))):
+        raise ValueError("Invalid sparse tensor: an index lies outside the dense shape")
+    out = np.zeros(shape, dtype=values.dtype)
+    out[tuple(index)] = values[prev]
     return out

@@ -1,0 +1,105 @@
+"""Weights stored the way real converters write them: sparse fp16 (DENSIFY -> DEQUANTIZE -> weight input, as in
+MediaPipe's sparse models), fp16 biases, and weights behind TRANSPOSE / CAST of constants. Every such chain is
+folded at build time, so the whole model runs on the OpenCL device, on every path against LiteRT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model.builder import ModelBuilder, csr_encode
+
+from .conftest import assert_close, constant_only_ops, litert, run_model
+
+
+def _sparse_fp16(b: ModelBuilder, name: str, dense: np.ndarray) -> int:
+    """A float32 weight tensor fed by DENSIFY(sparse fp16) -> DEQUANTIZE."""
+    half = dense.astype(np.float16)
+    values, sparsity = csr_encode(half)
+    ws = b.const(f"{name}_sparse", values, sparsity=sparsity, shape=half.shape)
+    wd = b.tensor(f"{name}_dense", half.shape, np.float16)
+    b.op("DENSIFY", [ws], [wd])
+    wf = b.tensor(name, half.shape)
+    b.op("DEQUANTIZE", [wd], [wf])
+    return wf
+
+
+def _fp16(b: ModelBuilder, name: str, value: np.ndarray) -> int:
+    """A float32 tensor fed by DEQUANTIZE(fp16 constant)."""
+    h = b.const(f"{name}_fp16", value.astype(np.float16))
+    f = b.tensor(name, value.shape)
+    b.op("DEQUANTIZE", [h], [f])
+    return f
+
+
+def sparse_fp16_model(seed: int = 7) -> bytes:
+    """A small MobileNet-shaped classifier: a strided 3x3 stem, a depthwise 3x3, a 1x1 conv (all with sparse
+    fp16 weights, 60-80% zeros), a residual ADD, mean pooling, and a FULLY_CONNECTED whose weights are the
+    TRANSPOSE of a constant and whose scale comes from a CAST of an integer constant."""
+    rng = np.random.default_rng(seed)
+
+    def sparse(shape, density):
+        return (rng.standard_normal(shape) * (rng.random(shape) < density) * 0.5).astype(np.float32)
+
+    b = ModelBuilder("sparse fp16 weights")
+    x = b.input("image", (1, 32, 32, 3))
+    stem = b.tensor("stem", (1, 16, 16, 16))
+    b.op("CONV_2D", [x, _sparse_fp16(b, "stem_w", sparse((16, 3, 3, 3), 0.4)),
+                     _fp16(b, "stem_b", rng.standard_normal(16).astype(np.float32) * 0.1)], [stem],
+         padding="SAME", stride_w=2, stride_h=2, fused_activation_function="RELU6")
+    dw = b.tensor("dw", (1, 16, 16, 16))
+    b.op("DEPTHWISE_CONV_2D", [stem, _sparse_fp16(b, "dw_w", sparse((1, 3, 3, 16), 0.35)),
+                               b.const("dw_b", rng.standard_normal(16).astype(np.float32) * 0.1)], [dw],
+         padding="SAME", stride_w=1, stride_h=1, depth_multiplier=1, fused_activation_function="RELU")
+    pw = b.tensor("pw", (1, 16, 16, 16))
+    b.op("CONV_2D", [dw, _sparse_fp16(b, "pw_w", sparse((16, 1, 1, 16), 0.3)),
+                     _fp16(b, "pw_b", rng.standard_normal(16).astype(np.float32) * 0.1)], [pw],
+         padding="SAME", stride_w=1, stride_h=1)
+    res = b.tensor("res", (1, 16, 16, 16))
+    b.op("ADD", [pw, stem], [res])
+    pooled = b.tensor("pooled", (1, 16))
+    b.op("MEAN", [res, b.const("axes", np.array([1, 2], np.int32))], [pooled], keep_dims=False)
+    fc_t = b.const("fc_w_t", rng.standard_normal((16, 10)).astype(np.float32))  # stored input-major
+    fc_w = b.tensor("fc_w", (10, 16))
+    b.op("TRANSPOSE", [fc_t, b.const("perm", np.array([1, 0], np.int32))], [fc_w])
+    logits = b.tensor("logits", (1, 10))
+    b.op("FULLY_CONNECTED", [pooled, fc_w, -1], [logits])
+    scale_i = b.const("scale_i", np.array([3], np.int32))
+    scale = b.tensor("scale", (1,))
+    b.op("CAST", [scale_i], [scale])
+    scaled = b.tensor("scaled_logits", (1, 10))
+    b.op("MUL", [logits, scale], [scaled])
+    b.output(scaled, res)
+    return b.build()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return sparse_fp16_model()
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return [np.random.default_rng(3).uniform(-1, 1, (1, 32, 32, 3)).astype(np.float32)]
+
+
+def test_sparse_fp16_weights_on_the_cpu(model, inputs):
+    want = run_model(litert(), model, inputs)
+    got = run_model(Interpreter, model, inputs)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, what=f"output {i}")
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_sparse_fp16_weights_fully_delegated(model, inputs, fp16, opencl_device):
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16))
+    plan = it.gpu_plan
+    assert plan.cpu_op_count == 0, [(s.op.name, s.reason) for s in plan.steps if s.device == "cpu"]
+    assert not constant_only_ops(plan)
+    want = run_model(litert(), model, inputs)
+    got = run_model(lambda **kw: it, model, inputs)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_close(g, w, 1e-2 if fp16 else 1e-4, what=f"output {i}")
