@@ -106,13 +106,13 @@ def check_against_litert(model_bytes: bytes, inputs, rtol_scale: float = 1e-4) -
 def constant_only_ops(plan) -> list[str]:
     """The ops of a device plan whose every input is a constant (no step, graph input or variable makes it):
     what constant folding should have removed before placement, e.g. a DENSIFY -> DEQUANTIZE weight chain."""
-    from tflgpu.cpu.executor import NO_FOLD
+    from tflgpu.ops.traits import traits
 
     sg = plan.sg
     produced = {t for s in plan.steps for op, _ in s.members for t in op.outputs}
     runtime = produced | set(sg.inputs) | {t.index for t in sg.tensors if t.is_variable}
     return [f"{op.name} (node {op.index})" for s in plan.steps for op, _ in s.members
-            if op.name not in NO_FOLD and op.inputs and all(t < 0 or t not in runtime for t in op.inputs)]
+            if not traits(op.name).side_effects and op.inputs and all(t < 0 or t not in runtime for t in op.inputs)]
 
 
 @pytest.fixture

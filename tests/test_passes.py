@@ -33,7 +33,7 @@ def test_cull_dead_removes_unused_ops_only():
     b.op("RELU", [used], [out])
     b.output(out)
     runner, steps = _steps(b)
-    kept, removed = cull_dead(steps, runner.sg, lambda op: False)
+    kept, removed = cull_dead(steps, runner.sg)
     assert removed == 1 and [s.op.outputs[0] for s in kept] == [used, out]
 
 

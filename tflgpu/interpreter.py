@@ -23,7 +23,7 @@ import numpy as np
 from .cpu.executor import ModelRunner
 from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
-from .graph.ir import Model, Tensor
+from .model.ir import Model, Tensor
 from .model import ModelBytes, read_model
 from .runtime import DeviceError
 

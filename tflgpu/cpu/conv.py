@@ -12,17 +12,8 @@ import numpy as np
 from numba import njit, prange
 
 from .elementwise import dequant_params
-from .registry import (
-    KernelError,
-    OpContext,
-    activation_bounds,
-    apply_activation,
-    check_geometry,
-    conv_options,
-    conv_padding,
-    once,
-    register,
-)
+from ..ops.attributes import activation_bounds, conv_options, conv_padding
+from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 
 
 @njit(cache=True, parallel=True)
@@ -126,7 +117,7 @@ def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
 
 @register("CONV_2D")
 def conv2d(ctx: OpContext):
-    sh, sw, dh, dw, pad = conv_options(ctx)
+    sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
     w_shape = ctx.input_tensor(1).shape
@@ -179,7 +170,7 @@ def conv2d(ctx: OpContext):
 
 @register("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: OpContext):
-    sh, sw, dh, dw, pad = conv_options(ctx)
+    sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
     w_shape = ctx.input_tensor(1).shape
@@ -258,7 +249,7 @@ def transpose_conv(ctx: OpContext):
 @register("Convolution2DTransposeBias")
 def conv2d_transpose_bias(ctx: OpContext):
     """MediaPipe's transposed conv with bias; options are a TfLiteTransposeConvParams struct."""
-    from .custom_options import transpose_conv_params
+    from ..ops.custom_options import transpose_conv_params
 
     pad, sw, sh = transpose_conv_params(ctx)
     shape = ctx.output_tensor(0).shape

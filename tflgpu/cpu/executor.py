@@ -14,18 +14,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..graph.ir import Model, Operator, Subgraph
+from ..model.ir import Model, Operator, Subgraph
+from ..ops.traits import traits
 from . import registry
 from .registry import KernelError, OpContext
 
 log = logging.getLogger("tflgpu")
 
-# Ops with side effects or that must see run-time state are never folded.
-NO_FOLD = frozenset({
-    "WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "ASSIGN_VARIABLE", "READ_VARIABLE",
-    "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL",
-    "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM",
-})
 NON_NUMERIC = frozenset({"STRING", "RESOURCE", "VARIANT"})
 
 
@@ -104,7 +99,7 @@ class SubgraphRunner:
             self.steps.append((op, fn))
 
     def _foldable(self, op: Operator) -> bool:
-        if op.name in NO_FOLD or not op.inputs:
+        if traits(op.name).side_effects or not op.inputs:
             return False
         return all(i < 0 or i in self.consts or i in self.sparse_consts for i in op.inputs)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .registry import KernelError, OpContext, activation_bounds, check_geometry, conv_padding, register
+from ..ops.attributes import activation_bounds, conv_padding
+from .registry import KernelError, OpContext, check_geometry, register
 
 AVG, MAX, L2 = 0, 1, 2
 
@@ -99,7 +100,7 @@ def _max_pool_argmax(x, kh, kw, sh, sw, pt, pl, oh, ow):
 @register("MaxPoolingWithArgmax2D")
 def max_pool_with_argmax(ctx: OpContext):
     """Outputs the max and, per element, the flat index (y * W + x) * C + c within its image."""
-    from .custom_options import pool_params
+    from ..ops.custom_options import pool_params
 
     o = pool_params(ctx)
 
@@ -133,7 +134,7 @@ def _unpool(x, idx, oh, ow):
 @register("MaxUnpooling2D")
 def max_unpooling(ctx: OpContext):
     """Scatter each input value to the position its argmax index names (see MaxPoolingWithArgmax2D)."""
-    from .custom_options import pool_params
+    from ..ops.custom_options import pool_params
 
     pool_params(ctx)  # validates; the output size comes from the output tensor
     _, oh, ow, _ = ctx.output_tensor(0).shape

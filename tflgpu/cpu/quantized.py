@@ -30,32 +30,15 @@ from numba import njit, prange
 
 from .conv import _bias, _depthwise, _im2col
 from .elementwise import dequantize, quantize
-from .registry import (
-    KernelError,
-    OpContext,
-    apply_activation,
-    check_geometry,
-    conv_options,
-    conv_padding,
-    factory_for,
-    once,
-)
+from ..ops.attributes import conv_options, conv_padding
+from ..ops.quantization import QTYPES, QParams, dequantize_values, qparams, quantize_values, tfl_round
+from ..ops.traits import traits
+from .registry import KernelError, OpContext, apply_activation, check_geometry, factory_for, once
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)
-QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
 _KERNELS: dict = {}
 
-# ops that only select or move values: on equal input/output parameters the raw integers are exact
-TRANSPARENT = frozenset({
-    "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "GATHER", "GATHER_ND", "SLICE", "STRIDED_SLICE",
-    "SPLIT", "SPLIT_V", "UNPACK", "PACK", "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "BATCH_TO_SPACE_ND",
-    "SPACE_TO_BATCH_ND", "TILE", "BROADCAST_TO", "REVERSE_V2", "PAD", "PADV2", "MIRROR_PAD",
-    "RESIZE_NEAREST_NEIGHBOR", "MAXIMUM", "MINIMUM", "REDUCE_MAX", "REDUCE_MIN", "ARG_MAX", "ARG_MIN",
-    "SHAPE", "IDENTITY", "ZEROS_LIKE", "SELECT", "SELECT_V2", "CONCATENATION",
-})
-# ops defined on the raw integers whatever the parameters (CAST converts the stored values, as TFLite)
-RAW = frozenset({"CAST"})
 
 
 def register_int(*names: str):
@@ -65,58 +48,6 @@ def register_int(*names: str):
         return factory
 
     return deco
-
-
-@dataclass(frozen=True)
-class QParams:
-    scale: np.ndarray  # float32 [n]
-    zero_point: np.ndarray  # int64 [n]
-    dim: int
-    dtype: np.dtype
-
-    @property
-    def qmin(self) -> int:
-        return int(np.iinfo(self.dtype).min)
-
-    @property
-    def qmax(self) -> int:
-        return int(np.iinfo(self.dtype).max)
-
-    @property
-    def s(self) -> float:
-        return float(self.scale[0])
-
-    @property
-    def z(self) -> int:
-        return int(self.zero_point[0])
-
-    def same(self, other: QParams) -> bool:
-        return (self.dtype == other.dtype and np.array_equal(self.scale, other.scale)
-                and np.array_equal(self.zero_point, other.zero_point))
-
-    def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
-        """(scale, zero point) shaped to broadcast over a rank-``ndim`` array."""
-        if len(self.scale) == 1:
-            return self.scale[0], self.zero_point[0]
-        shape = [1] * ndim
-        shape[self.dim] = len(self.scale)
-        return self.scale.reshape(shape), self.zero_point.reshape(shape)
-
-
-def qparams(t) -> QParams | None:
-    """The tensor's quantization if it is an integer tensor TFLite would treat as quantized."""
-    if t is None or t.dtype not in QTYPES or t.quantization is None:
-        return None
-    q = t.quantization
-    if len(q.scales) == 0:
-        return None
-    scale = np.asarray(q.scales, np.float32).reshape(-1)
-    zp = np.asarray(q.zero_points, np.int64).reshape(-1)
-    if len(zp) != len(scale):
-        zp = np.resize(zp, len(scale)) if len(zp) else np.zeros(len(scale), np.int64)
-    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-        raise ValueError(f"tensor '{t.name}' has an invalid quantization scale {scale[:4].tolist()}")
-    return QParams(scale, zp, int(q.quantized_dimension), t.dtype)
 
 
 def is_quantized_op(op, sg) -> bool:
@@ -137,7 +68,7 @@ def quantized_factory(ctx: OpContext):
     float_factory = factory_for(name)
     if float_factory is None:
         return None
-    if name in RAW or (name in TRANSPARENT and _uniform(ctx)):
+    if traits(name).raw_integers or (traits(name).quant_transparent and _uniform(ctx)):
         return float_factory
     return _emulated(float_factory)
 
@@ -199,41 +130,6 @@ def requantize(acc: np.ndarray, real_multiplier, zero_point: int, lo: int, hi: i
         q, shift = q[0], shift[0]
     out = multiply_by_quantized_multiplier(acc, q, shift) + zero_point
     return np.clip(out, lo, hi).astype(dtype)
-
-
-def tfl_round(x: np.ndarray) -> np.ndarray:
-    """std::round: half away from zero."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
-
-
-@njit(cache=True, parallel=True)
-def _quantize_flat(x, scale, zp, lo, hi, out):
-    for i in prange(x.size):
-        v = np.float64(x[i]) / scale
-        if np.isnan(v):  # NaN: as zero
-            v = 0.0
-        r = np.floor(abs(v) + 0.5)
-        q = (r if v >= 0 else -r) + zp
-        out[i] = min(max(q, lo), hi)
-
-
-def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
-    """round(real / scale) + zero point (half away from zero, as TfLiteRound), clamped to the type's range."""
-    if len(p.scale) == 1 and np.ndim(real) > 0:  # (one pass; the host side of every float-view output)
-        x = np.ascontiguousarray(real).reshape(-1)
-        if x.dtype not in (np.float32, np.float64):
-            x = x.astype(np.float64)
-        out = np.empty(x.size, p.dtype)
-        _quantize_flat(x, np.float64(p.scale[0]), np.float64(p.z), np.float64(p.qmin), np.float64(p.qmax), out)
-        return out.reshape(np.shape(real))
-    scale, zp = p.broadcast(np.ndim(real))
-    q = tfl_round(np.asarray(real, np.float64) / np.asarray(scale, np.float64)) + zp
-    return np.clip(q, p.qmin, p.qmax).astype(p.dtype)
-
-
-def dequantize_values(q: np.ndarray, p: QParams) -> np.ndarray:
-    scale, zp = p.broadcast(np.ndim(q))
-    return ((np.asarray(q, np.float32) - np.asarray(zp, np.float32)) * np.asarray(scale, np.float32)).astype(np.float32)
 
 
 def activation_range(code: int, p: QParams) -> tuple[int, int]:
@@ -335,7 +231,7 @@ def requantize_fp32(acc: np.ndarray, bias: np.ndarray, scale: np.ndarray, zero_p
 
 @register_int("CONV_2D")
 def conv2d_q(ctx: OpContext):
-    sh, sw, dh, dw, pad = conv_options(ctx)
+    sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
     w, pw = _weights(ctx, 1, "filter")
     if w.ndim != 4:
@@ -374,7 +270,7 @@ def conv2d_q(ctx: OpContext):
 
 @register_int("DEPTHWISE_CONV_2D")
 def depthwise_q(ctx: OpContext):
-    sh, sw, dh, dw, pad = conv_options(ctx)
+    sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
     w, pw = _weights(ctx, 1, "filter")
     if w.ndim != 4 or w.shape[0] != 1:
@@ -768,7 +664,7 @@ def hybrid_factory(ctx: OpContext):
         w_i = once(lambda: np.ascontiguousarray(centered().astype(np.int32)))
     w_scale = np.broadcast_to(pw.scale.astype(np.float32), (n_out,))
     bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
-    sh, sw, dh, dw, pad = conv_options(ctx)
+    sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     keep = ctx.opt("keep_num_dims", False)
     pointwise = name == "CONV_2D" and kh == kw == sh == sw == 1
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..graph.ir import Operator, Subgraph, Tensor
+from ..ops.attributes import activation_bounds
+from ..ops.context import OpView
 
 Arrays = Sequence[np.ndarray | None]
 KernelFn = Callable[[Arrays], Sequence[np.ndarray]]
@@ -28,34 +29,14 @@ class KernelError(RuntimeError):
 
 
 @dataclass
-class OpContext:
-    op: Operator
-    subgraph: Subgraph
-    runtime: Any  # the ModelRunner: control-flow ops call other subgraphs through it
+class OpContext(OpView):
+    runtime: Any = None  # the ModelRunner: control-flow ops call other subgraphs through it
     consts: Any = None  # the building runner's constants (tensor -> array); else looked up via runtime
 
-    def input_tensor(self, i: int) -> Tensor | None:
-        if i >= len(self.op.inputs) or self.op.inputs[i] < 0:
-            return None
-        return self.subgraph.tensors[self.op.inputs[i]]
-
-    def output_tensor(self, i: int) -> Tensor:
-        return self.subgraph.tensors[self.op.outputs[i]]
-
-    def const(self, i: int) -> np.ndarray | None:
-        """The constant value of input i, or None if it is not a constant."""
-        t = self.input_tensor(i)
-        if t is None:
-            return None
+    def constant(self, tensor: int) -> np.ndarray | None:
         if self.consts is not None:
-            return self.consts.get(t.index)
-        return self.runtime.constant_value(self.subgraph.index, t.index)
-
-    def has_input(self, i: int) -> bool:
-        return self.input_tensor(i) is not None
-
-    def opt(self, key: str, default: Any = None) -> Any:
-        return self.op.options.get(key, default)
+            return self.consts.get(tensor)
+        return self.runtime.constant_value(self.subgraph.index, tensor)
 
     def fail(self, msg: str) -> ValueError:
         return ValueError(f"op {self.op.name} at index {self.op.index}: {msg}")
@@ -93,47 +74,14 @@ def once(make: Callable[[], Any]) -> Callable[[], Any]:
     return get
 
 
-def activation_bounds(code: int | None) -> tuple[float, float]:
-    """Clamp bounds of a fused activation; TANH/SIGN_BIT are applied separately."""
-    if code == 1:
-        return 0.0, np.inf
-    if code == 2:
-        return -1.0, 1.0
-    if code == 3:
-        return 0.0, 6.0
-    return -np.inf, np.inf
-
-
 def apply_activation(x: np.ndarray, code: int | None) -> np.ndarray:
-    """Apply a fused activation (in place where possible); returns the result.
-
-    As in TFLite's CalculateActivationRange, only the RELU family clamps: a
-    fused TANH or SIGN_BIT on conv/pool/elementwise ops is a no-op there,
-    and LiteRT's outputs are what we must reproduce.
-    """
-    if code not in (1, 2, 3):
-        return x
+    """Apply a fused activation (in place where possible); returns the result."""
     lo, hi = activation_bounds(code)
+    if lo == -np.inf and hi == np.inf:
+        return x
     if x.flags.writeable:
         return np.clip(x, lo, hi, out=x)
     return np.clip(x, lo, hi)
-
-
-def conv_options(ctx: OpContext) -> tuple[int, int, int, int, int]:
-    """(stride_h, stride_w, dilation_h, dilation_w, padding) of a convolution's options."""
-    return (ctx.opt("stride_h", 1), ctx.opt("stride_w", 1), ctx.opt("dilation_h_factor", 1) or 1,
-            ctx.opt("dilation_w_factor", 1) or 1, ctx.opt("padding", 0))
-
-
-def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int) -> tuple[int, int]:
-    """(output size, padding before) for TFLite's SAME (0) / VALID (1) padding."""
-    eff = (k - 1) * dilation + 1
-    if padding == 0:
-        out = (in_size + stride - 1) // stride
-    else:
-        out = (in_size - eff + stride) // stride
-    total = max((out - 1) * stride + eff - in_size, 0)
-    return out, total // 2
 
 
 def check_geometry(ctx: OpContext, **values: int) -> None:

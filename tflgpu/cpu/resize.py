@@ -7,18 +7,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from ..ops.attributes import resize_scale
 from .registry import KernelError, OpContext, register
-
-
-def _scale(in_size: int, out_size: int, align_corners: bool) -> float:
-    if align_corners and out_size > 1:
-        return (in_size - 1) / (out_size - 1)
-    return in_size / out_size
 
 
 def _bilinear_axis(in_size, out_size, align, half):
     """Per output coordinate: lower index, upper index, and the upper weight."""
-    scale = np.float32(_scale(in_size, out_size, align))
+    scale = np.float32(resize_scale(in_size, out_size, align))
     lo = np.empty(out_size, np.int64)
     hi = np.empty(out_size, np.int64)
     frac = np.empty(out_size, np.float32)
@@ -54,7 +49,7 @@ def _bilinear(x, y0, y1, fy, x0, x1, fx):
 
 
 def _nearest_axis(in_size, out_size, align, half):
-    scale = np.float32(_scale(in_size, out_size, align))
+    scale = np.float32(resize_scale(in_size, out_size, align))
     offset = np.float32(0.5) if half else np.float32(0.0)
     idx = np.empty(out_size, np.int64)
     for o in range(out_size):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.attributes import axis_slice
 from .registry import KernelError, OpContext, normalize_axis, register
 
 
@@ -165,24 +166,6 @@ def slice_op(ctx: OpContext):
     return run
 
 
-def _axis_slice(b: int, e: int, s: int, size: int, begin_masked: bool, end_masked: bool, offset: bool) -> slice:
-    """One axis of STRIDED_SLICE with TFLite's rules (wrap negatives, clamp by stride sign)."""
-    lo, hi = (0, size) if s > 0 else (-1, size - 1)
-    if begin_masked:
-        start = 0 if s > 0 else size - 1
-    else:
-        start = min(max(b + size if b < 0 else b, lo), hi)
-    if offset:  # end is relative to start: not wrapped, and end_mask does not apply
-        stop = min(max(start + e, lo), hi)
-    elif end_masked:
-        stop = size if s > 0 else -1
-    else:
-        stop = min(max(e + size if e < 0 else e, lo), hi)
-    if start < 0:  # only possible with a negative stride: nothing to take
-        return slice(0, 0)
-    return slice(start, stop if stop >= 0 else None, s)
-
-
 @register("STRIDED_SLICE")
 def strided_slice(ctx: OpContext):
     bm, em = ctx.opt("begin_mask", 0), ctx.opt("end_mask", 0)
@@ -218,7 +201,7 @@ def strided_slice(ctx: OpContext):
                     raise KernelError(f"STRIDED_SLICE: index {b} out of range for dimension {size}")
                 idx.append(bb)
             else:
-                idx.append(_axis_slice(b, e, s, size, bool((bm >> i) & 1), bool((em >> i) & 1), offset))
+                idx.append(axis_slice(b, e, s, size, bool((bm >> i) & 1), bool((em >> i) & 1), offset))
             dim += 1
         return [np.array(x[tuple(idx)])]  # a copy that keeps 0-d results 0-d
 

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..cpu.quantized import TRANSPARENT, QParams, dequantize_values, qparams
-from .ir import Operator, Quantization, Subgraph, Tensor
+from ..model.ir import Operator, Quantization, Subgraph, Tensor
+from ..ops.quantization import QParams, dequantize_values, qparams
+from ..ops.traits import traits
 
 SIM = "QUANT_SIM"
-NO_FLOAT_VIEW = frozenset({"CAST", "BITCAST"})
-NO_SIM = TRANSPARENT | {"MAX_POOL_2D"}
-BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
 
 
 @dataclass
@@ -63,7 +61,7 @@ def float_view(sg: Subgraph) -> FloatView:
             params[t.index] = p
             tensors[t.index] = _float_tensor(t, None)
     for op in sg.operators:  # int32 biases of quantized convolutions / matrix products
-        b = BIAS_INPUT.get(op.name)
+        b = traits(op.name).bias_input
         if b is None or len(op.inputs) <= b or op.inputs[b] < 0:
             continue
         t = tensors[op.inputs[b]]
@@ -105,7 +103,7 @@ def float_view(sg: Subgraph) -> FloatView:
         if op.name == "QUANTIZE" and quant_outs:
             ops.append(sim(ins[0], outs[0], params[op.outputs[0]]))
             continue
-        if op.name in NO_FLOAT_VIEW and any(t in params for t in op.inputs + op.outputs):
+        if traits(op.name).raw_integers and any(t in params for t in op.inputs + op.outputs):
             ops.extend(_integer_island(op, ins, outs, params, tensors, new_tensor))
             view.kept_integer.append(op.name)
             continue
@@ -131,7 +129,7 @@ def _float_tensor(t: Tensor, data) -> Tensor:
 
 def _uniform(op: Operator, params: dict) -> bool:
     """An op that only moves values, all of whose quantized operands share parameters: no simulator."""
-    if op.name not in NO_SIM:
+    if not traits(op.name).keeps_quant_grid:
         return False
     ps = [params[t] for t in op.inputs + op.outputs if t in params]
     return all(p.same(ps[0]) for p in ps)

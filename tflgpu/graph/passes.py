@@ -16,17 +16,12 @@ Each pass is a pure function of (steps, subgraph) returning new steps and how ma
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..kernels.common import bhwc
-from ..kernels.elementwise import BINARY, UNARY, unary_expr
-
-PRODUCERS = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "Convolution2DTransposeBias"}
-FUSABLE_BINARY = {"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"}
-
+from ..ops.layout import bhwc
+from ..ops.traits import traits
 
 @dataclass
 class Fused:
@@ -60,13 +55,13 @@ def _readers(steps: list[PassStep]) -> dict[int, list[int]]:
     return readers
 
 
-def cull_dead(steps: list[PassStep], sg, side_effects: Callable[[object], bool]) -> tuple[list[PassStep], int]:
+def cull_dead(steps: list[PassStep], sg) -> tuple[list[PassStep], int]:
     live = set(sg.outputs)
     kept: list[PassStep] = []
     removed = 0
     for s in reversed(steps):
         outs = [t for op, _ in s.members for t in op.outputs]
-        if any(t in live for t in outs) or any(side_effects(op) for op, _ in s.members):
+        if any(t in live for t in outs) or any(traits(op.name).side_effects for op, _ in s.members):
             kept.append(s)
             for op, _ in s.members:
                 live.update(t for t in op.inputs if t >= 0)
@@ -160,7 +155,7 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     for i, s in enumerate(steps):
         if i in absorbed:
             continue
-        if s.gpu and s.op.name in PRODUCERS:
+        if s.gpu and traits(s.op.name).takes_epilogue:
             while True:
                 (t,) = s.outputs[:1] or (None,)
                 rs = readers.get(t, [])
@@ -182,9 +177,10 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
 
 
 def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
-    if op.name in UNARY and op.name != "LOGICAL_NOT" and op.inputs[:1] == (t,):
+    kind = traits(op.name).fusable
+    if kind == "unary" and op.inputs[:1] == (t,):
         return Fused(op)
-    if op.name not in FUSABLE_BINARY or len(op.inputs) != 2 or t not in op.inputs or op.inputs[0] == op.inputs[1]:
+    if kind != "binary" or len(op.inputs) != 2 or t not in op.inputs or op.inputs[0] == op.inputs[1]:
         return None
     lhs = op.inputs[0] == t
     other = op.inputs[1] if lhs else op.inputs[0]
@@ -203,36 +199,3 @@ def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
     if o_lay != out_lay:
         return None
     return Fused(op, other_tensor=other, producer_is_lhs=lhs)
-
-
-def epilogue_code(epilogue: list[Fused], var: str, index: str, cout: int) -> tuple[str, list]:
-    """C statements applying the fused ops to ``var`` (the producer's float4 at slice-layout ``index``;
-    a constant vector is read at slice ``S_ep``), and the extra kernel arguments they read, in order:
-    ("tensor", idx) or ("const", slices)."""
-    from ..kernels.common import activation, vec_slices
-
-    lines, args = [], []
-    for k, f in enumerate(epilogue):
-        name = f.op.name
-        if f.other_tensor is None and f.other_const is None:
-            expr = unary_expr(f.op)
-            assert var == "v", "UNARY snippets are written over a float4 named v"
-            lines.append(f"v = {expr};")
-            continue
-        if f.other_tensor is not None:
-            args.append(("tensor", f.other_tensor))
-            other = f"LD4(ep{k}, {index})"
-        elif f.other_const.size == 1:
-            other = f"(float4)({float(f.other_const.reshape(-1)[0])!r}f)"
-        else:
-            args.append(("const", vec_slices(f.other_const.reshape(-1), cout)))
-            other = f"LD4(ep{k}, S_ep)"
-        a, b = (var, "eo") if f.producer_is_lhs else ("eo", var)
-        expr = BINARY[name].replace("va", "EA").replace("vb", "EB").replace("EA", a).replace("EB", b)
-        lines.append(f"{{ const float4 eo = {other}; {var} = {expr}; }}")
-        act = activation(f.op.options.get("fused_activation_function", 0), var)
-        if act:
-            lines.append(act)
-    params = [f"__global const STORE_T* ep{k}" for k, f in enumerate(epilogue)
-              if f.other_tensor is not None or (f.other_const is not None and f.other_const.size > 1)]
-    return " ".join(lines), (args, params)

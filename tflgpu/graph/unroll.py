@@ -16,15 +16,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from .ir import Operator, Subgraph, Tensor
+from ..model.ir import Operator, Subgraph, Tensor
+from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
 
 MAX_TRIPS = 256
 MAX_OPS = 8192
-SIDE_EFFECTS = frozenset({"WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "ASSIGN_VARIABLE", "READ_VARIABLE",
-                          "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL", "LSTM",
-                          "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM"})
+
 
 
 class NotUnrollable(Exception):
@@ -35,7 +34,7 @@ def _static_tensors(body: Subgraph, static_inputs: set[int]) -> set[int]:
     """Body tensors computable from constants and the static inputs alone."""
     known = {t.index for t in body.tensors if t.data is not None} | {body.inputs[j] for j in static_inputs}
     for op in body.operators:
-        if op.name not in SIDE_EFFECTS and all(i < 0 or i in known for i in op.inputs):
+        if not traits(op.name).side_effects and all(i < 0 or i in known for i in op.inputs):
             known.update(op.outputs)
     return known
 
@@ -45,7 +44,7 @@ def _loop_plan(while_op: Operator, cond: Subgraph, body: Subgraph, consts: dict)
     n = len(while_op.inputs)
     if len(body.inputs) != n or len(body.outputs) != n or len(cond.inputs) != n:
         raise NotUnrollable("loop signature")
-    if any(op.name in SIDE_EFFECTS for op in body.operators + cond.operators):
+    if any(traits(op.name).side_effects for op in body.operators + cond.operators):
         raise NotUnrollable("the loop has control flow or state inside")
     if any(t.is_variable for t in body.tensors):
         raise NotUnrollable("variable tensors in the body")

@@ -8,48 +8,29 @@ from typing import Any
 
 import numpy as np
 
-from ..graph.ir import Operator, Subgraph, Tensor
+from ..model.ir import Tensor
+from ..ops.context import OpView
 from .common import KernelSpec, Layout, bhwc
-
-
-class Unsupported(Exception):
-    """This op (with these attributes/shapes) cannot run on the OpenCL path."""
+from .epilogue import Epilogue, epilogue
+from .errors import Unsupported
 
 
 @dataclass
-class GenContext:
-    op: Operator
-    subgraph: Subgraph
-    consts: dict[int, np.ndarray]  # folded constants by tensor index
-    fp16: bool
-    params: dict[str, Any]  # overrides of the generator's heuristic defaults (the tuner's knobs)
+class GenContext(OpView):
+    consts: dict[int, np.ndarray] = field(default_factory=dict)  # folded constants by tensor index
+    fp16: bool = False
+    params: dict[str, Any] = field(default_factory=dict)  # overrides of the generator's defaults (tuner's knobs)
     epilogue: list = field(default_factory=list)  # fused elementwise ops (graph.passes.Fused), applied in order
     subgraph_variables: frozenset = frozenset()  # variable (stateful) tensor indices
 
-    def tensor(self, idx: int) -> Tensor:
-        return self.subgraph.tensors[idx]
-
-    def inp(self, i: int) -> Tensor | None:
-        ins = self.op.inputs
-        return self.subgraph.tensors[ins[i]] if i < len(ins) and ins[i] >= 0 else None
-
-    def out(self, i: int = 0) -> Tensor:
-        return self.subgraph.tensors[self.op.outputs[i]]
-
-    def const(self, i: int) -> np.ndarray | None:
-        ins = self.op.inputs
-        if i >= len(ins) or ins[i] < 0:
-            return None
-        return self.consts.get(ins[i])
+    def constant(self, tensor: int) -> np.ndarray | None:
+        return self.consts.get(tensor)
 
     def layout(self, t: Tensor) -> Layout:
         lay = bhwc(t.shape)
         if lay is None:
             raise Unsupported(f"rank {len(t.shape)} > 4")
         return lay
-
-    def opt(self, key: str, default: Any = None) -> Any:
-        return self.op.options.get(key, default)
 
     def fail(self, msg: str) -> Unsupported:
         return Unsupported(msg)
@@ -59,15 +40,9 @@ class GenContext:
         """The tensor this kernel writes: the last fused op's output, else the op's."""
         return self.epilogue[-1].op.outputs[0] if self.epilogue else self.op.outputs[0]
 
-    def epilogue_io(self, var: str, index: str, cout: int):
-        """(C code, extra params, extra Args, extra input tensors) of the fused ops."""
-        from ..graph.passes import epilogue_code
-        from .common import Arg
-
-        if not self.epilogue:
-            return "", [], [], []
-        code, (args, params) = epilogue_code(self.epilogue, var, index, cout)
-        return code, params, [Arg(k, v) for k, v in args], [v for k, v in args if k == "tensor"]
+    def epilogue_code(self, cout: int) -> Epilogue:
+        """The fused ops' code over ``v``, stored at slice-layout index ``oi`` (see kernels.epilogue)."""
+        return epilogue(self.epilogue, "v", "oi", cout)
 
     @property
     def name(self) -> str:

@@ -18,6 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from ..ops.attributes import activation_bounds
+from ..ops.layout import Layout, bhwc
+
 GENERATOR_VERSION = 1
 
 PREAMBLE = r"""
@@ -35,45 +38,6 @@ typedef float STORE_T;
 #define LD8(p, i) vload8((i), (p))
 #endif
 """
-
-
-@dataclass(frozen=True)
-class Layout:
-    """A tensor as BHWC (rank <= 4 mapped onto 4-D) with its slice count."""
-
-    b: int
-    h: int
-    w: int
-    c: int
-
-    @property
-    def s(self) -> int:
-        return (self.c + 3) // 4
-
-    @property
-    def elements(self) -> int:
-        """Storage elements (scalars), padding lanes included."""
-        return self.b * self.s * self.h * self.w * 4
-
-    @property
-    def dims(self) -> tuple[int, int, int, int]:
-        return (self.b, self.h, self.w, self.c)
-
-
-def bhwc(shape: tuple[int, ...]) -> Layout | None:
-    """TFLite's GPU mapping of a shape onto BHWC, or None for rank > 4."""
-    r = len(shape)
-    if r == 0:
-        return Layout(1, 1, 1, 1)
-    if r == 1:
-        return Layout(1, 1, 1, shape[0])
-    if r == 2:
-        return Layout(shape[0], 1, 1, shape[1])
-    if r == 3:
-        return Layout(shape[0], 1, shape[1], shape[2])
-    if r == 4:
-        return Layout(*shape)
-    return None
 
 
 _AXIS_MAP = {1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
@@ -134,17 +98,12 @@ def pad_lanes_mask(c: int, slice_expr: str, var: str) -> str:
     return f"if ({slice_expr} == {last}) {{ {zero} }}"
 
 
-ACTIVATIONS = {
-    0: "",
-    1: "{v} = fmax({v}, (float4)(0.0f));",
-    2: "{v} = clamp({v}, (float4)(-1.0f), (float4)(1.0f));",
-    3: "{v} = clamp({v}, (float4)(0.0f), (float4)(6.0f));",
-}
-
-
 def activation(code: int | None, var: str) -> str:
-    """Fused activation as TFLite applies it: only the RELU family clamps (TANH/SIGN_BIT are no-ops)."""
-    return ACTIVATIONS.get(code or 0, "").format(v=var)
+    """A fused activation's clamp of ``var`` (ops.attributes gives the bounds; "" where it clamps nothing)."""
+    lo, hi = activation_bounds(code)
+    if hi == np.inf:
+        return "" if lo == -np.inf else f"{var} = fmax({var}, (float4)({lo!r}f));"
+    return f"{var} = clamp({var}, (float4)({lo!r}f), (float4)({hi!r}f));"
 
 
 _RELAYOUTS: ContextVar[dict | None] = ContextVar("tflgpu_relayouts", default=None)

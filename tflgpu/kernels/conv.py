@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu.registry import conv_padding
+from ..ops.attributes import conv_padding
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi4, weights_oi8
 
@@ -20,21 +20,12 @@ def _float_const(ctx: GenContext, i: int) -> np.ndarray:
     w = ctx.const(i)
     if w is None:
         raise Unsupported(f"input {i} (weights) is not constant")
-    t = ctx.inp(i)
+    t = ctx.input_tensor(i)
     if w.dtype != np.float32:
         if np.issubdtype(w.dtype, np.integer) and t.quantization is not None:
             raise Unsupported("quantized weights (quantization issue)")
         w = w.astype(np.float32)
     return w
-
-
-def _epilogue(ctx: GenContext, cout: int):
-    """(C code, extra kernel params, extra Args, extra input tensors) of the fused ops.
-
-    The code works on ``v`` and reads ``oi`` (the output's slice-layout index) and ``S_ep`` (its
-    slice), which every store site defines with ``_store``.
-    """
-    return ctx.epilogue_io("v", "oi", cout)
 
 
 def _store(index: str, slice_expr: str, ep_code: str, mask: str) -> str:
@@ -45,7 +36,7 @@ def _store(index: str, slice_expr: str, ep_code: str, mask: str) -> str:
 
 def _bias_const(ctx: GenContext, idx: int, cout: int) -> np.ndarray:
     """The bias input as float32 (zeros when omitted); a non-constant bias cannot be baked in."""
-    if idx < 0 or ctx.inp(idx) is None:
+    if idx < 0 or ctx.input_tensor(idx) is None:
         return np.zeros(cout, np.float32)
     bias = ctx.const(idx)
     if bias is None:
@@ -56,8 +47,8 @@ def _bias_const(ctx: GenContext, idx: int, cout: int) -> np.ndarray:
 def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl, cin, cout):
     from .winograd import transform_weights, winograd_source
 
-    ep = _epilogue(ctx, cout)
-    ep_code, ep_params = ep[0], ep[1]
+    ep = ctx.epilogue_code(cout)
+    ep_code, ep_params = ep.code, ep.params
     src = winograd_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, pt=pt, pl=pl, batch=n,
                           act_code=activation(ctx.opt("fused_activation_function", 0), "v"),
                           store=lambda index: _store(index, "S", ep_code, pad_lanes_mask(cout, "S", "v")),
@@ -66,8 +57,8 @@ def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl,
     b_vec = vec_slices(bias, cout)
     gsize = ((ow + 3) // 4, n * ((oh + 3) // 4), sout)
     return [KernelSpec(ctx.name, src, gsize, None, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const32", weights_oi4(u)), Arg("const", b_vec), *ep[2],
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
+        Arg("tensor", ctx.op.inputs[0]), Arg("const32", weights_oi4(u)), Arg("const", b_vec), *ep.args,
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
         {"winograd": True}, space=conv_space(kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, sout=sout, row=ow,
                                               w_bytes=w.size * (2 if ctx.fp16 else 4)),
         flops=2 * n * oh * ow * cout * 9 * cin)]
@@ -148,7 +139,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     if wide and ts % 2:
         raise ValueError("wide conv needs an even tile_s")
     vt, nacc = ("float8", ts // 2) if wide else ("float4", ts)
-    ep_code, ep_params = epilogue or ("", [])
+    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wspace = "__constant" if const_weights else "__global const"
     lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, {wspace} STORE_T* wts,",
@@ -217,7 +208,7 @@ def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[i
 
 @generator("CONV_2D")
 def conv2d(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     w = _float_const(ctx, 1)
     n, ih, iw, cin = ctx.layout(x_t).dims
@@ -241,17 +232,17 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
     if p.get("winograd") and (kh, kw, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1):
         return _winograd(ctx, w, bias, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, pt=pt, pl=pl,
                          cin=cin, cout=cout)
-    ep = _epilogue(ctx, cout)
+    ep = ctx.epilogue_code(cout)
     src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
-                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep[:2],
+                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep,
                        const_weights=const_w)
     gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
                       sout=sout)
     return [KernelSpec(ctx.name, src, gsize, p.get("local_size"), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if wide else weights_oi4(w, ts)),
-        Arg("const", b_vec), *ep[2],
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
+        Arg("const", b_vec), *ep.args,
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
         {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide,
          "const_weights": const_w},
         space=conv_space(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, sout=sout, row=gsize[0] * tx,
@@ -261,7 +252,7 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     w = _float_const(ctx, 1)
     n, ih, iw, cin = ctx.layout(x_t).dims
@@ -280,8 +271,8 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     act = ctx.opt("fused_activation_function", 0)
     name = ctx.name
     hint = ctx.params.get("vec_hint", "float4")
-    ep = _epilogue(ctx, cout)
-    ep_code, ep_params = ep[0], ep[1]
+    ep = ctx.epilogue_code(cout)
+    ep_code, ep_params = ep.code, ep.params
     extra = "".join(f"{p}, " for p in ep_params)
     L = [(f"__attribute__((vec_type_hint({hint}))) " if hint else "")
          + f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
@@ -316,8 +307,8 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     L.append("}")
     gsize = ((ow + tx - 1) // tx, n * oh, sout)
     return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep[2],
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep[3]], [ctx.final_output],
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep.args,
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
         {"tile_x": tx, "vec_hint": hint},
         space={"tile_x": [v for v in (1, 2, 4, 8) if v == 1 or v < 2 * ow], "vec_hint": [None, "float4"],
                "local_size": [None, (8, 1, 1), (16, 1, 1), (8, 4, 1)]},
@@ -326,7 +317,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("FULLY_CONNECTED")
 def fully_connected(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     w = _float_const(ctx, 1)
     units, depth = w.shape
@@ -343,23 +334,23 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     sin, sout = (depth + 3) // 4, (units + 3) // 4
     ts = ctx.params.get("tile_s", 2 if sout >= 2 else 1)
     wide = bool(ctx.params.get("wide", True)) and ts % 2 == 0
-    ep = _epilogue(ctx, units)
+    ep = ctx.epilogue_code(units)
     bias = _bias_const(ctx, 2, units)
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
                        pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units, wide=wide,
-                       vec_hint="float8" if wide else "float4", epilogue=ep[:2])
+                       vec_hint="float8" if wide else "float4", epilogue=ep)
     wq = w.reshape(units, 1, 1, depth)
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
-        Arg("const", vec_slices(bias, units, ts)), *ep[2], Arg("tensor", ctx.final_output)],
-        [ctx.op.inputs[0], *ep[3]], [ctx.final_output], {"tile_s": ts, "wide": wide},
+        Arg("const", vec_slices(bias, units, ts)), *ep.args, Arg("tensor", ctx.final_output)],
+        [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], {"tile_s": ts, "wide": wide},
         space={"tile_s": [1, 2, 4, 8], "wide": [False, True]}, flops=2 * n * units * depth)]
 
 
 def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_hw, pad, sh, sw, act):
     """Gather form: output pixel (oy, ox) sums input pixels (iy, ix) with iy*sh + ky - pt == oy."""
-    x_t = ctx.inp(x_idx)
-    require_float(ctx, x_t, ctx.out())
+    x_t = ctx.input_tensor(x_idx)
+    require_float(ctx, x_t, ctx.output_tensor())
     w = _float_const(ctx, w_idx)
     n, ih, iw, cin = ctx.layout(x_t).dims
     cout, kh, kw, icw = w.shape
@@ -371,8 +362,8 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     ts = ctx.params.get("tile_s", 4 if sout >= 4 else 1)
     bias = _bias_const(ctx, bias_idx, cout)
-    ep = _epilogue(ctx, cout)
-    ep_code, ep_params = ep[0], ep[1]
+    ep = ctx.epilogue_code(cout)
+    ep_code, ep_params = ep.code, ep.params
     extra = "".join(f"{p}, " for p in ep_params)
     L = [f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
@@ -404,7 +395,7 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     L.append("}")
     return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi4(w, ts)), Arg("const", vec_slices(bias, cout, ts)),
-        *ep[2], Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep[3]], [ctx.final_output],
+        *ep.args, Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output],
         {"tile_s": ts}, space={"tile_s": [1, 2, 4]}, flops=2 * n * ih * iw * cin * cout * kh * kw)]
 
 
@@ -420,8 +411,8 @@ def transpose_conv(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("Convolution2DTransposeBias")
 def conv2d_transpose_bias(ctx: GenContext) -> list[KernelSpec]:
-    from ..cpu.custom_options import transpose_conv_params
+    from ..ops.custom_options import transpose_conv_params
 
     pad, sw, sh = transpose_conv_params(ctx)
-    _, oh, ow, _ = ctx.out().shape
+    _, oh, ow, _ = ctx.output_tensor().shape
     return _transpose_conv(ctx, 0, 1, 2, (oh, ow), pad, sh, sw, 0)

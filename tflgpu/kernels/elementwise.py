@@ -6,62 +6,7 @@ import numpy as np
 
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, Layout, activation, pad_lanes_mask, to_slices
-
-UNARY = {
-    "RELU": "fmax(v, (float4)(0.0f))",
-    "RELU6": "clamp(v, (float4)(0.0f), (float4)(6.0f))",
-    "RELU_N1_TO_1": "clamp(v, (float4)(-1.0f), (float4)(1.0f))",
-    "LOGISTIC": "1.0f / (1.0f + exp(-v))",
-    "TANH": "tanh(v)",
-    "EXP": "exp(v)",
-    "LOG": "log(v)",
-    "HARD_SWISH": "v * clamp(v + 3.0f, (float4)(0.0f), (float4)(6.0f)) * (1.0f / 6.0f)",
-    "ABS": "fabs(v)",
-    "RSQRT": "rsqrt(v)",
-    "SQRT": "sqrt(v)",
-    "NEG": "-v",
-    "SQUARE": "v * v",
-    "SIN": "sin(v)",
-    "COS": "cos(v)",
-    "ELU": "select(expm1(v), v, isgreater(v, (float4)(0.0f)))",
-    "LOGICAL_NOT": "convert_float4(v == 0.0f) * -1.0f",
-    "LEAKY_RELU": "select(v * ALPHA, v, isgreaterequal(v, (float4)(0.0f)))",
-    "QUANT_SIM": "QSIM",  # graph.float_view's quantization simulator: see unary_expr
-}
-
-
-def unary_expr(op) -> str:
-    """The float4 expression of a unary op over ``v``, with the op's options filled in."""
-    expr = UNARY[op.name]
-    if op.name == "QUANT_SIM":
-        o = op.options
-        if not o.get("tflgpu_sim"):
-            raise Unsupported("a model's own custom op named QUANT_SIM")
-        if "scale" not in o:
-            return "v"
-        inv = float(np.float32(1.0) / np.float32(o["scale"]))
-        zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
-        return (f"(clamp(rint(v * {inv!r}f) + {zp!r}f, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
-                f" * {float(np.float32(scale))!r}f")
-    return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
-
-# comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0
-LOGIC = {
-    "LESS": "convert_float4(isless(va, vb)) * -1.0f",
-    "LESS_EQUAL": "convert_float4(islessequal(va, vb)) * -1.0f",
-    "GREATER": "convert_float4(isgreater(va, vb)) * -1.0f",
-    "GREATER_EQUAL": "convert_float4(isgreaterequal(va, vb)) * -1.0f",
-    "EQUAL": "convert_float4(isequal(va, vb)) * -1.0f",
-    "NOT_EQUAL": "convert_float4(isnotequal(va, vb)) * -1.0f",
-    "LOGICAL_AND": "convert_float4((va != 0.0f) && (vb != 0.0f)) * -1.0f",
-    "LOGICAL_OR": "convert_float4((va != 0.0f) || (vb != 0.0f)) * -1.0f",
-}
-
-BINARY = {
-    "ADD": "va + vb", "SUB": "va - vb", "MUL": "va * vb", "DIV": "va / vb", "MAXIMUM": "fmax(va, vb)",
-    "MINIMUM": "fmin(va, vb)", "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
-}
-
+from .expressions import BINARY, LOGIC, UNARY, unary_expr
 
 def grid(lay: Layout) -> tuple[int, int, int]:
     return (lay.w, lay.b * lay.h, lay.s)
@@ -91,7 +36,7 @@ def broadcast_read(var: str, inp: Layout, out: Layout) -> str:
 
 @generator(*UNARY)
 def unary(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_bool=ctx.op.name == "LOGICAL_NOT")
     lay = ctx.layout(out)
     expr = unary_expr(ctx.op)
@@ -105,7 +50,7 @@ def unary(ctx: GenContext) -> list[KernelSpec]:
 
 def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
     """A binary operand: a device tensor, or a constant uploaded in slice layout."""
-    t = ctx.inp(i)
+    t = ctx.input_tensor(i)
     require_float(ctx, t, allow_bool=ctx.op.name.startswith("LOGICAL_"))
     lay = ctx.layout(t)
     c = ctx.const(i)
@@ -116,7 +61,7 @@ def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
 
 @generator(*BINARY, *LOGIC, "PRELU")
 def binary(ctx: GenContext) -> list[KernelSpec]:
-    out = ctx.out()
+    out = ctx.output_tensor()
     require_float(ctx, out, allow_bool=ctx.op.name in LOGIC)
     lay = ctx.layout(out)
     (arg_a, la, ia), (arg_b, lb, ib) = _operand(ctx, 0), _operand(ctx, 1)

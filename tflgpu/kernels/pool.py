@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu.registry import conv_padding
+from ..ops.attributes import conv_padding
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask
 from .elementwise import grid, grid_prologue
@@ -12,7 +12,7 @@ from .elementwise import grid, grid_prologue
 
 @generator("AVERAGE_POOL_2D", "MAX_POOL_2D")
 def pool2d(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     n, ih, iw, c = ctx.layout(x_t).dims
     kh, kw = ctx.opt("filter_height", 1), ctx.opt("filter_width", 1)
@@ -45,7 +45,7 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("MEAN", "SUM")
 def mean(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     axes = ctx.const(1)
     if axes is None or len(x_t.shape) != 4:
@@ -74,7 +74,7 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("SOFTMAX")
 def softmax(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     lay = ctx.layout(x_t)
     beta = float(ctx.opt("beta", 1.0))
@@ -120,9 +120,9 @@ def _index_tensor_ok(ctx: GenContext, t) -> None:
 
 @generator("MaxPoolingWithArgmax2D")
 def max_pool_with_argmax(ctx: GenContext) -> list[KernelSpec]:
-    from ..cpu.custom_options import pool_params
+    from ..ops.custom_options import pool_params
 
-    x_t, out, idx_t = ctx.inp(0), ctx.out(0), ctx.out(1)
+    x_t, out, idx_t = ctx.input_tensor(0), ctx.output_tensor(0), ctx.output_tensor(1)
     require_float(ctx, x_t, out)
     _index_tensor_ok(ctx, idx_t)
     o = pool_params(ctx)
@@ -160,9 +160,9 @@ def max_pool_with_argmax(ctx: GenContext) -> list[KernelSpec]:
 @generator("MaxUnpooling2D")
 def max_unpooling(ctx: GenContext) -> list[KernelSpec]:
     """Gather form: output (y, x, c) takes the pooled value whose index names it (filter == stride)."""
-    from ..cpu.custom_options import pool_params
+    from ..ops.custom_options import pool_params
 
-    x_t, idx_t, out = ctx.inp(0), ctx.inp(1), ctx.out()
+    x_t, idx_t, out = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor()
     require_float(ctx, x_t, out)
     _index_tensor_ok(ctx, idx_t)
     o = pool_params(ctx)

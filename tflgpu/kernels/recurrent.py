@@ -23,12 +23,12 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
     op = ctx.op
     if op.name == "LSTM" and (op.options.get("kernel_type", 0) != 0 or len(op.outputs) != 1):
         raise Unsupported("BASIC LSTM kernel or the 4-output LSTM form")
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     if len(op.inputs) < 20:
         raise Unsupported("LSTM without state inputs")
-    absent = [i for i in (1, 5, 9, 10, 11, 16, 17) if ctx.inp(i) is None]
-    if absent != [9, 10, 11, 16, 17] or any(ctx.inp(i) is not None for i in range(20, len(op.inputs))):
+    absent = [i for i in (1, 5, 9, 10, 11, 16, 17) if ctx.input_tensor(i) is None]
+    if absent != [9, 10, 11, 16, 17] or any(ctx.input_tensor(i) is not None for i in range(20, len(op.inputs))):
         raise Unsupported("peephole/CIFG/projection/layer-norm LSTM variants run on the CPU")
     if op.options.get("fused_activation_function", 4) != 4 or op.options.get("proj_clip", 0.0):
         raise Unsupported("LSTM activation other than TANH")

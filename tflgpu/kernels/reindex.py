@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cpu.resize import _scale
-from ..cpu.tensor_ops import _axis_slice
+from ..ops.attributes import axis_slice, resize_scale
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, Layout, bhwc
 from .elementwise import grid, grid_prologue
@@ -57,7 +56,7 @@ def _check(*shapes) -> None:
 
 @generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 def reshape(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     ishape, oshape = x_t.shape, out.shape
     _check(ishape, oshape)
@@ -79,7 +78,7 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("TRANSPOSE")
 def transpose(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     perm = ctx.const(1)
     if perm is None:
@@ -98,7 +97,7 @@ def transpose(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("CONCATENATION")
 def concatenation(ctx: GenContext) -> list[KernelSpec]:
-    out = ctx.out()
+    out = ctx.output_tensor()
     ins = [ctx.tensor(i) for i in ctx.op.inputs]
     require_float(ctx, out, *ins)
     if any(ctx.consts.get(i) is not None for i in ctx.op.inputs):
@@ -124,14 +123,14 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("PAD", "PADV2")
 def pad(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     p = ctx.const(1)
     if p is None:
         raise Unsupported("non-constant paddings")
     p = p.reshape(-1, 2).astype(int)
     cval = 0.0
-    if ctx.op.name == "PADV2" and ctx.inp(2) is not None:
+    if ctx.op.name == "PADV2" and ctx.input_tensor(2) is not None:
         cv = ctx.const(2)
         if cv is None:
             raise Unsupported("non-constant pad value")
@@ -150,7 +149,7 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("STRIDED_SLICE", "SLICE")
 def strided_slice(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     shape = x_t.shape
     _check(shape)
@@ -177,7 +176,7 @@ def strided_slice(ctx: GenContext) -> list[KernelSpec]:
                 steps.append(1)
                 counts.append(1)
                 continue
-            sl = _axis_slice(b, e, s, d, bool((bm >> i) & 1), bool((em >> i) & 1), ctx.opt("offset", False))
+            sl = axis_slice(b, e, s, d, bool((bm >> i) & 1), bool((em >> i) & 1), ctx.opt("offset", False))
             idx = range(d)[sl]
             starts.append(idx.start if len(idx) else 0)
             steps.append(s)
@@ -197,7 +196,7 @@ def strided_slice(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
 def depth_space(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     bs = ctx.opt("block_size", 1)
     n, h, w, c = x_t.shape
@@ -220,7 +219,7 @@ def depth_space(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("RESIZE_BILINEAR")
 def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     size = ctx.const(1)
     if size is None:
@@ -228,7 +227,7 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
     oh, ow = (int(v) for v in size.reshape(-1))
     n, ih, iw, c = ctx.layout(x_t).dims
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
-    sy, sx = _scale(ih, oh, align), _scale(iw, ow, align)
+    sy, sx = resize_scale(ih, oh, align), resize_scale(iw, ow, align)
     lay = Layout(n, oh, ow, c)
     s = lay.s
 
@@ -255,7 +254,7 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
 def split(ctx: GenContext) -> list[KernelSpec]:
     """One reindex kernel per output: output k reads the input shifted along the split axis."""
     x_idx, axis_idx = (1, 0) if ctx.op.name == "SPLIT" else (0, 2)
-    x_t = ctx.inp(x_idx)
+    x_t = ctx.input_tensor(x_idx)
     outs = [ctx.tensor(t) for t in ctx.op.outputs]
     require_float(ctx, x_t, *outs)
     axis = ctx.const(axis_idx)
@@ -279,7 +278,7 @@ def split(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("RESIZE_NEAREST_NEIGHBOR")
 def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     size = ctx.const(1)
     if size is None or len(x_t.shape) != 4:
@@ -289,7 +288,7 @@ def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
 
     def coord(var, in_size, out_size):
-        scale = _scale(in_size, out_size, align)
+        scale = resize_scale(in_size, out_size, align)
         v = f"(((float){var} + {0.5 if half else 0.0!r}f) * {scale!r}f)"
         i = f"(int)round({v})" if align else f"(int)floor({v})"
         i = f"min({i}, {in_size - 1})"
@@ -304,7 +303,7 @@ def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("BATCH_MATMUL")
 def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
-    a_t, b_t, out = ctx.inp(0), ctx.inp(1), ctx.out()
+    a_t, b_t, out = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor()
     require_float(ctx, a_t, b_t, out)
     if any(ctx.const(i) is not None for i in (0, 1)):
         raise Unsupported("constant operand")
@@ -338,7 +337,7 @@ def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
 def gather(ctx: GenContext) -> list[KernelSpec]:
     """GATHER with constant indices (e.g. a time step picked by an unrolled loop): the indices are a
     ``__constant`` table in the source, so the kernel is a plain reindexing."""
-    x_t, out = ctx.inp(0), ctx.out()
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_bool=True)
     idx = ctx.const(1)
     if idx is None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from tflite.Model import Model as FbModel
 
-from ..graph.ir import Model, Operator, Quantization, SignatureDef, Subgraph, Tensor
+from .ir import Model, Operator, Quantization, SignatureDef, Subgraph, Tensor
 from . import schema
 from .sparse import read_sparsity
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner, run_cpu_op
-from ..cpu.quantized import dequantize_values, quantize_values
-from ..graph.ir import Operator, Subgraph
+from ..model.ir import Operator, Subgraph
+from ..ops.quantization import dequantize_values, quantize_values
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
 from . import DeviceError
@@ -150,7 +150,6 @@ class GpuPlan:
 
     def _select(self, params: dict) -> list[Step]:
         """Place each op, run the graph passes, then generate the kernels of every device step."""
-        from ..cpu.executor import NO_FOLD
         from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 
         consts = self.runner.consts
@@ -167,7 +166,7 @@ class GpuPlan:
                     reasons[op.index] = str(e)
             base.append(PassStep(op, [(op, fn)], [], op.index in generated))
         self.pass_counts = {"fold_constants": len(self.runner.sg.operators) - len(self.runner.steps)}
-        steps, self.pass_counts["cull_dead"] = cull_dead(base, self.sg, lambda op: op.name in NO_FOLD)
+        steps, self.pass_counts["cull_dead"] = cull_dead(base, self.sg)
         steps, self.pass_counts["drop_identities"] = drop_identities(steps, self.sg, consts)
         steps, self.pass_counts["merge_pad"] = merge_pad(steps, self.sg, consts)
         steps, self.pass_counts["fuse_elementwise"] = fuse_elementwise(steps, self.sg, consts)

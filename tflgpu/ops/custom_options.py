@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import struct
 
-from .registry import OpContext
+from .context import OpView
 
 _PAD = {1: 0, 2: 1}
 
 
-def transpose_conv_params(ctx: OpContext) -> tuple[int, int, int]:
+def transpose_conv_params(ctx: OpView) -> tuple[int, int, int]:
     """TfLiteTransposeConvParams: padding, stride_width, stride_height (int32 each)."""
     raw = ctx.op.custom_options
     if len(raw) < 12:
@@ -24,7 +24,7 @@ def transpose_conv_params(ctx: OpContext) -> tuple[int, int, int]:
     return _PAD[pad], sw, sh
 
 
-def pool_params(ctx: OpContext) -> dict[str, int]:
+def pool_params(ctx: OpView) -> dict[str, int]:
     """TfLitePoolParams: padding, stride_w, stride_h, filter_w, filter_h, activation (+ computed)."""
     raw = ctx.op.custom_options
     if len(raw) < 24:

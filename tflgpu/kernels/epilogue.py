@@ -1,0 +1,51 @@
+"""The C code of a fused epilogue: the elementwise ops the fusion pass appended to a producer's kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .common import Arg, activation, vec_slices
+from .expressions import BINARY, unary_expr
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a producer's kernel adds for its fused ops: C statements over the float4 ``v`` (reading
+    ``oi``, the output's slice-layout index, and ``S_ep``, its slice), the kernel parameters they read,
+    the matching kernel arguments, and the device tensors among those."""
+
+    code: str = ""
+    params: list[str] = field(default_factory=list)
+    args: list[Arg] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+
+
+def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
+    """The epilogue applying ``fused`` (graph.passes.Fused, in order) to ``var`` at slice-layout ``index``."""
+    if not fused:
+        return Epilogue()
+    lines, args = [], []
+    for k, f in enumerate(fused):
+        name = f.op.name
+        if f.other_tensor is None and f.other_const is None:
+            expr = unary_expr(f.op)
+            assert var == "v", "UNARY snippets are written over a float4 named v"
+            lines.append(f"v = {expr};")
+            continue
+        if f.other_tensor is not None:
+            args.append(Arg("tensor", f.other_tensor))
+            other = f"LD4(ep{k}, {index})"
+        elif f.other_const.size == 1:
+            other = f"(float4)({float(f.other_const.reshape(-1)[0])!r}f)"
+        else:
+            args.append(Arg("const", vec_slices(f.other_const.reshape(-1), cout)))
+            other = f"LD4(ep{k}, S_ep)"
+        a, b = (var, "eo") if f.producer_is_lhs else ("eo", var)
+        expr = BINARY[name].replace("va", "EA").replace("vb", "EB").replace("EA", a).replace("EB", b)
+        lines.append(f"{{ const float4 eo = {other}; {var} = {expr}; }}")
+        act = activation(f.op.options.get("fused_activation_function", 0), var)
+        if act:
+            lines.append(act)
+    params = [f"__global const STORE_T* ep{k}" for k, f in enumerate(fused)
+              if f.other_tensor is not None or (f.other_const is not None and f.other_const.size > 1)]
+    return Epilogue(" ".join(lines), params, args, [a.value for a in args if a.kind == "tensor"])

@@ -1,0 +1,63 @@
+"""The float4 expressions of elementwise ops, over ``v`` (unary) or ``va`` / ``vb`` (binary): what the
+elementwise generators and every fused epilogue compute."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import Unsupported
+
+UNARY = {
+    "RELU": "fmax(v, (float4)(0.0f))",
+    "RELU6": "clamp(v, (float4)(0.0f), (float4)(6.0f))",
+    "RELU_N1_TO_1": "clamp(v, (float4)(-1.0f), (float4)(1.0f))",
+    "LOGISTIC": "1.0f / (1.0f + exp(-v))",
+    "TANH": "tanh(v)",
+    "EXP": "exp(v)",
+    "LOG": "log(v)",
+    "HARD_SWISH": "v * clamp(v + 3.0f, (float4)(0.0f), (float4)(6.0f)) * (1.0f / 6.0f)",
+    "ABS": "fabs(v)",
+    "RSQRT": "rsqrt(v)",
+    "SQRT": "sqrt(v)",
+    "NEG": "-v",
+    "SQUARE": "v * v",
+    "SIN": "sin(v)",
+    "COS": "cos(v)",
+    "ELU": "select(expm1(v), v, isgreater(v, (float4)(0.0f)))",
+    "LOGICAL_NOT": "convert_float4(v == 0.0f) * -1.0f",
+    "LEAKY_RELU": "select(v * ALPHA, v, isgreaterequal(v, (float4)(0.0f)))",
+    "QUANT_SIM": "QSIM",  # graph.float_view's quantization simulator: see unary_expr
+}
+
+
+def unary_expr(op) -> str:
+    """The float4 expression of a unary op over ``v``, with the op's options filled in."""
+    expr = UNARY[op.name]
+    if op.name == "QUANT_SIM":
+        o = op.options
+        if not o.get("tflgpu_sim"):
+            raise Unsupported("a model's own custom op named QUANT_SIM")
+        if "scale" not in o:
+            return "v"
+        inv = float(np.float32(1.0) / np.float32(o["scale"]))
+        zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
+        return (f"(clamp(rint(v * {inv!r}f) + {zp!r}f, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
+                f" * {float(np.float32(scale))!r}f")
+    return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
+
+# comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0
+LOGIC = {
+    "LESS": "convert_float4(isless(va, vb)) * -1.0f",
+    "LESS_EQUAL": "convert_float4(islessequal(va, vb)) * -1.0f",
+    "GREATER": "convert_float4(isgreater(va, vb)) * -1.0f",
+    "GREATER_EQUAL": "convert_float4(isgreaterequal(va, vb)) * -1.0f",
+    "EQUAL": "convert_float4(isequal(va, vb)) * -1.0f",
+    "NOT_EQUAL": "convert_float4(isnotequal(va, vb)) * -1.0f",
+    "LOGICAL_AND": "convert_float4((va != 0.0f) && (vb != 0.0f)) * -1.0f",
+    "LOGICAL_OR": "convert_float4((va != 0.0f) || (vb != 0.0f)) * -1.0f",
+}
+
+BINARY = {
+    "ADD": "va + vb", "SUB": "va - vb", "MUL": "va * vb", "DIV": "va / vb", "MAXIMUM": "fmax(va, vb)",
+    "MINIMUM": "fmin(va, vb)", "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
+}

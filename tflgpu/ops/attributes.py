@@ -1,0 +1,58 @@
+"""TFLite's conventions for op attributes, as both backends apply them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# fused_activation_function codes (the schema's ActivationFunctionType)
+ACTIVATION_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+# As in TFLite's CalculateActivationRange only the RELU family clamps: a fused TANH or SIGN_BIT on
+# conv/pool/elementwise ops is a no-op there, and LiteRT's outputs are what we reproduce.
+_CLAMPS = {1: (0.0, np.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
+
+
+def activation_bounds(code: int | None) -> tuple[float, float]:
+    """Clamp bounds of a fused activation ((-inf, inf) where it clamps nothing)."""
+    return _CLAMPS.get(code or 0, (-np.inf, np.inf))
+
+
+def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int) -> tuple[int, int]:
+    """(output size, padding before) for TFLite's SAME (0) / VALID (1) padding."""
+    eff = (k - 1) * dilation + 1
+    if padding == 0:
+        out = (in_size + stride - 1) // stride
+    else:
+        out = (in_size - eff + stride) // stride
+    total = max((out - 1) * stride + eff - in_size, 0)
+    return out, total // 2
+
+
+def conv_options(options: dict) -> tuple[int, int, int, int, int]:
+    """(stride_h, stride_w, dilation_h, dilation_w, padding) of a convolution's options."""
+    return (options.get("stride_h", 1), options.get("stride_w", 1), options.get("dilation_h_factor", 1) or 1,
+            options.get("dilation_w_factor", 1) or 1, options.get("padding", 0))
+
+
+def resize_scale(in_size: int, out_size: int, align_corners: bool) -> float:
+    """Input pixels per output pixel of RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR."""
+    if align_corners and out_size > 1:
+        return (in_size - 1) / (out_size - 1)
+    return in_size / out_size
+
+
+def axis_slice(b: int, e: int, s: int, size: int, begin_masked: bool, end_masked: bool, offset: bool) -> slice:
+    """One axis of STRIDED_SLICE with TFLite's rules (wrap negatives, clamp by stride sign)."""
+    lo, hi = (0, size) if s > 0 else (-1, size - 1)
+    if begin_masked:
+        start = 0 if s > 0 else size - 1
+    else:
+        start = min(max(b + size if b < 0 else b, lo), hi)
+    if offset:  # end is relative to start: not wrapped, and end_mask does not apply
+        stop = min(max(start + e, lo), hi)
+    elif end_masked:
+        stop = size if s > 0 else -1
+    else:
+        stop = min(max(e + size if e < 0 else e, lo), hi)
+    if start < 0:  # only possible with a negative stride: nothing to take
+        return slice(0, 0)
+    return slice(start, stop if stop >= 0 else None, s)

@@ -1,0 +1,98 @@
+"""Affine quantization as TFLite defines it: a tensor's parameters, and converting between real values and
+the stored integers (``real = scale * (q - zero_point)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: np.ndarray  # float32 [n]
+    zero_point: np.ndarray  # int64 [n]
+    dim: int
+    dtype: np.dtype
+
+    @property
+    def qmin(self) -> int:
+        return int(np.iinfo(self.dtype).min)
+
+    @property
+    def qmax(self) -> int:
+        return int(np.iinfo(self.dtype).max)
+
+    @property
+    def s(self) -> float:
+        return float(self.scale[0])
+
+    @property
+    def z(self) -> int:
+        return int(self.zero_point[0])
+
+    def same(self, other: QParams) -> bool:
+        return (self.dtype == other.dtype and np.array_equal(self.scale, other.scale)
+                and np.array_equal(self.zero_point, other.zero_point))
+
+    def broadcast(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scale, zero point) shaped to broadcast over a rank-``ndim`` array."""
+        if len(self.scale) == 1:
+            return self.scale[0], self.zero_point[0]
+        shape = [1] * ndim
+        shape[self.dim] = len(self.scale)
+        return self.scale.reshape(shape), self.zero_point.reshape(shape)
+
+
+def qparams(t) -> QParams | None:
+    """The tensor's quantization if it is an integer tensor TFLite would treat as quantized."""
+    if t is None or t.dtype not in QTYPES or t.quantization is None:
+        return None
+    q = t.quantization
+    if len(q.scales) == 0:
+        return None
+    scale = np.asarray(q.scales, np.float32).reshape(-1)
+    zp = np.asarray(q.zero_points, np.int64).reshape(-1)
+    if len(zp) != len(scale):
+        zp = np.resize(zp, len(scale)) if len(zp) else np.zeros(len(scale), np.int64)
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        raise ValueError(f"tensor '{t.name}' has an invalid quantization scale {scale[:4].tolist()}")
+    return QParams(scale, zp, int(q.quantized_dimension), t.dtype)
+
+
+def tfl_round(x: np.ndarray) -> np.ndarray:
+    """std::round: half away from zero."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+@njit(cache=True, parallel=True)
+def _quantize_flat(x, scale, zp, lo, hi, out):
+    for i in prange(x.size):
+        v = np.float64(x[i]) / scale
+        if np.isnan(v):  # NaN: as zero
+            v = 0.0
+        r = np.floor(abs(v) + 0.5)
+        q = (r if v >= 0 else -r) + zp
+        out[i] = min(max(q, lo), hi)
+
+
+def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
+    """round(real / scale) + zero point (half away from zero, as TfLiteRound), clamped to the type's range."""
+    if len(p.scale) == 1 and np.ndim(real) > 0:  # (one pass; the host side of every float-view output)
+        x = np.ascontiguousarray(real).reshape(-1)
+        if x.dtype not in (np.float32, np.float64):
+            x = x.astype(np.float64)
+        out = np.empty(x.size, p.dtype)
+        _quantize_flat(x, np.float64(p.scale[0]), np.float64(p.z), np.float64(p.qmin), np.float64(p.qmax), out)
+        return out.reshape(np.shape(real))
+    scale, zp = p.broadcast(np.ndim(real))
+    q = tfl_round(np.asarray(real, np.float64) / np.asarray(scale, np.float64)) + zp
+    return np.clip(q, p.qmin, p.qmax).astype(p.dtype)
+
+
+def dequantize_values(q: np.ndarray, p: QParams) -> np.ndarray:
+    scale, zp = p.broadcast(np.ndim(q))
+    return ((np.asarray(q, np.float32) - np.asarray(zp, np.float32)) * np.asarray(scale, np.float32)).astype(np.float32)

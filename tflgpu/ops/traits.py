@@ -1,0 +1,67 @@
+"""One table of what the graph stages need to know about an op, keyed by op name.
+
+The constant folder, the dead-op pass, the loop unroller, the fusion pass, the float view of quantized
+models and both backends read these facts here, so each is written once. An op not in the table has
+every trait at its default (no side effects, not transparent to quantization, not fusable, ...).
+Adding an op: give it an entry only where one of these facts is true of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class OpTraits:
+    # Has side effects or must see run-time state: never folded to a constant, never culled as dead,
+    # and a loop containing it is not unrolled.
+    side_effects: bool = False
+    # Only selects or moves values: on equal input/output quantization the raw integers are exact, so a
+    # quantized model runs it on the stored integers and needs no quantization simulator after it.
+    quant_transparent: bool = False
+    # Defined on the stored integers whatever the quantization (CAST converts the raw values, as TFLite),
+    # so it has no float view.
+    raw_integers: bool = False
+    # Its output values lie on its input's quantization grid, so the float view needs no simulator after it.
+    keeps_quant_grid: bool = False
+    # "unary" or "binary": may join its producer's kernel as an epilogue step (an elementwise op).
+    fusable: str | None = None
+    # A producer whose kernel accepts an epilogue of fused elementwise ops.
+    takes_epilogue: bool = False
+    # The input index of its bias (a float view dequantizes an int32 bias with the input x weight scale).
+    bias_input: int | None = None
+
+
+_DEFAULT = OpTraits()
+_TABLE: dict[str, OpTraits] = {}
+
+
+def _add(names: str, **facts) -> None:
+    for name in names.split():
+        _TABLE[name] = replace(_TABLE.get(name, _DEFAULT), **facts)
+
+
+_add("WHILE IF CALL_ONCE VAR_HANDLE ASSIGN_VARIABLE READ_VARIABLE RANDOM_UNIFORM RANDOM_STANDARD_NORMAL "
+     "MULTINOMIAL LSTM UNIDIRECTIONAL_SEQUENCE_LSTM BIDIRECTIONAL_SEQUENCE_LSTM", side_effects=True)
+_add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE GATHER GATHER_ND SLICE STRIDED_SLICE SPLIT SPLIT_V UNPACK PACK "
+     "SPACE_TO_DEPTH DEPTH_TO_SPACE BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND TILE BROADCAST_TO REVERSE_V2 PAD PADV2 "
+     "MIRROR_PAD RESIZE_NEAREST_NEIGHBOR MAXIMUM MINIMUM REDUCE_MAX REDUCE_MIN ARG_MAX ARG_MIN SHAPE IDENTITY "
+     "ZEROS_LIKE SELECT SELECT_V2 CONCATENATION", quant_transparent=True, keeps_quant_grid=True)
+_add("MAX_POOL_2D", keeps_quant_grid=True)
+_add("CAST BITCAST", raw_integers=True)
+_add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
+     "LEAKY_RELU QUANT_SIM", fusable="unary")
+_add("ADD SUB MUL MAXIMUM MINIMUM", fusable="binary")
+_add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTransposeBias", takes_epilogue=True)
+_add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED", bias_input=2)
+_add("TRANSPOSE_CONV", bias_input=3)
+
+
+def traits(name: str) -> OpTraits:
+    """The traits of the op called ``name`` (a builtin name or a custom code)."""
+    return _TABLE.get(name, _DEFAULT)
+
+
+def ops_with(**facts) -> frozenset[str]:
+    """The names of every op whose traits have these values, e.g. ``ops_with(side_effects=True)``."""
+    return frozenset(n for n, t in _TABLE.items() if all(getattr(t, k) == v for k, v in facts.items()))
