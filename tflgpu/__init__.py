@@ -3,6 +3,6 @@ for everything else. ``Interpreter`` is a drop-in for LiteRT's."""
 
 from .delegate import GpuDelegate
 from .interpreter import Interpreter, SignatureRunner
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["GpuDelegate", "Interpreter", "SignatureRunner", "__version__"]

@@ -40,10 +40,10 @@ def _delegate(args):
 
 
 def cmd_run(args) -> int:
+    import time
+
     from .benchmark import reference_inputs, time_invokes
     from .interpreter import Interpreter
-
-    import time
 
     path = Path(args.model) if args.model else _default_model()
     t0 = time.perf_counter()
@@ -221,8 +221,8 @@ def cmd_tune(args) -> int:
     from tqdm import tqdm
 
     from .autotune.records import FileTuningDB, default_tuning_db
-    from .autotune.report import format_model_tuning, tune_model
     from .cache import default_cache_dir, private_dir
+    from .tuning_report import format_model_tuning, tune_model
 
     storage = args.storage
     if storage is None:  # the search state persists next to the records: a rerun continues it

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .runtime.config import PlanRequest
+
 # TFLite's TfLiteGpuInferencePriority
 AUTO, MAX_PRECISION, MIN_LATENCY, MIN_MEMORY_USAGE = 0, 1, 2, 3
 _PRIORITIES = {"AUTO": AUTO, "MAX_PRECISION": MAX_PRECISION, "MIN_LATENCY": MIN_LATENCY,
@@ -139,3 +141,13 @@ class GpuDelegate:
             if p in (MIN_LATENCY, MIN_MEMORY_USAGE):
                 return True
         return True
+
+    def plan_request(self) -> PlanRequest:
+        """These options as the runtime takes them."""
+        store = self.cache_store()
+        # a plan is stored only where its options describe it fully: records from the cache itself (or
+        # none), not from a caller's own TuningDB / TuningConfig, which a later run could not match
+        cacheable = self.tuning_db in (None, False) and isinstance(self.tuning, (str, type(None)))
+        return PlanRequest(self.device, self.wants_fp16(), self.max_delegated_partitions, self.profile,
+                           self.allow_buffer_handle_output, self.quantized_models_allowed, self.tuning_config(store),
+                           self.tuning_mode(), self.tuning_db is not False, store, self.model_token, cacheable)

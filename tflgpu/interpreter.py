@@ -23,8 +23,8 @@ import numpy as np
 from .cpu.executor import ModelRunner
 from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
-from .model.ir import Model, Tensor
 from .model import ModelBytes, read_model
+from .model.ir import Model, Tensor
 from .runtime import DeviceError
 
 _EMPTY_SCALES = np.zeros(0, np.float32)
@@ -299,9 +299,10 @@ class Interpreter:
                 from .cache.plans import model_token
 
                 token = model_token(self._model_bytes.data)
-            session.gpu_plan = build_plan(runner, options, token=token)  # at construction, as TFLite does
+            request = options.plan_request()
+            session.gpu_plan = build_plan(runner, request, token=token)  # at construction, as TFLite does
             if session.gpu_plan is not None:
-                session.gpu_factory = lambda shapes: build_plan(runner, options, shapes, token=token)
+                session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token)
 
     # -- internals ----------------------------------------------------------
 

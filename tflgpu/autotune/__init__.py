@@ -5,7 +5,8 @@
 - ``records``: the tuning database (in memory, or a JSON file in the cache directory).
 """
 
-from .records import FileTuningDB, MemoryTuningDB, TuningDB, TuningRecord, default_tuning_db
+from ..cache.records import TuningRecord
+from .records import FileTuningDB, MemoryTuningDB, TuningDB, default_tuning_db
 from .tuner import MODES, TuneResult, TuneTask, TuningConfig, kernel_key, tune_tasks
 
 __all__ = ["MODES", "FileTuningDB", "MemoryTuningDB", "TuneResult", "TuneTask", "TuningConfig", "TuningDB",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.common import KernelSpec, Layout, to_slices
-from ..runtime.launch import bind_kernel, build_program
+from ..kernels.program import bind_kernel, build_program
 
 
 class CandidateRejected(Exception):

@@ -10,54 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from filelock import FileLock
+
+from ..cache import atomic_write, private_dir
+from ..cache.plans import decode_tuning, encode_tuning
+from ..cache.records import TuningRecord
+from ..cache.store import CacheStore, InvalidEntry
 from ..kernels.common import GENERATOR_VERSION
 
 log = logging.getLogger("tflgpu")
 
 FORMAT = 1
-
-
-def params_to_json(params: dict) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
-
-
-def params_from_json(params: dict) -> dict:
-    """JSON turns tuples (local sizes) into lists; the generators and the search space use tuples."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-
-
-@dataclass
-class TuningRecord:
-    params: dict  # the knobs to pass to the generator (empty: the heuristic default is best)
-    default_us: float  # the heuristic default's time
-    best_us: float  # the chosen parameters' time
-    trials: int = 0  # completed trials of the search it came from
-    op: str = ""  # op name, for reports
-    generator_version: int = field(default_factory=lambda: GENERATOR_VERSION)
-    updated: float = field(default_factory=time.time)
-
-    @property
-    def speedup(self) -> float:
-        return self.default_us / self.best_us if self.best_us > 0 else 1.0
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["params"] = params_to_json(self.params)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> TuningRecord:
-        fields = {k: d[k] for k in ("params", "default_us", "best_us", "trials", "op", "generator_version",
-                                    "updated") if k in d}
-        rec = cls(**fields)
-        if not isinstance(rec.params, dict):
-            raise ValueError("params is not a mapping")
-        rec.params = params_from_json(rec.params)
-        return rec
 
 
 class TuningDB:
@@ -123,9 +88,7 @@ class FileTuningDB(TuningDB):
         self._cache: tuple[float, int, dict] | None = None  # (mtime, size, records)
 
     def _lock(self):
-        from filelock import FileLock
 
-        from ..cache import private_dir
 
         private_dir(self.path.parent)
         return FileLock(str(self.path) + ".lock", timeout=self.lock_timeout_s, mode=0o600)
@@ -158,7 +121,6 @@ class FileTuningDB(TuningDB):
         return self._load()
 
     def put_many(self, device_key, records):
-        from ..cache import atomic_write
 
         with self._lock():
             self._cache = None
@@ -181,8 +143,6 @@ class CacheTuningDB(TuningDB):
         self.store = store
 
     def get(self, device_key, kernel_key):
-        from ..cache.plans import decode_tuning
-        from ..cache.store import InvalidEntry
 
         payload = self.store.get("tuning", kernel_key, device_key)
         if payload is None:
@@ -195,9 +155,7 @@ class CacheTuningDB(TuningDB):
         return rec if rec.generator_version == GENERATOR_VERSION else None
 
     def put_many(self, device_key, records):
-        from filelock import FileLock
 
-        from ..cache.plans import encode_tuning
 
         with FileLock(str(self.store.root / ".tuning.lock"), timeout=30, mode=0o600):  # read-compare-write per key
             for k, r in records.items():
@@ -205,8 +163,6 @@ class CacheTuningDB(TuningDB):
                     self.store.put("tuning", k, device_key, encode_tuning(r))
 
     def _records(self):
-        from ..cache.plans import decode_tuning
-        from ..cache.store import InvalidEntry
 
         out: dict[str, dict[str, TuningRecord]] = {}
         for e in self.store.entries(with_payload=True):
@@ -220,6 +176,5 @@ class CacheTuningDB(TuningDB):
 
 def default_tuning_db() -> TuningDB:
     """The records in the default cache directory ($TFLGPU_CACHE_DIR or the user cache dir)."""
-    from ..cache.store import CacheStore
 
     return CacheTuningDB(CacheStore())

@@ -99,11 +99,12 @@ def space_size(space: dict[str, list]) -> int:
     return math.prod(len(v) for v in space.values()) if space else 1
 
 
-def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str) -> str:
+def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str,
+               generator_version: int = GENERATOR_VERSION) -> str:
     """Identity of a kernel: op family, the default's specialized code (shapes, padding, activation,
     fused ops: all baked into the source), launch sizes, precision and generator version. Weights are
     arguments, not source, so identical layers in any model share one key."""
-    h = xxhash.xxh64(f"{GENERATOR_VERSION}|{op_name}|{int(fp16)}".encode())
+    h = xxhash.xxh64(f"{generator_version}|{op_name}|{int(fp16)}".encode())
     for s in specs:
         h.update(s.source.replace(base_name, "K").encode())
         h.update(repr((s.global_size, s.local_size)).encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -14,7 +15,10 @@ from .fb import Plan as fb_plan
 from .fb import PlanStep as fb_step
 from .fb import Shape as fb_shape
 from .fb import Tuning as fb_tuning
+from .records import TuningRecord, params_from_json, params_to_json
 from .store import InvalidEntry
+
+log = logging.getLogger("tflgpu")
 
 MAX_TOKEN_LEN = 128
 
@@ -61,14 +65,10 @@ class PlanRecord:
 
 
 def _params_json(params: dict) -> str:
-    from ..autotune.records import params_to_json
-
     return json.dumps(params_to_json(params), sort_keys=True)
 
 
 def _params_from(s: bytes | None) -> dict:
-    from ..autotune.records import params_from_json
-
     d = json.loads((s or b"{}").decode())
     if not isinstance(d, dict):
         raise InvalidEntry("step parameters are not a mapping")
@@ -156,9 +156,7 @@ def encode_tuning(rec) -> bytes:
     return bytes(b.Output())
 
 
-def decode_tuning(data: bytes):
-    from ..autotune.records import TuningRecord
-
+def decode_tuning(data: bytes) -> TuningRecord:
     try:
         t = fb_tuning.Tuning.GetRootAs(data, 0)
         return TuningRecord(_params_from(t.ParamsJson()), t.DefaultUs(), t.BestUs(), t.Trials(),
@@ -170,49 +168,40 @@ def decode_tuning(data: bytes):
 
 
 class PlanCache:
-    """Built plans of one model (token) under one set of delegate options, in a CacheStore."""
+    """Built plans of one model (token) under one set of plan options, in a CacheStore."""
 
     def __init__(self, store, token: str, options: str):
         self.store, self.token, self.options = store, token, options
 
-    def _where(self, plan) -> tuple[str, str]:
-        return plan_key(self.token, self.options, plan.input_shapes), plan.device.identity.key()
-
-    def load(self, plan) -> PlanRecord | None:
-        key, dev = self._where(plan)
-        payload = self.store.get("plan", key, dev)
+    def load(self, input_shapes, device_key: str, tensor_count: int) -> PlanRecord | None:
+        """The stored plan for these input shapes on this device, or None (an unusable one is discarded)."""
+        key = plan_key(self.token, self.options, input_shapes)
+        payload = self.store.get("plan", key, device_key)
         if payload is None:
             return None
         try:
             rec = decode_plan(payload)
             if (rec.model_token, rec.options) != (self.token, self.options):
                 raise InvalidEntry("belongs to another model or options")
-            if [tuple(s) for s in rec.input_shapes] != [tuple(s) for s in plan.input_shapes]:
+            if [tuple(s) for s in rec.input_shapes] != [tuple(s) for s in input_shapes]:
                 raise InvalidEntry("built for other input shapes")
-            if len(rec.tensor_shapes) != len(plan.runner.sg.tensors):
+            if len(rec.tensor_shapes) != tensor_count:
                 raise InvalidEntry("its tensor count does not match the model")
         except InvalidEntry as e:
-            self.store.discard(self.store.path("plan", key, dev), str(e))
+            self.store.discard(self.store.path("plan", key, device_key), str(e))
             return None
-        self._loaded = (key, dev)
         return rec
 
-    def reject(self, record: PlanRecord, why: str) -> None:
-        """Drop the plan ``load`` returned (it turned out unusable); the caller builds a new one."""
-        key, dev = self._loaded
-        self.store.discard(self.store.path("plan", key, dev), why)
+    def reject(self, record: PlanRecord, device_key: str, why: str) -> None:
+        """Drop a plan ``load`` returned that turned out unusable; the caller builds a new one."""
+        self.store.discard(self.store.path("plan", plan_key(self.token, self.options, record.input_shapes),
+                                           device_key), why)
 
-    def save(self, plan) -> None:
-        from ..runtime.launch import program_key
-
-        key, dev = self._where(plan)
-        sources = [spec.source for s in plan.steps if s.device == "gpu" for spec in s.specs]
-        rec = PlanRecord(self.token, self.options, plan.input_shapes, [t.shape for t in plan.sg.tensors],
-                         [StepRecord(s.op.index, s.device == "gpu", s.params, s.reason) for s in plan.steps],
-                         program_key(sources, plan.fp16))
+    def save(self, steps: list[StepRecord], input_shapes, tensor_shapes, program: str, device_key: str) -> None:
+        """Store a built plan: its steps, the shapes it was built for, and its program's key."""
+        rec = PlanRecord(self.token, self.options, [tuple(s) for s in input_shapes],
+                         [tuple(s) for s in tensor_shapes], steps, program)
         try:
-            self.store.put("plan", key, dev, encode_plan(rec))
+            self.store.put("plan", plan_key(self.token, self.options, input_shapes), device_key, encode_plan(rec))
         except OSError as e:
-            import logging
-
-            logging.getLogger("tflgpu").warning("tflgpu cache: could not store the plan: %s", e)
+            log.warning("tflgpu cache: could not store the plan: %s", e)

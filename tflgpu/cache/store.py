@@ -21,8 +21,8 @@ from pathlib import Path
 import flatbuffers
 import xxhash
 
-from .. import __version__
 from ..kernels.common import GENERATOR_VERSION
+from ..version import __version__
 from .fb import Entry as fb_entry
 from .paths import atomic_write, default_cache_dir, private_dir
 

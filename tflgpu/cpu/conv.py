@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .elementwise import dequant_params
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
+from .elementwise import dequant_params
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 
 

@@ -23,16 +23,16 @@ float kernels dequantize the weights once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 from numba import njit, prange
 
+from ..ops.attributes import conv_options, conv_padding
+from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
+from ..ops.traits import traits
 from .conv import _bias, _depthwise, _im2col
 from .elementwise import dequantize, quantize
-from ..ops.attributes import conv_options, conv_padding
-from ..ops.quantization import QTYPES, QParams, dequantize_values, qparams, quantize_values, tfl_round
-from ..ops.traits import traits
 from .registry import KernelError, OpContext, apply_activation, check_geometry, factory_for, once
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)

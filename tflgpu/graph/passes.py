@@ -23,6 +23,7 @@ import numpy as np
 from ..ops.layout import bhwc
 from ..ops.traits import traits
 
+
 @dataclass
 class Fused:
     """One elementwise op appended to a producer: its op, and the other operand (tensor index or constant)."""

@@ -14,14 +14,26 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from ..ops.attributes import activation_bounds
-from ..ops.layout import Layout, bhwc
+from ..ops.layout import Layout
 
-GENERATOR_VERSION = 1
+
+def _generator_version() -> int:
+    """A hash of the generators' own source (every module of this package): any change to a generator
+    invalidates the binaries and tuning records made with the old one. A positive int32 (the cache schema's)."""
+    h = xxhash.xxh64()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return int(h.hexdigest()[:7], 16)
+
+
+GENERATOR_VERSION = _generator_version()
 
 PREAMBLE = r"""
 #ifdef TFLGPU_FP16

@@ -8,6 +8,7 @@ from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, Layout, activation, pad_lanes_mask, to_slices
 from .expressions import BINARY, LOGIC, UNARY, unary_expr
 
+
 def grid(lay: Layout) -> tuple[int, int, int]:
     return (lay.w, lay.b * lay.h, lay.s)
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from tflite.Model import Model as FbModel
 
-from .ir import Model, Operator, Quantization, SignatureDef, Subgraph, Tensor
 from . import schema
+from .ir import Model, Operator, Quantization, SignatureDef, Subgraph, Tensor
 from .sparse import read_sparsity
 
 FILE_IDENTIFIER = b"TFL3"

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner, run_cpu_op
-from ..model.ir import Operator, Subgraph
-from ..ops.quantization import dequantize_values, quantize_values
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import Layout, bhwc, boundary_kernels
+from ..kernels.program import bind_kernel, build_program, program_key
+from ..model.ir import Operator, Subgraph
+from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
 from .device import DeviceInfo
-from .launch import bind_kernel, build_program
 from .memory import plan_memory
 
 log = logging.getLogger("tflgpu")
@@ -105,13 +106,13 @@ class GpuPlan:
         t0 = time.perf_counter()
         self.store = cache.store if cache is not None else None
         self.build_stats = {"source_builds": 0, "binary_loads": 0, "plan": "built"}
-        record = cache.load(self) if cache is not None else None
+        record = cache.load(self.input_shapes, device.identity.key(), len(runner.sg.tensors)) if cache else None
         self.ctx = cl.Context([device.cl_device])
         self._prefetched = None
         if record is not None and record.program_key:  # load the binary while the kernels are generated
             from concurrent.futures import ThreadPoolExecutor
 
-            from .launch import load_binary
+            from ..kernels.program import load_binary
 
             pool = ThreadPoolExecutor(1, thread_name_prefix="tflgpu-binary")
             self._prefetched = (record.program_key, pool.submit(load_binary, cl, self.ctx, record.program_key, fp16,
@@ -126,7 +127,7 @@ class GpuPlan:
         self.tuning_seconds = 0.0
         self.steps = self._select(params or {})
         if record is not None and not self._restore(record):
-            cache.reject(record, "its steps no longer match what the graph passes produce")
+            cache.reject(record, device.identity.key(), "its steps no longer match what the graph passes produce")
             record, params = None, None
             self.steps = self._select({})
         props = cl.command_queue_properties.PROFILING_ENABLE if profile else 0
@@ -142,7 +143,10 @@ class GpuPlan:
         self._report()
         self._allocate()
         if cache is not None and record is None:
-            cache.save(self)
+            cache.save([StepRecord(s.op.index, s.device == "gpu", s.params, s.reason) for s in self.steps],
+                       self.input_shapes, [t.shape for t in self.sg.tensors],
+                       program_key([spec.source for s in self.steps if s.device == "gpu" for spec in s.specs], fp16),
+                       device.identity.key())
         self.build_seconds = time.perf_counter() - t0
         self.last_events: list = []
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 
+from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
-from ..delegate import GpuDelegate
+from .config import PlanConfig, PlanRequest
 from .device import NoDeviceError, choose_device
 
 log = logging.getLogger("tflgpu")
 
 
-def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, token: str | None = None):
+def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None):
     """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used.
 
     With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
@@ -25,7 +26,7 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
             raise ValueError(f"GpuDelegate(device={options.device!r}): {e}") from e
         log.warning("GpuDelegate: %s; the model runs on the CPU kernels", e)
         return None
-    fp16 = options.wants_fp16()
+    fp16 = options.fp16
     if fp16 and not device.identity.fp16:
         log.warning("GpuDelegate: %s has no cl_khr_fp16; running in FP32", device.identity.device)
         fp16 = False
@@ -42,22 +43,13 @@ def build_plan(runner: SubgraphRunner, options: GpuDelegate, input_shapes=None, 
     view = None
     if options.quantized_models_allowed:
         runner, view = _float_view(runner)
-    store = options.cache_store()
-    cache = None
-    # a plan is stored only where its options describe it fully: records from the cache itself (or
-    # none), not from a caller's own TuningDB / TuningConfig, which a later run could not match
-    describable = options.tuning_db in (None, False) and isinstance(options.tuning, (str, type(None)))
+    config = PlanConfig(fp16, options.max_partitions, options.tuning_mode, options.records, runner.sg.index,
+                        options.quantized_models_allowed)
     token = options.model_token or token
-    if store is not None and describable and token:
-        from ..cache.plans import PlanCache
-
-        records = options.tuning_db is not False
-        desc = (f"fp16={int(fp16)};max_partitions={options.max_delegated_partitions};"
-                f"tuning={options.tuning_mode()};records={int(records)};subgraph={runner.sg.index};"
-                f"quant={int(options.quantized_models_allowed)}")
-        cache = PlanCache(store, token, desc)
-    plan = GpuPlan(runner, device, fp16, options.max_delegated_partitions, options.profile,
-                   input_shapes=input_shapes, tuning=options.tuning_config(store), cache=cache,
+    cacheable = options.store is not None and options.cacheable and token
+    cache = PlanCache(options.store, token, config.key()) if cacheable else None
+    plan = GpuPlan(runner, device, fp16, options.max_partitions, options.profile,
+                   input_shapes=input_shapes, tuning=options.tuning, cache=cache,
                    quant_io=view.io if view is not None else None)
     plan.device_outputs = options.allow_buffer_handle_output
     plan.pass_counts = {"unroll_while": unrolled, **plan.pass_counts}

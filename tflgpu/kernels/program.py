@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import xxhash
 
-from ..kernels import PREAMBLE, KernelSpec
+from .common import PREAMBLE, KernelSpec
 
 log = logging.getLogger("tflgpu")
 

@@ -6,6 +6,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .autotune.records import default_tuning_db
+from .autotune.tuner import TuningConfig
+from .benchmark import _prepare, interleaved_ms, reference_inputs
+from .cache.plans import model_token
+from .cache.store import CacheStore
+from .delegate import GpuDelegate
+from .interpreter import Interpreter
+
 
 @dataclass
 class KernelRow:
@@ -41,11 +49,6 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
                trials: int | None = None, storage: str | None = None, db=None, device=None,
                retune: bool = False, progress=None, rounds: int = 30) -> ModelTuning:
     """Tune every kernel of a model on one device; time it with heuristics vs tuned parameters."""
-    from ..benchmark import _prepare, interleaved_ms, reference_inputs
-    from ..delegate import GpuDelegate
-    from ..interpreter import Interpreter
-    from .records import default_tuning_db
-    from .tuner import TuningConfig
 
     db = default_tuning_db() if db is None else db
     fp16 = precision == "fp16"
@@ -77,8 +80,6 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
 def _drop_plans(path: Path) -> None:
     """New records make this model's stored plans stale: remove them (the next run rebuilds its plan with
     the records; compiled programs stay, content-addressed)."""
-    from ..cache.plans import model_token
-    from ..cache.store import CacheStore
 
     store = CacheStore()
     for e in store.plans_of(model_token(path.read_bytes())):

@@ -1,0 +1,73 @@
+"""Cache and tuning identities: derived, not remembered, and stable where nothing changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu.autotune import kernel_key
+from tflgpu.kernels import GenContext, generator_for
+from tflgpu.kernels.expressions import BINARY, UNARY
+from tflgpu.model import read_model
+from tflgpu.model.builder import ModelBuilder
+from tflgpu.ops.traits import ops_with
+from tflgpu.runtime.config import PlanConfig
+
+
+def _specs(op_name: str, inputs, out_shape, fp16: bool = False, **options):
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    idx = [b.input("x", shape) if kind == "in" else b.const(f"c{i}", rng.standard_normal(shape).astype(np.float32))
+           for i, (kind, shape) in enumerate(inputs)]
+    y = b.tensor("y", out_shape)
+    b.op(op_name, idx, [y], **options)
+    b.output(y)
+    sg = read_model(b.build()).main
+    consts = {t.index: t.data for t in sg.tensors if t.data is not None}
+    op = sg.operators[0]
+    return generator_for(op_name)(GenContext(op, sg, consts, fp16)), f"{op_name.lower()}_0"
+
+
+# A kernel's key, with the generator version held fixed, for reference ops. The key changes when the
+# generated source, launch sizes or the key's own recipe change: if you changed a generator on purpose,
+# put the new value here; if you did not, the change is a bug (records and binaries would be orphaned).
+PINNED = {
+    "conv3x3": ("CONV_2D", [("in", (1, 8, 8, 4)), ("const", (8, 3, 3, 4)), ("const", (8,))], (1, 8, 8, 8),
+                dict(padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU6")),
+    "depthwise": ("DEPTHWISE_CONV_2D", [("in", (1, 8, 8, 8)), ("const", (1, 3, 3, 8)), ("const", (8,))], (1, 4, 4, 8),
+                  dict(padding="SAME", stride_w=2, stride_h=2, depth_multiplier=1)),
+    "add": ("ADD", [("in", (1, 5, 5, 6)), ("const", (6,))], (1, 5, 5, 6), {}),
+}
+EXPECTED = {
+    "conv3x3": "e0ca465d0a1fdbc6",
+    "depthwise": "722ea4514172d895",
+    "add": "961b982434460dcb",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_kernel_key_is_pinned(name):
+    op, inputs, out, options = PINNED[name]
+    specs, base = _specs(op, inputs, out, **options)
+    assert kernel_key(op, specs, False, base, generator_version=1) == EXPECTED[name]
+
+
+def test_kernel_key_follows_the_generator_version_and_precision():
+    specs, base = _specs(*PINNED["add"][:3], **PINNED["add"][3])
+    keys = {kernel_key("ADD", specs, fp16, base, generator_version=v) for fp16 in (False, True) for v in (1, 2)}
+    assert len(keys) == 4
+
+
+def test_plan_config_key_names_every_field():
+    a = PlanConfig(fp16=False, max_partitions=4, tuning="none", records=True, subgraph=0, quantized_models_allowed=True)
+    key = a.key()
+    for field in ("fp16", "max_partitions", "tuning", "records", "subgraph", "quantized_models_allowed"):
+        assert f"{field}=" in key
+    assert PlanConfig(True, 4, "none", True, 0, True).key() != key
+
+
+def test_fusable_ops_have_kernel_expressions():
+    """The traits table says which elementwise ops may join a producer's kernel; the generators must be
+    able to write each of them as an epilogue step."""
+    assert ops_with(fusable="unary") <= set(UNARY)
+    assert ops_with(fusable="binary") <= set(BINARY)

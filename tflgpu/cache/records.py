@@ -1,0 +1,51 @@
+"""A tuning record: the parameters chosen for one kernel identity on one device, and the times measured.
+
+A record is only valid for the generator version it was measured with (``GENERATOR_VERSION`` in
+``tflgpu.kernels.common``): a changed generator may emit different code for the same parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..kernels.common import GENERATOR_VERSION
+
+
+def params_to_json(params: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+
+
+def params_from_json(params: dict) -> dict:
+    """JSON turns tuples (local sizes) into lists; the generators and the search space use tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+
+
+@dataclass
+class TuningRecord:
+    params: dict  # the knobs to pass to the generator (empty: the heuristic default is best)
+    default_us: float  # the heuristic default's time
+    best_us: float  # the chosen parameters' time
+    trials: int = 0  # completed trials of the search it came from
+    op: str = ""  # op name, for reports
+    generator_version: int = field(default_factory=lambda: GENERATOR_VERSION)
+    updated: float = field(default_factory=time.time)
+
+    @property
+    def speedup(self) -> float:
+        return self.default_us / self.best_us if self.best_us > 0 else 1.0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["params"] = params_to_json(self.params)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> TuningRecord:
+        fields = {k: d[k] for k in ("params", "default_us", "best_us", "trials", "op", "generator_version",
+                                    "updated") if k in d}
+        rec = cls(**fields)
+        if not isinstance(rec.params, dict):
+            raise ValueError("params is not a mapping")
+        rec.params = params_from_json(rec.params)
+        return rec
