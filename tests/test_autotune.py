@@ -17,7 +17,8 @@ from tflgpu.autotune import FileTuningDB, MemoryTuningDB, TuneTask, TuningConfig
 from tflgpu.autotune.measure import KernelBench
 from tflgpu.autotune.tuner import KernelTuner
 from tflgpu.kernels import GENERATOR_VERSION
-from tflgpu.kernels.common import Arg, KernelSpec, Layout
+from tflgpu.kernels.common import Arg, KernelSpec
+from tflgpu.ops.layout import Layout
 
 from .conftest import assert_close, litert, run_model
 from .oputil import In, op_model, rand

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.common import KernelSpec, Layout, to_slices
+from ..kernels.common import KernelSpec, to_slices
 from ..kernels.program import bind_kernel, build_program
+from ..ops.layout import Layout
 
 
 class CandidateRejected(Exception):

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import xxhash
 
 from ..kernels import Unsupported
-from ..kernels.common import GENERATOR_VERSION, KernelSpec, Layout
+from ..kernels.common import GENERATOR_VERSION, KernelSpec
+from ..ops.layout import Layout
 from .measure import CandidateRejected, KernelBench
 
 log = logging.getLogger("tflgpu")

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..model.ir import Tensor
 from ..ops.context import OpView
-from .common import KernelSpec, Layout, bhwc
+from ..ops.layout import Layout, bhwc
+from .common import KernelSpec
 from .epilogue import Epilogue, epilogue
 from .errors import Unsupported
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.layout import Layout
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, Layout, activation, pad_lanes_mask, to_slices
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, to_slices
 from .expressions import BINARY, LOGIC, UNARY, unary_expr
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attributes import axis_slice, resize_scale
+from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, Layout, bhwc
+from .common import Arg, KernelSpec
 from .elementwise import grid, grid_prologue
 
 _ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}

@@ -17,9 +17,10 @@ import numpy as np
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner, run_cpu_op
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
-from ..kernels.common import Layout, bhwc, boundary_kernels
+from ..kernels.common import boundary_kernels
 from ..kernels.program import bind_kernel, build_program, program_key
 from ..model.ir import Operator, Subgraph
+from ..ops.layout import Layout, bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
 from .device import DeviceInfo
