@@ -1,4 +1,5 @@
-"""Single-op models for tests: build, run through tflgpu and LiteRT, compare."""
+"""Models for tests (single ops, and a few small graphs shared by several test files): build, run through
+tflgpu and LiteRT, compare."""
 
 from __future__ import annotations
 
@@ -154,3 +155,83 @@ def both_fail_or_match(op: str, inputs, outputs=1, *, isolated: bool = False, bu
 
 def rand(rng, shape, lo=-1.0, hi=1.0, dtype=np.float32) -> np.ndarray:
     return rng.uniform(lo, hi, shape).astype(dtype)
+
+
+def lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, peephole=False, cifg=False,
+                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False):
+    """An LSTM op with every optional input switchable; state inputs are variable tensors."""
+    n_out = n_out or units
+    b = ModelBuilder()
+    shape = (steps, batch, n_in) if time_major else (batch, steps, n_in)
+    x = b.input("x", shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))
+    w = lambda name, s: b.const(name, rand(rng, s, -0.5, 0.5))
+    ins = [x]
+    ins += [-1 if cifg else w("wi", (units, n_in))] + [w(f"w{g}", (units, n_in)) for g in "fco"]
+    ins += [-1 if cifg else w("ri", (units, n_out))] + [w(f"r{g}", (units, n_out)) for g in "fco"]
+    ins += [-1 if (cifg or not peephole) else w("pi", (units,))]
+    ins += [w(f"p{g}", (units,)) if peephole else -1 for g in "fo"]
+    ins += [-1 if cifg else w("bi", (units,))] + [w(f"b{g}", (units,)) for g in "fco"]
+    if n_out != units:
+        ins += [w("proj", (n_out, units)), w("proj_bias", (n_out,))]
+    else:
+        ins += [-1, -1]
+    ins += [b.tensor("h", (batch, n_out), is_variable=True), b.tensor("c", (batch, units), is_variable=True)]
+    if layer_norm:
+        ins += [-1 if cifg else w("lni", (units,))] + [w(f"ln{g}", (units,)) for g in "fco"]
+    out_shape = (shape[0], shape[1], n_out) if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_out)
+    y = b.tensor("y", out_shape)
+    opts = {"fused_activation_function": "TANH", "cell_clip": cell_clip, "proj_clip": proj_clip}
+    if op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        opts["time_major"] = time_major
+    b.op(op, ins, [y], **opts)
+    b.output(y)
+    return b.build(), [rand(rng, shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))]
+
+
+VARIANTS = {
+    "plain": {},
+    "peephole": {"peephole": True},
+    "cifg": {"cifg": True},
+    "projection": {"n_out": 4, "proj_clip": 0.3},
+    "layer_norm": {"layer_norm": True},
+    "cifg_peephole_layer_norm": {"cifg": True, "peephole": True, "layer_norm": True},
+    "cell_clip_time_major": {"cell_clip": 0.2, "time_major": True},
+}
+
+
+def while_model(rng, static_counter: bool = True, float_cond: bool = False):
+    """x_{i+1} = x_i * 1.5 + table[i] for i = 0..4 (a time loop: GATHER of a step's row by the counter)."""
+    b = ModelBuilder()
+    x0 = b.input("x", (2, 3))
+    i0 = b.const("i0", np.array(0, np.int32)) if static_counter else b.input("i", (), np.int32)
+    i_out, x_out = b.tensor("i_out", (), np.int32), b.tensor("x_out", (2, 3))
+    cond_idx, cond = b.subgraph("cond")
+    ci, cx = cond.input("i", (), np.int32), cond.input("x", (2, 3))
+    flag = cond.tensor("flag", (), np.bool_)
+    if float_cond:  # loop while sum(x) < 40: not countable ahead of time
+        total = cond.tensor("total", ())
+        cond.op("SUM", [cx, cond.const("axes", np.array([0, 1], np.int32))], [total], keep_dims=False)
+        cond.op("LESS", [total, cond.const("limit", np.array(40.0, np.float32))], [flag])
+    else:
+        cond.op("LESS", [ci, cond.const("limit", np.array(5, np.int32))], [flag])
+    cond.output(flag)
+    body_idx, body = b.subgraph("body")
+    bi, bx = body.input("i", (), np.int32), body.input("x", (2, 3))
+    one, k = body.const("one", np.array(1, np.int32)), body.const("k", np.array([1.5], np.float32))
+    table = body.const("table", rng.uniform(0, 2, (8, 3)).astype(np.float32))
+    row, scaled = body.tensor("row", (3,)), body.tensor("scaled", (2, 3))
+    bi2, bx2 = body.tensor("i2", (), np.int32), body.tensor("x2", (2, 3))
+    body.op("ADD", [bi, one], [bi2])
+    body.op("GATHER", [table, bi], [row], axis=0, batch_dims=0)
+    body.op("MUL", [bx, k], [scaled])
+    body.op("ADD", [scaled, row], [bx2])
+    body.output(bi2, bx2)
+    b.op("WHILE", [i0, x0], [i_out, x_out], cond_subgraph_index=cond_idx, body_subgraph_index=body_idx)
+    b.output(x_out, i_out)
+    return b.build(), ([rng.uniform(0, 1, (2, 3)).astype(np.float32)] if static_counter
+                       else [rng.uniform(0, 1, (2, 3)).astype(np.float32), np.array(0, np.int32)])
+
+
+def conv_model(rng):
+    return op_model("CONV_2D", [In(rand(rng, (1, 12, 12, 8))), rand(rng, (16, 3, 3, 8)), rand(rng, (16,))],
+                    padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")

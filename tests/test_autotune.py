@@ -21,7 +21,7 @@ from tflgpu.kernels.common import Arg, KernelSpec
 from tflgpu.ops.layout import Layout
 
 from .conftest import assert_close, litert, run_model
-from .oputil import In, op_model, rand
+from .oputil import conv_model
 
 N = 1 << 15  # pixels (float4 each) of the synthetic kernel's tensors
 LAYOUTS = {0: Layout(1, 1, N, 4), 1: Layout(1, 1, N, 4)}
@@ -142,11 +142,6 @@ def invoke(it, feeds):
         it.set_tensor(d["index"], x)
     it.invoke()
     return it.get_tensor(it.get_output_details()[0]["index"])
-
-
-def conv_model(rng):
-    return op_model("CONV_2D", [In(rand(rng, (1, 12, 12, 8))), rand(rng, (16, 3, 3, 8)), rand(rng, (16,))],
-                    padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
 
 
 def test_tuned_model_matches_litert_and_records_are_reused(opencl_device, rng, tmp_path):

@@ -193,7 +193,7 @@ def cli(*args, env=None):
 
 
 def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
-    from .test_autotune import conv_model
+    from .oputil import conv_model
 
     other = tmp_path / "conv.tflite"
     other.write_bytes(conv_model(rng)[0])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tflgpu import GpuDelegate
+from tflgpu.runtime.config import PlanConfig
 
 from .oputil import In, Out, check_op, rand
 
@@ -51,7 +52,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
     it = Interpreter(model_content=model, delegate=GpuDelegate())
     from tflgpu.runtime.executor import GpuPlan
 
-    plan = GpuPlan(it._runtime.runner(0), opencl_device, False, 1 << 30,
+    plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=False),
                    params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint,
                                "wide": wide}})
     spec = plan.steps[0].specs[0]
@@ -311,9 +312,9 @@ def test_unidirectional_lstm_on_device(gpu, rng, variant):
     from tflgpu import Interpreter
 
     from .conftest import assert_close, litert, run_model
-    from .test_ops_graph import VARIANTS, _lstm_model
+    from .oputil import VARIANTS, lstm_model
 
-    model, feeds = _lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **VARIANTS[variant])
+    model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **VARIANTS[variant])
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     assert it.gpu_plan.cpu_op_count == (1 if variant == "peephole" else 0)
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
@@ -336,9 +337,9 @@ def test_lstm_single_step_on_device_keeps_state(gpu, rng):
     from tflgpu import Interpreter
 
     from .conftest import assert_close, litert
-    from .test_ops_graph import _lstm_model
+    from .oputil import lstm_model
 
-    model, feeds = _lstm_model("LSTM", rng, cell_clip=0.5)
+    model, feeds = lstm_model("LSTM", rng, cell_clip=0.5)
     ours = Interpreter(model_content=model, delegate=gpu["delegate"])
     assert ours.gpu_plan.cpu_op_count == 0
     ref = litert()(model_content=model)
@@ -397,7 +398,7 @@ def test_conv_constant_memory_weights(gpu, rng, const_weights):
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     from tflgpu.runtime.executor import GpuPlan
 
-    plan = GpuPlan(it._runtime.runner(0), it.gpu_plan.device, it.gpu_plan.fp16, 1 << 30,
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
                    params={0: {"const_weights": const_weights}})
     spec = plan.steps[0].specs[0]
     assert spec.params["const_weights"] is const_weights and ("__constant" in spec.source) is const_weights
@@ -431,7 +432,8 @@ def test_conv_winograd_variant(gpu, rng, shape, cout, pad):
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, 3, 3, shape[3])), rand(rng, (cout,))],
                             padding=pad, stride_w=1, stride_h=1, fused_activation_function="RELU6")
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it._runtime.runner(0), it.gpu_plan.device, it.gpu_plan.fp16, 1 << 30, params={0: {"winograd": True}})
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+                   params={0: {"winograd": True}})
     assert plan.steps[0].specs[0].params == {"winograd": True} and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
@@ -455,9 +457,9 @@ def test_while_through_the_delegate(gpu, rng, float_cond):
     from tflgpu import Interpreter
 
     from .conftest import assert_close, litert, run_model
-    from .test_passes import _while_model
+    from .oputil import while_model
 
-    model, feeds = _while_model(rng, float_cond=float_cond)
+    model, feeds = while_model(rng, float_cond=float_cond)
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     assert it.gpu_plan.pass_counts["unroll_while"] == (0 if float_cond else 1)
     assert (it.gpu_plan.cpu_op_count == 0) != float_cond

@@ -33,9 +33,9 @@ def _specs(op_name: str, inputs, out_shape, fp16: bool = False, **options):
 # put the new value here; if you did not, the change is a bug (records and binaries would be orphaned).
 PINNED = {
     "conv3x3": ("CONV_2D", [("in", (1, 8, 8, 4)), ("const", (8, 3, 3, 4)), ("const", (8,))], (1, 8, 8, 8),
-                dict(padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU6")),
+                {"padding": "SAME", "stride_w": 1, "stride_h": 1, "fused_activation_function": "RELU6"}),
     "depthwise": ("DEPTHWISE_CONV_2D", [("in", (1, 8, 8, 8)), ("const", (1, 3, 3, 8)), ("const", (8,))], (1, 4, 4, 8),
-                  dict(padding="SAME", stride_w=2, stride_h=2, depth_multiplier=1)),
+                  {"padding": "SAME", "stride_w": 2, "stride_h": 2, "depth_multiplier": 1}),
     "add": ("ADD", [("in", (1, 5, 5, 6)), ("const", (6,))], (1, 5, 5, 6), {}),
 }
 EXPECTED = {

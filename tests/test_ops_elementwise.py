@@ -146,7 +146,7 @@ def test_fp16_weights_feed_conv_through_folded_dequantize(rng):
     xs = [rand(rng, (1, 6, 6, 3))]
     assert_close(run_model(Interpreter, model, xs)[0], run_model(litert(), model, xs)[0])
     it = Interpreter(model_content=model)
-    assert [op.name for op, _ in it._runtime.runner(0).steps] == ["CONV_2D"]
+    assert [op.name for op, _ in it.cpu_runner().steps] == ["CONV_2D"]
 
 
 def test_quantize_float_to_int8(rng):

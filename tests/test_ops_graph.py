@@ -11,60 +11,18 @@ from tflgpu import Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, check_against_litert, litert, run_model
-from .oputil import In, Out, op_model, rand
-
-
-def _lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, peephole=False, cifg=False,
-                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False):
-    """An LSTM op with every optional input switchable; state inputs are variable tensors."""
-    n_out = n_out or units
-    b = ModelBuilder()
-    shape = (steps, batch, n_in) if time_major else (batch, steps, n_in)
-    x = b.input("x", shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))
-    w = lambda name, s: b.const(name, rand(rng, s, -0.5, 0.5))
-    ins = [x]
-    ins += [-1 if cifg else w("wi", (units, n_in))] + [w(f"w{g}", (units, n_in)) for g in "fco"]
-    ins += [-1 if cifg else w("ri", (units, n_out))] + [w(f"r{g}", (units, n_out)) for g in "fco"]
-    ins += [-1 if (cifg or not peephole) else w("pi", (units,))]
-    ins += [w(f"p{g}", (units,)) if peephole else -1 for g in "fo"]
-    ins += [-1 if cifg else w("bi", (units,))] + [w(f"b{g}", (units,)) for g in "fco"]
-    if n_out != units:
-        ins += [w("proj", (n_out, units)), w("proj_bias", (n_out,))]
-    else:
-        ins += [-1, -1]
-    ins += [b.tensor("h", (batch, n_out), is_variable=True), b.tensor("c", (batch, units), is_variable=True)]
-    if layer_norm:
-        ins += [-1 if cifg else w("lni", (units,))] + [w(f"ln{g}", (units,)) for g in "fco"]
-    out_shape = (shape[0], shape[1], n_out) if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_out)
-    y = b.tensor("y", out_shape)
-    opts = {"fused_activation_function": "TANH", "cell_clip": cell_clip, "proj_clip": proj_clip}
-    if op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
-        opts["time_major"] = time_major
-    b.op(op, ins, [y], **opts)
-    b.output(y)
-    return b.build(), [rand(rng, shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))]
-
-
-VARIANTS = {
-    "plain": {},
-    "peephole": {"peephole": True},
-    "cifg": {"cifg": True},
-    "projection": {"n_out": 4, "proj_clip": 0.3},
-    "layer_norm": {"layer_norm": True},
-    "cifg_peephole_layer_norm": {"cifg": True, "peephole": True, "layer_norm": True},
-    "cell_clip_time_major": {"cell_clip": 0.2, "time_major": True},
-}
+from .oputil import VARIANTS, In, Out, lstm_model, op_model, rand
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_unidirectional_sequence_lstm(variant, rng):
-    model, feeds = _lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **VARIANTS[variant])
+    model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **VARIANTS[variant])
     check_against_litert(model, feeds)
 
 
 @pytest.mark.parametrize("variant", ["plain", "peephole", "projection", "layer_norm"])
 def test_lstm_single_step_state_carries_over(variant, rng):
-    model, feeds = _lstm_model("LSTM", rng, **VARIANTS[variant])
+    model, feeds = lstm_model("LSTM", rng, **VARIANTS[variant])
     seqs = []
     for cls in (Interpreter, litert()):
         it = cls(model_content=model)

@@ -9,6 +9,8 @@ from tflgpu.graph.passes import PassStep, cull_dead, drop_identities, fuse_eleme
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 
+from .oputil import while_model
+
 
 def _steps(b: ModelBuilder):
     runner = ModelRunner(read_model(b.build())).runner(0)
@@ -128,43 +130,10 @@ def test_merge_pad_into_conv_only():
     assert [op.name for op, _ in conv.members] == ["PAD", "CONV_2D"]
 
 
-def _while_model(rng, static_counter: bool = True, float_cond: bool = False):
-    """x_{i+1} = x_i * 1.5 + table[i] for i = 0..4 (a time loop: GATHER of a step's row by the counter)."""
-    b = ModelBuilder()
-    x0 = b.input("x", (2, 3))
-    i0 = b.const("i0", np.array(0, np.int32)) if static_counter else b.input("i", (), np.int32)
-    i_out, x_out = b.tensor("i_out", (), np.int32), b.tensor("x_out", (2, 3))
-    cond_idx, cond = b.subgraph("cond")
-    ci, cx = cond.input("i", (), np.int32), cond.input("x", (2, 3))
-    flag = cond.tensor("flag", (), np.bool_)
-    if float_cond:  # loop while sum(x) < 40: not countable ahead of time
-        total = cond.tensor("total", ())
-        cond.op("SUM", [cx, cond.const("axes", np.array([0, 1], np.int32))], [total], keep_dims=False)
-        cond.op("LESS", [total, cond.const("limit", np.array(40.0, np.float32))], [flag])
-    else:
-        cond.op("LESS", [ci, cond.const("limit", np.array(5, np.int32))], [flag])
-    cond.output(flag)
-    body_idx, body = b.subgraph("body")
-    bi, bx = body.input("i", (), np.int32), body.input("x", (2, 3))
-    one, k = body.const("one", np.array(1, np.int32)), body.const("k", np.array([1.5], np.float32))
-    table = body.const("table", rng.uniform(0, 2, (8, 3)).astype(np.float32))
-    row, scaled = body.tensor("row", (3,)), body.tensor("scaled", (2, 3))
-    bi2, bx2 = body.tensor("i2", (), np.int32), body.tensor("x2", (2, 3))
-    body.op("ADD", [bi, one], [bi2])
-    body.op("GATHER", [table, bi], [row], axis=0, batch_dims=0)
-    body.op("MUL", [bx, k], [scaled])
-    body.op("ADD", [scaled, row], [bx2])
-    body.output(bi2, bx2)
-    b.op("WHILE", [i0, x0], [i_out, x_out], cond_subgraph_index=cond_idx, body_subgraph_index=body_idx)
-    b.output(x_out, i_out)
-    return b.build(), ([rng.uniform(0, 1, (2, 3)).astype(np.float32)] if static_counter
-                       else [rng.uniform(0, 1, (2, 3)).astype(np.float32), np.array(0, np.int32)])
-
-
 def test_unroll_static_while():
     from tflgpu.graph.unroll import unroll_static_loops
 
-    model, _ = _while_model(np.random.default_rng(0))
+    model, _ = while_model(np.random.default_rng(0))
     runtime = ModelRunner(read_model(model))
     runner = runtime.runner(0)
     sg, n = unroll_static_loops(runner.sg, runtime, runner.consts)
@@ -181,7 +150,7 @@ def test_while_that_cannot_be_counted_stays_a_loop():
     from tflgpu.graph.unroll import unroll_static_loops
 
     for kw in ({"static_counter": False}, {"float_cond": True}):
-        model, _ = _while_model(np.random.default_rng(0), **kw)
+        model, _ = while_model(np.random.default_rng(0), **kw)
         runtime = ModelRunner(read_model(model))
         runner = runtime.runner(0)
         sg, n = unroll_static_loops(runner.sg, runtime, runner.consts)

@@ -309,7 +309,7 @@ def test_mobilenet_v2_dynrange_hybrid_ops_equal_litert_op_by_op():
     ref.allocate_tensors()
     ref.set_tensor(ref.get_input_details()[0]["index"], x)
     ref.invoke()
-    runner = Interpreter(str(model_path))._session(0).runner
+    runner = Interpreter(str(model_path)).cpu_runner()
     sg = read_model(str(model_path)).subgraphs[0]
     hybrid = 0
     for op, fn in runner.steps:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .cpu.executor import ModelRunner
+from .cpu.executor import ModelRunner, SubgraphRunner
 from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
@@ -406,6 +406,11 @@ class Interpreter:
     def model(self) -> Model:
         """The parsed graph IR."""
         return self._model
+
+    def cpu_runner(self, subgraph_index: int = 0) -> SubgraphRunner:
+        """The subgraph's CPU runner: its prepared kernels, folded constants (``consts``) and the steps left
+        to run (``steps``), which a ``tflgpu.runtime.executor.GpuPlan`` is built over."""
+        return self._runtime.runner(int(subgraph_index))
 
     @property
     def backend(self) -> str:

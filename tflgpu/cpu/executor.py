@@ -64,7 +64,6 @@ class SubgraphRunner:
         self.variables: dict[int, np.ndarray] = {}
         self.reset_variables()
         self.steps: list[tuple[Operator, Callable]] = []
-        self.last_values: list | None = None
 
     def build(self) -> None:
         from .quantized import hybrid_factory, is_hybrid_op, is_quantized_op, quantized_factory
@@ -129,12 +128,16 @@ class SubgraphRunner:
         for i, v in zip(sg.inputs, inputs):
             values[i] = v
         for op, fn in self.steps:
-            outs = run_cpu_op(op, fn, [values[i] if i >= 0 else None for i in op.inputs])
-            for t_idx, out in zip(op.outputs, outs):
-                if t_idx >= 0:
-                    values[t_idx] = self._coerce(t_idx, out)
-        self.last_values = values
+            self.run_op(op, fn, values)
         return values
+
+    def run_op(self, op: Operator, fn: Callable, values) -> None:
+        """Run one step's kernel on ``values`` (a list or dict by tensor index: every input the op reads must
+        be there, an omitted one as -1) and store its outputs there in their declared dtypes."""
+        outs = run_cpu_op(op, fn, [values[i] if i >= 0 else None for i in op.inputs])
+        for t_idx, out in zip(op.outputs, outs):
+            if t_idx >= 0:
+                values[t_idx] = self._coerce(t_idx, out)
 
     def outputs(self, values: list) -> list[np.ndarray]:
         return [values[i] for i in self.sg.outputs]

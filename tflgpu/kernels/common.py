@@ -55,12 +55,6 @@ typedef float STORE_T;
 _AXIS_MAP = {1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
 
 
-def axis_to_bhwc(axis: int, rank: int) -> int:
-    """Which BHWC axis (0..3) an axis of a rank-``rank`` tensor lands on (see ``bhwc``)."""
-    a = axis + rank if axis < 0 else axis
-    return _AXIS_MAP[rank][a]
-
-
 def to_slices(x: np.ndarray, layout: Layout, dtype) -> np.ndarray:
     """NHWC numpy -> ``[B][S][H][W][4]`` (zero-padded lanes), flat."""
     a = np.asarray(x).reshape(layout.dims)
@@ -75,7 +69,10 @@ def to_slices(x: np.ndarray, layout: Layout, dtype) -> np.ndarray:
 class Arg:
     """A kernel argument: a tensor (by index in the subgraph), a constant array, or a scalar."""
 
-    kind: str  # "tensor" | "const" | "int" | "float"
+    # "tensor": a device tensor (value: its index); "const": an array uploaded once in the plan's storage
+    # precision; "const32": an array kept float32 whatever the storage precision (the Winograd kernel
+    # reads its transformed weights as float); "int" / "float": a scalar
+    kind: str
     value: Any
 
 

@@ -46,8 +46,6 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "INT4": np.dtype(np.int8),
 }
 
-ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
-PADDINGS = {0: "SAME", 1: "VALID"}
 
 _OPTION_TABLES: dict[int, str] = {
     v: k for k, v in vars(BuiltinOptions).items() if not k.startswith("_")

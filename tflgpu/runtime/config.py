@@ -29,12 +29,12 @@ class PlanConfig:
     """Everything that decides what a built plan is, besides the model, its input shapes and the device.
     A stored plan's key derives from every field, so a field added here is part of the key by itself."""
 
-    fp16: bool
-    max_partitions: int
-    tuning: str
-    records: bool
-    subgraph: int
-    quantized_models_allowed: bool
+    fp16: bool = False
+    max_partitions: int = 1 << 30
+    tuning: str = "none"
+    records: bool = True
+    subgraph: int = 0
+    quantized_models_allowed: bool = True
 
     def key(self) -> str:
         return ";".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))

@@ -48,12 +48,9 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     token = options.model_token or token
     cacheable = options.store is not None and options.cacheable and token
     cache = PlanCache(options.store, token, config.key()) if cacheable else None
-    plan = GpuPlan(runner, device, fp16, options.max_partitions, options.profile,
-                   input_shapes=input_shapes, tuning=options.tuning, cache=cache,
-                   quant_io=view.io if view is not None else None)
-    plan.device_outputs = options.allow_buffer_handle_output
-    plan.pass_counts = {"unroll_while": unrolled, **plan.pass_counts}
-    return plan
+    return GpuPlan(runner, device, config, profile=options.profile, input_shapes=input_shapes, tuning=options.tuning,
+                   cache=cache, quant_io=view.io if view is not None else None,
+                   device_outputs=options.allow_buffer_handle_output, earlier_passes={"unroll_while": unrolled})
 
 
 def _float_view(runner: SubgraphRunner):

@@ -1,0 +1,153 @@
+"""Which ops of a subgraph run on the OpenCL device, as a list of steps: placement, the graph passes, and the
+partition limit. Pure Python over the IR and the generators; nothing is compiled or allocated here.
+
+The graph transforms, in the one order they run:
+
+1. ``unroll_while`` (graph.unroll, before a plan is built): WHILE loops with a constant trip count.
+2. ``float_view`` (graph.float_view, likewise): a quantized subgraph's float equivalent.
+3. ``fold_constants`` (done when the CPU runner is built): every op whose inputs are all constant.
+4. placement: an op goes to the device where a generator makes its kernels.
+5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_elementwise`` (graph.passes), in that order.
+6. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
+   device's compiler refused, back to the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..cpu.executor import SubgraphRunner
+from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
+from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
+from ..model.ir import Operator, Subgraph
+
+log = logging.getLogger("tflgpu")
+
+
+@dataclass
+class Step:
+    op: Operator  # the op whose generator made the kernel (a fused group's producer)
+    device: str  # "gpu" | "cpu"
+    specs: list[KernelSpec] = field(default_factory=list)
+    members: list = field(default_factory=list)  # [(op, cpu_fn)]: every op this step computes, in order
+    reason: str = ""
+    kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
+    epilogue: list = field(default_factory=list)  # fused elementwise ops the kernels apply
+    params: dict = field(default_factory=dict)  # generator knobs (explicit or tuned); {} = heuristics
+
+
+@dataclass(frozen=True)
+class KernelMaker:
+    """Generates an op's kernels for one subgraph (with this plan's shapes), precision and constants."""
+
+    sg: Subgraph
+    consts: dict
+    fp16: bool
+    variables: frozenset
+
+    def __call__(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
+        """The kernels of ``op`` (with its fused ops) for these generator parameters; raises Unsupported."""
+        return generator_for(op.name)(GenContext(op, self.sg, self.consts, self.fp16, params, epilogue,
+                                                 self.variables))
+
+
+def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
+    """The subgraph with every tensor's actual shape for these input shapes (one CPU run on zeros).
+
+    Kernels are specialized for exact shapes, and a model's declared shapes may be stale
+    (LiteRT recomputes them too); variables are reset afterwards.
+    """
+    sg = runner.sg
+    zeros = [np.zeros(shape, sg.tensors[i].dtype) for i, shape in zip(sg.inputs, input_shapes)]
+    with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
+        values = runner.run(zeros)
+    runner.reset_variables()
+    tensors = [replace(t, shape=tuple(np.shape(v))) if v is not None else t for t, v in zip(sg.tensors, values)]
+    return replace(sg, tensors=tensors)
+
+
+def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[list[Step], dict[str, int]]:
+    """Place each op, run the graph passes, then generate the kernels of every device step.
+    Returns the steps and how many ops each pass changed."""
+    sg, consts = make.sg, runner.consts
+    reasons: dict[int, str] = {}
+    generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
+    base = []
+    for op, fn in runner.steps:
+        if generator_for(op.name) is None:
+            reasons[op.index] = "no OpenCL kernel"
+        else:
+            try:
+                generated[op.index] = (op, make(op, [], params.get(op.index, {})))
+            except Unsupported as e:
+                reasons[op.index] = str(e)
+        base.append(PassStep(op, [(op, fn)], [], op.index in generated))
+    counts = {"fold_constants": len(runner.sg.operators) - len(runner.steps)}
+    steps, counts["cull_dead"] = cull_dead(base, sg)
+    steps, counts["drop_identities"] = drop_identities(steps, sg, consts)
+    steps, counts["merge_pad"] = merge_pad(steps, sg, consts)
+    steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
+    out = []
+    for ps in steps:
+        if not ps.gpu:
+            out.append(Step(ps.op, "cpu", members=ps.members, reason=reasons.get(ps.op.index, "")))
+            continue
+        first = generated.get(ps.op.index)
+        if first is not None and first[0] is ps.op and not ps.epilogue:
+            specs = first[1]  # no pass changed this op: the check's kernels are the kernels
+        else:
+            specs = make(ps.op, ps.epilogue, params.get(ps.op.index, {}))
+        out.append(Step(ps.op, "gpu", specs, members=ps.members, epilogue=ps.epilogue,
+                        params=params.get(ps.op.index, {})))
+    return out, counts
+
+
+def restore(steps: list[Step], record) -> bool:
+    """Apply a stored plan's placement (a cache.plans.PlanRecord) to freshly selected steps; False if they
+    differ."""
+    if [s.op.index for s in steps] != [r.op_index for r in record.steps]:
+        return False
+    for s, r in zip(steps, record.steps):
+        if s.device == "gpu" and not r.on_device:
+            s.device, s.reason = "cpu", r.reason  # e.g. its kernel failed to build, or a partition limit
+        elif s.device == "cpu" and r.on_device:
+            return False
+    return True
+
+
+def limit_partitions(steps: list[Step], max_partitions: int) -> int:
+    """Keep the ``max_partitions`` largest runs of device steps on the device; returns the partition count."""
+    runs, cur = [], []
+    for i, s in enumerate(steps):
+        if s.device == "gpu":
+            cur.append(i)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    if cur:
+        runs.append(cur)
+    if len(runs) <= max_partitions:
+        return len(runs)
+    keep = set()
+    for run in sorted(runs, key=len, reverse=True)[:max_partitions]:
+        keep.update(run)
+    for i, s in enumerate(steps):
+        if s.device == "gpu" and i not in keep:
+            s.device, s.reason = "cpu", "outside the max_delegated_partitions largest partitions"
+    return max_partitions
+
+
+def report_placement(steps: list[Step], partitions: int) -> tuple[int, int]:
+    """(ops on the device, ops on the CPU); one warning listing why each CPU op is there, as TFLite does."""
+    cpu = [s for s in steps if s.device == "cpu"]
+    cpu_ops = sum(len(s.members) for s in cpu)
+    gpu_ops = sum(len(s.members) for s in steps) - cpu_ops
+    if cpu:
+        lines = [f"op code #{op.builtin_code} ({op.name}) cannot be handled by this delegate: {s.reason}"
+                 for s in cpu for op, _ in s.members]
+        log.warning("%s\n%d ops run on the OpenCL device (%d partitions), %d on the CPU",
+                    "\n".join(dict.fromkeys(lines)), gpu_ops, partitions, cpu_ops)
+    return gpu_ops, cpu_ops

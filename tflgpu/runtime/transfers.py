@@ -1,0 +1,175 @@
+"""Where a plan's tensors live on the device, and how values cross between the host and the device.
+
+Device tensors are 4-channel slices in buffers the memory planner shares between tensors whose lifetimes do
+not overlap. A tensor crossing the boundary (a graph input or output, a value a CPU step reads or makes, LSTM
+state) has a dense NHWC float32 staging buffer and two layout-conversion kernels; ``bind`` lets a caller's own
+buffer be that staging buffer (zero-copy I/O).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..cpu.executor import SubgraphRunner
+from ..kernels.common import boundary_kernels
+from ..kernels.program import bind_kernel
+from ..model.ir import Subgraph
+from ..ops.layout import Layout, bhwc
+from .memory import plan_memory
+from .selection import Step
+
+
+class DeviceTensors:
+    """The buffers of one plan, bound to its compiled kernels, and the host/device transfers."""
+
+    def __init__(self, cl, ctx, steps: list[Step], sg: Subgraph, runner: SubgraphRunner, program, fp16: bool,
+                 build: Callable):
+        self.cl, self.ctx, self.steps, self.sg, self.runner = cl, ctx, steps, sg, runner
+        self.program, self.np_dtype, self.itemsize = program, np.float16 if fp16 else np.float32, 2 if fp16 else 4
+        self._build = build
+        cl, ctx = self.cl, self.ctx
+        mf = cl.mem_flags
+        n = len(self.steps)
+        on_gpu: dict[int, tuple[int, int]] = {}  # tensor -> (first, last) step touching it on the device
+        self.uploads_after: dict[int, list[int]] = {}  # step -> tensors produced on CPU, then read on GPU
+        self.downloads_before: dict[int, list[int]] = {}  # step -> tensors produced on GPU, read on CPU
+        producer = {}
+        for i, s in enumerate(self.steps):
+            for op, _ in s.members:
+                for t in op.outputs:
+                    producer[t] = i
+        graph_in, graph_out = set(self.sg.inputs), set(self.sg.outputs)
+
+        def touch(t, i):
+            a, b = on_gpu.get(t, (i, i))
+            on_gpu[t] = (min(a, i), max(b, i))
+
+        for i, s in enumerate(self.steps):
+            if s.device != "gpu":
+                continue
+            for spec in s.specs:
+                for t in spec.inputs:
+                    touch(t, i)
+                    p = producer.get(t)
+                    if t in graph_in:
+                        touch(t, -1)
+                    elif p is not None and self.steps[p].device == "cpu":
+                        touch(t, p)
+                        self.uploads_after.setdefault(p, []).append(t)
+                for t in spec.outputs:
+                    touch(t, i)
+        for i, s in enumerate(self.steps):
+            if s.device == "cpu":
+                for t in {t for op, _ in s.members for t in op.inputs}:
+                    p = producer.get(t)
+                    if t >= 0 and p is not None and p != i and self.steps[p].device == "gpu":
+                        self.downloads_before.setdefault(i, []).append(t)
+                        touch(t, i)
+        for t in graph_out:
+            if t in on_gpu:
+                touch(t, n)
+        self.state_tensors = sorted({t for s in self.steps if s.device == "gpu" for spec in s.specs
+                                     for t in spec.params.get("state", [])})
+        for t in self.state_tensors:
+            touch(t, -1)
+            touch(t, n)
+        self.input_uploads = [t for t in self.sg.inputs if t in on_gpu] + self.state_tensors
+        self.output_downloads = [t for t in self.sg.outputs
+                                 if t in producer and self.steps[producer[t]].device == "gpu"]
+        sizes = {t: self._layout(t).elements * self.itemsize for t in on_gpu}
+        assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
+        self.planned_bytes = sum(buf_sizes)
+        self.naive_bytes = sum(sizes.values())
+        self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
+        self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
+        self.const_buffers = []
+        for s in self.steps:
+            if s.device != "gpu":
+                continue
+            for spec in s.specs:
+                k, consts = bind_kernel(cl, ctx, self.program, spec, self.tensor_buffer, self.np_dtype)
+                self.const_buffers.extend(consts)
+                s.kernels.append(k)
+        self.const_bytes = sum(b.size for b in self.const_buffers)
+        consts = self.runner.consts
+        # Every tensor a CPU step reads that no step produces and the caller does not set: a constant, or
+        # (like the CPU runner's own loop) None for one that has no dense value, e.g. a sparse tensor
+        ready = set(producer) | set(self.sg.inputs) | set(self.runner.variables)
+        self.host_consts = {t: consts.get(t) for s in self.steps if s.device == "cpu"
+                            for op, _ in s.members for t in op.inputs if t >= 0 and t not in ready}
+        # graph outputs that folded to constants (e.g. an unrolled loop's counter)
+        self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
+        self._boundary()
+
+    def _layout(self, idx: int) -> Layout:
+        return bhwc(self.sg.tensors[idx].shape)
+
+    def _boundary(self) -> None:
+        """A dense NHWC float32 staging buffer and conversion kernels for each tensor crossing the boundary."""
+        cl = self.cl
+        crossing = set(self.input_uploads) | set(self.output_downloads) | set(self.state_tensors)
+        for ts in list(self.uploads_after.values()) + list(self.downloads_before.values()):
+            crossing.update(ts)
+        self.staging: dict[int, tuple] = {}
+        self.bound: set[int] = set()
+        self.crossing = crossing
+        if not crossing:
+            return
+        sources = [boundary_kernels(f"io_{t}", self._layout(t)) for t in sorted(crossing)]
+        prog = self._build(sources)
+        for t in sorted(crossing):
+            lay = self._layout(t)
+            dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
+            k_in, k_out = getattr(prog, f"io_{t}_in"), getattr(prog, f"io_{t}_out")
+            k_in.set_args(dense, self.tensor_buffer[t])
+            k_out.set_args(self.tensor_buffer[t], dense)
+            self.staging[t] = (dense, k_in, k_out, (lay.w, lay.b * lay.h, lay.s))
+
+    def bind(self, t: int, buffer) -> None:
+        """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
+        cl = self.cl
+        if t not in self.staging:
+            raise ValueError(f"tensor {t} does not cross the device boundary; only graph inputs/outputs can be bound")
+        buf = getattr(buffer, "base_data", None) or getattr(buffer, "data", buffer)
+        if not isinstance(buf, cl.MemoryObjectHolder):
+            raise ValueError(f"bind_buffer needs a pyopencl Buffer or Array, got {type(buffer).__name__}")
+        try:
+            same = buf.context == self.ctx
+        except cl.Error as e:
+            raise ValueError(f"the buffer's OpenCL context is not usable: {e}") from e
+        if not same:
+            raise ValueError("the buffer belongs to another OpenCL context; create it in interpreter.gpu_context")
+        need = 4 * int(np.prod(self.sg.tensors[t].shape))
+        if buf.size < need:
+            raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
+        _, k_in, k_out, gsize = self.staging[t]
+        k_in.set_arg(0, buf)
+        k_out.set_arg(1, buf)
+        self.staging[t] = (buf, k_in, k_out, gsize)
+        self.bound.add(t)
+
+    def read_bound(self, queue, t: int) -> np.ndarray:
+        """The current value of a bound output, copied from its device buffer."""
+        dense = self.staging[t][0]
+        host = np.empty(self.sg.tensors[t].shape, np.float32)
+        self.cl.enqueue_copy(queue, host, dense, is_blocking=True)
+        return host
+
+    def upload(self, queue, t: int, value: np.ndarray, keep: list) -> None:
+        dense, k_in, _, gsize = self.staging[t]
+        data = np.ascontiguousarray(value, dtype=np.float32)
+        self.cl.enqueue_copy(queue, dense, data, is_blocking=False)
+        self.cl.enqueue_nd_range_kernel(queue, k_in, gsize, None)
+        keep.append(data)  # (until the queue is finished)
+
+    def download(self, queue, t: int) -> np.ndarray:
+        dense, _, k_out, gsize = self.staging[t]
+        self.cl.enqueue_nd_range_kernel(queue, k_out, gsize, None)
+        tensor = self.sg.tensors[t]
+        host = np.empty(tensor.shape, np.float32)
+        self.cl.enqueue_copy(queue, host, dense, is_blocking=True)
+        if tensor.dtype == np.float32:
+            return host
+        return (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
