@@ -70,8 +70,8 @@ class Arg:
     """A kernel argument: a tensor (by index in the subgraph), a constant array, or a scalar."""
 
     # "tensor": a device tensor (value: its index); "const": an array uploaded once in the plan's storage
-    # precision; "const32": an array kept float32 whatever the storage precision (the Winograd kernel
-    # reads its transformed weights as float); "int" / "float": a scalar
+    # precision; "const32": an array kept float32 whatever the storage precision (parameters a kernel
+    # declares ``const float*``: the Winograd and LSTM weights); "int" / "float": a scalar
     kind: str
     value: Any
 
@@ -90,6 +90,9 @@ class KernelSpec:
     params: dict[str, Any] = field(default_factory=dict)  # the values this spec was generated with
     space: dict[str, list] = field(default_factory=dict)  # every value each knob may take (the tuner's space)
     flops: int = 0
+    # variable tensors (LSTM h and c) this kernel reads and writes in place: they stay on the device between
+    # invokes and are copied back to the host variables after each
+    state: list[int] = field(default_factory=list)
 
 
 def round_up(v: int, m: int) -> int:

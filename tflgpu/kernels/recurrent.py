@@ -111,8 +111,8 @@ __kernel void {name}_final(__global const STORE_T* y, __global STORE_T* hstate) 
                                 [Arg("tensor", op.inputs[0]), *consts, Arg("tensor", h_idx), Arg("tensor", c_idx),
                                  Arg("tensor", op.outputs[0]), Arg("int", t)],
                                 [op.inputs[0], h_idx, c_idx], [op.outputs[0], h_idx, c_idx],
-                                params={"state": [h_idx, c_idx]}, flops=8 * batch * units * (n_in + units)))
+                                state=[h_idx, c_idx], flops=8 * batch * units * (n_in + units)))
     specs.append(KernelSpec(f"{name}_final", src, (units, batch), None,
                             [Arg("tensor", op.outputs[0]), Arg("tensor", h_idx)], [op.outputs[0]], [h_idx],
-                            params={"state": [h_idx, c_idx]}))
+                            state=[h_idx, c_idx]))
     return specs

@@ -71,7 +71,7 @@ class DeviceTensors:
             if t in on_gpu:
                 touch(t, n)
         self.state_tensors = sorted({t for s in self.steps if s.device == "gpu" for spec in s.specs
-                                     for t in spec.params.get("state", [])})
+                                     for t in spec.state})
         for t in self.state_tensors:
             touch(t, -1)
             touch(t, n)

@@ -42,7 +42,7 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
     for s in steps:
         if s.device != "gpu" or s.op.index in explicit or not s.specs:
             continue
-        if space_size(s.specs[0].space) <= 1 or any("state" in sp.params for sp in s.specs):
+        if space_size(s.specs[0].space) <= 1 or any(sp.state for sp in s.specs):
             continue
         if any(bhwc(make.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
             continue
