@@ -103,3 +103,35 @@ def test_sparse_fp16_weights_fully_delegated(model, inputs, fp16, opencl_device)
     got = run_model(lambda **kw: it, model, inputs)
     for i, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, 1e-2 if fp16 else 1e-4, what=f"output {i}")
+
+
+def _fc_model(weights: np.ndarray, bias: np.ndarray, sparse: bool) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (3, weights.shape[1]))
+    if sparse:
+        values, sparsity = csr_encode(weights)
+        w = b.const("w", values, sparsity=sparsity, shape=weights.shape)
+    else:
+        w = b.const("w", weights)
+    y = b.tensor("y", (3, weights.shape[0]))
+    b.op("FULLY_CONNECTED", [x, w, b.const("bias", bias)], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("path", ["cpu", "fp32"])
+def test_fully_connected_reads_sparse_weights_directly(path, opencl_device):
+    """Sparse weights read by FULLY_CONNECTED itself (no DENSIFY in front) compute with their dense tensor.
+    (LiteRT's FULLY_CONNECTED reads this CSR encoding's value buffer as if it were dense and returns
+    NaN / 1e28 garbage, so the reference is LiteRT on the same weights stored dense, and numpy.)"""
+    rng = np.random.default_rng(5)
+    dense = (rng.standard_normal((12, 9)) * (rng.random((12, 9)) < 0.35)).astype(np.float32)
+    bias = rng.standard_normal(12).astype(np.float32)
+    feeds = [rng.standard_normal((3, 9)).astype(np.float32)]
+    model = _fc_model(dense, bias, sparse=True)
+    it = Interpreter(model_content=model, **({} if path == "cpu" else {"delegate": GpuDelegate()}))
+    if path != "cpu":
+        assert it.gpu_plan.cpu_op_count == 0
+    got = run_model(lambda **_: it, model, feeds)[0]
+    assert_close(got, run_model(litert(), _fc_model(dense, bias, sparse=False), feeds)[0])
+    assert_close(got, feeds[0] @ dense.T + bias, what="against numpy")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..model.ir import Model, Operator, Subgraph
+from ..model.sparse import densify
 from ..ops.traits import traits
 from . import registry
 from .registry import KernelError, OpContext
@@ -59,8 +60,13 @@ class SubgraphRunner:
         self.consts: dict[int, np.ndarray] = {
             t.index: t.data for t in sg.tensors if t.data is not None and t.sparsity is None
         }
-        # sparse constants hold only their values: DENSIFY rebuilds them, and counts them as constant inputs
+        # sparse constants hold only their values: DENSIFY rebuilds them, and counts them as constant inputs;
+        # one that another op reads directly (TFLite's sparse FULLY_CONNECTED) computes as its dense tensor
         self.sparse_consts = frozenset(t.index for t in sg.tensors if t.data is not None and t.sparsity is not None)
+        read_directly = {i for op in sg.operators if op.name != "DENSIFY" for i in op.inputs} & self.sparse_consts
+        for i in sorted(read_directly):
+            t = sg.tensors[i]
+            self.consts[i] = densify(t.data, t.shape, t.sparsity)
         self.variables: dict[int, np.ndarray] = {}
         self.reset_variables()
         self.steps: list[tuple[Operator, Callable]] = []
