@@ -150,4 +150,4 @@ class GpuDelegate:
         cacheable = self.tuning_db in (None, False) and isinstance(self.tuning, (str, type(None)))
         return PlanRequest(self.device, self.wants_fp16(), self.max_delegated_partitions, self.profile,
                            self.allow_buffer_handle_output, self.quantized_models_allowed, self.tuning_config(store),
-                           self.tuning_mode(), self.tuning_db is not False, store, self.model_token, cacheable)
+                           self.tuning_db is not False, store, self.model_token, cacheable)

@@ -12,6 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
+from ..ops.custom_options import transpose_conv_params
 from .elementwise import dequant_params
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 
@@ -249,8 +250,6 @@ def transpose_conv(ctx: OpContext):
 @register("Convolution2DTransposeBias")
 def conv2d_transpose_bias(ctx: OpContext):
     """MediaPipe's transposed conv with bias; options are a TfLiteTransposeConvParams struct."""
-    from ..ops.custom_options import transpose_conv_params
-
     pad, sw, sh = transpose_conv_params(ctx)
     shape = ctx.output_tensor(0).shape
     return _transpose_conv(ctx, 0, 1, 2, lambda xs: shape, pad, sh, sw, 0)

@@ -6,6 +6,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..ops.attributes import activation_bounds, conv_padding
+from ..ops.custom_options import pool_params
 from .registry import KernelError, OpContext, check_geometry, register
 
 AVG, MAX, L2 = 0, 1, 2
@@ -100,8 +101,6 @@ def _max_pool_argmax(x, kh, kw, sh, sw, pt, pl, oh, ow):
 @register("MaxPoolingWithArgmax2D")
 def max_pool_with_argmax(ctx: OpContext):
     """Outputs the max and, per element, the flat index (y * W + x) * C + c within its image."""
-    from ..ops.custom_options import pool_params
-
     o = pool_params(ctx)
 
     def run(xs):
@@ -134,8 +133,6 @@ def _unpool(x, idx, oh, ow):
 @register("MaxUnpooling2D")
 def max_unpooling(ctx: OpContext):
     """Scatter each input value to the position its argmax index names (see MaxPoolingWithArgmax2D)."""
-    from ..ops.custom_options import pool_params
-
     pool_params(ctx)  # validates; the output size comes from the output tensor
     _, oh, ow, _ = ctx.output_tensor(0).shape
 

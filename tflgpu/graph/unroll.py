@@ -25,7 +25,6 @@ MAX_TRIPS = 256
 MAX_OPS = 8192
 
 
-
 class NotUnrollable(Exception):
     pass
 

@@ -52,9 +52,6 @@ typedef float STORE_T;
 """
 
 
-_AXIS_MAP = {1: (3,), 2: (0, 3), 3: (0, 2, 3), 4: (0, 1, 2, 3)}
-
-
 def to_slices(x: np.ndarray, layout: Layout, dtype) -> np.ndarray:
     """NHWC numpy -> ``[B][S][H][W][4]`` (zero-padded lanes), flat."""
     a = np.asarray(x).reshape(layout.dims)

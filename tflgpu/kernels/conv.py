@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attributes import conv_padding
+from ..ops.custom_options import transpose_conv_params
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi4, weights_oi8
 
@@ -411,8 +412,6 @@ def transpose_conv(ctx: GenContext) -> list[KernelSpec]:
 
 @generator("Convolution2DTransposeBias")
 def conv2d_transpose_bias(ctx: GenContext) -> list[KernelSpec]:
-    from ..ops.custom_options import transpose_conv_params
-
     pad, sw, sh = transpose_conv_params(ctx)
     _, oh, ow, _ = ctx.output_tensor().shape
     return _transpose_conv(ctx, 0, 1, 2, (oh, ow), pad, sh, sw, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attributes import conv_padding
+from ..ops.custom_options import pool_params
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask
 from .elementwise import grid, grid_prologue
@@ -120,8 +121,6 @@ def _index_tensor_ok(ctx: GenContext, t) -> None:
 
 @generator("MaxPoolingWithArgmax2D")
 def max_pool_with_argmax(ctx: GenContext) -> list[KernelSpec]:
-    from ..ops.custom_options import pool_params
-
     x_t, out, idx_t = ctx.input_tensor(0), ctx.output_tensor(0), ctx.output_tensor(1)
     require_float(ctx, x_t, out)
     _index_tensor_ok(ctx, idx_t)
@@ -160,8 +159,6 @@ def max_pool_with_argmax(ctx: GenContext) -> list[KernelSpec]:
 @generator("MaxUnpooling2D")
 def max_unpooling(ctx: GenContext) -> list[KernelSpec]:
     """Gather form: output (y, x, c) takes the pooled value whose index names it (filter == stride)."""
-    from ..ops.custom_options import pool_params
-
     x_t, idx_t, out = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor()
     require_float(ctx, x_t, out)
     _index_tensor_ok(ctx, idx_t)

@@ -16,8 +16,7 @@ class PlanRequest:
     profile: bool
     allow_buffer_handle_output: bool
     quantized_models_allowed: bool
-    tuning: Any  # a tflgpu.autotune.TuningConfig
-    tuning_mode: str
+    tuning: Any  # a tflgpu.autotune.TuningConfig (its mode is part of the plan's identity)
     records: bool  # tuning records are read (and written)
     store: Any  # a tflgpu.cache.CacheStore, or None: nothing read or written
     model_token: str | None

@@ -99,7 +99,7 @@ class GpuPlan:
         return key, future
 
     def _sources(self, steps: list[Step] | None = None) -> list[str]:
-        return [spec.source for s in (steps or self.steps) if s.device == "gpu" for spec in s.specs]
+        return [spec.source for s in (self.steps if steps is None else steps) if s.device == "gpu" for spec in s.specs]
 
     def _build(self, sources: list[str], store: bool = True):
         return build_program(self.cl, self.ctx, sources, self.fp16, self.store if store else None, self.device,

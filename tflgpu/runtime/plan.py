@@ -43,7 +43,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     view = None
     if options.quantized_models_allowed:
         runner, view = _float_view(runner)
-    config = PlanConfig(fp16, options.max_partitions, options.tuning_mode, options.records, runner.sg.index,
+    config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, runner.sg.index,
                         options.quantized_models_allowed)
     token = options.model_token or token
     cacheable = options.store is not None and options.cacheable and token

@@ -26,17 +26,15 @@ class DeviceTensors:
 
     def __init__(self, cl, ctx, steps: list[Step], sg: Subgraph, runner: SubgraphRunner, program, fp16: bool,
                  build: Callable):
-        self.cl, self.ctx, self.steps, self.sg, self.runner = cl, ctx, steps, sg, runner
-        self.program, self.np_dtype, self.itemsize = program, np.float16 if fp16 else np.float32, 2 if fp16 else 4
-        self._build = build
-        cl, ctx = self.cl, self.ctx
+        self.cl, self.ctx, self.sg = cl, ctx, sg
+        np_dtype, itemsize = (np.float16, 2) if fp16 else (np.float32, 4)
         mf = cl.mem_flags
-        n = len(self.steps)
+        n = len(steps)
         on_gpu: dict[int, tuple[int, int]] = {}  # tensor -> (first, last) step touching it on the device
         self.uploads_after: dict[int, list[int]] = {}  # step -> tensors produced on CPU, then read on GPU
         self.downloads_before: dict[int, list[int]] = {}  # step -> tensors produced on GPU, read on CPU
         producer = {}
-        for i, s in enumerate(self.steps):
+        for i, s in enumerate(steps):
             for op, _ in s.members:
                 for t in op.outputs:
                     producer[t] = i
@@ -46,7 +44,7 @@ class DeviceTensors:
             a, b = on_gpu.get(t, (i, i))
             on_gpu[t] = (min(a, i), max(b, i))
 
-        for i, s in enumerate(self.steps):
+        for i, s in enumerate(steps):
             if s.device != "gpu":
                 continue
             for spec in s.specs:
@@ -55,58 +53,58 @@ class DeviceTensors:
                     p = producer.get(t)
                     if t in graph_in:
                         touch(t, -1)
-                    elif p is not None and self.steps[p].device == "cpu":
+                    elif p is not None and steps[p].device == "cpu":
                         touch(t, p)
                         self.uploads_after.setdefault(p, []).append(t)
                 for t in spec.outputs:
                     touch(t, i)
-        for i, s in enumerate(self.steps):
+        for i, s in enumerate(steps):
             if s.device == "cpu":
                 for t in {t for op, _ in s.members for t in op.inputs}:
                     p = producer.get(t)
-                    if t >= 0 and p is not None and p != i and self.steps[p].device == "gpu":
+                    if t >= 0 and p is not None and p != i and steps[p].device == "gpu":
                         self.downloads_before.setdefault(i, []).append(t)
                         touch(t, i)
         for t in graph_out:
             if t in on_gpu:
                 touch(t, n)
-        self.state_tensors = sorted({t for s in self.steps if s.device == "gpu" for spec in s.specs
+        self.state_tensors = sorted({t for s in steps if s.device == "gpu" for spec in s.specs
                                      for t in spec.state})
         for t in self.state_tensors:
             touch(t, -1)
             touch(t, n)
         self.input_uploads = [t for t in self.sg.inputs if t in on_gpu] + self.state_tensors
         self.output_downloads = [t for t in self.sg.outputs
-                                 if t in producer and self.steps[producer[t]].device == "gpu"]
-        sizes = {t: self._layout(t).elements * self.itemsize for t in on_gpu}
+                                 if t in producer and steps[producer[t]].device == "gpu"]
+        sizes = {t: self._layout(t).elements * itemsize for t in on_gpu}
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
         self.planned_bytes = sum(buf_sizes)
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
         self.const_buffers = []
-        for s in self.steps:
+        for s in steps:
             if s.device != "gpu":
                 continue
             for spec in s.specs:
-                k, consts = bind_kernel(cl, ctx, self.program, spec, self.tensor_buffer, self.np_dtype)
+                k, consts = bind_kernel(cl, ctx, program, spec, self.tensor_buffer, np_dtype)
                 self.const_buffers.extend(consts)
                 s.kernels.append(k)
         self.const_bytes = sum(b.size for b in self.const_buffers)
-        consts = self.runner.consts
+        consts = runner.consts
         # Every tensor a CPU step reads that no step produces and the caller does not set: a constant, or
         # (like the CPU runner's own loop) None for one that has no dense value, e.g. a sparse tensor
-        ready = set(producer) | set(self.sg.inputs) | set(self.runner.variables)
-        self.host_consts = {t: consts.get(t) for s in self.steps if s.device == "cpu"
+        ready = set(producer) | set(self.sg.inputs) | set(runner.variables)
+        self.host_consts = {t: consts.get(t) for s in steps if s.device == "cpu"
                             for op, _ in s.members for t in op.inputs if t >= 0 and t not in ready}
         # graph outputs that folded to constants (e.g. an unrolled loop's counter)
         self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
-        self._boundary()
+        self._boundary(build)
 
     def _layout(self, idx: int) -> Layout:
         return bhwc(self.sg.tensors[idx].shape)
 
-    def _boundary(self) -> None:
+    def _boundary(self, build: Callable) -> None:
         """A dense NHWC float32 staging buffer and conversion kernels for each tensor crossing the boundary."""
         cl = self.cl
         crossing = set(self.input_uploads) | set(self.output_downloads) | set(self.state_tensors)
@@ -114,11 +112,10 @@ class DeviceTensors:
             crossing.update(ts)
         self.staging: dict[int, tuple] = {}
         self.bound: set[int] = set()
-        self.crossing = crossing
         if not crossing:
             return
         sources = [boundary_kernels(f"io_{t}", self._layout(t)) for t in sorted(crossing)]
-        prog = self._build(sources)
+        prog = build(sources)
         for t in sorted(crossing):
             lay = self._layout(t)
             dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
