@@ -66,16 +66,30 @@ def test_device_error_during_invoke(opencl_device, tmp_path, feeds, want):
     assert all(e.problem is None for e in CacheStore(tmp_path).entries())
 
 
-def test_concurrent_invoke_on_one_interpreter_is_refused(opencl_device, feeds):
+def test_concurrent_invoke_on_one_interpreter_is_refused(opencl_device, feeds, monkeypatch):
     it = Interpreter(MODEL, delegate=GpuDelegate(tuning="none"))
     it.allocate_tensors()
-    it._invoke_lock.acquire()  # as if another thread were inside invoke()
+    want = invoke(it, feeds)
+    inside, release = threading.Event(), threading.Event()
+    run = it.gpu_plan.run
+
+    def held_run(inputs):  # another thread's invoke, held inside the plan until the check is done
+        inside.set()
+        release.wait(30)
+        return run(inputs)
+
+    monkeypatch.setattr(it.gpu_plan, "run", held_run)
+    other = threading.Thread(target=it.invoke)
+    other.start()
     try:
+        assert inside.wait(30)
         with pytest.raises(RuntimeError, match="not thread-safe: use one per thread"):
-            invoke(it, feeds)
+            it.invoke()
     finally:
-        it._invoke_lock.release()
-    invoke(it, feeds)
+        release.set()
+        other.join(30)
+    monkeypatch.undo()
+    assert_close(invoke(it, feeds), want)
 
 
 @pytest.mark.parametrize("threads,invokes", [pytest.param(8, 20, id="ci"),
