@@ -9,12 +9,15 @@ work-item and ~400 GFLOP/s with 16 pixels per work-item.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import transpose_conv_params
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi4, weights_oi8
+from .knobs import Knobs, one_of, positive_int, work_group
 
 
 def _float_const(ctx: GenContext, i: int) -> np.ndarray:
@@ -45,7 +48,8 @@ def _bias_const(ctx: GenContext, idx: int, cout: int) -> np.ndarray:
     return np.asarray(bias, np.float32)
 
 
-def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl, cin, cout):
+def _winograd(ctx: GenContext, knobs: ConvKnobs, shape: ConvShape, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt,
+              pl, cin, cout):
     from .winograd import transform_weights, winograd_source
 
     ep = ctx.epilogue_code(cout)
@@ -60,9 +64,7 @@ def _winograd(ctx: GenContext, w, bias, *, n, ih, iw, sin, oh, ow, sout, pt, pl,
     return [KernelSpec(ctx.name, src, gsize, None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const32", weights_oi4(u)), Arg("const", b_vec), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        {"winograd": True}, space=conv_space(kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, sout=sout, row=ow,
-                                              w_bytes=w.size * (2 if ctx.fp16 else 4)),
-        flops=2 * n * oh * ow * cout * 9 * cin)]
+        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * 9 * cin)]
 
 
 def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int, ...]:
@@ -88,34 +90,90 @@ CONV_SPACE = {
     "winograd": [False, True],  # F(4x4, 3x3): 3x3, stride 1, undilated only
     "local_size": [None, (8, 1, 1), (16, 1, 1), (32, 1, 1), (8, 4, 1), (16, 2, 1)],
 }
+CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
 
 
-def conv_space(*, kh, kw, sh, sw, dh, dw, sout, row, w_bytes) -> dict[str, list]:
-    """CONV_SPACE without the knobs that cannot change this conv's code: Winograd only for 3x3/s1
-    undilated, __constant weights only for small filters, tiles no wider than the row / slices."""
-    space = dict(CONV_SPACE)
-    space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * row]
-    space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * sout]
-    if (kh, kw, sh, sw, dh, dw) != (3, 3, 1, 1, 1, 1):
-        del space["winograd"]
-    if w_bytes > 32 * 1024:
-        del space["const_weights"]
-    return space
+@dataclass(frozen=True)
+class ConvShape:
+    """What the conv knobs' defaults, space and validity depend on."""
+
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    sin: int  # input slices
+    sout: int  # output slices
+    row: int  # output pixels along the kernel's dim 0 (a whole image for a 1x1/s1 unpadded conv)
+    pixels: int  # output pixels per image
+    w_bytes: int  # the filter's size in the storage precision
+
+    @property
+    def winograd_ok(self) -> bool:
+        return (self.kh, self.kw, self.sh, self.sw, self.dh, self.dw) == (3, 3, 1, 1, 1, 1)
 
 
-def conv_defaults(pixels: int, sout: int, sin: int) -> dict:
-    """Heuristic tile for the conv kernel, from a sweep on the Intel OpenCL CPU device (5 MobileNet-like
-    shapes x 18 tiles): float8 accumulators ("wide", two output slices per vector) won everywhere but
-    on the 3-channel stem: 86-108 GFLOP/s vs 39-65 for the best float4 tile. 4 px x 4 slices won on
-    large maps (>= 256 px), 2 px x 8 slices on small ones and on deep inputs (>= 128 slices, whose
-    weights outgrow the cache: 17x17 1024->1024 ran at 90 GFLOP/s with (2, 8), 82 with (4, 4)).
-    """
-    if sout >= 4 and sin >= 2:
-        tx, ts = (4, 4) if (pixels >= 256 and sin < 128) or sout < 8 else (2, 8)
-        return {"tile_x": tx, "tile_s": ts, "wide": True, "vec_hint": "float8"}
-    if sout >= 4:
-        return {"tile_x": 2, "tile_s": 4, "wide": False, "vec_hint": "float4"}
-    return {"tile_x": 4, "tile_s": max(sout, 1), "wide": False, "vec_hint": "float4"}
+@dataclass(frozen=True)
+class ConvKnobs(Knobs):
+    """The register-tiled conv's knobs (also the FC-free CONV_2D's Winograd switch)."""
+
+    tile_x: int = 4  # adjacent (or strided) output pixels per work-item
+    tile_s: int = 4  # output slices per work-item
+    wide: bool = False  # float8 accumulators: two output slices per vector (needs an even tile_s)
+    vec_hint: str | None = "float4"  # vec_type_hint; float8 only with wide accumulators
+    strided: bool = False  # work-item g takes pixels g, g + G, ... instead of tile_x adjacent ones
+    const_weights: bool = False  # weights in __constant memory (filters up to CONST_WEIGHT_BYTES)
+    winograd: bool = False  # F(4x4, 3x3) instead of the direct kernel (3x3/s1 undilated; the other knobs unused)
+    local_size: tuple | None = None
+
+    @classmethod
+    def default(cls, shape: ConvShape) -> ConvKnobs:
+        """Heuristic tile from a sweep on the Intel OpenCL CPU device (5 MobileNet-like shapes x 18 tiles):
+        float8 accumulators ("wide", two output slices per vector) won everywhere but on the 3-channel stem:
+        86-108 GFLOP/s vs 39-65 for the best float4 tile. 4 px x 4 slices won on large maps (>= 256 px),
+        2 px x 8 slices on small ones and on deep inputs (>= 128 slices, whose weights outgrow the cache:
+        17x17 1024->1024 ran at 90 GFLOP/s with (2, 8), 82 with (4, 4)).
+
+        Winograd F(4x4,3x3) is off by default: alone, UNet-like 3x3 layers ran 1.1-1.6x faster than the
+        direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower with it (103 vs 109 ms, A/B
+        in one process), so only a measurement in context should pick it.
+        """
+        if shape.sout >= 4 and shape.sin >= 2:
+            small = not ((shape.pixels >= 256 and shape.sin < 128) or shape.sout < 8)
+            return cls(tile_x=2 if small else 4, tile_s=8 if small else 4, wide=True, vec_hint="float8")
+        if shape.sout >= 4:
+            return cls(tile_x=2, tile_s=4)
+        return cls(tile_x=4, tile_s=max(shape.sout, 1))
+
+    @classmethod
+    def space(cls, shape: ConvShape) -> dict[str, list]:
+        """CONV_SPACE without the knobs that cannot change this conv's code: Winograd only for 3x3/s1
+        undilated, __constant weights only for small filters, tiles no wider than the row / slices."""
+        space = dict(CONV_SPACE)
+        space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * shape.row]
+        space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
+        if not shape.winograd_ok:
+            del space["winograd"]
+        if shape.w_bytes > CONST_WEIGHT_BYTES:
+            del space["const_weights"]
+        return space
+
+    def problems(self, shape: ConvShape) -> list[str]:
+        bad = positive_int("tile_x", self.tile_x) + positive_int("tile_s", self.tile_s)
+        bad += one_of("vec_hint", self.vec_hint, CONV_SPACE["vec_hint"]) + work_group(self.local_size)
+        for name in ("wide", "strided", "const_weights", "winograd"):
+            bad += one_of(name, getattr(self, name), (False, True))
+        if self.wide and not positive_int("tile_s", self.tile_s) and self.tile_s % 2:
+            bad.append(f"wide accumulators need an even tile_s, got {self.tile_s}")
+        if self.vec_hint == "float8" and not self.wide:
+            bad.append("vec_hint float8 needs wide accumulators")
+        if self.const_weights and shape.w_bytes > CONST_WEIGHT_BYTES:
+            bad.append(f"__constant weights need a filter of at most {CONST_WEIGHT_BYTES} bytes, "
+                       f"this one has {shape.w_bytes}")
+        if self.winograd and not shape.winograd_ok:
+            bad.append("Winograd needs a 3x3, stride 1, undilated conv")
+        return bad
 
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
@@ -218,37 +276,47 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("grouped convolution")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    p = {**conv_defaults(oh * ow, sout, sin), **ctx.params}
-    # Winograd F(4x4,3x3) is a variant for the tuner, off by default: alone, UNet-like 3x3 layers ran
-    # 1.1-1.6x faster than the direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower
-    # with it (103 vs 109 ms, A/B in one process), so only a measurement in context should pick it.
-    tx, ts = p["tile_x"], p["tile_s"]
+    trivial = kh == kw == sh == sw == 1 and pt == pl == 0
+    shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
+                      w_bytes=w.size * (2 if ctx.fp16 else 4))
+    knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
-    b_vec = vec_slices(bias, cout, ts)
-    strided = p.get("strided", False)
-    wide = p["wide"] and ts % 2 == 0
-    # __constant weights: small filters only (the device's constant buffer is often 64 KB)
-    const_w = bool(p.get("const_weights", False)) and w.size * (2 if ctx.fp16 else 4) <= 32 * 1024
-    hint = p["vec_hint"] if (wide or p["vec_hint"] != "float8") else "float4"
-    if p.get("winograd") and (kh, kw, sh, sw, dh, dw) == (3, 3, 1, 1, 1, 1):
-        return _winograd(ctx, w, bias, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, pt=pt, pl=pl,
-                         cin=cin, cout=cout)
+    if knobs.winograd:
+        return _winograd(ctx, knobs, shape, w, bias, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, pt=pt,
+                         pl=pl, cin=cin, cout=cout)
+    tx, ts = knobs.tile_x, knobs.tile_s
     ep = ctx.epilogue_code(cout)
     src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
-                       cout=cout, strided=strided, vec_hint=hint, wide=wide, epilogue=ep,
-                       const_weights=const_w)
+                       cout=cout, strided=knobs.strided, vec_hint=knobs.vec_hint, wide=knobs.wide, epilogue=ep,
+                       const_weights=knobs.const_weights)
     gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
                       sout=sout)
-    return [KernelSpec(ctx.name, src, gsize, p.get("local_size"), [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if wide else weights_oi4(w, ts)),
-        Arg("const", b_vec), *ep.args,
+    return [KernelSpec(ctx.name, src, gsize, knobs.local_size, [
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if knobs.wide else weights_oi4(w, ts)),
+        Arg("const", vec_slices(bias, cout, ts)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        {"tile_x": tx, "tile_s": ts, "strided": strided, "vec_hint": hint, "wide": wide,
-         "const_weights": const_w},
-        space=conv_space(kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, sout=sout, row=gsize[0] * tx,
-                         w_bytes=w.size * (2 if ctx.fp16 else 4)),
-        flops=2 * n * oh * ow * cout * kh * kw * cin)]
+        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin)]
+
+
+@dataclass(frozen=True)
+class DepthwiseKnobs(Knobs):
+    tile_x: int = 4  # adjacent output pixels per work-item
+    vec_hint: str | None = "float4"
+    local_size: tuple | None = None
+
+    @classmethod
+    def default(cls, ow: int) -> DepthwiseKnobs:
+        return cls(tile_x=4 if ow >= 4 else 1)
+
+    @classmethod
+    def space(cls, ow: int) -> dict[str, list]:
+        return {"tile_x": [v for v in (1, 2, 4, 8) if v == 1 or v < 2 * ow], "vec_hint": [None, "float4"],
+                "local_size": [None, (8, 1, 1), (16, 1, 1), (8, 4, 1)]}
+
+    def problems(self, ow: int) -> list[str]:
+        return positive_int("tile_x", self.tile_x) + one_of("vec_hint", self.vec_hint, (None, "float4")) + \
+            work_group(self.local_size)
 
 
 @generator("DEPTHWISE_CONV_2D")
@@ -263,7 +331,8 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("output channels not a multiple of input channels")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    tx = ctx.params.get("tile_x", 4 if ow >= 4 else 1)
+    knobs = DepthwiseKnobs.resolve(ow, ctx.params)
+    tx = knobs.tile_x
     bias = _bias_const(ctx, 2, cout)
     # weights [1, kh, kw, cout] -> [S][kh][kw] float4
     wk = np.zeros((sout * 4, kh, kw), np.float32)
@@ -271,7 +340,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     wk = np.ascontiguousarray(wk.reshape(sout, 4, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
     act = ctx.opt("fused_activation_function", 0)
     name = ctx.name
-    hint = ctx.params.get("vec_hint", "float4")
+    hint = knobs.vec_hint
     ep = ctx.epilogue_code(cout)
     ep_code, ep_params = ep.code, ep.params
     extra = "".join(f"{p}, " for p in ep_params)
@@ -307,13 +376,30 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {store} }}")
     L.append("}")
     gsize = ((ow + tx - 1) // tx, n * oh, sout)
-    return [KernelSpec(name, "\n".join(L), gsize, ctx.params.get("local_size"), [
+    return [KernelSpec(name, "\n".join(L), gsize, knobs.local_size, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        {"tile_x": tx, "vec_hint": hint},
-        space={"tile_x": [v for v in (1, 2, 4, 8) if v == 1 or v < 2 * ow], "vec_hint": [None, "float4"],
-               "local_size": [None, (8, 1, 1), (16, 1, 1), (8, 4, 1)]},
-        flops=2 * n * oh * ow * cout * kh * kw)]
+        knobs.params(), space=DepthwiseKnobs.space(ow), flops=2 * n * oh * ow * cout * kh * kw)]
+
+
+@dataclass(frozen=True)
+class FullyConnectedKnobs(Knobs):
+    tile_s: int = 1  # output slices per work-item
+    wide: bool = False  # float8 accumulators (needs an even tile_s)
+
+    @classmethod
+    def default(cls, sout: int) -> FullyConnectedKnobs:
+        return cls(tile_s=2, wide=True) if sout >= 2 else cls()
+
+    @classmethod
+    def space(cls, sout: int) -> dict[str, list]:
+        return {"tile_s": [1, 2, 4, 8], "wide": [False, True]}
+
+    def problems(self, sout: int) -> list[str]:
+        bad = positive_int("tile_s", self.tile_s) + one_of("wide", self.wide, (False, True))
+        if not bad and self.wide and self.tile_s % 2:
+            bad.append(f"wide accumulators need an even tile_s, got {self.tile_s}")
+        return bad
 
 
 @generator("FULLY_CONNECTED")
@@ -333,8 +419,8 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("keep_num_dims output of rank 3+")
     n = lay.b
     sin, sout = (depth + 3) // 4, (units + 3) // 4
-    ts = ctx.params.get("tile_s", 2 if sout >= 2 else 1)
-    wide = bool(ctx.params.get("wide", True)) and ts % 2 == 0
+    knobs = FullyConnectedKnobs.resolve(sout, ctx.params)
+    ts, wide = knobs.tile_s, knobs.wide
     ep = ctx.epilogue_code(units)
     bias = _bias_const(ctx, 2, units)
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
@@ -344,8 +430,24 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
         Arg("const", vec_slices(bias, units, ts)), *ep.args, Arg("tensor", ctx.final_output)],
-        [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], {"tile_s": ts, "wide": wide},
-        space={"tile_s": [1, 2, 4, 8], "wide": [False, True]}, flops=2 * n * units * depth)]
+        [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(sout),
+        flops=2 * n * units * depth)]
+
+
+@dataclass(frozen=True)
+class TransposeConvKnobs(Knobs):
+    tile_s: int = 1  # output slices per work-item
+
+    @classmethod
+    def default(cls, sout: int) -> TransposeConvKnobs:
+        return cls(tile_s=4 if sout >= 4 else 1)
+
+    @classmethod
+    def space(cls, sout: int) -> dict[str, list]:
+        return {"tile_s": [1, 2, 4]}
+
+    def problems(self, sout: int) -> list[str]:
+        return positive_int("tile_s", self.tile_s)
 
 
 def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_hw, pad, sh, sw, act):
@@ -361,7 +463,8 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     _, pt = conv_padding(oh, kh, sh, 1, pad)
     _, pl = conv_padding(ow, kw, sw, 1, pad)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    ts = ctx.params.get("tile_s", 4 if sout >= 4 else 1)
+    knobs = TransposeConvKnobs.resolve(sout, ctx.params)
+    ts = knobs.tile_s
     bias = _bias_const(ctx, bias_idx, cout)
     ep = ctx.epilogue_code(cout)
     ep_code, ep_params = ep.code, ep.params
@@ -397,7 +500,7 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi4(w, ts)), Arg("const", vec_slices(bias, cout, ts)),
         *ep.args, Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output],
-        {"tile_s": ts}, space={"tile_s": [1, 2, 4]}, flops=2 * n * ih * iw * cin * cout * kh * kw)]
+        knobs.params(), space=TransposeConvKnobs.space(sout), flops=2 * n * ih * iw * cin * cout * kh * kw)]
 
 
 @generator("TRANSPOSE_CONV")

@@ -1,0 +1,92 @@
+"""Typed generator knobs: every point is taken as asked or rejected, never remapped to another point."""
+
+import itertools
+
+import pytest
+
+from tflgpu.kernels.conv import (ConvKnobs, ConvShape, DepthwiseKnobs, FullyConnectedKnobs,
+                                 TransposeConvKnobs)
+from tflgpu.kernels.knobs import InvalidKnobs
+
+CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_bytes=32 * 16 * 9 * 4)
+CONV_1X1_BIG = ConvShape(1, 1, 1, 1, 1, 1, sin=64, sout=64, row=49, pixels=49, w_bytes=256 * 256 * 4)
+CONV_STEM = ConvShape(3, 3, 2, 2, 1, 1, sin=1, sout=3, row=112, pixels=112 * 112, w_bytes=12 * 27 * 4)
+
+FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (DepthwiseKnobs, 14),
+            (DepthwiseKnobs, 2), (FullyConnectedKnobs, 250), (FullyConnectedKnobs, 1), (TransposeConvKnobs, 8)]
+
+
+@pytest.mark.parametrize("cls,shape", FAMILIES)
+def test_every_point_is_taken_as_asked_or_rejected(cls, shape):
+    default = cls.default(shape)
+    assert not default.problems(shape), "the heuristic default must be a valid point"
+    space = cls.space(shape)
+    taken = rejected = 0
+    for values in itertools.product(*space.values()):
+        point = dict(zip(space, values))
+        try:
+            knobs = cls.resolve(shape, point)
+        except InvalidKnobs:
+            rejected += 1
+            continue
+        assert knobs.params() == {**default.params(), **point}  # nothing moved to another point
+        taken += 1
+    assert taken > 0
+    if cls in (ConvKnobs, FullyConnectedKnobs):  # spaces that hold invalid combinations (odd tile_s with wide)
+        assert rejected > 0
+
+
+@pytest.mark.parametrize("params,why", [
+    ({"wide": True, "tile_s": 1, "vec_hint": "float4"}, "even tile_s"),
+    ({"wide": False, "vec_hint": "float8"}, "float8 needs wide"),
+    ({"tile_x": 0}, "tile_x must be a positive int"),
+    ({"vec_hint": "float16"}, "vec_hint"),
+    ({"local_size": (8, 1)}, "local_size"),
+    ({"tiles": 4}, "no knob tiles"),
+])
+def test_invalid_conv_points_are_rejected(params, why):
+    with pytest.raises(InvalidKnobs, match=why):
+        ConvKnobs.resolve(CONV_3X3, params)
+
+
+def test_shape_dependent_validity():
+    assert ConvKnobs.resolve(CONV_3X3, {"winograd": True}).winograd
+    with pytest.raises(InvalidKnobs, match="Winograd needs a 3x3"):
+        ConvKnobs.resolve(CONV_1X1_BIG, {"winograd": True})
+    assert ConvKnobs.resolve(CONV_STEM, {"const_weights": True}).const_weights
+    with pytest.raises(InvalidKnobs, match="__constant weights"):
+        ConvKnobs.resolve(CONV_1X1_BIG, {"const_weights": True})
+    assert "winograd" not in ConvKnobs.space(CONV_1X1_BIG) and "const_weights" not in ConvKnobs.space(CONV_1X1_BIG)
+    with pytest.raises(InvalidKnobs, match="even tile_s"):
+        FullyConnectedKnobs.resolve(250, {"tile_s": 1})  # the default's wide accumulators stay asked for
+
+
+def test_defaults_follow_the_measured_heuristic():
+    assert ConvKnobs.default(CONV_3X3).params() == {**ConvKnobs().params(), "tile_x": 4, "tile_s": 4, "wide": True,
+                                                     "vec_hint": "float8"}
+    assert (ConvKnobs.default(CONV_1X1_BIG).tile_x, ConvKnobs.default(CONV_1X1_BIG).tile_s) == (2, 8)
+    stem = ConvKnobs.default(CONV_STEM)
+    assert (stem.tile_s, stem.wide, stem.vec_hint) == (3, False, "float4")
+    assert FullyConnectedKnobs.default(1) == FullyConnectedKnobs(tile_s=1, wide=False)
+
+
+def test_an_invalid_record_keeps_the_heuristics(opencl_device, rng):
+    """A stored record naming an invalid point (hand-written, or from an older generator) is not applied."""
+    import numpy as np
+
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.autotune import MemoryTuningDB, TuningRecord, kernel_key
+
+    from .oputil import In, op_model
+
+    model, _ = op_model("CONV_2D", [In(rng.standard_normal((1, 8, 8, 8)).astype(np.float32)),
+                                    rng.standard_normal((16, 3, 3, 8)).astype(np.float32),
+                                    np.zeros(16, np.float32)], padding="SAME", stride_w=1, stride_h=1)
+    plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan
+    step = plain.steps[0]
+    db = MemoryTuningDB()
+    db.put(opencl_device.identity.key(), kernel_key(step.op.name, step.specs, False, "conv_2d_0"),
+           TuningRecord({"tile_s": 1, "wide": True}, 10.0, 5.0, 3, "CONV_2D"))
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
+    assert it.gpu_plan.steps[0].params == {} and it.gpu_plan.cpu_op_count == 0
+    assert it.gpu_plan.steps[0].specs[0].params == step.specs[0].params
