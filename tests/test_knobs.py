@@ -4,8 +4,7 @@ import itertools
 
 import pytest
 
-from tflgpu.kernels.conv import (ConvKnobs, ConvShape, DepthwiseKnobs, FullyConnectedKnobs,
-                                 TransposeConvKnobs)
+from tflgpu.kernels.conv import ConvKnobs, ConvShape, DepthwiseKnobs, FullyConnectedKnobs, TransposeConvKnobs
 from tflgpu.kernels.knobs import InvalidKnobs
 
 CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_bytes=32 * 16 * 9 * 4)
