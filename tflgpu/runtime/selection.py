@@ -3,13 +3,17 @@ partition limit. Pure Python over the IR and the generators; nothing is compiled
 
 The graph transforms, in the one order they run:
 
-1. ``unroll_while`` (graph.unroll, before a plan is built): WHILE loops with a constant trip count.
-2. ``float_view`` (graph.float_view, likewise): a quantized subgraph's float equivalent.
-3. ``fold_constants`` (done when the CPU runner is built): every op whose inputs are all constant.
+1. ``unroll_while`` (graph.unroll): WHILE loops with a constant trip count.
+2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
+3. ``fold_constants``: every op whose inputs are all constant. It is evaluated by the CPU kernels, so the
+   CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_elementwise`` (graph.passes), in that order.
 6. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
+
+``transform_graph`` runs 1-3 and ``select`` 3-5 (``limit_partitions`` is 6); the plan calls them in that order,
+and nothing else transforms the graph.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
+from ..graph.float_view import float_view, needs_float_view
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
+from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..model.ir import Operator, Subgraph
 
@@ -52,6 +58,49 @@ class KernelMaker:
         """The kernels of ``op`` (with its fused ops) for these generator parameters; raises Unsupported."""
         return generator_for(op.name)(GenContext(op, self.sg, self.consts, self.fp16, params, epilogue,
                                                  self.variables))
+
+
+@dataclass
+class TransformedGraph:
+    """The graph a device plan is built from (steps 1-3 above), with its CPU runner."""
+
+    runner: SubgraphRunner
+    quant_io: dict | None  # a float view's quantized inputs/outputs (None: the model is float)
+    counts: dict[str, int]  # ops each transform changed
+
+
+def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> TransformedGraph:
+    """Unroll counted WHILE loops, then (if allowed) take a quantized subgraph's float view; each new graph's
+    runner folds its constants as it is built."""
+    unrolled = 0
+    if not any(t.is_variable for t in runner.sg.tensors):  # (a separate runner must not own state)
+        sg, unrolled = unroll_static_loops(runner.sg, runner.runtime, runner.consts)
+        if unrolled:
+            runner = SubgraphRunner(runner.runtime, sg)
+            runner.build()
+    quant_io = None
+    if quantized_models_allowed:
+        runner, quant_io = _float_view(runner)
+    return TransformedGraph(runner, quant_io, {"unroll_while": unrolled})
+
+
+def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
+    """(a runner over the float view, the view's quantized I/O) of a quantized subgraph; (``runner``, None) for
+    a float one, or (one warning) when the view cannot be built: its quantized ops then keep their integer
+    kernels."""
+    if not needs_float_view(runner.sg):
+        return runner, None
+    try:
+        view = float_view(runner.sg)
+        view_runner = SubgraphRunner(runner.runtime, view.sg)
+        view_runner.build()
+    except ValueError as e:  # a quantized model whose float view has no kernel somewhere
+        log.warning("GpuDelegate: no float view of this quantized model (%s); its quantized ops run "
+                    "on the CPU integer kernels", e)
+        return runner, None
+    log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
+             f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
+    return view_runner, view.io
 
 
 def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
