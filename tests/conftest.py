@@ -21,6 +21,8 @@ _TEST_CACHE = tempfile.mkdtemp(prefix="tflgpu-test-cache-")
 os.environ["TFLGPU_CACHE_DIR"] = _TEST_CACHE
 # Plans built in tests use heuristic kernel parameters unless a test asks for tuning.
 os.environ["TFLGPU_TUNING"] = "none"
+# one optimized build per plan, as before tiering (tests/test_startup.py covers the tiered start)
+os.environ.setdefault("TFLGPU_TIERED_COMPILE", "0")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -112,6 +112,8 @@ class _Session:
         if self.gpu_factory is not None:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
+                if self.gpu_plan is not None:
+                    self.gpu_plan.close()  # (its background work ends)
                 self.gpu_plan, self.gpu_failed = None, False  # (drop the old plan's buffers first)
                 self.gpu_plan = self.gpu_factory(shapes)
                 for t, buf in self.bindings.items():
@@ -373,6 +375,22 @@ class Interpreter:
                 self._session(0).invoke()
         finally:
             self._invoke_lock.release()
+
+    def tuning_status(self):
+        """Where the delegated plan's background work stands (a ``tflgpu.runtime.background.BackgroundStatus``:
+        compile tier, kernels searched and left, speed-up so far, finished), or None when it has none (no
+        delegate, a warm start from a tuned plan, or ``tuning`` other than "background" with nothing to
+        compile)."""
+        plan = self._session(0).gpu_plan
+        return plan.background_status() if plan is not None else None
+
+    def wait_background(self, timeout: float | None = None) -> bool:
+        """Block until the delegated plan's background work (optimized build, background tuning) is finished;
+        False if ``timeout`` seconds passed first. Its results are installed by the next ``invoke()``."""
+        plan = self._session(0).gpu_plan
+        if plan is None or plan.background is None:
+            return True
+        return plan.background.wait(timeout)
 
     def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards."""

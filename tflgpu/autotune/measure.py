@@ -18,6 +18,10 @@ from ..kernels.program import bind_kernel, build_program
 from ..ops.layout import Layout
 
 
+class Interrupted(Exception):  # noqa: N818 -- not an error: the caller asked the measurement to stop
+    """Raised by a bench's gate: whoever runs the search wants it to end now (nothing is recorded)."""
+
+
 class CandidateRejected(Exception):
     """The candidate fails to compile, does not fit the device, or computes wrong results."""
 
@@ -47,6 +51,7 @@ class KernelBench:
         self.max_seconds, self.stable_rel, self.discard_ratio = max_seconds, stable_rel, discard_ratio
         self._inputs: dict[int, np.ndarray] = {}
         self.compiles = 0
+        self.gate = None  # called before every compile and timed launch (a background search waits for idle)
 
     def _input(self, t: int) -> np.ndarray:
         if t not in self._inputs:
@@ -75,6 +80,8 @@ class KernelBench:
         """Compile and bind; raises CandidateRejected when the compiler refuses it (launch sizes are
         checked by the tuner before it gets here)."""
         cl = self.cl
+        if self.gate is not None:
+            self.gate()
         try:
             self.compiles += 1
             program = build_program(cl, self.ctx, [s.source for s in specs], self.fp16)
@@ -90,6 +97,8 @@ class KernelBench:
 
     def _launch(self, launches) -> float:
         cl, q = self.cl, self.queue
+        if self.gate is not None:
+            self.gate()
         try:
             evs = [cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size) for spec, k, *_ in launches]
             q.finish()

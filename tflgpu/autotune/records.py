@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock
+import xxhash
+from filelock import FileLock, Timeout
 
 from ..cache import atomic_write, private_dir
 from ..cache.plans import decode_tuning, encode_tuning
@@ -48,6 +52,30 @@ class TuningDB:
 
     def _records(self) -> dict[str, dict[str, TuningRecord]]:
         raise NotImplementedError
+
+    @contextmanager
+    def claim(self, device_key: str, kernel_key: str) -> Iterator[bool]:
+        """Within the block, True if this caller may search the kernel: no other searcher (thread here, or
+        process where the records are shared) holds it. False: someone else is searching it now."""
+        key = (device_key, kernel_key)
+        with _CLAIMS_LOCK:
+            free = key not in _CLAIMS
+            _CLAIMS.add(key)
+        try:
+            with self._claim_shared(device_key, kernel_key) as ok:
+                yield free and ok
+        finally:
+            if free:
+                with _CLAIMS_LOCK:
+                    _CLAIMS.discard(key)
+
+    @contextmanager
+    def _claim_shared(self, device_key: str, kernel_key: str) -> Iterator[bool]:
+        yield True  # records only this process sees: the in-process claim is enough
+
+
+_CLAIMS: set[tuple[str, str]] = set()
+_CLAIMS_LOCK = threading.Lock()
 
 
 def _better(new: TuningRecord, old: TuningRecord | None) -> bool:
@@ -153,6 +181,22 @@ class CacheTuningDB(TuningDB):
             self.store.discard(self.store.path("tuning", kernel_key, device_key), str(e))
             return None
         return rec if rec.generator_version == GENERATOR_VERSION else None
+
+    @contextmanager
+    def _claim_shared(self, device_key, kernel_key):
+        """A lock file per kernel in the cache directory: processes sharing the cache never search one kernel
+        at once (the lock dies with its process)."""
+        name = xxhash.xxh64_hexdigest(f"{device_key}|{kernel_key}".encode())
+        lock = FileLock(str(private_dir(self.store.root / "claims") / f"{name}.lock"), timeout=0, mode=0o600)
+        try:
+            lock.acquire()
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
 
     def put_many(self, device_key, records):
 

@@ -24,24 +24,31 @@ import xxhash
 from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
 from ..ops.layout import Layout
-from .measure import CandidateRejected, KernelBench
+from .measure import CandidateRejected, Interrupted, KernelBench
 
 log = logging.getLogger("tflgpu")
 
-MODES = ("none", "fast", "exhaustive")
+MODES = ("none", "background", "fast", "exhaustive")
 GRID_MAX = 48  # spaces up to this many points are searched exhaustively in every mode
 MIN_GAIN = 0.03  # a candidate must beat the default by this much to be chosen (timing noise)
 FAST_TRIALS = 10  # per kernel, in "fast" mode
 FAST_MODEL_BUDGET_S = 30.0  # per model, in "fast" mode unless tuning_budget_s says otherwise
+BACKGROUND_MODEL_BUDGET_S = 60.0  # per model, searched while the interpreter is idle (runtime.background)
 
 
 @dataclass
 class TuningConfig:
-    """How a plan tunes kernels that have no record: mode, budgets, where records and trials go."""
+    """How a plan tunes kernels that have no record: mode, budgets, where records and trials go.
+
+    Modes: "none" (heuristics and records only), "background" (no search before the first invoke; the
+    plan searches while the interpreter is idle, see runtime.background), "fast" and "exhaustive" (a search
+    before the plan is built, blocking)."""
 
     mode: str = "none"
-    budget_s: float | None = None  # per model (None: fast -> FAST_MODEL_BUDGET_S, exhaustive -> unbounded)
-    trials: int | None = None  # per kernel (None: fast -> FAST_TRIALS, exhaustive -> the whole space)
+    # per model (None: fast -> FAST_MODEL_BUDGET_S, background -> BACKGROUND_MODEL_BUDGET_S (0: no search),
+    # exhaustive -> unbounded)
+    budget_s: float | None = None
+    trials: int | None = None  # per kernel (None: fast, background -> FAST_TRIALS, exhaustive -> the whole space)
     db: object | None = None  # a TuningDB, or None for no records at all
     storage: str | None = None  # optuna storage URL; None keeps the search in memory
     seed: int = 0
@@ -51,20 +58,20 @@ class TuningConfig:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"tuning must be one of {MODES}, got {self.mode!r}")
-        if self.budget_s is not None and not self.budget_s > 0:
-            raise ValueError("tuning_budget_s must be positive")
+        if self.budget_s is not None and not (self.budget_s > 0 or (self.budget_s == 0 and self.mode == "background")):
+            raise ValueError("tuning_budget_s must be positive (0 turns the background search off)")
         if self.trials is not None and self.trials < 1:
             raise ValueError("trials must be >= 1")
 
     def model_budget(self) -> float | None:
         if self.budget_s is not None:
             return self.budget_s
-        return FAST_MODEL_BUDGET_S if self.mode == "fast" else None
+        return {"fast": FAST_MODEL_BUDGET_S, "background": BACKGROUND_MODEL_BUDGET_S}.get(self.mode)
 
     def kernel_trials(self) -> int | None:
         if self.trials is not None:
             return self.trials
-        return FAST_TRIALS if self.mode == "fast" else None
+        return FAST_TRIALS if self.mode in ("fast", "background") else None
 
 
 @dataclass
@@ -125,7 +132,7 @@ def _fingerprint(specs: list[KernelSpec]) -> str:
     return h.hexdigest()
 
 
-def _storage(url: str | None):
+def study_storage(url: str | None):
     import optuna
 
     if url is None:
@@ -259,10 +266,17 @@ class KernelTuner:
 
         worker = f"{socket.gethostname()}:{os.getpid()}"
 
+        interrupted: list[Interrupted] = []
+
         def objective(trial):
             trial.set_user_attr("worker", worker)  # who measured it (trials are shared through the storage)
             params = {k: self.decode[k][trial.suggest_categorical(k, encoded[k])] for k in encoded}
-            us = self.evaluate(params)
+            try:
+                us = self.evaluate(params)
+            except Interrupted as e:  # the search's owner wants it to end: leave the study cleanly
+                interrupted.append(e)
+                trial.study.stop()
+                raise optuna.TrialPruned() from e
             if us is None:
                 raise optuna.TrialPruned()
             return us
@@ -284,6 +298,8 @@ class KernelTuner:
                 break
             except (RuntimeError, ValueError) as e:  # shared storage: a trial another worker finished first
                 log.info("tuning %s: %s; continuing", self.task.op, e)
+        if interrupted:
+            raise interrupted[0]
         params, best_us, default_us = {}, self.default_us, self.default_us
         try:
             bt = study.best_trial
@@ -307,7 +323,7 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
                config: TuningConfig) -> list[TuneResult]:
     """Tune every task within the model budget: the slowest defaults first, each kernel getting
     an even share of what is left (what a fast kernel leaves unused flows to the next)."""
-    storage = _storage(config.storage)
+    storage = study_storage(config.storage)
     budget = config.model_budget()
     start = time.perf_counter()
     tuners = []

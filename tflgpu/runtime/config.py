@@ -21,6 +21,7 @@ class PlanRequest:
     store: Any  # a tflgpu.cache.CacheStore, or None: nothing read or written
     model_token: str | None
     cacheable: bool  # the options describe the plan fully, so it may be stored and reused
+    tiered: bool = True  # quick build first, optimized build and "background" tuning on a worker thread
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -48,13 +49,30 @@ def _type_name(cl, t: int) -> str:
     return "OTHER"
 
 
+def import_pyopencl():
+    """pyopencl, imported with its on-disk caches off unless the process chose otherwise.
+
+    tflgpu builds through its own bounded cache (or none), but pyopencl also writes a compiler cache and, for
+    every kernel object created, an "invoker" cache under the user's cache directory, unbounded. Imported
+    here first, pyopencl reads PYOPENCL_NO_CACHE=1 (its own switch, read once at import); a process that
+    imported pyopencl earlier, or set the variable itself, keeps what it chose."""
+    if "pyopencl" not in sys.modules and "PYOPENCL_NO_CACHE" not in os.environ:
+        os.environ["PYOPENCL_NO_CACHE"] = "1"
+        try:
+            import pyopencl
+        finally:
+            del os.environ["PYOPENCL_NO_CACHE"]
+    import pyopencl
+
+    return pyopencl
+
+
 @lru_cache(maxsize=1)
 def list_devices() -> tuple[DeviceInfo, ...]:
     """Every OpenCL device of every platform (system ICDs and pip runtimes), GPUs first."""
     ensure_icd_vendors()
     try:
-        import pyopencl as cl
-
+        cl = import_pyopencl()
         platforms = cl.get_platforms()
     except Exception as e:  # no loader, no platform (pyopencl raises LogicError/RuntimeError)
         log.info("no OpenCL platform: %s", e)

@@ -42,4 +42,4 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     cache = PlanCache(options.store, token, config.key()) if cacheable else None
     return GpuPlan(runner, device, config, profile=options.profile, input_shapes=input_shapes, tuning=options.tuning,
                    cache=cache, quant_io=graph.quant_io, device_outputs=options.allow_buffer_handle_output,
-                   earlier_passes=graph.counts)
+                   earlier_passes=graph.counts, tiered=options.tiered)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..cpu.executor import SubgraphRunner
 from ..kernels.common import boundary_kernels
-from ..kernels.program import bind_kernel
+from ..kernels.program import kernel_args, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
@@ -82,15 +82,14 @@ class DeviceTensors:
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
-        self.const_buffers = []
-        for s in steps:
-            if s.device != "gpu":
-                continue
-            for spec in s.specs:
-                k, consts = bind_kernel(cl, ctx, program, spec, self.tensor_buffer, np_dtype)
-                self.const_buffers.extend(consts)
-                s.kernels.append(k)
-        self.const_bytes = sum(b.size for b in self.const_buffers)
+        self.np_dtype = np_dtype
+        self.args: dict[int, list[list]] = {}  # step index -> each spec's argument values (constants uploaded)
+        self.const_buffers: dict[int, list] = {}  # step index -> its constant buffers
+        for i, s in enumerate(steps):
+            if s.device == "gpu":
+                self.args[i], self.const_buffers[i] = self.upload_args(s.specs)
+                s.kernels[:] = [make_kernel(cl, program, spec.name, a) for spec, a in zip(s.specs, self.args[i])]
+        self.const_bytes = sum(b.size for bufs in self.const_buffers.values() for b in bufs)
         consts = runner.consts
         # Every tensor a CPU step reads that no step produces and the caller does not set: a constant, or
         # (like the CPU runner's own loop) None for one that has no dense value, e.g. a sparse tensor
@@ -100,6 +99,19 @@ class DeviceTensors:
         # graph outputs that folded to constants (e.g. an unrolled loop's counter)
         self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
         self._boundary(build)
+
+    def upload_args(self, specs: list) -> tuple[list[list], list]:
+        """Each spec's argument values on this plan's buffers (its constants uploaded), and the constant buffers."""
+        args, consts = [], []
+        for spec in specs:
+            a, c = kernel_args(self.cl, self.ctx, spec, self.tensor_buffer, self.np_dtype)
+            args.append(a)
+            consts.extend(c)
+        return args, consts
+
+    def kernels(self, program, step: int, specs: list) -> list:
+        """New kernel instances of ``program`` for a step's specs, on the arguments already uploaded for it."""
+        return [make_kernel(self.cl, program, spec.name, a) for spec, a in zip(specs, self.args[step])]
 
     def _layout(self, idx: int) -> Layout:
         return bhwc(self.sg.tensors[idx].shape)
@@ -120,8 +132,10 @@ class DeviceTensors:
             lay = self._layout(t)
             dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
             k_in, k_out = getattr(prog, f"io_{t}_in"), getattr(prog, f"io_{t}_out")
-            k_in.set_args(dense, self.tensor_buffer[t])
-            k_out.set_args(self.tensor_buffer[t], dense)
+            k_in.set_arg(0, dense)
+            k_in.set_arg(1, self.tensor_buffer[t])
+            k_out.set_arg(0, self.tensor_buffer[t])
+            k_out.set_arg(1, dense)
             self.staging[t] = (dense, k_in, k_out, (lay.w, lay.b * lay.h, lay.s))
 
     def bind(self, t: int, buffer) -> None:

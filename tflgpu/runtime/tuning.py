@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..autotune import TuneTask, TuningRecord, kernel_key, tune_tasks
-from ..autotune.tuner import space_size
+from ..autotune.measure import CandidateRejected
+from ..autotune.tuner import KernelTuner, space_size, study_storage
 from ..kernels import Unsupported
 from ..ops.layout import bhwc
+from .background import lower_thread_priority
 from .selection import KernelMaker, Step
 
 log = logging.getLogger("tflgpu")
@@ -51,17 +53,27 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
     return groups
 
 
+@dataclass
+class Untuned:
+    """A kernel identity of the plan with no record: what a search needs, and the steps that share it."""
+
+    task: TuneTask
+    steps: list[Step]
+
+
 def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, bench: Callable,
-                 explicit: set) -> tuple[list[TunedKernel], float]:
-    """Give every tunable device step its recorded parameters; search those without a record (unless
-    ``config.mode`` is "none") with ``bench(task)`` measuring candidates, record the results, and
-    regenerate the steps' kernels. Returns what was decided per identity, and the seconds searched."""
+                 explicit: set) -> tuple[list[TunedKernel], float, list[Untuned]]:
+    """Give every tunable device step its recorded parameters; search those without a record now when
+    ``config.mode`` is "fast" or "exhaustive" (``bench(task)`` measures candidates), record the results, and
+    regenerate the steps' kernels. Returns what was decided per identity, the seconds searched, and the kernels
+    left without a record (for a background search, with ``config.mode`` "background")."""
     groups = _groups(steps, make, explicit)
     decided, todo = [], []
     for key, group in groups.items():
         rec = config.db.get(device_key, key) if config.db is not None and config.reuse_records else None
         if rec is not None:
-            set_params(group, make, rec.params)
+            if any(s.params != rec.params for s in group):  # (a stored plan may have them already)
+                set_params(group, make, rec.params)
             decided.append(TunedKernel(key, group[0].op.name, len(group), rec.default_us, rec.best_us, rec.params,
                                        "record", flops=sum(sp.flops for sp in group[0].specs)))
         elif config.mode != "none":
@@ -69,11 +81,12 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             space = s.specs[0].space
             default = {k: s.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
             layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
-            todo.append(TuneTask(key, s.op.name, lambda p, s=s: make(s.op, s.epilogue, p), space, default, layouts))
-    if not todo:
-        return decided, 0.0
+            todo.append(Untuned(TuneTask(key, s.op.name, lambda p, s=s: make(s.op, s.epilogue, p), space, default,
+                                         layouts), group))
+    if not todo or config.mode == "background":
+        return decided, 0.0, todo
     t0 = time.perf_counter()
-    results = tune_tasks(todo, bench, device_key, config)
+    results = tune_tasks([u.task for u in todo], bench, device_key, config)
     records = {}
     for r in results:
         set_params(groups[r.key], make, r.params)
@@ -85,7 +98,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
         config.db.put_many(device_key, records)
     seconds = time.perf_counter() - t0
     log.info("tuned %d kernels in %.1f s", len(results), seconds)
-    return decided, seconds
+    return decided, seconds, []
 
 
 def set_params(steps: list[Step], make: KernelMaker, params: dict) -> None:
@@ -99,3 +112,68 @@ def set_params(steps: list[Step], make: KernelMaker, params: dict) -> None:
             log.info("tuned parameters %s do not apply to %s: %s", params, s.op.name, e)
             continue
         s.specs, s.params = specs, dict(params)
+
+
+def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Callable) -> list[Callable]:
+    """The background search of ``untuned`` kernels as jobs for ``runtime.background.Background``: first
+    every default is timed (while idle), then the kernels are searched slowest first (default time times the
+    layers sharing it), each within an even share of what is left of the budget. ``bench(task)`` makes a
+    KernelBench; each job gets the Background it runs in."""
+    budget = config.model_budget()
+    if not untuned or budget == 0:
+        return []
+    tuners: list[tuple[KernelTuner, Untuned]] = []
+    spent = [0.0]
+
+    def measure_defaults(bg) -> None:
+        lower_thread_priority()
+        storage = study_storage(config.storage)
+        for u in untuned:
+            b = bench(u.task)
+            b.gate = bg.wait_idle
+            tuner = KernelTuner(u.task, b, device_key, mode="background", trials=config.kernel_trials(),
+                                storage=storage, seed=config.seed)
+            t0 = time.perf_counter()
+            try:
+                tuner.measure_default()
+            except CandidateRejected as e:
+                log.info("not tuning %s in the background: the default itself fails: %s", u.task.op, e)
+                bg.tuned(0.0, 0.0, False, searched=False)
+                continue
+            finally:
+                spent[0] += time.perf_counter() - t0
+            tuners.append((tuner, u))
+        tuners.sort(key=lambda tu: -tu[0].default_us * len(tu[1].steps))
+
+    def search(bg) -> None:
+        for i, (tuner, u) in enumerate(tuners):
+            left = (budget - spent[0]) / (len(tuners) - i)
+            if left <= 0:
+                log.info("background tuning: budget of %.0f s spent, %d kernels left", budget, len(tuners) - i)
+                return
+            with config.db.claim(device_key, u.task.key) if config.db is not None else _unclaimed() as mine:
+                if not mine or (config.db is not None and config.db.get(device_key, u.task.key) is not None):
+                    bg.tuned(0.0, 0.0, False, searched=False)  # another searcher has it, or had it
+                    continue
+                t0 = time.perf_counter()
+                r = tuner.run(left)
+                spent[0] += time.perf_counter() - t0
+                if config.db is not None:
+                    config.db.put(device_key, r.key, TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op))
+            log.info("background tuning %s: %.0f -> %.0f us (%.2fx) %s", r.op, r.default_us, r.best_us, r.speedup,
+                     r.params)
+            if r.params:
+                bg.plan().retune([s.op.index for s in u.steps], r.params, r.op)
+            bg.tuned(r.default_us, r.best_us, bool(r.params))
+
+    return [measure_defaults, search]
+
+
+class _unclaimed:
+    """claim() where there are no records to share: always ours."""
+
+    def __enter__(self):
+        return True
+
+    def __exit__(self, *exc):
+        return False

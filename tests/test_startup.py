@@ -1,0 +1,193 @@
+"""First start: a quick build first and the optimized one in the background, a background search whose winners
+are swapped in between invokes, records that survive an exit mid-search, one searcher per kernel, and nothing
+written outside tflgpu's cache."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model.default_model import DEFAULT_MODEL_PATH, INPUT_SHAPE
+
+from .conftest import assert_close, litert, run_model
+
+MODEL = str(DEFAULT_MODEL_PATH)
+FEED = [np.random.default_rng(7).uniform(-1, 1, INPUT_SHAPE).astype(np.float32)]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return run_model(litert(), Path(MODEL).read_bytes(), FEED)[0]
+
+
+def invoke(it) -> np.ndarray:
+    it.set_tensor(it.get_input_details()[0]["index"], FEED[0])
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def test_tiered_start_runs_quick_code_then_the_optimized_program(opencl_device, tmp_path, reference):
+    it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True, tuning="none"))
+    it.allocate_tensors()
+    plan = it.gpu_plan
+    assert plan.build_stats["tier"] == "quick" and plan.cpu_op_count == 0
+    assert_close(invoke(it), reference)  # the unoptimized build computes the same model
+    assert it.wait_background(120)
+    status = it.tuning_status()
+    assert status.finished and not status.last_error
+    quick_kernels = [k for s in plan.steps for k in s.kernels]
+    assert_close(invoke(it), reference)  # this invoke installed the optimized kernels first
+    assert plan.build_stats["tier"] == "optimized" and it.tuning_status().compile_tier == "optimized"
+    assert not set(map(id, quick_kernels)) & {id(k) for s in plan.steps for k in s.kernels}
+    # the optimized binary was stored: the next start loads it and has nothing left to do in the background
+    warm = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True, tuning="none"))
+    assert warm.gpu_plan.build_stats["plan"] == "cache" and warm.gpu_plan.build_stats["tier"] == "optimized"
+    assert warm.gpu_plan.build_stats["source_builds"] == 0 and warm.tuning_status() is None
+    warm.allocate_tensors()
+    assert_close(invoke(warm), reference)
+
+
+def test_hot_swap_installs_new_kernels_between_invokes(opencl_device, tmp_path, reference):
+    """A retuned step's kernels are queued, not installed; the next invoke installs them before it runs."""
+    it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none"))
+    it.allocate_tensors()
+    plan = it.gpu_plan
+    conv = next(s for s in plan.steps if s.op.name == "CONV_2D" and s.device == "gpu" and s.specs[0].space)
+    before = conv.specs[0].params
+    params = {**before, "tile_x": 1 if before["tile_x"] != 1 else 2, "tile_s": 2, "wide": False, "vec_hint": "float4"}
+    old_kernels = list(conv.kernels)
+    plan.retune([conv.op.index], params, "CONV_2D")
+    assert conv.kernels == old_kernels and conv.specs[0].params == before  # nothing live changed yet
+    assert_close(invoke(it), reference)
+    assert conv.params == params and conv.specs[0].params == params and conv.kernels != old_kernels
+    assert_close(invoke(it), reference)
+
+
+def test_background_search_keeps_invokes_correct_and_records_every_kernel(opencl_device, tmp_path, reference):
+    from tflgpu.autotune.records import CacheTuningDB
+
+    it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True,
+                                                 tuning="background", tuning_budget_s=120))
+    it.allocate_tensors()
+    total = it.tuning_status().kernels_left
+    assert total > 5
+    outputs = []
+    while not it.wait_background(0.02):  # invoke all through the tier-up and the search
+        outputs.append(invoke(it))
+    outputs.append(invoke(it))
+    assert len(outputs) > 3
+    for out in outputs:
+        assert_close(out, reference)
+    status = it.tuning_status()
+    assert status.finished and not status.last_error and status.kernels_left == 0
+    assert status.kernels_done == status.kernels_searched == total
+    db = CacheTuningDB(it.gpu_plan.store)
+    dev = it.gpu_plan.device.identity.key()
+    keys = {k for d, k, _ in db.items() if d == dev}
+    assert len(keys) == total  # every kernel of the model searched and recorded, once
+    tuned = {s.op.index: s.params for s in it.gpu_plan.steps if s.params}
+    assert len(tuned) >= status.kernels_improved
+    # the next start uses the stored tuned plan: no search, the winners' parameters in place
+    again = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True,
+                                                    tuning="background"))
+    assert again.gpu_plan.build_stats["plan"] == "cache" and again.tuning_status() is None
+    assert {s.op.index: s.params for s in again.gpu_plan.steps if s.params} == tuned
+    again.allocate_tensors()
+    assert_close(invoke(again), reference)
+
+
+_CHILD = r"""
+import json, sys, time, numpy as np
+from tflgpu import GpuDelegate, Interpreter
+it = Interpreter(sys.argv[1], delegate=GpuDelegate(serialization_dir=sys.argv[2], tiered_compile=True,
+                                                   tuning="background", tuning_budget_s=120))
+it.allocate_tensors(); it.invoke()
+stop_after = int(sys.argv[3])
+while it.tuning_status().kernels_done < stop_after and not it.wait_background(0.05):
+    pass
+s = it.tuning_status()
+print(json.dumps({"done": s.kernels_done, "left": s.kernels_left, "searched": s.kernels_searched}))
+"""
+
+
+def _child(tmp_path, stop_after: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TFLGPU_TIERED_COMPILE"}
+    out = subprocess.run([sys.executable, "-c", _CHILD, MODEL, str(tmp_path), str(stop_after)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_process_that_exits_mid_search_leaves_records_the_next_one_resumes_from(opencl_device, tmp_path):
+    from tflgpu.autotune.records import CacheTuningDB
+    from tflgpu.cache.store import CacheStore
+
+    first = _child(tmp_path, stop_after=2)  # exits while the search is under way
+    assert 2 <= first["done"] and first["left"] > 0
+    recorded = len(list(CacheTuningDB(CacheStore(tmp_path)).items()))
+    assert recorded >= first["searched"]  # each finished search was recorded whole
+    second = _child(tmp_path, stop_after=10**6)
+    assert second["left"] == 0
+    total = first["done"] + first["left"]
+    assert second["searched"] == total - recorded  # only what the first process had not finished
+    assert len(list(CacheTuningDB(CacheStore(tmp_path)).items())) == total
+
+
+def test_one_searcher_per_kernel(opencl_device, tmp_path):
+    """Two interpreters on one cache never search the same kernel: in-process claims and, across processes,
+    the claim files."""
+    from tflgpu.autotune.records import CacheTuningDB
+    from tflgpu.cache.store import CacheStore
+
+    db = CacheTuningDB(CacheStore(tmp_path))
+    with db.claim("dev", "k1") as mine, db.claim("dev", "k1") as again, db.claim("dev", "k2") as other:
+        assert mine and not again and other
+        held = subprocess.run([sys.executable, "-c", "import sys\nfrom tflgpu.autotune.records import CacheTuningDB\n"
+                               "from tflgpu.cache.store import CacheStore\n"
+                               "db = CacheTuningDB(CacheStore(sys.argv[1]))\n"
+                               "with db.claim('dev', 'k1') as a, db.claim('dev', 'k3') as b: print(a, b)",
+                               str(tmp_path)], capture_output=True, text=True, timeout=120)
+        assert held.stdout.split() == ["False", "True"], held.stderr[-2000:]
+    with db.claim("dev", "k1") as mine:
+        assert mine  # released with the block
+
+    a = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True,
+                                                tuning="background", tuning_budget_s=120))
+    b = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True,
+                                                tuning="background", tuning_budget_s=120,
+                                                model_token="same-model-other-plan"))
+    for it in (a, b):
+        it.allocate_tensors()
+    assert a.wait_background(600) and b.wait_background(600)
+    sa, sb = a.tuning_status(), b.tuning_status()
+    assert sa.kernels_left == sb.kernels_left == 0
+    assert sa.kernels_searched + sb.kernels_searched == sa.kernels_done  # each kernel searched once, by one
+
+
+def test_a_cold_start_writes_nothing_outside_tflgpus_cache(tmp_path):
+    """pyopencl's compiler and invoker caches, and anything else, stay out of the user's cache directory."""
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    home.mkdir()
+    xdg.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TFLGPU_CACHE_DIR", "TFLGPU_TUNING",
+                                                            "TFLGPU_TIERED_COMPILE", "PYOPENCL_NO_CACHE")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(xdg))
+    code = ("import numpy as np, sys\nfrom tflgpu import GpuDelegate, Interpreter\n"
+            "it = Interpreter(sys.argv[1], delegate=GpuDelegate(tuning_budget_s=3)); it.allocate_tensors(); "
+            "it.invoke(); it.wait_background(120); it.invoke()\n"
+            "print(it.gpu_plan is not None, it.gpu_plan.store.root)")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code, MODEL], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "True", out.stdout
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written, "the cache should hold the plan and its program"
+    outside = [str(p) for p in written if xdg / "tflgpu" not in p.parents]
+    assert not outside, f"written outside tflgpu's cache: {outside[:10]}"
+    assert time.perf_counter() - t0 < 600

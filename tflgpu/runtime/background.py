@@ -1,0 +1,201 @@
+"""What a plan does after it starts, on one worker thread, so that the first invoke never waits for it.
+
+1. **Tier-up.** A plan whose program was not in the cache starts from a quick build (the compiler's
+   optimizations off: ``kernels.program.QUICK_BUILD_OPTIONS``); the worker builds the optimized program at
+   once, stores its binary, and hands the plan new kernel instances of it.
+2. **Background tuning** (``tuning="background"``): the kernels with no tuning record on this device are
+   searched, those whose default takes the most of the model's time first, within a device-time budget. The
+   search runs only while the interpreter is idle: it waits before every compile and every timed launch until
+   no invoke has been in flight for a few milliseconds, so an invoke only ever overlaps the compile or launch
+   that was already under way. A winner is confirmed against the current kernel in alternated runs, its output
+   checked against the current kernel's on the same input (``autotune``), recorded whole (a process that exits
+   mid-search leaves a consistent cache, and the next one resumes with the kernels still untuned), and handed
+   to the plan. Another interpreter or process tuning the same kernel holds its claim, and this one skips it.
+3. With anything tuned, the whole program is rebuilt with the winners and stored with the plan, so the next
+   start loads the tuned plan directly.
+
+Nothing here touches a live kernel: every result is a ``Swap`` that the plan applies at the start of its next
+``run``, between invokes, never during one. An error here is logged and ends the work; the plan keeps running
+on what it has.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ..autotune.measure import Interrupted
+
+log = logging.getLogger("tflgpu")
+
+QUIET_S = 0.005  # idle this long before background work starts a compile or a timed launch
+
+
+class Stopped(Interrupted):
+    """The plan was closed or dropped: the worker ends after what it was doing."""
+
+
+def lower_thread_priority() -> None:
+    """Give the calling thread the lowest CPU priority (Linux: setpriority on a thread id is per thread), so a
+    compile that outlasts an idle gap yields the cores to the invoke that starts. Tuning runs so; the tier-up
+    build does not (until it is done every invoke runs unoptimized code, so it should finish first)."""
+    if hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError as e:
+            log.info("could not lower the background thread's priority: %s", e)
+
+
+class Activity:
+    """Whether an invoke is in flight; background work waits until the plan has been idle for ``QUIET_S``."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._busy = False
+        self._idle_since = time.monotonic()
+        self.stopped = False
+
+    @contextmanager
+    def invoke(self):
+        with self._cond:
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._idle_since = time.monotonic()
+                self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        """Return once no invoke is in flight and none ended in the last ``QUIET_S``; raises Stopped."""
+        with self._cond:
+            while True:
+                if self.stopped:
+                    raise Stopped
+                if not self._busy:
+                    left = self._idle_since + QUIET_S - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._cond.wait(left)
+                else:
+                    self._cond.wait(0.1)
+
+    def stop(self) -> None:
+        with self._cond:
+            self.stopped = True
+            self._cond.notify_all()
+
+
+@dataclass
+class Swap:
+    """New kernels for some of a plan's device steps, to be installed between invokes."""
+
+    what: str  # "optimized program" | "tuned <op>"
+    program: object | None  # the program they come from (the plan's own, for a tier-up)
+    kernels: dict[int, list]  # step index -> kernel instances
+    specs: dict[int, list] = field(default_factory=dict)  # step index -> new specs (tuning)
+    params: dict[int, dict] = field(default_factory=dict)  # step index -> their generator parameters
+    args: dict[int, tuple] = field(default_factory=dict)  # step index -> (argument values, constant buffers)
+
+
+@dataclass
+class BackgroundStatus:
+    """Where a plan's background work stands (``Interpreter.tuning_status()``)."""
+
+    compile_tier: str  # "quick" (compiler optimizations off) | "optimized"
+    kernels_done: int  # kernels the background search is done with (skipped ones included)
+    kernels_left: int
+    kernels_searched: int  # searched here (the others had a record by then, or another searcher had them)
+    kernels_improved: int
+    speedup: float  # over the searched kernels: their defaults' time / their chosen kernels' time
+    finished: bool
+    seconds: float  # since the work started
+    last_error: str = ""
+
+
+class Background:
+    """One plan's worker thread. ``jobs`` are callables taking this object, run in order; each waits for idle
+    time itself where it needs to (``wait_idle``) and reaches the plan through ``plan()`` only for as long as
+    it needs it, so a plan nobody else holds is collected and its work stops."""
+
+    def __init__(self, plan, jobs: list[Callable], tuning_total: int, compile_tier: str):
+        self._plan = weakref.ref(plan)
+        self.activity: Activity = plan.activity
+        self.jobs = jobs
+        self.started = time.monotonic()
+        self.status = BackgroundStatus(compile_tier, 0, tuning_total, 0, 0, 1.0, False, 0.0)
+        self._default_us = self._best_us = 0.0
+        self._done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="tflgpu-background", daemon=True)
+        _LIVE.add(self)
+        weakref.finalize(plan, self.activity.stop)
+        self.thread.start()
+
+    def plan(self):
+        """The plan, or Stopped once it is gone (a worker must not keep it alive)."""
+        p = self._plan()
+        if p is None or self.activity.stopped:
+            raise Stopped
+        return p
+
+    def wait_idle(self) -> None:
+        self.activity.wait_idle()
+
+    def tuned(self, default_us: float, best_us: float, improved: bool, searched: bool = True) -> None:
+        s = self.status
+        s.kernels_done += 1
+        s.kernels_left = max(0, s.kernels_left - 1)
+        s.kernels_improved += int(improved)
+        if searched:
+            s.kernels_searched += 1
+            self._default_us += default_us
+            self._best_us += best_us
+        s.speedup = self._default_us / self._best_us if self._best_us > 0 else 1.0
+
+    def _run(self) -> None:
+        try:
+            for job in self.jobs:
+                job(self)
+        except Stopped:
+            pass
+        except Exception as e:  # noqa: BLE001 -- background work must never take the plan down
+            self.status.last_error = f"{type(e).__name__}: {e}"
+            log.warning("tflgpu background work stopped: %s", self.status.last_error)
+        finally:
+            self.status.finished = True
+            self.status.seconds = time.monotonic() - self.started
+            self._done.set()
+            _LIVE.discard(self)
+
+    def current(self) -> BackgroundStatus:
+        if not self.status.finished:
+            self.status.seconds = time.monotonic() - self.started
+        return BackgroundStatus(**vars(self.status))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the work is finished (True) or ``timeout`` seconds passed (False)."""
+        return self._done.wait(timeout)
+
+    def stop(self) -> None:
+        self.activity.stop()
+
+
+_LIVE: set[Background] = set()
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Let each worker finish the compile or launch it is in (so nothing is torn down under it, and what it
+    built is stored), then stop."""
+    for b in list(_LIVE):
+        b.stop()
+    for b in list(_LIVE):
+        b.thread.join(timeout=60)

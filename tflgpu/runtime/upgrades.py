@@ -1,0 +1,64 @@
+"""The background worker's jobs that change a plan's kernels (runtime.background runs them): building the
+optimized program of a quick-built plan, regenerating steps with tuned parameters, and storing the tuned plan.
+Each builds everything on the worker thread and hands the plan a ``Swap``; the plan installs it between
+invokes."""
+
+from __future__ import annotations
+
+import logging
+
+from ..kernels.program import build_program, make_kernel
+from .background import Background, Swap
+
+log = logging.getLogger("tflgpu")
+
+
+def tier_up(bg: Background) -> None:
+    """Build the plan's program with the compiler's optimizations (stored in the cache) and queue new kernel
+    instances of it for every device step. Runs at once: until it is done, the plan runs unoptimized code."""
+    plan = bg.plan()
+    steps = {i: list(s.specs) for i, s in enumerate(plan.steps) if s.device == "gpu"}
+    sources = [spec.source for specs in steps.values() for spec in specs]
+    stats: dict = {}
+    program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device, stats)
+    plan.post(Swap("optimized program", program, {i: plan.io.kernels(program, i, specs) for i, specs in steps.items()}))
+    log.info("optimized program ready (%s)", "loaded" if stats.get("binary_loads") else "built")
+
+
+def retune_steps(plan, op_indices: list[int], params: dict, what: str) -> None:
+    """Queue the device steps of these ops regenerated with ``params``: their program built (and stored), their
+    constants uploaded, their kernels bound to the plan's buffers."""
+    index = {s.op.index: i for i, s in enumerate(plan.steps) if s.device == "gpu"}
+    swap = Swap(f"tuned {what}", None, {})
+    for op in op_indices:
+        i = index.get(op)
+        if i is None:
+            continue
+        s = plan.steps[i]
+        specs = plan.make(s.op, s.epilogue, params)
+        program = build_program(plan.cl, plan.ctx, [sp.source for sp in specs], plan.fp16, plan.store, plan.device)
+        args, consts = plan.io.upload_args(specs)
+        swap.specs[i], swap.params[i], swap.args[i] = specs, dict(params), (args, consts)
+        swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(specs, args)]
+    if swap.kernels:
+        plan.post(swap)
+
+
+def store_tuned_plan(bg: Background) -> None:
+    """With any kernel tuned: store the whole program with the tuned kernels and the plan's record (its steps
+    as they are once the queued swaps are installed), so the next start loads the tuned plan directly."""
+    if not bg.status.kernels_improved:
+        return
+    bg.wait_idle()
+    plan = bg.plan()
+    if plan.cache is None:
+        return
+    specs = {i: s.specs for i, s in enumerate(plan.steps) if s.device == "gpu"}
+    params = {}
+    for swap in list(plan._swaps):
+        specs.update(swap.specs)
+        params.update(swap.params)
+    sources = [spec.source for i in sorted(specs) for spec in specs[i]]
+    build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
+    plan.save_record(params)
+    log.info("stored the tuned plan")
