@@ -55,6 +55,8 @@ def test_tiered_start_runs_quick_code_then_the_optimized_program(opencl_device, 
 
 def test_hot_swap_installs_new_kernels_between_invokes(opencl_device, tmp_path, reference):
     """A retuned step's kernels are queued, not installed; the next invoke installs them before it runs."""
+    from tflgpu.runtime.upgrades import retune_steps
+
     it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none"))
     it.allocate_tensors()
     plan = it.gpu_plan
@@ -62,7 +64,7 @@ def test_hot_swap_installs_new_kernels_between_invokes(opencl_device, tmp_path, 
     before = conv.specs[0].params
     params = {**before, "tile_x": 1 if before["tile_x"] != 1 else 2, "tile_s": 2, "wide": False, "vec_hint": "float4"}
     old_kernels = list(conv.kernels)
-    plan.retune([conv.op.index], params, "CONV_2D")
+    retune_steps(plan, [conv.op.index], params, "CONV_2D")
     assert conv.kernels == old_kernels and conv.specs[0].params == before  # nothing live changed yet
     assert_close(invoke(it), reference)
     assert conv.params == params and conv.specs[0].params == params and conv.kernels != old_kernels

@@ -7,6 +7,8 @@ import json
 import logging
 import statistics
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,16 +41,84 @@ def _delegate(args):
                        profile=getattr(args, "profile", False))
 
 
-def cmd_run(args) -> int:
-    import time
+class _StartupProgress(logging.Handler):
+    """Start-up phases on stderr, once the start has taken more than a second (a quick start stays quiet)."""
 
+    def __init__(self, after_s: float = 1.0):
+        super().__init__(logging.INFO)
+        self.t0, self.after_s, self.held = time.perf_counter(), after_s, None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        elapsed = time.perf_counter() - self.t0
+        if elapsed < self.after_s:
+            self.held = record  # (shown if this phase is still running after the first second)
+            return
+        if self.held is not None:
+            self._show(self.held, elapsed)
+            self.held = None
+        self._show(record, elapsed)
+
+    def _show(self, record: logging.LogRecord, elapsed: float) -> None:
+        print(f"  [{elapsed:4.1f} s] {record.getMessage()}", file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        logger = logging.getLogger("tflgpu.startup")
+        self._level, self._propagate = logger.level, logger.propagate
+        logger.setLevel(logging.INFO)
+        logger.propagate = logger.isEnabledFor(logging.DEBUG) or logging.getLogger().level <= logging.INFO
+        logger.addHandler(self)
+        self._watch = threading.Timer(self.after_s, self._late)
+        self._watch.daemon = True
+        self._watch.start()
+        return self
+
+    def _late(self) -> None:
+        if self.held is not None:
+            self._show(self.held, time.perf_counter() - self.t0)
+            self.held = None
+
+    def __exit__(self, *exc):
+        self._watch.cancel()
+        logger = logging.getLogger("tflgpu.startup")
+        logger.removeHandler(self)
+        logger.setLevel(self._level)
+        logger.propagate = self._propagate
+        return False
+
+
+def _plan_words(interp) -> str:
+    """What the start did, in a plain sentence."""
+    plan = interp.gpu_plan
+    if plan is None:
+        return ""
+    st = plan.build_stats
+    if st["plan"] == "cache" and not st["source_builds"]:
+        words = ["the plan and its compiled kernels came from the cache"]
+    elif st["tier"] == "quick":
+        words = ["compiled the kernels quickly, without the compiler's optimizations; the optimized build runs "
+                 "in the background"]
+    else:
+        words = [f"compiled the kernels ({st['source_builds']} OpenCL programs)"]
+    tuned = sum(1 for k in plan.tuning_results if k.source == "tuned")
+    if tuned:
+        words.append(f"searched the best parameters of {tuned} kernels")
+    status = interp.tuning_status()
+    if status is not None and status.kernels_left:
+        words.append(f"{status.kernels_left} kernels are searched in the background while idle")
+    if plan.store is not None and st["plan"] != "cache":
+        words.append("everything is stored in the cache for the next start")
+    return "; ".join(words)
+
+
+def cmd_run(args) -> int:
     from .benchmark import reference_inputs, time_invokes
     from .interpreter import Interpreter
 
     path = Path(args.model) if args.model else _default_model()
     t0 = time.perf_counter()
-    interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
-    interp.allocate_tensors()
+    with _StartupProgress():
+        interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
+        interp.allocate_tensors()
     init_s = time.perf_counter() - t0
     details = interp.get_input_details()
     if args.input:
@@ -66,19 +136,16 @@ def cmd_run(args) -> int:
         interp.set_tensor(d["index"], x)
     print(f"model:   {path} ({path.stat().st_size:,} bytes)")
     print(f"device:  {interp.backend}")
-    plan = interp.gpu_plan
-    how = ""
-    if plan is not None:
-        st = plan.build_stats
-        how = (" (plan and programs from the cache)" if st["plan"] == "cache" and not st["source_builds"] else
-               f" ({st['source_builds']} programs compiled, "
-               f"{sum(1 for k in plan.tuning_results if k.source == 'tuned')} kernels tuned"
-               + (", stored in the cache)" if plan.store is not None else ")"))
-    print(f"init:    {init_s:.2f} s{how}")
     for d, x in zip(interp.get_input_details(), inputs):
         src = "file" if args.input else f"uniform(-1,1), seed {args.seed}"
         print(f"input:   {d['name']} {np.dtype(d['dtype']).name}{[int(s) for s in d['shape']]} ({src})")
-    times = time_invokes(interp.invoke, warmup=1, repeats=args.repeat)
+    interp.invoke()
+    first_s = time.perf_counter() - t0
+    print(f"start:   {init_s:.2f} s to a ready interpreter, first result at {first_s:.2f} s")
+    words = _plan_words(interp)
+    if words:
+        print(f"         ({words})")
+    print("         " + ", ".join(f"{k} {v:.2f} s" for k, v in interp.startup_report().items()))
     for d in interp.get_output_details():
         y = interp.get_tensor(d["index"])
         print(f"output:  {d['name']} {y.dtype.name}{list(y.shape)}: {_describe(y)}")
@@ -86,6 +153,16 @@ def cmd_run(args) -> int:
             out = Path(args.save) / f"output_{d['index']}.npy"
             np.save(out, y)
             print(f"         saved to {out}")
+    status = interp.tuning_status()
+    if status is not None and not status.finished:
+        what = "the background work (optimized build, then tuning)" if args.wait_tuning else "the optimized build"
+        print(f"waiting for {what} before timing ...", file=sys.stderr, flush=True)
+        interp.wait_background(tuning=args.wait_tuning)
+        if args.wait_tuning:
+            s = interp.tuning_status()
+            print(f"tuning:  {s.kernels_searched} kernels searched in {s.seconds:.1f} s, {s.kernels_improved} "
+                  f"faster than their defaults (kernel time {s.speedup:.2f}x)")
+    times = time_invokes(interp.invoke, warmup=1, repeats=args.repeat)
     print(f"latency: median {1e3 * statistics.median(times):.2f} ms, min {1e3 * min(times):.2f} ms "
           f"over {len(times)} invokes (after 1 warm-up)")
     return 0
@@ -159,6 +236,8 @@ def cmd_inspect(args) -> int:
         return cmd_memory(args)
     if args.passes:
         return cmd_passes(args)
+    if args.startup:
+        return cmd_startup(args)
     model = read_model(args.model)
     cpu_ops = set(supported_ops())
     from .kernels import gpu_ops
@@ -189,6 +268,33 @@ def cmd_inspect(args) -> int:
     print("(opencl: a generator exists; shapes/attributes it cannot take still fall back, see `tflgpu run -v`)")
     for key, sig in report["signatures"].items():
         print(f"signature {key!r}: inputs {sig['inputs']} outputs {sig['outputs']}")
+    return 0
+
+
+def cmd_startup(args) -> int:
+    """One start of the model as the user's code would make it (cache as it is), and where the time went."""
+    from .benchmark import reference_inputs
+    from .interpreter import Interpreter
+
+    t0 = time.perf_counter()
+    with _StartupProgress():
+        interp = Interpreter(model_path=str(args.model), delegate=_delegate(args))
+        interp.allocate_tensors()
+        for d, x in zip(interp.get_input_details(), reference_inputs(interp.get_input_details())):
+            interp.set_tensor(d["index"], x)
+        interp.invoke()
+    total = time.perf_counter() - t0
+    report = interp.startup_report()
+    if args.json:
+        print(json.dumps({"model": str(args.model), "first_result_s": total, "phases_s": report,
+                          "plan": interp.gpu_plan.build_stats if interp.gpu_plan is not None else None}, indent=2))
+        return 0
+    print(f"model: {args.model}: first result after {total:.2f} s")
+    words = _plan_words(interp)
+    if words:
+        print(f"({words})")
+    for k, v in report.items():
+        print(f"  {k:20s} {v:7.3f} s")
     return 0
 
 
@@ -262,7 +368,9 @@ def _warm_one(model: str, precision: str, tuning: str, device, cache_dir) -> dic
     from .interpreter import Interpreter
 
     t0 = time.perf_counter()
+    # (ahead of time: the optimized build at once, not a quick one first)
     it = Interpreter(model_path=model, delegate=GpuDelegate(precision_loss_allowed=precision == "fp16",
+                                                            tiered_compile=False,
                                                             tuning=tuning, device=device,
                                                             serialization_dir=cache_dir))
     plan = it.gpu_plan
@@ -387,6 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, default=10, help="timed invokes (default 10)")
     r.add_argument("--threads", type=int, default=None)
     r.add_argument("--save", help="directory to save each output as .npy")
+    r.add_argument("--wait-tuning", action="store_true",
+                   help="time the model after the background tuning is done (default: after the optimized build)")
     _delegate_args(r)
     r.set_defaults(func=cmd_run)
 
@@ -396,6 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--devices", action="store_true", help="list OpenCL devices and their identity")
     i.add_argument("--memory", action="store_true", help="planned device memory vs one buffer per tensor")
     i.add_argument("--passes", action="store_true", help="what each graph pass changed (on the OpenCL path)")
+    i.add_argument("--startup", action="store_true",
+                   help="start the model once (the cache as it is) and show where the start-up time goes")
     i.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     i.add_argument("--device", help="OpenCL device: index or name substring")
     i.set_defaults(func=cmd_inspect)

@@ -51,8 +51,8 @@ class GpuDelegate:
         tuning: what to do for kernels with no tuning record on this device: "none" (heuristic
             parameters), "background" (no search before the first invoke: once the plan runs, a worker
             searches the slowest kernels while the interpreter is idle, 10 candidates per kernel, 60 s per
-            model unless ``tuning_budget_s``, and swaps winners in between invokes; needs
-            ``tiered_compile``), "fast" (the same small search, before the plan is built: blocking),
+            model unless ``tuning_budget_s``, and swaps winners in between invokes; see
+            ``Interpreter.tuning_status()``), "fast" (the same small search, before the plan is built: blocking),
             "exhaustive" (every point of each kernel's space, blocking, within ``tuning_budget_s`` if
             given). Default: $TFLGPU_TUNING, else "background" with the cache on and "none" without.
             Records (from ``tflgpu tune`` or earlier runs) are used in every mode.

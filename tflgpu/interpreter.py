@@ -13,8 +13,10 @@ code written for LiteRT runs by changing the import::
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +28,9 @@ from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
 from .model.ir import Model, Tensor
 from .runtime import DeviceError
+from .runtime.startup import StartupClock
 
+log = logging.getLogger("tflgpu")
 _EMPTY_SCALES = np.zeros(0, np.float32)
 _EMPTY_ZPS = np.zeros(0, np.int32)
 
@@ -283,11 +287,15 @@ class Interpreter:
         if len(delegates) > 1:
             raise ValueError("at most one GpuDelegate per Interpreter")
         self._delegates = delegates
+        self._startup, self._first_invoke_s = StartupClock(), None
+        self._startup.phase("read", "the model file")
         source = ModelBytes.from_path(model_path) if model_path is not None else ModelBytes.from_content(model_content)
         self._model_bytes = source
         self._model: Model = read_model(source)
         self._runtime = ModelRunner(self._model)
+        self._startup.phase("cpu kernels", "preparing every op's CPU kernel, folding constants")
         self._runtime.build_all()
+        self._startup.stop()
         self._sessions: dict[int, _Session] = {}
         self._invoke_lock = threading.Lock()
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
@@ -371,8 +379,12 @@ class Interpreter:
             raise RuntimeError("invoke() called while another thread is invoking this Interpreter; "
                                "an Interpreter is not thread-safe: use one per thread")
         try:
+            t0 = time.perf_counter()
             with cpu_threads(self._num_threads):
                 self._session(0).invoke()
+            if self._first_invoke_s is None:
+                self._first_invoke_s = time.perf_counter() - t0
+                log.info("start-up: %s", ", ".join(f"{k} {v:.2f} s" for k, v in self.startup_report().items()))
         finally:
             self._invoke_lock.release()
 
@@ -384,13 +396,26 @@ class Interpreter:
         plan = self._session(0).gpu_plan
         return plan.background_status() if plan is not None else None
 
-    def wait_background(self, timeout: float | None = None) -> bool:
+    def wait_background(self, timeout: float | None = None, tuning: bool = True) -> bool:
         """Block until the delegated plan's background work (optimized build, background tuning) is finished;
-        False if ``timeout`` seconds passed first. Its results are installed by the next ``invoke()``."""
+        False if ``timeout`` seconds passed first. ``tuning=False``: only until the optimized program is built.
+        What it made is installed by the next ``invoke()``."""
         plan = self._session(0).gpu_plan
         if plan is None or plan.background is None:
             return True
-        return plan.background.wait(timeout)
+        return plan.background.wait(timeout, tuning)
+
+    def startup_report(self) -> dict[str, float]:
+        """Seconds per start-up phase, in order: reading the model, preparing the CPU kernels, then the
+        delegated plan's (stored plan, shapes, passes and kernels, tuning records, compile or load, buffers),
+        and the first invoke once it ran."""
+        out = dict(self._startup.seconds)
+        plan = self._session(0).gpu_plan
+        if plan is not None:
+            out.update(plan.clock.seconds)
+        if self._first_invoke_s is not None:
+            out["first invoke"] = self._first_invoke_s
+        return out
 
     def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards."""

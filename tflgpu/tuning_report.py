@@ -55,7 +55,8 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     config = TuningConfig(mode=mode, budget_s=budget_s, trials=trials, db=db, storage=storage,
                           progress=progress, reuse_records=not retune)
     # cache=False: a tuning run searches; it never takes a plan stored before the records existed
-    delegate = GpuDelegate(precision_loss_allowed=fp16, device=device, tuning=config, cache=False)
+    delegate = GpuDelegate(precision_loss_allowed=fp16, device=device, tuning=config, cache=False,
+                           tiered_compile=False)
     t0 = time.perf_counter()
     tuned = Interpreter(model_path=str(path), delegate=delegate)
     tuning_s = time.perf_counter() - t0
@@ -66,7 +67,7 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     inputs = reference_inputs(tuned.get_input_details())
     heuristic = _prepare(Interpreter, Path(path), inputs,
                          delegate=GpuDelegate(precision_loss_allowed=fp16, device=device, tuning_db=False,
-                                              cache=False))
+                                              cache=False, tiered_compile=False))
     tuned.allocate_tensors()
     for d, x in zip(tuned.get_input_details(), inputs):
         tuned.set_tensor(d["index"], x)

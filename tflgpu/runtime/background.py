@@ -106,6 +106,35 @@ class Swap:
     args: dict[int, tuple] = field(default_factory=dict)  # step index -> (argument values, constant buffers)
 
 
+class SwapQueue:
+    """Swaps the worker made, waiting for the plan's next run (appends and pops are atomic in CPython)."""
+
+    def __init__(self):
+        self._items: list[Swap] = []
+
+    def post(self, swap: Swap) -> None:
+        self._items.append(swap)
+
+    def pending(self) -> list[Swap]:
+        return list(self._items)
+
+    def install(self, plan) -> None:
+        """Install every queued swap into ``plan`` (its run calls this first, so never during an invoke)."""
+        while self._items:
+            swap = self._items.pop(0)
+            for i, kernels in swap.kernels.items():
+                s = plan.steps[i]
+                if i in swap.specs:
+                    s.specs, s.params = swap.specs[i], swap.params[i]
+                    plan.io.args[i], plan.io.const_buffers[i] = swap.args[i]
+                s.kernels = kernels
+            if swap.program is not None:  # a whole program: the tier-up
+                plan.program, plan.build_stats["tier"] = swap.program, "optimized"
+                if plan.background is not None:
+                    plan.background.status.compile_tier = "optimized"
+            log.info("installed %s (%d steps)", swap.what, len(swap.kernels))
+
+
 @dataclass
 class BackgroundStatus:
     """Where a plan's background work stands (``Interpreter.tuning_status()``)."""
@@ -134,6 +163,9 @@ class Background:
         self.status = BackgroundStatus(compile_tier, 0, tuning_total, 0, 0, 1.0, False, 0.0)
         self._default_us = self._best_us = 0.0
         self._done = threading.Event()
+        self._optimized = threading.Event()  # the optimized program is built (or was from the start)
+        if compile_tier == "optimized":
+            self._optimized.set()
         self.thread = threading.Thread(target=self._run, name="tflgpu-background", daemon=True)
         _LIVE.add(self)
         weakref.finalize(plan, self.activity.stop)
@@ -164,6 +196,8 @@ class Background:
         try:
             for job in self.jobs:
                 job(self)
+                if getattr(job, "__name__", "") == "tier_up":
+                    self._optimized.set()
         except Stopped:
             pass
         except Exception as e:  # noqa: BLE001 -- background work must never take the plan down
@@ -172,6 +206,7 @@ class Background:
         finally:
             self.status.finished = True
             self.status.seconds = time.monotonic() - self.started
+            self._optimized.set()
             self._done.set()
             _LIVE.discard(self)
 
@@ -180,9 +215,10 @@ class Background:
             self.status.seconds = time.monotonic() - self.started
         return BackgroundStatus(**vars(self.status))
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the work is finished (True) or ``timeout`` seconds passed (False)."""
-        return self._done.wait(timeout)
+    def wait(self, timeout: float | None = None, tuning: bool = True) -> bool:
+        """Block until the work is finished (True) or ``timeout`` seconds passed (False); ``tuning=False``:
+        only until the optimized program is built."""
+        return (self._done if tuning else self._optimized).wait(timeout)
 
     def stop(self) -> None:
         self.activity.stop()

@@ -9,7 +9,6 @@ partition boundaries only where a CPU op needs a value, and reads the outputs.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -18,16 +17,18 @@ from ..autotune.measure import KernelBench
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
 from ..kernels.common import relayout_cache
-from ..kernels.program import QUICK_BUILD_OPTIONS, build_program, load_binary, program_key
+from ..kernels.program import build_program, program_key
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
-from .background import Activity, Background, BackgroundStatus, Swap
+from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .config import PlanConfig
 from .device import DeviceInfo
+from .programs import PlanProgram, step_sources
 from .selection import KernelMaker, Step, limit_partitions, propagate_shapes, report_placement, restore, select
+from .startup import StartupClock
 from .transfers import DeviceTensors
 from .tuning import TunedKernel, apply_tuning, background_jobs
-from .upgrades import retune_steps, store_tuned_plan, tier_up
+from .upgrades import store_tuned_plan, tier_up
 
 log = logging.getLogger("tflgpu")
 
@@ -36,7 +37,7 @@ class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, config: PlanConfig | None = None, *,
                  profile: bool = False, params: dict | None = None, input_shapes: list | None = None, tuning=None,
                  cache=None, quant_io=None, device_outputs: bool = False, earlier_passes: dict | None = None,
-                 tiered: bool = False):
+                 tiered: bool = False, clock: StartupClock | None = None):
         """``params``: explicit generator parameters by op index (not tuned). ``tuning``: a TuningConfig.
         ``cache``: a ``tflgpu.cache.PlanCache`` — a stored plan for these options and shapes is used as is
         (no shape propagation, graph-pass search, tuning or compilation), and a plan built here is stored.
@@ -44,7 +45,8 @@ class GpuPlan:
         caller sees as integers: dequantized on the way in, quantized on the way out. ``device_outputs``:
         bound outputs stay on the device. ``earlier_passes``: counts of transforms made before this plan.
         ``tiered``: a program not in the cache starts from a quick build, and the optimized one is built in
-        the background (runtime.background), as is a "background" tuning search."""
+        the background (runtime.background), as is a "background" tuning search. ``clock``: where the
+        start-up phases are timed (the caller's, continued)."""
         import pyopencl as cl
 
         config = config or PlanConfig()
@@ -55,20 +57,24 @@ class GpuPlan:
         self.quant_out = {t: p for t, p in quant_io.items() if t not in self.quant_in}  # quantized per run
         self.input_shapes = [tuple(s) for s in (input_shapes or [runner.sg.tensors[i].shape for i in runner.sg.inputs])]
         self.store = cache.store if cache is not None else None
-        self.cache, self.tiered, self.activity = cache, tiered, Activity()
-        self._swaps: list[Swap] = []
+        self.cache, self.activity, self.swaps = cache, Activity(), SwapQueue()
         self.background: Background | None = None
+        self.clock = clock = clock or StartupClock()
         self.build_stats = {"source_builds": 0, "binary_loads": 0, "plan": "built", "tier": "optimized"}
         dev = device.identity.key()
+        clock.phase("stored plan", "looking for a plan of these options and shapes")
         record = cache.load(self.input_shapes, dev, len(runner.sg.tensors)) if cache else None
         self.ctx = cl.Context([device.cl_device])
-        self._prefetched = self._prefetch(record.program_key) if record is not None and record.program_key else None
+        self.programs = PlanProgram(cl, self.ctx, device, self.fp16, self.store, self.build_stats, tiered,
+                                    record.program_key if record is not None else None)
         if record is not None:
             self.sg = replace(runner.sg, tensors=[replace(t, shape=tuple(shape))
                                                   for t, shape in zip(runner.sg.tensors, record.tensor_shapes)])
             params = {s.op_index: s.params for s in record.steps if s.on_device and s.params}
         else:
+            clock.phase("shapes", "every tensor's shape for these inputs (one CPU run on zeros)")
             self.sg = propagate_shapes(runner, self.input_shapes)
+        clock.phase("passes and kernels", "placement, graph passes, kernel generation")
         self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables))
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
             self.steps, passes = select(runner, make, params or {})
@@ -84,10 +90,14 @@ class GpuPlan:
             ctx, fp16 = self.ctx, self.fp16  # (the bench must not hold the plan: background work outlives no plan)
             bench = lambda task: KernelBench(cl, ctx, device, fp16, task.layouts, seed=tuning.seed)
             untuned = []
+            clock.phase("tuning records" if tuning is None or tuning.mode in ("none", "background") else "tuning",
+                        "records of this device" if tuning is None or tuning.mode in ("none", "background")
+                        else f"searching kernels without a record ({tuning.mode})")
             if tuning is not None and (record is None or tuning.mode == "background"):
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
                     self.steps, make, tuning, dev, explicit=set(params or {}), bench=bench)
-        self._compile()
+        self.program = self.programs.compile(self.steps, clock)
+        clock.phase("buffers", "device buffers, constants, kernel arguments")
         self.partitions = limit_partitions(self.steps, config.max_partitions)
         if record is not None:
             self.build_stats["plan"] = "cache"
@@ -97,9 +107,10 @@ class GpuPlan:
                                                               self.build_stats, options=[]))
         if cache is not None and record is None:
             self.save_record()
+        clock.stop()
         self.last_events: list = []
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
-            (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if tiered and untuned else [])
+            (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
         if jobs:
             self.background = Background(self, jobs, len(untuned), self.build_stats["tier"])
 
@@ -114,84 +125,10 @@ class GpuPlan:
         self.cache.save(steps, self.input_shapes, [t.shape for t in self.sg.tensors],
                         program_key(sources, self.fp16), self.device.identity.key())
 
-    def _prefetch(self, key: str):
-        """(key, future) of a stored binary loading on a worker thread while the kernels are generated."""
-        pool = ThreadPoolExecutor(1, thread_name_prefix="tflgpu-binary")
-        future = pool.submit(load_binary, self.cl, self.ctx, key, self.fp16, self.store, self.device)
-        pool.shutdown(wait=False)
-        return key, future
-
     def _sources(self, steps: list[Step] | None = None) -> list[str]:
-        return [spec.source for s in (self.steps if steps is None else steps) if s.device == "gpu" for spec in s.specs]
+        return step_sources(self.steps if steps is None else steps)
 
-    def _build(self, sources: list[str], store: bool = True):
-        if self.build_stats["tier"] == "quick":  # (not stored: the optimized build replaces it soon)
-            return build_program(self.cl, self.ctx, sources, self.fp16, None, self.device, self.build_stats,
-                                 options=QUICK_BUILD_OPTIONS)
-        return build_program(self.cl, self.ctx, sources, self.fp16, self.store if store else None, self.device,
-                             self.build_stats, prefetched=self._prefetched if store else None)
-
-    def _compile(self) -> None:
-        """One program for all kernels: the stored binary, else (tiered) a quick build, else an optimized one.
-        If the compiler rejects it, find the kernels it rejects and run those ops on the CPU instead (with the
-        reason), never failing the model."""
-        cl = self.cl
-        gpu_steps = [s for s in self.steps if s.device == "gpu"]
-        self.program = None
-        if not gpu_steps:  # nothing delegated (e.g. an integer model): no program to build
-            return
-        if self.tiered and not self._stored_program(self._sources(gpu_steps)):
-            self.build_stats["tier"] = "quick"
-        try:
-            self.program = self._build(self._sources(gpu_steps))
-            return
-        except cl.Error as e:
-            log.info("OpenCL build of the whole plan failed, checking kernels one by one: %s", str(e)[:200])
-        for s in gpu_steps:
-            try:
-                self._build(self._sources([s]), store=False)
-            except cl.Error as e:
-                first = next((ln for ln in str(e).splitlines() if "error" in ln), str(e).splitlines()[0])
-                s.device, s.reason = "cpu", f"OpenCL build failed: {first.strip()[:160]}"
-        try:
-            self.program = self._build(self._sources())
-        except cl.Error as e:
-            raise RuntimeError(f"OpenCL build failed on {self.device.identity.device}: {e}") from e
-
-    def _stored_program(self, sources: list[str]) -> bool:
-        """Whether the optimized program of ``sources`` is in the cache (then it is loaded, not built)."""
-        if self.store is None:
-            return False
-        key = program_key(sources, self.fp16)
-        if self._prefetched is None or self._prefetched[0] != key:
-            done: Future = Future()
-            done.set_result(load_binary(self.cl, self.ctx, key, self.fp16, self.store, self.device, repair=True))
-            self._prefetched = key, done
-        return self._prefetched[1].result() is not None
-
-    # -- background work: tier-up and tuning results, installed between invokes ------
-
-    def post(self, swap: Swap) -> None:
-        """Queue new kernels (from the background worker) for the next run to install."""
-        self._swaps.append(swap)
-
-    def retune(self, op_indices: list[int], params: dict, what: str) -> None:
-        """Queue the steps of these ops regenerated with tuned ``params`` (called from the worker)."""
-        retune_steps(self, op_indices, params, what)
-
-    def _install_swaps(self) -> None:
-        while self._swaps:
-            swap = self._swaps.pop(0)
-            for i, kernels in swap.kernels.items():
-                s = self.steps[i]
-                if i in swap.specs:
-                    s.specs, s.params = swap.specs[i], swap.params[i]
-                    self.io.args[i], self.io.const_buffers[i] = swap.args[i]
-                s.kernels = kernels
-            if swap.what == "optimized program":
-                self.program, self.build_stats["tier"] = swap.program, "optimized"
-                self.background.status.compile_tier = "optimized"
-            log.info("installed %s (%d steps)", swap.what, len(swap.kernels))
+    # -- background work: tier-up and tuning results (runtime.upgrades), installed between invokes ------
 
     def background_status(self) -> BackgroundStatus | None:
         return self.background.current() if self.background is not None else None
@@ -223,7 +160,7 @@ class GpuPlan:
         DeviceError (a RuntimeError)."""
         with self.activity.invoke():
             try:
-                self._install_swaps()
+                self.swaps.install(self)
                 return self._run(inputs)
             except self.cl.Error as e:
                 raise DeviceError(f"OpenCL device error during invoke ({e})") from e

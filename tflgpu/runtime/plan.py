@@ -9,6 +9,7 @@ from ..cpu.executor import SubgraphRunner
 from .config import PlanConfig, PlanRequest
 from .device import NoDeviceError, choose_device
 from .selection import transform_graph
+from .startup import StartupClock
 
 log = logging.getLogger("tflgpu")
 
@@ -20,6 +21,8 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
     the delegate has no model_token.
     """
+    clock = StartupClock()
+    clock.phase("device", "finding the OpenCL device")
     try:
         device = choose_device(options.device)
     except NoDeviceError as e:
@@ -33,6 +36,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
         fp16 = False
     from .executor import GpuPlan
 
+    clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
     graph = transform_graph(runner, options.quantized_models_allowed)
     runner = graph.runner
     config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, runner.sg.index,
@@ -42,4 +46,4 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     cache = PlanCache(options.store, token, config.key()) if cacheable else None
     return GpuPlan(runner, device, config, profile=options.profile, input_shapes=input_shapes, tuning=options.tuning,
                    cache=cache, quant_io=graph.quant_io, device_outputs=options.allow_buffer_handle_output,
-                   earlier_passes=graph.counts, tiered=options.tiered)
+                   earlier_passes=graph.counts, tiered=options.tiered, clock=clock)

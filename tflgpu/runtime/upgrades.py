@@ -21,7 +21,7 @@ def tier_up(bg: Background) -> None:
     sources = [spec.source for specs in steps.values() for spec in specs]
     stats: dict = {}
     program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device, stats)
-    plan.post(Swap("optimized program", program, {i: plan.io.kernels(program, i, specs) for i, specs in steps.items()}))
+    plan.swaps.post(Swap("optimized program", program, {i: plan.io.kernels(program, i, specs) for i, specs in steps.items()}))
     log.info("optimized program ready (%s)", "loaded" if stats.get("binary_loads") else "built")
 
 
@@ -41,7 +41,7 @@ def retune_steps(plan, op_indices: list[int], params: dict, what: str) -> None:
         swap.specs[i], swap.params[i], swap.args[i] = specs, dict(params), (args, consts)
         swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(specs, args)]
     if swap.kernels:
-        plan.post(swap)
+        plan.swaps.post(swap)
 
 
 def store_tuned_plan(bg: Background) -> None:
@@ -55,7 +55,7 @@ def store_tuned_plan(bg: Background) -> None:
         return
     specs = {i: s.specs for i, s in enumerate(plan.steps) if s.device == "gpu"}
     params = {}
-    for swap in list(plan._swaps):
+    for swap in plan.swaps.pending():
         specs.update(swap.specs)
         params.update(swap.params)
     sources = [spec.source for i in sorted(specs) for spec in specs[i]]

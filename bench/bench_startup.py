@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""First start, as a new user meets it: every corpus model in fresh processes with every cache empty
+(tflgpu's, and XDG_CACHE_HOME, so pyopencl's too), default options, then the same model warm.
+
+Per model, the median of ``--runs`` fresh processes of each kind:
+
+- default (tiered compile, background tuning): seconds to ``allocate_tensors()`` returning and to the first
+  result (from ``Interpreter(...)``, imports not counted: they are shown apart), the steady latency right after
+  the first invoke (quick build), when the optimized program was installed, the steady latency 15 s after start,
+  invoke latency while the background search runs vs after it finished (invokes ``--gap-ms`` apart, so the
+  search has idle time to run in), and the steady latency once the search is done;
+- ``tuning="none"``, no tiering (the plan as it was built before tiering): start and steady latency, the level
+  the default must reach within 15 s;
+- ``tuning="fast"``, no tiering (the blocking search, as the default was): start and steady latency;
+- warm: a fresh process on the cache the default run filled (default options).
+
+Steady latency = median of 20 back-to-back invokes (no idle time between them, so no search runs).
+
+    python bench/bench_startup.py [--runs 3] [--budget-s 60] [--cold-only] [--models-dir DIR] [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
+
+CHILD = r"""
+import json, statistics, sys, time
+t0 = time.perf_counter()
+import numpy as np
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import reference_inputs
+import_s = time.perf_counter() - t0
+model, kind, budget, gap, horizon = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]) / 1e3, 15.0
+opts = {"default": {"tuning_budget_s": budget}, "start": {"tuning_budget_s": budget},
+        "none": {"tuning": "none", "tiered_compile": False},
+        "fast": {"tuning": "fast", "tiered_compile": False}}[kind]
+
+def steady(it, n=20):
+    ts = []
+    for _ in range(n):
+        a = time.perf_counter(); it.invoke(); ts.append(time.perf_counter() - a)
+    return 1e3 * statistics.median(ts)
+
+def gapped(it, n=40):
+    ts = []
+    for _ in range(n):
+        time.sleep(gap); a = time.perf_counter(); it.invoke(); ts.append(time.perf_counter() - a)
+    return 1e3 * statistics.median(ts)
+
+start = time.perf_counter()
+it = Interpreter(model, delegate=GpuDelegate(**opts))
+it.allocate_tensors()
+ready = time.perf_counter() - start
+for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
+    it.set_tensor(d["index"], x)
+it.invoke()
+out = {"import_s": import_s, "ready_s": ready, "first_result_s": time.perf_counter() - start,
+       "steady_start_ms": steady(it), "phases": it.startup_report()}
+if kind == "default":
+    optimized_at = None
+    while time.perf_counter() - start < horizon:  # bursts, each with idle time after it, until 15 s
+        ms = steady(it, 5)
+        if optimized_at is None and it.gpu_plan.build_stats["tier"] == "optimized":
+            optimized_at = time.perf_counter() - start
+        time.sleep(0.2)
+    out["optimized_at_s"] = optimized_at
+    out["steady_15s_ms"] = steady(it)
+    st = it.tuning_status()
+    busy = st is not None and not st.finished
+    done0 = st.kernels_done if st is not None else 0
+    out["during_ms"] = gapped(it) if busy else None
+    st = it.tuning_status()
+    out["searched_during"] = (st.kernels_done - done0) if st is not None else 0
+    it.wait_background()
+    out["after_ms"] = gapped(it)
+    st = it.tuning_status()
+    out["tuning"] = None if st is None else {"searched": st.kernels_searched, "improved": st.kernels_improved,
+                                             "seconds": st.seconds, "kernel_speedup": st.speedup}
+    out["steady_tuned_ms"] = steady(it, 30)
+else:
+    out["steady_ms"] = steady(it, 30)
+print(json.dumps(out))
+"""
+
+
+def child(model: Path, kind: str, cache: str, budget: float, gap_ms: float) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("TFLGPU_TUNING", "TFLGPU_TIERED_COMPILE",
+                                                            "PYOPENCL_NO_CACHE")}
+    env.update(TFLGPU_CACHE_DIR=str(Path(cache) / "tflgpu"), XDG_CACHE_HOME=cache)
+    r = subprocess.run([sys.executable, "-c", CHILD, str(model), kind, str(budget), str(gap_ms)], env=env,
+                       capture_output=True, text=True, timeout=1800, check=False)
+    if r.returncode:
+        raise RuntimeError(f"{model.name} ({kind}): {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def med(rows: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="*")
+    p.add_argument("--models-dir", type=Path, default=DEFAULT_DIR)
+    p.add_argument("--runs", type=int, default=3, help="fresh processes of each kind per model (the median)")
+    p.add_argument("--budget-s", type=float, default=60.0, help="background tuning budget per model")
+    p.add_argument("--gap-ms", type=float, default=20.0, help="idle time between the invokes timed during tuning")
+    p.add_argument("--cold-only", action="store_true",
+                   help="only the first start of each kind (no 15 s timeline, no background tuning wait)")
+    args = p.parse_args()
+    models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
+    kinds = ["none", "fast"] if not args.cold_only else ["none"]
+    print("| model | MB | ready s | first result s | steady at start ms | optimized at s | steady at 15 s ms "
+          "| none: first result s / steady ms | fast: first result s / steady ms | during / after search ms "
+          "| steady tuned ms | warm first result s | import s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for m in models:
+        print(f"{m.name} ...", file=sys.stderr, flush=True)
+        rows: dict[str, list[dict]] = {k: [] for k in ["default", "warm", *kinds]}
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="tflgpu-startup-") as d:
+                # --cold-only: the default start (its background search left for later), without the timeline
+                rows["default"].append(child(m, "start" if args.cold_only else "default", d, args.budget_s,
+                                             args.gap_ms))
+                rows["warm"].append(child(m, "start", d, args.budget_s, args.gap_ms))
+            for k in kinds:
+                with tempfile.TemporaryDirectory(prefix="tflgpu-startup-") as d:
+                    rows[k].append(child(m, k, d, args.budget_s, args.gap_ms))
+        dft = rows["default"]
+        during, after = med(dft, "during_ms"), med(dft, "after_ms")
+        fast = f"{fmt(med(rows['fast'], 'first_result_s'))} / {fmt(med(rows['fast'], 'steady_ms'))}" \
+            if rows.get("fast") else "-"
+        print(f"| {m.name} | {m.stat().st_size / 1e6:.1f} | {fmt(med(dft, 'ready_s'))} | "
+              f"{fmt(med(dft, 'first_result_s'))} | {fmt(med(dft, 'steady_start_ms'))} | "
+              f"{fmt(med(dft, 'optimized_at_s'), 1)} | {fmt(med(dft, 'steady_15s_ms'))} | "
+              f"{fmt(med(rows['none'], 'first_result_s'))} / {fmt(med(rows['none'], 'steady_ms'))} | {fast} | "
+              f"{fmt(during)} / {fmt(after)} | {fmt(med(dft, 'steady_tuned_ms'))} | "
+              f"{fmt(med(rows['warm'], 'first_result_s'), 3)} | {fmt(med(dft, 'import_s'))} |", flush=True)
+        for r in dft:
+            if r.get("tuning"):
+                print(f"    background search: {json.dumps(r['tuning'])}, searched during the timed window: "
+                      f"{r.get('searched_during')}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
