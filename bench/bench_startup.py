@@ -6,9 +6,13 @@ Per model, the median of ``--runs`` fresh processes of each kind:
 
 - default (tiered compile, background tuning): seconds to ``allocate_tensors()`` returning and to the first
   result (from ``Interpreter(...)``, imports not counted: they are shown apart), the steady latency right after
-  the first invoke (quick build), when the optimized program was installed, the steady latency 15 s after start,
-  invoke latency while the background search runs vs after it finished (invokes ``--gap-ms`` apart, so the
-  search has idle time to run in), and the steady latency once the search is done;
+  the first invoke (quick build), when the optimized program was installed, the steady latency 15 s after start
+  (and its ratio to a ``tuning="none"`` interpreter's in the same process, timed in alternation),
+  invoke latency (median and 90th percentile) while the background search runs vs after it finished, for an
+  application that invokes every ``--gap-ms`` for half a second and then pauses for a second (the pauses are
+  when the search compiles; it never starts a compile within 0.5 s of an invoke), and the steady latency once
+  the search is done, with the steady latency of a ``tuning="none"`` interpreter in the same process, timed in
+  alternation (so "tuned vs none" is a ratio from one process);
 - ``tuning="none"``, no tiering (the plan as it was built before tiering): start and steady latency, the level
   the default must reach within 15 s;
 - ``tuning="fast"``, no tiering (the blocking search, as the default was): start and steady latency;
@@ -50,11 +54,30 @@ def steady(it, n=20):
         a = time.perf_counter(); it.invoke(); ts.append(time.perf_counter() - a)
     return 1e3 * statistics.median(ts)
 
-def gapped(it, n=40):
+def gapped(it, cycles=5, n=25, pause=1.0):
+    # an application that invokes every `gap` for a while, then pauses (when the search can compile):
+    # (median, 90th percentile) of its invoke latencies, ms
     ts = []
-    for _ in range(n):
-        time.sleep(gap); a = time.perf_counter(); it.invoke(); ts.append(time.perf_counter() - a)
-    return 1e3 * statistics.median(ts)
+    for _ in range(cycles):
+        for _ in range(n):
+            time.sleep(gap); a = time.perf_counter(); it.invoke(); ts.append(time.perf_counter() - a)
+        time.sleep(pause)
+    ts.sort()
+    return 1e3 * statistics.median(ts), 1e3 * ts[int(0.9 * len(ts))]
+
+def plain():
+    # the same model with heuristics only, optimized build, nothing stored or read: the "none" baseline
+    p = Interpreter(model, delegate=GpuDelegate(tuning="none", tiered_compile=False, cache=False))
+    p.allocate_tensors()
+    for d, x in zip(p.get_input_details(), reference_inputs(p.get_input_details())):
+        p.set_tensor(d["index"], x)
+    return p
+
+def interleaved(a, b, rounds=15, block=4):
+    ta, tb = [], []
+    for _ in range(rounds):
+        ta.append(steady(a, block)); tb.append(steady(b, block))
+    return statistics.median(ta), statistics.median(tb)
 
 start = time.perf_counter()
 it = Interpreter(model, delegate=GpuDelegate(**opts))
@@ -73,7 +96,8 @@ if kind == "default":
             optimized_at = time.perf_counter() - start
         time.sleep(0.2)
     out["optimized_at_s"] = optimized_at
-    out["steady_15s_ms"] = steady(it)
+    baseline = plain()  # (built now: its compile would have slowed the start)
+    out["steady_15s_ms"], out["steady_15s_none_ms"] = interleaved(it, baseline)
     st = it.tuning_status()
     busy = st is not None and not st.finished
     done0 = st.kernels_done if st is not None else 0
@@ -85,7 +109,9 @@ if kind == "default":
     st = it.tuning_status()
     out["tuning"] = None if st is None else {"searched": st.kernels_searched, "improved": st.kernels_improved,
                                              "seconds": st.seconds, "kernel_speedup": st.speedup}
-    out["steady_tuned_ms"] = steady(it, 30)
+    out["steady_tuned_ms"], out["steady_none_ms"] = interleaved(it, baseline)
+elif kind == "fast":
+    out["steady_ms"], out["steady_none_ms"] = interleaved(it, plain())
 else:
     out["steady_ms"] = steady(it, 30)
 print(json.dumps(out))
@@ -125,9 +151,10 @@ def main() -> int:
     models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
     kinds = ["none", "fast"] if not args.cold_only else ["none"]
     print("| model | MB | ready s | first result s | steady at start ms | optimized at s | steady at 15 s ms "
-          "| none: first result s / steady ms | fast: first result s / steady ms | during / after search ms "
-          "| steady tuned ms | warm first result s | import s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| none: first result s / steady ms | fast: first result s / steady ms | fast vs none (same process) "
+          "| invoke during / after search: median, p90 ms | tuned vs none (same process) | warm first result s "
+          "| import s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
         print(f"{m.name} ...", file=sys.stderr, flush=True)
         rows: dict[str, list[dict]] = {k: [] for k in ["default", "warm", *kinds]}
@@ -141,15 +168,27 @@ def main() -> int:
                 with tempfile.TemporaryDirectory(prefix="tflgpu-startup-") as d:
                     rows[k].append(child(m, k, d, args.budget_s, args.gap_ms))
         dft = rows["default"]
-        during, after = med(dft, "during_ms"), med(dft, "after_ms")
+
+        def pair(key: str, dft=dft) -> str:
+            vals = [r[key] for r in dft if r.get(key)]
+            if not vals:
+                return "-"
+            return f"{statistics.median(v[0] for v in vals):.2f}, {statistics.median(v[1] for v in vals):.2f}"
+
+        def ratio(rs: list[dict], key: str, base: str = "steady_none_ms") -> str:
+            vals = [r[key] / r[base] for r in rs if r.get(key) and r.get(base)]
+            return f"{statistics.median(vals):.3f}x" if vals else "-"
+
         fast = f"{fmt(med(rows['fast'], 'first_result_s'))} / {fmt(med(rows['fast'], 'steady_ms'))}" \
             if rows.get("fast") else "-"
         print(f"| {m.name} | {m.stat().st_size / 1e6:.1f} | {fmt(med(dft, 'ready_s'))} | "
               f"{fmt(med(dft, 'first_result_s'))} | {fmt(med(dft, 'steady_start_ms'))} | "
-              f"{fmt(med(dft, 'optimized_at_s'), 1)} | {fmt(med(dft, 'steady_15s_ms'))} | "
+              f"{fmt(med(dft, 'optimized_at_s'), 1)} | {fmt(med(dft, 'steady_15s_ms'))} "
+              f"({ratio(dft, 'steady_15s_ms', 'steady_15s_none_ms')} of none) | "
               f"{fmt(med(rows['none'], 'first_result_s'))} / {fmt(med(rows['none'], 'steady_ms'))} | {fast} | "
-              f"{fmt(during)} / {fmt(after)} | {fmt(med(dft, 'steady_tuned_ms'))} | "
-              f"{fmt(med(rows['warm'], 'first_result_s'), 3)} | {fmt(med(dft, 'import_s'))} |", flush=True)
+              f"{ratio(rows.get('fast', []), 'steady_ms')} | {pair('during_ms')} / {pair('after_ms')} | "
+              f"{ratio(dft, 'steady_tuned_ms')} | {fmt(med(rows['warm'], 'first_result_s'), 3)} | "
+              f"{fmt(med(dft, 'import_s'))} |", flush=True)
         for r in dft:
             if r.get("tuning"):
                 print(f"    background search: {json.dumps(r['tuning'])}, searched during the timed window: "

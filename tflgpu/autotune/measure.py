@@ -51,7 +51,8 @@ class KernelBench:
         self.max_seconds, self.stable_rel, self.discard_ratio = max_seconds, stable_rel, discard_ratio
         self._inputs: dict[int, np.ndarray] = {}
         self.compiles = 0
-        self.gate = None  # called before every compile and timed launch (a background search waits for idle)
+        # gate(kind), kind "compile" | "launch": called before each, so a background search can wait for idle
+        self.gate = None
 
     def _input(self, t: int) -> np.ndarray:
         if t not in self._inputs:
@@ -81,7 +82,7 @@ class KernelBench:
         checked by the tuner before it gets here)."""
         cl = self.cl
         if self.gate is not None:
-            self.gate()
+            self.gate("compile")
         try:
             self.compiles += 1
             program = build_program(cl, self.ctx, [s.source for s in specs], self.fp16)
@@ -98,7 +99,7 @@ class KernelBench:
     def _launch(self, launches) -> float:
         cl, q = self.cl, self.queue
         if self.gate is not None:
-            self.gate()
+            self.gate("launch")
         try:
             evs = [cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size) for spec, k, *_ in launches]
             q.finish()

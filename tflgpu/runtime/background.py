@@ -5,9 +5,10 @@
    once, stores its binary, and hands the plan new kernel instances of it.
 2. **Background tuning** (``tuning="background"``): the kernels with no tuning record on this device are
    searched, those whose default takes the most of the model's time first, within a device-time budget. The
-   search runs only while the interpreter is idle: it waits before every compile and every timed launch until
-   no invoke has been in flight for a few milliseconds, so an invoke only ever overlaps the compile or launch
-   that was already under way. A winner is confirmed against the current kernel in alternated runs, its output
+   search runs only while the interpreter is idle: before every timed launch it waits until no invoke has been
+   in flight for 50 ms, and before every compile (which cannot be interrupted) for half a second,
+   so an application that keeps invoking pauses the search, and an invoke overlaps at most a launch or a
+   compile that had started in a pause. A winner is confirmed against the current kernel in alternated runs, its output
    checked against the current kernel's on the same input (``autotune``), recorded whole (a process that exits
    mid-search leaves a consistent cache, and the next one resumes with the kernels still untuned), and handed
    to the plan. Another interpreter or process tuning the same kernel holds its claim, and this one skips it.
@@ -35,7 +36,12 @@ from ..autotune.measure import Interrupted
 
 log = logging.getLogger("tflgpu")
 
-QUIET_S = 0.005  # idle this long before background work starts a compile or a timed launch
+# Idle this long before background work starts a timed launch (a few ms at most), or a compile (which cannot
+# be stopped once started: on this 2-core machine a compile running beside an invoke slowed it by 20-70%,
+# whatever its thread's priority, even from another process). An application invoking every 20 ms pauses the
+# search; one that pauses for longer lets it run.
+LAUNCH_QUIET_S = 0.05
+COMPILE_QUIET_S = 0.5
 
 
 class Stopped(Interrupted):
@@ -54,7 +60,7 @@ def lower_thread_priority() -> None:
 
 
 class Activity:
-    """Whether an invoke is in flight; background work waits until the plan has been idle for ``QUIET_S``."""
+    """Whether an invoke is in flight; background work waits until the plan has been idle for a while."""
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -74,14 +80,14 @@ class Activity:
                 self._idle_since = time.monotonic()
                 self._cond.notify_all()
 
-    def wait_idle(self) -> None:
-        """Return once no invoke is in flight and none ended in the last ``QUIET_S``; raises Stopped."""
+    def wait_idle(self, quiet_s: float = LAUNCH_QUIET_S) -> None:
+        """Return once no invoke is in flight and none ended in the last ``quiet_s``; raises Stopped."""
         with self._cond:
             while True:
                 if self.stopped:
                     raise Stopped
                 if not self._busy:
-                    left = self._idle_since + QUIET_S - time.monotonic()
+                    left = self._idle_since + quiet_s - time.monotonic()
                     if left <= 0:
                         return
                     self._cond.wait(left)
@@ -178,8 +184,9 @@ class Background:
             raise Stopped
         return p
 
-    def wait_idle(self) -> None:
-        self.activity.wait_idle()
+    def wait_idle(self, kind: str = "compile") -> None:
+        """Wait for idle time enough to start a "compile" or a "launch" (raises Stopped)."""
+        self.activity.wait_idle(COMPILE_QUIET_S if kind == "compile" else LAUNCH_QUIET_S)
 
     def tuned(self, default_us: float, best_us: float, improved: bool, searched: bool = True) -> None:
         s = self.status

@@ -164,7 +164,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
             log.info("background tuning %s: %.0f -> %.0f us (%.2fx) %s", r.op, r.default_us, r.best_us, r.speedup,
                      r.params)
             if r.params:
-                retune_steps(bg.plan(), [s.op.index for s in u.steps], r.params, r.op)
+                retune_steps(bg.plan(), [s.op.index for s in u.steps], r.params, r.op, wait=bg.wait_idle)
             bg.tuned(r.default_us, r.best_us, bool(r.params))
 
     return [measure_defaults, search]

@@ -25,23 +25,27 @@ def tier_up(bg: Background) -> None:
     log.info("optimized program ready (%s)", "loaded" if stats.get("binary_loads") else "built")
 
 
-def retune_steps(plan, op_indices: list[int], params: dict, what: str) -> None:
-    """Queue the device steps of these ops regenerated with ``params``: their program built (and stored), their
-    constants uploaded, their kernels bound to the plan's buffers."""
+def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None) -> None:
+    """Queue the device steps of these ops regenerated with ``params``: their program built (and stored; after
+    ``wait()``, the idle gate of a background search), their constants uploaded, their kernels bound to the
+    plan's buffers."""
     index = {s.op.index: i for i, s in enumerate(plan.steps) if s.device == "gpu"}
+    steps = [index[op] for op in op_indices if op in index]
+    if not steps:
+        return
     swap = Swap(f"tuned {what}", None, {})
-    for op in op_indices:
-        i = index.get(op)
-        if i is None:
-            continue
+    for i in steps:
         s = plan.steps[i]
-        specs = plan.make(s.op, s.epilogue, params)
-        program = build_program(plan.cl, plan.ctx, [sp.source for sp in specs], plan.fp16, plan.store, plan.device)
-        args, consts = plan.io.upload_args(specs)
-        swap.specs[i], swap.params[i], swap.args[i] = specs, dict(params), (args, consts)
-        swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(specs, args)]
-    if swap.kernels:
-        plan.swaps.post(swap)
+        swap.specs[i], swap.params[i] = plan.make(s.op, s.epilogue, params), dict(params)
+    if wait is not None:
+        wait()
+    sources = [sp.source for i in steps for sp in swap.specs[i]]
+    program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
+    for i in steps:
+        args, consts = plan.io.upload_args(swap.specs[i])
+        swap.args[i] = (args, consts)
+        swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(swap.specs[i], args)]
+    plan.swaps.post(swap)
 
 
 def store_tuned_plan(bg: Background) -> None:
