@@ -28,8 +28,23 @@ def test_a_registered_driver_is_not_added_twice(tmp_path, monkeypatch):
     assert icd.vendors_dir_contents() == {"nvidia.icd": "libnvidia-opencl.so.1\n"}
 
 
-def test_driver_probe_asks_the_dynamic_linker(monkeypatch):
+def test_driver_probe_reads_the_dynamic_linkers_cache(monkeypatch, tmp_path):
+    """The linker's cache lists a driver installed without its .icd; LD_LIBRARY_PATH is looked at too, and
+    ldconfig (find_library) is asked only where there is no cache file."""
     import ctypes.util
+
+    cache = tmp_path / "ld.so.cache"
+    cache.write_bytes(b"glibc-ld.so.cache1.1\x00libfoo.so.2\x00/usr/lib/libfoo.so.2\x00libnvidia-opencl.so.1\x00"
+                      b"/usr/local/nvidia/lib64/libnvidia-opencl.so.1\x00")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    assert icd.driver_libraries(str(cache)) == ["libnvidia-opencl.so.1"]
+    cache.write_bytes(b"glibc-ld.so.cache1.1\x00libfoo.so.2\x00")
+    assert icd.driver_libraries(str(cache)) == []
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (libdir / "libamdocl64.so").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(libdir))
+    assert icd.driver_libraries(str(cache)) == ["libamdocl64.so"]
 
     asked = []
 
@@ -38,5 +53,7 @@ def test_driver_probe_asks_the_dynamic_linker(monkeypatch):
         return "libnvidia-opencl.so.1" if name == "nvidia-opencl" else None
 
     monkeypatch.setattr(ctypes.util, "find_library", find)
-    assert icd.driver_libraries() == ["libnvidia-opencl.so.1"]
+    assert icd.driver_libraries(str(tmp_path / "missing")) == ["libnvidia-opencl.so.1"]
     assert asked == list(icd._DRIVER_LIBRARIES)
+
+
