@@ -167,7 +167,9 @@ def test_recorded_parameters_are_applied(opencl_device, rng, params):
     model, feeds = conv_model(rng)
     plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan
     step = plain.steps[0]
-    key = kernel_key(step.op.name, step.specs, False, "conv_2d_0")
+    from tflgpu.kernels.program import shared_base
+
+    key = kernel_key(step.op.name, step.specs, False, shared_base(step.specs))
     db = MemoryTuningDB()
     db.put(opencl_device.identity.key(), key, TuningRecord(params, 10.0, 5.0, 3, "CONV_2D"))
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))

@@ -71,3 +71,34 @@ def test_fusable_ops_have_kernel_expressions():
     able to write each of them as an epilogue step."""
     assert ops_with(fusable="unary") <= set(UNARY)
     assert ops_with(fusable="binary") <= set(BINARY)
+
+
+def test_identical_layers_share_one_kernel_function_and_keep_their_key():
+    """Two layers with the same shapes and attributes (different weights) compile to one kernel function, named
+    by its code; the tuning key of a plan's step is the key the generator's own specs give."""
+    from tflgpu.kernels.program import program_source, shared_base, shared_names
+
+    rng = np.random.default_rng(1)
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 8, 8))
+    t = x
+    for i in range(3):
+        y = b.tensor(f"y{i}", (1, 8, 8, 8))
+        b.op("CONV_2D", [t, b.const(f"w{i}", rng.standard_normal((8, 3, 3, 8)).astype(np.float32)),
+                         b.const(f"b{i}", rng.standard_normal(8).astype(np.float32))], [y], padding="SAME",
+             stride_w=1, stride_h=1)
+        t = y
+    b.output(t)
+    sg = read_model(b.build()).main
+    consts = {t.index: t.data for t in sg.tensors if t.data is not None}
+    raw = [generator_for("CONV_2D")(GenContext(op, sg, consts, False)) for op in sg.operators]
+    shared = [shared_names(specs, f"conv_2d_{op.index}") for specs, op in zip(raw, sg.operators)]
+    assert len({s[0].name for s in shared}) == 1 and len({s[0].source for s in shared}) == 1
+    assert program_source([s[0].source for s in shared]).count("__kernel void") == 1
+    for specs, op, r in zip(shared, sg.operators, raw):
+        assert kernel_key("CONV_2D", specs, False, shared_base(specs)) == kernel_key("CONV_2D", r, False,
+                                                                                      f"conv_2d_{op.index}")
+    # a layer of another shape gets a function of its own
+    other = shared_names(_specs("CONV_2D", [("in", (1, 8, 8, 8)), ("const", (4, 3, 3, 8)), ("const", (4,))],
+                                (1, 8, 8, 4), padding="SAME", stride_w=1, stride_h=1)[0], "conv_2d_0")
+    assert other[0].name != shared[0][0].name

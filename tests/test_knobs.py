@@ -84,7 +84,9 @@ def test_an_invalid_record_keeps_the_heuristics(opencl_device, rng):
     plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan
     step = plain.steps[0]
     db = MemoryTuningDB()
-    db.put(opencl_device.identity.key(), kernel_key(step.op.name, step.specs, False, "conv_2d_0"),
+    from tflgpu.kernels.program import shared_base
+
+    db.put(opencl_device.identity.key(), kernel_key(step.op.name, step.specs, False, shared_base(step.specs)),
            TuningRecord({"tile_s": 1, "wide": True}, 10.0, 5.0, 3, "CONV_2D"))
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
     assert it.gpu_plan.steps[0].params == {} and it.gpu_plan.cpu_op_count == 0

@@ -214,8 +214,11 @@ class GpuPlan:
         return values
 
     def profile_report(self) -> list[tuple[str, str, float]]:
-        """(kernel, op name, microseconds) for the last run (needs GpuDelegate(profile=True))."""
+        """(kernel, op name, microseconds) for the last run (needs GpuDelegate(profile=True)); a kernel is named
+        after its layer (``conv_2d_17``), not the shared function it runs."""
         out = []
         for name, op, ev in self.last_events:
-            out.append((name, op.name, (ev.profile.end - ev.profile.start) / 1e3))
+            rest = name.split("_", 1)[1:]  # (after the shared function's name: a spec's own suffix)
+            layer = "_".join([f"{op.name.lower()}_{op.index}", *rest])
+            out.append((layer, op.name, (ev.profile.end - ev.profile.start) / 1e3))
         return out

@@ -28,6 +28,7 @@ from ..graph.float_view import float_view, needs_float_view
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
+from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
 
 log = logging.getLogger("tflgpu")
@@ -55,9 +56,10 @@ class KernelMaker:
     variables: frozenset
 
     def __call__(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
-        """The kernels of ``op`` (with its fused ops) for these generator parameters; raises Unsupported."""
-        return generator_for(op.name)(GenContext(op, self.sg, self.consts, self.fp16, params, epilogue,
-                                                 self.variables))
+        """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
+        (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
+        ctx = GenContext(op, self.sg, self.consts, self.fp16, params, epilogue, self.variables)
+        return shared_names(generator_for(op.name)(ctx), ctx.name)
 
 
 @dataclass

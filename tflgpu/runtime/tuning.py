@@ -12,6 +12,7 @@ from ..autotune import TuneTask, TuningRecord, kernel_key, tune_tasks
 from ..autotune.measure import CandidateRejected
 from ..autotune.tuner import KernelTuner, space_size, study_storage
 from ..kernels import Unsupported
+from ..kernels.program import shared_base
 from ..ops.layout import bhwc
 from .background import lower_thread_priority
 from .selection import KernelMaker, Step
@@ -49,7 +50,7 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
             continue
         if any(bhwc(make.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
             continue
-        key = kernel_key(s.op.name, s.specs, make.fp16, f"{s.op.name.lower()}_{s.op.index}")
+        key = kernel_key(s.op.name, s.specs, make.fp16, shared_base(s.specs))
         groups.setdefault(key, []).append(s)
     return groups
 
