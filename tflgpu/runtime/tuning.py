@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from ..autotune import TuneTask, TuningRecord, kernel_key, tune_tasks
@@ -153,7 +154,8 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
             if left <= 0:
                 log.info("background tuning: budget of %.0f s spent, %d kernels left", budget, len(tuners) - i)
                 return
-            with config.db.claim(device_key, u.task.key) if config.db is not None else _unclaimed() as mine:
+            # (no records at all: nobody to share the kernel with, so it is ours)
+            with config.db.claim(device_key, u.task.key) if config.db is not None else nullcontext(True) as mine:
                 if not mine or (config.db is not None and config.db.get(device_key, u.task.key) is not None):
                     bg.tuned(0.0, 0.0, False, searched=False)  # another searcher has it, or had it
                     continue
@@ -170,12 +172,3 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
 
     return [measure_defaults, search]
 
-
-class _unclaimed:
-    """claim() where there are no records to share: always ours."""
-
-    def __enter__(self):
-        return True
-
-    def __exit__(self, *exc):
-        return False
