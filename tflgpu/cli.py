@@ -145,7 +145,9 @@ def cmd_run(args) -> int:
     words = _plan_words(interp)
     if words:
         print(f"         ({words})")
-    print("         " + ", ".join(f"{k} {v:.2f} s" for k, v in interp.startup_report().items()))
+    from .runtime.startup import format_phases
+
+    print("         " + format_phases(interp.startup_report()))
     for d in interp.get_output_details():
         y = interp.get_tensor(d["index"])
         print(f"output:  {d['name']} {y.dtype.name}{list(y.shape)}: {_describe(y)}")

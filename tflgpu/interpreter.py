@@ -28,7 +28,7 @@ from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
 from .model.ir import Model, Tensor
 from .runtime import DeviceError
-from .runtime.startup import StartupClock
+from .runtime.startup import StartupClock, format_phases
 
 log = logging.getLogger("tflgpu")
 _EMPTY_SCALES = np.zeros(0, np.float32)
@@ -384,7 +384,7 @@ class Interpreter:
                 self._session(0).invoke()
             if self._first_invoke_s is None:
                 self._first_invoke_s = time.perf_counter() - t0
-                log.info("start-up: %s", ", ".join(f"{k} {v:.2f} s" for k, v in self.startup_report().items()))
+                log.info("start-up: %s", format_phases(self.startup_report()))
         finally:
             self._invoke_lock.release()
 

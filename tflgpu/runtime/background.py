@@ -184,6 +184,10 @@ class Background:
             raise Stopped
         return p
 
+    def optimized(self) -> None:
+        """The optimized program is built (queued for the plan): ``wait(tuning=False)`` returns."""
+        self._optimized.set()
+
     def wait_idle(self, kind: str = "compile") -> None:
         """Wait for idle time enough to start a "compile" or a "launch" (raises Stopped)."""
         self.activity.wait_idle(COMPILE_QUIET_S if kind == "compile" else LAUNCH_QUIET_S)
@@ -203,8 +207,6 @@ class Background:
         try:
             for job in self.jobs:
                 job(self)
-                if getattr(job, "__name__", "") == "tier_up":
-                    self._optimized.set()
         except Stopped:
             pass
         except Exception as e:  # noqa: BLE001 -- background work must never take the plan down

@@ -23,8 +23,8 @@ from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .config import PlanConfig
 from .device import DeviceInfo
-from .programs import PlanProgram, step_sources
-from .selection import KernelMaker, Step, limit_partitions, propagate_shapes, report_placement, restore, select
+from .programs import PlanProgram
+from .selection import KernelMaker, limit_partitions, propagate_shapes, report_placement, restore, select
 from .startup import StartupClock
 from .transfers import DeviceTensors
 from .tuning import TunedKernel, apply_tuning, background_jobs
@@ -90,9 +90,10 @@ class GpuPlan:
             ctx, fp16 = self.ctx, self.fp16  # (the bench must not hold the plan: background work outlives no plan)
             bench = lambda task: KernelBench(cl, ctx, device, fp16, task.layouts, seed=tuning.seed)
             untuned = []
-            clock.phase("tuning records" if tuning is None or tuning.mode in ("none", "background") else "tuning",
-                        "records of this device" if tuning is None or tuning.mode in ("none", "background")
-                        else f"searching kernels without a record ({tuning.mode})")
+            if tuning is None or tuning.mode in ("none", "background"):
+                clock.phase("tuning records", "records of this device")
+            else:
+                clock.phase("tuning", f"searching kernels without a record ({tuning.mode})")
             if tuning is not None and (record is None or tuning.mode == "background"):
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
                     self.steps, make, tuning, dev, explicit=set(params or {}), bench=bench)
@@ -114,19 +115,18 @@ class GpuPlan:
         if jobs:
             self.background = Background(self, jobs, len(untuned), self.build_stats["tier"])
 
-    def save_record(self, tuned: dict[int, dict] | None = None) -> None:
+    def save_record(self, tuned: dict[int, tuple[list, dict]] | None = None) -> list[str]:
         """Store this plan (its steps' placement and parameters, shapes, program) for a later warm start;
-        ``tuned``: new parameters by step index (with their kernels, not installed yet)."""
+        ``tuned``: (specs, parameters) by step index, for kernels not installed yet. Returns the program's sources.
+        """
         tuned = tuned or {}
-        steps = [StepRecord(s.op.index, s.device == "gpu", tuned.get(i, s.params), s.reason)
+        steps = [StepRecord(s.op.index, s.device == "gpu", tuned[i][1] if i in tuned else s.params, s.reason)
                  for i, s in enumerate(self.steps)]
         sources = [spec.source for i, s in enumerate(self.steps) if s.device == "gpu"
-                   for spec in (self.make(s.op, s.epilogue, tuned[i]) if i in tuned else s.specs)]
+                   for spec in (tuned[i][0] if i in tuned else s.specs)]
         self.cache.save(steps, self.input_shapes, [t.shape for t in self.sg.tensors],
                         program_key(sources, self.fp16), self.device.identity.key())
-
-    def _sources(self, steps: list[Step] | None = None) -> list[str]:
-        return step_sources(self.steps if steps is None else steps)
+        return sources
 
     # -- background work: tier-up and tuning results (runtime.upgrades), installed between invokes ------
 

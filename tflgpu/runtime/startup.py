@@ -28,5 +28,8 @@ class StartupClock:
             self.seconds[self._phase] = self.seconds.get(self._phase, 0.0) + time.perf_counter() - self._t
             self._phase = None
 
-    def line(self) -> str:
-        return ", ".join(f"{k} {v:.2f} s" for k, v in self.seconds.items())
+
+
+def format_phases(seconds: dict[str, float]) -> str:
+    """``read 0.01 s, cpu kernels 0.01 s, ...``: phases as the log and ``tflgpu run`` show them."""
+    return ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items())

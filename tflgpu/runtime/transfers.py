@@ -88,7 +88,7 @@ class DeviceTensors:
         for i, s in enumerate(steps):
             if s.device == "gpu":
                 self.args[i], self.const_buffers[i] = self.upload_args(s.specs)
-                s.kernels[:] = [make_kernel(cl, program, spec.name, a) for spec, a in zip(s.specs, self.args[i])]
+                s.kernels[:] = self.kernels(program, i, s.specs)
         self.const_bytes = sum(b.size for bufs in self.const_buffers.values() for b in bufs)
         consts = runner.consts
         # Every tensor a CPU step reads that no step produces and the caller does not set: a constant, or
@@ -131,11 +131,8 @@ class DeviceTensors:
         for t in sorted(crossing):
             lay = self._layout(t)
             dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
-            k_in, k_out = getattr(prog, f"io_{t}_in"), getattr(prog, f"io_{t}_out")
-            k_in.set_arg(0, dense)
-            k_in.set_arg(1, self.tensor_buffer[t])
-            k_out.set_arg(0, self.tensor_buffer[t])
-            k_out.set_arg(1, dense)
+            k_in = make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]])
+            k_out = make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense])
             self.staging[t] = (dense, k_in, k_out, (lay.w, lay.b * lay.h, lay.s))
 
     def bind(self, t: int, buffer) -> None:

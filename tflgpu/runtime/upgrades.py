@@ -21,7 +21,9 @@ def tier_up(bg: Background) -> None:
     sources = [spec.source for specs in steps.values() for spec in specs]
     stats: dict = {}
     program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device, stats)
-    plan.swaps.post(Swap("optimized program", program, {i: plan.io.kernels(program, i, specs) for i, specs in steps.items()}))
+    kernels = {i: plan.io.kernels(program, i, specs) for i, specs in steps.items()}
+    plan.swaps.post(Swap("optimized program", program, kernels))
+    bg.optimized()
     log.info("optimized program ready (%s)", "loaded" if stats.get("binary_loads") else "built")
 
 
@@ -49,20 +51,15 @@ def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None
 
 
 def store_tuned_plan(bg: Background) -> None:
-    """With any kernel tuned: store the whole program with the tuned kernels and the plan's record (its steps
-    as they are once the queued swaps are installed), so the next start loads the tuned plan directly."""
+    """With any kernel tuned: store the plan's record (its steps as they are once the queued swaps are installed)
+    and the whole program with the tuned kernels, so the next start loads the tuned plan directly."""
     if not bg.status.kernels_improved:
         return
     bg.wait_idle()
     plan = bg.plan()
     if plan.cache is None:
         return
-    specs = {i: s.specs for i, s in enumerate(plan.steps) if s.device == "gpu"}
-    params = {}
-    for swap in plan.swaps.pending():
-        specs.update(swap.specs)
-        params.update(swap.params)
-    sources = [spec.source for i in sorted(specs) for spec in specs[i]]
+    pending = plan.swaps.pending()  # (read first: a swap installed meanwhile is then in the steps)
+    sources = plan.save_record({i: (sw.specs[i], sw.params[i]) for sw in pending for i in sw.specs})
     build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
-    plan.save_record(params)
     log.info("stored the tuned plan")
