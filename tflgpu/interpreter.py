@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .cpu.executor import ModelRunner, SubgraphRunner
+from .cpu.registry import PrepareError
 from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
@@ -62,7 +63,6 @@ class _Session:
     def __init__(self, runtime: ModelRunner, subgraph: int):
         self.runtime = runtime
         self.sg = runtime.model.subgraphs[subgraph]
-        self.runner = runtime.runner(subgraph)
         self.input_shapes: dict[int, tuple[int, ...]] = {i: self.sg.tensors[i].shape for i in self.sg.inputs}
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.buffers: dict[int, np.ndarray] = {}
@@ -72,6 +72,11 @@ class _Session:
         self.gpu_factory = None  # input shapes -> plan
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
+
+    @property
+    def runner(self) -> SubgraphRunner:
+        """The subgraph's prepared CPU runner (a model that failed to prepare raises its PrepareError here)."""
+        return self.runtime.runner(self.sg.index)
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
@@ -294,12 +299,16 @@ class Interpreter:
         self._model: Model = read_model(source)
         self._runtime = ModelRunner(self._model)
         self._startup.phase("cpu kernels", "preparing every op's CPU kernel, folding constants")
-        self._runtime.build_all()
+        try:
+            self._runtime.build_all()
+            self._prepare_error: PrepareError | None = None
+        except PrepareError as e:  # refused at allocate_tensors(), as LiteRT's Prepare does; details stay readable
+            self._prepare_error = e
         self._startup.stop()
         self._sessions: dict[int, _Session] = {}
         self._invoke_lock = threading.Lock()
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
-        if delegates:
+        if delegates and self._prepare_error is None:
             from .runtime.plan import build_plan
 
             runner, options = self._runtime.runner(0), delegates[0]
@@ -337,7 +346,13 @@ class Interpreter:
     # -- LiteRT API ---------------------------------------------------------
 
     def allocate_tensors(self) -> None:
-        """Allocate input buffers (and propagate shapes after ``resize_tensor_input``)."""
+        """Allocate input buffers (and propagate shapes after ``resize_tensor_input``).
+
+        Raises:
+            RuntimeError: a node the model's kernels cannot take ("Node number N (OP) failed to prepare: ...").
+        """
+        if self._prepare_error is not None:
+            raise self._prepare_error
         self._session(0).allocate()
 
     def get_input_details(self) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import KernelError, OpContext, apply_activation, register
+from .registry import KernelError, OpContext, apply_activation, fits, register
 
 
 def _unary(fn):
@@ -152,6 +152,8 @@ def _binary(fn):
         def run(xs):
             a, b = xs[0], xs[1]
             try:
+                if a.shape != b.shape:  # (two small tensors can broadcast to one no tensor may be)
+                    fits(np.broadcast_shapes(a.shape, b.shape), out_dtype, ctx.op.name)
                 r = fn(a, b)
             except ValueError as e:  # shapes that do not broadcast
                 raise KernelError(f"{ctx.op.name}: cannot broadcast {a.shape} with {b.shape}") from e

@@ -16,9 +16,10 @@ import numpy as np
 
 from ..model.ir import Model, Operator, Subgraph
 from ..model.sparse import densify
+from ..ops.signatures import problems
 from ..ops.traits import traits
 from . import registry
-from .registry import KernelError, OpContext
+from .registry import KernelError, OpContext, PrepareError
 
 log = logging.getLogger("tflgpu")
 
@@ -75,6 +76,9 @@ class SubgraphRunner:
         from .quantized import hybrid_factory, is_hybrid_op, is_quantized_op, quantized_factory
 
         for op in self.sg.operators:
+            found = problems(op, self.sg)  # (first: the lookups below read the node's tensors)
+            if found:
+                raise PrepareError(op, "; ".join(found), self.sg.index)
             ctx = OpContext(op, self.sg, self.runtime, self.consts)
             quantized = is_quantized_op(op, self.sg)
             if quantized:
@@ -87,16 +91,17 @@ class SubgraphRunner:
                 raise unsupported_error(op, self.sg.index, quantized)
             try:
                 fn = factory(ctx)
-            except ValueError:
+            except PrepareError:
                 raise
             except Exception as e:  # a model whose shapes/options the kernel cannot take
-                raise ValueError(f"op {op.name} at index {op.index}: cannot prepare kernel: {e}") from e
+                why = str(e) if isinstance(e, (ValueError, KernelError)) else f"{type(e).__name__}: {e}"
+                raise PrepareError(op, why, self.sg.index) from e
             if self._foldable(op):
                 try:
                     outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
                 except (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError,
                         MemoryError) as e:  # (AttributeError: a required input marked omitted, -1)
-                    raise ValueError(f"op {op.name} at index {op.index}: constant folding failed: {e}") from e
+                    raise PrepareError(op, f"constant folding failed: {e}", self.sg.index) from e
                 for t_idx, out in zip(op.outputs, outs):
                     if t_idx >= 0:
                         self.consts[t_idx] = self._coerce(t_idx, out)

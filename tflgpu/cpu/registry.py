@@ -8,6 +8,7 @@ the op's input arrays to its output arrays on every invoke.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,16 @@ class KernelError(RuntimeError):
     """An op failed at run time (bad runtime input such as an index out of range)."""
 
 
+class PrepareError(RuntimeError):
+    """A node its kernel cannot take (wrong input count, types, ranks, options or sizes), found when the model
+    is prepared: ``Interpreter.allocate_tensors`` raises it, as LiteRT's does, and nothing runs."""
+
+    def __init__(self, op, why: str, subgraph: int = 0):
+        where = f" in subgraph {subgraph}" if subgraph else ""
+        super().__init__(f"Node number {op.index} ({op.name}){where} failed to prepare: {why}")
+        self.op_index, self.why = op.index, why
+
+
 @dataclass
 class OpContext(OpView):
     runtime: Any = None  # the ModelRunner: control-flow ops call other subgraphs through it
@@ -39,7 +50,9 @@ class OpContext(OpView):
         return self.runtime.constant_value(self.subgraph.index, tensor)
 
     def fail(self, msg: str) -> ValueError:
-        return ValueError(f"op {self.op.name} at index {self.op.index}: {msg}")
+        """What a kernel raises for a node it cannot take; the caller names the node (at prepare, a
+        PrepareError; at invoke, "failed to invoke")."""
+        return ValueError(msg)
 
 
 def register(*names: str) -> Callable[[Factory], Factory]:
@@ -89,6 +102,30 @@ def check_geometry(ctx: OpContext, **values: int) -> None:
     for name, v in values.items():
         if not isinstance(v, int) or v < 1:
             raise ctx.fail(f"{name} must be a positive integer, got {v!r}")
+
+
+def fits(shape, dtype, what: str) -> tuple[int, ...]:
+    """``shape`` as ints, if an array of it and ``dtype`` fits one tensor's limit; else a KernelError, raised
+    before anything is allocated. Kernels whose output size comes from data (paddings, multiples, a target
+    shape, broadcasting) call it at prepare where those data are constant, and on every run."""
+    from ..model.reader import DEFAULT_MAX_TENSOR_BYTES
+
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise KernelError(f"{what}: negative dimension in its output shape {list(dims)}")
+    need = math.prod(dims) * np.dtype(dtype).itemsize
+    if need > DEFAULT_MAX_TENSOR_BYTES:
+        raise KernelError(f"{what}: its output of shape {list(dims)} needs {need} bytes, over the limit of "
+                          f"{DEFAULT_MAX_TENSOR_BYTES} for one tensor (TFLGPU_MAX_TENSOR_BYTES)")
+    return dims
+
+
+def static_shape(ctx: OpContext, i: int) -> tuple[int, ...] | None:
+    """Input ``i``'s declared shape where the model fixes it (no -1 in its signature), else None."""
+    t = ctx.input_tensor(i)
+    if t is None or any(d < 0 for d in t.shape_signature or t.shape):
+        return None
+    return t.shape
 
 
 def normalize_axis(axis: int, rank: int) -> int:

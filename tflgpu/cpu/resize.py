@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..ops.attributes import resize_scale
-from .registry import KernelError, OpContext, register
+from .registry import KernelError, OpContext, fits, register, static_shape
 
 
 def _bilinear_axis(in_size, out_size, align, half):
@@ -62,16 +62,28 @@ def _nearest_axis(in_size, out_size, align, half):
 
 def _out_size(ctx: OpContext, xs) -> tuple[int, int]:
     size = ctx.const(1)
-    size = size if size is not None else xs[1]
+    return _checked_size(ctx, size if size is not None else xs[1], xs[0].shape)
+
+
+def _checked_size(ctx: OpContext, size, x_shape) -> tuple[int, int]:
     size = np.asarray(size).reshape(-1)
     if size.size != 2 or np.any(size <= 0):
         raise KernelError(f"{ctx.op.name}: size must be two positive ints, got {size.tolist()}")
+    fits((x_shape[0], int(size[0]), int(size[1]), x_shape[3]), ctx.output_tensor(0).dtype, ctx.op.name)
     return int(size[0]), int(size[1])
+
+
+def _check_at_prepare(ctx: OpContext) -> None:
+    """A constant size is checked at prepare (an output over one tensor's limit is refused there)."""
+    shape = static_shape(ctx, 0)
+    if ctx.const(1) is not None and shape is not None:
+        _checked_size(ctx, ctx.const(1), shape)
 
 
 @register("RESIZE_BILINEAR")
 def resize_bilinear(ctx: OpContext):
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
+    _check_at_prepare(ctx)
 
     def run(xs):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
@@ -86,6 +98,7 @@ def resize_bilinear(ctx: OpContext):
 @register("RESIZE_NEAREST_NEIGHBOR")
 def resize_nearest(ctx: OpContext):
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
+    _check_at_prepare(ctx)
 
     def run(xs):
         x = xs[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attributes import axis_slice
-from .registry import KernelError, OpContext, normalize_axis, register
+from .registry import KernelError, OpContext, fits, normalize_axis, register, static_shape
 
 
 def _value(ctx: OpContext, xs, i: int) -> np.ndarray:
@@ -219,16 +219,45 @@ def transpose(ctx: OpContext):
     return run
 
 
+def _sized(ctx: OpContext, out_shape, data_input: int = 1):
+    """Checks the size of an output whose shape ``out_shape(x_shape, data)`` comes from input ``data_input``'s
+    values: at prepare where those are constant and input 0's shape is fixed, and on every run before the
+    kernel allocates. Returns the run-time check."""
+    dtype = ctx.output_tensor(0).dtype
+    data, shape = ctx.const(data_input), static_shape(ctx, 0)
+    if data is not None and shape is not None:
+        fits(out_shape(shape, np.asarray(data)), dtype, ctx.op.name)
+    return lambda x_shape, value: fits(out_shape(x_shape, np.asarray(value)), dtype, ctx.op.name)
+
+
+def _tiled_shape(shape, multiples) -> list[int]:
+    m = _ints(multiples)
+    if len(m) != len(shape):
+        raise KernelError(f"TILE: {len(m)} multiples for an input of rank {len(shape)}")
+    return [d * k for d, k in zip(shape, m)]
+
+
 @register("TILE")
 def tile(ctx: OpContext):
-    return lambda xs: [np.tile(xs[0], _ints(_value(ctx, xs, 1)))]
+    check = _sized(ctx, _tiled_shape)
+
+    def run(xs):
+        multiples = _value(ctx, xs, 1)
+        check(xs[0].shape, multiples)
+        return [np.tile(xs[0], _ints(multiples))]
+
+    return run
 
 
 @register("BROADCAST_TO")
 def broadcast_to(ctx: OpContext):
+    check = _sized(ctx, lambda _, target: _ints(target))
+
     def run(xs):
+        target = _value(ctx, xs, 1)
+        check(xs[0].shape, target)
         try:
-            return [np.ascontiguousarray(np.broadcast_to(xs[0], _ints(_value(ctx, xs, 1))))]
+            return [np.ascontiguousarray(np.broadcast_to(xs[0], _ints(target)))]
         except ValueError as e:
             raise KernelError(f"BROADCAST_TO: {e}") from e
 
@@ -277,7 +306,7 @@ def gather_nd(ctx: OpContext):
 def scatter_nd(ctx: OpContext):
     def run(xs):
         idx, updates, shape = np.asarray(xs[0]).astype(np.int64), xs[1], _ints(xs[2])
-        out = np.zeros(shape, updates.dtype)
+        out = np.zeros(fits(shape, updates.dtype, "SCATTER_ND"), updates.dtype)
         k = idx.shape[-1]
         for d in range(k):
             _check_indices(idx[..., d], shape[d], "SCATTER_ND")
@@ -287,15 +316,29 @@ def scatter_nd(ctx: OpContext):
     return run
 
 
-def _paddings(ctx: OpContext, xs, ndim: int) -> list[tuple[int, int]]:
-    p = _value(ctx, xs, 1).astype(np.int64).reshape(-1, 2)
+def _check_paddings(name: str, p: np.ndarray, ndim: int) -> list[tuple[int, int]]:
+    p = np.asarray(p).astype(np.int64).reshape(-1, 2)
     if p.shape[0] != ndim or np.any(p < 0):
-        raise KernelError(f"{ctx.op.name}: paddings {p.tolist()} do not fit rank {ndim}")
+        raise KernelError(f"{name}: paddings {p.tolist()} do not fit rank {ndim}")
     return [(int(a), int(b)) for a, b in p]
+
+
+def _padded(ctx: OpContext):
+    """The run-time size check of a padding op (and its check at prepare, where the paddings are constant)."""
+    return _sized(ctx, lambda shape, p: [d + a + b for d, (a, b) in
+                                         zip(shape, _check_paddings(ctx.op.name, p, len(shape)))])
+
+
+def _paddings(ctx: OpContext, xs, ndim: int, check) -> list[tuple[int, int]]:
+    p = _value(ctx, xs, 1)
+    check(xs[0].shape, p)
+    return _check_paddings(ctx.op.name, p, ndim)
 
 
 @register("PAD", "PADV2")
 def pad(ctx: OpContext):
+    check = _padded(ctx)
+
     def run(xs):
         x = xs[0]
         value = 0
@@ -303,7 +346,7 @@ def pad(ctx: OpContext):
             value = np.asarray(xs[2]).reshape(-1)[0]
         elif x.dtype != np.float32 and ctx.input_tensor(0).quantization is not None:
             value = int(ctx.input_tensor(0).quantization.zero_points[0])  # quantized zero
-        return [np.pad(x, _paddings(ctx, xs, x.ndim), constant_values=value)]
+        return [np.pad(x, _paddings(ctx, xs, x.ndim, check), constant_values=value)]
 
     return run
 
@@ -311,10 +354,11 @@ def pad(ctx: OpContext):
 @register("MIRROR_PAD")
 def mirror_pad(ctx: OpContext):
     mode = "symmetric" if ctx.opt("mode", 0) == 1 else "reflect"
+    check = _padded(ctx)
 
     def run(xs):
         x = xs[0]
-        return [np.pad(x, _paddings(ctx, xs, x.ndim), mode=mode)]
+        return [np.pad(x, _paddings(ctx, xs, x.ndim, check), mode=mode)]
 
     return run
 
@@ -412,7 +456,13 @@ def rank(ctx: OpContext):
 
 @register("FILL")
 def fill(ctx: OpContext):
-    return lambda xs: [np.full(_ints(xs[0]), np.asarray(xs[1]).reshape(-1)[0], dtype=np.asarray(xs[1]).dtype)]
+    check = _sized(ctx, lambda _, dims: _ints(dims), data_input=0)
+
+    def run(xs):
+        check((), xs[0])
+        return [np.full(_ints(xs[0]), np.asarray(xs[1]).reshape(-1)[0], dtype=np.asarray(xs[1]).dtype)]
+
+    return run
 
 
 @register("RANGE")
@@ -421,6 +471,7 @@ def range_op(ctx: OpContext):
         start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in xs[:3])
         if delta == 0:
             raise KernelError("RANGE: delta is 0")
+        fits([max(0, int(np.ceil((float(limit) - float(start)) / float(delta))))], ctx.output_tensor(0).dtype, "RANGE")
         return [np.arange(start, limit, delta, dtype=ctx.output_tensor(0).dtype)]
 
     return run
