@@ -9,7 +9,7 @@ import pytest
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.benchmark import reference_inputs
 
-from .conftest import assert_close, constant_only_ops, corpus_model, litert, run_model
+from .conftest import assert_close, assert_fp16_close, constant_only_ops, corpus_model, litert, run_model
 
 # model -> ops expected on the CPU (everything else on the OpenCL device)
 EXPECTED_CPU_OPS = {
@@ -47,7 +47,10 @@ def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
         if fp16 and w.dtype.kind in "iu":  # indices (argmax/top-k) may flip on near-ties in FP16
             assert np.mean(g == w) >= 0.9, f"output {i}: only {np.mean(g == w):.0%} of indices agree"
             continue
-        assert_close(g, w, 1e-2 if fp16 else 1e-4, what=f"{name} output {i}")
+        if fp16:
+            assert_fp16_close(g, w, what=f"{name} output {i}")
+        else:
+            assert_close(g, w, 1e-4, what=f"{name} output {i}")
     if name in CLASSIFIERS:
         assert int(np.argmax(got[0])) == int(np.argmax(want[0]))
 
@@ -160,7 +163,7 @@ def test_lstm_on_device_keeps_state_like_litert(opencl_device, fp16):
             it.set_tensor(0, x)
             it.invoke()
         idx = ref.get_output_details()[0]["index"]
-        assert_close(ours.get_tensor(idx), ref.get_tensor(idx), 1e-2 if fp16 else 1e-4, what=f"invoke {step}")
+        (assert_fp16_close if fp16 else assert_close)(ours.get_tensor(idx), ref.get_tensor(idx), what=f"invoke {step}")
 
 
 def test_get_tensor_of_a_constant_after_a_delegated_invoke(opencl_device):

@@ -10,7 +10,7 @@ import pytest
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder, csr_encode
 
-from .conftest import assert_close, constant_only_ops, litert, run_model
+from .conftest import assert_close, assert_fp16_close, constant_only_ops, litert, run_model
 
 
 def _sparse_fp16(b: ModelBuilder, name: str, dense: np.ndarray) -> int:
@@ -102,7 +102,7 @@ def test_sparse_fp16_weights_fully_delegated(model, inputs, fp16, opencl_device)
     want = run_model(litert(), model, inputs)
     got = run_model(lambda **kw: it, model, inputs)
     for i, (g, w) in enumerate(zip(got, want)):
-        assert_close(g, w, 1e-2 if fp16 else 1e-4, what=f"output {i}")
+        (assert_fp16_close if fp16 else assert_close)(g, w, what=f"output {i}")
 
 
 def _fc_model(weights: np.ndarray, bias: np.ndarray, sparse: bool) -> bytes:
