@@ -13,7 +13,7 @@ import pytest
 
 from tflgpu.cpu.quantized import multiply_by_quantized_multiplier, quantize_multiplier
 
-from .conftest import corpus_model, litert, run_model
+from .conftest import assert_close, assert_fp16_close, corpus_model, litert, run_model
 from .qutil import Q, QConst, QIn, QOut, check_qop, rand_q
 
 I8, U8 = np.int8, np.uint8
@@ -213,10 +213,10 @@ def _corpus_input(path):
 # -- hybrid (dynamic-range) ops: float activations, int8 per-channel weights ------------------------
 
 def _hybrid_case(rng, op):
-    """A float-input op with int8 per-channel weights, as the converter's dynamic-range mode writes it."""
+    """A float-input op with int8 per-channel weights, as the converter's dynamic-range mode writes it; and
+    the same op with those weights dequantized, stored as float (the float reference)."""
     from tflgpu.model.builder import ModelBuilder
 
-    b = ModelBuilder()
     if op == "FULLY_CONNECTED":
         x = rng.normal(0, 1, (3, 40)).astype(np.float32)
         w_shape, out_shape, dim, n = (16, 40), (3, 16), 0, 16
@@ -229,43 +229,48 @@ def _hybrid_case(rng, op):
         w_shape, out_shape, dim, n = (14, k, k, 10), (1, 9, 8, 14), 0, 14
     w = rng.integers(-127, 128, w_shape).astype(np.int8)
     scale = rng.uniform(0.005, 0.02, n).astype(np.float32)
-    xi = b.input("x", x.shape, np.float32)
-    wi = b.const("w", w, quant={"scale": scale, "zero_point": np.zeros(n, np.int64), "quantized_dimension": dim})
-    bi = b.const("b", rng.normal(0, 0.1, n).astype(np.float32))
-    yi = b.tensor("y", out_shape, np.float32)
+    bias = rng.normal(0, 0.1, n).astype(np.float32)
+    w_real = w.astype(np.float32) * scale.reshape([-1 if i == dim else 1 for i in range(w.ndim)])
     name = "CONV_2D" if op.startswith("CONV_2D") else op
     opts = {} if name == "FULLY_CONNECTED" else {"padding": "SAME", "stride_h": 1, "stride_w": 1}
     if name == "DEPTHWISE_CONV_2D":
         opts["depth_multiplier"] = 1
-    b.op(name, [xi, wi, bi], [yi], version={"CONV_2D": 5, "DEPTHWISE_CONV_2D": 6, "FULLY_CONNECTED": 12}[name],
-         fused_activation_function="NONE", **opts)
-    b.output(yi)
-    return b.build(), x, (w.astype(np.float32) * scale.reshape([-1 if i == dim else 1 for i in range(w.ndim)]))
+
+    def build(hybrid: bool) -> bytes:
+        b = ModelBuilder()
+        xi = b.input("x", x.shape, np.float32)
+        if hybrid:
+            wi = b.const("w", w, quant={"scale": scale, "zero_point": np.zeros(n, np.int64), "quantized_dimension": dim})
+        else:
+            wi = b.const("w", w_real)
+        yi = b.tensor("y", out_shape, np.float32)
+        version = {"CONV_2D": 5, "DEPTHWISE_CONV_2D": 6, "FULLY_CONNECTED": 12}[name] if hybrid else 1
+        b.op(name, [xi, wi, b.const("b", bias)], [yi], version=version, fused_activation_function="NONE", **opts)
+        b.output(yi)
+        return b.build()
+
+    return build(True), x, build(False)
 
 
 @pytest.mark.parametrize("op", ["CONV_2D", "CONV_2D_1x1", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"])
 def test_hybrid_ops(rng, op, path):
     """CPU: LiteRT's hybrid arithmetic (inputs quantized per row / image, integer products), within float
-    rounding. GPU float view: float inputs times the dequantized weights, as TFLite's GPU delegate does;
-    it differs from LiteRT by LiteRT's input quantization, at most half an input step times the sum of
-    |weights| of an output (the bound asserted, from the input's range over 255 levels)."""
+    rounding. GPU float view: float inputs times the dequantized weights plus the bias, as TFLite's GPU
+    delegate computes it: checked against LiteRT running that float arithmetic (the same op with the
+    dequantized weights stored as float), at the float tolerance of the path (a dropped bias fails it)."""
     from tflgpu import Interpreter
 
-    model, x, w_real = _hybrid_case(rng, op)
-    want = run_model(litert(), model, [x])[0]
+    model, x, float_model = _hybrid_case(rng, op)
     if path is None:
+        want = run_model(litert(), model, [x])[0]
         got = run_model(Interpreter, model, [x])[0]
-        bound = 1e-5 * max(1.0, float(np.abs(want).max()))
-    else:
-        it = Interpreter(model_content=model, delegate=path)
-        assert it.gpu_plan.cpu_op_count == 0
-        got = run_model(lambda **kw: it, model, [x])[0]
-        in_step = (max(0.0, float(x.max())) - min(0.0, float(x.min()))) / 255
-        dim = 3 if op == "DEPTHWISE_CONV_2D" else 0
-        l1 = np.abs(w_real).sum(axis=tuple(i for i in range(w_real.ndim) if i != dim)).max()
-        bound = 0.5 * in_step * float(l1) + (2e-3 if path.wants_fp16() else 1e-5) * float(np.abs(want).max())
-    err = float(np.abs(got - want).max())
-    assert err <= bound, f"{op}: max |diff| {err:.3g} > bound {bound:.3g}"
+        assert_close(got, want, 1e-5, what=op)
+        return
+    it = Interpreter(model_content=model, delegate=path)
+    assert it.gpu_plan.cpu_op_count == 0
+    got = run_model(lambda **kw: it, model, [x])[0]
+    want = run_model(litert(), float_model, [x])[0]
+    (assert_fp16_close if path.wants_fp16() else assert_close)(got, want, what=op)
 
 
 # -- the corpus' quantized models, on every path --------------------------------------------------
