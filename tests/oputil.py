@@ -12,6 +12,7 @@ import numpy as np
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, litert, run_model
+from .verdicts import wrapped_bug
 
 
 @dataclass
@@ -144,10 +145,13 @@ def both_fail_or_match(op: str, inputs, outputs=1, *, isolated: bool = False, bu
     if status == "error":
         try:
             run_model(Interpreter, model, feeds)
-        except (RuntimeError, ValueError):
+        except (RuntimeError, ValueError) as e:
+            bug = wrapped_bug(e)
+            assert bug is None, f"tflgpu's refusal of this {op} wraps an internal error: {e!r} <- {bug!r}"
             return "both rejected"
         raise AssertionError(f"LiteRT rejects this {op}, tflgpu accepted it")
     got = run_model(Interpreter, model, feeds)
+    assert len(got) == len(want), f"{op}: {len(got)} outputs, LiteRT {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w, what=f"{op} output {i}")
     return "matched"

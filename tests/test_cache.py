@@ -233,7 +233,8 @@ def test_hostile_entries_are_never_followed_or_loaded(tmp_path, opencl_device, r
     build(cache)
     (plan,) = files(cache, "plan")
     victim = tmp_path / "victim.bin"
-    victim.write_bytes(plan.read_bytes())  # a valid entry, outside the cache
+    original = plan.read_bytes()
+    victim.write_bytes(original)  # a valid entry, outside the cache
     if attack == "symlinked-entry":
         plan.unlink()
         plan.symlink_to(victim)
@@ -255,7 +256,7 @@ def test_hostile_entries_are_never_followed_or_loaded(tmp_path, opencl_device, r
     assert "tflgpu cache: ignoring" in caplog.text
     assert it.gpu_plan.build_stats["plan"] == "built"  # refused, rebuilt
     check(it, reference)
-    assert victim.read_bytes()  # the link's target is untouched
+    assert victim.read_bytes() == original  # the link's target is untouched
     (new,) = files(cache, "plan")
     assert not new.is_symlink() and not new.parent.is_symlink() and new.stat().st_mode & 0o777 == 0o600
     assert new.stat().st_size < 1 << 20

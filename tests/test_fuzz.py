@@ -18,10 +18,12 @@ import sys
 
 import pytest
 
-from .conftest import corpus_model
+from .conftest import REPO, corpus_model
 
 CHILD = r"""
 import json, os, resource, signal, sys, time
+sys.path.insert(0, os.getcwd())
+from tests.verdicts import wrapped_bug
 import coverage
 cov = coverage.Coverage(source_pkgs=["tflgpu"], data_file=None)
 cov.start()
@@ -41,21 +43,6 @@ def on_alarm(*_):
     raise Hang()
 
 signal.signal(signal.SIGALRM, on_alarm)
-BUGS = (IndexError, KeyError, TypeError, AttributeError, MemoryError, AssertionError, ZeroDivisionError)
-
-def wrapped_bug(e):
-    # The internal error behind a refusal, or None for a verdict. The reader's own "corrupt or truncated
-    # flatbuffer" verdict on bytes its accessors cannot walk is a verdict, whatever it wraps.
-    if "corrupt or truncated flatbuffer" in str(e):
-        return None
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, BUGS):
-            return e
-        e = e.__cause__ or e.__context__
-    return None
-
 def where_of(e):
     import traceback
     frames = traceback.extract_tb(e.__traceback__)[-2:]
@@ -140,7 +127,7 @@ def test_fuzzed_corpus_models(opencl_device, tmp_path):
     env = {**os.environ, "TFLGPU_TUNING": "none"}
     seed = os.environ.get("TFLGPU_FUZZ_SEED", "11")  # (offline, several seeds run side by side)
     r = subprocess.run([sys.executable, "-c", CHILD, ",".join(paths), seed, str(seconds), "1000000", "3"],
-                       capture_output=True, text=True, timeout=seconds + 600, env=env)
+                       capture_output=True, text=True, timeout=seconds + 600, env=env, cwd=REPO)
     assert r.returncode == 0, f"the fuzz child died (signal {-r.returncode})" if r.returncode < 0 else r.stderr[-3000:]
     stats = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"\nfuzz: {stats['tried']} mutants, {stats['ran']} ran, {stats['rejected']} refused with a verdict; "

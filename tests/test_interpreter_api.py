@@ -10,7 +10,7 @@ import pytest
 from tflgpu import Interpreter
 from tflgpu.model.builder import ModelBuilder
 
-from .conftest import assert_close, corpus_model, litert
+from .conftest import assert_close, corpus_model, litert, run_model
 
 
 def _add_model(dynamic_batch: bool = False) -> bytes:
@@ -33,12 +33,20 @@ def opzoo():
 
 
 def test_constructor_forms(opzoo):
+    """Every way of naming the model gives the same interpreter: LiteRT's details and its outputs."""
     data = opzoo.read_bytes()
-    for arg in (str(opzoo), opzoo, data, bytearray(data), memoryview(data)):
-        Interpreter(arg).allocate_tensors()
-    Interpreter(model_path=str(opzoo)).allocate_tensors()
-    Interpreter(model_path=pathlib.Path(opzoo)).allocate_tensors()
-    Interpreter(model_content=data, num_threads=2).allocate_tensors()
+    ref = litert()(model_path=str(opzoo))
+    inputs = [np.random.default_rng(3).uniform(-1, 1, d["shape"]).astype(d["dtype"]) for d in ref.get_input_details()]
+    want = run_model(litert(), opzoo, inputs)
+    forms = [Interpreter(arg) for arg in (str(opzoo), opzoo, data, bytearray(data), memoryview(data))]
+    forms += [Interpreter(model_path=str(opzoo)), Interpreter(model_path=pathlib.Path(opzoo)),
+              Interpreter(model_content=data, num_threads=2)]
+    for it in forms:
+        assert _normalize(it.get_input_details()) == _normalize(ref.get_input_details())
+        got = run_model(lambda **kw: it, opzoo, inputs)  # noqa: B023 (called at once)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_close(g, w)
 
 
 def test_constructor_errors_match_litert(opzoo):

@@ -109,7 +109,6 @@ def test_batch_matmul(adj_x, adj_y, b1, b2, seed):
         np.broadcast_shapes(b1, b2)
     except ValueError:
         assume(False)
-    assume(len(b1) + 2 >= 2 and len(b2) + 2 >= 2)
     a = rand(rng, b1 + ((k, m) if adj_x else (m, k)))
     b = rand(rng, b2 + ((n, k) if adj_y else (k, n)))
     check_op("BATCH_MATMUL", [In(a), In(b)], adj_x=adj_x, adj_y=adj_y)
