@@ -65,6 +65,16 @@ def test_fuzz_findings_are_refused_at_allocate(name, delegate, request):
     assert not isinstance(err.__cause__, (IndexError, KeyError, TypeError, AttributeError, MemoryError))
 
 
+def test_fuzz_finding_refused_by_the_reader():
+    """A mutant of the int8 model whose per-channel weights name dimension 2**31-1: an IndexError in the
+    kernel's prepare; refused when read (LiteRT's flatbuffer verifier refuses it too)."""
+    model = (DATA / "small_int8_mutant_quantized_dimension.tflite").read_bytes()
+    litert_refuses(model)
+    with pytest.raises(ValueError, match=r"tensor 5 'w2'\): per-channel quantization along dimension 2147483647 of a "
+                                         r"rank-4 tensor"):
+        Interpreter(model_content=model)
+
+
 def _one_op(op: str, ins: list, outs: list, **options) -> bytes:
     """A one-op model whose node lists ``ins`` / ``outs`` (("in", shape, dtype), ("const", array) or None)."""
     b = ModelBuilder()

@@ -195,6 +195,8 @@ class _Reader:
         if nbytes > self.max_tensor_bytes:
             raise self.fail(f"shape {list(shape)} needs {nbytes} bytes, over the limit of {self.max_tensor_bytes}")
         quant = self._quantization(t.Quantization())
+        if quant is not None:
+            self._check_quantization(quant, shape)
         sparsity = read_sparsity(t.Sparsity()) if t.Sparsity() is not None else None
         bidx = t.Buffer()
         if not 0 <= bidx < max(len(self.buffers), 1):
@@ -235,6 +237,17 @@ class _Reader:
         mins = q.MinAsNumpy().astype(np.float32) if q.MinLength() else None
         maxs = q.MaxAsNumpy().astype(np.float32) if q.MaxLength() else None
         return Quantization(scales, zps, int(q.QuantizedDimension()), 0, mins, maxs)
+
+    def _check_quantization(self, q: Quantization, shape: tuple[int, ...]) -> None:
+        """As TFLite's InterpreterBuilder: one zero point per scale, and per-channel scales along a dimension
+        of the tensor that has that many entries."""
+        n = len(q.scales)
+        if len(q.zero_points) != n:
+            raise self.fail(f"quantization has {len(q.zero_points)} zero points and {n} scales; must have the same number")
+        if n > 1 and not 0 <= q.quantized_dimension < len(shape):
+            raise self.fail(f"per-channel quantization along dimension {q.quantized_dimension} of a rank-{len(shape)} tensor")
+        if n > 1 and shape[q.quantized_dimension] != n:
+            raise self.fail(f"quantization has {n} scales (only 1 or {shape[q.quantized_dimension]} are supported)")
 
     def _subgraph(self, sg, s: int) -> Subgraph:
         self.sg_index = s
