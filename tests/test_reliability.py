@@ -32,6 +32,29 @@ def want(feeds):
     return run_model(litert(), MODEL, feeds)[0]
 
 
+@pytest.fixture
+def device_buffers(monkeypatch):
+    """Counts the OpenCL buffers actually alive (not the planner's figure): every pyopencl Buffer made while
+    the test runs is tracked; the fixture returns a function giving (count, bytes) of those still alive."""
+    from tflgpu.runtime.device import import_pyopencl
+
+    cl = import_pyopencl()
+    live = weakref.WeakSet()
+
+    class Counted(cl.Buffer):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            live.add(self)
+
+    monkeypatch.setattr(cl, "Buffer", Counted)
+
+    def alive() -> tuple[int, int]:
+        gc.collect()
+        return len(live), sum(b.size for b in live)
+
+    return alive
+
+
 def invoke(it, feeds):
     for d, x in zip(it.get_input_details(), feeds):
         it.set_tensor(d["index"], x)
@@ -117,12 +140,16 @@ def test_one_interpreter_per_thread(opencl_device, feeds, threads, invokes):
     assert not errors and all(results), (errors, results)
 
 
-def test_resize_cycles_are_correct_and_release_device_buffers(opencl_device, rng):
-    it = Interpreter(MODEL, delegate=GpuDelegate(tuning="none"))
+def test_resize_cycles_are_correct_and_release_device_buffers(opencl_device, rng, device_buffers):
+    """Resizes back and forth: each result matches LiteRT, and the device buffers alive after each rebuild are
+    exactly those of one plan for that shape (an earlier plan's are freed, not only its Python object); an
+    interpreter deleted leaves none behind."""
+    before = device_buffers()
+    it = Interpreter(MODEL, delegate=GpuDelegate(tuning="none", cache=False))
     idx = it.get_input_details()[0]["index"]
     base = tuple(int(s) for s in it.get_input_details()[0]["shape"])
     ref = litert()(model_path=MODEL)
-    old = []
+    old, alive = [], {}
     for batch in (1, 4, 1, 4, 2):
         shape = (batch,) + base[1:]
         it.resize_tensor_input(idx, shape)
@@ -134,8 +161,13 @@ def test_resize_cycles_are_correct_and_release_device_buffers(opencl_device, rng
         ref.set_tensor(idx, x)
         ref.invoke()
         assert_close(invoke(it, [x]), ref.get_tensor(ref.get_output_details()[0]["index"]))
+        now = device_buffers()
+        assert alive.setdefault(batch, now) == now, f"batch {batch}: {now} buffers/bytes alive, first time {alive[batch]}"
+    assert alive[4][1] > alive[1][1] > before[1]  # (the counts see the plans' buffers)
     gc.collect()
-    assert sum(r() is not None for r in old) == 1  # every earlier plan (and its device buffers) is gone
+    assert sum(r() is not None for r in old) == 1  # every earlier plan is gone
+    del it
+    assert device_buffers() == before
 
 
 def _rss_bytes() -> int:
@@ -143,20 +175,24 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.mark.slow
-def test_long_run_memory_is_flat(opencl_device, tmp_path, feeds, want):
-    """10,000 invokes: host RSS flat after warm-up, the plan's device memory unchanged, the cache unchanged."""
+@pytest.mark.parametrize("invokes", [pytest.param(1_000, id="ci"), pytest.param(10_000, id="long", marks=pytest.mark.slow)])
+def test_long_run_memory_is_flat(opencl_device, tmp_path, feeds, want, invokes, device_buffers):
+    """Many invokes: host RSS flat after warm-up, the device buffers alive unchanged (counted, not the
+    planner's figure), the cache unchanged, the result still LiteRT's."""
     it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none"))
     it.allocate_tensors()
     for _ in range(200):
         invoke(it, feeds)
-    rss0, cache0, planned0 = _rss_bytes(), CacheStore(tmp_path).total_bytes(), it.gpu_plan.planned_bytes
-    for _ in range(10_000):
+    gc.collect()
+    rss0, cache0, buffers0 = _rss_bytes(), CacheStore(tmp_path).total_bytes(), device_buffers()
+    assert buffers0[0] > 0
+    for _ in range(invokes):
         y = invoke(it, feeds)
+    gc.collect()
     grown = _rss_bytes() - rss0
-    print(f"\n10,000 invokes: RSS {rss0 / 2**20:.1f} MiB -> {(rss0 + grown) / 2**20:.1f} MiB")
+    print(f"\n{invokes:,} invokes: RSS {rss0 / 2**20:.1f} MiB -> {(rss0 + grown) / 2**20:.1f} MiB")
     assert grown < 8 * 2**20, grown
-    assert it.gpu_plan.planned_bytes == planned0 and CacheStore(tmp_path).total_bytes() == cache0
+    assert device_buffers() == buffers0 and CacheStore(tmp_path).total_bytes() == cache0
     assert_close(y, want)
 
 
