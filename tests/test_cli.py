@@ -100,3 +100,28 @@ def test_run_and_bench_through_gpu_delegate(capsys, opencl_device):
     assert main(["bench", "--delegate", "gpu", "--repeat", "3", "--warmup", "1", "--profile"]) == 0
     out = capsys.readouterr().out
     assert "| default.tflite | opencl:" in out and "per-kernel profile" in out and "| conv_2d_0 | CONV_2D |" in out
+
+
+def test_bench_alternates_tflgpu_and_litert(monkeypatch):
+    """`tflgpu bench` times tflgpu and LiteRT in alternating blocks (the machine's drift hits both alike), not
+    in one block each: the order of timed invokes is recorded on both interpreters."""
+    import tflgpu.benchmark as benchmark
+    from tflgpu.model.default_model import DEFAULT_MODEL_PATH
+
+    order: list[str] = []
+    real = benchmark.interleaved_samples
+
+    def recording(interps, *a, **kw):
+        for name, it in zip(("tflgpu", "litert"), interps):
+            inner = it.invoke
+            it.invoke = lambda inner=inner, name=name: (order.append(name), inner())[1]
+        return real(interps, *a, **kw)
+
+    monkeypatch.setattr(benchmark, "interleaved_samples", recording)
+    row = benchmark.bench_model(DEFAULT_MODEL_PATH, warmup=1, repeats=6)
+    assert row.litert_ms is not None and row.min_ms <= row.tflgpu_ms <= row.max_ms
+    runs = [order[0]]  # the runs of one runtime in a row
+    for name in order[1:]:
+        if name != runs[-1]:
+            runs.append(name)
+    assert len(runs) >= 6, runs  # warm-up of each, then at least two blocks of each, alternating

@@ -48,10 +48,15 @@ def time_invokes(invoke: Callable[[], None], warmup: int = 3, repeats: int = 20,
 
 
 def interleaved_ms(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4) -> list[float]:
-    """Median invoke latency of each interpreter, timed in alternation so the machine's drift hits all
-    alike: ``rounds`` rounds, each running every interpreter ``block`` times in a row and keeping all
-    but the first of those (the first may share the CPU with the previous runtime's still-spinning
-    worker threads: XNNPACK, numba and OpenCL CPU runtimes all spin a while after work)."""
+    """Median invoke latency of each interpreter, timed in alternation (see ``interleaved_samples``)."""
+    return [statistics.median(ts) * 1e3 for ts in interleaved_samples(interps, rounds, warmup, block)]
+
+
+def interleaved_samples(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4) -> list[list[float]]:
+    """Seconds of each timed invoke of each interpreter, timed in alternation so the machine's drift hits all
+    alike: rounds in which every interpreter runs ``block`` times in a row, keeping all but the first of
+    those (the first may share the CPU with the previous runtime's still-spinning worker threads: XNNPACK,
+    numba and OpenCL CPU runtimes all spin a while after work), until each has ``rounds`` samples."""
     for it in interps:
         for _ in range(warmup):
             it.invoke()
@@ -64,7 +69,7 @@ def interleaved_ms(interps: list, rounds: int = 30, warmup: int = 3, block: int 
                 t = time.perf_counter()
                 it.invoke()
                 ts.append(time.perf_counter() - t)
-    return [statistics.median(ts) * 1e3 for ts in times]
+    return times
 
 
 @dataclass
@@ -113,28 +118,31 @@ def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats
     inputs = reference_inputs(ours.get_input_details())
     for d, x in zip(ours.get_input_details(), inputs):
         ours.set_tensor(d["index"], x)
-    times = time_invokes(ours.invoke, warmup, repeats)
-    ours_ms = 1e3 * statistics.median(times)
-    ref_ms = err = None
+    LiteRT = None
     if compare:
         try:
             from ai_edge_litert.interpreter import Interpreter as LiteRT
         except ImportError:
-            LiteRT = None
-        if LiteRT is not None:
-            ref = _prepare(LiteRT, path, inputs, num_threads=num_threads)
-            ref_ms = 1e3 * statistics.median(time_invokes(ref.invoke, warmup, repeats))
-            # fresh interpreters, one invoke each, so stateful models (LSTM) compare like with like
-            a = _prepare(Interpreter, path, inputs, num_threads=num_threads, **(interpreter_kwargs or {}))
-            r = _prepare(LiteRT, path, inputs, num_threads=num_threads)
-            a.invoke()
-            r.invoke()
-            errs = []
-            for d in r.get_output_details():
-                want = r.get_tensor(d["index"]).astype(np.float64)
-                got = a.get_tensor(d["index"]).astype(np.float64)
-                errs.append(float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
-            err = max(errs) if errs else 0.0
+            pass
+    ref_ms = err = None
+    if LiteRT is None:
+        times = time_invokes(ours.invoke, warmup, repeats)
+    else:  # timed in alternation with LiteRT, so the machine's drift hits both alike
+        ref = _prepare(LiteRT, path, inputs, num_threads=num_threads)
+        times, ref_times = interleaved_samples([ours, ref], rounds=repeats, warmup=warmup)
+        ref_ms = 1e3 * statistics.median(ref_times)
+        # fresh interpreters, one invoke each, so stateful models (LSTM) compare like with like
+        a = _prepare(Interpreter, path, inputs, num_threads=num_threads, **(interpreter_kwargs or {}))
+        r = _prepare(LiteRT, path, inputs, num_threads=num_threads)
+        a.invoke()
+        r.invoke()
+        errs = []
+        for d in r.get_output_details():
+            want = r.get_tensor(d["index"]).astype(np.float64)
+            got = a.get_tensor(d["index"]).astype(np.float64)
+            errs.append(float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
+        err = max(errs) if errs else 0.0
+    ours_ms = 1e3 * statistics.median(times)
     return BenchRow(path.name, ours_ms, ref_ms, ours.backend, err, init_ms, 1e3 * min(times), 1e3 * max(times))
 
 
