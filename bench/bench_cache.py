@@ -4,9 +4,10 @@
 Per model, each number is the model's start-up (Interpreter(...) + allocate_tensors()) in a fresh
 process: cold = empty cache directory (tuning off, and tuning "fast"), warm = the median of the next
 three processes on the directory the cold one filled. Each process first imports tflgpu and starts the OpenCL runtime
-(loading the driver, listing devices): that part is the same with or without a cache, so it is
-timed apart ("runtime start") and not counted in the model's start-up. pyopencl's own compiler
-cache is bypassed whenever tflgpu's cache is on, so "cold" compiles everything.
+(loading the driver, listing devices): that part is the same with or without a cache, and users pay it
+on every start, so the reduction is reported both ways: the model's start-up alone, and the whole start
+(runtime start included, what a user waits for). pyopencl's own compiler cache is bypassed whenever
+tflgpu's cache is on, so "cold" compiles everything.
 
     python bench/bench_cache.py [--models-dir ../shared/models] [--precision fp32] [--cold-runs 3] [MODEL ...]
 """
@@ -69,9 +70,9 @@ def main() -> int:
     models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
     fp16 = args.precision == "fp16"
     print("| model | cold init s (tuning off) | cold init s (tuning fast) | warm init s | warm vs cold (off) "
-          "| warm vs cold (fast) | cache bytes | runtime start s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    worst, worst_large = 100.0, 100.0
+          "| warm vs cold, with runtime start | warm vs cold (fast) | cache bytes | runtime start s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    worst, worst_large, worst_whole = 100.0, 100.0, 100.0
     for m in models:
         print(f"{m.name} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="tflgpu-bench-") as d:
@@ -94,14 +95,17 @@ def main() -> int:
                 warm_fast = init_time(m, d, "fast", fp16)
                 assert warm_fast["compiled"] == 0, warm_fast
         red = 100 * (1 - warm["s"] / cold["s"])
-        worst = min(worst, red)
+        whole = 100 * (1 - (warm["s"] + warm["runtime_start"]) / (cold["s"] + cold["runtime_start"]))
+        worst, worst_whole = min(worst, red), min(worst_whole, whole)
         if m.stat().st_size >= LARGE_BYTES:
             worst_large = min(worst_large, red)
         red_fast = f"{100 * (1 - warm_fast['s'] / fast['s']):.1f}%" if fast else "-"
         print(f"| {m.name} | {cold['s']:.2f} | " + (f"{fast['s']:.2f}" if fast else "-")
-              + f" | {warm['s']:.3f} | {red:.1f}% | {red_fast} | {size:,} | {warm['runtime_start']:.2f} |", flush=True)
-    print(f"\nsmallest reduction (warm vs cold, tuning off): {worst:.1f}% over every model (goal 90%), "
-          f"{worst_large:.1f}% over the large ones, files of 1 MB or more (goal 95%)")
+              + f" | {warm['s']:.3f} | {red:.1f}% | {whole:.1f}% | {red_fast} | {size:,} | {warm['runtime_start']:.2f} |",
+              flush=True)
+    print(f"\nsmallest reduction (warm vs cold, tuning off): {worst:.1f}% of the model's start-up over every model, "
+          f"{worst_large:.1f}% over the large ones (files of 1 MB or more); {worst_whole:.1f}% of the whole start, "
+          f"runtime start included")
     return 0
 
 
