@@ -2,11 +2,13 @@
 """tflgpu (CPU kernels, and GpuDelegate FP32/FP16 on the OpenCL device) vs LiteRT (XNNPACK, same
 thread count), every corpus model, in one process.
 
-    python bench/bench_corpus.py [--models-dir ../shared/models] [--threads 2] [--repeat 20] [--no-gpu] [MODEL ...]
+    python bench/bench_corpus.py [--models-dir ../shared/models] [--threads 2] [--repeat 20] [--no-gpu]
+                                 [--write-readme README.md] [MODEL ...]
 
 Prints a markdown table of median latencies and ratios to LiteRT (lower is better for tflgpu). Per
 model, every interpreter is built first, then all are invoked in alternation (--repeat rounds), so
-the machine's drift hits every column alike.
+the machine's drift hits every column alike. ``--write-readme`` puts the table, with the date, the
+machine and the command, into the README's generated section ``bench_corpus``.
 """
 
 from __future__ import annotations
@@ -31,13 +33,21 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--no-gpu", action="store_true", help="only the CPU kernels")
+    p.add_argument("--write-readme", type=Path, metavar="README", help="write the table into this README too")
     args = p.parse_args()
     models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
     if not models:
         print(f"no models found in {args.models_dir}", file=sys.stderr)
         return 1
-    print("| model | LiteRT ms | tflgpu CPU ms (ratio) | OpenCL FP32 ms (ratio) | OpenCL FP16 ms (ratio) | ops on device |")
-    print("|---|---:|---:|---:|---:|---|")
+    lines = ["| model | LiteRT ms | tflgpu CPU ms (ratio) | OpenCL FP32 ms (ratio) | OpenCL FP16 ms (ratio) | ops on device |",
+             "|---|---:|---:|---:|---:|---|"]
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+
+    for line in lines:
+        print(line)
     try:
         from ai_edge_litert.interpreter import Interpreter as LiteRT
     except ImportError:
@@ -65,12 +75,15 @@ def main() -> int:
                 ratios[key].append(ms[key] / ref)
             cells.append(f"{ms[key]:.2f} ({ms[key] / ref:.1f}x)" if ref else f"{ms[key]:.2f}")
         split = its["fp32"].backend.split("; ", 1)[-1].rstrip(")") if "fp32" in its else ""
-        print(f"| {m.name} | " + (f"{ref:.2f}" if ref else "-") + " | " + " | ".join(cells) + f" | {split} |",
-              flush=True)
+        emit(f"| {m.name} | " + (f"{ref:.2f}" if ref else "-") + " | " + " | ".join(cells) + f" | {split} |")
+    emit("")
     for key, rs in ratios.items():
         if rs:
-            print(f"geomean ratio to LiteRT, {key}: {math.exp(sum(map(math.log, rs)) / len(rs)):.2f}x "
-                  f"over {len(rs)} models")
+            emit(f"Geomean ratio to LiteRT, {key}: {math.exp(sum(map(math.log, rs)) / len(rs)):.2f}x over {len(rs)} models.")
+    if args.write_readme:
+        from readme_section import measured_on, replace_section
+
+        replace_section(args.write_readme, "bench_corpus", measured_on(not args.no_gpu) + "\n\n" + "\n".join(lines))
     return 0
 
 

@@ -1,0 +1,63 @@
+"""Writes a benchmark's table into the README between markers, with the date, the machine and the command,
+so the README's tables come from one run of a script and cannot drift from what it measures.
+
+A section is ``<!-- generated:NAME begin -->`` ... ``<!-- generated:NAME end -->``; everything between
+the markers is replaced."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import shlex
+import sys
+from pathlib import Path
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def measured_on(opencl: bool = True) -> str:
+    """One line: the date, the OpenCL device, the host CPU and its cores, and the versions compared."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from tflgpu.version import __version__
+
+    parts = [f"Measured {datetime.date.today().isoformat()}"]
+    if opencl:
+        try:
+            from tflgpu.runtime.device import choose_device
+
+            ident = choose_device().identity
+            parts.append(f"OpenCL device: {ident.device} ({ident.platform}, driver {ident.driver_version})")
+        except Exception as e:  # noqa: BLE001 (a table without a device still says so)
+            parts.append(f"no OpenCL device ({e})")
+    parts.append(f"host CPU: {_cpu_name()}, {os.cpu_count()} logical cores")
+    try:
+        parts.append(f"LiteRT {version('ai-edge-litert')}")
+    except PackageNotFoundError:
+        pass
+    parts.append(f"tflgpu {__version__}")
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items()) if k.startswith("TFLGPU_")]
+    command = " ".join([*env, "python", *(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix(), *sys.argv[1:]])])
+    return "; ".join(parts) + f". Command: `{command}`."
+
+
+def replace_section(readme: Path, name: str, body: str) -> None:
+    """Replace the README's generated section ``name`` with ``body``; a README without its markers is an error."""
+    if not readme.is_file():
+        raise SystemExit(f"--write-readme: {readme} is not a file")
+    text = readme.read_text()
+    begin, end = f"<!-- generated:{name} begin -->", f"<!-- generated:{name} end -->"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{readme} has no section {begin} ... {end}")
+    readme.write_text(pattern.sub(lambda _: f"{begin}\n{body.strip()}\n{end}", text))
