@@ -320,6 +320,31 @@ def test_unidirectional_lstm_on_device(gpu, rng, variant):
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+def test_long_lstm_builds_in_linear_time_and_holds_its_weights_once(opencl_device, rng, monkeypatch):
+    """A fuzz finding: a 16,400-step LSTM took 150 s to build (pyopencl generated an invoker module per kernel
+    instance, naming each by scanning the others: O(n^2)) and uploaded its weights once per step. Now the
+    invokers of a signature are made once, and a step's launches share its constant buffers."""
+    import pyopencl.invoker
+
+    from tflgpu import GpuDelegate, Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import lstm_model
+
+    generated = []
+    real = pyopencl.invoker._generate_enqueue_and_set_args_module
+    monkeypatch.setattr(pyopencl.invoker, "_generate_enqueue_and_set_args_module",
+                        lambda *a: generated.append(a[0]) or real(*a))
+    model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, steps=1500, n_in=5, units=6)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    plan = it.gpu_plan
+    assert plan.cpu_op_count == 0 and sum(len(s.kernels) for s in plan.steps if s.device == "gpu") > 1500
+    assert len(generated) == len(set(generated)) < 20, f"{len(generated)} invokers for {len(set(generated))} kernels"
+    lstm_step = next(i for i, s in enumerate(plan.steps) if s.op.name == "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    assert len(plan.io.const_buffers[lstm_step]) == 3  # input weights, recurrent weights, bias: once
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+
 @pytest.mark.parametrize("op", ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"])
 def test_comparisons_on_device(gpu, rng, op):
     a = rng.integers(-2, 3, (1, 3, 4, 5)).astype(np.float32)

@@ -108,18 +108,24 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     return prg
 
 
-def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, np_dtype) -> tuple[list, list]:
-    """The argument values of ``spec`` (its constants uploaded); returns them and the constant buffers made."""
+def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, np_dtype, uploaded: dict | None = None) -> tuple[list, list]:
+    """The argument values of ``spec`` (its constants uploaded); returns them and the constant buffers made.
+    ``uploaded``: constants already uploaded for specs made together, by the identity of their array (one
+    step's specs share theirs: the 16,400 launches of a long LSTM hold one copy of its weights, not 16,400)."""
     mf = cl.mem_flags
     args, consts = [], []
+    uploaded = {} if uploaded is None else uploaded
     for a in spec.args:
         if a.kind == "tensor":
             args.append(tensor_buffer[a.value])
         elif a.kind in ("const", "const32"):  # const32: float32 whatever the storage precision
-            data = np.ascontiguousarray(a.value, dtype=np.float32 if a.kind == "const32" else np_dtype)
-            buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data)
-            consts.append(buf)
-            args.append(buf)
+            key = (id(a.value), a.kind)
+            if key not in uploaded:
+                data = np.ascontiguousarray(a.value, dtype=np.float32 if a.kind == "const32" else np_dtype)
+                # (the array is kept with the buffer: its id stays unique while the entry exists)
+                uploaded[key] = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data), a.value)
+                consts.append(uploaded[key][0])
+            args.append(uploaded[key][0])
         elif a.kind == "int":
             args.append(np.int32(a.value))
         else:

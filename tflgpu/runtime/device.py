@@ -64,7 +64,33 @@ def import_pyopencl():
             del os.environ["PYOPENCL_NO_CACHE"]
     import pyopencl
 
+    _memoize_invokers(pyopencl)
     return pyopencl
+
+
+def _memoize_invokers(cl) -> None:
+    """Without its caches, pyopencl generates a fresh Python "invoker" module for every kernel object it creates,
+    and pytools names each by scanning the names already taken: creating n kernels costs O(n^2) (16,400 LSTM
+    steps took 150 s). The invokers of equal signatures are equal, so they are kept in memory here, once per
+    process; tflgpu itself sets arguments and enqueues without them."""
+    invoker = sys.modules.get("pyopencl.invoker") or __import__("pyopencl.invoker").invoker
+    generate = getattr(invoker, "generate_enqueue_and_set_args", None)
+    if generate is None or getattr(generate, "tflgpu_memoized", False) or not getattr(cl, "_PYOPENCL_NO_CACHE", False):
+        return
+    made: dict = {}
+
+    def memoized(function_name, num_passed_args, num_cl_args, arg_types, work_around_arg_count_bug,
+                 warn_about_arg_count_bug, devs):
+        key = (function_name, num_passed_args, num_cl_args, tuple(arg_types) if arg_types is not None else None,
+               work_around_arg_count_bug, warn_about_arg_count_bug, tuple(devs))
+        if key not in made:
+            made[key] = generate(function_name, num_passed_args, num_cl_args, arg_types,
+                                 work_around_arg_count_bug=work_around_arg_count_bug,
+                                 warn_about_arg_count_bug=warn_about_arg_count_bug, devs=devs)
+        return made[key]
+
+    memoized.tflgpu_memoized = True
+    invoker.generate_enqueue_and_set_args = memoized
 
 
 @lru_cache(maxsize=1)

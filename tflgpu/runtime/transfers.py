@@ -102,9 +102,9 @@ class DeviceTensors:
 
     def upload_args(self, specs: list) -> tuple[list[list], list]:
         """Each spec's argument values on this plan's buffers (its constants uploaded), and the constant buffers."""
-        args, consts = [], []
+        args, consts, uploaded = [], [], {}
         for spec in specs:
-            a, c = kernel_args(self.cl, self.ctx, spec, self.tensor_buffer, self.np_dtype)
+            a, c = kernel_args(self.cl, self.ctx, spec, self.tensor_buffer, self.np_dtype, uploaded)
             args.append(a)
             consts.extend(c)
         return args, consts
