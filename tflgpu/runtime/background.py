@@ -173,6 +173,7 @@ class Background:
         if compile_tier == "optimized":
             self._optimized.set()
         self.thread = threading.Thread(target=self._run, name="tflgpu-background", daemon=True)
+        _register_exit_hook()
         _LIVE.add(self)
         weakref.finalize(plan, self.activity.stop)
         self.thread.start()
@@ -234,13 +235,25 @@ class Background:
 
 
 _LIVE: set[Background] = set()
+EXIT_WAIT_S = 600.0
+_HOOKED: list[bool] = []
 
 
-@atexit.register
+def _register_exit_hook() -> None:
+    """Registered when the first worker starts, not at import: exit handlers run last-registered first, and
+    this one must run before pyopencl's own (registered when pyopencl is imported, after this module may
+    have been), which clears the caches holding contexts a worker may still be compiling in."""
+    if not _HOOKED:
+        _HOOKED.append(True)
+        atexit.register(_finish_at_exit)
+
+
 def _finish_at_exit() -> None:
     """Let each worker finish the compile or launch it is in (so nothing is torn down under it, and what it
-    built is stored), then stop."""
+    built is stored), then stop. The wait is for one driver call, however long it takes: a worker still inside
+    the OpenCL compiler when the interpreter is torn down takes the process down with it ("FATAL: exception
+    not rethrown" from Intel's runtime); the bound is for a driver that never returns."""
     for b in list(_LIVE):
         b.stop()
     for b in list(_LIVE):
-        b.thread.join(timeout=60)
+        b.thread.join(timeout=EXIT_WAIT_S)
