@@ -16,6 +16,7 @@ from tflgpu.model.builder import ModelBuilder
 
 from .conftest import litert
 from .oputil import In, Out, op_model, rand
+from .verdicts import wrapped_bug
 
 DATA = Path(__file__).parent / "data"
 
@@ -48,6 +49,12 @@ MUTANTS = {
     # a flipped bit in PAD's constant paddings: numpy's MemoryError for 9 GiB at invoke
     "opzoo_small_mutant_pad_9gib.tflite": ("Node number 6 (PAD)", r"PAD: its output of shape \[1, 4194340, 36, 16\] "
                                            r"needs 9663759360 bytes, over the limit of \d+ for one tensor"),
+    # a STRIDED_SLICE with two ellipsis bits: numpy's IndexError at invoke (LiteRT: not a valid flatbuffer)
+    "opzoo_small_mutant_two_ellipses.tflite": ("Node number 16 (STRIDED_SLICE)",
+                                               r"Multiple ellipses in slice spec not allowed \(ellipsis_mask 9\)$"),
+    # int8 FULLY_CONNECTED weights of shape [5, 0]: a ZeroDivisionError at invoke (LiteRT runs it, and
+    # returns a uniform softmax whatever the input)
+    "small_int8_mutant_fc_depth0.tflite": ("Node number 5 (FULLY_CONNECTED)", r"in1 has a zero dimension: shape \[5, 0\]$"),
 }
 
 
@@ -60,9 +67,25 @@ def test_fuzz_findings_are_refused_at_allocate(name, delegate, request):
     node, why = MUTANTS[name]
     if "add" in name:  # (LiteRT attempts the 9 GiB allocation, and where it has the memory it succeeds)
         assert f"{node} failed to prepare" in litert_refuses(model)
+    elif "ellipses" in name:
+        litert_refuses(model)
     kw = {"delegate": GpuDelegate(cache=False)} if delegate else {}
     err = refused_at_allocate(model, "^" + re.escape(node) + " failed to prepare: " + why, **kw)
     assert not isinstance(err.__cause__, (IndexError, KeyError, TypeError, AttributeError, MemoryError))
+
+
+def test_fuzz_finding_refused_at_invoke():
+    """A mutant whose RESIZE_BILINEAR input is declared rank 0: an IndexError in its prepare-time size check.
+    Declared shapes may be stale, so prepare leaves it to the run, where the real shapes give a verdict."""
+    model = (DATA / "opzoo_small_mutant_resize_rank0.tflite").read_bytes()
+    litert_refuses(model)
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], np.ones(it.get_input_details()[0]["shape"], np.float32))
+    with pytest.raises(RuntimeError, match=r"^Node number 22 \(FULLY_CONNECTED\) failed to invoke: FULLY_CONNECTED: "
+                                           r"input of 848 values is not a multiple of depth 80$") as e:
+        it.invoke()
+    assert e.value.__cause__ is None or wrapped_bug(e.value) is None
 
 
 def test_fuzz_finding_refused_by_the_reader():

@@ -104,6 +104,10 @@ def check_geometry(ctx: OpContext, **values: int) -> None:
             raise ctx.fail(f"{name} must be a positive integer, got {v!r}")
 
 
+class TooLarge(KernelError):
+    """An output over one tensor's limit (``fits``)."""
+
+
 def fits(shape, dtype, what: str) -> tuple[int, ...]:
     """``shape`` as ints, if an array of it and ``dtype`` fits one tensor's limit; else a KernelError, raised
     before anything is allocated. Kernels whose output size comes from data (paddings, multiples, a target
@@ -115,9 +119,21 @@ def fits(shape, dtype, what: str) -> tuple[int, ...]:
         raise KernelError(f"{what}: negative dimension in its output shape {list(dims)}")
     need = math.prod(dims) * np.dtype(dtype).itemsize
     if need > DEFAULT_MAX_TENSOR_BYTES:
-        raise KernelError(f"{what}: its output of shape {list(dims)} needs {need} bytes, over the limit of "
+        raise TooLarge(f"{what}: its output of shape {list(dims)} needs {need} bytes, over the limit of "
                           f"{DEFAULT_MAX_TENSOR_BYTES} for one tensor (TFLGPU_MAX_TENSOR_BYTES)")
     return dims
+
+
+def check_size_at_prepare(check: Callable[[], object]) -> None:
+    """Run a kernel's output-size check at prepare, on declared shapes: only an output over the limit refuses
+    the node there. A declared shape can be stale (shapes are recomputed at run time), so a shape the check
+    cannot use is left to the same check on every run."""
+    try:
+        check()
+    except TooLarge:
+        raise
+    except (KernelError, ValueError, IndexError):
+        pass
 
 
 def static_shape(ctx: OpContext, i: int) -> tuple[int, ...] | None:

@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..ops.attributes import resize_scale
-from .registry import KernelError, OpContext, fits, register, static_shape
+from .registry import KernelError, OpContext, check_size_at_prepare, fits, register, static_shape
 
 
 def _bilinear_axis(in_size, out_size, align, half):
@@ -66,6 +66,8 @@ def _out_size(ctx: OpContext, xs) -> tuple[int, int]:
 
 
 def _checked_size(ctx: OpContext, size, x_shape) -> tuple[int, int]:
+    if len(x_shape) != 4:
+        raise KernelError(f"{ctx.op.name}: input must be 4-D [batch, height, width, channels], got {list(x_shape)}")
     size = np.asarray(size).reshape(-1)
     if size.size != 2 or np.any(size <= 0):
         raise KernelError(f"{ctx.op.name}: size must be two positive ints, got {size.tolist()}")
@@ -77,7 +79,7 @@ def _check_at_prepare(ctx: OpContext) -> None:
     """A constant size is checked at prepare (an output over one tensor's limit is refused there)."""
     shape = static_shape(ctx, 0)
     if ctx.const(1) is not None and shape is not None:
-        _checked_size(ctx, ctx.const(1), shape)
+        check_size_at_prepare(lambda: _checked_size(ctx, ctx.const(1), shape))
 
 
 @register("RESIZE_BILINEAR")

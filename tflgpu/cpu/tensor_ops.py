@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attributes import axis_slice
-from .registry import KernelError, OpContext, fits, normalize_axis, register, static_shape
+from .registry import KernelError, OpContext, check_size_at_prepare, fits, normalize_axis, register, static_shape
 
 
 def _value(ctx: OpContext, xs, i: int) -> np.ndarray:
@@ -171,6 +171,8 @@ def strided_slice(ctx: OpContext):
     bm, em = ctx.opt("begin_mask", 0), ctx.opt("end_mask", 0)
     ell, new, shrink = ctx.opt("ellipsis_mask", 0), ctx.opt("new_axis_mask", 0), ctx.opt("shrink_axis_mask", 0)
     offset = ctx.opt("offset", False)
+    if ell & (ell - 1):
+        raise ctx.fail(f"Multiple ellipses in slice spec not allowed (ellipsis_mask {ell})")
 
     def run(xs):
         x = xs[0]
@@ -226,7 +228,7 @@ def _sized(ctx: OpContext, out_shape, data_input: int = 1):
     dtype = ctx.output_tensor(0).dtype
     data, shape = ctx.const(data_input), static_shape(ctx, 0)
     if data is not None and shape is not None:
-        fits(out_shape(shape, np.asarray(data)), dtype, ctx.op.name)
+        check_size_at_prepare(lambda: fits(out_shape(shape, np.asarray(data)), dtype, ctx.op.name))
     return lambda x_shape, value: fits(out_shape(x_shape, np.asarray(value)), dtype, ctx.op.name)
 
 

@@ -26,6 +26,7 @@ class Signature:
     # "in0" -> (lowest, highest) rank; checked on constants and subgraph inputs, whose shapes are given
     ranks: dict[str, tuple[int, int]] = field(default_factory=dict)
     any_optional: bool = False  # every input may be omitted (LSTM's many optional tensors, control flow)
+    nonempty: tuple[str, ...] = ()  # tensors that may not have a zero dimension (weights), where shapes are given
 
 
 _TABLE: dict[str, Signature] = {}
@@ -90,8 +91,9 @@ _add("RANGE", 3, same_type=("in0", "in1", "in2", "out0"))
 _add("SCATTER_ND", 3, same_type=("in1", "out0"), types={"in0": INDEX, "in2": INDEX})
 _add("SPACE_TO_BATCH_ND BATCH_TO_SPACE_ND", 3, same_type=_UNARY_SAME, types={"in1": INDEX, "in2": INDEX})
 _CONV_RANKS = {"in0": (4, 4), "in1": (4, 4), "in2": (1, 1)}
-_add("CONV_2D DEPTHWISE_CONV_2D", (2, 3), optional=[2], ranks=_CONV_RANKS)
-_add("FULLY_CONNECTED", (2, 3), (1, 2), optional=[2], ranks={"in0": (1, 16), "in1": (2, 2), "in2": (1, 1)})
+_add("CONV_2D DEPTHWISE_CONV_2D", (2, 3), optional=[2], ranks=_CONV_RANKS, nonempty=("in1",))
+_add("FULLY_CONNECTED", (2, 3), (1, 2), optional=[2], ranks={"in0": (1, 16), "in1": (2, 2), "in2": (1, 1)},
+     nonempty=("in1",))
 _add("TRANSPOSE_CONV", (3, 4), optional=[3], types={"in0": INDEX},
      ranks={"in0": (1, 1), "in1": (4, 4), "in2": (4, 4), "in3": (1, 1)})
 _add("Convolution2DTransposeBias", 3, ranks={"in0": (4, 4), "in1": (4, 4), "in2": (1, 1)})
@@ -152,4 +154,8 @@ def problems(op: Operator, sg: Subgraph) -> list[str]:
         if t is not None and (t.is_constant or t.index in fixed) and not lo <= len(t.shape) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             found.append(f"NumDimensions({ref}) = {len(t.shape)}, expected {want}")
+    for ref in sig.nonempty:
+        t = tensor(ref)
+        if t is not None and (t.is_constant or t.index in fixed) and 0 in t.shape:
+            found.append(f"{ref} has a zero dimension: shape {list(t.shape)}")
     return found
