@@ -57,7 +57,7 @@ def replace_section(readme: Path, name: str, body: str) -> None:
         raise SystemExit(f"--write-readme: {readme} is not a file")
     text = readme.read_text()
     begin, end = f"<!-- generated:{name} begin -->", f"<!-- generated:{name} end -->"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
     if not pattern.search(text):
         raise SystemExit(f"{readme} has no section {begin} ... {end}")
     readme.write_text(pattern.sub(lambda _: f"{begin}\n{body.strip()}\n{end}", text))

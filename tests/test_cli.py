@@ -105,7 +105,7 @@ def test_run_and_bench_through_gpu_delegate(capsys, opencl_device):
 def test_bench_alternates_tflgpu_and_litert(monkeypatch):
     """`tflgpu bench` times tflgpu and LiteRT in alternating blocks (the machine's drift hits both alike), not
     in one block each: the order of timed invokes is recorded on both interpreters."""
-    import tflgpu.benchmark as benchmark
+    from tflgpu import benchmark
     from tflgpu.model.default_model import DEFAULT_MODEL_PATH
 
     order: list[str] = []

@@ -127,7 +127,7 @@ def test_fuzzed_corpus_models(opencl_device, tmp_path):
     env = {**os.environ, "TFLGPU_TUNING": "none"}
     seed = os.environ.get("TFLGPU_FUZZ_SEED", "11")  # (offline, several seeds run side by side)
     r = subprocess.run([sys.executable, "-c", CHILD, ",".join(paths), seed, str(seconds), "1000000", "3"],
-                       capture_output=True, text=True, timeout=seconds + 600, env=env, cwd=REPO)
+                       capture_output=True, text=True, timeout=seconds + 600, env=env, cwd=REPO, check=False)
     assert r.returncode == 0, f"the fuzz child died (signal {-r.returncode})" if r.returncode < 0 else r.stderr[-3000:]
     stats = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"\nfuzz: {stats['tried']} mutants, {stats['ran']} ran, {stats['rejected']} refused with a verdict; "

@@ -47,8 +47,8 @@ MUTANTS = {
     # ADD lost an input (../shared/findings): an IndexError at invoke
     "opzoo_small_mutant_add_indexerror.tflite": ("Node number 23 (ADD)", r"NumInputs\(node\) != 2 \(1 != 2\)$"),
     # a flipped bit in PAD's constant paddings: numpy's MemoryError for 9 GiB at invoke
-    "opzoo_small_mutant_pad_9gib.tflite": ("Node number 6 (PAD)", r"PAD: its output of shape \[1, 4194340, 36, 16\] "
-                                           r"needs 9663759360 bytes, over the limit of \d+ for one tensor"),
+    "opzoo_small_mutant_pad_9gib.tflite": ("Node number 6 (PAD)", (r"PAD: its output of shape \[1, 4194340, 36, 16\] "
+                                           r"needs 9663759360 bytes, over the limit of \d+ for one tensor")),
     # a STRIDED_SLICE with two ellipsis bits: numpy's IndexError at invoke (LiteRT: not a valid flatbuffer)
     "opzoo_small_mutant_two_ellipses.tflite": ("Node number 16 (STRIDED_SLICE)",
                                                r"Multiple ellipses in slice spec not allowed \(ellipsis_mask 9\)$"),
@@ -141,8 +141,8 @@ MALFORMED = {
     "PAD to 64 TiB": (
         _one_op("PAD", [("in", (1, 8, 8, 4), F32), ("const", np.array([[0, 0], [0, 1 << 22], [0, 1 << 20], [0, 0]], I32))],
                 [((1, 8, 8, 4), F32)]),
-        r"Node number 0 \(PAD\) failed to prepare: PAD: its output of shape \[1, 4194312, 1048584, 4\] needs "
-        r"\d+ bytes, over the limit"),
+        (r"Node number 0 \(PAD\) failed to prepare: PAD: its output of shape \[1, 4194312, 1048584, 4\] needs "
+         r"\d+ bytes, over the limit")),
     "TILE past the limit": (
         _one_op("TILE", [("in", (16, 16), F32), ("const", np.array([1 << 16, 1 << 16], I32))], [((16, 16), F32)]),
         r"\(TILE\) failed to prepare: TILE: its output .* over the limit"),
@@ -168,7 +168,7 @@ def test_every_cpu_kernel_has_a_signature():
 def test_broadcast_past_the_limit_is_refused_before_allocating(monkeypatch):
     """Two small inputs whose broadcast is over one tensor's limit fail at invoke with a message, not a
     MemoryError from numpy (the inputs' shapes are only known at run time here)."""
-    import tflgpu.model.reader as reader
+    from tflgpu.model import reader
 
     monkeypatch.setattr(reader, "DEFAULT_MAX_TENSOR_BYTES", 1 << 20)
     model, _ = op_model("ADD", [In(np.zeros((1024, 1), F32)), In(np.zeros((1, 1024), F32))], [Out(F32, (1, 1))])  # (a stale declared shape)
