@@ -125,3 +125,59 @@ def test_bench_alternates_tflgpu_and_litert(monkeypatch):
         if name != runs[-1]:
             runs.append(name)
     assert len(runs) >= 6, runs  # warm-up of each, then at least two blocks of each, alternating
+
+
+def test_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    """--repeat 0, a missing model among several, an unusable --save: refused at once, naming the argument
+    (nothing is built or run: Interpreter construction would fail the test)."""
+    import pytest
+
+    import tflgpu.interpreter
+
+    def no_work(*a, **kw):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(tflgpu.interpreter.Interpreter, "__init__", no_work)
+    for argv in (["run", "--repeat", "0"], ["bench", "--repeat", "0"], ["bench", "--warmup", "-1"],
+                 ["run", "--threads", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and ("must be at least" in err or "is not an integer" in err), err
+    assert main(["bench", str(DEFAULT_MODEL_PATH), str(tmp_path / "missing.tflite")]) == 1
+    assert f"model file not found: {tmp_path / 'missing.tflite'}" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["run", "--save", str(tmp_path / "file" / "out")]) == 1
+    assert f"--save {tmp_path / 'file' / 'out'}: cannot create the directory" in capsys.readouterr().err
+
+
+def test_save_creates_its_directory_and_verbose_goes_anywhere(tmp_path, capsys):
+    out = tmp_path / "new" / "outputs"
+    assert main(["run", "--delegate", "cpu", "--repeat", "1", "--save", str(out), "-v"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["output_" + f"{i}.npy" for i in
+                                                     [d["index"] for d in Interpreter(str(DEFAULT_MODEL_PATH)).get_output_details()]]
+    model = str(DEFAULT_MODEL_PATH)
+    assert main(["-v", "inspect", model]) == 0 and main(["inspect", model, "-v"]) == 0
+
+
+def test_version(capsys):
+    import pytest
+
+    from tflgpu.version import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tflgpu {__version__}"
+
+
+def test_device_named_by_the_environment_must_exist(monkeypatch, opencl_device):
+    """TFLGPU_DEVICE names a device as GpuDelegate(device=...) does: one that does not exist is an error
+    naming the variable, not a warning and a quiet run on the CPU kernels."""
+    import pytest
+
+    from tflgpu import GpuDelegate
+
+    monkeypatch.setenv("TFLGPU_DEVICE", "no-such-device")
+    with pytest.raises(ValueError, match=r"TFLGPU_DEVICE='no-such-device': no OpenCL device matches 'no-such-device'"):
+        Interpreter(str(DEFAULT_MODEL_PATH), delegate=GpuDelegate(cache=False))
+    assert main(["run", "--repeat", "1"]) == 1

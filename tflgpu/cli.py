@@ -110,11 +110,30 @@ def _plan_words(interp) -> str:
     return "; ".join(words)
 
 
+def _require_files(models) -> None:
+    """Every model file exists, checked before any work starts (a missing last model fails at once)."""
+    missing = [str(m) for m in models if not Path(m).is_file()]
+    if missing:
+        raise ValueError(f"model file not found: {', '.join(missing)}")
+
+
+def _output_dir(save: str) -> Path:
+    """``--save``'s directory, created if missing, before the model runs."""
+    d = Path(save)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--save {save}: cannot create the directory ({e.strerror or e})") from e
+    return d
+
+
 def cmd_run(args) -> int:
     from .benchmark import reference_inputs, time_invokes
     from .interpreter import Interpreter
 
     path = Path(args.model) if args.model else _default_model()
+    _require_files([path])
+    save_dir = _output_dir(args.save) if args.save else None
     t0 = time.perf_counter()
     with _StartupProgress():
         interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
@@ -151,8 +170,8 @@ def cmd_run(args) -> int:
     for d in interp.get_output_details():
         y = interp.get_tensor(d["index"])
         print(f"output:  {d['name']} {y.dtype.name}{list(y.shape)}: {_describe(y)}")
-        if args.save:
-            out = Path(args.save) / f"output_{d['index']}.npy"
+        if save_dir is not None:
+            out = save_dir / f"output_{d['index']}.npy"
             np.save(out, y)
             print(f"         saved to {out}")
     status = interp.tuning_status()
@@ -309,6 +328,7 @@ def cmd_bench(args) -> int:
     from .benchmark import bench_model, format_table
 
     models = args.models or [str(_default_model())]
+    _require_files(models)
     rows = []
     for m in models:
         kwargs = {"delegate": _delegate(args)} if args.delegate == "gpu" else {}
@@ -331,6 +351,8 @@ def cmd_tune(args) -> int:
     from .autotune.records import FileTuningDB, default_tuning_db
     from .cache import default_cache_dir, private_dir
     from .tuning_report import format_model_tuning, tune_model
+
+    _require_files(args.models)
 
     storage = args.storage
     if storage is None:  # the search state persists next to the records: a rerun continues it
@@ -388,6 +410,7 @@ def cmd_warmup(args) -> int:
 
     from tqdm import tqdm
 
+    _require_files(args.models)
     jobs = [(m, p) for m in args.models for p in args.precision]
     failed = 0
     with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
@@ -485,17 +508,43 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="OpenCL device: index or name substring (default: $TFLGPU_DEVICE or the first)")
 
 
+def _count(least: int):
+    """An argparse type: an integer of at least ``least`` (checked before any work starts)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {v}")
+        return v
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .version import __version__
+
     p = argparse.ArgumentParser(prog="tflgpu", description="Run TensorFlow Lite models with tflgpu.")
     p.add_argument("-v", "--verbose", action="store_true", help="log what tflgpu does")
+    p.add_argument("--version", action="version", version=f"tflgpu {__version__}")
+    # -v after the subcommand too (`tflgpu run -v`); SUPPRESS keeps a -v given before it
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log what tflgpu does")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_parser = sub.add_parser
+
+    def add_parser(*a, **kw):
+        return _add_parser(*a, parents=[verbose], **kw)
+
+    sub.add_parser = add_parser
 
     r = sub.add_parser("run", help="run a model once (the bundled default model if none given)")
     r.add_argument("model", nargs="?", help="a .tflite file (default: the bundled model)")
     r.add_argument("--input", action="append", help="a .npy file per model input, in order")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs used without --input")
-    r.add_argument("--repeat", type=int, default=10, help="timed invokes (default 10)")
-    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--repeat", type=_count(1), default=10, help="timed invokes (default 10)")
+    r.add_argument("--threads", type=_count(1), default=None)
     r.add_argument("--save", help="directory to save each output as .npy")
     r.add_argument("--wait-tuning", action="store_true",
                    help="time the model after the background tuning is done (default: after the optimized build)")
@@ -516,9 +565,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="latency of models through tflgpu, side by side with LiteRT")
     b.add_argument("models", nargs="*")
-    b.add_argument("--threads", type=int, default=2)
-    b.add_argument("--warmup", type=int, default=3)
-    b.add_argument("--repeat", type=int, default=20)
+    b.add_argument("--threads", type=_count(1), default=2)
+    b.add_argument("--warmup", type=_count(0), default=3)
+    b.add_argument("--repeat", type=_count(1), default=20)
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
     b.add_argument("--compare-litert", action="store_true", help="compare with LiteRT (the default)")
     b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
@@ -530,14 +579,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--mode", choices=["fast", "exhaustive"], default="exhaustive",
                    help="exhaustive (default): every point of each kernel's space; fast: a small search")
     t.add_argument("--budget-s", type=float, default=None, help="wall-clock budget per model")
-    t.add_argument("--trials", type=int, default=None, help="compiled candidates per kernel at most")
+    t.add_argument("--trials", type=_count(1), default=None, help="compiled candidates per kernel at most")
     t.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     t.add_argument("--device", help="OpenCL device: index or name substring")
     t.add_argument("--storage", help="optuna storage URL shared by tuning workers (default: a SQLite file "
                                      "in the cache directory), e.g. postgresql://user@host/db")
     t.add_argument("--db", help="tuning records file (default: tuning.json in the cache directory)")
     t.add_argument("--retune", action="store_true", help="search again where a record exists")
-    t.add_argument("--repeat", type=int, default=30, help="invokes timed per model, before and after")
+    t.add_argument("--repeat", type=_count(1), default=30, help="invokes timed per model, before and after")
     t.add_argument("--json", action="store_true", help="also print the reports as JSON")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_tune)
@@ -547,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--precision", choices=["fp32", "fp16"], action="append",
                    help="repeat for both (default fp32)")
     w.add_argument("--tuning", choices=["none", "fast", "exhaustive"], default="fast")
-    w.add_argument("--jobs", type=int, default=1, help="models warmed in parallel processes")
+    w.add_argument("--jobs", type=_count(1), default=1, help="models warmed in parallel processes")
     w.add_argument("--device", help="OpenCL device: index or name substring")
     w.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
@@ -28,6 +29,9 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     except NoDeviceError as e:
         if options.device is not None:
             raise ValueError(f"GpuDelegate(device={options.device!r}): {e}") from e
+        named = os.environ.get("TFLGPU_DEVICE")
+        if named:  # the user named a device, through the environment: as an error as through the option
+            raise ValueError(f"TFLGPU_DEVICE={named!r}: {e} (unset it, or name another device)") from e
         log.warning("GpuDelegate: %s; the model runs on the CPU kernels", e)
         return None
     fp16 = options.fp16
