@@ -4,6 +4,7 @@ replaced, concurrent warmups never corrupt it, permissions and the size bound ho
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import xxhash
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cache.store import CacheStore, decode_entry, encode_entry
+from tflgpu.cli import main
 from tflgpu.model.default_model import DEFAULT_MODEL_PATH
 
 from .conftest import assert_close, litert, run_model
@@ -156,13 +158,13 @@ def test_unsafe_directories_are_refused(tmp_path, opencl_device):
     d = tmp_path / "shared"
     d.mkdir()
     d.chmod(0o777)
-    with pytest.raises(PermissionError, match="writable by others"):
+    with pytest.raises(ValueError, match=r"cannot be used: it is writable by others \(mode 777: chmod 700 it\)"):
         build(d)
     if os.getuid() == 0:
         d2 = tmp_path / "other"
         d2.mkdir(mode=0o700)
         os.chown(d2, 12345, 12345)
-        with pytest.raises(PermissionError, match="owned by uid 12345"):
+        with pytest.raises(ValueError, match=r"cannot be used: it is owned by uid 12345, not by this user"):
             build(d2)
 
 
@@ -261,3 +263,49 @@ def test_hostile_entries_are_never_followed_or_loaded(tmp_path, opencl_device, r
     assert not new.is_symlink() and not new.parent.is_symlink() and new.stat().st_mode & 0o777 == 0o600
     assert new.stat().st_size < 1 << 20
     assert all(e.problem is None for e in CacheStore(cache).entries())
+
+
+def _unusable(tmp_path, case: str) -> str:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    return {"under-proc": "/proc/tflgpu-cache", "a-file": str(a_file), "under-a-file": str(a_file / "sub"),
+            "unwritable": "/proc/self"}[case]
+
+
+@pytest.mark.parametrize("case", ["under-proc", "a-file", "under-a-file", "unwritable"])
+def test_unusable_cache_directory_named_by_the_user_is_one_clear_error(tmp_path, case, monkeypatch):
+    """serialization_dir= or TFLGPU_CACHE_DIR naming a directory that cannot be used: one ValueError naming
+    the directory, what set it and the way out, at construction; no OS error from deep in a write, and a file
+    given as the directory is left as it was."""
+    from tflgpu.cache.paths import CacheDirError
+
+    path = _unusable(tmp_path, case)
+    before = (tmp_path / "a_file").read_text()
+    with pytest.raises(CacheDirError, match=rf"^the cache directory {re.escape(path)} \(set by GpuDelegate\(serialization_dir"
+                                            r"=\.\.\.\)\) cannot be used: .*; choose another directory, or run without "
+                                            r"the cache \(GpuDelegate\(cache=False\)\)$"):
+        Interpreter(str(MODEL), delegate=GpuDelegate(serialization_dir=path))
+    monkeypatch.setenv("TFLGPU_CACHE_DIR", path)
+    with pytest.raises(ValueError, match=r"\(set by TFLGPU_CACHE_DIR\) cannot be used"):
+        Interpreter(str(MODEL), delegate=GpuDelegate())
+    assert (tmp_path / "a_file").read_text() == before
+    assert main(["cache", "ls", "--cache-dir", path]) == 1
+
+
+def test_unusable_default_cache_directory_warns_once_and_runs(monkeypatch, caplog, opencl_device):
+    """The default directory (nobody named it) unusable: one warning, and the model runs without the cache."""
+    monkeypatch.delenv("TFLGPU_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-cache-here")
+    it = Interpreter(str(MODEL), delegate=GpuDelegate(tuning="none"))
+    warnings = [r for r in caplog.records if "cannot be used" in r.getMessage()]
+    assert len(warnings) == 1 and "/proc/no-cache-here/tflgpu" in warnings[0].getMessage()
+    assert it.gpu_plan is not None and it.gpu_plan.store is None
+    it.allocate_tensors()
+    it.invoke()
+
+
+def test_missing_parents_of_a_cache_directory_are_created_private(tmp_path):
+    from tflgpu.cache.store import CacheStore
+
+    store = CacheStore(tmp_path / "a" / "b" / "cache")
+    assert store.root.is_dir() and all((tmp_path / p).stat().st_mode & 0o777 == 0o700 for p in ("a", "a/b", "a/b/cache"))

@@ -349,14 +349,15 @@ def cmd_tune(args) -> int:
     from tqdm import tqdm
 
     from .autotune.records import FileTuningDB, default_tuning_db
-    from .cache import default_cache_dir, private_dir
+    from .cache import default_cache_dir
+    from .cache.paths import usable_cache_dir
     from .tuning_report import format_model_tuning, tune_model
 
     _require_files(args.models)
 
     storage = args.storage
     if storage is None:  # the search state persists next to the records: a rerun continues it
-        storage = f"sqlite:///{private_dir(default_cache_dir()) / 'tuning-trials.db'}"
+        storage = f"sqlite:///{usable_cache_dir(default_cache_dir()) / 'tuning-trials.db'}"
     db = FileTuningDB(args.db) if args.db else default_tuning_db()
     reports = []
     for m in args.models:
@@ -411,6 +412,10 @@ def cmd_warmup(args) -> int:
     from tqdm import tqdm
 
     _require_files(args.models)
+    if args.cache_dir:
+        from .cache.paths import usable_cache_dir
+
+        usable_cache_dir(Path(args.cache_dir), "--cache-dir")  # checked before the models are warmed
     jobs = [(m, p) for m in args.models for p in args.precision]
     failed = 0
     with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
@@ -458,7 +463,7 @@ def _age(t: float) -> str:
 def cmd_cache(args) -> int:
     from .cache.store import CacheStore
 
-    store = CacheStore(args.cache_dir)
+    store = CacheStore(args.cache_dir, named_by="--cache-dir" if args.cache_dir else None)
     entries = list(store.entries())
     selected = entries if args.model is None else store.plans_of(args.model, entries)
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from .runtime.config import PlanRequest
 AUTO, MAX_PRECISION, MIN_LATENCY, MIN_MEMORY_USAGE = 0, 1, 2, 3
 _PRIORITIES = {"AUTO": AUTO, "MAX_PRECISION": MAX_PRECISION, "MIN_LATENCY": MIN_LATENCY,
                "MIN_MEMORY_USAGE": MIN_MEMORY_USAGE}
+
+log = logging.getLogger("tflgpu")
 
 
 def _priority(v) -> int:
@@ -110,9 +113,17 @@ class GpuDelegate:
         """The cache these options use (a ``tflgpu.cache.CacheStore``), or None with cache=False."""
         if not self.cache:
             return None
+        from .cache.paths import CacheDirError
         from .cache.store import CacheStore
 
-        return CacheStore(self.serialization_dir, self.max_cache_bytes)
+        named_by = "GpuDelegate(serialization_dir=...)" if self.serialization_dir is not None else None
+        try:
+            return CacheStore(self.serialization_dir, self.max_cache_bytes, named_by)
+        except CacheDirError as e:
+            if e.named_by:  # the user chose it: say so, rather than run slower than asked without a word
+                raise
+            log.warning("GpuDelegate: %s; running without it", e)
+            return None
 
     def tuning_mode(self) -> str:
         from .autotune import TuningConfig

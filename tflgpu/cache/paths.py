@@ -22,6 +22,33 @@ class UnsafeCacheDir(PermissionError):
     """The cache directory belongs to another user or others can write to it."""
 
 
+class CacheDirError(ValueError):
+    """A cache directory that cannot be used (cannot be created, is a file, is not writable, is not private)."""
+
+    def __init__(self, path: Path, why: str, named_by: str | None = None):
+        by = f" (set by {named_by})" if named_by else ""
+        super().__init__(f"the cache directory {path}{by} cannot be used: {why}; choose another directory, "
+                         f"or run without the cache (GpuDelegate(cache=False))")
+        self.path, self.why, self.named_by = path, why, named_by
+
+
+def usable_cache_dir(path: Path, named_by: str | None = None) -> Path:
+    """``private_dir(path)``, checked writable by creating a file there; any failure is one CacheDirError
+    naming the directory (and the option or variable that set it), not an OS error from deep in a write."""
+    path = Path(path)
+    try:
+        private_dir(path)
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except UnsafeCacheDir as e:
+        raise CacheDirError(path, str(e), named_by) from e
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and Path(e.filename) != path else ""
+        raise CacheDirError(path, f"{e.strerror or e}{where}", named_by) from e
+    return path
+
+
 def private_dir(path: Path) -> Path:
     """Create ``path`` (mode 0700, parents too) if needed, and refuse one that is not private:
     owned by another user, or writable by group or others (someone could plant binaries)."""
@@ -33,13 +60,13 @@ def private_dir(path: Path) -> Path:
         p = p.parent
     for p in reversed(missing):  # every directory this creates is private, not just the last
         p.mkdir(mode=0o700, exist_ok=True)
+    if not path.is_dir():
+        raise NotADirectoryError(20, "it is a file, not a directory", str(path))
     st = path.stat()
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        raise UnsafeCacheDir(f"cache directory {path} is owned by uid {st.st_uid}, not by this user "
-                             f"(uid {os.getuid()}); choose another serialization_dir")
+        raise UnsafeCacheDir(f"it is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeCacheDir(f"cache directory {path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); "
-                             f"chmod 700 it or choose another serialization_dir")
+        raise UnsafeCacheDir(f"it is writable by others (mode {stat.S_IMODE(st.st_mode):o}: chmod 700 it)")
     return path
 
 

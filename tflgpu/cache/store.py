@@ -24,7 +24,7 @@ import xxhash
 from ..kernels.common import GENERATOR_VERSION
 from ..version import __version__
 from .fb import Entry as fb_entry
-from .paths import atomic_write, default_cache_dir, private_dir
+from .paths import atomic_write, default_cache_dir, private_dir, usable_cache_dir
 
 log = logging.getLogger("tflgpu")
 
@@ -131,8 +131,13 @@ def decode_entry(data: bytes) -> tuple[dict, bytes]:
 
 
 class CacheStore:
-    def __init__(self, root: str | os.PathLike | None = None, max_bytes: int = DEFAULT_MAX_BYTES):
-        self.root = private_dir(Path(root) if root is not None else default_cache_dir())
+    def __init__(self, root: str | os.PathLike | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 named_by: str | None = None):
+        """The cache in ``root`` (default: ``default_cache_dir()``); ``named_by``: what set the directory, for
+        the CacheDirError raised when it cannot be used (when root is None: TFLGPU_CACHE_DIR if set)."""
+        if root is None and named_by is None and os.environ.get("TFLGPU_CACHE_DIR"):
+            named_by = "TFLGPU_CACHE_DIR"
+        self.root = usable_cache_dir(Path(root) if root is not None else default_cache_dir(), named_by)
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError("max_cache_bytes must be a positive int")
         self.max_bytes = max_bytes
