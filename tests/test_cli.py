@@ -181,3 +181,25 @@ def test_device_named_by_the_environment_must_exist(monkeypatch, opencl_device):
     with pytest.raises(ValueError, match=r"TFLGPU_DEVICE='no-such-device': no OpenCL device matches 'no-such-device'"):
         Interpreter(str(DEFAULT_MODEL_PATH), delegate=GpuDelegate(cache=False))
     assert main(["run", "--repeat", "1"]) == 1
+
+
+def test_input_of_another_shape_is_refused_unless_resize(tmp_path, capsys):
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 96, 96, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", "--delegate", "cpu", "--repeat", "1", "--input", str(tmp_path / "x.npy")]) == 1
+    assert "has shape [2, 96, 96, 3], the model's input 'input' [1, 96, 96, 3]: pass --resize" in capsys.readouterr().err
+    assert main(["run", "--delegate", "cpu", "--repeat", "1", "--resize", "--input", str(tmp_path / "x.npy"),
+                 "--save", str(tmp_path / "out")]) == 0
+    got = np.load(next((tmp_path / "out").iterdir()))
+    assert got.shape[0] == 2
+    assert_close(got, run_model(litert(), DEFAULT_MODEL_PATH, [x])[0])
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    assert main(["run", "--input", str(tmp_path / "bad.npy")]) == 1
+    assert f"--input {tmp_path / 'bad.npy'}: cannot read it as a .npy array" in capsys.readouterr().err
+
+
+def test_gpu_only_options_with_the_cpu_delegate_say_they_are_ignored(capsys):
+    assert main(["run", "--delegate", "cpu", "--repeat", "1", "--precision", "fp16"]) == 0
+    assert "note: with --delegate cpu, --precision fp16 is ignored (options of the GPU delegate)" in capsys.readouterr().err
+    assert main(["bench", "--delegate", "cpu", "--repeat", "2", "--warmup", "0", "--profile", "--no-compare"]) == 0
+    assert "note: with --delegate cpu, --profile is ignored" in capsys.readouterr().err

@@ -34,6 +34,12 @@ def _describe(arr: np.ndarray, limit: int = 8) -> str:
 
 def _delegate(args):
     if getattr(args, "delegate", "gpu") != "gpu":
+        ignored = [flag for flag, on in (("--precision fp16", getattr(args, "precision", "fp32") != "fp32"),
+                                         ("--profile", getattr(args, "profile", False)),
+                                         ("--device", getattr(args, "device", None) is not None)) if on]
+        if ignored:
+            print(f"note: with --delegate cpu, {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored "
+                  f"(options of the GPU delegate)", file=sys.stderr)
         return None
     from .delegate import GpuDelegate
 
@@ -117,6 +123,13 @@ def _require_files(models) -> None:
         raise ValueError(f"model file not found: {', '.join(missing)}")
 
 
+def _load_input(f: str) -> np.ndarray:
+    try:
+        return np.load(f, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--input {f}: cannot read it as a .npy array ({e})") from e
+
+
 def _output_dir(save: str) -> Path:
     """``--save``'s directory, created if missing, before the model runs."""
     d = Path(save)
@@ -134,6 +147,7 @@ def cmd_run(args) -> int:
     path = Path(args.model) if args.model else _default_model()
     _require_files([path])
     save_dir = _output_dir(args.save) if args.save else None
+    given = [_load_input(f) for f in args.input] if args.input else None  # (a bad file fails before the model)
     t0 = time.perf_counter()
     with _StartupProgress():
         interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
@@ -144,11 +158,14 @@ def cmd_run(args) -> int:
         if len(args.input) != len(details):
             print(f"error: the model has {len(details)} inputs, {len(args.input)} --input files given", file=sys.stderr)
             return 2
-        inputs = [np.load(f, allow_pickle=False) for f in args.input]
+        inputs = given
     else:
         inputs = reference_inputs(details, seed=args.seed)
-    for d, x in zip(details, inputs):
+    for i, (d, x) in enumerate(zip(details, inputs)):
         if list(x.shape) != list(d["shape"]):
+            if not args.resize:
+                raise ValueError(f"--input {args.input[i]} has shape {list(x.shape)}, the model's input {d['name']!r} "
+                                 f"{[int(v) for v in d['shape']]}: pass --resize to resize the model's input to it")
             interp.resize_tensor_input(d["index"], x.shape)
     interp.allocate_tensors()
     for d, x in zip(interp.get_input_details(), inputs):
@@ -330,8 +347,9 @@ def cmd_bench(args) -> int:
     models = args.models or [str(_default_model())]
     _require_files(models)
     rows = []
+    on_cpu = _delegate(args) is None  # (says which options --delegate cpu ignores)
     for m in models:
-        kwargs = {"delegate": _delegate(args)} if args.delegate == "gpu" else {}
+        kwargs = {} if on_cpu else {"delegate": _delegate(args)}
         rows.append(bench_model(m, num_threads=args.threads, warmup=args.warmup, repeats=args.repeat,
                                 compare=not args.no_compare, interpreter_kwargs=kwargs))
         print(f"  {rows[-1].model}: {rows[-1].tflgpu_ms:.2f} ms ({rows[-1].backend})", file=sys.stderr)
@@ -551,6 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=_count(1), default=10, help="timed invokes (default 10)")
     r.add_argument("--threads", type=_count(1), default=None)
     r.add_argument("--save", help="directory to save each output as .npy")
+    r.add_argument("--resize", action="store_true", help="resize the model's inputs to --input arrays of other shapes")
     r.add_argument("--wait-tuning", action="store_true",
                    help="time the model after the background tuning is done (default: after the optimized build)")
     _delegate_args(r)
