@@ -220,6 +220,14 @@ def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
     r = cli("cache", "clear", "--model", token, "--cache-dir", str(cache))
     assert r.returncode == 0 and "removed 1 entries" in r.stdout, r.stdout
     assert not any(p.name.startswith(token) for p in files(cache, "plan")) and files(cache, "plan")
+    r = cli("cache", "clear", "--model", token, "--cache-dir", str(cache))  # nothing left of it: an error
+    assert r.returncode == 1 and f"no stored plans for --model {token}" in r.stderr, r.stdout + r.stderr
+    r = cli("cache", "ls", "--model", str(other), "--cache-dir", str(cache))  # a model file names its plans
+    assert r.returncode == 0 and xxhash.xxh64_hexdigest(other.read_bytes()) in r.stdout, r.stdout + r.stderr
+    r = cli("cache", "clear", "--model", str(other), "--cache-dir", str(cache))
+    assert r.returncode == 0 and "removed 1 entries" in r.stdout, r.stdout
+    warm = cli("warmup", str(other), "--tuning", "none", "--cache-dir", str(cache), "-q")
+    assert warm.returncode == 0 and files(cache, "plan")
     flip_byte(files(cache, "program")[0], at=100)
     r = cli("cache", "verify", "--cache-dir", str(cache))
     assert r.returncode == 1 and "BAD" in r.stdout

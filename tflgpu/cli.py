@@ -483,7 +483,16 @@ def cmd_cache(args) -> int:
 
     store = CacheStore(args.cache_dir, named_by="--cache-dir" if args.cache_dir else None)
     entries = list(store.entries())
-    selected = entries if args.model is None else store.plans_of(args.model, entries)
+    token = args.model
+    if token is not None and Path(token).is_file():  # a model file: its default token (the bytes' fingerprint)
+        from .cache.plans import model_token
+
+        token = model_token(Path(token).read_bytes())
+    selected = entries if token is None else store.plans_of(token, entries)
+    if token is not None and not selected and args.action in ("ls", "clear"):
+        print(f"error: no stored plans for --model {args.model}" + (f" (token {token})" if token != args.model else ""),
+              file=sys.stderr)
+        return 1
 
     if args.action == "ls":
         print(f"cache {store.root} ({store.total_bytes():,} bytes, bound {store.max_bytes:,})")
@@ -628,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cache", help="what the cache holds: ls, stats, verify, clear")
     c.add_argument("action", choices=["ls", "stats", "verify", "clear"])
-    c.add_argument("--model", help="only this model token's plans (ls, clear)")
+    c.add_argument("--model", help="only this model's plans (ls, clear): a model file or its token")
     c.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
     c.add_argument("--fix", action="store_true", help="verify: remove the entries that fail")
     c.set_defaults(func=cmd_cache)
