@@ -203,3 +203,11 @@ def test_gpu_only_options_with_the_cpu_delegate_say_they_are_ignored(capsys):
     assert "note: with --delegate cpu, --precision fp16 is ignored (options of the GPU delegate)" in capsys.readouterr().err
     assert main(["bench", "--delegate", "cpu", "--repeat", "2", "--warmup", "0", "--profile", "--no-compare"]) == 0
     assert "note: with --delegate cpu, --profile is ignored" in capsys.readouterr().err
+
+
+def test_bench_output_has_no_litert_log_lines():
+    r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "bench", "--delegate", "cpu", "--repeat", "2", "--warmup", "0"],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| default.tflite |" in r.stdout
+    assert "INFO: Created TensorFlow Lite" not in r.stdout + r.stderr

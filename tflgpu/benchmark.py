@@ -6,7 +6,10 @@ a test/bench dependency, imported only when a comparison is asked for.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -96,9 +99,29 @@ def settled(it):
     return it
 
 
+@contextlib.contextmanager
+def _native_stderr_quiet(quiet: bool):
+    """The process's native stderr (file descriptor 2) sent to /dev/null meanwhile: LiteRT's C++ logger prints
+    "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." there when it allocates, into a bench's table.
+    Its errors still arrive, as the Python exceptions it raises."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _prepare(interp_cls, path: Path, inputs, **kw):
     it = settled(interp_cls(model_path=str(path), **kw))
-    it.allocate_tensors()
+    with _native_stderr_quiet(not interp_cls.__module__.startswith("tflgpu")):
+        it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     return it
