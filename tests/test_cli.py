@@ -211,3 +211,13 @@ def test_bench_output_has_no_litert_log_lines():
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| default.tflite |" in r.stdout
     assert "INFO: Created TensorFlow Lite" not in r.stdout + r.stderr
+
+
+def test_run_and_bench_share_one_thread_default_and_show_it(capsys):
+    import os
+
+    n = os.cpu_count()
+    assert main(["run", "--delegate", "cpu", "--repeat", "1"]) == 0
+    assert f"; {n} CPU threads" in capsys.readouterr().out
+    assert main(["bench", "--delegate", "cpu", "--repeat", "2", "--warmup", "0", "--no-compare"]) == 0
+    assert f"{n} CPU threads for tflgpu's CPU kernels and LiteRT alike" in capsys.readouterr().out

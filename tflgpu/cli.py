@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import sys
 import threading
@@ -123,6 +124,11 @@ def _require_files(models) -> None:
         raise ValueError(f"model file not found: {', '.join(missing)}")
 
 
+def _threads(args) -> int:
+    """The CPU thread count of run and bench alike: --threads, else every core."""
+    return args.threads or os.cpu_count() or 1
+
+
 def _load_input(f: str) -> np.ndarray:
     try:
         return np.load(f, allow_pickle=False)
@@ -150,7 +156,7 @@ def cmd_run(args) -> int:
     given = [_load_input(f) for f in args.input] if args.input else None  # (a bad file fails before the model)
     t0 = time.perf_counter()
     with _StartupProgress():
-        interp = Interpreter(model_path=str(path), num_threads=args.threads, delegate=_delegate(args))
+        interp = Interpreter(model_path=str(path), num_threads=_threads(args), delegate=_delegate(args))
         interp.allocate_tensors()
     init_s = time.perf_counter() - t0
     details = interp.get_input_details()
@@ -171,7 +177,7 @@ def cmd_run(args) -> int:
     for d, x in zip(interp.get_input_details(), inputs):
         interp.set_tensor(d["index"], x)
     print(f"model:   {path} ({path.stat().st_size:,} bytes)")
-    print(f"device:  {interp.backend}")
+    print(f"device:  {interp.backend}; {_threads(args)} CPU threads")
     for d, x in zip(interp.get_input_details(), inputs):
         src = "file" if args.input else f"uniform(-1,1), seed {args.seed}"
         print(f"input:   {d['name']} {np.dtype(d['dtype']).name}{[int(s) for s in d['shape']]} ({src})")
@@ -350,9 +356,10 @@ def cmd_bench(args) -> int:
     on_cpu = _delegate(args) is None  # (says which options --delegate cpu ignores)
     for m in models:
         kwargs = {} if on_cpu else {"delegate": _delegate(args)}
-        rows.append(bench_model(m, num_threads=args.threads, warmup=args.warmup, repeats=args.repeat,
+        rows.append(bench_model(m, num_threads=_threads(args), warmup=args.warmup, repeats=args.repeat,
                                 compare=not args.no_compare, interpreter_kwargs=kwargs))
         print(f"  {rows[-1].model}: {rows[-1].tflgpu_ms:.2f} ms ({rows[-1].backend})", file=sys.stderr)
+    print(f"{_threads(args)} CPU threads for tflgpu's CPU kernels and LiteRT alike; timed in alternation")
     print(format_table(rows))
     if args.profile and args.delegate == "gpu":
         from .benchmark import kernel_profile
@@ -576,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", help="a .npy file per model input, in order")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs used without --input")
     r.add_argument("--repeat", type=_count(1), default=10, help="timed invokes (default 10)")
-    r.add_argument("--threads", type=_count(1), default=None)
+    r.add_argument("--threads", type=_count(1), default=None, help="CPU threads (default: every core)")
     r.add_argument("--save", help="directory to save each output as .npy")
     r.add_argument("--resize", action="store_true", help="resize the model's inputs to --input arrays of other shapes")
     r.add_argument("--wait-tuning", action="store_true",
@@ -598,7 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="latency of models through tflgpu, side by side with LiteRT")
     b.add_argument("models", nargs="*")
-    b.add_argument("--threads", type=_count(1), default=2)
+    b.add_argument("--threads", type=_count(1), default=None,
+                   help="CPU threads of tflgpu's CPU kernels and of LiteRT alike (default: every core)")
     b.add_argument("--warmup", type=_count(0), default=3)
     b.add_argument("--repeat", type=_count(1), default=20)
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
