@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Quantized corpus models: accuracy against LiteRT on every path, and latency side by side with LiteRT.
 
-    python bench/bench_quantized.py [--inputs 5] [--repeat 20] [MODEL ...]
+    python bench/bench_quantized.py [--inputs 5] [--repeat 20] [--write-readme README.md] [MODEL ...]
 
 For each model (default: the corpus' int8 and dynamic-range MobileNet v2) and path — tflgpu's CPU
 kernels, the GpuDelegate float view in FP32 and FP16 — over ``--inputs`` random inputs U(-1, 1):
@@ -50,6 +50,7 @@ def main() -> int:
     p.add_argument("--inputs", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--write-readme", type=Path, metavar="README", help="write the tables into this README too")
     args = p.parse_args()
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
@@ -90,13 +91,15 @@ def main() -> int:
         ms = dict(zip(prepared, interleaved_ms(list(prepared.values()), rounds=args.repeat, warmup=3)))
         cells = " | ".join(f"{ms[k]:.2f} ({ms[k] / ms['LiteRT']:.2f}×)" for k in paths)
         speed_rows.append(f"| {m.name} | {ms['LiteRT']:.2f} | {cells} |")
-    print("| model | path | placement | top-1 = LiteRT | max abs diff | max diff in output steps |")
-    print("|---|---|---|---:|---:|---:|")
-    print("\n".join(acc_rows))
-    print()
-    print("| model | LiteRT ms | " + " | ".join(f"tflgpu {k} ms (ratio)" for k in paths) + " |")
-    print("|---|---:|" + "---:|" * len(paths))
-    print("\n".join(speed_rows))
+    lines = ["| model | path | placement | top-1 = LiteRT | max abs diff | max diff in output steps |",
+             "|---|---|---|---:|---:|---:|", *acc_rows, "",
+             "| model | LiteRT ms | " + " | ".join(f"tflgpu {k} ms (ratio)" for k in paths) + " |",
+             "|---|---:|" + "---:|" * len(paths), *speed_rows]
+    print("\n".join(lines))
+    if args.write_readme:
+        from readme_section import measured_on, replace_section
+
+        replace_section(args.write_readme, "bench_quantized", measured_on() + "\n\n" + "\n".join(lines))
     return 0
 
 
