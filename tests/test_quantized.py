@@ -405,3 +405,31 @@ def test_small_quantized_model_on_every_path(path):
         assert it.gpu_plan.cpu_op_count == 0
         got = run_model(lambda **kw: it, model, [x])[0]
     assert np.abs(got - want).max() <= 1 / 256 + 1e-7
+
+
+@pytest.mark.parametrize("op", ["ADD", "MUL"])
+def test_large_binary_ops_compute_in_blocks(rng, op, monkeypatch):
+    """Blocks of a large quantized ADD/MUL (broadcast included) give the one-call result, LiteRT's: a fuzz
+    finding needed over 8 GB of int64 temporaries at once for a 268M-element ADD."""
+    from tflgpu.cpu import quantized
+
+    monkeypatch.setattr(quantized, "BLOCK_ELEMENTS", 50)  # many blocks, over two axes
+    a = QIn(rand_q(rng, (2, 9, 7, 6), I8), Q(0.05, 3))
+    b = QIn(rand_q(rng, (1, 9, 1, 6), I8), Q(0.07, -2))
+    check_qop(None, op, [a, b], [QOut((2, 9, 7, 6), I8, Q(0.11, 1))], version=2, fused_activation_function="NONE")
+
+
+def test_conv_im2col_in_blocks(rng, monkeypatch):
+    """The CPU convolutions build their column matrix a block of output rows at a time (bounded temporaries
+    for a large input): many blocks give LiteRT's result, float and int8."""
+    from tflgpu.cpu import conv
+
+    from .oputil import In, check_op, rand
+
+    monkeypatch.setattr(conv, "IM2COL_BLOCK_BYTES", 4096)
+    check_op("CONV_2D", [In(rand(rng, (2, 13, 11, 5))), rand(rng, (7, 3, 3, 5)), rand(rng, (7,))],
+             padding="SAME", stride_w=1, stride_h=2, dilation_w_factor=1, dilation_h_factor=1,
+             fused_activation_function="RELU")
+    ins, out = _conv_case(rng, I8, True)
+    check_qop(None, "CONV_2D", ins, [out], version=3, padding="SAME", stride_h=1, stride_w=1,
+              fused_activation_function="NONE")

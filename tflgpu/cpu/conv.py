@@ -18,14 +18,16 @@ from .registry import KernelError, OpContext, apply_activation, check_geometry, 
 
 
 @njit(cache=True, parallel=True)
-def _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
+def _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, row0, row1):
+    """The im2col rows of output rows [row0, row1) (counted over batch x output height)."""
     n, h, w, c = x.shape
-    cols = np.zeros((n * oh * ow, kh * kw * c), dtype=x.dtype)
-    for row in prange(n * oh):
+    cols = np.zeros(((row1 - row0) * ow, kh * kw * c), dtype=x.dtype)
+    for i in prange(row1 - row0):
+        row = row0 + i
         b = row // oh
         oy = row % oh
         for ox in range(ow):
-            r = row * ow + ox
+            r = i * ow + ox
             for ky in range(kh):
                 iy = oy * sh - pt + ky * dh
                 if iy < 0 or iy >= h:
@@ -38,6 +40,25 @@ def _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
                     for ch in range(c):
                         cols[r, base + ch] = x[b, iy, ix, ch]
     return cols
+
+
+IM2COL_BLOCK_BYTES = 32 << 20  # the column matrix is built and multiplied this much at a time
+
+
+def im2col_matmul(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow) -> np.ndarray:
+    """``im2col(x) @ wm`` ([n*oh*ow, wm columns]), built one block of output rows at a time so the column
+    matrix (kh*kw times the input) never takes more than IM2COL_BLOCK_BYTES: a large input costs its time,
+    not gigabytes of temporaries. Small convolutions are one block, one GEMM, as before."""
+    n, _, _, c = x.shape
+    rows = n * oh
+    step = max(1, IM2COL_BLOCK_BYTES // max(1, ow * kh * kw * c * x.dtype.itemsize))
+    if step >= rows:
+        return _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, 0, rows) @ wm
+    out = np.empty((rows * ow, wm.shape[1]), dtype=np.result_type(x.dtype, wm.dtype))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        np.matmul(_im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, r0, r1), wm, out=out[r0 * ow : r1 * ow])
+    return out
 
 
 @njit(cache=True, parallel=True)
@@ -144,7 +165,7 @@ def conv2d(ctx: OpContext):
             raise KernelError(f"CONV_2D input must be 4-D, got shape {x.shape}")
         wm = w_mat() if w_mat is not None else prepare(np.asarray(xs[1], np.float32))
         n, h, w, c = x.shape
-        if c % icg:
+        if c == 0 or c % icg:
             raise KernelError(f"CONV_2D: input channels {c} not a multiple of filter depth {icg}")
         groups = c // icg
         if oc % groups:
@@ -157,11 +178,11 @@ def conv2d(ctx: OpContext):
         outs = []
         for g in range(groups):
             xg = x if groups == 1 else np.ascontiguousarray(x[..., g * icg : (g + 1) * icg])
+            wg = wm[:, g * ocg : (g + 1) * ocg]
             if kh == kw == sh == sw == 1 and pt == pl == 0:
-                cols = xg.reshape(-1, icg)
+                outs.append(xg.reshape(-1, icg) @ wg)
             else:
-                cols = _im2col(xg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-            outs.append(cols @ wm[:, g * ocg : (g + 1) * ocg])
+                outs.append(im2col_matmul(xg, wg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow))
         y = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
         y += bias
         return [apply_activation(y.reshape(n, oh, ow, oc), act)]
@@ -188,7 +209,7 @@ def depthwise_conv2d(ctx: OpContext):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
         w = w_c if w_c is not None else np.ascontiguousarray(xs[1], dtype=np.float32)
         n, h, wd, c = x.shape
-        if oc % c:
+        if c == 0 or oc % c:
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)

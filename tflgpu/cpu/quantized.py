@@ -23,6 +23,7 @@ float kernels dequantize the weights once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +32,7 @@ from numba import njit, prange
 from ..ops.attributes import conv_options, conv_padding
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
-from .conv import _bias, _depthwise, _im2col
+from .conv import _bias, _depthwise, im2col_matmul
 from .elementwise import dequantize, quantize
 from .registry import KernelError, OpContext, apply_activation, check_geometry, factory_for, once
 
@@ -259,10 +260,9 @@ def conv2d_q(ctx: OpContext):
         exact = wm.dtype.type
         xf = x.astype(exact) - exact(pi.z)  # padding then holds real zero, as TFLite's input offset does
         if kh == kw == sh == sw == 1 and pt == pl == 0:
-            cols = xf.reshape(-1, ic)
+            acc = xf.reshape(-1, ic) @ wm  # exact integers (see _exact_dtype)
         else:
-            cols = _im2col(xf, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        acc = cols @ wm  # exact integers (see _exact_dtype)
+            acc = im2col_matmul(xf, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
         return [requantize_fp32(acc, bias_f, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
 
     return run
@@ -337,6 +337,28 @@ def _broadcast(ctx: OpContext, a: np.ndarray, b: np.ndarray):
         raise KernelError(f"{ctx.op.name}: cannot broadcast {a.shape} with {b.shape}") from e
 
 
+BLOCK_ELEMENTS = 1 << 20
+
+
+def _blockwise(fn, a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+    """``fn(a, b)`` on two broadcast views of one shape, a block of at most about BLOCK_ELEMENTS at a time: the
+    int64 temporaries of the fixed-point arithmetic (about ten per element) stay bounded however large the
+    tensor (a 268M-element ADD needed over 8 GB at once). Small tensors are one call, as before."""
+    shape = a.shape
+    if a.size <= BLOCK_ELEMENTS or not shape:
+        return fn(a, b)
+    axis = 0  # block along the outermost axis whose inner part fits a block
+    while axis < len(shape) - 1 and math.prod(shape[axis + 1 :]) > BLOCK_ELEMENTS:
+        axis += 1
+    step = max(1, BLOCK_ELEMENTS // max(1, math.prod(shape[axis + 1 :])))
+    out = np.empty(shape, dtype)
+    for lead in np.ndindex(*shape[:axis]):
+        for i in range(0, shape[axis], step):
+            sl = (*lead, slice(i, i + step))
+            out[sl] = fn(a[sl], b[sl])
+    return out
+
+
 @register_int("ADD", "SUB")
 def add_sub_q(ctx: OpContext):
     """TFLite's quantized ADD/SUB: both inputs shifted left (20 bits for 8-bit, 15 for int16), scaled to
@@ -352,13 +374,15 @@ def add_sub_q(ctx: OpContext):
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
     sign = -1 if ctx.op.name == "SUB" else 1
 
-    def run(xs):
-        a, b = np.asarray(xs[0]), np.asarray(xs[1])
-        a, b = _broadcast(ctx, a, b)
+    def block(a, b):
         va = multiply_by_quantized_multiplier((a.astype(np.int64) - p1.z) << left, m1[0], s1[0])
         vb = multiply_by_quantized_multiplier((b.astype(np.int64) - p2.z) << left, m2[0], s2[0])
         out = multiply_by_quantized_multiplier(va + sign * vb, mo[0], so[0]) + po.z
-        return [np.clip(out, lo, hi).astype(po.dtype)]
+        return np.clip(out, lo, hi).astype(po.dtype)
+
+    def run(xs):
+        a, b = _broadcast(ctx, np.asarray(xs[0]), np.asarray(xs[1]))
+        return [_blockwise(block, a, b, po.dtype)]
 
     return run
 
@@ -371,10 +395,12 @@ def mul_q(ctx: OpContext):
     m = np.float64(p1.s) * np.float64(p2.s) / np.float64(po.s)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
 
+    def block(a, b):
+        return requantize((a.astype(np.int64) - p1.z) * (b.astype(np.int64) - p2.z), m, po.z, lo, hi, po.dtype)
+
     def run(xs):
         a, b = _broadcast(ctx, np.asarray(xs[0]), np.asarray(xs[1]))
-        acc = (a.astype(np.int64) - p1.z) * (b.astype(np.int64) - p2.z)
-        return [requantize(acc, m, po.z, lo, hi, po.dtype)]
+        return [_blockwise(block, a, b, po.dtype)]
 
     return run
 
@@ -692,8 +718,8 @@ def hybrid_factory(ctx: OpContext):
             if c != ic:
                 raise KernelError(f"CONV_2D: input has {c} channels, the filter {ic}")
             wm = w_mat()
-            cols = _im2col(qz.astype(wm.dtype, copy=False), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-            acc = (cols @ wm).reshape(n, oh, ow, oc)
+            acc = im2col_matmul(qz.astype(wm.dtype, copy=False), wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            acc = acc.reshape(n, oh, ow, oc)
         else:
             if c == 0 or oc % c:
                 raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
