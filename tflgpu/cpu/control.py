@@ -13,9 +13,18 @@ from .registry import KernelError, OpContext, register
 MAX_WHILE_ITERATIONS = 100_000_000
 
 
+def _subgraph(ctx: OpContext, option: str) -> int:
+    """The subgraph an option names, checked at prepare: an index of one of the model's subgraphs."""
+    idx = ctx.opt(option)
+    n = len(ctx.runtime.model.subgraphs)
+    if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < n:
+        raise ctx.fail(f"{option} {idx!r} is not a subgraph of this model (it has {n})")
+    return idx
+
+
 @register("WHILE")
 def while_op(ctx: OpContext):
-    cond, body = ctx.opt("cond_subgraph_index"), ctx.opt("body_subgraph_index")
+    cond, body = _subgraph(ctx, "cond_subgraph_index"), _subgraph(ctx, "body_subgraph_index")
     rt = ctx.runtime
 
     def run(xs):
@@ -32,7 +41,7 @@ def while_op(ctx: OpContext):
 
 @register("IF")
 def if_op(ctx: OpContext):
-    then_g, else_g = ctx.opt("then_subgraph_index"), ctx.opt("else_subgraph_index")
+    then_g, else_g = _subgraph(ctx, "then_subgraph_index"), _subgraph(ctx, "else_subgraph_index")
     rt = ctx.runtime
 
     def run(xs):
@@ -44,7 +53,7 @@ def if_op(ctx: OpContext):
 
 @register("CALL_ONCE")
 def call_once(ctx: OpContext):
-    init = ctx.opt("init_subgraph_index")
+    init = _subgraph(ctx, "init_subgraph_index")
     rt = ctx.runtime
 
     def run(xs):
