@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .conv import _float_weights
-from .registry import OpContext, register
+from .registry import KernelError, OpContext, register
 
 LAYER_NORM_EPS = 1e-8
 
@@ -130,6 +130,8 @@ def unidirectional_sequence_lstm(ctx: OpContext):
 
     def run(xs):
         x = np.asarray(xs[0], np.float32)
+        if x.ndim != 3:
+            raise KernelError(f"UNIDIRECTIONAL_SEQUENCE_LSTM: input must be 3-D, got shape {list(x.shape)}")
         if not time_major:
             x = np.swapaxes(x, 0, 1)  # [time, batch, features]
         t_steps, batch = x.shape[0], x.shape[1]

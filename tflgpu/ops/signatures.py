@@ -98,7 +98,7 @@ _add("TRANSPOSE_CONV", (3, 4), optional=[3], types={"in0": INDEX},
      ranks={"in0": (1, 1), "in1": (4, 4), "in2": (4, 4), "in3": (1, 1)})
 _add("Convolution2DTransposeBias", 3, ranks={"in0": (4, 4), "in1": (4, 4), "in2": (1, 1)})
 _add("LSTM", (5, 24), (1, 4), any_optional=True)  # (5 inputs, 4 outputs: the basic kernel)
-_add("UNIDIRECTIONAL_SEQUENCE_LSTM", (20, 24), (1, 4), any_optional=True)
+_add("UNIDIRECTIONAL_SEQUENCE_LSTM", (20, 24), (1, 4), any_optional=True, ranks={"in0": (3, 3)})
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
 _add("ASSIGN_VARIABLE", 2, 0)
