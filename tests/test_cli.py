@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tflgpu import Interpreter
 from tflgpu.cli import main
@@ -130,8 +131,6 @@ def test_bench_alternates_tflgpu_and_litert(monkeypatch):
 def test_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
     """--repeat 0, a missing model among several, an unusable --save: refused at once, naming the argument
     (nothing is built or run: Interpreter construction would fail the test)."""
-    import pytest
-
     import tflgpu.interpreter
 
     def no_work(*a, **kw):
@@ -161,8 +160,6 @@ def test_save_creates_its_directory_and_verbose_goes_anywhere(tmp_path, capsys):
 
 
 def test_version(capsys):
-    import pytest
-
     from tflgpu.version import __version__
 
     with pytest.raises(SystemExit) as e:
@@ -173,8 +170,6 @@ def test_version(capsys):
 def test_device_named_by_the_environment_must_exist(monkeypatch, opencl_device):
     """TFLGPU_DEVICE names a device as GpuDelegate(device=...) does: one that does not exist is an error
     naming the variable, not a warning and a quiet run on the CPU kernels."""
-    import pytest
-
     from tflgpu import GpuDelegate
 
     monkeypatch.setenv("TFLGPU_DEVICE", "no-such-device")

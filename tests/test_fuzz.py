@@ -136,7 +136,6 @@ def test_fuzzed_corpus_models(opencl_device, tmp_path):
           f"{stats['coverage_reader']}%, tflgpu {stats['coverage_total']}%")
     assert not stats["bad"], "\n".join(map(str, stats["bad"][:20]))
     assert stats["tried"] >= 100 and stats["rejected"] > 0 and stats["ran"] > 0
-    assert stats["ran"] + stats["rejected"] == stats["tried"]
     assert stats["gpu_tried"] * 3 >= stats["tried"] - len(paths) * 3, "a third of the mutants go through the delegate"
     assert stats["gpu"] >= stats["gpu_tried"] // 10 and stats["gpu_quantized"] > 0, stats
 

@@ -571,14 +571,11 @@ def build_parser() -> argparse.ArgumentParser:
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log what tflgpu does")
     sub = p.add_subparsers(dest="command", required=True)
-    _add_parser = sub.add_parser
 
-    def add_parser(*a, **kw):
-        return _add_parser(*a, parents=[verbose], **kw)
+    def command(name: str, **kw) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[verbose], **kw)
 
-    sub.add_parser = add_parser
-
-    r = sub.add_parser("run", help="run a model once (the bundled default model if none given)")
+    r = command("run", help="run a model once (the bundled default model if none given)")
     r.add_argument("model", nargs="?", help="a .tflite file (default: the bundled model)")
     r.add_argument("--input", action="append", help="a .npy file per model input, in order")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs used without --input")
@@ -591,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     _delegate_args(r)
     r.set_defaults(func=cmd_run)
 
-    i = sub.add_parser("inspect", help="inputs, outputs, op census and backend support of a model")
+    i = command("inspect", help="inputs, outputs, op census and backend support of a model")
     i.add_argument("model", nargs="?")
     i.add_argument("--json", action="store_true")
     i.add_argument("--devices", action="store_true", help="list OpenCL devices and their identity")
@@ -603,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--device", help="OpenCL device: index or name substring")
     i.set_defaults(func=cmd_inspect)
 
-    b = sub.add_parser("bench", help="latency of models through tflgpu, side by side with LiteRT")
+    b = command("bench", help="latency of models through tflgpu, side by side with LiteRT")
     b.add_argument("models", nargs="*")
     b.add_argument("--threads", type=_count(1), default=None,
                    help="CPU threads of tflgpu's CPU kernels and of LiteRT alike (default: every core)")
@@ -615,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     _delegate_args(b)
     b.set_defaults(func=cmd_bench)
 
-    t = sub.add_parser("tune", help="tune every kernel of models on an OpenCL device and record the choices")
+    t = command("tune", help="tune every kernel of models on an OpenCL device and record the choices")
     t.add_argument("models", nargs="+")
     t.add_argument("--mode", choices=["fast", "exhaustive"], default="exhaustive",
                    help="exhaustive (default): every point of each kernel's space; fast: a small search")
@@ -632,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_tune)
 
-    w = sub.add_parser("warmup", help="compile, tune and serialize models into the cache ahead of time")
+    w = command("warmup", help="compile, tune and serialize models into the cache ahead of time")
     w.add_argument("models", nargs="+")
     w.add_argument("--precision", choices=["fp32", "fp16"], action="append",
                    help="repeat for both (default fp32)")
@@ -643,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=cmd_warmup)
 
-    c = sub.add_parser("cache", help="what the cache holds: ls, stats, verify, clear")
+    c = command("cache", help="what the cache holds: ls, stats, verify, clear")
     c.add_argument("action", choices=["ls", "stats", "verify", "clear"])
     c.add_argument("--model", help="only this model's plans (ls, clear): a model file or its token")
     c.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")

@@ -91,8 +91,6 @@ class SubgraphRunner:
                 raise unsupported_error(op, self.sg.index, quantized)
             try:
                 fn = factory(ctx)
-            except PrepareError:
-                raise
             except Exception as e:  # a model whose shapes/options the kernel cannot take
                 why = str(e) if isinstance(e, (ValueError, KernelError)) else f"{type(e).__name__}: {e}"
                 raise PrepareError(op, why, self.sg.index) from e

@@ -325,21 +325,26 @@ def _check_paddings(name: str, p: np.ndarray, ndim: int) -> list[tuple[int, int]
     return [(int(a), int(b)) for a, b in p]
 
 
-def _padded(ctx: OpContext):
-    """The run-time size check of a padding op (and its check at prepare, where the paddings are constant)."""
-    return _sized(ctx, lambda shape, p: [d + a + b for d, (a, b) in
-                                         zip(shape, _check_paddings(ctx.op.name, p, len(shape)))])
+def _padded_shape(shape, pads: list[tuple[int, int]]) -> list[int]:
+    return [d + a + b for d, (a, b) in zip(shape, pads)]
 
 
-def _paddings(ctx: OpContext, xs, ndim: int, check) -> list[tuple[int, int]]:
-    p = _value(ctx, xs, 1)
-    check(xs[0].shape, p)
-    return _check_paddings(ctx.op.name, p, ndim)
+def _padded(ctx: OpContext) -> None:
+    """A padding op's output size checked at prepare, where the paddings are constant."""
+    _sized(ctx, lambda shape, p: _padded_shape(shape, _check_paddings(ctx.op.name, p, len(shape))))
+
+
+def _paddings(ctx: OpContext, xs) -> list[tuple[int, int]]:
+    """The run's paddings, checked, and the output's size with them, before anything is allocated."""
+    x = xs[0]
+    pads = _check_paddings(ctx.op.name, _value(ctx, xs, 1), x.ndim)
+    fits(_padded_shape(x.shape, pads), ctx.output_tensor(0).dtype, ctx.op.name)
+    return pads
 
 
 @register("PAD", "PADV2")
 def pad(ctx: OpContext):
-    check = _padded(ctx)
+    _padded(ctx)
 
     def run(xs):
         x = xs[0]
@@ -348,7 +353,7 @@ def pad(ctx: OpContext):
             value = np.asarray(xs[2]).reshape(-1)[0]
         elif x.dtype != np.float32 and ctx.input_tensor(0).quantization is not None:
             value = int(ctx.input_tensor(0).quantization.zero_points[0])  # quantized zero
-        return [np.pad(x, _paddings(ctx, xs, x.ndim, check), constant_values=value)]
+        return [np.pad(x, _paddings(ctx, xs), constant_values=value)]
 
     return run
 
@@ -356,11 +361,10 @@ def pad(ctx: OpContext):
 @register("MIRROR_PAD")
 def mirror_pad(ctx: OpContext):
     mode = "symmetric" if ctx.opt("mode", 0) == 1 else "reflect"
-    check = _padded(ctx)
+    _padded(ctx)
 
     def run(xs):
-        x = xs[0]
-        return [np.pad(x, _paddings(ctx, xs, x.ndim, check), mode=mode)]
+        return [np.pad(xs[0], _paddings(ctx, xs), mode=mode)]
 
     return run
 

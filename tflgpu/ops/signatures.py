@@ -20,7 +20,7 @@ ANY = 1 << 30  # no upper bound on a count
 class Signature:
     inputs: tuple[int, int]  # (fewest, most) inputs
     outputs: tuple[int, int] = (1, 1)
-    optional: frozenset[int] = frozenset()  # input positions that may be omitted (-1); None: any may be
+    optional: frozenset[int] = frozenset()  # input positions that may be omitted (-1)
     same_type: tuple[str, ...] = ()  # e.g. ("in0", "in1", "out0"): these tensors share a type
     types: dict[str, frozenset[str]] = field(default_factory=dict)  # "in0"/"out0" -> allowed type names
     # "in0" -> (lowest, highest) rank; checked on constants and subgraph inputs, whose shapes are given
@@ -78,8 +78,7 @@ _add("REDUCE_ALL REDUCE_ANY", 2, types={"in0": BOOL, "in1": INDEX})
 _add("CUMSUM", 2, same_type=_UNARY_SAME, types={"in1": INDEX})
 _add("RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR", 2, same_type=_UNARY_SAME, types={"in1": INDEX},
      ranks={"in0": (4, 4), "in1": (1, 1)})
-_add("SELECT", 3, same_type=("in1", "in2", "out0"), types={"in0": BOOL})
-_add("SELECT_V2", 3, same_type=("in1", "in2", "out0"), types={"in0": BOOL})
+_add("SELECT SELECT_V2", 3, same_type=("in1", "in2", "out0"), types={"in0": BOOL})
 _add("SLICE", 3, same_type=_UNARY_SAME, types={"in1": INDEX, "in2": INDEX})
 _add("STRIDED_SLICE", 4, same_type=_UNARY_SAME, types={"in1": INDEX, "in2": INDEX, "in3": INDEX})
 _add("SPLIT", 2, (1, ANY), same_type=("in1", "out0"), types={"in0": INDEX})
@@ -148,14 +147,16 @@ def problems(op: Operator, sg: Subgraph) -> list[str]:
         t = tensor(ref)
         if t is not None and t.type_name not in allowed:
             found.append(f"{ref} has type {t.type_name}, expected {' or '.join(sorted(allowed))}")
-    fixed = set(sg.inputs)  # an intermediate's declared shape may be stale (it is recomputed at run time)
+    def given(t) -> bool:  # a shape the model fixes; an intermediate's may be stale (recomputed at run time)
+        return t is not None and (t.is_constant or t.index in sg.inputs)
+
     for ref, (lo, hi) in sig.ranks.items():
         t = tensor(ref)
-        if t is not None and (t.is_constant or t.index in fixed) and not lo <= len(t.shape) <= hi:
+        if given(t) and not lo <= len(t.shape) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             found.append(f"NumDimensions({ref}) = {len(t.shape)}, expected {want}")
     for ref in sig.nonempty:
         t = tensor(ref)
-        if t is not None and (t.is_constant or t.index in fixed) and 0 in t.shape:
+        if given(t) and 0 in t.shape:
             found.append(f"{ref} has a zero dimension: shape {list(t.shape)}")
     return found

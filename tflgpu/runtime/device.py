@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -73,7 +74,7 @@ def _memoize_invokers(cl) -> None:
     and pytools names each by scanning the names already taken: creating n kernels costs O(n^2) (16,400 LSTM
     steps took 150 s). The invokers of equal signatures are equal, so they are kept in memory here, once per
     process; tflgpu itself sets arguments and enqueues without them."""
-    invoker = sys.modules.get("pyopencl.invoker") or __import__("pyopencl.invoker").invoker
+    invoker = importlib.import_module("pyopencl.invoker")
     generate = getattr(invoker, "generate_enqueue_and_set_args", None)
     if generate is None or getattr(generate, "tflgpu_memoized", False) or not getattr(cl, "_PYOPENCL_NO_CACHE", False):
         return
