@@ -3,7 +3,9 @@ or negative sizes and out-of-range indices, splices, truncations) either load an
 ValueError/RuntimeError that is a verdict, not a wrapped bug — never a crash, a hang, an unbounded allocation,
 another exception type, or a refusal whose cause chain holds an internal error (IndexError, KeyError, ...).
 
-A third of the mutants go through GpuDelegate (the quantized model's too), and the test asserts how many
+A mutant still running after 60 s is timed on LiteRT (in a process of its own): when LiteRT takes over a
+second too (a mutant with an 800 MB input does real work), ours may take 25 times as long before it counts
+as a hang; such mutants are listed as slow. A third of the mutants go through GpuDelegate (the quantized model's too), and the test asserts how many
 reached a device plan. The mutants run in a child process (a segfault would otherwise take pytest down)
 under an address-space limit and a per-mutant alarm, measuring line coverage (coverage.py) of what they
 reach. CI runs for a bounded time; TFLGPU_FUZZ_SECONDS=600 runs longer (run with -s to see the counts,
@@ -76,7 +78,46 @@ def finding(kind, what, where, data):
         where = where + [name]
     stats["bad"].append((kind, what, where))
 
-stats = {"tried": 0, "ran": 0, "rejected": 0, "gpu_tried": 0, "gpu": 0, "gpu_quantized": 0, "bad": []}
+LITERT_TIMER = (
+    "import sys, time, numpy as np\n"
+    "from ai_edge_litert.interpreter import Interpreter\n"
+    "it = Interpreter(model_path=sys.argv[1]); t = time.perf_counter(); it.allocate_tensors()\n"
+    "for d in it.get_input_details(): it.set_tensor(d['index'], np.ones(d['shape'], d['dtype']))\n"
+    "it.invoke(); print(time.perf_counter() - t)\n")
+
+def litert_seconds(data):
+    # LiteRT's time for the mutant (allocate and one invoke), in a process of its own (a mutant may crash it);
+    # None when it cannot run it within 120 s
+    import subprocess, tempfile
+    with tempfile.NamedTemporaryFile(suffix=".tflite") as f:
+        f.write(data); f.flush()
+        try:
+            r = subprocess.run([sys.executable, "-c", LITERT_TIMER, f.name], capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return None
+    try:
+        return float(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+    except (ValueError, IndexError):
+        return None
+
+def attempt(data, use_gpu, limit):
+    # construct, allocate, set ones, invoke within `limit` seconds: the interpreter, or raises
+    signal.alarm(limit)
+    try:
+        it = Interpreter(model_content=data, delegate=GpuDelegate(cache=False) if use_gpu else None)
+        it.allocate_tensors()
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
+        it.invoke()
+        return it
+    finally:
+        signal.alarm(0)
+
+HANG_S = 60  # a mutant still running after this is timed against LiteRT: real work (an 800 MB input) or a hang
+SLOWER = 25  # what "real work" may take here: LiteRT's time times this (numpy/numba CPU kernels, the GPU path's
+             # shape run), plus HANG_S
+
+stats = {"tried": 0, "ran": 0, "rejected": 0, "gpu_tried": 0, "gpu": 0, "gpu_quantized": 0, "bad": [], "slow": []}
 t0 = time.time()
 while stats["tried"] < max_n and time.time() - t0 < seconds:
     source = stats["tried"] % len(originals)
@@ -84,13 +125,16 @@ while stats["tried"] < max_n and time.time() - t0 < seconds:
     use_gpu = gpu_every and (stats["tried"] // len(originals)) % gpu_every == 0  # every source model in turn
     stats["tried"] += 1
     stats["gpu_tried"] += bool(use_gpu)
-    signal.alarm(60)
     try:
-        it = Interpreter(model_content=data, delegate=GpuDelegate(cache=False) if use_gpu else None)
-        it.allocate_tensors()
-        for d in it.get_input_details():
-            it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
-        it.invoke()
+        try:
+            it = attempt(data, use_gpu, HANG_S)
+        except Hang:
+            ref = litert_seconds(data)
+            if ref is None or ref < 1.0:  # LiteRT cannot run it, or runs it at once: ours hung
+                raise
+            t1 = time.time()
+            it = attempt(data, use_gpu, HANG_S + int(SLOWER * ref))
+            stats["slow"].append((kind, "gpu" if use_gpu else "cpu", round(time.time() - t1, 1), round(ref, 2)))
         stats["ran"] += 1
         on_device = bool(use_gpu and it.gpu_plan is not None)
         stats["gpu"] += on_device
@@ -102,11 +146,9 @@ while stats["tried"] < max_n and time.time() - t0 < seconds:
         else:
             finding(kind, f"{type(e).__name__}: {str(e)[:200]} <- {type(bug).__name__}", where_of(bug), data)
     except Hang:
-        finding(kind, "hang (> 60 s)", [], data)
+        finding(kind, f"hang (> {HANG_S} s, and over {SLOWER}x LiteRT's time where LiteRT runs it)", [], data)
     except BaseException as e:  # anything else is a finding
         finding(kind, f"{type(e).__name__}: {str(e)[:200]}", where_of(e), data)
-    finally:
-        signal.alarm(0)
 cov.stop()
 import io, tflgpu.model.reader as reader_mod
 stats["coverage_total"] = round(cov.report(file=io.StringIO()), 1)
@@ -133,7 +175,9 @@ def test_fuzzed_corpus_models(opencl_device, tmp_path):
     print(f"\nfuzz: {stats['tried']} mutants, {stats['ran']} ran, {stats['rejected']} refused with a verdict; "
           f"{stats['gpu_tried']} sent through GpuDelegate, {stats['gpu']} ran on a device plan "
           f"({stats['gpu_quantized']} of the int8 model); line coverage: model reader "
-          f"{stats['coverage_reader']}%, tflgpu {stats['coverage_total']}%")
+          f"{stats['coverage_reader']}%, tflgpu {stats['coverage_total']}%"
+          + (f"; over 60 s but within 25x LiteRT's time (kind, path, s, LiteRT s): {stats['slow']}"
+             if stats["slow"] else ""))
     assert not stats["bad"], "\n".join(map(str, stats["bad"][:20]))
     assert stats["tried"] >= 100 and stats["rejected"] > 0 and stats["ran"] > 0
     assert stats["gpu_tried"] * 3 >= stats["tried"] - len(paths) * 3, "a third of the mutants go through the delegate"

@@ -345,6 +345,23 @@ def test_long_lstm_builds_in_linear_time_and_holds_its_weights_once(opencl_devic
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
 
 
+def test_a_sequence_longer_than_the_device_takes_runs_on_the_cpu(opencl_device, rng, monkeypatch):
+    """A fuzz finding: an LSTM mutant of 2,097,168 steps would get a plan of one kernel per step (and ran for
+    minutes); past ``MAX_STEPS`` the sequence stays on the CPU kernel (numba), named in the log, and matches."""
+    import tflgpu.kernels.recurrent as recurrent
+    from tflgpu import GpuDelegate, Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import lstm_model
+
+    monkeypatch.setattr(recurrent, "MAX_STEPS", 20)
+    model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, steps=21, n_in=5, units=6)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    (cpu_step,) = [s for s in it.gpu_plan.steps if s.device != "gpu"]
+    assert cpu_step.op.name == "UNIDIRECTIONAL_SEQUENCE_LSTM" and "21 steps" in cpu_step.reason
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+
 @pytest.mark.parametrize("op", ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"])
 def test_comparisons_on_device(gpu, rng, op):
     a = rng.integers(-2, 3, (1, 3, 4, 5)).astype(np.float32)

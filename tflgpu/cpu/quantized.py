@@ -27,7 +27,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, vectorize
 
 from ..ops.attributes import conv_options, conv_padding
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
@@ -98,29 +98,45 @@ def quantize_multiplier(m) -> tuple[np.ndarray, np.ndarray]:
     return q, shift
 
 
-def _srdhm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """SaturatingRoundingDoublingHighMul on int32 values held in int64."""
-    ab = a * b
-    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    s = ab + nudge
-    r = np.where(s >= 0, s >> 31, -((-s) >> 31))  # C division truncates toward zero
-    return np.where((a == b) & (a == -(1 << 31)), (1 << 31) - 1, r)
+@njit(cache=True)
+def _mbqm(x, q, shift):
+    """MultiplyByQuantizedMultiplier on one value (int64 holding the int32 arithmetic): x * 2^max(shift, 0),
+    saturated to int32, SaturatingRoundingDoublingHighMul by q, then RoundingDivideByPOT by max(-shift, 0)
+    (half away from zero)."""
+    left = max(shift, 0)
+    right = max(-shift, 0)
+    v = x * (np.int64(1) << left)
+    v = min(max(v, -(np.int64(1) << 31)), (np.int64(1) << 31) - 1)
+    if v == q and v == -(np.int64(1) << 31):
+        r = (np.int64(1) << 31) - 1
+    else:
+        ab = v * q
+        s = ab + ((np.int64(1) << 30) if ab >= 0 else 1 - (np.int64(1) << 30))
+        r = s >> 31 if s >= 0 else -((-s) >> 31)  # C division truncates toward zero
+    mask = (np.int64(1) << right) - 1
+    threshold = (mask >> 1) + (1 if r < 0 else 0)
+    return (r >> right) + (1 if (r & mask) > threshold else 0)
 
 
-def _rdbypot(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
-    """RoundingDivideByPOT: x / 2^exponent, rounding half away from zero."""
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
+@vectorize(["int64(int64, int64, int64)"], cache=True)
+def _mbqm_ufunc(x, q, shift):
+    return _mbqm(x, q, shift)
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, q: np.ndarray, shift: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.int64)
-    left = np.maximum(shift, 0)
-    right = np.maximum(-shift, 0)
-    shifted = np.clip(x * (np.int64(1) << left), -(1 << 31), (1 << 31) - 1)
-    return _rdbypot(_srdhm(shifted, q), right)
+    """TFLite's MultiplyByQuantizedMultiplier elementwise, with numpy broadcasting (``q``/``shift``: one value
+    or one per channel); one compiled pass, no temporaries."""
+    return _mbqm_ufunc(np.asarray(x, np.int64), np.asarray(q, np.int64), np.asarray(shift, np.int64))
+
+
+@njit(cache=True)
+def _add_sub(a, b, out, za, zb, left, ma, sa, mb, sb, mo, so, zo, lo, hi, sign):
+    """Quantized ADD/SUB over flat arrays of one size, as TFLite's reference: each input's offset value shifted
+    left, rescaled to twice the larger input scale, summed, rescaled to the output, offset, clamped."""
+    for i in range(out.size):
+        va = _mbqm((np.int64(a[i]) - za) << left, ma, sa)
+        vb = _mbqm((np.int64(b[i]) - zb) << left, mb, sb)
+        out[i] = min(max(_mbqm(va + sign * vb, mo, so) + zo, lo), hi)
 
 
 def requantize(acc: np.ndarray, real_multiplier, zero_point: int, lo: int, hi: int, dtype) -> np.ndarray:
@@ -375,10 +391,11 @@ def add_sub_q(ctx: OpContext):
     sign = -1 if ctx.op.name == "SUB" else 1
 
     def block(a, b):
-        va = multiply_by_quantized_multiplier((a.astype(np.int64) - p1.z) << left, m1[0], s1[0])
-        vb = multiply_by_quantized_multiplier((b.astype(np.int64) - p2.z) << left, m2[0], s2[0])
-        out = multiply_by_quantized_multiplier(va + sign * vb, mo[0], so[0]) + po.z
-        return np.clip(out, lo, hi).astype(po.dtype)
+        out = np.empty(a.shape, po.dtype)
+        _add_sub(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), out.reshape(-1),
+                 int(p1.z), int(p2.z), left, int(m1[0]), int(s1[0]), int(m2[0]), int(s2[0]), int(mo[0]), int(so[0]),
+                 int(po.z), int(lo), int(hi), sign)
+        return out
 
     def run(xs):
         a, b = _broadcast(ctx, np.asarray(xs[0]), np.asarray(xs[1]))

@@ -8,6 +8,7 @@ back into them, so it carries over to the next invoke, as in LiteRT.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .conv import _float_weights
 from .registry import KernelError, OpContext, register
@@ -15,26 +16,106 @@ from .registry import KernelError, OpContext, register
 LAYER_NORM_EPS = 1e-8
 
 
-def _cell_activation(x: np.ndarray, code: int) -> np.ndarray:
+ACTIVATIONS = (0, 1, 2, 3, 4, 6)  # none, RELU, RELU_N1_TO_1, RELU6, TANH, SIGMOID (TANH and SIGMOID apply here)
+
+
+@njit(cache=True)
+def _act(x: float, code: int) -> float:
     """The LSTM's gate/cell activation: unlike fused activations, TANH and SIGMOID apply here."""
-    if code == 0:
-        return x
     if code == 1:
-        return np.maximum(x, 0)
+        return max(x, 0.0)
     if code == 2:
-        return np.clip(x, -1, 1)
+        return min(max(x, -1.0), 1.0)
     if code == 3:
-        return np.clip(x, 0, 6)
+        return min(max(x, 0.0), 6.0)
     if code == 4:
         return np.tanh(x)
     if code == 6:
-        return _sigmoid(x)
-    raise ValueError(f"LSTM activation {code} is not supported")
-
-
-def _sigmoid(x):
-    with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
+    return x
+
+
+@njit(cache=True)
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + np.exp(-x))  # (float64: exp overflows to inf, giving 0)
+
+
+@njit(cache=True)
+def _normalize(g, lo: int, units: int, coeff, use: bool) -> None:
+    """Layer normalization of one gate's pre-activations g[lo:lo+units], in place."""
+    if not use:
+        return
+    mean = 0.0
+    for k in range(units):
+        mean += g[lo + k]
+    mean /= units
+    var = 0.0
+    for k in range(units):
+        var += (g[lo + k] - mean) ** 2
+    inv = 1.0 / np.sqrt(var / units + LAYER_NORM_EPS)
+    for k in range(units):
+        g[lo + k] = (g[lo + k] - mean) * inv * coeff[k]
+
+
+@njit(cache=True)
+def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, proj_clip, h, c, outs):
+    """Every time step of an LSTM: ``xw`` [T, B, G*U] is the input's contribution (x @ wx, one product for
+    all steps), ``h`` [B, out] and ``c`` [B, U] the state, updated in place; ``outs`` [T, B, out] gets each
+    step's h. Gates in TFLite's order (i, f, c, o; CIFG: f, c, o and i = 1 - f). ``flags``: CIFG, peephole
+    i / f / o, layer norm, projection, projection bias; ``peep`` [3, U] and ``ln`` [4, U] by gate."""
+    steps, batch, width = xw.shape
+    units = c.shape[1]
+    n_out = h.shape[1]
+    cifg, pi_on, pf_on, po_on, ln_on, proj_on, pbias_on = (flags[0], flags[1], flags[2], flags[3], flags[4],
+                                                           flags[5], flags[6])
+    gi, gf, gc, go = (-1, 0, units, 2 * units) if cifg else (0, units, 2 * units, 3 * units)
+    pre = np.empty(width, np.float32)
+    hid = np.empty(units, np.float32)
+    for t in range(steps):
+        for b in range(batch):
+            for j in range(width):
+                pre[j] = xw[t, b, j]
+            for k in range(n_out):
+                hk = h[b, k]
+                if hk != 0.0:
+                    for j in range(width):
+                        pre[j] += hk * wh[k, j]
+            if not cifg:
+                if pi_on:
+                    for u in range(units):
+                        pre[gi + u] += c[b, u] * peep[0, u]
+                _normalize(pre, gi, units, ln[0], ln_on)
+            if pf_on:
+                for u in range(units):
+                    pre[gf + u] += c[b, u] * peep[1, u]
+            _normalize(pre, gf, units, ln[1], ln_on)
+            _normalize(pre, gc, units, ln[2], ln_on)
+            for u in range(units):
+                f = _sigmoid(pre[gf + u] + bias[gf + u])
+                i = 1.0 - f if cifg else _sigmoid(pre[gi + u] + bias[gi + u])
+                g = _act(pre[gc + u] + bias[gc + u], act)
+                cn = f * c[b, u] + i * g
+                if cell_clip > 0:
+                    cn = min(max(cn, -cell_clip), cell_clip)
+                c[b, u] = cn
+                if po_on:
+                    pre[go + u] += cn * peep[2, u]
+            _normalize(pre, go, units, ln[3], ln_on)
+            for u in range(units):
+                hid[u] = _sigmoid(pre[go + u] + bias[go + u]) * _act(c[b, u], act)
+            if proj_on:
+                for k in range(n_out):
+                    s = proj_bias[k] if pbias_on else 0.0
+                    for u in range(units):
+                        s += proj[k, u] * hid[u]
+                    if proj_clip > 0:
+                        s = min(max(s, -proj_clip), proj_clip)
+                    h[b, k] = s
+            else:
+                for u in range(units):
+                    h[b, u] = hid[u]
+            for k in range(n_out):
+                outs[t, b, k] = h[b, k]
 
 
 class _LstmCell:
@@ -47,73 +128,44 @@ class _LstmCell:
             if ctx.const(i) is None:
                 raise ctx.fail(f"LSTM weight input {i} must be constant")
         self.wx = np.concatenate([w(i) for i in gates], axis=0).T.astype(np.float32)  # [in, G*units]
-        self.wh = np.concatenate([w(i) for i in rgates], axis=0).T.astype(np.float32)  # [out, G*units]
-        self.units = ctx.input_tensor(2).shape[0]
-        self.peep_i, self.peep_f, self.peep_o = (w(i) for i in (9, 10, 11))
-        self.layer_norm = [w(i) for i in (20, 21, 22, 23)] if len(ctx.op.inputs) > 20 else [None] * 4
-        self.use_ln = any(v is not None for v in self.layer_norm)
+        self.wh = np.ascontiguousarray(np.concatenate([w(i) for i in rgates], axis=0).T, np.float32)  # [out, G*U]
+        self.units = units = ctx.input_tensor(2).shape[0]
+        peeps = [w(i) for i in (9, 10, 11)]
+        layer_norm = [w(i) for i in (20, 21, 22, 23)] if len(ctx.op.inputs) > 20 else [None] * 4
         bias = [w(i) for i in ([] if self.cifg else [12]) + [13, 14, 15]]
-        bias = [b if b is not None else np.zeros(self.units, np.float32) for b in bias]
-        self.bias = np.concatenate(bias).astype(np.float32)
-        self.proj = w(16)
-        self.proj_bias = w(17)
+        self.bias = np.concatenate([b if b is not None else np.zeros(units, np.float32) for b in bias]).astype(
+            np.float32)
+        proj, proj_bias = w(16), w(17)
+        self.n_out = proj.shape[0] if proj is not None else units
+        if self.wh.shape[0] != self.n_out or self.wx.shape[1] != self.wh.shape[1] or self.bias.size != self.wh.shape[1]:
+            raise ctx.fail("LSTM weights of inconsistent sizes")
+
+        def rows(vs):
+            return np.stack([v.reshape(-1).astype(np.float32) if v is not None and v.size == units
+                             else np.zeros(units, np.float32) for v in vs])
+
+        self.peep, self.ln = rows(peeps), rows(layer_norm)
+        self.proj = (np.ascontiguousarray(proj, np.float32) if proj is not None
+                     else np.zeros((0, units), np.float32))
+        self.proj_bias = proj_bias.astype(np.float32) if proj_bias is not None else np.zeros(0, np.float32)
+        self.flags = np.array([self.cifg, *(v is not None for v in peeps), any(v is not None for v in layer_norm),
+                               proj is not None, proj_bias is not None], np.bool_)
         self.act = ctx.opt("fused_activation_function", 4)
+        if self.act not in ACTIVATIONS:
+            raise ctx.fail(f"LSTM activation {self.act} is not supported")
         self.cell_clip = float(ctx.opt("cell_clip", 0.0) or 0.0)
         self.proj_clip = float(ctx.opt("proj_clip", 0.0) or 0.0)
 
-    def _norm(self, g, coeff):
-        mean = g.mean(axis=-1, keepdims=True)
-        var = ((g - mean) ** 2).mean(axis=-1, keepdims=True)
-        return (g - mean) / np.sqrt(var + LAYER_NORM_EPS) * coeff
-
-    def step(self, xw: np.ndarray, h: np.ndarray, c: np.ndarray):
-        """One time step; xw is the input's contribution x @ wx, precomputed for all steps."""
-        u = self.units
-        pre = xw + h @ self.wh
-        parts = np.split(pre, pre.shape[-1] // u, axis=-1)
-        if self.cifg:
-            pi = None
-            pf, pc, po = parts
-        else:
-            pi, pf, pc, po = parts
-        ln_i, ln_f, ln_c, ln_o = self.layer_norm
-        biases = np.split(self.bias, len(parts))
-        if self.cifg:
-            bf, bc, bo = biases
-        else:
-            bi, bf, bc, bo = biases
-        if pi is not None:
-            if self.peep_i is not None:
-                pi = pi + c * self.peep_i
-            if self.use_ln:
-                pi = self._norm(pi, ln_i)
-            i = _sigmoid(pi + bi)
-        if self.peep_f is not None:
-            pf = pf + c * self.peep_f
-        if self.use_ln:
-            pf = self._norm(pf, ln_f)
-        f = _sigmoid(pf + bf)
-        if self.use_ln:
-            pc = self._norm(pc, ln_c)
-        g = _cell_activation((pc + bc).astype(np.float32), self.act)
-        if pi is None:
-            i = 1.0 - f
-        c_new = f * c + i * g
-        if self.cell_clip > 0:
-            c_new = np.clip(c_new, -self.cell_clip, self.cell_clip)
-        if self.peep_o is not None:
-            po = po + c_new * self.peep_o
-        if self.use_ln:
-            po = self._norm(po, ln_o)
-        o = _sigmoid(po + bo)
-        h_new = o * _cell_activation(c_new.astype(np.float32), self.act)
-        if self.proj is not None:
-            h_new = h_new @ self.proj.T
-            if self.proj_bias is not None:
-                h_new = h_new + self.proj_bias
-            if self.proj_clip > 0:
-                h_new = np.clip(h_new, -self.proj_clip, self.proj_clip)
-        return h_new.astype(np.float32), c_new.astype(np.float32)
+    def run(self, xw: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Every step of ``xw`` [T, B, G*U] (the input's contribution, precomputed); ``h`` and ``c`` are
+        updated in place; returns h of every step, [T, B, out]."""
+        if h.shape[1] != self.n_out or c.shape[1] != self.units:
+            raise KernelError(f"LSTM state of shape {list(h.shape)} / {list(c.shape)}, the weights need "
+                              f"[batch, {self.n_out}] / [batch, {self.units}]")
+        outs = np.empty((xw.shape[0], xw.shape[1], self.n_out), np.float32)
+        _recurrence(np.ascontiguousarray(xw, np.float32), self.wh, self.bias, self.peep, self.ln, self.proj,
+                    self.proj_bias, self.flags, self.act, self.cell_clip, self.proj_clip, h, c, outs)
+        return outs
 
 
 def _write_state(xs, h, c):
@@ -138,10 +190,7 @@ def unidirectional_sequence_lstm(ctx: OpContext):
         h = np.array(xs[18], np.float32).reshape(batch, -1)
         c = np.array(xs[19], np.float32).reshape(batch, -1)
         xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
-        outs = np.empty((t_steps, batch, h.shape[-1]), np.float32)
-        for t in range(t_steps):
-            h, c = cell.step(xw[t], h, c)
-            outs[t] = h
+        outs = cell.run(xw, h, c)
         _write_state(xs, h, c)
         if not time_major:
             outs = np.ascontiguousarray(np.swapaxes(outs, 0, 1))
@@ -161,7 +210,7 @@ def lstm(ctx: OpContext):
         batch = x.shape[0]
         h = np.array(xs[18], np.float32).reshape(batch, -1)
         c = np.array(xs[19], np.float32).reshape(batch, -1)
-        h, c = cell.step(x.reshape(batch, -1) @ cell.wx, h, c)
+        cell.run((x.reshape(batch, -1) @ cell.wx)[None], h, c)
         _write_state(xs, h, c)
         return [h] if len(ctx.op.outputs) == 1 else [np.zeros(0, np.float32), h, c, h][: len(ctx.op.outputs)]
 

@@ -16,6 +16,8 @@ from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec
 from .reindex import offset
 
+MAX_STEPS = 20_000  # one launch per step: a longer sequence runs on the CPU (its plan would hold a kernel per step)
+
 
 @generator("UNIDIRECTIONAL_SEQUENCE_LSTM", "LSTM")
 def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
@@ -51,6 +53,8 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
         steps, batch = 1, shape[0]
     else:
         steps, batch = (shape[0], shape[1]) if time_major else (shape[1], shape[0])
+    if steps > MAX_STEPS:
+        raise Unsupported(f"a sequence of {steps} steps: one launch each, at most {MAX_STEPS} on the device")
     clip = float(op.options.get("cell_clip", 0.0) or 0.0)
 
     def seq(t, b, k, tensor_shape):

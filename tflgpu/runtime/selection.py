@@ -105,6 +105,10 @@ def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
     return view_runner, view.io
 
 
+class ShapeError(RuntimeError):
+    """An op of the subgraph refused the shapes it got while they were propagated (its message names it)."""
+
+
 def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
     """The subgraph with every tensor's actual shape for these input shapes (one CPU run on zeros).
 
@@ -113,8 +117,12 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
     """
     sg = runner.sg
     zeros = [np.zeros(shape, sg.tensors[i].dtype) for i, shape in zip(sg.inputs, input_shapes)]
-    with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
-        values = runner.run(zeros)
+    try:
+        with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
+            values = runner.run(zeros)
+    except RuntimeError as e:  # a kernel's refusal ("Node number N (OP) failed to invoke: ...")
+        runner.reset_variables()
+        raise ShapeError(str(e)) from e
     runner.reset_variables()
     tensors = [replace(t, shape=tuple(np.shape(v))) if v is not None else t for t, v in zip(sg.tensors, values)]
     return replace(sg, tensors=tensors)
