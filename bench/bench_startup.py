@@ -21,6 +21,10 @@ Per model, the median of ``--runs`` fresh processes of each kind:
 Steady latency = median of 20 back-to-back invokes (no idle time between them, so no search runs).
 
     python bench/bench_startup.py [--runs 3] [--budget-s 60] [--cold-only] [--models-dir DIR] [MODEL ...]
+
+``--cold-only --write-readme README.md`` also writes the first-start table (every corpus model, plus the
+synthetic MediaPipe-sized model built by ``bench/make_mediapipe_sized.py``) into the README's
+``bench_startup`` section, with the date, the device and this command.
 """
 
 from __future__ import annotations
@@ -147,15 +151,27 @@ def main() -> int:
     p.add_argument("--gap-ms", type=float, default=20.0, help="idle time between the invokes timed during tuning")
     p.add_argument("--cold-only", action="store_true",
                    help="only the first start of each kind (no 15 s timeline, no background tuning wait)")
+    p.add_argument("--write-readme", type=Path, metavar="README",
+                   help="with --cold-only: write the first-start table into this README's bench_startup section")
     args = p.parse_args()
+    if args.write_readme and not args.cold_only:
+        p.error("--write-readme writes the first-start table: use it with --cold-only")
     models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
+    synthetic: list[Path] = []
+    if args.write_readme:
+        from make_mediapipe_sized import build
+
+        tmp = tempfile.TemporaryDirectory(prefix="tflgpu-mediapipe-sized-")  # removed at exit
+        synthetic = [Path(tmp.name) / "mediapipe_sized.tflite"]
+        synthetic[0].write_bytes(build())
+    readme_rows = []
     kinds = ["none", "fast"] if not args.cold_only else ["none"]
     print("| model | MB | ready s | first result s | steady at start ms | optimized at s | steady at 15 s ms "
           "| none: first result s / steady ms | fast: first result s / steady ms | fast vs none (same process) "
           "| invoke during / after search: median, p90 ms | tuned vs none (same process) | warm first result s "
           "| import s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for m in models:
+    for m in models + synthetic:
         print(f"{m.name} ...", file=sys.stderr, flush=True)
         rows: dict[str, list[dict]] = {k: [] for k in ["default", "warm", *kinds]}
         for _ in range(args.runs):
@@ -189,10 +205,23 @@ def main() -> int:
               f"{ratio(rows.get('fast', []), 'steady_ms')} | {pair('during_ms')} / {pair('after_ms')} | "
               f"{ratio(dft, 'steady_tuned_ms')} | {fmt(med(rows['warm'], 'first_result_s'), 3)} | "
               f"{fmt(med(dft, 'import_s'))} |", flush=True)
+        label = f"{m.stem} (synthetic)" if m in synthetic else m.stem
+        readme_rows.append(f"| {label} | {m.stat().st_size / 1e6:.1f} | {fmt(med(dft, 'first_result_s'))} | "
+                           f"{fmt(med(dft, 'ready_s'))} | {fmt(med(rows['none'], 'first_result_s'))} | "
+                           f"{fmt(med(rows['warm'], 'first_result_s'), 3)} |")
         for r in dft:
             if r.get("tuning"):
                 print(f"    background search: {json.dumps(r['tuning'])}, searched during the timed window: "
                       f"{r.get('searched_during')}", file=sys.stderr)
+    if args.write_readme:
+        from readme_section import measured_on, replace_section
+
+        header = ["| model | MB | first result s | allocate_tensors() returned s | no tiering: first result s "
+                  "| warm: first result s |", "|---|---:|---:|---:|---:|---:|"]
+        replace_section(args.write_readme, "bench_startup",
+                        measured_on() + f" Median of {args.runs} fresh processes each.\n\n"
+                        + "\n".join(header + readme_rows))
+        print(f"wrote the first-start table into {args.write_readme}", file=sys.stderr)
     return 0
 
 

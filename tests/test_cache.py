@@ -214,7 +214,15 @@ def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
     assert not list(cache.rglob("*.tmp"))  # no temp file left behind
     r = cli("cache", "ls", "--cache-dir", str(cache))
     token = xxhash.xxh64_hexdigest(MODEL.read_bytes())
-    assert token in r.stdout and "program" in r.stdout
+    # plans grouped by model: one line each, with the file name stored with the plan and the token
+    (row,) = [line for line in r.stdout.splitlines() if token in line]
+    assert row.startswith("default.tflite ") and row.split()[2] == "1", r.stdout
+    assert any(line.startswith("conv.tflite ") for line in r.stdout.splitlines()), r.stdout
+    assert "fp32, tuning fast; input 1x" in r.stdout and "compiled programs" in r.stdout
+    programs = files(cache, "program")
+    assert not any(p.stem in r.stdout for p in programs)  # summarized: one line, unless --all
+    r = cli("cache", "ls", "--all", "--cache-dir", str(cache))
+    assert all(p.stem[:40] in r.stdout for p in programs), r.stdout
     r = cli("cache", "stats", "--cache-dir", str(cache))
     assert "plan" in r.stdout and "entries" in r.stdout
     r = cli("cache", "clear", "--model", token, "--cache-dir", str(cache))

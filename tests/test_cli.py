@@ -216,3 +216,47 @@ def test_run_and_bench_share_one_thread_default_and_show_it(capsys):
     assert f"; {n} CPU threads" in capsys.readouterr().out
     assert main(["bench", "--delegate", "cpu", "--repeat", "2", "--warmup", "0", "--no-compare"]) == 0
     assert f"{n} CPU threads for tflgpu's CPU kernels and LiteRT alike" in capsys.readouterr().out
+
+
+def test_warmup_shows_kernels_and_names_each_warning(tmp_path, rng, opencl_device, monkeypatch, capsys):
+    """The bar moves per kernel tuned (the model and its kernels done of total), and a warning raised while a
+    model warms up is printed after the bar, with the model's name, not in the middle of it."""
+    import logging
+
+    import tflgpu.runtime.plan as plan_mod
+
+    from .oputil import conv_model
+
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(conv_model(rng)[0])
+    real = plan_mod.transform_graph
+
+    def warning_then_transform(*a, **k):
+        logging.getLogger("tflgpu").warning("something the user should know")
+        return real(*a, **k)
+
+    monkeypatch.setattr(plan_mod, "transform_graph", warning_then_transform)
+    monkeypatch.setenv("TFLGPU_TUNING", "")
+    assert main(["warmup", str(path), "--tuning", "fast", "--cache-dir", str(tmp_path / "cache")]) == 0
+    out, err = capsys.readouterr()
+    assert "conv.tflite [fp32]: kernel 1/1 tuned" in err, err
+    assert "something the user should know" not in err
+    assert "conv.tflite [fp32]: warning: something the user should know" in out, out
+
+
+def test_warmup_jobs_relay_kernel_progress(tmp_path, rng, opencl_device):
+    """With --jobs, worker processes send their per-kernel progress to the bar through a queue."""
+    import os
+
+    from .oputil import conv_model
+
+    models = []
+    for name in ("a.tflite", "b.tflite"):
+        (tmp_path / name).write_bytes(conv_model(rng)[0])
+        models.append(str(tmp_path / name))
+    r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "warmup", *models, "--jobs", "2", "--tuning", "fast",
+                        "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "TFLGPU_TUNING": ""})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "a.tflite [fp32]: built" in r.stdout and "b.tflite [fp32]: built" in r.stdout, r.stdout
+    assert "kernel 1/1 tuned" in r.stderr, r.stderr[-3000:]

@@ -21,8 +21,12 @@ def _default_model() -> Path:
     return DEFAULT_MODEL_PATH
 
 
-def _describe(arr: np.ndarray, limit: int = 8) -> str:
+def _describe(arr: np.ndarray, limit: int = 8, whole: int = 16) -> str:
+    """An output in one line: all of it when it has at most ``whole`` values, else its first ``limit``, with
+    min / max / mean and the top class per row."""
     flat = arr.reshape(-1)
+    if flat.size <= whole:
+        limit = flat.size
     head = np.array2string(flat[:limit], precision=5, separator=", ")
     stats = ""
     if arr.size and arr.dtype.kind in "fiub":
@@ -104,8 +108,10 @@ def _plan_words(interp) -> str:
     elif st["tier"] == "quick":
         words = ["compiled the kernels quickly, without the compiler's optimizations; the optimized build runs "
                  "in the background"]
+    elif st["source_builds"]:
+        words = ["compiled the kernels with the compiler's optimizations"]
     else:
-        words = [f"compiled the kernels ({st['source_builds']} OpenCL programs)"]
+        words = ["built the plan; its compiled kernels came from the cache"]
     tuned = sum(1 for k in plan.tuning_results if k.source == "tuned")
     if tuned:
         words.append(f"searched the best parameters of {tuned} kernels")
@@ -298,6 +304,12 @@ def cmd_inspect(args) -> int:
                 for name, n in census.items()},
         "signatures": {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in model.signature_defs},
     }
+    view = _float_view_census(model)
+    if view is not None:  # what GpuDelegate runs on the device: the float view's ops, QUANTIZE/DEQUANTIZE folded
+        report["float_view"] = {name: {"count": n, "opencl": name in opencl_ops} for name, n in view.items()}
+        for name, info in report["ops"].items():
+            if name not in view:
+                info["float_view"] = "folded into the float view (see below)"
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -307,12 +319,37 @@ def cmd_inspect(args) -> int:
             print(f"{kind[:-1]:7s} #{t['index']:<4d} {t['name']}  {t['dtype']}{t['shape']}")
     print(f"{'op':32s} {'count':>5s}  cpu  opencl")
     for name, info in report["ops"].items():
-        print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO ':3s}  "
-              f"{'yes' if info['opencl'] else 'no (runs on cpu)'}")
+        opencl = info.get("float_view") or ("yes" if info["opencl"] else "no (runs on cpu)")
+        print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO ':3s}  {opencl}")
+    if report.get("float_view"):
+        print("the OpenCL device runs this quantized model's float view (weights dequantized once, QUANT_SIM "
+              "ops keeping activations on the integer grid; what `tflgpu run` counts):")
+        for name, info in report["float_view"].items():
+            print(f"    {name:28s} {info['count']:5d}       {'yes' if info['opencl'] else 'no (runs on cpu)'}")
     print("(opencl: a generator exists; shapes/attributes it cannot take still fall back, see `tflgpu run -v`)")
     for key, sig in report["signatures"].items():
         print(f"signature {key!r}: inputs {sig['inputs']} outputs {sig['outputs']}")
     return 0
+
+
+def _float_view_census(model) -> dict[str, int] | None:
+    """Op name -> count of the float view GpuDelegate builds for a quantized model's main subgraph (None for a
+    float model, or when the view cannot be built: its quantized ops then stay on the CPU integer kernels)."""
+    from .cpu.executor import ModelRunner
+    from .graph.float_view import needs_float_view
+    from .runtime.selection import transform_graph
+
+    if not needs_float_view(model.main):
+        return None
+    runtime = ModelRunner(model)
+    runtime.build_all()
+    graph = transform_graph(runtime.runner(0), quantized_models_allowed=True)
+    if graph.quant_io is None:
+        return None
+    census: dict[str, int] = {}
+    for op in graph.runner.sg.operators:
+        census[op.name] = census.get(op.name, 0) + 1
+    return dict(sorted(census.items()))
 
 
 def cmd_startup(args) -> int:
@@ -381,26 +418,37 @@ def cmd_tune(args) -> int:
     _require_files(args.models)
 
     storage = args.storage
+    if args.fetch and storage is None:
+        print("error: --fetch takes the decisions other workers stored: give their --storage URL", file=sys.stderr)
+        return 2
     if storage is None:  # the search state persists next to the records: a rerun continues it
         storage = f"sqlite:///{usable_cache_dir(default_cache_dir()) / 'tuning-trials.db'}"
     db = FileTuningDB(args.db) if args.db else default_tuning_db()
     reports = []
+    if not args.quiet:
+        budget = f"a budget of {args.budget_s:g} s per model" if args.budget_s else "no time budget"
+        how = "every point of each kernel's space" if args.mode == "exhaustive" else "a short search per kernel"
+        print(f"tuning mode {args.mode} ({how}; GpuDelegate searches in the background by default), {budget}",
+              file=sys.stderr)
     for m in args.models:
-        bar = tqdm(desc=Path(m).name, unit="kernel", file=sys.stderr, disable=args.quiet)
+        bars: list = []  # made at the first kernel searched: a model whose kernels all have records shows none
         best = [1.0]
 
-        def progress(result, done, total, bar=bar, best=best):
-            bar.total = total
+        def progress(result, done, total, bars=bars, best=best, name=Path(m).name):
+            if not bars:
+                bars.append(tqdm(desc=name, total=total, unit="kernel", file=sys.stderr, disable=args.quiet))
             best[0] = max(best[0], result.speedup)
-            bar.set_postfix_str(f"best speedup {best[0]:.2f}x")
-            bar.update(1)
+            bars[0].set_postfix_str(f"best speedup {best[0]:.2f}x")
+            bars[0].update(1)
 
         try:
             reports.append(tune_model(m, mode=args.mode, precision=args.precision, budget_s=args.budget_s,
                                       trials=args.trials, storage=storage, db=db, device=args.device,
-                                      retune=args.retune, progress=progress, rounds=args.repeat))
+                                      retune=args.retune, progress=progress, rounds=args.repeat,
+                                      fetch=args.fetch))
         finally:
-            bar.close()
+            for bar in bars:
+                bar.close()
         print(format_model_tuning(reports[-1]))
         print()
     if args.json:
@@ -410,24 +458,60 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def _warm_one(model: str, precision: str, tuning: str, device, cache_dir) -> dict:
-    """Build (or load) one model's plan into the cache; runs in a worker process with --jobs."""
+class _WarnCollector(logging.Handler):
+    """The library's warnings while one model warms up, kept to be printed after the progress bar with the
+    model's name (not in the middle of the bar)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _warm_one(model: str, precision: str, tuning: str, device, cache_dir, events=None) -> dict:
+    """Build (or load) one model's plan into the cache; runs in a worker process with --jobs. ``events``
+    (anything with ``put``) gets (model, precision, kernels done, kernels total) as each kernel is tuned."""
     import time
 
     from .delegate import GpuDelegate
     from .interpreter import Interpreter
 
+    def progress(result, done, total):
+        if events is not None:
+            events.put((model, precision, done, total))
+
+    log = logging.getLogger("tflgpu")
+    collector, propagate = _WarnCollector(), log.propagate
+    log.addHandler(collector)
+    log.propagate = False
     t0 = time.perf_counter()
-    # (ahead of time: the optimized build at once, not a quick one first)
-    it = Interpreter(model_path=model, delegate=GpuDelegate(precision_loss_allowed=precision == "fp16",
-                                                            tiered_compile=False,
-                                                            tuning=tuning, device=device,
-                                                            serialization_dir=cache_dir))
+    try:
+        # (ahead of time: the optimized build at once, not a quick one first)
+        it = Interpreter(model_path=model, delegate=GpuDelegate(precision_loss_allowed=precision == "fp16",
+                                                                tiered_compile=False, tuning=tuning, device=device,
+                                                                serialization_dir=cache_dir,
+                                                                tuning_progress=progress))
+    finally:
+        log.removeHandler(collector)
+        log.propagate = propagate
     plan = it.gpu_plan
     if plan is None:
-        raise RuntimeError("no OpenCL device")
+        raise RuntimeError("no OpenCL device" + "".join(f"; {m}" for m in collector.messages))
     return {"model": Path(model).name, "seconds": time.perf_counter() - t0, **plan.build_stats,
-            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned")}
+            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned"), "warnings": collector.messages}
+
+
+class _BarEvents:
+    """Per-kernel tuning progress shown on the warmup bar: the model and its kernels done of total."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def put(self, event) -> None:
+        model, precision, done, total = event
+        self.bar.set_postfix_str(f"{Path(model).name} [{precision}]: kernel {done}/{total} tuned")
 
 
 def cmd_warmup(args) -> int:
@@ -443,20 +527,29 @@ def cmd_warmup(args) -> int:
         usable_cache_dir(Path(args.cache_dir), "--cache-dir")  # checked before the models are warmed
     jobs = [(m, p) for m in args.models for p in args.precision]
     failed = 0
+    results = []
     with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
+        shown = _BarEvents(bar)
         if args.jobs <= 1:
-            futures = None
-            results = []
             for m, p in jobs:
+                bar.set_postfix_str(f"{Path(m).name} [{p}]")
                 try:
-                    results.append(((m, p), _warm_one(m, p, args.tuning, args.device, args.cache_dir), None))
+                    results.append(((m, p), _warm_one(m, p, args.tuning, args.device, args.cache_dir, shown), None))
                 except (ValueError, RuntimeError, OSError) as e:
                     results.append(((m, p), None, e))
                 bar.update(1)
-        else:  # spawned workers: an OpenCL runtime does not survive fork
-            results = []
-            with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
-                futures = {pool.submit(_warm_one, m, p, args.tuning, args.device, args.cache_dir): (m, p)
+        else:  # spawned workers: an OpenCL runtime does not survive fork; their progress comes through a queue
+            ctx = get_context("spawn")
+            with ctx.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+                events = manager.Queue()
+
+                def relay():
+                    while (event := events.get()) is not None:
+                        shown.put(event)
+
+                relayer = threading.Thread(target=relay, daemon=True)
+                relayer.start()
+                futures = {pool.submit(_warm_one, m, p, args.tuning, args.device, args.cache_dir, events): (m, p)
                            for m, p in jobs}
                 for f in as_completed(futures):
                     try:
@@ -464,14 +557,22 @@ def cmd_warmup(args) -> int:
                     except Exception as e:  # a worker's error, reported per model
                         results.append((futures[f], None, e))
                     bar.update(1)
+                events.put(None)
+                relayer.join()
     for (m, p), r, err in sorted(results, key=lambda x: x[0]):
         if err is not None:
             failed += 1
             print(f"{Path(m).name} [{p}]: FAILED: {err}")
         else:
-            what = "already cached" if r["plan"] == "cache" else (
-                f"built: {r['source_builds']} programs compiled, {r['tuned']} kernels tuned")
+            if r["plan"] == "cache":
+                what = "already in the cache"
+            else:
+                compiled = "kernels compiled" if r["source_builds"] else "kernels already compiled in the cache"
+                searched = f", best parameters searched for {r['tuned']} kernels" if r["tuned"] else ""
+                what = f"built and stored ({compiled}{searched})"
             print(f"{r['model']} [{p}]: {what} ({r['seconds']:.1f} s)")
+            for w in r["warnings"]:
+                print(f"{r['model']} [{p}]: warning: {w}")
     return 1 if failed else 0
 
 
@@ -503,12 +604,8 @@ def cmd_cache(args) -> int:
 
     if args.action == "ls":
         print(f"cache {store.root} ({store.total_bytes():,} bytes, bound {store.max_bytes:,})")
-        print(f"{'kind':<8} {'model token / key':<36} {'size':>10}  {'last use':<12} device")
-        for e in sorted(selected, key=lambda e: (e.kind != "plan", -e.last_use)):
-            name = e.key.rsplit("-", 1)[0] if e.kind == "plan" else e.key
-            dev = e.device_key.split("|")[1] if e.device_key.count("|") >= 1 else e.device_key
-            print(f"{e.kind:<8} {name[:36]:<36} {e.size:>10,}  {_age(e.last_use):<12} {dev}"
-                  + (f"  [BAD: {e.problem}]" if e.problem else ""))
+        plans = {e.path: e for e in store.entries(with_payload=True, kinds=("plan",))}
+        _list_cache([plans.get(e.path, e) for e in selected], show_all=args.all or token is not None)
         return 0
     if args.action == "stats":
         by: dict = {}
@@ -537,6 +634,52 @@ def cmd_cache(args) -> int:
         store.remove(e)
     print(f"removed {len(gone)} entries ({sum(e.size for e in gone):,} bytes)")
     return 0
+
+
+def _list_cache(entries: list, show_all: bool) -> None:
+    """`cache ls`: stored plans grouped by model (its file name, stored with the plan, and its token), then the
+    programs and tuning records, which models share (one line each, or every entry with ``show_all``)."""
+    from .cache.plans import decode_plan
+    from .cache.store import InvalidEntry
+    from .runtime.config import PlanConfig
+
+    def device(e) -> str:
+        return e.device_key.split("|")[1] if e.device_key.count("|") >= 1 else e.device_key
+
+    def bad(e) -> str:
+        return f"  [BAD: {e.problem}]" if e.problem else ""
+
+    models: dict[str, list] = {}
+    for e in (e for e in entries if e.kind == "plan"):
+        rec = None
+        if not e.problem:
+            try:
+                rec = decode_plan(e.payload)
+            except InvalidEntry:
+                rec = None
+        models.setdefault(e.key.rsplit("-", 1)[0], []).append((e, rec))
+    if models:
+        print(f"\n{'model':<40} {'token':<16} {'plans':>5} {'bytes':>11}  last use")
+    for token, plans in sorted(models.items(), key=lambda kv: -max(e.last_use for e, _ in kv[1])):
+        names = sorted({rec.model_name for _, rec in plans if rec is not None and rec.model_name})
+        name = ", ".join(names) or "(bytes, or stored before names were kept)"
+        print(f"{name[:40]:<40} {token:<16} {len(plans):>5} {sum(e.size for e, _ in plans):>11,}  "
+              f"{_age(max(e.last_use for e, _ in plans))}")
+        for e, rec in sorted(plans, key=lambda p: -p[0].last_use):
+            config = PlanConfig.from_key(rec.options) if rec is not None else None
+            what = config.summary() if config is not None else "(unreadable options)"
+            shapes = " ".join("x".join(map(str, s)) or "scalar" for s in rec.input_shapes) if rec else "?"
+            print(f"    {what}; input {shapes}; {device(e)}; {e.size:,} bytes, {_age(e.last_use)}{bad(e)}")
+    for kind, label in (("program", "compiled programs (shared by models: keyed by their source)"),
+                        ("tuning", "tuning records (per kernel and device; shared by models)")):
+        of_kind = [e for e in entries if e.kind == kind]
+        if not of_kind:
+            continue
+        print(f"\n{len(of_kind)} {label}: {sum(e.size for e in of_kind):,} bytes"
+              + ("" if show_all else " (--all lists them)"))
+        for e in sorted(of_kind, key=lambda e: -e.last_use):
+            if show_all or e.problem:
+                print(f"    {e.key[:40]:<40} {e.size:>10,}  {_age(e.last_use):<12} {device(e)}{bad(e)}")
 
 
 def _delegate_args(p: argparse.ArgumentParser) -> None:
@@ -624,6 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "in the cache directory), e.g. postgresql://user@host/db")
     t.add_argument("--db", help="tuning records file (default: tuning.json in the cache directory)")
     t.add_argument("--retune", action="store_true", help="search again where a record exists")
+    t.add_argument("--fetch", action="store_true",
+                   help="search nothing: record the decisions that workers sharing --storage stored")
     t.add_argument("--repeat", type=_count(1), default=30, help="invokes timed per model, before and after")
     t.add_argument("--json", action="store_true", help="also print the reports as JSON")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -642,6 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = command("cache", help="what the cache holds: ls, stats, verify, clear")
     c.add_argument("action", choices=["ls", "stats", "verify", "clear"])
+    c.add_argument("--all", action="store_true", help="ls: every compiled program and tuning record too")
     c.add_argument("--model", help="only this model's plans (ls, clear): a model file or its token")
     c.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
     c.add_argument("--fix", action="store_true", help="verify: remove the entries that fail")

@@ -69,6 +69,9 @@ class GpuDelegate:
         tuning_db: where records are read and written: None = the cache (``serialization_dir``), a
             path to a JSON records file, a ``tflgpu.autotune.TuningDB``, or False for no records.
         tuning_storage: an optuna storage URL to share the search with other processes (default: in memory).
+        tuning_progress: called as ``tuning_progress(result, done, total)`` after each kernel a blocking search
+            ("fast", "exhaustive") decided (``result``: a ``tflgpu.autotune.TuneResult``); not part of the
+            plan's identity.
         quantized_models_allowed: TFLite's ENABLE_QUANT flag (on by default, as in recent TFLite): a
             quantized model runs through a float view on the device (weights dequantized once,
             quantized inputs/outputs converted on the host, quantization simulators keeping
@@ -92,6 +95,7 @@ class GpuDelegate:
     tuning_budget_s: float | None = None
     tuning_db: object = None
     tuning_storage: str | None = None
+    tuning_progress: object = None  # callable(result, done, total), or None
     quantized_models_allowed: bool = True
     tiered_compile: bool | None = None
 
@@ -151,8 +155,10 @@ class GpuDelegate:
             db = None
         elif not isinstance(db, TuningDB):
             db = FileTuningDB(db)
+        if self.tuning_progress is not None and not callable(self.tuning_progress):
+            raise ValueError("tuning_progress must be callable: tuning_progress(result, done, total)")
         return TuningConfig(mode=self.tuning_mode(), budget_s=self.tuning_budget_s, db=db,
-                            storage=self.tuning_storage)
+                            storage=self.tuning_storage, progress=self.tuning_progress)
 
     def wants_fp16(self) -> bool:
         """TFLite's rule: the legacy flag wins; else the first non-AUTO priority decides

@@ -319,9 +319,10 @@ class Interpreter:
 
                 token = model_token(self._model_bytes.data)
             request = options.plan_request()
-            session.gpu_plan = build_plan(runner, request, token=token)  # at construction, as TFLite does
+            name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
+            session.gpu_plan = build_plan(runner, request, token=token, model_name=name)  # at construction, as TFLite
             if session.gpu_plan is not None:
-                session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token)
+                session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
 
     # -- internals ----------------------------------------------------------
 

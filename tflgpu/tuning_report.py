@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .autotune.records import default_tuning_db
-from .autotune.tuner import TuningConfig
+from .autotune.records import StagedTuningDB, default_tuning_db
+from .autotune.tuner import MIN_GAIN, TuningConfig
 from .benchmark import _prepare, interleaved_ms, reference_inputs
 from .cache.plans import model_token
 from .cache.store import CacheStore
@@ -25,6 +26,7 @@ class KernelRow:
     params: dict
     source: str  # "tuned" (searched now) | "record" (from the database)
     flops: int = 0
+    search: str = ""  # how it was decided, in words: "record", "grid, 12 timed", "not searched: budget spent"
 
     @property
     def speedup(self) -> float:
@@ -36,9 +38,12 @@ class ModelTuning:
     model: str
     heuristic_ms: float
     tuned_ms: float
-    tuning_s: float
+    tuning_s: float  # the search (the budget's part)
     kernels: list[KernelRow] = field(default_factory=list)
     device: str = ""
+    verdict: str = ""  # what happened to the new records (stored, or why not)
+    build_s: float = 0.0  # the rest of the Interpreter's start: reading, compiling the tuned plan
+    budget_s: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -47,20 +52,25 @@ class ModelTuning:
 
 def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32", budget_s: float | None = None,
                trials: int | None = None, storage: str | None = None, db=None, device=None,
-               retune: bool = False, progress=None, rounds: int = 30) -> ModelTuning:
-    """Tune every kernel of a model on one device; time it with heuristics vs tuned parameters."""
+               retune: bool = False, progress=None, rounds: int = 30, fetch: bool = False) -> ModelTuning:
+    """Tune every kernel of a model on one device; time it with heuristics vs tuned parameters.
+
+    The new records are stored unless the model, timed end to end in alternation, is slower with them than
+    with the heuristics by more than timing noise (then each searched kernel is recorded as "keep the
+    heuristic"). ``fetch``: take the decisions other workers stored in ``storage`` instead of searching.
+    """
 
     db = default_tuning_db() if db is None else db
+    staged = StagedTuningDB(db)  # this run's records: stored only if the model is not slower with them
     fp16 = precision == "fp16"
-    config = TuningConfig(mode=mode, budget_s=budget_s, trials=trials, db=db, storage=storage,
-                          progress=progress, reuse_records=not retune)
+    config = TuningConfig(mode=mode, budget_s=budget_s, trials=trials, db=staged, storage=storage,
+                          progress=progress, reuse_records=not retune, fetch_only=fetch)
     # cache=False: a tuning run searches; it never takes a plan stored before the records existed
     delegate = GpuDelegate(precision_loss_allowed=fp16, device=device, tuning=config, cache=False,
                            tiered_compile=False)
     t0 = time.perf_counter()
     tuned = Interpreter(model_path=str(path), delegate=delegate)
-    tuning_s = time.perf_counter() - t0
-    _drop_plans(Path(path))
+    start_s = time.perf_counter() - t0
     plan = tuned.gpu_plan
     if plan is None:
         raise RuntimeError("no OpenCL device to tune on")
@@ -72,10 +82,39 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     for d, x in zip(tuned.get_input_details(), inputs):
         tuned.set_tensor(d["index"], x)
     h_ms, t_ms = interleaved_ms([heuristic, tuned], rounds=rounds)
-    rows = [KernelRow(k.op, k.key, k.layers, k.default_us, k.best_us, k.params, k.source, k.flops)
+    new = staged.pending()
+    chosen = {k for _, k, r in new if r.params}
+    # each choice beat the heuristic alone; together they must not be measurably slower
+    dropped = bool(chosen) and t_ms > h_ms * (1 + MIN_GAIN)
+    if not new:
+        verdict = "no new records (every kernel had one; --retune searches again)"
+    elif dropped:
+        staged.commit(heuristic_only=True)
+        verdict = (f"NOT stored: with the tuned parameters the model was slower end to end ({t_ms:.2f} ms vs "
+                   f"{h_ms:.2f} ms); the {len(new)} kernels searched keep the heuristic defaults")
+    else:
+        staged.commit()
+        verdict = f"stored {len(new)} records ({len(chosen)} with tuned parameters, the rest keep the heuristics)"
+    if new:
+        _drop_plans(Path(path))
+    rows = [KernelRow(k.op, k.key, k.layers, k.default_us, k.best_us, k.params, k.source, k.flops,
+                      _search_words(k) + (" (not used)" if dropped and k.key in chosen else ""))
             for k in plan.tuning_results]
     rows.sort(key=lambda r: -r.heuristic_us * max(r.layers, 1))
-    return ModelTuning(Path(path).name, h_ms, t_ms, tuning_s, rows, plan.device.identity.device)
+    return ModelTuning(Path(path).name, h_ms, t_ms, plan.tuning_seconds, rows, plan.device.identity.device, verdict,
+                       start_s - plan.tuning_seconds, config.model_budget())
+
+
+def _search_words(k) -> str:
+    """How one kernel was decided, in words, for the report."""
+    if k.source == "record":
+        return "record"
+    r = k.result
+    if r is None or r.strategy == "budget spent":
+        return "not searched: budget spent"
+    if r.strategy in ("fetched", "not in storage"):
+        return r.strategy + (f" ({r.trials} trials)" if r.trials else "")
+    return f"{r.strategy}, {r.measured} timed" + (f", {r.rejected} rejected" if r.rejected else "")
 
 
 def _drop_plans(path: Path) -> None:
@@ -88,11 +127,18 @@ def _drop_plans(path: Path) -> None:
 
 
 def format_model_tuning(t: ModelTuning) -> str:
-    lines = [f"{t.model} on {t.device}: {t.heuristic_ms:.2f} ms with heuristics -> {t.tuned_ms:.2f} ms tuned "
-             f"({t.speedup:.2f}x), tuning took {t.tuning_s:.1f} s",
-             f"  {'kernel':<20} {'layers':>6} {'heuristic us':>13} {'tuned us':>9} {'speedup':>8}  params"]
+    head = (f"{t.model} on {t.device}: {t.heuristic_ms:.2f} ms with heuristics, {t.tuned_ms:.2f} ms with the "
+            f"tuned parameters ({t.speedup:.2f}x, timed in alternation); searching took {t.tuning_s:.1f} s"
+            + (f" (budget {t.budget_s:g} s)" if t.budget_s else "") + f", building the plan {t.build_s:.1f} s")
+    columns = (f"  {'kernel':<20} {'layers':>6} {'heuristic us':>13} {'tuned us':>9} {'speedup':>8}  "
+               f"{'search':<28} params")
+    lines = [head, f"  {t.verdict}", columns]
+
+    def us(v: float, width: int) -> str:
+        return f"{'-':>{width}}" if math.isnan(v) else f"{v:>{width}.1f}"
+
     for r in t.kernels:
         params = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "(heuristic default)"
-        lines.append(f"  {r.op.lower()[:20]:<20} {r.layers:>6} {r.heuristic_us:>13.1f} {r.tuned_us:>9.1f} "
-                     f"{r.speedup:>7.2f}x  {params}{'' if r.source == 'tuned' else ' [record]'}")
+        lines.append(f"  {r.op.lower()[:20]:<20} {r.layers:>6} {us(r.heuristic_us, 13)} {us(r.tuned_us, 9)} "
+                     f"{r.speedup:>7.2f}x  {r.search:<28} {params}")
     return "\n".join(lines)

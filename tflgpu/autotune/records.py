@@ -103,6 +103,43 @@ class MemoryTuningDB(TuningDB):
         return self._data
 
 
+class StagedTuningDB(TuningDB):
+    """Records held back until they are checked: reads see ``base`` and this run's records, writes wait in
+    memory until ``commit`` (``tflgpu tune`` stores a model's records only once the model, timed end to end,
+    is not slower with them)."""
+
+    def __init__(self, base: TuningDB):
+        self.base, self.staged = base, MemoryTuningDB()
+
+    def get(self, device_key, kernel_key):
+        return self.staged.get(device_key, kernel_key) or self.base.get(device_key, kernel_key)
+
+    def put_many(self, device_key, records):
+        self.staged.put_many(device_key, records)
+
+    def _records(self):
+        merged = {dev: dict(recs) for dev, recs in self.base._records().items()}
+        for dev, recs in self.staged._records().items():
+            merged.setdefault(dev, {}).update(recs)
+        return merged
+
+    def _claim_shared(self, device_key, kernel_key):
+        return self.base._claim_shared(device_key, kernel_key)
+
+    def pending(self) -> list[tuple[str, str, TuningRecord]]:
+        """(device_key, kernel_key, record) of every record not yet committed."""
+        return [(dev, k, r) for dev, recs in self.staged._records().items() for k, r in recs.items()]
+
+    def commit(self, heuristic_only: bool = False) -> None:
+        """Write the held records to ``base``; ``heuristic_only``: each as "the heuristic default" (the search
+        is remembered, so it is not repeated, but its parameters are not used)."""
+        for dev, recs in self.staged._records().items():
+            if heuristic_only:
+                recs = {k: TuningRecord({}, r.default_us, r.default_us, r.trials, r.op) for k, r in recs.items()}
+            self.base.put_many(dev, recs)
+        self.staged = MemoryTuningDB()
+
+
 class FileTuningDB(TuningDB):
     """Records in one JSON file, read-modify-written under a file lock with an atomic replace.
 
@@ -207,9 +244,8 @@ class CacheTuningDB(TuningDB):
                     self.store.put("tuning", k, device_key, encode_tuning(r))
 
     def _records(self):
-
         out: dict[str, dict[str, TuningRecord]] = {}
-        for e in self.store.entries(with_payload=True):
+        for e in self.store.entries(with_payload=True, kinds=("tuning",)):
             if e.kind == "tuning" and e.problem is None:
                 try:
                     out.setdefault(e.device_key, {})[e.key] = decode_tuning(e.payload)

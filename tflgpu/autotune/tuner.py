@@ -34,6 +34,8 @@ MIN_GAIN = 0.03  # a candidate must beat the default by this much to be chosen (
 FAST_TRIALS = 10  # per kernel, in "fast" mode
 FAST_MODEL_BUDGET_S = 30.0  # per model, in "fast" mode unless tuning_budget_s says otherwise
 BACKGROUND_MODEL_BUDGET_S = 60.0  # per model, searched while the interpreter is idle (runtime.background)
+SETTLE_GONE_S = 30.0  # a worker silent this long (plus three trials' time) has stopped without saying so
+SETTLE_MAX_S = 600.0  # the longest a finished worker waits for the others sharing its study
 
 
 @dataclass
@@ -54,6 +56,7 @@ class TuningConfig:
     seed: int = 0
     progress: Callable | None = None  # progress(TuneResult, done, total) as kernels finish
     reuse_records: bool = True  # False: search even where a record exists (tflgpu tune --retune)
+    fetch_only: bool = False  # take the decisions already in ``storage`` (other workers'); search nothing
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -62,6 +65,8 @@ class TuningConfig:
             raise ValueError("tuning_budget_s must be positive (0 turns the background search off)")
         if self.trials is not None and self.trials < 1:
             raise ValueError("trials must be >= 1")
+        if self.fetch_only and self.storage is None:
+            raise ValueError("fetch_only takes decisions from a shared storage: give its URL")
 
     def model_budget(self) -> float | None:
         if self.budget_s is not None:
@@ -101,6 +106,12 @@ class TuneResult:
     @property
     def speedup(self) -> float:
         return self.default_us / self.best_us if self.best_us > 0 else 1.0
+
+    @property
+    def decided(self) -> bool:
+        """Whether this is a decision worth a record (a search ran, or one was fetched): a kernel left for lack
+        of budget, or not found in the shared storage, is searched next time."""
+        return self.strategy not in ("budget spent", "not in storage")
 
 
 def space_size(space: dict[str, list]) -> int:
@@ -143,6 +154,9 @@ def study_storage(url: str | None):
     for attempt in range(8):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except ImportError as e:  # the URL's database driver is not installed
+            raise RuntimeError(f"optuna storage {url!r} needs its database driver: {e} (PostgreSQL: "
+                               "pip install 'psycopg[binary]'; MySQL: pip install pymysql)") from e
         except SQLAlchemyError as e:  # workers creating a fresh database's schema at the same moment
             if attempt == 7:
                 raise RuntimeError(f"optuna storage {url!r} is not usable: {e}") from e
@@ -162,11 +176,93 @@ class KernelTuner:
         self.rejected, self.reasons = 0, []
         self.ref = None
         self.default_us = None
+        self.trial_s = 0.0
+
+    def study_name(self) -> str:
+        return f"tflgpu-{xxhash.xxh64_hexdigest(self.device_key.encode())}-{self.task.key}"
+
+    @property
+    def shared(self) -> bool:
+        """Whether the study lives in a storage other processes may share (not this process's memory)."""
+        import optuna
+
+        return self.storage is not None and not isinstance(self.storage, optuna.storages.InMemoryStorage)
+
+    def fetch(self) -> TuneResult:
+        """The decision other workers stored in the shared study, without measuring anything; a kernel
+        nobody decided yet is "not in storage" (and not recorded)."""
+        import optuna
+
+        try:
+            study = optuna.load_study(study_name=self.study_name(), storage=self.storage)
+        except KeyError:
+            study = None
+        d = study.user_attrs.get("decision") if study is not None else None
+        if not d:
+            return TuneResult(self.task.key, self.task.op, {}, math.nan, math.nan, strategy="not in storage")
+        params = {k: self.decode[k][v] for k, v in d["params"].items() if k in self.decode and v in self.decode[k]}
+        if len(params) != len(d["params"]):  # knob values this version does not have: keep the heuristic
+            return TuneResult(self.task.key, self.task.op, {}, math.nan, math.nan, strategy="not in storage")
+        return TuneResult(self.task.key, self.task.op, params, d["default_us"], d["best_us"], trials=d["trials"],
+                          strategy="fetched")
+
+    def _announce(self, study, worker: str, state: str) -> None:
+        """This worker's state in the shared study ("searching", refreshed every trial, or "done"): workers
+        that finish first wait for those still searching, so all decide from the same trials."""
+        if self.shared:
+            study.set_user_attr(f"worker:{worker}", {"state": state, "at": time.time()})
+
+    def _settle(self, study, worker: str) -> None:
+        """Wait until no other worker is searching this study (one that has not reported for a while is
+        taken as gone) and none of its trials is running, so every worker decides from the same trials."""
+        import optuna
+
+        if not self.shared:
+            return
+        longest = max((t.duration.total_seconds() for t in study.get_trials(deepcopy=False)
+                       if t.duration is not None), default=0.0)
+        gone_after = SETTLE_GONE_S + 3 * max(longest, self.trial_s)
+        limit = time.perf_counter() + SETTLE_MAX_S
+        while time.perf_counter() < limit:
+            now = time.time()
+            searching = [k for k, v in study.user_attrs.items() if k.startswith("worker:") and k != f"worker:{worker}"
+                         and isinstance(v, dict) and v.get("state") == "searching"
+                         and now - float(v.get("at", 0)) < gone_after]
+            running = any(t.state == optuna.trial.TrialState.RUNNING for t in study.get_trials(deepcopy=False))
+            if not searching and not running:
+                return
+            time.sleep(0.3)
+        log.info("tuning %s: other workers still searching after %.0f s; deciding from the finished trials",
+                 self.task.op, SETTLE_MAX_S)
+
+    def _study_default_us(self, study, encoded: dict) -> float:
+        """The heuristic default's time as the study has it (whoever measured it), so that workers sharing the
+        study compare its best trial with the same number; this process's own measurement otherwise."""
+        import optuna
+
+        default = {k: _encode(v) for k, v in self.task.default.items() if k in encoded}
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.params == default:
+                return t.value
+        return self.default_us
+
+    def _store_decision(self, study, params: dict, default_us: float, best_us: float, trials: int) -> None:
+        """The decision in the study, for workers that only fetch; one drawn from fewer trials never
+        replaces one drawn from more."""
+        if not self.shared:
+            return
+        old = study.user_attrs.get("decision")
+        if old and old.get("trials", 0) > trials:
+            return
+        study.set_user_attr("decision", {"params": {k: _encode(v) for k, v in params.items()},
+                                         "default_us": default_us, "best_us": best_us, "trials": trials})
 
     def measure_default(self) -> float:
         """Time the heuristic default (raises CandidateRejected if even it cannot run)."""
+        t0 = time.perf_counter()
         specs = self.task.make({})
         timing = self.bench.time(specs)
+        self.trial_s = time.perf_counter() - t0  # what one candidate costs (compile and timing): budgets use it
         self.ref, self.default_us = timing.outputs, timing.us
         self.measured[_fingerprint(specs)] = timing.us
         self.best_us = timing.us
@@ -236,8 +332,17 @@ class KernelTuner:
         except CandidateRejected as e:
             self._reject(f"confirmation: {e}")
             return self.default_us, self.default_us
+        if not self.shared:
+            return res
+        # workers that confirmed at the same moment: the first stored wins; one that stored (within the same
+        # few milliseconds as another) reads back after a pause, so all take the value stored last
+        # (``user_attrs`` reads the storage each time)
+        got = study.user_attrs.get(key)
+        if got is not None:
+            return tuple(got)
         study.set_user_attr(key, list(res))
-        return res
+        time.sleep(0.5)
+        return tuple(study.user_attrs[key])
 
     def _reject(self, why: str):
         self.rejected += 1
@@ -253,7 +358,7 @@ class KernelTuner:
             self.measure_default()
         n = space_size(self.values)
         grid = n <= GRID_MAX or self.mode == "exhaustive"
-        name = f"tflgpu-{xxhash.xxh64_hexdigest(self.device_key.encode())}-{self.task.key}"
+        name = self.study_name()
         encoded = {k: [_encode(x) for x in v] for k, v in self.values.items()}
         sampler = (optuna.samplers.GridSampler(encoded, seed=self.seed) if grid
                    else optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=4))
@@ -265,10 +370,14 @@ class KernelTuner:
             study.enqueue_trial({k: _encode(v) for k, v in p.items() if k in encoded})
 
         worker = f"{socket.gethostname()}:{os.getpid()}"
+        self._announce(study, worker, "searching")
 
         interrupted: list[Interrupted] = []
+        ran = []  # trials this process ran
 
         def objective(trial):
+            ran.append(trial.number)
+            self._announce(study, worker, "searching")
             trial.set_user_attr("worker", worker)  # who measured it (trials are shared through the storage)
             params = {k: self.decode[k][trial.suggest_categorical(k, encoded[k])] for k in encoded}
             try:
@@ -290,7 +399,8 @@ class KernelTuner:
             if self.max_trials is not None and self.bench.compiles - compiles0 >= self.max_trials:
                 study.stop()
 
-        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        # a trial is not interrupted: the last one starts while a whole one (and the confirmation) still fits
+        deadline = None if budget_s is None else time.perf_counter() + budget_s - 2 * self.trial_s
         for _ in range(5):
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             try:
@@ -298,14 +408,16 @@ class KernelTuner:
                 break
             except (RuntimeError, ValueError) as e:  # shared storage: a trial another worker finished first
                 log.info("tuning %s: %s; continuing", self.task.op, e)
+        self._announce(study, worker, "done")
         if interrupted:
             raise interrupted[0]
+        self._settle(study, worker)
         params, best_us, default_us = {}, self.default_us, self.default_us
         try:
             bt = study.best_trial
         except ValueError:  # no completed trial at all
             bt = None
-        if bt is not None and bt.value < best_us * (1 - MIN_GAIN):
+        if bt is not None and bt.value < self._study_default_us(study, encoded) * (1 - MIN_GAIN):
             cand = {k: self.decode[k][v] for k, v in bt.params.items() if k in self.decode}
             default_us, us = self._confirm(study, bt, cand)
             if us < default_us * (1 - MIN_GAIN):
@@ -313,10 +425,14 @@ class KernelTuner:
             else:
                 best_us = default_us
         done = sum(1 for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
+        if done:
+            self._store_decision(study, params, default_us, best_us, done)
+        # no trial run here and none elsewhere beyond the default: not a search (not recorded)
+        strategy = "budget spent" if not ran and done <= 1 else "grid" if grid else "tpe"
         return TuneResult(self.task.key, self.task.op, params, default_us, best_us, trials=done,
                           measured=sum(1 for v in self.measured.values() if v is not None),
                           rejected=self.rejected, seconds=time.perf_counter() - t0,
-                          strategy="grid" if grid else "tpe", reasons=self.reasons)
+                          strategy=strategy, reasons=self.reasons)
 
 
 def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBench], device_key: str,
@@ -324,12 +440,23 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
     """Tune every task within the model budget: the slowest defaults first, each kernel getting
     an even share of what is left (what a fast kernel leaves unused flows to the next)."""
     storage = study_storage(config.storage)
+    if config.fetch_only:
+        results = []
+        for task in tasks:
+            results.append(KernelTuner(task, bench_for(task), device_key, mode=config.mode, trials=None,
+                                       storage=storage).fetch())
+            if config.progress:
+                config.progress(results[-1], len(results), len(tasks))
+        return results
     budget = config.model_budget()
     start = time.perf_counter()
-    tuners = []
+    tuners, unmeasured = [], []
     for task in tasks:
         tuner = KernelTuner(task, bench_for(task), device_key, mode=config.mode, trials=config.kernel_trials(),
                             storage=storage, seed=config.seed)
+        if budget is not None and time.perf_counter() - start >= budget:  # not even its default timed
+            unmeasured.append(TuneResult(task.key, task.op, {}, math.nan, math.nan, strategy="budget spent"))
+            continue
         try:
             tuner.measure_default()
         except CandidateRejected as e:
@@ -338,6 +465,10 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
         tuners.append(tuner)
     tuners.sort(key=lambda t: -t.default_us)
     results = []
+    for r in unmeasured:
+        results.append(r)
+        if config.progress:
+            config.progress(r, len(results), len(tuners) + len(unmeasured))
     for i, tuner in enumerate(tuners):
         left = None
         if budget is not None:
@@ -347,12 +478,12 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
                                strategy="budget spent")
                 results.append(r)
                 if config.progress:
-                    config.progress(r, len(results), len(tuners))
+                    config.progress(r, len(results), len(tuners) + len(unmeasured))
                 continue
         r = tuner.run(left)
         log.info("tuned %s: %.0f -> %.0f us (%.2fx, %d measured, %d rejected, %s) %s", r.op, r.default_us,
                  r.best_us, r.speedup, r.measured, r.rejected, r.strategy, r.params)
         results.append(r)
         if config.progress:
-            config.progress(r, len(results), len(tuners))
+            config.progress(r, len(results), len(tuners) + len(unmeasured))
     return results

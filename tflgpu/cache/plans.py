@@ -62,6 +62,7 @@ class PlanRecord:
     tensor_shapes: list[tuple[int, ...]]
     steps: list[StepRecord] = field(default_factory=list)
     program_key: str = ""
+    model_name: str = ""  # the model file's name when the plan was built ("" for a model given as bytes)
 
 
 def _params_json(params: dict) -> str:
@@ -104,7 +105,8 @@ def encode_plan(rec: PlanRecord) -> bytes:
         b.PrependUOffsetTRelative(o)
     steps_vec = b.EndVector()
     ins, tens = _shapes(b, rec.input_shapes), _shapes(b, rec.tensor_shapes)
-    tok, opt, prog = (b.CreateString(x) for x in (rec.model_token, rec.options, rec.program_key))
+    tok, opt, prog, name = (b.CreateString(x) for x in (rec.model_token, rec.options, rec.program_key,
+                                                         rec.model_name))
     fb_plan.Start(b)
     fb_plan.AddModelToken(b, tok)
     fb_plan.AddOptions(b, opt)
@@ -112,6 +114,7 @@ def encode_plan(rec: PlanRecord) -> bytes:
     fb_plan.AddTensorShapes(b, tens)
     fb_plan.AddSteps(b, steps_vec)
     fb_plan.AddProgramKey(b, prog)
+    fb_plan.AddModelName(b, name)
     b.Finish(fb_plan.End(b))
     return bytes(b.Output())
 
@@ -129,7 +132,7 @@ def decode_plan(data: bytes) -> PlanRecord:
 
         rec = PlanRecord((p.ModelToken() or b"").decode(), (p.Options() or b"").decode(),
                          shapes(p.InputShapesLength(), p.InputShapes), shapes(p.TensorShapesLength(), p.TensorShapes),
-                         [], (p.ProgramKey() or b"").decode())
+                         [], (p.ProgramKey() or b"").decode(), (p.ModelName() or b"").decode())
         for i in range(p.StepsLength()):
             s = p.Steps(i)
             rec.steps.append(StepRecord(s.OpIndex(), bool(s.OnDevice()), _params_from(s.ParamsJson()),
@@ -170,8 +173,8 @@ def decode_tuning(data: bytes) -> TuningRecord:
 class PlanCache:
     """Built plans of one model (token) under one set of plan options, in a CacheStore."""
 
-    def __init__(self, store, token: str, options: str):
-        self.store, self.token, self.options = store, token, options
+    def __init__(self, store, token: str, options: str, model_name: str = ""):
+        self.store, self.token, self.options, self.model_name = store, token, options, model_name
 
     def load(self, input_shapes, device_key: str, tensor_count: int) -> PlanRecord | None:
         """The stored plan for these input shapes on this device, or None (an unusable one is discarded)."""
@@ -200,7 +203,7 @@ class PlanCache:
     def save(self, steps: list[StepRecord], input_shapes, tensor_shapes, program: str, device_key: str) -> None:
         """Store a built plan: its steps, the shapes it was built for, and its program's key."""
         rec = PlanRecord(self.token, self.options, [tuple(s) for s in input_shapes],
-                         [tuple(s) for s in tensor_shapes], steps, program)
+                         [tuple(s) for s in tensor_shapes], steps, program, self.model_name)
         try:
             self.store.put("plan", plan_key(self.token, self.options, input_shapes), device_key, encode_plan(rec))
         except OSError as e:

@@ -14,7 +14,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,12 +217,12 @@ class CacheStore:
         self.stats["writes"] += 1
         self.evict()
 
-    def entries(self, with_payload: bool = False) -> Iterator[EntryInfo]:
-        """Every entry file (checked: ``problem`` says what is wrong with a bad one)."""
+    def entries(self, with_payload: bool = False, kinds: Collection[str] = KINDS) -> Iterator[EntryInfo]:
+        """Every entry file of these kinds (checked: ``problem`` says what is wrong with a bad one)."""
         if not self.base.is_dir():
             return
         for dev_dir in sorted(self.base.iterdir()):
-            for kind in KINDS:
+            for kind in kinds:
                 d = dev_dir / kind
                 if not d.is_dir():
                     continue

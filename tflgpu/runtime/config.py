@@ -38,3 +38,32 @@ class PlanConfig:
 
     def key(self) -> str:
         return ";".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+
+    @classmethod
+    def from_key(cls, key: str) -> PlanConfig | None:
+        """The config a stored plan's ``key()`` came from; None for a key this version does not read."""
+        import ast
+
+        known = {f.name for f in fields(cls)}
+        try:
+            values = {}
+            for part in key.split(";"):
+                name, _, text = part.partition("=")
+                if name in known:
+                    values[name] = ast.literal_eval(text)
+            return cls(**values)
+        except (ValueError, SyntaxError, TypeError):
+            return None
+
+    def summary(self) -> str:
+        """In a few words, for listings: precision, tuning mode, and what differs from the defaults."""
+        words = ["fp16" if self.fp16 else "fp32", f"tuning {self.tuning}"]
+        if self.subgraph:
+            words.append(f"subgraph {self.subgraph}")
+        if self.max_partitions != PlanConfig.max_partitions:
+            words.append(f"max {self.max_partitions} partitions")
+        if not self.records:
+            words.append("no tuning records")
+        if not self.quantized_models_allowed:
+            words.append("quantized models not allowed")
+        return ", ".join(words)

@@ -148,7 +148,8 @@ def choose_device(spec: int | str | None = None) -> DeviceInfo:
         spec = os.environ.get("TFLGPU_DEVICE") or None
     devices = list_devices()
     if not devices:
-        raise NoDeviceError("no OpenCL device found")
+        raise NoDeviceError("no OpenCL device found (a GPU driver's OpenCL, or on x86-64 the CPU runtime: "
+                            "pip install 'tflgpu[cpu-opencl]')")
     if spec is None:
         return devices[0]
     if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):

@@ -9,18 +9,20 @@ from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
 from .config import PlanConfig, PlanRequest
 from .device import NoDeviceError, choose_device
-from .selection import transform_graph
+from .selection import ShapeError, transform_graph
 from .startup import StartupClock
 
 log = logging.getLogger("tflgpu")
 
 
-def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None):
+def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None,
+               model_name: str = ""):
     """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used.
 
     With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
     instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
-    the delegate has no model_token.
+    the delegate has no model_token. ``model_name`` (the model file's name) is stored with the plan, for
+    ``tflgpu cache ls``.
     """
     clock = StartupClock()
     clock.phase("device", "finding the OpenCL device")
@@ -40,14 +42,26 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
         fp16 = False
     from .executor import GpuPlan
 
-    clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
-    graph = transform_graph(runner, options.quantized_models_allowed)
-    runner = graph.runner
-    config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, runner.sg.index,
-                        options.quantized_models_allowed)
     token = options.model_token or token
     cacheable = options.store is not None and options.cacheable and token
-    cache = PlanCache(options.store, token, config.key()) if cacheable else None
-    return GpuPlan(runner, device, config, profile=options.profile, input_shapes=input_shapes, tuning=options.tuning,
-                   cache=cache, quant_io=graph.quant_io, device_outputs=options.allow_buffer_handle_output,
-                   earlier_passes=graph.counts, tiered=options.tiered, clock=clock)
+
+    def plan(quantized_models_allowed: bool):
+        clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
+        graph = transform_graph(runner, quantized_models_allowed)
+        config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, graph.runner.sg.index,
+                            quantized_models_allowed)
+        cache = PlanCache(options.store, token, config.key(), model_name) if cacheable else None
+        try:
+            return GpuPlan(graph.runner, device, config, profile=options.profile, input_shapes=input_shapes,
+                           tuning=options.tuning, cache=cache, quant_io=graph.quant_io,
+                           device_outputs=options.allow_buffer_handle_output, earlier_passes=graph.counts,
+                           tiered=options.tiered, clock=clock)
+        except ShapeError as e:
+            if graph.quant_io is None:
+                raise
+            # (float tensors are 4x the int8 ones: a view can pass the per-tensor limit where the model does not)
+            log.warning("GpuDelegate: the float view of this quantized model cannot run on these inputs (%s); its "
+                        "quantized ops run on the CPU integer kernels", e)
+            return plan(False)
+
+    return plan(options.quantized_models_allowed)

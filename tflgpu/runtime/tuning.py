@@ -95,7 +95,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
         set_params(groups[r.key], make, r.params)
         decided.append(TunedKernel(r.key, r.op, len(groups[r.key]), r.default_us, r.best_us, r.params, "tuned", r,
                                    flops=sum(sp.flops for sp in groups[r.key][0].specs)))
-        if r.strategy != "budget spent":
+        if r.decided:
             records[r.key] = TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op)
     if records and config.db is not None:
         config.db.put_many(device_key, records)

@@ -124,7 +124,14 @@ class Plan(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def PlanStart(builder): builder.StartObject(6)
+    # Plan
+    def ModelName(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def PlanStart(builder): builder.StartObject(7)
 def Start(builder):
     return PlanStart(builder)
 def PlanAddModelToken(builder, modelToken): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(modelToken), 0)
@@ -154,6 +161,9 @@ def StartStepsVector(builder, numElems):
 def PlanAddProgramKey(builder, programKey): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(programKey), 0)
 def AddProgramKey(builder, programKey):
     return PlanAddProgramKey(builder, programKey)
+def PlanAddModelName(builder, modelName): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(modelName), 0)
+def AddModelName(builder, modelName):
+    return PlanAddModelName(builder, modelName)
 def PlanEnd(builder): return builder.EndObject()
 def End(builder):
     return PlanEnd(builder)
