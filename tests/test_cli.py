@@ -260,3 +260,53 @@ def test_warmup_jobs_relay_kernel_progress(tmp_path, rng, opencl_device):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "a.tflite [fp32]: built" in r.stdout and "b.tflite [fp32]: built" in r.stdout, r.stdout
     assert "kernel 1/1 tuned" in r.stderr, r.stderr[-3000:]
+
+
+def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, opencl_device, capsys):
+    """`bench --trace`: a Chrome/Perfetto trace whose kernel events are the profile's kernels, in order on one
+    clock, with the CPU ops, copies and the device's idle time between kernels; and chrome_trace of a plan
+    agrees with its profile_report, kernel for kernel."""
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.trace import chrome_trace
+
+    from tflgpu.model.builder import ModelBuilder
+
+    from .oputil import rand
+
+    out = tmp_path / "traces" / "t.json"
+    assert main(["bench", str(DEFAULT_MODEL_PATH), "--repeat", "2", "--warmup", "0", "--no-compare",
+                 "--trace", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert kernels and len(kernels) == doc["otherData"]["kernels"]
+    assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in doc["traceEvents"] if e["ph"] == "X")
+    starts = [e["ts"] for e in kernels]
+    assert starts == sorted(starts) and all(a["ts"] + a["dur"] <= b["ts"] + 1.0 for a, b in zip(kernels, kernels[1:]))
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(n.startswith("OpenCL: ") for n in names) and "host: CPU ops, copies" in names
+
+    b = ModelBuilder()  # a device ADD, a CPU CUMSUM (no OpenCL kernel), a device ADD
+    x = b.input("x", (1, 6, 6, 4))
+    one = b.const("one", np.ones((1, 6, 6, 4), np.float32))
+    y, z, w = (b.tensor(n, (1, 6, 6, 4)) for n in "yzw")
+    b.op("ADD", [x, one], [y])
+    b.op("CUMSUM", [y, b.const("axis", np.array(2, np.int32))], [z])
+    b.op("ADD", [z, one], [w])
+    b.output(w)
+    it = Interpreter(model_content=b.build(), delegate=GpuDelegate(profile=True, cache=False))
+    assert it.gpu_plan.cpu_op_count == 1 and it.gpu_plan.gpu_op_count == 2
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], rand(rng, (1, 6, 6, 4)))
+    it.invoke()
+    doc = chrome_trace(it.gpu_plan)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    profile = it.gpu_plan.profile_report()
+    assert sorted((e["name"], e["args"]["op"]) for e in kernels) == sorted((n, op) for n, op, _ in profile)
+    assert sorted(e["dur"] for e in kernels) == pytest.approx(sorted(us for _, _, us in profile))
+    host = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu op", "upload", "download")]
+    assert [e["name"] for e in host if e["cat"] == "cpu op"] == ["CUMSUM (node 1)"]
+    assert {e["cat"] for e in host} == {"cpu op", "upload", "download"}
+    idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]  # the device waits for the CPU's CUMSUM
+    assert len(kernels) == 2 and len(idle) == 1 and idle[0]["args"]["after"] == kernels[0]["name"]
+    assert main(["bench", "--delegate", "cpu", "--trace", str(out)]) == 1
+    assert "--trace records the OpenCL device's timeline: it needs --delegate gpu" in capsys.readouterr().err

@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tflgpu"
 LAYERS = [
     ("cli",),
     ("tuning_report",),
+    ("trace",),
     ("benchmark",),
     ("tflgpu",),  # the package's public face: Interpreter, GpuDelegate
     ("interpreter",),

@@ -142,13 +142,13 @@ def _load_input(f: str) -> np.ndarray:
         raise ValueError(f"--input {f}: cannot read it as a .npy array ({e})") from e
 
 
-def _output_dir(save: str) -> Path:
-    """``--save``'s directory, created if missing, before the model runs."""
-    d = Path(save)
+def _output_dir(path: str, flag: str = "--save") -> Path:
+    """An output directory (``--save``'s, ``--trace``'s), created if missing, before the model runs."""
+    d = Path(path)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"--save {save}: cannot create the directory ({e.strerror or e})") from e
+        raise ValueError(f"{flag} {path}: cannot create the directory ({e.strerror or e})") from e
     return d
 
 
@@ -389,6 +389,9 @@ def cmd_bench(args) -> int:
 
     models = args.models or [str(_default_model())]
     _require_files(models)
+    traces = _trace_paths(args.trace, models) if args.trace else {}  # (checked before any work)
+    if traces and args.delegate != "gpu":
+        raise ValueError("--trace records the OpenCL device's timeline: it needs --delegate gpu")
     rows = []
     on_cpu = _delegate(args) is None  # (says which options --delegate cpu ignores)
     for m in models:
@@ -404,7 +407,24 @@ def cmd_bench(args) -> int:
         for m in models:
             print(f"\nper-kernel profile of {Path(m).name} (OpenCL events, one invoke):")
             print(kernel_profile(m, _delegate(args)))
+    if traces:
+        from .trace import write_trace
+
+        for m, out in traces.items():
+            doc = write_trace(out, m, _delegate(args))
+            print(f"trace of one invoke of {Path(m).name}: {out} ({doc['otherData']['kernels']} kernels, "
+                  f"{doc['otherData']['host spans']} host spans; open it in ui.perfetto.dev or chrome://tracing)")
     return 0
+
+
+def _trace_paths(trace: str, models: list[str]) -> dict[str, Path]:
+    """Where each model's trace goes: ``trace`` itself for one model, ``<trace stem>-<model stem>.json`` beside
+    it for several; its directory is created (an unusable one fails now, before the benchmarks)."""
+    base = Path(trace)
+    _output_dir(str(base.parent), "--trace")
+    if len(models) == 1:
+        return {models[0]: base}
+    return {m: base.with_name(f"{base.stem}-{Path(m).stem}{base.suffix or '.json'}") for m in models}
 
 
 def cmd_tune(args) -> int:
@@ -752,6 +772,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
     b.add_argument("--compare-litert", action="store_true", help="compare with LiteRT (the default)")
     b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
+    b.add_argument("--trace", metavar="FILE.json",
+                   help="write one invoke's timeline (OpenCL kernels, CPU ops, copies, device idle time) as a "
+                        "Chrome/Perfetto trace (with --delegate gpu)")
     _delegate_args(b)
     b.set_defaults(func=cmd_bench)
 

@@ -9,7 +9,9 @@ partition boundaries only where a CPU op needs a value, and reads the outputs.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,6 +33,51 @@ from .tuning import TunedKernel, apply_tuning, background_jobs
 from .upgrades import store_tuned_plan, tier_up
 
 log = logging.getLogger("tflgpu")
+
+
+@dataclass
+class KernelLaunch:
+    """One kernel launch of a profiled run: its layer, op, OpenCL event and the host clock at its enqueue."""
+
+    layer: str  # named after its op's layer (``conv_2d_17``), not the shared function it runs
+    op: str
+    event: object  # a pyopencl Event with profiling info
+    enqueued_ns: int  # time.perf_counter_ns() when it was enqueued
+
+    @property
+    def us(self) -> float:
+        return (self.event.profile.end - self.event.profile.start) / 1e3
+
+
+@dataclass
+class HostSpan:
+    """Host-side work of a profiled run: a CPU op, or a copy between host and device."""
+
+    kind: str  # "cpu op" | "upload" | "download"
+    label: str
+    start_ns: int  # time.perf_counter_ns()
+    end_ns: int
+
+
+@dataclass
+class RunTimeline:
+    """What one profiled run did, in order: kernel launches (device clock, in their events) and host spans."""
+
+    launches: list[KernelLaunch] = field(default_factory=list)
+    host: list[HostSpan] = field(default_factory=list)
+
+    @contextmanager
+    def span(self, kind: str, label: str):
+        t0 = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            self.host.append(HostSpan(kind, label, t0, time.perf_counter_ns()))
+
+
+def _layer_name(kernel: str, op) -> str:
+    rest = kernel.split("_", 1)[1:]  # (after the shared function's name: a spec's own suffix)
+    return "_".join([f"{op.name.lower()}_{op.index}", *rest])
 
 
 class GpuPlan:
@@ -109,7 +156,7 @@ class GpuPlan:
         if cache is not None and record is None:
             self.save_record()
         clock.stop()
-        self.last_events: list = []
+        self.last_run = RunTimeline()  # (profiled runs)
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
         if jobs:
@@ -170,7 +217,11 @@ class GpuPlan:
         values: dict[int, np.ndarray] = dict(io.host_consts)  # only what CPU-side ops read
         values.update(self.runner.variables)
         keep: list = []  # host arrays of non-blocking uploads, alive until the queue finishes
-        events = []
+        timeline = RunTimeline() if self.profile else None
+
+        def span(kind: str, label: str):
+            return timeline.span(kind, label) if timeline is not None else nullcontext()
+
         for t, x in zip(self.sg.inputs, inputs):
             p = self.quant_in.get(t)
             values[t] = x if p is None else dequantize_values(x, p)
@@ -179,21 +230,28 @@ class GpuPlan:
                 _, k_in, _, gsize = io.staging[t]
                 cl.enqueue_nd_range_kernel(q, k_in, gsize, None)
             else:
-                io.upload(q, t, values[t], keep)
+                with span("upload", f"input tensor {t}"):
+                    io.upload(q, t, values[t], keep)
         for i, s in enumerate(self.steps):
             if s.device == "gpu":
                 for spec, k in zip(s.specs, s.kernels):
-                    ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
-                    if self.profile:
-                        events.append((spec.name, s.op, ev))
+                    if timeline is None:
+                        cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
+                    else:
+                        at = time.perf_counter_ns()
+                        ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
+                        timeline.launches.append(KernelLaunch(_layer_name(spec.name, s.op), s.op.name, ev, at))
                 continue
             for t in io.downloads_before.get(i, ()):
                 if t not in values:
-                    values[t] = io.download(q, t)
+                    with span("download", f"tensor {t} for the CPU"):
+                        values[t] = io.download(q, t)
             for op, fn in s.members:
-                self.runner.run_op(op, fn, values)
+                with span("cpu op", f"{op.name} (node {op.index})"):
+                    self.runner.run_op(op, fn, values)
             for t in io.uploads_after.get(i, ()):
-                io.upload(q, t, values[t], keep)
+                with span("upload", f"tensor {t} from the CPU"):
+                    io.upload(q, t, values[t], keep)
         for t in io.state_tensors:  # variables (LSTM state) carry over to the next invoke
             np.copyto(self.runner.variables[t], io.download(q, t).reshape(self.runner.variables[t].shape))
         for t in io.output_downloads:
@@ -202,9 +260,11 @@ class GpuPlan:
                 cl.enqueue_nd_range_kernel(q, k_out, gsize, None)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
-                values[t] = io.download(q, t)
+                with span("download", f"output tensor {t}"):
+                    values[t] = io.download(q, t)
         q.finish()
-        self.last_events = events
+        if timeline is not None:
+            self.last_run = timeline
         for t, p in self.quant_out.items():  # back to the integers the caller's model declares
             if values.get(t) is not None:
                 values[t] = quantize_values(values[t], p)
@@ -216,9 +276,4 @@ class GpuPlan:
     def profile_report(self) -> list[tuple[str, str, float]]:
         """(kernel, op name, microseconds) for the last run (needs GpuDelegate(profile=True)); a kernel is named
         after its layer (``conv_2d_17``), not the shared function it runs."""
-        out = []
-        for name, op, ev in self.last_events:
-            rest = name.split("_", 1)[1:]  # (after the shared function's name: a spec's own suffix)
-            layer = "_".join([f"{op.name.lower()}_{op.index}", *rest])
-            out.append((layer, op.name, (ev.profile.end - ev.profile.start) / 1e3))
-        return out
+        return [(k.layer, k.op, k.us) for k in self.last_run.launches]

@@ -1,0 +1,69 @@
+"""One invoke as a Chrome / Perfetto trace (the JSON ``chrome://tracing`` and ``ui.perfetto.dev`` open): every
+kernel launch on the OpenCL device (its profiling event), the host's CPU ops and copies, and the device's idle
+time between kernels, on one clock.
+
+The device's timestamps are moved onto the host clock by the offset between each launch's enqueue on the host
+and its ``queued`` time on the device (the median over the launches)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+PID = 1
+DEVICE, HOST, IDLE = 1, 2, 3  # the trace's threads (tracks)
+
+
+def chrome_trace(plan, title: str = "") -> dict:
+    """The trace of ``plan``'s last profiled run (``GpuDelegate(profile=True)``) as a Chrome trace document."""
+    run = plan.last_run
+    if not run.launches and not run.host:
+        raise ValueError("no profiled run to trace: use GpuDelegate(profile=True) and invoke() first")
+    offsets = [k.enqueued_ns - k.event.profile.queued for k in run.launches]
+    offset = statistics.median(offsets) if offsets else 0
+    kernels = sorted(((k.event.profile.start + offset, k.event.profile.end + offset, k) for k in run.launches),
+                     key=lambda x: x[0])
+    origin = min([s for s, _, _ in kernels] + [h.start_ns for h in run.host])
+
+    def us(ns: float) -> float:
+        return (ns - origin) / 1e3
+
+    device = plan.device.identity.device
+    events = [{"name": "process_name", "ph": "M", "pid": PID, "args": {"name": title or "tflgpu invoke"}},
+              {"name": "thread_name", "ph": "M", "pid": PID, "tid": DEVICE, "args": {"name": f"OpenCL: {device}"}},
+              {"name": "thread_name", "ph": "M", "pid": PID, "tid": HOST, "args": {"name": "host: CPU ops, copies"}},
+              {"name": "thread_name", "ph": "M", "pid": PID, "tid": IDLE,
+               "args": {"name": "device idle between kernels"}}]
+    for start, end, k in kernels:
+        events.append({"name": k.layer, "cat": "kernel", "ph": "X", "pid": PID, "tid": DEVICE, "ts": us(start),
+                       "dur": (end - start) / 1e3,
+                       "args": {"op": k.op, "queued to start us": (k.event.profile.start - k.event.profile.queued) / 1e3}})
+    for (_, end, before), (start, _, after) in zip(kernels, kernels[1:]):
+        if start > end:
+            events.append({"name": "idle", "cat": "gap", "ph": "X", "pid": PID, "tid": IDLE, "ts": us(end),
+                           "dur": (start - end) / 1e3, "args": {"after": before.layer, "before": after.layer}})
+    for h in run.host:
+        events.append({"name": h.label, "cat": h.kind, "ph": "X", "pid": PID, "tid": HOST, "ts": us(h.start_ns),
+                       "dur": (h.end_ns - h.start_ns) / 1e3})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"device": device, "kernels": len(kernels), "host spans": len(run.host)}}
+
+
+def write_trace(path: str | Path, model: str | Path, delegate) -> dict:
+    """Run ``model`` (reference inputs, one warm-up invoke) with profiling on and write its trace to ``path``."""
+    from .benchmark import reference_inputs, settled
+    from .interpreter import Interpreter
+
+    delegate.profile = True
+    it = settled(Interpreter(model_path=str(model), delegate=delegate))
+    if it.gpu_plan is None:
+        raise RuntimeError("no OpenCL plan to trace (no OpenCL device)")
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    it.invoke()
+    doc = chrome_trace(it.gpu_plan, title=f"tflgpu: {Path(model).name}")
+    Path(path).write_text(json.dumps(doc))
+    return doc
