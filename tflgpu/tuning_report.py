@@ -86,7 +86,11 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     chosen = {k for _, k, r in new if r.params}
     # each choice beat the heuristic alone; together they must not be measurably slower
     dropped = bool(chosen) and t_ms > h_ms * (1 + MIN_GAIN)
-    if not new:
+    unsearched = sum(1 for k in plan.tuning_results if k.source == "tuned" and not (k.result and k.result.decided))
+    if not new and unsearched:
+        verdict = (f"no new records: {unsearched} kernels were not searched (the budget ran out, or --fetch found no "
+                   "decision); a longer --budget-s searches them")
+    elif not new:
         verdict = "no new records (every kernel had one; --retune searches again)"
     elif dropped:
         staged.commit(heuristic_only=True)
@@ -140,5 +144,5 @@ def format_model_tuning(t: ModelTuning) -> str:
     for r in t.kernels:
         params = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "(heuristic default)"
         lines.append(f"  {r.op.lower()[:20]:<20} {r.layers:>6} {us(r.heuristic_us, 13)} {us(r.tuned_us, 9)} "
-                     f"{r.speedup:>7.2f}x  {r.search:<28} {params}")
+                     f"{'-' if math.isnan(r.heuristic_us) else f'{r.speedup:.2f}x':>8}  {r.search:<28} {params}")
     return "\n".join(lines)
