@@ -389,6 +389,29 @@ def test_op_without_float_view_stays_on_integer_kernels(rng, opencl_device, capl
     assert np.abs(got[0] - want[0]).max() <= 1
 
 
+def test_float_view_too_large_falls_back_to_the_integer_kernels(opencl_device, monkeypatch, caplog):
+    """A fuzz finding's shape: the float view's tensors are 4x the int8 ones, so a model whose int8 activations
+    fit the per-tensor limit can have a float view that does not. The delegate then warns and keeps the integer
+    kernels (TFLite's ENABLE_QUANT off), and the result is the CPU path's, bit for bit."""
+    import logging
+
+    import tflgpu.model.reader as reader
+    from tflgpu import GpuDelegate, Interpreter
+
+    from .qutil import small_quantized_model
+
+    model = small_quantized_model()
+    x = np.random.default_rng(5).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)
+    want = run_model(Interpreter, model, [x])[0]
+    monkeypatch.setattr(reader, "DEFAULT_MAX_TENSOR_BYTES", 1024)  # int8 [1,8,8,8]: 512 bytes; float: 2048
+    with caplog.at_level(logging.WARNING, logger="tflgpu"):
+        it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    assert "the float view of this quantized model cannot run on these inputs" in caplog.text
+    assert "exceeds 1024 bytes" in caplog.text
+    assert it.gpu_plan is not None and it.gpu_plan.gpu_op_count == 0  # (with the float view: every op)
+    np.testing.assert_array_equal(run_model(lambda **kw: it, model, [x])[0], want)
+
+
 def test_small_quantized_model_on_every_path(path):
     """A converter-shaped int8 model (the fuzz test's quantized seed): within one output step of LiteRT."""
     from tflgpu import Interpreter
