@@ -216,8 +216,8 @@ def main() -> int:
     if args.write_readme:
         from readme_section import measured_on, replace_section
 
-        header = ["| model | MB | first result s | allocate_tensors() returned s | no tiering: first result s "
-                  "| warm: first result s |", "|---|---:|---:|---:|---:|---:|"]
+        header = [("| model | MB | first result s | allocate_tensors() returned s | no tiering: first result s "
+                   "| warm: first result s |"), "|---|---:|---:|---:|---:|---:|"]
         replace_section(args.write_readme, "bench_startup",
                         measured_on() + f" Median of {args.runs} fresh processes each.\n\n"
                         + "\n".join(header + readme_rows))

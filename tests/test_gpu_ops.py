@@ -348,8 +348,8 @@ def test_long_lstm_builds_in_linear_time_and_holds_its_weights_once(opencl_devic
 def test_a_sequence_longer_than_the_device_takes_runs_on_the_cpu(opencl_device, rng, monkeypatch):
     """A fuzz finding: an LSTM mutant of 2,097,168 steps would get a plan of one kernel per step (and ran for
     minutes); past ``MAX_STEPS`` the sequence stays on the CPU kernel (numba), named in the log, and matches."""
-    import tflgpu.kernels.recurrent as recurrent
     from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.kernels import recurrent
 
     from .conftest import assert_close, litert, run_model
     from .oputil import lstm_model

@@ -395,8 +395,8 @@ def test_float_view_too_large_falls_back_to_the_integer_kernels(opencl_device, m
     kernels (TFLite's ENABLE_QUANT off), and the result is the CPU path's, bit for bit."""
     import logging
 
-    import tflgpu.model.reader as reader
     from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.model import reader
 
     from .qutil import small_quantized_model
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from itertools import pairwise
 from pathlib import Path
 
 PID = 1
@@ -39,7 +40,7 @@ def chrome_trace(plan, title: str = "") -> dict:
         events.append({"name": k.layer, "cat": "kernel", "ph": "X", "pid": PID, "tid": DEVICE, "ts": us(start),
                        "dur": (end - start) / 1e3,
                        "args": {"op": k.op, "queued to start us": (k.event.profile.start - k.event.profile.queued) / 1e3}})
-    for (_, end, before), (start, _, after) in zip(kernels, kernels[1:]):
+    for (_, end, before), (start, _, after) in pairwise(kernels):
         if start > end:
             events.append({"name": "idle", "cat": "gap", "ph": "X", "pid": PID, "tid": IDLE, "ts": us(end),
                            "dur": (start - end) / 1e3, "args": {"after": before.layer, "before": after.layer}})
