@@ -183,8 +183,9 @@ def format_table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
-    """Per-kernel OpenCL event times of one invoke (after a warm-up), largest first."""
+def profiled_plan(path: str | Path, delegate):
+    """The model's plan after one profiled invoke (reference inputs, after a warm-up invoke, the background work
+    done), or None without an OpenCL device: what ``kernel_profile`` and ``trace.write_trace`` read."""
     from .interpreter import Interpreter
 
     delegate.profile = True
@@ -194,7 +195,12 @@ def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
         it.set_tensor(d["index"], x)
     it.invoke()
     it.invoke()
-    plan = it.gpu_plan
+    return it.gpu_plan
+
+
+def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
+    """Per-kernel OpenCL event times of one invoke (after a warm-up), largest first."""
+    plan = profiled_plan(path, delegate)
     if plan is None:
         return "(no OpenCL plan)"
     rows = sorted(plan.profile_report(), key=lambda r: -r[2])

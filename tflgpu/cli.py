@@ -335,6 +335,8 @@ def cmd_inspect(args) -> int:
 def _float_view_census(model) -> dict[str, int] | None:
     """Op name -> count of the float view GpuDelegate builds for a quantized model's main subgraph (None for a
     float model, or when the view cannot be built: its quantized ops then stay on the CPU integer kernels)."""
+    from collections import Counter
+
     from .cpu.executor import ModelRunner
     from .graph.float_view import needs_float_view
     from .runtime.selection import transform_graph
@@ -346,10 +348,7 @@ def _float_view_census(model) -> dict[str, int] | None:
     graph = transform_graph(runtime.runner(0), quantized_models_allowed=True)
     if graph.quant_io is None:
         return None
-    census: dict[str, int] = {}
-    for op in graph.runner.sg.operators:
-        census[op.name] = census.get(op.name, 0) + 1
-    return dict(sorted(census.items()))
+    return dict(sorted(Counter(op.name for op in graph.runner.sg.operators).items()))
 
 
 def cmd_startup(args) -> int:
@@ -610,7 +609,7 @@ def cmd_cache(args) -> int:
     from .cache.store import CacheStore
 
     store = CacheStore(args.cache_dir, named_by="--cache-dir" if args.cache_dir else None)
-    entries = list(store.entries())
+    entries = list(store.entries(payloads=("plan",) if args.action == "ls" else ()))  # (ls reads the plans)
     token = args.model
     if token is not None and Path(token).is_file():  # a model file: its default token (the bytes' fingerprint)
         from .cache.plans import model_token
@@ -624,8 +623,7 @@ def cmd_cache(args) -> int:
 
     if args.action == "ls":
         print(f"cache {store.root} ({store.total_bytes():,} bytes, bound {store.max_bytes:,})")
-        plans = {e.path: e for e in store.entries(with_payload=True, kinds=("plan",))}
-        _list_cache([plans.get(e.path, e) for e in selected], show_all=args.all or token is not None)
+        _list_cache(selected, show_all=args.all or token is not None)
         return 0
     if args.action == "stats":
         by: dict = {}
@@ -671,12 +669,10 @@ def _list_cache(entries: list, show_all: bool) -> None:
 
     models: dict[str, list] = {}
     for e in (e for e in entries if e.kind == "plan"):
-        rec = None
-        if not e.problem:
-            try:
-                rec = decode_plan(e.payload)
-            except InvalidEntry:
-                rec = None
+        try:
+            rec = None if e.problem else decode_plan(e.payload)
+        except InvalidEntry:
+            rec = None
         models.setdefault(e.key.rsplit("-", 1)[0], []).append((e, rec))
     if models:
         print(f"\n{'model':<40} {'token':<16} {'plans':>5} {'bytes':>11}  last use")

@@ -53,18 +53,11 @@ def chrome_trace(plan, title: str = "") -> dict:
 
 def write_trace(path: str | Path, model: str | Path, delegate) -> dict:
     """Run ``model`` (reference inputs, one warm-up invoke) with profiling on and write its trace to ``path``."""
-    from .benchmark import reference_inputs, settled
-    from .interpreter import Interpreter
+    from .benchmark import profiled_plan
 
-    delegate.profile = True
-    it = settled(Interpreter(model_path=str(model), delegate=delegate))
-    if it.gpu_plan is None:
+    plan = profiled_plan(model, delegate)
+    if plan is None:
         raise RuntimeError("no OpenCL plan to trace (no OpenCL device)")
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    it.invoke()
-    doc = chrome_trace(it.gpu_plan, title=f"tflgpu: {Path(model).name}")
+    doc = chrome_trace(plan, title=f"tflgpu: {Path(model).name}")
     Path(path).write_text(json.dumps(doc))
     return doc

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .autotune.records import StagedTuningDB, default_tuning_db
-from .autotune.tuner import MIN_GAIN, TuningConfig
+from .autotune.tuner import BUDGET_SPENT, FETCHED, MIN_GAIN, NOT_IN_STORAGE, TuningConfig
 from .benchmark import _prepare, interleaved_ms, reference_inputs
 from .cache.plans import model_token
 from .cache.store import CacheStore
@@ -114,9 +114,9 @@ def _search_words(k) -> str:
     if k.source == "record":
         return "record"
     r = k.result
-    if r is None or r.strategy == "budget spent":
+    if r is None or r.strategy == BUDGET_SPENT:
         return "not searched: budget spent"
-    if r.strategy in ("fetched", "not in storage"):
+    if r.strategy in (FETCHED, NOT_IN_STORAGE):
         return r.strategy + (f" ({r.trials} trials)" if r.trials else "")
     return f"{r.strategy}, {r.measured} timed" + (f", {r.rejected} rejected" if r.rejected else "")
 

@@ -245,8 +245,8 @@ class CacheTuningDB(TuningDB):
 
     def _records(self):
         out: dict[str, dict[str, TuningRecord]] = {}
-        for e in self.store.entries(with_payload=True, kinds=("tuning",)):
-            if e.kind == "tuning" and e.problem is None:
+        for e in self.store.entries(kinds=("tuning",), payloads=("tuning",)):
+            if e.problem is None:
                 try:
                     out.setdefault(e.device_key, {})[e.key] = decode_tuning(e.payload)
                 except InvalidEntry:

@@ -34,6 +34,8 @@ MIN_GAIN = 0.03  # a candidate must beat the default by this much to be chosen (
 FAST_TRIALS = 10  # per kernel, in "fast" mode
 FAST_MODEL_BUDGET_S = 30.0  # per model, in "fast" mode unless tuning_budget_s says otherwise
 BACKGROUND_MODEL_BUDGET_S = 60.0  # per model, searched while the interpreter is idle (runtime.background)
+# how a kernel was decided (TuneResult.strategy); the last two are no decision, and get no record
+GRID, TPE, FETCHED, BUDGET_SPENT, NOT_IN_STORAGE = "grid", "tpe", "fetched", "budget spent", "not in storage"
 SETTLE_GONE_S = 30.0  # a worker silent this long (plus three trials' time) has stopped without saying so
 SETTLE_MAX_S = 600.0  # the longest a finished worker waits for the others sharing its study
 
@@ -111,7 +113,7 @@ class TuneResult:
     def decided(self) -> bool:
         """Whether this is a decision worth a record (a search ran, or one was fetched): a kernel left for lack
         of budget, or not found in the shared storage, is searched next time."""
-        return self.strategy not in ("budget spent", "not in storage")
+        return self.strategy not in (BUDGET_SPENT, NOT_IN_STORAGE)
 
 
 def space_size(space: dict[str, list]) -> int:
@@ -165,7 +167,7 @@ def study_storage(url: str | None):
 
 
 class KernelTuner:
-    def __init__(self, task: TuneTask, bench: KernelBench, device_key: str, *, mode: str, trials: int | None,
+    def __init__(self, task: TuneTask, bench: KernelBench | None, device_key: str, *, mode: str, trials: int | None,
                  storage=None, seed: int = 0):
         self.task, self.bench, self.mode, self.max_trials = task, bench, mode, trials
         self.device_key, self.storage, self.seed = device_key, storage, seed
@@ -199,12 +201,12 @@ class KernelTuner:
             study = None
         d = study.user_attrs.get("decision") if study is not None else None
         if not d:
-            return TuneResult(self.task.key, self.task.op, {}, math.nan, math.nan, strategy="not in storage")
+            return TuneResult(self.task.key, self.task.op, {}, math.nan, math.nan, strategy=NOT_IN_STORAGE)
         params = {k: self.decode[k][v] for k, v in d["params"].items() if k in self.decode and v in self.decode[k]}
         if len(params) != len(d["params"]):  # knob values this version does not have: keep the heuristic
-            return TuneResult(self.task.key, self.task.op, {}, math.nan, math.nan, strategy="not in storage")
+            return TuneResult(self.task.key, self.task.op, {}, math.nan, math.nan, strategy=NOT_IN_STORAGE)
         return TuneResult(self.task.key, self.task.op, params, d["default_us"], d["best_us"], trials=d["trials"],
-                          strategy="fetched")
+                          strategy=FETCHED)
 
     def _announce(self, study, worker: str, state: str) -> None:
         """This worker's state in the shared study ("searching", refreshed every trial, or "done"): workers
@@ -212,22 +214,28 @@ class KernelTuner:
         if self.shared:
             study.set_user_attr(f"worker:{worker}", {"state": state, "at": time.time()})
 
+    def _peers(self, study, worker: str) -> dict[str, dict]:
+        """The other workers of this study heard from lately (worker key -> its state): one silent for longer
+        than SETTLE_GONE_S plus three trials' time has stopped without saying so."""
+        if not self.shared:
+            return {}
+        longest = max((t.duration.total_seconds() for t in study.get_trials(deepcopy=False)
+                       if t.duration is not None), default=0.0)
+        gone_after = SETTLE_GONE_S + 3 * max(longest, self.trial_s)
+        now = time.time()
+        return {k: v for k, v in study.user_attrs.items() if k.startswith("worker:") and k != f"worker:{worker}"
+                and isinstance(v, dict) and now - float(v.get("at", 0)) < gone_after}
+
     def _settle(self, study, worker: str) -> None:
-        """Wait until no other worker is searching this study (one that has not reported for a while is
-        taken as gone) and none of its trials is running, so every worker decides from the same trials."""
+        """Wait until no other worker is searching this study and none of its trials is running, so every worker
+        decides from the same trials."""
         import optuna
 
         if not self.shared:
             return
-        longest = max((t.duration.total_seconds() for t in study.get_trials(deepcopy=False)
-                       if t.duration is not None), default=0.0)
-        gone_after = SETTLE_GONE_S + 3 * max(longest, self.trial_s)
         limit = time.perf_counter() + SETTLE_MAX_S
         while time.perf_counter() < limit:
-            now = time.time()
-            searching = [k for k, v in study.user_attrs.items() if k.startswith("worker:") and k != f"worker:{worker}"
-                         and isinstance(v, dict) and v.get("state") == "searching"
-                         and now - float(v.get("at", 0)) < gone_after]
+            searching = any(v.get("state") == "searching" for v in self._peers(study, worker).values())
             running = any(t.state == optuna.trial.TrialState.RUNNING for t in study.get_trials(deepcopy=False))
             if not searching and not running:
                 return
@@ -319,7 +327,7 @@ class KernelTuner:
         self.best_us = min(self.best_us, us)
         return us
 
-    def _confirm(self, study, trial, cand: dict) -> tuple[float, float]:
+    def _confirm(self, study, trial, cand: dict, worker: str) -> tuple[float, float]:
         """(default µs, candidate µs) timed in alternation, so a winner measured while the machine
         happened to be fast does not look better than it is. Stored in the study: every worker
         sharing it decides from the same confirmation."""
@@ -336,11 +344,13 @@ class KernelTuner:
             return res
         # workers that confirmed at the same moment: the first stored wins; one that stored (within the same
         # few milliseconds as another) reads back after a pause, so all take the value stored last
-        # (``user_attrs`` reads the storage each time)
+        # (``user_attrs`` reads the storage each time); alone, nothing to wait for
         got = study.user_attrs.get(key)
         if got is not None:
             return tuple(got)
         study.set_user_attr(key, list(res))
+        if not self._peers(study, worker):
+            return res
         time.sleep(0.5)
         return tuple(study.user_attrs[key])
 
@@ -419,7 +429,7 @@ class KernelTuner:
             bt = None
         if bt is not None and bt.value < self._study_default_us(study, encoded) * (1 - MIN_GAIN):
             cand = {k: self.decode[k][v] for k, v in bt.params.items() if k in self.decode}
-            default_us, us = self._confirm(study, bt, cand)
+            default_us, us = self._confirm(study, bt, cand, worker)
             if us < default_us * (1 - MIN_GAIN):
                 params, best_us = cand, us
             else:
@@ -428,7 +438,7 @@ class KernelTuner:
         if done:
             self._store_decision(study, params, default_us, best_us, done)
         # no trial run here and none elsewhere beyond the default: not a search (not recorded)
-        strategy = "budget spent" if not ran and done <= 1 else "grid" if grid else "tpe"
+        strategy = BUDGET_SPENT if not ran and done <= 1 else GRID if grid else TPE
         return TuneResult(self.task.key, self.task.op, params, default_us, best_us, trials=done,
                           measured=sum(1 for v in self.measured.values() if v is not None),
                           rejected=self.rejected, seconds=time.perf_counter() - t0,
@@ -444,7 +454,7 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
     if config.fetch_only:
         results = []
         for task in tasks:
-            results.append(KernelTuner(task, bench_for(task), device_key, mode=config.mode, trials=None,
+            results.append(KernelTuner(task, None, device_key, mode=config.mode, trials=None,  # (measures nothing)
                                        storage=storage).fetch())
             if config.progress:
                 config.progress(results[-1], len(results), len(tasks))
@@ -455,7 +465,7 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
         tuner = KernelTuner(task, bench_for(task), device_key, mode=config.mode, trials=config.kernel_trials(),
                             storage=storage, seed=config.seed)
         if budget is not None and time.perf_counter() - start >= budget:  # not even its default timed
-            unmeasured.append(TuneResult(task.key, task.op, {}, math.nan, math.nan, strategy="budget spent"))
+            unmeasured.append(TuneResult(task.key, task.op, {}, math.nan, math.nan, strategy=BUDGET_SPENT))
             continue
         try:
             tuner.measure_default()
@@ -475,7 +485,7 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
             left = (budget - (time.perf_counter() - start)) / (len(tuners) - i)
             if left <= 0:
                 r = TuneResult(tuner.task.key, tuner.task.op, {}, tuner.default_us, tuner.default_us,
-                               strategy="budget spent")
+                               strategy=BUDGET_SPENT)
                 results.append(r)
                 if config.progress:
                     config.progress(r, len(results), len(tuners) + len(unmeasured))

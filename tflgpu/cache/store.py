@@ -217,8 +217,9 @@ class CacheStore:
         self.stats["writes"] += 1
         self.evict()
 
-    def entries(self, with_payload: bool = False, kinds: Collection[str] = KINDS) -> Iterator[EntryInfo]:
-        """Every entry file of these kinds (checked: ``problem`` says what is wrong with a bad one)."""
+    def entries(self, kinds: Collection[str] = KINDS, payloads: Collection[str] = ()) -> Iterator[EntryInfo]:
+        """Every entry file of ``kinds`` (checked: ``problem`` says what is wrong with a bad one), keeping the
+        payload of those of ``payloads`` (every file is read to be checked anyway)."""
         if not self.base.is_dir():
             return
         for dev_dir in sorted(self.base.iterdir()):
@@ -242,7 +243,7 @@ class CacheStore:
                             info.problem = "device identity does not match its directory"
                         elif head["library_version"] != LIBRARY_VERSION:
                             info.problem = f"written by tflgpu {head['library_version']}"
-                        if with_payload:
+                        if kind in payloads:
                             info.payload = payload
                     except InvalidEntry as e:
                         info.problem = str(e)

@@ -357,9 +357,9 @@ BLOCK_ELEMENTS = 1 << 20
 
 
 def _blockwise(fn, a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
-    """``fn(a, b)`` on two broadcast views of one shape, a block of at most about BLOCK_ELEMENTS at a time: the
-    int64 temporaries of the fixed-point arithmetic (about ten per element) stay bounded however large the
-    tensor (a 268M-element ADD needed over 8 GB at once). Small tensors are one call, as before."""
+    """``fn(a, b)`` on two broadcast views of one shape, a block of at most about BLOCK_ELEMENTS at a time: what
+    ``fn`` makes per element (contiguous copies of broadcast views, MUL's int64 temporaries) stays bounded however
+    large the tensor (a 268M-element ADD needed over 8 GB at once). Small tensors are one call."""
     shape = a.shape
     if a.size <= BLOCK_ELEMENTS or not shape:
         return fn(a, b)
@@ -390,11 +390,11 @@ def add_sub_q(ctx: OpContext):
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
     sign = -1 if ctx.op.name == "SUB" else 1
 
+    fixed = tuple(int(v) for v in (p1.z, p2.z, left, m1[0], s1[0], m2[0], s2[0], mo[0], so[0], po.z, lo, hi, sign))
+
     def block(a, b):
         out = np.empty(a.shape, po.dtype)
-        _add_sub(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), out.reshape(-1),
-                 int(p1.z), int(p2.z), left, int(m1[0]), int(s1[0]), int(m2[0]), int(s2[0]), int(mo[0]), int(so[0]),
-                 int(po.z), int(lo), int(hi), sign)
+        _add_sub(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), out.reshape(-1), *fixed)
         return out
 
     def run(xs):

@@ -20,6 +20,11 @@ ACTIVATIONS = (0, 1, 2, 3, 4, 6)  # none, RELU, RELU_N1_TO_1, RELU6, TANH, SIGMO
 
 
 @njit(cache=True)
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + np.exp(-x))  # (float64: exp overflows to inf, giving 0)
+
+
+@njit(cache=True)
 def _act(x: float, code: int) -> float:
     """The LSTM's gate/cell activation: unlike fused activations, TANH and SIGMOID apply here."""
     if code == 1:
@@ -31,13 +36,8 @@ def _act(x: float, code: int) -> float:
     if code == 4:
         return np.tanh(x)
     if code == 6:
-        return 1.0 / (1.0 + np.exp(-x))
+        return _sigmoid(x)
     return x
-
-
-@njit(cache=True)
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + np.exp(-x))  # (float64: exp overflows to inf, giving 0)
 
 
 @njit(cache=True)
@@ -140,9 +140,12 @@ class _LstmCell:
         if self.wh.shape[0] != self.n_out or self.wx.shape[1] != self.wh.shape[1] or self.bias.size != self.wh.shape[1]:
             raise ctx.fail("LSTM weights of inconsistent sizes")
 
-        def rows(vs):
-            return np.stack([v.reshape(-1).astype(np.float32) if v is not None and v.size == units
-                             else np.zeros(units, np.float32) for v in vs])
+        def rows(vs):  # per-gate vectors (peepholes, layer norm) as rows; an absent one is zeros (and off)
+            for v in vs:
+                if v is not None and v.size != units:
+                    raise ctx.fail(f"LSTM peephole / layer-norm weights of {v.size} values, expected {units}")
+            return np.stack([np.zeros(units, np.float32) if v is None else v.reshape(-1).astype(np.float32)
+                             for v in vs])
 
         self.peep, self.ln = rows(peeps), rows(layer_norm)
         self.proj = (np.ascontiguousarray(proj, np.float32) if proj is not None
@@ -168,6 +171,11 @@ class _LstmCell:
         return outs
 
 
+def _read_state(xs, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of the state variables (inputs 18: h, 19: c) as [batch, width]; the kernel updates them in place."""
+    return np.array(xs[18], np.float32).reshape(batch, -1), np.array(xs[19], np.float32).reshape(batch, -1)
+
+
 def _write_state(xs, h, c):
     for idx, v in ((18, h), (19, c)):
         dst = xs[idx]
@@ -187,8 +195,7 @@ def unidirectional_sequence_lstm(ctx: OpContext):
         if not time_major:
             x = np.swapaxes(x, 0, 1)  # [time, batch, features]
         t_steps, batch = x.shape[0], x.shape[1]
-        h = np.array(xs[18], np.float32).reshape(batch, -1)
-        c = np.array(xs[19], np.float32).reshape(batch, -1)
+        h, c = _read_state(xs, batch)
         xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
         outs = cell.run(xw, h, c)
         _write_state(xs, h, c)
@@ -208,8 +215,7 @@ def lstm(ctx: OpContext):
     def run(xs):
         x = np.asarray(xs[0], np.float32)
         batch = x.shape[0]
-        h = np.array(xs[18], np.float32).reshape(batch, -1)
-        c = np.array(xs[19], np.float32).reshape(batch, -1)
+        h, c = _read_state(xs, batch)
         cell.run((x.reshape(batch, -1) @ cell.wx)[None], h, c)
         _write_state(xs, h, c)
         return [h] if len(ctx.op.outputs) == 1 else [np.zeros(0, np.float32), h, c, h][: len(ctx.op.outputs)]

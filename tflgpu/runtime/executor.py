@@ -67,12 +67,16 @@ class RunTimeline:
     host: list[HostSpan] = field(default_factory=list)
 
     @contextmanager
-    def span(self, kind: str, label: str):
+    def span(self, kind: str, template: str, *args):
+        """Time the block as a host span labelled ``template.format(*args)``."""
         t0 = time.perf_counter_ns()
         try:
             yield
         finally:
-            self.host.append(HostSpan(kind, label, t0, time.perf_counter_ns()))
+            self.host.append(HostSpan(kind, template.format(*args), t0, time.perf_counter_ns()))
+
+
+_NO_SPAN = nullcontext()  # an unprofiled run: no clock read, no label made
 
 
 def _layer_name(kernel: str, op) -> str:
@@ -219,8 +223,8 @@ class GpuPlan:
         keep: list = []  # host arrays of non-blocking uploads, alive until the queue finishes
         timeline = RunTimeline() if self.profile else None
 
-        def span(kind: str, label: str):
-            return timeline.span(kind, label) if timeline is not None else nullcontext()
+        def span(kind: str, template: str, *args):
+            return timeline.span(kind, template, *args) if timeline is not None else _NO_SPAN
 
         for t, x in zip(self.sg.inputs, inputs):
             p = self.quant_in.get(t)
@@ -230,7 +234,7 @@ class GpuPlan:
                 _, k_in, _, gsize = io.staging[t]
                 cl.enqueue_nd_range_kernel(q, k_in, gsize, None)
             else:
-                with span("upload", f"input tensor {t}"):
+                with span("upload", "input tensor {}", t):
                     io.upload(q, t, values[t], keep)
         for i, s in enumerate(self.steps):
             if s.device == "gpu":
@@ -244,13 +248,13 @@ class GpuPlan:
                 continue
             for t in io.downloads_before.get(i, ()):
                 if t not in values:
-                    with span("download", f"tensor {t} for the CPU"):
+                    with span("download", "tensor {} for the CPU", t):
                         values[t] = io.download(q, t)
             for op, fn in s.members:
-                with span("cpu op", f"{op.name} (node {op.index})"):
+                with span("cpu op", "{} (node {})", op.name, op.index):
                     self.runner.run_op(op, fn, values)
             for t in io.uploads_after.get(i, ()):
-                with span("upload", f"tensor {t} from the CPU"):
+                with span("upload", "tensor {} from the CPU", t):
                     io.upload(q, t, values[t], keep)
         for t in io.state_tensors:  # variables (LSTM state) carry over to the next invoke
             np.copyto(self.runner.variables[t], io.download(q, t).reshape(self.runner.variables[t].shape))
@@ -260,7 +264,7 @@ class GpuPlan:
                 cl.enqueue_nd_range_kernel(q, k_out, gsize, None)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
-                with span("download", f"output tensor {t}"):
+                with span("download", "output tensor {}", t):
                     values[t] = io.download(q, t)
         q.finish()
         if timeline is not None:

@@ -121,9 +121,9 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
         with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
             values = runner.run(zeros)
     except RuntimeError as e:  # a kernel's refusal ("Node number N (OP) failed to invoke: ...")
-        runner.reset_variables()
         raise ShapeError(str(e)) from e
-    runner.reset_variables()
+    finally:
+        runner.reset_variables()
     tensors = [replace(t, shape=tuple(np.shape(v))) if v is not None else t for t, v in zip(sg.tensors, values)]
     return replace(sg, tensors=tensors)
 
