@@ -162,8 +162,9 @@ def rand(rng, shape, lo=-1.0, hi=1.0, dtype=np.float32) -> np.ndarray:
 
 
 def lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, peephole=False, cifg=False,
-                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False):
-    """An LSTM op with every optional input switchable; state inputs are variable tensors."""
+                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False, peephole_size=None):
+    """An LSTM op with every optional input switchable; state inputs are variable tensors (``peephole_size``: a
+    peephole vector of another length than ``units``, a malformed model)."""
     n_out = n_out or units
     b = ModelBuilder()
     shape = (steps, batch, n_in) if time_major else (batch, steps, n_in)
@@ -172,8 +173,9 @@ def lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, p
     ins = [x]
     ins += [-1 if cifg else w("wi", (units, n_in))] + [w(f"w{g}", (units, n_in)) for g in "fco"]
     ins += [-1 if cifg else w("ri", (units, n_out))] + [w(f"r{g}", (units, n_out)) for g in "fco"]
-    ins += [-1 if (cifg or not peephole) else w("pi", (units,))]
-    ins += [w(f"p{g}", (units,)) if peephole else -1 for g in "fo"]
+    peep = (peephole_size or units,)
+    ins += [-1 if (cifg or not peephole) else w("pi", peep)]
+    ins += [w(f"p{g}", peep) if peephole else -1 for g in "fo"]
     ins += [-1 if cifg else w("bi", (units,))] + [w(f"b{g}", (units,)) for g in "fco"]
     if n_out != units:
         ins += [w("proj", (n_out, units)), w("proj_bias", (n_out,))]

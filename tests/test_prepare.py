@@ -15,7 +15,7 @@ from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import litert
-from .oputil import In, Out, op_model, rand
+from .oputil import In, Out, lstm_model, op_model, rand
 from .verdicts import wrapped_bug
 
 DATA = Path(__file__).parent / "data"
@@ -195,3 +195,17 @@ def test_well_formed_models_still_prepare(rng):
     check_op("PADV2", [In(rand(rng, (1, 3, 3, 2))), np.array([[0, 0], [1, 1], [2, 0], [0, 0]], I32),
                        np.array([0.5], F32)], [Out(F32, (1, 5, 5, 2))])
     check_op("CONCATENATION", [In(rand(rng, (2, 3)))] * 4, [Out(F32, (8, 3))], axis=0)
+
+
+def test_lstm_peephole_of_the_wrong_size_is_refused_at_allocate(rng):
+    """A peephole vector whose length is not the unit count: refused at prepare, as LiteRT does (the CPU kernel
+    used to treat it as absent, silently computing another LSTM)."""
+    from .oputil import lstm_model
+
+    model, _ = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, peephole=True, units=7, peephole_size=5)
+    it = Interpreter(model_content=model)
+    with pytest.raises(RuntimeError, match=r"UNIDIRECTIONAL_SEQUENCE_LSTM\) failed to prepare: LSTM peephole"):
+        it.allocate_tensors()
+    ref = litert()(model_content=model)
+    with pytest.raises((RuntimeError, ValueError)):
+        ref.allocate_tensors()
