@@ -15,7 +15,7 @@ from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import litert
-from .oputil import In, Out, lstm_model, op_model, rand
+from .oputil import In, Out, op_model, rand
 from .verdicts import wrapped_bug
 
 DATA = Path(__file__).parent / "data"
