@@ -203,6 +203,29 @@ def test_signature_runner_matches_litert(rng):
         assert_close(outs[0][k], outs[1][k])
 
 
+def test_signature_names_are_listed_in_litert_order():
+    """A SignatureDef's inputs and outputs come back sorted by name whatever order the file lists them in
+    (LiteRT keeps them in a std::map); a model written with "z" before "a" shows whether we do too."""
+    b = ModelBuilder()
+    x, y = b.input("x", (1, 3)), b.input("y", (1, 3))
+    total, product = b.tensor("total", (1, 3)), b.tensor("product", (1, 3))
+    b.op("ADD", [x, y], [total])
+    b.op("MUL", [x, y], [product])
+    b.output(total, product)
+    b.signature("serving_default", {"zeta": y, "alpha": x}, {"z_sum": total, "a_prod": product})
+    model = b.build()
+    feeds = {"zeta": np.ones((1, 3), np.float32), "alpha": np.full((1, 3), 2, np.float32)}
+    listed, details, results = [], [], []
+    for cls in (Interpreter, litert()):
+        it = cls(model_content=model)
+        listed.append(it.get_signature_list())
+        runner = it.get_signature_runner()
+        details.append((list(runner.get_input_details()), list(runner.get_output_details())))
+        results.append(list(runner(**feeds)))
+    assert listed[0] == listed[1] == {"serving_default": {"inputs": ["alpha", "zeta"], "outputs": ["a_prod", "z_sum"]}}
+    assert details[0] == details[1] and results[0] == results[1]
+
+
 def test_unknown_keyword_is_type_error(opzoo):
     with pytest.raises(TypeError):
         Interpreter(str(opzoo), not_an_option=True)

@@ -364,6 +364,6 @@ class _Reader:
                 if not 0 <= idx < n:
                     raise self.fail(f"tensor index {idx} out of range")
                 m[(tm.Name() or b"").decode("utf-8", "replace")] = int(idx)
-            return m
+            return dict(sorted(m.items()))  # by name, as LiteRT keeps them (a std::map)
 
         return SignatureDef(key, s, tmap(sd.Inputs, sd.InputsLength()), tmap(sd.Outputs, sd.OutputsLength()))
