@@ -11,8 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tflgpu.cache.paths import default_cache_dir
+from tflgpu.zoo import STANDINS, ensure_standin, standin_dir
+
 REPO = Path(__file__).resolve().parent.parent
 MODELS_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", REPO.parent / "shared" / "models"))
+# Where the corpus is absent, its models' stand-ins (tflgpu.zoo: the same architectures, random weights) are
+# built once into the user's cache directory (before the tests redirect it) and used instead.
+STANDIN_DIR = standin_dir(default_cache_dir())
 
 
 # Tests never read or write the user's cache (tuning records, ...): a fresh directory per session,
@@ -51,11 +57,27 @@ def unavailable(reason: str, required_by: str):
     pytest.skip(reason)
 
 
+def _standins_allowed() -> bool:
+    return os.environ.get("TFLGPU_STANDINS", "1") != "0" and os.environ.get("TFLGPU_REQUIRE_CORPUS") != "1"
+
+
+def pytest_report_header(config):
+    if MODELS_DIR.is_dir():
+        return f"tflgpu corpus: {MODELS_DIR}"
+    if _standins_allowed():
+        return f"tflgpu corpus: {MODELS_DIR} not found; using stand-ins (python -m tflgpu.zoo) from {STANDIN_DIR}"
+    return f"tflgpu corpus: {MODELS_DIR} not found; whole-model tests skipped"
+
+
 def corpus_model(name: str) -> Path:
+    """The corpus model's path; where the corpus is absent, its stand-in's (built on first use), unless
+    TFLGPU_STANDINS=0 or TFLGPU_REQUIRE_CORPUS=1 (which want the corpus itself)."""
     path = MODELS_DIR / name
-    if not path.exists():
-        unavailable(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)", "TFLGPU_REQUIRE_CORPUS")
-    return path
+    if path.exists():
+        return path
+    if name in STANDINS and _standins_allowed():
+        return ensure_standin(name, STANDIN_DIR)
+    unavailable(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)", "TFLGPU_REQUIRE_CORPUS")
 
 
 def litert():

@@ -21,6 +21,7 @@ LAYERS = [
     ("tuning_report",),
     ("trace",),
     ("benchmark",),
+    ("zoo",),  # the corpus stand-ins: built with model.builder, calibrated by running the interpreter
     ("tflgpu",),  # the package's public face: Interpreter, GpuDelegate
     ("interpreter",),
     ("delegate",),

@@ -1,0 +1,109 @@
+"""The corpus stand-ins (tflgpu.zoo): structurally the corpus model of the same name, deterministic, and
+runnable; the whole-model tests use them where the corpus is absent (conftest.corpus_model)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tflgpu.model.reader import read_model
+from tflgpu.zoo import STANDINS, build_standin, ensure_standin
+
+from .conftest import MODELS_DIR, litert, run_model
+
+
+def _tensor(tensors, i: int) -> tuple:
+    if i < 0:
+        return ("-",)
+    t = tensors[i]
+    return (t.shape, t.type_name, t.data is not None, t.is_variable,
+            0 if t.quantization is None else len(t.quantization.scales))
+
+
+def _structure(model) -> dict:
+    """What the stand-in must share with the corpus model: per subgraph the multiset of ops (type, version,
+    options, input and output shapes, types, constness and quantization channels) and its inputs and outputs;
+    the signatures."""
+    out = {"signatures": [(s.key, s.subgraph_index, sorted(s.inputs), sorted(s.outputs))
+                          for s in model.signature_defs]}
+    for sg in model.subgraphs:
+        t = sg.tensors
+        ops = Counter((op.name, op.version, tuple(sorted(op.options.items())),
+                       tuple(_tensor(t, i) for i in op.inputs), tuple(_tensor(t, i) for i in op.outputs))
+                      for op in sg.operators)
+        io = ([(t[i].name, t[i].shape, t[i].type_name) for i in sg.inputs],
+              [(t[i].name, t[i].shape, t[i].type_name) for i in sg.outputs])
+        out[f"subgraph {sg.index}"] = (ops, io)
+    return out
+
+
+@pytest.mark.parametrize("file", sorted(STANDINS))
+def test_standin_has_the_corpus_models_structure(file):
+    corpus = MODELS_DIR / file
+    if not corpus.exists():
+        pytest.skip(f"corpus model {corpus} not found: nothing to compare the stand-in with")
+    want, got = _structure(read_model(corpus)), _structure(read_model(build_standin(file)))
+    assert got.keys() == want.keys()
+    for key in want:
+        if key == "signatures":
+            assert got[key] == want[key]
+            continue
+        (got_ops, got_io), (want_ops, want_io) = got[key], want[key]
+        assert got_io == want_io, key
+        missing, extra = want_ops - got_ops, got_ops - want_ops
+        assert not missing and not extra, f"{key}: missing\n" + "\n".join(map(str, missing)) + "\nextra\n" + "\n".join(map(str, extra))
+
+
+def test_standins_are_deterministic():
+    for file in STANDINS:
+        assert build_standin(file) == build_standin(file), file
+
+
+@pytest.mark.parametrize("file", sorted(STANDINS))
+def test_standin_outputs_are_finite_and_informative(file):
+    """As the corpus generator checks its models: every output finite and not constant (random weights can
+    saturate or vanish through 50 layers); a classifier's softmax not flat (its logits were fitted); the int8
+    model's arithmetic not collapsed to one value."""
+    model = build_standin(file)
+    ref = litert()(model_content=model)
+    inputs = [np.random.default_rng(0).uniform(-1, 1, d["shape"]).astype(d["dtype"])
+              for d in ref.get_input_details()]
+    for i, y in enumerate(run_model(litert(), model, inputs)):
+        assert np.isfinite(y).all() and np.ptp(y) > 0, f"{file} output {i}"
+        if y.shape == (1, 1001):
+            assert y.max() > 0.02, f"{file}: the softmax is flat (max {y.max():.4f})"
+            # int8's softmax has 256 levels; the corpus's int8 model shows 13 distinct ones on this input
+            assert len(np.unique(y)) >= (8 if "int8" in file else 900), f"{file}: {len(np.unique(y))} distinct"
+
+
+def test_int8_standin_tracks_its_float_model():
+    """The calibrated int8 MobileNet v2 computes what its float model does, within int8 resolution: each
+    probability within two steps of the output's 1/256, the float model's top class among int8's top five (the
+    corpus's pair differs by 0.0061 at most on this input)."""
+    inputs = [np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)]
+    (want,) = run_model(litert(), build_standin("mobilenet_v2_1.0_224.tflite"), inputs)
+    (got,) = run_model(litert(), build_standin("mobilenet_v2_1.0_224_int8.tflite"), inputs)
+    assert np.abs(got - want).max() <= 2 / 256
+    assert np.argmax(want) in np.argsort(got[0])[-5:]
+
+
+def test_ensure_builds_once(tmp_path):
+    path = ensure_standin("opzoo_small.tflite", tmp_path)
+    stamp = path.stat().st_mtime_ns
+    assert ensure_standin("opzoo_small.tflite", tmp_path) == path and path.stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="no stand-in for 'nope.tflite'; there are: .*opzoo_small.tflite"):
+        ensure_standin("nope.tflite", tmp_path)
+
+
+def test_module_cli(tmp_path, capsys):
+    from tflgpu.zoo.__main__ import main
+
+    assert main([str(tmp_path / "out"), "lstm_small.tflite", "fallback_ops.tflite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["fallback_ops.tflite", "lstm_small.tflite"]
+    assert main([str(tmp_path), "--list"]) == 0
+    assert "mobilenet_v2_1.0_224_int8.tflite" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path), "resnet.tflite"])
+    assert e.value.code == 2 and "no stand-in for resnet.tflite" in capsys.readouterr().err

@@ -1,0 +1,34 @@
+"""``python -m tflgpu.zoo DIR [FILE ...]``: write the corpus stand-ins (all, or the files named) into DIR."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import STANDINS, ensure_standin
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tflgpu.zoo", description=__doc__)
+    parser.add_argument("directory", type=Path, help="where to write the .tflite files (created if missing)")
+    parser.add_argument("files", nargs="*", metavar="FILE", help=f"which (default: all): {', '.join(STANDINS)}")
+    parser.add_argument("--list", action="store_true", help="list the stand-ins and what each one is, and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for spec in STANDINS.values():
+            print(f"{spec.file:40s} {spec.precision.value:14s} {spec.description}")
+        return 0
+    unknown = [f for f in args.files if f not in STANDINS]
+    if unknown:
+        parser.error(f"no stand-in for {', '.join(unknown)}; choose from: {', '.join(STANDINS)}")
+    for file in args.files or STANDINS:
+        t0 = time.perf_counter()
+        path = ensure_standin(file, args.directory)
+        print(f"{path} ({path.stat().st_size:,} bytes, {time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
