@@ -1,0 +1,161 @@
+"""Differential fuzzing with valid random models (tests/randmodels.py): each model that LiteRT runs is run on
+our CPU kernels, the OpenCL device at FP32 and at FP16, and compared with LiteRT. A crash, a hang, an exception
+(LiteRT ran the model, so must we) or an output off by more than the tolerance is a finding: its seed is
+recorded, minimized to the fewest ops that still show it, and its model saved.
+
+    python -m tests.fuzz_valid --seconds 600 --seed 0 [--findings DIR]   # prints one JSON line of counts
+
+Tolerance per output: the larger of ``RTOL[path] * max|LiteRT|`` and four times LiteRT's own spread (XNNPACK
+vs its builtin kernels) on that output. tests/test_fuzz_valid.py runs a bounded, fixed-seed share in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.runtime.device import list_devices
+
+from .randmodels import random_model
+
+RTOL = {"cpu": 1e-4, "fp32": 1e-4, "fp16": 2e-2}
+HANG_S = 60
+
+
+class Hang(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise Hang()
+
+
+def _litert(data: bytes, builtin: bool):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+        from ai_edge_litert.interpreter import OpResolverType
+    kw = {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if builtin else {}
+    return LiteRT(model_content=data, num_threads=1, **kw)
+
+
+def _run(it, inputs) -> list[np.ndarray]:
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
+    """One model: ``{"status": "rejected"|"ok"|"finding", ...}`` with what went wrong where."""
+    model = random_model(seed, max_ops)
+    try:
+        want = _run(_litert(model.data, False), model.inputs)
+        spread = [np.abs(a - b).max(initial=0.0) for a, b in zip(want, _run(_litert(model.data, True), model.inputs))]
+    except Exception as e:  # noqa: BLE001 - LiteRT refuses the model: not ours to run
+        return {"status": "rejected", "why": f"{type(e).__name__}: {str(e)[:120]}", "ops": model.ops}
+    if not all(np.isfinite(w).all() for w in want):
+        return {"status": "rejected", "why": "LiteRT's output is not finite", "ops": model.ops}
+    paths = {"cpu": None, "fp32": GpuDelegate(cache=False)}
+    if fp16:
+        paths["fp16"] = GpuDelegate(cache=False, precision_loss_allowed=True)
+    result = {"status": "ok", "ops": model.ops, "device_ops": 0}
+    for path, delegate in paths.items():
+        signal.alarm(HANG_S)
+        try:
+            it = Interpreter(model_content=model.data, delegate=delegate)
+            got = _run(it, model.inputs)
+        except Hang:
+            return {**result, "status": "finding", "path": path, "what": f"hang (> {HANG_S} s)"}
+        except Exception as e:  # noqa: BLE001 - LiteRT ran it: any exception of ours is a finding
+            frames = traceback.extract_tb(e.__traceback__)[-2:]
+            where = [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in frames]
+            return {**result, "status": "finding", "path": path, "what": f"{type(e).__name__}: {str(e)[:200]}",
+                    "where": where}
+        finally:
+            signal.alarm(0)
+        if path == "fp32" and it.gpu_plan is not None:
+            result["device_ops"] = it.gpu_plan.gpu_op_count
+        for i, (g, w, s) in enumerate(zip(got, want, spread)):
+            if g.shape != w.shape or g.dtype != w.dtype:
+                return {**result, "status": "finding", "path": path,
+                        "what": f"output {i}: {g.dtype}{list(g.shape)}, LiteRT {w.dtype}{list(w.shape)}"}
+            err = float(np.abs(g.astype(np.float64) - w).max(initial=0.0)) if np.isfinite(g).all() else np.inf
+            tol = max(RTOL[path] * float(np.abs(w).max(initial=0.0)), 4 * float(s), 1e-6)
+            if err > tol:
+                return {**result, "status": "finding", "path": path,
+                        "what": f"output {i}: max error {err:.3g} > tolerance {tol:.3g} "
+                                f"(max|LiteRT| {np.abs(w).max(initial=0.0):.3g}, LiteRT spread {s:.3g})"}
+    return result
+
+
+def minimize(seed: int, n_ops: int, fp16: bool) -> int:
+    """The fewest leading ops of the model that still give a finding."""
+    for k in range(1, n_ops):
+        if check(seed, k, fp16)["status"] == "finding":
+            return k
+    return n_ops
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--seed", type=int, default=0, help="first model seed; models use seed, seed+1, ...")
+    p.add_argument("--max-models", type=int, default=10**9)
+    p.add_argument("--findings", type=Path, help="save each finding's (minimized) model here")
+    p.add_argument("--no-fp16", action="store_true")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGALRM, _alarm)
+    logging.getLogger("tflgpu").setLevel(logging.ERROR)  # placement notes for every model are not findings
+
+    devices = list_devices()
+    fp16 = not args.no_fp16 and bool(devices) and devices[0].identity.fp16
+    stats = {"tried": 0, "rejected": 0, "ok": 0, "on_device": 0, "findings": [], "op_pairs": 0, "ops": 0}
+    pairs, ops, rejected_why = set(), Counter(), Counter()
+    t0, seed = time.time(), args.seed
+    while time.time() - t0 < args.seconds and stats["tried"] < args.max_models:
+        r = check(seed, None, fp16)
+        stats["tried"] += 1
+        if r["status"] == "rejected":
+            stats["rejected"] += 1
+            rejected_why[r["why"][:60]] += 1
+        else:
+            ops.update(r["ops"])
+            pairs.update(pairwise(r["ops"]))
+            stats["on_device"] += r["device_ops"] > 0
+            if r["status"] == "ok":
+                stats["ok"] += 1
+            else:
+                k = minimize(seed, len(r["ops"]), fp16)
+                r = {**check(seed, k, fp16), "seed": seed, "max_ops": k}
+                if args.findings:
+                    args.findings.mkdir(parents=True, exist_ok=True)
+                    name = args.findings / f"valid_seed{seed}_ops{k}.tflite"
+                    name.write_bytes(random_model(seed, k).data)
+                    r["saved"] = str(name)
+                stats["findings"].append(r)
+        seed += 1
+    stats["ops"], stats["op_pairs"] = len(ops), len(pairs)
+    stats["rejected_top"] = rejected_why.most_common(5)
+    stats["seconds"] = round(time.time() - t0, 1)
+    print(json.dumps(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TFLGPU_TUNING", "none")
+    sys.exit(main())

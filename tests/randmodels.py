@@ -1,0 +1,389 @@
+"""Valid random models, NNSmith-style: random DAGs over the ops our OpenCL generators cover, with shapes and
+attributes that are legal by construction (broadcast operands, branches that join again, constants stored
+float32, float16 through DEQUANTIZE, sparse through DENSIFY, both), so a model exercises valid-but-unusual
+graphs rather than malformed bytes.
+
+``random_model(seed, max_ops)`` is deterministic, and op ``i``'s choices depend only on ``(seed, i)``: the
+model with ``max_ops=k`` is the first ``k`` ops of the full one, which is how a finding is minimized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tflgpu.model.builder import ModelBuilder, csr_encode
+
+ACTIVATIONS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1", "TANH"]
+UNARY = ["RELU", "RELU6", "RELU_N1_TO_1", "TANH", "LOGISTIC", "ABS", "NEG", "HARD_SWISH", "ELU", "SQUARE", "SIN",
+         "COS"]
+BINARY = ["ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "DIV"]
+FUSED_ACTIVATION = {"ADD", "SUB", "MUL", "DIV"}
+
+
+@dataclass(frozen=True)
+class T:
+    """A float tensor of the graph under construction."""
+
+    index: int
+    shape: tuple[int, ...]
+
+
+@dataclass
+class RandomModel:
+    """The model's bytes, the inputs to feed, and the op sequence (for the report)."""
+
+    data: bytes
+    inputs: list[np.ndarray]
+    ops: list[str] = field(default_factory=list)
+
+
+class _Graph:
+    def __init__(self, seed: int):
+        self.b = ModelBuilder(f"tflgpu random model, seed {seed}")
+        self.seed = seed
+        self.tensors: list[T] = []
+        self.consumed: set[int] = set()
+        self.ops: list[str] = []
+        self.rng = np.random.default_rng(seed)
+        self.last_sparse = False  # LiteRT's CONV_2D wants a bias where the weights are not constant (densified)
+
+    def new(self, shape, name: str = "t") -> T:
+        shape = tuple(int(d) for d in shape)
+        t = T(self.b.tensor(f"{name}{len(self.b.main.tensors)}", shape), shape)
+        self.tensors.append(t)
+        return t
+
+    def op(self, name: str, inputs, outputs: list[T], **options) -> None:
+        for i in inputs:
+            self.consumed.add(i)
+        self.b.op(name, list(inputs), [t.index for t in outputs], **options)
+        self.ops.append(name)
+
+    def weights(self, value: np.ndarray, name: str) -> int:
+        """A float constant stored one of four ways: float32, float16 behind DEQUANTIZE, sparse behind
+        DENSIFY, or sparse float16 behind DENSIFY then DEQUANTIZE (as MediaPipe's models store conv weights)."""
+        kind = int(self.rng.integers(0, 4))
+        self.last_sparse = kind >= 2 and value.ndim > 0
+        if kind == 0 or value.ndim == 0:
+            return self.b.const(name, value.astype(np.float32))
+        stored = value.astype(np.float16 if kind in (1, 3) else np.float32)
+        if kind in (2, 3):
+            stored = np.where(self.rng.random(value.shape) < 0.5, 0, stored).astype(stored.dtype)
+            values, sparsity = csr_encode(stored)
+            src = self.b.const(f"{name}/sparse", values, sparsity=sparsity, shape=stored.shape)
+            dense = self.b.tensor(f"{name}/dense", stored.shape, stored.dtype)
+            self.b.op("DENSIFY", [src], [dense])
+            self.ops.append("DENSIFY")
+            src = dense
+        else:
+            src = self.b.const(f"{name}/half", stored)
+        if stored.dtype == np.float32:
+            return src
+        out = self.b.tensor(f"{name}/float", value.shape)
+        self.b.op("DEQUANTIZE", [src], [out])
+        self.ops.append("DEQUANTIZE")
+        return out
+
+
+def _he(rng, shape, fan_in) -> np.ndarray:
+    return (rng.standard_normal(shape) * np.sqrt(2.0 / max(1, fan_in))).astype(np.float32)
+
+
+def _broadcast_shape(rng, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts against ``shape``: some dims 1, maybe fewer dims."""
+    out = tuple(d if rng.random() < 0.5 else 1 for d in shape)
+    drop = int(rng.integers(0, len(out) + 1)) if rng.random() < 0.3 else 0
+    return out[drop:]
+
+
+def _spatial(size, k, stride, dilation, padding) -> int:
+    eff = (k - 1) * dilation + 1
+    return -(-size // stride) if padding == "SAME" else (size - eff) // stride + 1
+
+
+# -- op makers: each takes (graph, rng, x) and returns the new tensor(s), or None where x does not suit it ------
+
+def _unary(g: _Graph, rng, x: T):
+    name = UNARY[int(rng.integers(0, len(UNARY)))]
+    y = g.new(x.shape)
+    g.op(name, [x.index], [y], **({"alpha": float(rng.uniform(0.01, 0.5))} if name == "LEAKY_RELU" else {}))
+    return y
+
+
+def _guarded(g: _Graph, rng, x: T):
+    """EXP of a TANH, SQRT / RSQRT / LOG of |x| + 0.5: the functions that need their domain kept."""
+    name = ["EXP", "SQRT", "RSQRT", "LOG"][int(rng.integers(0, 4))]
+    if name == "EXP":
+        t = g.new(x.shape)
+        g.op("TANH", [x.index], [t])
+    else:
+        a = g.new(x.shape)
+        g.op("ABS", [x.index], [a])
+        t = g.new(x.shape)
+        g.op("ADD", [a.index, g.b.const(f"half{len(g.ops)}", np.float32(0.5))], [t])
+    y = g.new(x.shape)
+    g.op(name, [t.index], [y])
+    return y
+
+
+def _binary(g: _Graph, rng, x: T):
+    name = BINARY[int(rng.integers(0, len(BINARY)))]
+    same = [t for t in g.tensors if t.shape == x.shape and t is not x]
+    if name != "DIV" and same and rng.random() < 0.5:
+        other = same[int(rng.integers(0, len(same)))].index
+    else:
+        shape = _broadcast_shape(rng, x.shape)
+        v = rng.uniform(-1, 1, shape).astype(np.float32)
+        if name == "DIV":  # denominators away from zero
+            v = (np.sign(v) + (v == 0)) * (0.5 + np.abs(v))
+        other = g.b.const(f"c{len(g.ops)}", v)
+    operands = [x.index, other] if rng.random() < 0.7 else [other, x.index]
+    opts = {"fused_activation_function": ACTIVATIONS[int(rng.integers(0, 4))]} if name in FUSED_ACTIVATION else {}
+    y = g.new(x.shape)
+    g.op(name, operands, [y], **opts)
+    return y
+
+
+def _conv(g: _Graph, rng, x: T):
+    if len(x.shape) != 4:
+        return None
+    n, h, w, cin = x.shape
+    depthwise = rng.random() < 0.4
+    k = int(rng.choice([1, 2, 3, 5]))
+    dilation = int(rng.choice([1, 1, 2])) if k > 1 else 1
+    stride = 1 if dilation > 1 else int(rng.choice([1, 1, 2]))
+    padding = "SAME" if rng.random() < 0.6 else "VALID"
+    oh, ow = _spatial(h, k, stride, dilation, padding), _spatial(w, k, stride, dilation, padding)
+    if oh < 1 or ow < 1:
+        padding, oh, ow = "SAME", -(-h // stride), -(-w // stride)
+    act = ACTIVATIONS[int(rng.integers(0, len(ACTIVATIONS)))]
+    if depthwise:
+        mult = int(rng.choice([1, 1, 2]))
+        cout = cin * mult
+        w_ = g.weights(_he(rng, (1, k, k, cout), k * k), f"dw{len(g.ops)}")
+        opts = {"depth_multiplier": mult}
+    else:
+        cout = int(rng.integers(1, 17))
+        w_ = g.weights(_he(rng, (cout, k, k, cin), k * k * cin), f"w{len(g.ops)}")
+        opts = {}
+    bias = g.b.const(f"b{len(g.ops)}", (rng.standard_normal(cout) * 0.1).astype(np.float32)) \
+        if rng.random() < 0.8 or g.last_sparse else -1
+    y = g.new((n, oh, ow, cout))
+    g.op("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", [x.index, w_, bias], [y], padding=padding,
+         stride_w=stride, stride_h=stride, dilation_w_factor=dilation, dilation_h_factor=dilation,
+         fused_activation_function=act, **opts)
+    return y
+
+
+def _transpose_conv(g: _Graph, rng, x: T):
+    if len(x.shape) != 4:
+        return None
+    n, h, w, cin = x.shape
+    k, stride = int(rng.choice([2, 3])), int(rng.choice([1, 2]))
+    padding = "SAME" if rng.random() < 0.5 else "VALID"
+    oh, ow = (h * stride, w * stride) if padding == "SAME" else ((h - 1) * stride + k, (w - 1) * stride + k)
+    cout = int(rng.integers(1, 9))
+    shape = g.b.const(f"os{len(g.ops)}", np.int32([n, oh, ow, cout]))
+    w_ = g.weights(_he(rng, (cout, k, k, cin), k * k * cin), f"tw{len(g.ops)}")
+    y = g.new((n, oh, ow, cout))
+    g.op("TRANSPOSE_CONV", [shape, w_, x.index], [y], padding=padding, stride_w=stride, stride_h=stride)
+    return y
+
+
+def _pool(g: _Graph, rng, x: T):
+    if len(x.shape) != 4:
+        return None
+    n, h, w, c = x.shape
+    k, stride = int(rng.choice([1, 2, 3])), int(rng.choice([1, 2]))
+    padding = "SAME" if rng.random() < 0.5 or h < k or w < k else "VALID"
+    y = g.new((n, _spatial(h, k, stride, 1, padding), _spatial(w, k, stride, 1, padding), c))
+    g.op("MAX_POOL_2D" if rng.random() < 0.5 else "AVERAGE_POOL_2D", [x.index], [y], padding=padding,
+         stride_w=stride, stride_h=stride, filter_width=k, filter_height=k,
+         fused_activation_function=ACTIVATIONS[int(rng.integers(0, 3))])
+    return y
+
+
+def _fully_connected(g: _Graph, rng, x: T):
+    units, cin = int(rng.integers(1, 33)), x.shape[-1]
+    keep = len(x.shape) > 2 and rng.random() < 0.5
+    w_ = g.weights(_he(rng, (units, cin), cin), f"fc{len(g.ops)}")
+    bias = g.b.const(f"fb{len(g.ops)}", (rng.standard_normal(units) * 0.1).astype(np.float32)) \
+        if rng.random() < 0.7 else -1
+    rows = int(np.prod(x.shape[:-1]))
+    y = g.new((*x.shape[:-1], units) if keep else (rows, units))
+    g.op("FULLY_CONNECTED", [x.index, w_, bias], [y], keep_num_dims=keep,
+         fused_activation_function=ACTIVATIONS[int(rng.integers(0, 3))])
+    return y
+
+
+def _reduce(g: _Graph, rng, x: T):
+    rank = len(x.shape)
+    axes = sorted({int(a) for a in rng.choice(np.arange(1, rank), size=int(rng.integers(1, rank)), replace=False)}) \
+        if rank > 1 else [0]
+    keep = bool(rng.random() < 0.5)
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    y = g.new(shape)
+    g.op("MEAN" if rng.random() < 0.6 else "SUM", [x.index, g.b.const(f"ax{len(g.ops)}", np.int32(axes))], [y],
+         keep_dims=keep)
+    return y
+
+
+def _softmax(g: _Graph, rng, x: T):
+    y = g.new(x.shape)
+    g.op("SOFTMAX", [x.index], [y], beta=float(rng.choice([0.5, 1.0, 2.0])))
+    return y
+
+
+def _concat(g: _Graph, rng, x: T):
+    axis = int(rng.integers(0, len(x.shape)))
+    fits = [t for t in g.tensors if len(t.shape) == len(x.shape)
+            and all(a == b for i, (a, b) in enumerate(zip(t.shape, x.shape)) if i != axis)]
+    parts = [x] + [fits[int(i)] for i in rng.integers(0, len(fits), int(rng.integers(1, 3)))]
+    shape = list(x.shape)
+    shape[axis] = sum(p.shape[axis] for p in parts)
+    y = g.new(shape)
+    g.op("CONCATENATION", [p.index for p in parts], [y], axis=axis if rng.random() < 0.5 else axis - len(shape))
+    return y
+
+
+def _pad(g: _Graph, rng, x: T):
+    pads = np.array([[0, 0]] + [[int(rng.integers(0, 3)), int(rng.integers(0, 3))] for _ in x.shape[1:]], np.int32)
+    y = g.new([d + a + b for d, (a, b) in zip(x.shape, pads)])
+    inputs = [x.index, g.b.const(f"p{len(g.ops)}", pads)]
+    if rng.random() < 0.4:
+        inputs.append(g.b.const(f"pv{len(g.ops)}", np.float32(rng.uniform(-1, 1))))
+    g.op("PADV2" if len(inputs) == 3 else "PAD", inputs, [y])
+    return y
+
+
+def _reshape(g: _Graph, rng, x: T):
+    size = int(np.prod(x.shape))
+    options = [(1, size), (1, size // x.shape[-1], x.shape[-1])]
+    if len(x.shape) == 4:
+        options.append((1, x.shape[2], x.shape[1], x.shape[3]))
+    if size % 4 == 0:
+        options.append((1, 2, size // 4, 2))
+    shape = options[int(rng.integers(0, len(options)))]
+    y = g.new(shape)
+    g.op("RESHAPE", [x.index, g.b.const(f"s{len(g.ops)}", np.int32(shape))], [y])
+    return y
+
+
+def _transpose(g: _Graph, rng, x: T):
+    perm = [0] + [int(p) + 1 for p in rng.permutation(len(x.shape) - 1)]
+    y = g.new([x.shape[p] for p in perm])
+    g.op("TRANSPOSE", [x.index, g.b.const(f"perm{len(g.ops)}", np.int32(perm))], [y])
+    return y
+
+
+def _resize(g: _Graph, rng, x: T):
+    if len(x.shape) != 4:
+        return None
+    size = np.int32([rng.integers(1, 17), rng.integers(1, 17)])
+    align = bool(rng.random() < 0.3)
+    half = (not align) and bool(rng.random() < 0.5)
+    y = g.new((x.shape[0], *size, x.shape[3]))
+    g.op("RESIZE_BILINEAR" if rng.random() < 0.6 else "RESIZE_NEAREST_NEIGHBOR",
+         [x.index, g.b.const(f"sz{len(g.ops)}", size)], [y], align_corners=align, half_pixel_centers=half)
+    return y
+
+
+def _slice(g: _Graph, rng, x: T):
+    begin = [int(rng.integers(0, d)) for d in x.shape]
+    size = [int(rng.integers(1, d - b + 1)) for d, b in zip(x.shape, begin)]
+    if rng.random() < 0.5:
+        y = g.new(size)
+        g.op("SLICE", [x.index, g.b.const(f"sb{len(g.ops)}", np.int32(begin)),
+                       g.b.const(f"ss{len(g.ops)}", np.int32(size))], [y])
+        return y
+    strides = [int(rng.integers(1, 3)) for _ in x.shape]
+    end = [b + s for b, s in zip(begin, size)]
+    y = g.new([-(-(e - b) // s) for b, e, s in zip(begin, end, strides)])
+    g.op("STRIDED_SLICE", [x.index, g.b.const(f"sb{len(g.ops)}", np.int32(begin)),
+                           g.b.const(f"se{len(g.ops)}", np.int32(end)),
+                           g.b.const(f"st{len(g.ops)}", np.int32(strides))], [y])
+    return y
+
+
+def _space_depth(g: _Graph, rng, x: T):
+    if len(x.shape) != 4:
+        return None
+    n, h, w, c = x.shape
+    if h % 2 == 0 and w % 2 == 0 and rng.random() < 0.5:
+        y = g.new((n, h // 2, w // 2, c * 4))
+        g.op("SPACE_TO_DEPTH", [x.index], [y], block_size=2)
+        return y
+    if c % 4 == 0:
+        y = g.new((n, h * 2, w * 2, c // 4))
+        g.op("DEPTH_TO_SPACE", [x.index], [y], block_size=2)
+        return y
+    return None
+
+
+def _gather(g: _Graph, rng, x: T):
+    axis = int(rng.integers(1, len(x.shape))) if len(x.shape) > 1 else 0
+    idx = rng.integers(0, x.shape[axis], int(rng.integers(1, 6))).astype(np.int32)
+    shape = list(x.shape)
+    shape[axis] = len(idx)
+    y = g.new(shape)
+    g.op("GATHER", [x.index, g.b.const(f"gi{len(g.ops)}", idx)], [y], axis=axis)
+    return y
+
+
+def _split(g: _Graph, rng, x: T):
+    axes = [a for a in range(1, len(x.shape)) if x.shape[a] % 2 == 0]
+    if not axes:
+        return None
+    axis = axes[int(rng.integers(0, len(axes)))]
+    shape = list(x.shape)
+    shape[axis] //= 2
+    ys = [g.new(shape), g.new(shape)]
+    g.op("SPLIT", [g.b.const(f"sa{len(g.ops)}", np.int32(axis)), x.index], ys, num_splits=2)
+    return ys[int(rng.integers(0, 2))]
+
+
+MAKERS: list[tuple[Callable, float]] = [
+    (_unary, 3), (_guarded, 1), (_binary, 3), (_conv, 3), (_transpose_conv, 0.7), (_pool, 1),
+    (_fully_connected, 1), (_reduce, 0.7), (_softmax, 0.5), (_concat, 1), (_pad, 0.7), (_reshape, 0.7),
+    (_transpose, 0.7), (_resize, 0.7), (_slice, 0.8), (_space_depth, 0.5), (_gather, 0.5), (_split, 0.5),
+]
+_WEIGHTS = np.array([w for _, w in MAKERS]) / sum(w for _, w in MAKERS)
+MAX_ELEMENTS = 1 << 16  # keeps every tensor small: a model runs in milliseconds
+
+
+def random_model(seed: int, max_ops: int | None = None) -> RandomModel:
+    g = _Graph(seed)
+    inputs = []
+    for i in range(int(g.rng.integers(1, 3))):
+        rank = int(g.rng.choice([2, 3, 4, 4, 4]))
+        shape = (1, *(int(d) for d in g.rng.integers(1, 13, rank - 1)))
+        t = T(g.b.input(f"input{i}", shape), shape)
+        g.tensors.append(t)
+        inputs.append(np.random.default_rng([seed, 1000 + i]).uniform(-1, 1, shape).astype(np.float32))
+    n_ops = int(g.rng.integers(1, 13))
+    for i in range(n_ops if max_ops is None else min(n_ops, max_ops)):
+        rng = np.random.default_rng([seed, i])
+        # mostly extend the newest tensor, sometimes branch from an older one
+        pool = g.tensors if rng.random() < 0.3 else g.tensors[-1:]
+        x = pool[int(rng.integers(0, len(pool)))]
+        for _ in range(8):  # a maker that does not fit x (or would make a large tensor) gives way to another
+            maker = MAKERS[int(rng.choice(len(MAKERS), p=_WEIGHTS))][0]
+            mark = (len(g.b.main.tensors), len(g.b.main.ops), len(g.tensors), len(g.ops), set(g.consumed))
+            y = maker(g, rng, x)
+            if y is not None and int(np.prod(y.shape)) <= MAX_ELEMENTS and min(y.shape, default=0) >= 1:
+                break
+            # undo a made-and-refused op (too large): drop what it added
+            del g.b.main.tensors[mark[0]:], g.b.main.ops[mark[1]:], g.tensors[mark[2]:], g.ops[mark[3]:]
+            g.consumed = mark[4]
+    sinks = [t for t in g.tensors if t.index not in g.consumed and t.index not in g.b.main.inputs]
+    outputs = sinks[-3:] or g.tensors[-1:]
+    if outputs[-1].index in g.b.main.inputs:  # no op was made: pass the input through one
+        y = g.new(outputs[-1].shape)
+        g.op("RELU", [outputs[-1].index], [y])
+        outputs = [y]
+    g.b.output(*(t.index for t in outputs))
+    return RandomModel(g.b.build(), inputs, g.ops)

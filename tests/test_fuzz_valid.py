@@ -1,0 +1,39 @@
+"""Differential fuzzing with valid random models (tests/fuzz_valid.py, tests/randmodels.py), bounded for CI:
+fixed seeds, 60 s; every model LiteRT runs must give LiteRT's outputs on the CPU kernels and on the OpenCL
+device at FP32 and FP16. ``python -m tests.fuzz_valid --seconds 3600 --seed N --findings DIR`` runs longer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tflgpu.model.reader import read_model
+
+from .conftest import REPO
+from .randmodels import random_model
+
+
+def test_random_models_are_deterministic_and_truncate_to_prefixes():
+    full = random_model(7)
+    assert random_model(7).data == full.data
+    for k in range(1, len(full.ops)):
+        part = random_model(7, k)
+        assert full.ops[: len(part.ops)] == part.ops  # the first k ops (with their constants' DENSIFY/DEQUANTIZE)
+    ops = {op.name for s in range(40) for op in read_model(random_model(s).data).main.operators}
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "DENSIFY", "DEQUANTIZE", "TRANSPOSE_CONV", "CONCATENATION"} <= ops
+
+
+def test_valid_random_models_match_litert_on_every_path(opencl_device):
+    seconds = float(os.environ.get("TFLGPU_FUZZ_SECONDS", "60"))
+    seed = os.environ.get("TFLGPU_FUZZ_SEED", "0")
+    r = subprocess.run([sys.executable, "-m", "tests.fuzz_valid", "--seconds", str(seconds), "--seed", seed],
+                       capture_output=True, text=True, timeout=seconds + 600, cwd=REPO, check=False,
+                       env={**os.environ, "TFLGPU_TUNING": "none"})
+    assert r.returncode == 0, f"the fuzz process died (signal {-r.returncode})" if r.returncode < 0 else r.stderr[-3000:]
+    stats = json.loads(r.stdout.strip().splitlines()[-1])
+    print(f"\nvalid-model fuzz: {stats}")
+    assert not stats["findings"], json.dumps(stats["findings"], indent=1)
+    assert stats["tried"] >= 20 and stats["ok"] >= 0.7 * stats["tried"], stats
+    assert stats["on_device"] >= 0.9 * stats["ok"], "most models should reach a device plan"
