@@ -1,12 +1,14 @@
-"""MediaPipe custom ops keep their options as raw C structs (not flexbuffers).
-
-TfLitePadding in those structs: 0 unknown, 1 SAME, 2 VALID; we map to the
-builtin schema's 0 SAME / 1 VALID.
+"""The options of MediaPipe's custom ops. The pooling / transposed-conv ones keep raw C structs (TfLitePadding
+in those structs: 0 unknown, 1 SAME, 2 VALID; we map to the builtin schema's 0 SAME / 1 VALID); the face-mesh
+attention ops keep a flexbuffer map.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
+
+from flatbuffers import flexbuffers
 
 from .context import OpView
 
@@ -34,3 +36,152 @@ def pool_params(ctx: OpView) -> dict[str, int]:
         raise ctx.fail(f"bad pooling options padding={pad} stride={sw}x{sh} filter={fw}x{fh}")
     return {"padding": _PAD[pad], "stride_w": sw, "stride_h": sh, "filter_width": fw,
             "filter_height": fh, "fused_activation_function": act}
+
+
+# -- MediaPipe's face-mesh "attention" ops: options in a flexbuffer map -----------------------------------------
+# (mediapipe/util/tflite/operations/{landmarks_to_transform_matrix,transform_landmarks,
+# transform_tensor_bilinear}.cc define the keys and the checks; the TFLite GPU delegate parses the same keys)
+
+
+def _flex_map(ctx: OpView) -> dict:
+    try:
+        m = flexbuffers.Loads(bytes(ctx.op.custom_options))
+    except Exception as e:  # noqa: BLE001 - the reader's errors on bad bytes are many kinds, all one verdict
+        raise ctx.fail(f"custom options are not a flexbuffer map ({type(e).__name__}: {e})") from None
+    if not isinstance(m, dict):
+        raise ctx.fail(f"custom options are not a flexbuffer map (a {type(m).__name__})")
+    return m
+
+
+def _flex(ctx: OpView, m: dict, key: str, kind: type, default=None):
+    if key not in m:
+        if default is None:
+            raise ctx.fail(f"custom option {key!r} is missing")
+        return default
+    v = m[key]
+    if kind is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if kind is int and isinstance(v, int) and not isinstance(v, bool):
+        return int(v)
+    if kind is tuple and isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v):
+        return tuple(int(x) for x in v)
+    if kind is str and isinstance(v, str):
+        return v
+    raise ctx.fail(f"custom option {key!r} is {v!r}, not {kind.__name__}")
+
+
+def _pairs(ctx: OpView, flat: tuple[int, ...], key: str) -> tuple[tuple[int, int], ...]:
+    """Index pairs from a flat list; an odd last index pairs with itself (as MediaPipe reads it)."""
+    if any(i < 0 for i in flat):
+        raise ctx.fail(f"custom option {key!r} holds a negative index: {list(flat)}")
+    pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat) - 1, 2)]
+    if len(flat) % 2:
+        pairs.append((flat[-1], flat[-1]))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class LandmarksToMatrixV1:
+    """Landmarks2TransformMatrix v1: the crop around ``subset`` landmarks, rotated so that the left and right
+    rotation landmarks lie level, as the matrix from output pixels to input pixels."""
+
+    input_hw: tuple[int, int]
+    output_hw: tuple[int, int]
+    landmarks_range: int
+    bbox_size_multiplier: float
+    left: int
+    right: int
+    subset: tuple[tuple[int, int], ...]
+
+    @property
+    def landmarks_read(self) -> int:
+        return 1 + max(self.left, self.right, *(i for p in self.subset for i in p))
+
+
+@dataclass(frozen=True)
+class LandmarksToMatrixV2:
+    """Landmarks2TransformMatrix v2: the crop's centre, size and rotation (to ``target_rotation_radians``) as
+    a 4x4 matrix from output pixel to input coordinates (scaled by ``scale_x``/``scale_y``)."""
+
+    left: int
+    right: int
+    target_rotation_radians: float
+    output_height: int
+    output_width: int
+    scale_x: float
+    scale_y: float
+    subset: tuple[tuple[int, int], ...]
+
+    @property
+    def landmarks_read(self) -> int:
+        return 1 + max(self.left, self.right, *(i for p in self.subset for i in p))
+
+
+def landmarks_to_matrix_params(ctx: OpView) -> LandmarksToMatrixV1 | LandmarksToMatrixV2:
+    m = _flex_map(ctx)
+    if ctx.op.version not in (1, 2):
+        raise ctx.fail(f"version {ctx.op.version}: Landmarks2TransformMatrix has versions 1 and 2")
+    left, right = _flex(ctx, m, "left_rotation_idx", int), _flex(ctx, m, "right_rotation_idx", int)
+    if left < 0 or right < 0:
+        raise ctx.fail(f"rotation landmarks {left}, {right}: indices must be >= 0")
+    if ctx.op.version == 2:
+        p = LandmarksToMatrixV2(left, right, _flex(ctx, m, "target_rotation_radians", float),
+                                _flex(ctx, m, "output_height", int), _flex(ctx, m, "output_width", int),
+                                _flex(ctx, m, "scale_x", float), _flex(ctx, m, "scale_y", float),
+                                _pairs(ctx, _flex(ctx, m, "subset_idxs", tuple), "subset_idxs"))
+        if p.output_height <= 0 or p.output_width <= 0 or p.scale_x <= 0 or p.scale_y <= 0:
+            raise ctx.fail(f"output {p.output_height}x{p.output_width}, scale {p.scale_x}x{p.scale_y}: "
+                           "all must be > 0")
+        if not p.subset:
+            raise ctx.fail("custom option 'subset_idxs' is empty")
+        return p
+    in_hw, out_hw = _flex(ctx, m, "input_hw", tuple), _flex(ctx, m, "output_hw", tuple)
+    p = LandmarksToMatrixV1(in_hw[:2], out_hw[:2], _flex(ctx, m, "landmarks_range", int),
+                            _flex(ctx, m, "bbox_size_multiplier", float), left, right,
+                            _pairs(ctx, _flex(ctx, m, "subset", tuple), "subset"))
+    if _flex(ctx, m, "dimensions", int) != 3:
+        raise ctx.fail(f"dimensions {m.get('dimensions')}: version 1 reads 3-D landmarks")
+    if len(in_hw) != 2 or len(out_hw) != 2 or min(*in_hw, *out_hw) <= 0:
+        raise ctx.fail(f"input_hw {list(in_hw)} and output_hw {list(out_hw)} must be two sizes > 0")
+    if p.landmarks_range <= 0 or p.bbox_size_multiplier == 0 or not p.subset:
+        raise ctx.fail(f"landmarks_range {p.landmarks_range} (> 0), bbox_size_multiplier "
+                       f"{p.bbox_size_multiplier} (!= 0) and a non-empty subset are needed")
+    return p
+
+
+def transform_landmarks_params(ctx: OpView) -> tuple[int, float]:
+    """TransformLandmarks: (dimensions 2 or 3, scale of the matrix's translation). Version 2 takes both from
+    the landmarks' shape ([1, N, dimensions]) and scale 1."""
+    if ctx.op.version == 2:
+        dims = ctx.input_tensor(0).shape[-1] if ctx.input_tensor(0) is not None else 0
+        scale = 1.0
+    elif ctx.op.version == 1:
+        m = _flex_map(ctx)
+        dims, scale = _flex(ctx, m, "dimensions", int), _flex(ctx, m, "scale", float)
+    else:
+        raise ctx.fail(f"version {ctx.op.version}: TransformLandmarks has versions 1 and 2")
+    if dims not in (2, 3) or scale == 0:
+        raise ctx.fail(f"dimensions {dims} (2 or 3) and scale {scale} (non-zero) are needed")
+    return dims, scale
+
+
+def transform_tensor_params(ctx: OpView) -> tuple[int, int, bool]:
+    """TransformTensorBilinear: (output height, output width, align corners). Version 1 (also registered as
+    "TransformTensor") reads ``output_size`` and ``mode`` (only "bilinear"); version 2 reads
+    ``output_height``/``output_width`` and samples with align-corners correction."""
+    m = _flex_map(ctx)
+    if ctx.op.version == 2 and ctx.op.name == "TransformTensorBilinear":
+        h, w, align = _flex(ctx, m, "output_height", int), _flex(ctx, m, "output_width", int), True
+    elif ctx.op.version == 1:
+        if _flex(ctx, m, "mode", str, "bilinear") != "bilinear":
+            raise ctx.fail(f"mode {m['mode']!r}: only bilinear interpolation is defined")
+        size = _flex(ctx, m, "output_size", tuple)
+        if len(size) != 2:
+            raise ctx.fail(f"output_size {list(size)} must be [height, width]")
+        (h, w), align = size, False
+    else:
+        raise ctx.fail(f"version {ctx.op.version} of {ctx.op.name}: TransformTensorBilinear has versions 1 "
+                       "and 2, TransformTensor version 1")
+    if h <= 0 or w <= 0:
+        raise ctx.fail(f"output size {h}x{w} must be > 0")
+    return h, w, align

@@ -54,6 +54,12 @@ _add("RANK", 1)
 _add("AVERAGE_POOL_2D MAX_POOL_2D L2_POOL_2D", 1, same_type=_UNARY_SAME, ranks={"in0": (4, 4)})
 _add("MaxPoolingWithArgmax2D", 1, 2, ranks={"in0": (4, 4)})
 _add("MaxUnpooling2D", 2, ranks={"in0": (4, 4)})
+_add("Landmarks2TransformMatrix", 1, types={"in0": frozenset({"FLOAT32"}), "out0": frozenset({"FLOAT32"})},
+     ranks={"in0": (3, 4)})
+_add("TransformLandmarks", 2, same_type=("in0", "in1", "out0"), types={"in0": frozenset({"FLOAT32"})},
+     ranks={"in0": (3, 4)})
+_add("TransformTensorBilinear TransformTensor", 2, same_type=("in0", "in1", "out0"),
+     types={"in0": frozenset({"FLOAT32"})}, ranks={"in0": (4, 4)})
 _add("DEPTH_TO_SPACE SPACE_TO_DEPTH", 1, same_type=_UNARY_SAME, ranks={"in0": (4, 4)})
 _add("SQUEEZE", 1, same_type=_UNARY_SAME)
 _add("RESHAPE", (1, 2), same_type=_UNARY_SAME, optional=[1])
