@@ -9,9 +9,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tflgpu.model.reader import read_model
 
 from .conftest import REPO
+from .fuzz_valid import check
 from .randmodels import random_model
 
 
@@ -37,3 +40,15 @@ def test_valid_random_models_match_litert_on_every_path(opencl_device):
     assert not stats["findings"], json.dumps(stats["findings"], indent=1)
     assert stats["tried"] >= 20 and stats["ok"] >= 0.7 * stats["tried"], stats
     assert stats["on_device"] >= 0.9 * stats["ok"], "most models should reach a device plan"
+
+
+@pytest.mark.parametrize("seed,ops", [(100099, 9), (100426, 5)])
+def test_fp16_rounding_of_an_ill_conditioned_graph_is_not_a_finding(seed, ops, opencl_device):
+    """The offline run's first two "findings": FP16 storage off by 2.2% after a DIV of a SQUARED_DIFFERENCE, and
+    by 21% on a SIN of a SUM of ~1,000 values (half spacing 0.5 there). Both graphs' own sensitivity to
+    rounding their inputs that much explains it; the check now allows for it, and still finds every path
+    within tolerance."""
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    r = check(seed, ops)
+    assert r["status"] == "ok" and r["device_ops"] > 0, r
