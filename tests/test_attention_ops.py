@@ -212,6 +212,7 @@ def test_transform_landmarks(version, shape, dims, scale, path, rng, request):
     ("Landmarks2TransformMatrix", 3, flex(**V2_MATRIX), "versions 1 and 2"),
     ("TransformTensorBilinear", 1, flex(mode="nearest", output_size=[16, 12]), "only bilinear"),
     ("TransformLandmarks", 1, flex(dimensions=4, scale=1.0), "dimensions 4"),
+    ("Landmarks2TransformMatrix", 2, flex(**{**V2_MATRIX, "subset_idxs": [0, 15]}), "name landmark 15, the input"),
 ])
 def test_bad_options_are_refused_at_allocate(op, version, options, why):
     ins = {"Landmarks2TransformMatrix": [np.zeros((1, 15, 3), np.float32)],

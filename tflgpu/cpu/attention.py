@@ -10,6 +10,7 @@ import numpy as np
 from ..ops.custom_options import (
     LandmarksToMatrixV1,
     LandmarksToMatrixV2,
+    landmarks_read,
     landmarks_to_matrix_params,
     transform_landmarks_params,
     transform_tensor_params,
@@ -82,12 +83,15 @@ def landmarks_to_transform_matrix(ctx: OpContext):
     _batch_one(ctx)
     if tuple(out.shape) != (1, 4, 4):
         raise ctx.fail(f"output shape {list(out.shape)}, expected [1, 4, 4]")
+    if 3 * landmarks_read(p) > int(np.prod(x.shape)):
+        raise ctx.fail(f"the options name landmark {landmarks_read(p) - 1}, the input {list(x.shape)} holds "
+                       f"{int(np.prod(x.shape)) // 3}")
     make = matrix_v1 if rank == 4 else matrix_v2
 
     def run(xs):
         lm = np.asarray(xs[0], F).reshape(-1)
-        if lm.size < 3 * p.landmarks_read:
-            raise KernelError(f"Landmarks2TransformMatrix reads landmark {p.landmarks_read - 1}, the input holds "
+        if lm.size < 3 * landmarks_read(p):
+            raise KernelError(f"Landmarks2TransformMatrix reads landmark {landmarks_read(p) - 1}, the input holds "
                               f"{lm.size // 3}")
         with np.errstate(all="ignore"):  # level rotation landmarks divide by zero in v1, as in MediaPipe
             return [make(p, lm[: lm.size // 3 * 3].reshape(-1, 3)).reshape(1, 4, 4)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..ops.custom_options import (
     LandmarksToMatrixV1,
+    landmarks_read,
     landmarks_to_matrix_params,
     transform_landmarks_params,
     transform_tensor_params,
@@ -82,8 +83,8 @@ def landmarks_to_transform_matrix(ctx: GenContext) -> list[KernelSpec]:
     # where landmark i's coordinate k lies: v1 [1, 1, 1, 3N] -> channel 3i + k; v2 [1, N, 3] -> pixel i, lane k
     stride = 3 if v1 else 4
     count = x.shape[-1] // 3 if v1 else x.shape[1]
-    if p.landmarks_read > count:
-        raise Unsupported(f"reads landmark {p.landmarks_read - 1} of {count}")
+    if landmarks_read(p) > count:
+        raise Unsupported(f"reads landmark {landmarks_read(p) - 1} of {count}")
     points = "\n".join(
         f"  {{ const float px = LM({i}, 0) * ca - LM({i}, 1) * sa, py = LM({i}, 0) * sa + LM({i}, 1) * ca;"
         f" hi = fmax(hi, (float2)(px, py)); lo = fmin(lo, (float2)(px, py)); }}"

@@ -93,10 +93,6 @@ class LandmarksToMatrixV1:
     right: int
     subset: tuple[tuple[int, int], ...]
 
-    @property
-    def landmarks_read(self) -> int:
-        return 1 + max(self.left, self.right, *(i for p in self.subset for i in p))
-
 
 @dataclass(frozen=True)
 class LandmarksToMatrixV2:
@@ -112,9 +108,10 @@ class LandmarksToMatrixV2:
     scale_y: float
     subset: tuple[tuple[int, int], ...]
 
-    @property
-    def landmarks_read(self) -> int:
-        return 1 + max(self.left, self.right, *(i for p in self.subset for i in p))
+
+def landmarks_read(p: LandmarksToMatrixV1 | LandmarksToMatrixV2) -> int:
+    """How many landmarks the matrix reads: one past the highest index its options name."""
+    return 1 + max(p.left, p.right, *(i for pair in p.subset for i in pair))
 
 
 def landmarks_to_matrix_params(ctx: OpView) -> LandmarksToMatrixV1 | LandmarksToMatrixV2:
