@@ -429,12 +429,23 @@ def _trace_paths(trace: str, models: list[str]) -> dict[str, Path]:
 def cmd_tune(args) -> int:
     from tqdm import tqdm
 
+    from .autotune.exchange import device_records, import_records, write_records
     from .autotune.records import FileTuningDB, default_tuning_db
     from .cache import default_cache_dir
     from .cache.paths import usable_cache_dir
     from .tuning_report import format_model_tuning, tune_model
 
+    if args.export and not args.models:
+        print("error: --export writes the records of the MODELs' kernels: name the models", file=sys.stderr)
+        return 2
+    if not args.models and not args.import_file:
+        print("error: tune needs MODEL files (or --import FILE)", file=sys.stderr)
+        return 2
     _require_files(args.models)
+    if args.import_file and not Path(args.import_file).is_file():
+        raise ValueError(f"--import {args.import_file}: no such file")
+    if args.export:
+        _output_dir(str(Path(args.export).parent), "--export")
 
     storage = args.storage
     if args.fetch and storage is None:
@@ -443,8 +454,17 @@ def cmd_tune(args) -> int:
     if storage is None:  # the search state persists next to the records: a rerun continues it
         storage = f"sqlite:///{usable_cache_dir(default_cache_dir()) / 'tuning-trials.db'}"
     db = FileTuningDB(args.db) if args.db else default_tuning_db()
+    if args.import_file:
+        try:
+            got = import_records(args.import_file, db)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"imported {got.records} records of {got.devices} device(s) from {args.import_file}"
+              + (f"; {got.stale} measured with another version of the kernel generators were skipped" if got.stale
+                 else ""))
     reports = []
-    if not args.quiet:
+    if not args.quiet and args.models:
         budget = f"a budget of {args.budget_s:g} s per model" if args.budget_s else "no time budget"
         how = "every point of each kernel's space" if args.mode == "exhaustive" else "a short search per kernel"
         print(f"tuning mode {args.mode} ({how}; GpuDelegate searches in the background by default), {budget}",
@@ -470,6 +490,12 @@ def cmd_tune(args) -> int:
                 bar.close()
         print(format_model_tuning(reports[-1]))
         print()
+    if args.export:
+        keys = {k.key for r in reports for k in r.kernels}
+        exported = device_records(db, reports[0].identity, keys)
+        write_records(args.export, [exported])
+        print(f"exported {len(exported.records)} records of {reports[0].device} ({len(keys)} kernels in the models) "
+              f"to {args.export}; `tflgpu tune --import {args.export}` merges them elsewhere")
     if args.json:
         import dataclasses
 
@@ -775,7 +801,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     t = command("tune", help="tune every kernel of models on an OpenCL device and record the choices")
-    t.add_argument("models", nargs="+")
+    t.add_argument("models", nargs="*", metavar="MODEL")
     t.add_argument("--mode", choices=["fast", "exhaustive"], default="exhaustive",
                    help="exhaustive (default): every point of each kernel's space; fast: a small search")
     t.add_argument("--budget-s", type=float, default=None, help="wall-clock budget per model")
@@ -789,6 +815,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--fetch", action="store_true",
                    help="search nothing: record the decisions that workers sharing --storage stored")
     t.add_argument("--repeat", type=_count(1), default=30, help="invokes timed per model, before and after")
+    t.add_argument("--export", metavar="FILE", help="write this device's records of the models' kernels to FILE "
+                   "(tuning them first where needed)")
+    t.add_argument("--import", dest="import_file", metavar="FILE",
+                   help="merge a file of records (any device's; --export writes one) into the cache first")
     t.add_argument("--json", action="store_true", help="also print the reports as JSON")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_tune)

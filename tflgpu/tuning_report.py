@@ -44,6 +44,7 @@ class ModelTuning:
     verdict: str = ""  # what happened to the new records (stored, or why not)
     build_s: float = 0.0  # the rest of the Interpreter's start: reading, compiling the tuned plan
     budget_s: float | None = None
+    identity: dict = field(default_factory=dict)  # the device's (DeviceIdentity.as_dict()), for an export
 
     @property
     def speedup(self) -> float:
@@ -106,7 +107,7 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
             for k in plan.tuning_results]
     rows.sort(key=lambda r: -r.heuristic_us * max(r.layers, 1))
     return ModelTuning(Path(path).name, h_ms, t_ms, plan.tuning_seconds, rows, plan.device.identity.device, verdict,
-                       start_s - plan.tuning_seconds, config.model_budget())
+                       start_s - plan.tuning_seconds, config.model_budget(), plan.device.identity.as_dict())
 
 
 def _search_words(k) -> str:

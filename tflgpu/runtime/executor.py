@@ -147,7 +147,8 @@ class GpuPlan:
                 clock.phase("tuning", f"searching kernels without a record ({tuning.mode})")
             if tuning is not None and (record is None or tuning.mode == "background"):
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
-                    self.steps, make, tuning, dev, explicit=set(params or {}), bench=bench)
+                    self.steps, make, tuning, dev, explicit=set(params or {}), bench=bench,
+                    identity=device.identity.as_dict())
         self.program = self.programs.compile(self.steps, clock)
         clock.phase("buffers", "device buffers, constants, kernel arguments")
         self.partitions = limit_partitions(self.steps, config.max_partitions)

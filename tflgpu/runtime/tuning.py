@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from ..autotune import TuneTask, TuningRecord, kernel_key, tune_tasks
+from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
 from ..autotune.tuner import KernelTuner, space_size, study_storage
 from ..kernels import Unsupported
@@ -32,7 +33,7 @@ class TunedKernel:
     default_us: float
     best_us: float
     params: dict  # {} = the heuristic default
-    source: str  # "record" (from the tuning database) | "tuned" (searched now)
+    source: str  # "record" (this device's) | "database: <link>" (the nearest device's: autotune.exchange) | "tuned" (searched now)
     result: object = None  # the TuneResult, when searched now
     flops: int = 0  # per launch of one layer
 
@@ -65,21 +66,33 @@ class Untuned:
 
 
 def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, bench: Callable,
-                 explicit: set) -> tuple[list[TunedKernel], float, list[Untuned]]:
+                 explicit: set, identity: dict | None = None) -> tuple[list[TunedKernel], float, list[Untuned]]:
     """Give every tunable device step its recorded parameters; search those without a record now when
     ``config.mode`` is "fast" or "exhaustive" (``bench(task)`` measures candidates), record the results, and
-    regenerate the steps' kernels. Returns what was decided per identity, the seconds searched, and the kernels
-    left without a record (for a background search, with ``config.mode`` "background")."""
+    regenerate the steps' kernels. A kernel without a record of this device starts from the nearest device's
+    (``autotune.exchange``'s fallback chain, given the device's ``identity``), and a search starts there too.
+    Returns what was decided per identity, the seconds searched, and the kernels left without a record (for a
+    background search, with ``config.mode`` "background")."""
     groups = _groups(steps, make, explicit)
     decided, todo = [], []
+    reuse = config.db is not None and config.reuse_records
+    nearest = NearestRecords(config.db if reuse else None, identity) if identity is not None else None
     for key, group in groups.items():
-        rec = config.db.get(device_key, key) if config.db is not None and config.reuse_records else None
+        rec = config.db.get(device_key, key) if reuse else None
         if rec is not None:
             if any(s.params != rec.params for s in group):  # (a stored plan may have them already)
                 set_params(group, make, rec.params)
             decided.append(TunedKernel(key, group[0].op.name, len(group), rec.default_us, rec.best_us, rec.params,
                                        "record", flops=sum(sp.flops for sp in group[0].specs)))
-        elif config.mode != "none":
+            continue
+        found = nearest.find(key) if nearest is not None and config.reuse_records else None
+        if found is not None:
+            set_params(group, make, found.record.params)
+            if config.mode in ("none", "background"):  # (a search now reports its own result)
+                decided.append(TunedKernel(key, group[0].op.name, len(group), found.record.default_us,
+                                           found.record.best_us, found.record.params, f"database: {found.level}",
+                                           flops=sum(sp.flops for sp in group[0].specs)))
+        if config.mode != "none":
             s = group[0]
             space = s.specs[0].space
             default = {k: s.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}

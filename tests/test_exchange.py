@@ -1,0 +1,130 @@
+"""Tuning records across devices (tflgpu.autotune.exchange): export, import, and the fallback chain a kernel
+without a record of this device takes its parameters from."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.autotune import MemoryTuningDB, TuningRecord, kernel_key
+from tflgpu.autotune.exchange import (
+    DeviceRecords,
+    NearestRecords,
+    import_records,
+    read_records,
+    write_records,
+)
+from tflgpu.kernels.program import shared_base
+
+from .conftest import REPO, assert_close, litert, run_model
+from .oputil import conv_model
+
+THIS = {"platform": "Intel(R) OpenCL", "device": "AMD EPYC", "driver_version": "2026.1", "opencl_c_version": "3.0",
+        "device_type": "CPU"}
+
+
+def _rec(params: dict, speedup: float = 2.0) -> TuningRecord:
+    return TuningRecord(params, 10.0 * speedup, 10.0, 5, "CONV_2D")
+
+
+def _device(**changes) -> dict:
+    return {**THIS, **changes}
+
+
+def test_chain_prefers_the_nearest_device(tmp_path):
+    db = MemoryTuningDB()
+    near = NearestRecords(db, THIS, shipped_dir=tmp_path)
+    assert near.find("k") is None  # nothing anywhere: the heuristics
+    shipped = [DeviceRecords(_device(platform="Other CL", device="Other CPU"), {"k": _rec({"tile_x": 1})})]
+    write_records(tmp_path / "cpus.json", shipped)
+    assert NearestRecords(db, THIS, shipped_dir=tmp_path).find("k").level == \
+        "shipped database, same device type (Other CPU)"
+    db.put(DeviceRecords(_device(device="Xeon")).key, "k", _rec({"tile_x": 2}))
+    assert NearestRecords(db, THIS, shipped_dir=tmp_path).find("k").level == "same platform (Xeon)"
+    db.put(DeviceRecords(_device(driver_version="2025.9")).key, "k", _rec({"tile_x": 4}))
+    found = NearestRecords(db, THIS, shipped_dir=tmp_path).find("k")
+    assert found.level == "same device, other driver (AMD EPYC)" and found.record.params == {"tile_x": 4}
+    db.put(DeviceRecords(THIS).key, "k", _rec({"tile_x": 8}))
+    found = NearestRecords(db, THIS, shipped_dir=tmp_path).find("k")
+    assert found.level == "this device" and found.record.params == {"tile_x": 8}
+    # another platform's record is no guide for this one, nor a shipped one of another device type
+    other = NearestRecords(MemoryTuningDB(), _device(platform="NVIDIA CUDA", device_type="GPU"), shipped_dir=tmp_path)
+    assert other.find("k") is None
+
+
+def test_export_import_roundtrip_and_stale_records(tmp_path):
+    stale = replace(_rec({"tile_x": 2}), generator_version=1)
+    path = tmp_path / "records.json"
+    write_records(path, [DeviceRecords(THIS, {"a": _rec({"tile_x": 4}), "b": stale})])
+    (dev,) = read_records(path)
+    assert dev.identity == THIS and dev.records["a"].params == {"tile_x": 4}
+    db = MemoryTuningDB()
+    got = import_records(path, db)
+    assert (got.devices, got.records, got.stale) == (1, 1, 1)
+    assert db.get(DeviceRecords(THIS).key, "a").params == {"tile_x": 4}
+    assert import_records(path, db).records == 0  # nothing better to store the second time
+
+
+@pytest.mark.parametrize("content,why", [
+    (b"not json", "not JSON"),
+    (json.dumps({"format": "something else"}).encode(), "its format is not"),
+    (json.dumps({"format": "tflgpu-tuning-records", "version": 99}).encode(), "format version 99"),
+    (json.dumps({"format": "tflgpu-tuning-records", "version": 1, "devices": [{"identity": {}}]}).encode(),
+     "a device entry is malformed"),
+])
+def test_bad_files_are_refused_by_name(tmp_path, content, why):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=f"{path}.*{why}|{why}.*"):
+        read_records(path)
+
+
+def test_a_plan_starts_from_the_nearest_devices_record(opencl_device, rng, tmp_path):
+    """A record imported from this device under another driver is what a fresh start runs (no search with
+    tuning "none"), reported as such, and the output still matches LiteRT."""
+    model, feeds = conv_model(rng)
+    step = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan.steps[0]
+    key = kernel_key(step.op.name, step.specs, False, shared_base(step.specs))
+    params = {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"}
+    identity = {**opencl_device.identity.as_dict(), "driver_version": "an older driver"}
+    path = tmp_path / "other_driver.json"
+    write_records(path, [DeviceRecords(identity, {key: _rec(params)})])
+    db = MemoryTuningDB()
+    import_records(path, db)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
+    (tk,) = it.gpu_plan.tuning_results
+    assert tk.source.startswith("database: same device, other driver") and tk.params == params
+    assert it.gpu_plan.steps[0].params == params
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+
+def test_cli_export_then_import_into_another_cache(opencl_device, tmp_path):
+    from tflgpu.model.default_model import DEFAULT_MODEL_PATH
+
+    export = tmp_path / "out" / "records.json"
+
+    def tflgpu(*args, cache):
+        env = {**os.environ, "TFLGPU_CACHE_DIR": str(tmp_path / cache)}
+        return subprocess.run([sys.executable, "-m", "tflgpu.cli", *args], capture_output=True, text=True,
+                              cwd=REPO, env=env, timeout=600, check=False)
+
+    r = tflgpu("tune", str(DEFAULT_MODEL_PATH), "--mode", "fast", "--budget-s", "10", "--repeat", "3", "-q",
+               "--export", str(export), cache="a")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "exported" in r.stdout and export.is_file()
+    (dev,) = read_records(export)
+    assert dev.identity["device"] == opencl_device.identity.device and dev.records
+    r = tflgpu("tune", "--import", str(export), cache="b")
+    assert r.returncode == 0 and f"imported {len(dev.records)} records of 1 device(s)" in r.stdout, r.stdout + r.stderr
+    r = tflgpu("cache", "ls", cache="b")
+    assert f"{len(dev.records)} tuning records" in r.stdout
+    r = tflgpu("tune", "--import", str(tmp_path / "missing.json"), cache="b")
+    assert r.returncode != 0 and "--import" in r.stderr and "no such file" in r.stderr
+    r = tflgpu("tune", "--export", str(export), cache="b")
+    assert r.returncode == 2 and "--export writes the records of the MODELs' kernels" in r.stderr

@@ -1,0 +1,201 @@
+"""Tuning records across devices: export a device's records to a file, import a file's records (any device's)
+into the cache, and find, for a kernel this device has no record of, the record of the nearest device that has
+one — the fallback chain a kernel's parameters come from before any search:
+
+1. this device (platform, device, driver and OpenCL C version all equal): its own record;
+2. the same device under another driver;
+3. another device of the same OpenCL platform (the vendor's runtime) and device type;
+4. the records shipped with tflgpu (``tflgpu/data/tuning/*.json``, files in the export format), by the same
+   three levels and then by device type alone;
+5. the generators' heuristics.
+
+A kernel's identity (``kernel_key``) holds its code, launch sizes, precision and generator version, not the
+device, so a record of one device names the same kernel on another; whether its parameters suit the other device
+is what the chain's order guesses, and a search (background or ``tflgpu tune``) then starts from them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..cache.records import TuningRecord
+from ..kernels.common import GENERATOR_VERSION
+from .records import TuningDB
+
+log = logging.getLogger("tflgpu")
+
+FORMAT = "tflgpu-tuning-records"
+FORMAT_VERSION = 1
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "tuning"
+
+
+@dataclass
+class DeviceRecords:
+    """One device's records in an exchange file: the device as ``DeviceIdentity.as_dict()`` gives it."""
+
+    identity: dict
+    records: dict[str, TuningRecord] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:  # DeviceIdentity.key()'s form
+        i = self.identity
+        return f"{i['platform']}|{i['device']}|{i['driver_version']}|{i['opencl_c_version']}"
+
+
+def write_records(path: str | Path, devices: list[DeviceRecords]) -> None:
+    doc = {"format": FORMAT, "version": FORMAT_VERSION,
+           "devices": [{"identity": d.identity, "records": {k: r.to_json() for k, r in sorted(d.records.items())}}
+                       for d in devices]}
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def read_records(path: str | Path) -> list[DeviceRecords]:
+    """An exchange file's devices and records; a ValueError naming the file and what is wrong otherwise."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as e:
+        raise ValueError(f"cannot read tuning records from {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise ValueError(f"{path} is not a tuning-records file (not JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a tuning-records file (its format is not {FORMAT!r}; `tflgpu tune MODEL "
+                         "--export FILE` writes one)")
+    if doc.get("version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: tuning-records format version {doc.get('version')!r}, this tflgpu reads "
+                         f"version {FORMAT_VERSION}")
+    out = []
+    try:
+        for d in doc["devices"]:
+            identity = {k: d["identity"][k] for k in ("platform", "device", "driver_version", "opencl_c_version",
+                                                       "device_type")}
+            out.append(DeviceRecords(identity, {str(k): TuningRecord.from_json(r) for k, r in d["records"].items()}))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: a device entry is malformed ({type(e).__name__}: {e})") from None
+    return out
+
+
+@dataclass
+class ImportSummary:
+    devices: int = 0
+    records: int = 0  # that changed what the cache holds (new kernels, or replacing a held record)
+    stale: int = 0  # measured with another generator version: they name kernels this tflgpu no longer makes
+
+
+def import_records(path: str | Path, db: TuningDB) -> ImportSummary:
+    """Merge a file's records into ``db`` under their own devices (a held record is replaced as any put replaces
+    it: by one drawn from more trials, else by a faster one)."""
+    summary = ImportSummary()
+    for d in read_records(path):
+        fresh = {k: r for k, r in d.records.items() if r.generator_version == GENERATOR_VERSION}
+        summary.devices += 1
+        summary.stale += len(d.records) - len(fresh)
+        before = {k: _as_json(db.get(d.key, k)) for k in fresh}
+        if fresh:
+            db.put_many(d.key, fresh)
+        summary.records += sum(1 for k in fresh if _as_json(db.get(d.key, k)) != before[k])
+    return summary
+
+
+def device_records(db: TuningDB, identity: dict, kernel_keys: Iterable[str]) -> DeviceRecords:
+    """This device's records of these kernels (those it has), for an export."""
+    out = DeviceRecords(dict(identity))
+    for k in kernel_keys:
+        rec = db.get(out.key, k)
+        if rec is not None:
+            out.records[k] = rec
+    return out
+
+
+@dataclass(frozen=True)
+class Found:
+    record: TuningRecord
+    level: str  # which link of the chain: "this device", "same device, other driver", ...
+
+
+class NearestRecords:
+    """The fallback chain for one device: ``find(kernel_key)`` is the nearest device's record, or None.
+
+    The cache's records of other devices are read once, when the first kernel misses its own."""
+
+    def __init__(self, db: TuningDB | None, identity: dict, shipped_dir: Path = SHIPPED_DIR):
+        self.db, self.identity, self.shipped_dir = db, identity, shipped_dir
+        self._local: dict[str, dict[str, TuningRecord]] | None = None
+        self._shipped: list[DeviceRecords] | None = None
+
+    @property
+    def key(self) -> str:
+        return DeviceRecords(self.identity).key
+
+    def _rank(self, key: str, device_type: str | None) -> str | None:
+        platform, device = self.identity["platform"], self.identity["device"]
+        p, d, *_ = key.split("|") + ["", ""]
+        same_type = device_type is None or device_type == self.identity.get("device_type")
+        if key == self.key:
+            return "this device"
+        if (p, d) == (platform, device):
+            return "same device, other driver"
+        if p == platform and same_type:
+            return "same platform"
+        return None
+
+    def find(self, kernel_key: str) -> Found | None:
+        if self.db is not None:
+            own = self.db.get(self.key, kernel_key)
+            if own is not None:
+                return Found(own, "this device")
+            if self._local is None:
+                self._local = {}
+                for dev, key, rec in self.db.items():
+                    if dev != self.key:
+                        self._local.setdefault(dev, {})[key] = rec
+            hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key)
+            if hit is not None:
+                return hit
+        if self._shipped is None:
+            self._shipped = _load_shipped(self.shipped_dir)
+        shipped = [(d.key, d.identity.get("device_type"), d.records) for d in self._shipped]
+        hit = self._nearest(iter(shipped), kernel_key, prefix="shipped database, ")
+        if hit is not None:
+            return hit
+        for key, device_type, recs in shipped:  # last: any device of this type
+            rec = recs.get(kernel_key)
+            if rec is not None and device_type == self.identity.get("device_type") and _valid(rec):
+                return Found(rec, f"shipped database, same device type ({key.split('|')[1]})")
+        return None
+
+    def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
+        order = ("this device", "same device, other driver", "same platform")
+        best: tuple[int, Found] | None = None
+        for key, device_type, recs in candidates:
+            rec = recs.get(kernel_key)
+            level = self._rank(key, device_type) if rec is not None and _valid(rec) else None
+            if level is None:
+                continue
+            rank = order.index(level)
+            if best is None or rank < best[0]:
+                best = (rank, Found(rec, prefix + level + ("" if level == "this device" else
+                                                            f" ({key.split('|')[1]})")))
+        return best[1] if best else None
+
+
+def _as_json(rec: TuningRecord | None) -> dict | None:
+    return None if rec is None else rec.to_json()
+
+
+def _valid(rec: TuningRecord) -> bool:
+    return rec.generator_version == GENERATOR_VERSION
+
+
+def _load_shipped(directory: Path) -> list[DeviceRecords]:
+    out = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            out.extend(read_records(path))
+        except ValueError as e:  # a broken shipped file costs its records, never the run
+            log.warning("tuning database %s skipped: %s", path, e)
+    return out
