@@ -9,6 +9,11 @@ Prints a markdown table of median latencies and ratios to LiteRT (lower is bette
 model, every interpreter is built first, then all are invoked in alternation (--repeat rounds), so
 the machine's drift hits every column alike. ``--write-readme`` puts the table, with the date, the
 machine and the command, into the README's generated section ``bench_corpus``.
+
+A second table breaks the OpenCL FP32 invoke down (profiling on, in its own interpreter): kernels launched,
+their summed device time, the host's time per launch ((wall - kernel time - CPU ops) / launches), and the
+three slowest kernels with the GFLOP/s their generators' flop counts give, else the GB/s of the bytes their
+tensors and constants take (``tflgpu.benchmark.launch_stats``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import sys
 from pathlib import Path
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.benchmark import _prepare, interleaved_ms, reference_inputs
+from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
 
@@ -80,6 +85,17 @@ def main() -> int:
     for key, rs in ratios.items():
         if rs:
             emit(f"Geomean ratio to LiteRT, {key}: {math.exp(sum(map(math.log, rs)) / len(rs)):.2f}x over {len(rs)} models.")
+    if not args.no_gpu:
+        print("\n| model (OpenCL FP32) | kernels | kernel ms | host us / launch | slowest kernels |\n"
+              "|---|---:|---:|---:|---|")
+        for m in models:
+            st = launch_stats(m, GpuDelegate(), repeats=args.repeat)
+            if st is None:
+                continue
+            top = "; ".join(f"{k.layer} {k.us:.0f} us, " + (f"{k.gflops:.3g} GFLOP/s" if k.gflops else
+                                                              f"{k.gbps:.3g} GB/s") for k in st.top)
+            print(f"| {m.name} | {st.launches} | {st.kernel_us / 1e3:.2f} | {st.host_us_per_launch:.1f} | {top} |",
+                  flush=True)
     if args.write_readme:
         from readme_section import measured_on, replace_section
 

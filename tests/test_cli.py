@@ -310,3 +310,22 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     assert len(kernels) == 2 and len(idle) == 1 and idle[0]["args"]["after"] == kernels[0]["name"]
     assert main(["bench", "--delegate", "cpu", "--trace", str(out)]) == 1
     assert "--trace records the OpenCL device's timeline: it needs --delegate gpu" in capsys.readouterr().err
+
+
+def test_launch_stats_break_an_invoke_down(opencl_device):
+    """benchmark.launch_stats (bench_corpus's second table): every launch counted, kernel time summed from the
+    same run's events, the wall time at least that, the slowest kernels first with their rates; the flop counts
+    behind GFLOP/s are the generators', the bytes behind GB/s the tensors' (slice layout) and constants'."""
+    from tflgpu import GpuDelegate
+    from tflgpu.benchmark import launch_stats, profiled_plan
+
+    st = launch_stats(DEFAULT_MODEL_PATH, GpuDelegate(cache=False), repeats=3)
+    plan = profiled_plan(DEFAULT_MODEL_PATH, GpuDelegate(cache=False))
+    assert st.launches == len(plan.profile_report()) == sum(len(s.specs) for s in plan.steps if s.device == "gpu")
+    assert st.wall_us >= 0.95 * st.kernel_us > 0 and st.cpu_ops_us == 0 and st.host_us_per_launch >= 0
+    assert len(st.top) == 3 and [k.us for k in st.top] == sorted((k.us for k in st.top), reverse=True)
+    convs = [k for k in st.top if k.op in ("CONV_2D", "DEPTHWISE_CONV_2D")]
+    assert convs and all(k.gflops and k.gflops > 0 and k.gbps > 0 for k in convs)
+    first = next(s for s in plan.steps if s.device == "gpu")
+    lay = first.specs[0]  # the stem conv: 96x96x3 in (one slice), 48x48x16 out, 16x3x3x3 weights + 16 biases
+    assert lay.flops == 2 * 48 * 48 * 16 * 3 * 3 * 3

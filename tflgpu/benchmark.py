@@ -183,9 +183,8 @@ def format_table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def profiled_plan(path: str | Path, delegate):
-    """The model's plan after one profiled invoke (reference inputs, after a warm-up invoke, the background work
-    done), or None without an OpenCL device: what ``kernel_profile`` and ``trace.write_trace`` read."""
+def _profiled(path: str | Path, delegate):
+    """An interpreter with profiling on after two invokes (reference inputs; the background work done)."""
     from .interpreter import Interpreter
 
     delegate.profile = True
@@ -195,7 +194,69 @@ def profiled_plan(path: str | Path, delegate):
         it.set_tensor(d["index"], x)
     it.invoke()
     it.invoke()
-    return it.gpu_plan
+    return it
+
+
+def profiled_plan(path: str | Path, delegate):
+    """The model's plan after one profiled invoke (reference inputs, after a warm-up invoke, the background work
+    done), or None without an OpenCL device: what ``kernel_profile`` and ``trace.write_trace`` read."""
+    return _profiled(path, delegate).gpu_plan
+
+
+@dataclass
+class KernelRate:
+    """One kernel of a profiled run, with what it achieved: GFLOP/s where its generator counts flops, and GB/s
+    over the bytes its tensors and constants take (each moved at least once)."""
+
+    layer: str
+    op: str
+    us: float
+    gflops: float | None
+    gbps: float
+
+
+@dataclass
+class LaunchStats:
+    """Where a device plan's invoke time goes: kernels launched, their summed device time, the invoke's wall
+    time, and the host's cost per launch, (wall - kernel time - CPU ops) / launches."""
+
+    launches: int
+    kernel_us: float
+    cpu_ops_us: float
+    wall_us: float  # median invoke, profiling on
+    top: list[KernelRate]
+
+    @property
+    def host_us_per_launch(self) -> float:
+        return max(0.0, self.wall_us - self.kernel_us - self.cpu_ops_us) / max(1, self.launches)
+
+
+def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) -> LaunchStats | None:
+    """``LaunchStats`` of the model's plan (None without an OpenCL device): each figure the median over
+    ``repeats`` profiled invokes, the wall time and the kernel times of each invoke taken together; the
+    ``top`` kernels by median time."""
+    it = _profiled(path, delegate)
+    plan = it.gpu_plan
+    if plan is None:
+        return None
+    walls, kernels, cpu_ops, per_layer = [], [], [], {}
+    for _ in range(repeats):
+        t = time.perf_counter()
+        it.invoke()
+        walls.append((time.perf_counter() - t) * 1e6)
+        run = plan.last_run
+        kernels.append(sum(k.us for k in run.launches))
+        cpu_ops.append(sum(h.end_ns - h.start_ns for h in run.host if h.kind == "cpu op") / 1e3)
+        for k in run.launches:
+            per_layer.setdefault(k.layer, (k, []))[1].append(k.us)
+    rates = []
+    for k, times in per_layer.values():
+        us = statistics.median(times)
+        rates.append(KernelRate(k.layer, k.op, us, k.flops / us / 1e3 if k.flops and us else None,
+                                k.bytes / us / 1e3 if us else 0.0))
+    rates.sort(key=lambda r: -r.us)
+    return LaunchStats(len(plan.last_run.launches), statistics.median(kernels), statistics.median(cpu_ops),
+                       statistics.median(walls), rates[:top])
 
 
 def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:

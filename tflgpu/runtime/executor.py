@@ -18,8 +18,9 @@ import numpy as np
 from ..autotune.measure import KernelBench
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
-from ..kernels.common import relayout_cache
+from ..kernels.common import KernelSpec, relayout_cache
 from ..kernels.program import build_program, program_key
+from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
@@ -43,6 +44,8 @@ class KernelLaunch:
     op: str
     event: object  # a pyopencl Event with profiling info
     enqueued_ns: int  # time.perf_counter_ns() when it was enqueued
+    flops: int = 0  # the kernel's arithmetic, as its generator counts it (0: not counted)
+    bytes: int = 0  # device memory its tensors and constants occupy: what it moves at least once
 
     @property
     def us(self) -> float:
@@ -245,7 +248,8 @@ class GpuPlan:
                     else:
                         at = time.perf_counter_ns()
                         ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
-                        timeline.launches.append(KernelLaunch(_layer_name(spec.name, s.op), s.op.name, ev, at))
+                        timeline.launches.append(KernelLaunch(_layer_name(spec.name, s.op), s.op.name, ev, at,
+                                                              spec.flops, self._spec_bytes(spec)))
                 continue
             for t in io.downloads_before.get(i, ()):
                 if t not in values:
@@ -277,6 +281,18 @@ class GpuPlan:
             if t in self.quant_in:
                 values[t] = x  # (the caller's own integers)
         return values
+
+    def _spec_bytes(self, spec: KernelSpec) -> int:
+        """The bytes a kernel's tensors (slice layout, storage precision) and constant arguments take."""
+        size = 2 if self.fp16 else 4
+        n = 0
+        for t in spec.inputs + spec.outputs:
+            lay = bhwc(self.sg.tensors[t].shape)
+            n += (lay.elements if lay is not None else int(np.prod(self.sg.tensors[t].shape))) * size
+        for a in spec.args:
+            if a.kind in ("const", "const32"):
+                n += np.asarray(a.value).size * (4 if a.kind == "const32" else size)
+        return n
 
     def profile_report(self) -> list[tuple[str, str, float]]:
         """(kernel, op name, microseconds) for the last run (needs GpuDelegate(profile=True)); a kernel is named
