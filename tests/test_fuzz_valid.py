@@ -42,12 +42,12 @@ def test_valid_random_models_match_litert_on_every_path(opencl_device):
     assert stats["on_device"] >= 0.9 * stats["ok"], "most models should reach a device plan"
 
 
-@pytest.mark.parametrize("seed,ops", [(100099, 9), (100426, 5)])
+@pytest.mark.parametrize("seed,ops", [(100099, 9), (100426, 5), (200580, 9)])
 def test_fp16_rounding_of_an_ill_conditioned_graph_is_not_a_finding(seed, ops, opencl_device):
-    """The offline run's first two "findings": FP16 storage off by 2.2% after a DIV of a SQUARED_DIFFERENCE, and
-    by 21% on a SIN of a SUM of ~1,000 values (half spacing 0.5 there). Both graphs' own sensitivity to
-    rounding their inputs that much explains it; the check now allows for it, and still finds every path
-    within tolerance."""
+    """The offline runs' first three "findings": FP16 storage off by 2.2% after a DIV of a SQUARED_DIFFERENCE, by
+    21% on a SIN of a SUM of ~1,000 values (half spacing 0.5 there), and by 3% of an output of LOG(|x| + 0.5)
+    near 0 (its input rounded at 1). The graphs' own sensitivity to FP16-sized rounding, and the half steps of
+    their largest stored values, explain them; the check allows for both, and finds every path within it."""
     if not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
     r = check(seed, ops)
