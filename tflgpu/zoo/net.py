@@ -135,7 +135,7 @@ class Net:
     def small(self, n: int) -> np.ndarray:
         return (self.rng.standard_normal(n) * 0.05).astype(np.float32)
 
-    def _weights(self, name: str, w: np.ndarray, channel_axis: int, x: Act) -> tuple[int, float | np.ndarray]:
+    def _weights(self, name: str, w: np.ndarray, channel_axis: int) -> tuple[int, float | np.ndarray]:
         """The weight constant; returns it and the per-channel scales of an int8 weight (for the bias)."""
         hybrid = self.precision is Precision.DYNAMIC_RANGE and w.size >= _HYBRID_MIN_ELEMENTS
         if self.precision is Precision.INT8 or hybrid:
@@ -177,9 +177,12 @@ class Net:
         return f"{name}1" if self.precision is Precision.INT8 else name
 
     def output(self, y: Act, signature_name: str, name: str | None = None) -> None:
-        """Mark ``y`` an output; in INT8 through a DEQUANTIZE to the float tensor ``name``."""
+        """Mark ``y`` an output; in INT8 through a DEQUANTIZE to the float tensor ``name`` (``y`` was named
+        ``out_name(name)``)."""
         if self.precision is Precision.INT8:
-            out = self._act(name or y.name[:-1], y.shape, dtype=np.float32)
+            if name is None:
+                raise ValueError(f"the int8 output {y.name!r} needs the name of its float tensor")
+            out = self._act(name, y.shape, dtype=np.float32)
             self._op("DEQUANTIZE", [y.index], [out.index])
             y = out
         self.b.output(y.index)
@@ -201,7 +204,7 @@ class Net:
         n, h, w, cin = x.shape
         oh, ow = _spatial(h, k, stride, padding), _spatial(w, k, stride, padding)
         wt = self.glorot((cout, k, k, cin), k * k * cin, k * k * cout) * scale
-        wi, ws = self._weights(f"{name}/weights", wt, 0, x)
+        wi, ws = self._weights(f"{name}/weights", wt, 0)
         bi = self._bias(f"{name}/bias", self.small(cout) * scale, x, ws) if bias else -1
         y = self._act(name, (n, oh, ow, cout))
         self._op("CONV_2D", [x.index, wi, bi], [y.index], padding=padding, stride_w=stride, stride_h=stride,
@@ -214,7 +217,7 @@ class Net:
         cout = cin * multiplier
         oh, ow = -(-h // stride), -(-w // stride)
         wt = self.glorot((1, k, k, cout), k * k * cin, k * k * multiplier)
-        wi, ws = self._weights(f"{name}/weights", wt, 3, x)
+        wi, ws = self._weights(f"{name}/weights", wt, 3)
         bi = self._bias(f"{name}/bias", self.small(cout), x, ws)
         y = self._act(name, (n, oh, ow, cout))
         self._op("DEPTHWISE_CONV_2D", [x.index, wi, bi], [y.index], padding="SAME", stride_w=stride,
@@ -226,7 +229,7 @@ class Net:
         n, h, w, cin = x.shape
         shape = (n, h * stride, w * stride, cout)
         out_shape = self.int_const(f"{name}/output_shape", shape)
-        wi, _ = self._weights(f"{name}/weights", self.glorot((cout, k, k, cin), k * k * cout, k * k * cin), 0, x)
+        wi, _ = self._weights(f"{name}/weights", self.glorot((cout, k, k, cin), k * k * cout, k * k * cin), 0)
         y = self._act(name, shape)
         self._op("TRANSPOSE_CONV", [out_shape, wi, x.index], [y.index], padding="VALID", stride_w=stride,
                  stride_h=stride)
@@ -235,7 +238,7 @@ class Net:
     def fully_connected(self, x: Act, units: int, *, name: str, bias: bool = True, scale: float = 1.0) -> Act:
         n, cin = x.shape
         wt = self.glorot((units, cin), cin, units) * scale
-        wi, ws = self._weights(f"{name}/weights", wt, 0, x)
+        wi, ws = self._weights(f"{name}/weights", wt, 0)
         bi = self._bias(f"{name}/bias", self.small(units) * scale, x, ws) if bias else -1
         y = self._act(name, (n, units))
         hybrid = self.precision is Precision.DYNAMIC_RANGE and wt.size >= _HYBRID_MIN_ELEMENTS
