@@ -58,6 +58,16 @@ def test_chain_prefers_the_nearest_device(tmp_path):
     assert other.find("k") is None
 
 
+def test_records_keep_family_and_shape_in_the_cache_and_in_files():
+    from tflgpu.cache.plans import decode_tuning, encode_tuning
+
+    rec = replace(_rec({"tile_x": 2}), family="f", shape=(1, 8, 8, 4, 1, 8, 8, 16))
+    for back in (decode_tuning(encode_tuning(rec)), TuningRecord.from_json(json.loads(json.dumps(rec.to_json())))):
+        assert (back.family, back.shape, back.params) == (rec.family, rec.shape, rec.params)
+    old = decode_tuning(encode_tuning(_rec({})))  # a record from before: no family, so it transfers nowhere
+    assert (old.family, old.shape) == ("", ())
+
+
 def test_export_import_roundtrip_and_stale_records(tmp_path):
     stale = replace(_rec({"tile_x": 2}), generator_version=1)
     path = tmp_path / "records.json"
@@ -128,3 +138,43 @@ def test_cli_export_then_import_into_another_cache(opencl_device, tmp_path):
     assert r.returncode != 0 and "--import" in r.stderr and "no such file" in r.stderr
     r = tflgpu("tune", "--export", str(export), cache="b")
     assert r.returncode == 2 and "--export writes the records of the MODELs' kernels" in r.stderr
+
+
+def _conv(rng, hw: int, cin: int = 8):
+    from .oputil import In, op_model, rand
+
+    return op_model("CONV_2D", [In(rand(rng, (1, hw, hw, cin))), rand(rng, (16, 3, 3, cin)), rand(rng, (16,))],
+                    padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+
+
+def test_a_new_kernel_starts_from_its_nearest_tuned_neighbour(opencl_device, rng):
+    """Tuning transfer: a conv of a shape never tuned takes the record of the nearest tuned conv of its family on
+    this device (another model's), and still matches LiteRT; among two records, the nearer shape's."""
+    from tflgpu.autotune.tuner import kernel_family, kernel_shape
+    from tflgpu.ops.layout import bhwc
+
+    db = MemoryTuningDB()
+    tuned, _ = _conv(rng, 12)
+    it = Interpreter(model_content=tuned, delegate=GpuDelegate(tuning="fast", tuning_db=db, tuning_budget_s=20,
+                                                               cache=False))
+    (first,) = it.gpu_plan.tuning_results
+    assert first.source == "tuned"
+    held = db.get(opencl_device.identity.key(), first.key)
+    assert held.family and len(held.shape) == 8  # input and output BHWC
+
+    model, feeds = _conv(rng, 20)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
+    (tk,) = it.gpu_plan.tuning_results
+    assert tk.source.startswith("database: this device, nearest shape") and tk.params == held.params
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+    step = it.gpu_plan.steps[0]  # two more records of its family: 16x16 (nearer than 12x12) wins
+    layouts = {t: bhwc(it.gpu_plan.sg.tensors[t].shape) for t in step.specs[0].inputs + step.specs[0].outputs}
+    family, shape = kernel_family("CONV_2D", step.specs, False), kernel_shape(step.specs, layouts)
+    assert family == held.family
+    near = {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"}
+    db.put(opencl_device.identity.key(), "another-kernel", replace(_rec(near), family=family,
+                                                                     shape=(1, 16, 16, 8, 1, 16, 16, 16)))
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
+    assert it.gpu_plan.tuning_results[0].params == near
+    assert shape == (1, 20, 20, 8, 1, 20, 20, 16)

@@ -3,11 +3,13 @@ into the cache, and find, for a kernel this device has no record of, the record 
 one — the fallback chain a kernel's parameters come from before any search:
 
 1. this device (platform, device, driver and OpenCL C version all equal): its own record;
-2. the same device under another driver;
-3. another device of the same OpenCL platform (the vendor's runtime) and device type;
-4. the records shipped with tflgpu (``tflgpu/data/tuning/*.json``, files in the export format), by the same
-   three levels and then by device type alone;
-5. the generators' heuristics.
+2. this device's record of the nearest kernel of the same family (op, precision, variant space; the nearest
+   shapes, by ``tuner.shape_distance``), from any model: tuning transfer;
+3. the same device under another driver;
+4. another device of the same OpenCL platform (the vendor's runtime) and device type;
+5. the records shipped with tflgpu (``tflgpu/data/tuning/*.json``, files in the export format), by links 1, 3
+   and 4 and then by device type alone;
+6. the generators' heuristics.
 
 A kernel's identity (``kernel_key``) holds its code, launch sizes, precision and generator version, not the
 device, so a record of one device names the same kernel on another; whether its parameters suit the other device
@@ -25,6 +27,7 @@ from pathlib import Path
 from ..cache.records import TuningRecord
 from ..kernels.common import GENERATOR_VERSION
 from .records import TuningDB
+from .tuner import shape_distance
 
 log = logging.getLogger("tflgpu")
 
@@ -125,6 +128,7 @@ class NearestRecords:
     def __init__(self, db: TuningDB | None, identity: dict, shipped_dir: Path = SHIPPED_DIR):
         self.db, self.identity, self.shipped_dir = db, identity, shipped_dir
         self._local: dict[str, dict[str, TuningRecord]] | None = None
+        self._families: dict[str, list[TuningRecord]] = {}  # this device's records by kernel family
         self._shipped: list[DeviceRecords] | None = None
 
     @property
@@ -143,7 +147,9 @@ class NearestRecords:
             return "same platform"
         return None
 
-    def find(self, kernel_key: str) -> Found | None:
+    def find(self, kernel_key: str, family: str = "", shape: tuple[int, ...] = ()) -> Found | None:
+        """The nearest record for a kernel (``family`` and ``shape`` as ``tuner.kernel_family`` and
+        ``kernel_shape`` give them, for transfer from this device's other kernels)."""
         if self.db is not None:
             own = self.db.get(self.key, kernel_key)
             if own is not None:
@@ -151,8 +157,16 @@ class NearestRecords:
             if self._local is None:
                 self._local = {}
                 for dev, key, rec in self.db.items():
+                    if not _valid(rec):
+                        continue
                     if dev != self.key:
                         self._local.setdefault(dev, {})[key] = rec
+                    elif rec.family:
+                        self._families.setdefault(rec.family, []).append(rec)
+            near = min(self._families.get(family, []) if family else [], default=None,
+                       key=lambda r: shape_distance(r.shape, shape))
+            if near is not None and shape_distance(near.shape, shape) < float("inf"):
+                return Found(near, f"this device, nearest shape ({'x'.join(map(str, near.shape[-4:]))} out)")
             hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key)
             if hit is not None:
                 return hit

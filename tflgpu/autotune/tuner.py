@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from ..cache.records import TuningRecord
 from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
 from ..ops.layout import Layout
@@ -89,6 +90,12 @@ class TuneTask:
     space: dict[str, list]
     default: dict  # the heuristic default's knob values (the first trial)
     layouts: dict[int, Layout]
+    family: str = ""  # kernel_family: the records a new kernel of this family may start from
+    shape: tuple[int, ...] = ()  # kernel_shape: how near another kernel of the family is
+
+    def record(self, r: TuneResult) -> TuningRecord:
+        """The tuning record of this kernel's search result."""
+        return TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op, family=self.family, shape=self.shape)
 
 
 @dataclass
@@ -130,6 +137,26 @@ def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str
         h.update(s.source.replace(base_name, "K").encode())
         h.update(repr((s.global_size, s.local_size)).encode())
     return h.hexdigest()
+
+
+def kernel_family(op_name: str, specs: list[KernelSpec], fp16: bool, generator_version: int = GENERATOR_VERSION) -> str:
+    """Kernels whose parameters transfer to each other: the same op, precision, generator version and search
+    space (the variants the generator offers them), whatever their shapes and fused ops."""
+    space = sorted((k, list(v)) for k, v in (specs[0].space if specs else {}).items())
+    return xxhash.xxh64(f"{generator_version}|{op_name}|{int(fp16)}|{space!r}".encode()).hexdigest()
+
+
+def kernel_shape(specs: list[KernelSpec], layouts: dict) -> tuple[int, ...]:
+    """The BHWC dims of the first kernel's tensors, inputs then outputs: what "nearest" compares."""
+    s = specs[0]
+    return tuple(d for t in s.inputs + s.outputs if t in layouts for d in layouts[t].dims)
+
+
+def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    """How far two kernels' shapes are (the sum of |log2| ratios of their dims); inf where they do not compare."""
+    if len(a) != len(b) or not a:
+        return math.inf
+    return sum(abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for x, y in zip(a, b))
 
 
 def _encode(v) -> str:

@@ -146,7 +146,8 @@ def decode_plan(data: bytes) -> PlanRecord:
 
 def encode_tuning(rec) -> bytes:
     b = flatbuffers.Builder(512)
-    op, pj = b.CreateString(rec.op), b.CreateString(_params_json(rec.params))
+    op, pj, family = b.CreateString(rec.op), b.CreateString(_params_json(rec.params)), b.CreateString(rec.family)
+    shape = b.CreateNumpyVector(np.asarray(rec.shape, np.int32))
     fb_tuning.Start(b)
     fb_tuning.AddOp(b, op)
     fb_tuning.AddParamsJson(b, pj)
@@ -155,6 +156,8 @@ def encode_tuning(rec) -> bytes:
     fb_tuning.AddTrials(b, rec.trials)
     fb_tuning.AddGeneratorVersion(b, rec.generator_version)
     fb_tuning.AddUpdated(b, rec.updated or time.time())
+    fb_tuning.AddFamily(b, family)
+    fb_tuning.AddShape(b, shape)
     b.Finish(fb_tuning.End(b))
     return bytes(b.Output())
 
@@ -163,7 +166,8 @@ def decode_tuning(data: bytes) -> TuningRecord:
     try:
         t = fb_tuning.Tuning.GetRootAs(data, 0)
         return TuningRecord(_params_from(t.ParamsJson()), t.DefaultUs(), t.BestUs(), t.Trials(),
-                            (t.Op() or b"").decode(), t.GeneratorVersion(), t.Updated())
+                            (t.Op() or b"").decode(), t.GeneratorVersion(), t.Updated(), (t.Family() or b"").decode(),
+                            tuple(int(v) for v in t.ShapeAsNumpy()) if t.ShapeLength() else ())
     except InvalidEntry:
         raise
     except Exception as e:

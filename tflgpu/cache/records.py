@@ -30,6 +30,8 @@ class TuningRecord:
     op: str = ""  # op name, for reports
     generator_version: int = field(default_factory=lambda: GENERATOR_VERSION)
     updated: float = field(default_factory=time.time)
+    family: str = ""  # the kernel's variant family (autotune.tuner.kernel_family): whose records transfer to it
+    shape: tuple[int, ...] = ()  # its tensors' BHWC dims (kernel_shape): how near another kernel of the family is
 
     @property
     def speedup(self) -> float:
@@ -38,14 +40,16 @@ class TuningRecord:
     def to_json(self) -> dict:
         d = asdict(self)
         d["params"] = params_to_json(self.params)
+        d["shape"] = list(self.shape)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> TuningRecord:
         fields = {k: d[k] for k in ("params", "default_us", "best_us", "trials", "op", "generator_version",
-                                    "updated") if k in d}
+                                    "updated", "family", "shape") if k in d}
         rec = cls(**fields)
         if not isinstance(rec.params, dict):
             raise ValueError("params is not a mapping")
         rec.params = params_from_json(rec.params)
+        rec.shape = tuple(int(v) for v in rec.shape)
         return rec

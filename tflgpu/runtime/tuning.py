@@ -9,10 +9,10 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from ..autotune import TuneTask, TuningRecord, kernel_key, tune_tasks
+from ..autotune import TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
-from ..autotune.tuner import KernelTuner, space_size, study_storage
+from ..autotune.tuner import KernelTuner, kernel_family, kernel_shape, space_size, study_storage
 from ..kernels import Unsupported
 from ..kernels.program import shared_base
 from ..ops.layout import bhwc
@@ -85,7 +85,10 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             decided.append(TunedKernel(key, group[0].op.name, len(group), rec.default_us, rec.best_us, rec.params,
                                        "record", flops=sum(sp.flops for sp in group[0].specs)))
             continue
-        found = nearest.find(key) if nearest is not None and config.reuse_records else None
+        s = group[0]
+        layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
+        family, shape = kernel_family(s.op.name, s.specs, make.fp16), kernel_shape(s.specs, layouts)
+        found = nearest.find(key, family, shape) if nearest is not None and config.reuse_records else None
         if found is not None:
             set_params(group, make, found.record.params)
             if config.mode in ("none", "background"):  # (a search now reports its own result)
@@ -93,23 +96,22 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                            found.record.best_us, found.record.params, f"database: {found.level}",
                                            flops=sum(sp.flops for sp in group[0].specs)))
         if config.mode != "none":
-            s = group[0]
             space = s.specs[0].space
             default = {k: s.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
-            layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
             todo.append(Untuned(TuneTask(key, s.op.name, lambda p, s=s: make(s.op, s.epilogue, p), space, default,
-                                         layouts), group))
+                                         layouts, family, shape), group))
     if not todo or config.mode == "background":
         return decided, 0.0, todo
     t0 = time.perf_counter()
     results = tune_tasks([u.task for u in todo], bench, device_key, config)
+    tasks = {u.task.key: u.task for u in todo}
     records = {}
     for r in results:
         set_params(groups[r.key], make, r.params)
         decided.append(TunedKernel(r.key, r.op, len(groups[r.key]), r.default_us, r.best_us, r.params, "tuned", r,
                                    flops=sum(sp.flops for sp in groups[r.key][0].specs)))
         if r.decided:
-            records[r.key] = TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op)
+            records[r.key] = tasks[r.key].record(r)
     if records and config.db is not None:
         config.db.put_many(device_key, records)
     seconds = time.perf_counter() - t0
@@ -176,7 +178,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                 r = tuner.run(left)
                 spent[0] += time.perf_counter() - t0
                 if config.db is not None:
-                    config.db.put(device_key, r.key, TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op))
+                    config.db.put(device_key, r.key, u.task.record(r))
             log.info("background tuning %s: %.0f -> %.0f us (%.2fx) %s", r.op, r.default_us, r.best_us, r.speedup,
                      r.params)
             if r.params:

@@ -77,7 +77,41 @@ class Tuning(object):
             return self._tab.Get(flatbuffers.number_types.Float64Flags, o + self._tab.Pos)
         return 0.0
 
-def TuningStart(builder): builder.StartObject(7)
+    # Tuning
+    def Family(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Tuning
+    def Shape(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Tuning
+    def ShapeAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # Tuning
+    def ShapeLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Tuning
+    def ShapeIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+def TuningStart(builder): builder.StartObject(9)
 def Start(builder):
     return TuningStart(builder)
 def TuningAddOp(builder, op): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(op), 0)
@@ -101,6 +135,15 @@ def AddGeneratorVersion(builder, generatorVersion):
 def TuningAddUpdated(builder, updated): builder.PrependFloat64Slot(6, updated, 0.0)
 def AddUpdated(builder, updated):
     return TuningAddUpdated(builder, updated)
+def TuningAddFamily(builder, family): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(family), 0)
+def AddFamily(builder, family):
+    return TuningAddFamily(builder, family)
+def TuningAddShape(builder, shape): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(shape), 0)
+def AddShape(builder, shape):
+    return TuningAddShape(builder, shape)
+def TuningStartShapeVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartShapeVector(builder, numElems):
+    return TuningStartShapeVector(builder, numElems)
 def TuningEnd(builder): return builder.EndObject()
 def End(builder):
     return TuningEnd(builder)
