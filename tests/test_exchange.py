@@ -178,3 +178,25 @@ def test_a_new_kernel_starts_from_its_nearest_tuned_neighbour(opencl_device, rng
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
     assert it.gpu_plan.tuning_results[0].params == near
     assert shape == (1, 20, 20, 8, 1, 20, 20, 16)
+
+
+def test_a_neighbours_work_group_size_that_does_not_fit_is_dropped(opencl_device, rng):
+    """A transferred record's work-group size need not divide this kernel's grid (OpenCL 1.2 refuses such a
+    launch: INVALID_WORK_GROUP_SIZE at invoke, found by bench_tuning's transfer column): its other parameters
+    apply and the runtime picks the work-group size."""
+    from tflgpu.autotune.tuner import kernel_family, kernel_shape
+    from tflgpu.ops.layout import bhwc
+
+    model, feeds = _conv(rng, 13)
+    plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False, cache=False)).gpu_plan
+    step = plain.steps[0]
+    spec = step.specs[0]
+    uneven = next(ls for ls in spec.space["local_size"] if ls and any(g % w for g, w in zip(spec.global_size, ls)))
+    layouts = {t: bhwc(plain.sg.tensors[t].shape) for t in spec.inputs + spec.outputs}
+    params = {**spec.params, "local_size": uneven}
+    db = MemoryTuningDB()
+    db.put(opencl_device.identity.key(), "a-neighbour", replace(
+        _rec(params), family=kernel_family("CONV_2D", step.specs, False), shape=kernel_shape(step.specs, layouts)))
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
+    assert it.gpu_plan.steps[0].params == {**params, "local_size": None}
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])

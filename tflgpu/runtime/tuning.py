@@ -13,7 +13,7 @@ from ..autotune import TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
 from ..autotune.tuner import KernelTuner, kernel_family, kernel_shape, space_size, study_storage
-from ..kernels import Unsupported
+from ..kernels import KernelSpec, Unsupported
 from ..kernels.program import shared_base
 from ..ops.layout import bhwc
 from .background import lower_thread_priority
@@ -119,15 +119,28 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
     return decided, seconds, []
 
 
+def _uneven_groups(specs: list[KernelSpec]) -> bool:
+    """A work-group size that does not divide its launch's grid (OpenCL 1.2 refuses such a launch)."""
+    return any(sp.local_size and any(g % w for g, w in zip(sp.global_size, sp.local_size)) for sp in specs)
+
+
 def set_params(steps: list[Step], make: KernelMaker, params: dict) -> None:
-    """Regenerate ``steps`` with these generator parameters (those they do not apply to keep theirs)."""
+    """Regenerate ``steps`` with these generator parameters (those they do not apply to keep theirs). Parameters
+    from another kernel (a neighbour's, another device's) may name a work-group size that does not divide this
+    kernel's grid: the rest of them apply, with the runtime choosing the work-group size."""
     if not params:
         return
     for s in steps:
         try:
             specs = make(s.op, s.epilogue, params)
+            if _uneven_groups(specs) and params.get("local_size") is not None:
+                params = {**params, "local_size": None}
+                specs = make(s.op, s.epilogue, params)
         except Unsupported as e:  # a record from another shape family: keep the heuristics
             log.info("tuned parameters %s do not apply to %s: %s", params, s.op.name, e)
+            continue
+        if _uneven_groups(specs):
+            log.info("tuned parameters %s give %s uneven work-groups: kept the heuristics", params, s.op.name)
             continue
         s.specs, s.params = specs, dict(params)
 
