@@ -107,3 +107,6 @@ def test_module_cli(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main([str(tmp_path), "resnet.tflite"])
     assert e.value.code == 2 and "no stand-in for resnet.tflite" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    assert main([str(tmp_path / "a-file"), "lstm_small.tflite"]) == 1
+    assert "cannot write the stand-ins into" in capsys.readouterr().err

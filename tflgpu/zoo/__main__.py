@@ -25,7 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no stand-in for {', '.join(unknown)}; choose from: {', '.join(STANDINS)}")
     for file in args.files or STANDINS:
         t0 = time.perf_counter()
-        path = ensure_standin(file, args.directory)
+        try:
+            path = ensure_standin(file, args.directory)
+        except OSError as e:  # (PermissionError, a file where the directory should be, a read-only place)
+            print(f"error: cannot write the stand-ins into {args.directory}: {e.strerror or e}; choose another "
+                  "directory", file=sys.stderr)
+            return 1
         print(f"{path} ({path.stat().st_size:,} bytes, {time.perf_counter() - t0:.1f} s)")
     return 0
 
