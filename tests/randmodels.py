@@ -1,7 +1,7 @@
 """Valid random models, NNSmith-style: random DAGs over the ops our OpenCL generators cover, with shapes and
 attributes that are legal by construction (broadcast operands, branches that join again, constants stored
-float32, float16 through DEQUANTIZE, sparse through DENSIFY, both), so a model exercises valid-but-unusual
-graphs rather than malformed bytes.
+float32, float16 through DEQUANTIZE, sparse through DENSIFY, both), and one model in five a full-integer int8
+chain with float input and output, so a model exercises valid-but-unusual graphs rather than malformed bytes.
 
 ``random_model(seed, max_ops)`` is deterministic, and op ``i``'s choices depend only on ``(seed, i)``: the
 model with ``max_ops=k`` is the first ``k`` ops of the full one, which is how a finding is minimized.
@@ -38,6 +38,7 @@ class RandomModel:
     data: bytes
     inputs: list[np.ndarray]
     ops: list[str] = field(default_factory=list)
+    output_step: float = 0.0  # a quantized model's float output moves in steps of this (its output scale)
 
 
 class _Graph:
@@ -353,6 +354,95 @@ MAKERS: list[tuple[Callable, float]] = [
 ]
 _WEIGHTS = np.array([w for _, w in MAKERS]) / sum(w for _, w in MAKERS)
 MAX_ELEMENTS = 1 << 16  # keeps every tensor small: a model runs in milliseconds
+
+
+def _q(scale: float, zero_point: int = 0) -> dict:
+    return {"scale": np.float32([scale]), "zero_point": np.int64([zero_point])}
+
+
+def quantized_model(seed: int, max_ops: int | None = None) -> RandomModel:
+    """A full-integer (int8) chain with float input and output, as the converter writes one: QUANTIZE, then
+    per-channel convs and depthwise convs, ADDs of a constant, pools, a MEAN, a RESHAPE + FULLY_CONNECTED, a
+    SOFTMAX, each with random but plausible quantization, then DEQUANTIZE."""
+    rng0 = np.random.default_rng([seed, 7])
+    b = ModelBuilder(f"tflgpu random int8 model, seed {seed}")
+    shape = (1, *(int(d) for d in rng0.integers(2, 11, 2)), int(rng0.integers(1, 9)))
+    x = b.input("input", shape)
+    scale, zp = 2.0 / 255, 0
+    cur = b.tensor("q", shape, np.int8, quant=_q(scale, zp))
+    b.op("QUANTIZE", [x], [cur])
+    ops = ["QUANTIZE"]
+    n_ops = int(rng0.integers(1, 7))
+    for i in range(n_ops if max_ops is None else min(n_ops, max_ops)):
+        rng = np.random.default_rng([seed, i])
+        kind = ["conv", "depthwise", "add", "pool", "mean", "fc", "softmax"][int(rng.integers(0, 7))]
+        n, h, w, c = shape if len(shape) == 4 else (shape[0], 1, 1, shape[-1])
+        out_scale, out_zp = float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 21))
+        if kind in ("conv", "depthwise") and len(shape) == 4:
+            k = int(rng.choice([1, 3]))
+            cout = c * int(rng.choice([1, 2])) if kind == "depthwise" else int(rng.integers(1, 13))
+            wshape = (1, k, k, cout) if kind == "depthwise" else (cout, k, k, c)
+            axis = 3 if kind == "depthwise" else 0
+            w_scales = rng.uniform(0.002, 0.02, cout).astype(np.float32)
+            wq = b.const(f"w{i}", rng.integers(-127, 128, wshape).astype(np.int8),
+                         quant={"scale": w_scales, "zero_point": np.zeros(cout, np.int64), "quantized_dimension": axis})
+            bq = b.const(f"b{i}", rng.integers(-300, 300, cout).astype(np.int32),
+                         quant={"scale": (scale * w_scales).astype(np.float32), "zero_point": np.zeros(cout, np.int64)})
+            shape = (n, h, w, cout)
+            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
+            opts = {"depth_multiplier": cout // c} if kind == "depthwise" else {}
+            b.op("DEPTHWISE_CONV_2D" if kind == "depthwise" else "CONV_2D", [cur, wq, bq], [y], version=3,
+                 padding="SAME", stride_w=1, stride_h=1, fused_activation_function=["NONE", "RELU", "RELU6"][
+                     int(rng.integers(0, 3))], **opts)
+        elif kind == "add":
+            other = b.const(f"c{i}", rng.integers(-128, 128, shape).astype(np.int8),
+                            quant=_q(float(rng.uniform(0.01, 0.05)), int(rng.integers(-10, 11))))
+            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
+            b.op("ADD", [cur, other], [y], version=2, fused_activation_function="NONE")
+        elif kind == "pool" and len(shape) == 4 and h >= 2 and w >= 2:
+            shape = (n, h // 2, w // 2, c)
+            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(scale, zp))  # pools keep their input's parameters
+            b.op("MAX_POOL_2D" if rng.random() < 0.5 else "AVERAGE_POOL_2D", [cur], [y], version=2,
+                 padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2,
+                 fused_activation_function="NONE")
+            out_scale, out_zp = scale, zp
+        elif kind == "mean" and len(shape) == 4:
+            shape = (n, c)
+            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
+            b.op("MEAN", [cur, b.const(f"ax{i}", np.int32([1, 2]))], [y], version=2, keep_dims=False)
+        elif kind == "fc":
+            flat = int(np.prod(shape[1:]))
+            if len(shape) != 2:
+                r = b.tensor(f"r{i}", (1, flat), np.int8, quant=_q(scale, zp))
+                b.op("RESHAPE", [cur, b.const(f"rs{i}", np.int32([1, flat]))], [r])
+                ops.append("RESHAPE")
+                cur = r
+            units = int(rng.integers(1, 17))
+            ws = float(rng.uniform(0.002, 0.02))
+            wq = b.const(f"w{i}", rng.integers(-127, 128, (units, flat)).astype(np.int8), quant=_q(ws))
+            bq = b.const(f"b{i}", rng.integers(-300, 300, units).astype(np.int32), quant=_q(scale * ws))
+            shape = (1, units)
+            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
+            b.op("FULLY_CONNECTED", [cur, wq, bq], [y], version=4, fused_activation_function="NONE")
+        elif kind == "softmax" and len(shape) == 2:
+            out_scale, out_zp = 1 / 256, -128
+            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
+            b.op("SOFTMAX", [cur], [y], version=2, beta=1.0)
+        else:
+            continue
+        ops.append(b.main.ops[-1].name)
+        cur, scale, zp = y, out_scale, out_zp
+    out = b.tensor("output", shape)
+    b.op("DEQUANTIZE", [cur], [out], version=2)
+    b.output(out)
+    x0 = np.random.default_rng([seed, 1000]).uniform(-1, 1, b.main.tensors[x].shape)
+    return RandomModel(b.build(), [x0.astype(np.float32)], ops + ["DEQUANTIZE"], output_step=scale)
+
+
+def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
+    """The fuzzer's model for a seed: one in five (seed % 5 == 2) a full-integer chain, the rest float DAGs
+    (so a float seed names the same model it named before the integer chains existed)."""
+    return quantized_model(seed, max_ops) if seed % 5 == 2 else random_model(seed, max_ops)
 
 
 def random_model(seed: int, max_ops: int | None = None) -> RandomModel:

@@ -15,17 +15,23 @@ from tflgpu.model.reader import read_model
 
 from .conftest import REPO
 from .fuzz_valid import check
-from .randmodels import random_model
+from .randmodels import model_for, random_model
 
 
 def test_random_models_are_deterministic_and_truncate_to_prefixes():
-    full = random_model(7)
-    assert random_model(7).data == full.data
-    for k in range(1, len(full.ops)):
-        part = random_model(7, k)
-        assert full.ops[: len(part.ops)] == part.ops  # the first k ops (with their constants' DENSIFY/DEQUANTIZE)
-    ops = {op.name for s in range(40) for op in read_model(random_model(s).data).main.operators}
+    for seed in (6, 7):  # a float DAG, an int8 chain (seed % 5 == 2)
+        full = model_for(seed)
+        assert model_for(seed).data == full.data
+        for k in range(1, len(full.ops)):
+            part = model_for(seed, k)
+            assert full.ops[: len(part.ops) - 1] == part.ops[:-1]  # the first k ops (+ their constants' ops;
+            # an int8 chain's closing DEQUANTIZE)
+    assert random_model(6).data == model_for(6).data and model_for(7).ops[0] == "QUANTIZE"
+    models = [read_model(model_for(s).data).main for s in range(40)]
+    ops = {op.name for sg in models for op in sg.operators}
     assert {"CONV_2D", "DEPTHWISE_CONV_2D", "DENSIFY", "DEQUANTIZE", "TRANSPOSE_CONV", "CONCATENATION"} <= ops
+    int8 = [sg for sg in models if any(t.type_name == "INT8" and t.data is None for t in sg.tensors)]
+    assert len(int8) == 8 and all(sg.operators[0].name == "QUANTIZE" for sg in int8)
 
 
 def test_valid_random_models_match_litert_on_every_path(opencl_device):
