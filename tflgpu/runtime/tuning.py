@@ -76,7 +76,8 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
     groups = _groups(steps, make, explicit)
     decided, todo = [], []
     reuse = config.db is not None and config.reuse_records
-    nearest = NearestRecords(config.db if reuse else None, identity) if identity is not None else None
+    # (no database, GpuDelegate(tuning_db=False): the heuristics alone, the shipped records too left out)
+    nearest = NearestRecords(config.db, identity) if reuse and identity is not None else None
     for key, group in groups.items():
         rec = config.db.get(device_key, key) if reuse else None
         if rec is not None:
@@ -88,7 +89,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
         s = group[0]
         layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
         family, shape = kernel_family(s.op.name, s.specs, make.fp16), kernel_shape(s.specs, layouts)
-        found = nearest.find(key, family, shape) if nearest is not None and config.reuse_records else None
+        found = nearest.find(key, family, shape) if nearest is not None else None
         if found is not None:
             set_params(group, make, found.record.params)
             if config.mode in ("none", "background"):  # (a search now reports its own result)
