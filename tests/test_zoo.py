@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tflgpu.model.reader import read_model
-from tflgpu.zoo import STANDINS, build_standin, ensure_standin
+from tflgpu.zoo import STANDINS, build_standin, ensure_standin, standin_dir
 
 from .conftest import MODELS_DIR, litert, run_model
 
@@ -87,6 +87,16 @@ def test_int8_standin_tracks_its_float_model():
     (got,) = run_model(litert(), build_standin("mobilenet_v2_1.0_224_int8.tflite"), inputs)
     assert np.abs(got - want).max() <= 2 / 256
     assert np.argmax(want) in np.argsort(got[0])[-5:]
+
+
+def test_stale_standins_are_removed_when_new_ones_are_built(tmp_path):
+    old = tmp_path / "standins" / ("0" * 16)
+    old.mkdir(parents=True)
+    (old / "opzoo_small.tflite").write_bytes(b"older code's")
+    keep = tmp_path / "standins" / "not-a-key"  # (only directories named like a key are stand-in sets)
+    keep.mkdir()
+    path = ensure_standin("opzoo_small.tflite", standin_dir(tmp_path))
+    assert path.exists() and not old.exists() and keep.exists()
 
 
 def test_ensure_builds_once(tmp_path):

@@ -13,6 +13,7 @@ differ. Builds are deterministic: the same tflgpu and numpy give the same bytes.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,13 +130,19 @@ def standin_dir(root: Path | None = None) -> Path:
 
 
 def ensure_standin(file: str, directory: Path | None = None) -> Path:
-    """The stand-in's path in ``directory`` (default ``standin_dir()``), built and written there if missing."""
+    """The stand-in's path in ``directory`` (default ``standin_dir()``), built and written there if missing.
+    Building one into a ``standins/KEY`` directory removes the stand-ins of other keys beside it: older code's
+    (80 MB each set)."""
     directory = Path(directory) if directory is not None else standin_dir()
     path = directory / file
     if not path.exists():
         data = build_standin(file)
         private_dir(directory)
         atomic_write(path, data)
+        if directory.parent.name == "standins":
+            for old in directory.parent.iterdir():
+                if old != directory and old.is_dir() and len(old.name) == len(directory.name):
+                    shutil.rmtree(old, ignore_errors=True)
     return path
 
 
