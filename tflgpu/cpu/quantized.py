@@ -118,15 +118,19 @@ def _mbqm(x, q, shift):
     return (r >> right) + (1 if (r & mask) > threshold else 0)
 
 
-@vectorize(["int64(int64, int64, int64)"], cache=True)
-def _mbqm_ufunc(x, q, shift):
+def _mbqm_elementwise(x, q, shift):
     return _mbqm(x, q, shift)
+
+
+# made at the first quantized op, not at import: a signature-typed ufunc compiles (or loads from numba's cache)
+# when it is made, and that woke numba's compiler for every model, 0.5 s of a float model's start
+_mbqm_ufunc = once(lambda: vectorize(["int64(int64, int64, int64)"], cache=True)(_mbqm_elementwise))
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, q: np.ndarray, shift: np.ndarray) -> np.ndarray:
     """TFLite's MultiplyByQuantizedMultiplier elementwise, with numpy broadcasting (``q``/``shift``: one value
     or one per channel); one compiled pass, no temporaries."""
-    return _mbqm_ufunc(np.asarray(x, np.int64), np.asarray(q, np.int64), np.asarray(shift, np.int64))
+    return _mbqm_ufunc()(np.asarray(x, np.int64), np.asarray(q, np.int64), np.asarray(shift, np.int64))
 
 
 @njit(cache=True)
