@@ -65,10 +65,9 @@ def _litert(data: bytes, builtin: bool, keep_all: bool = False):
     return LiteRT(model_content=data, num_threads=1, experimental_preserve_all_tensors=keep_all, **kw)
 
 
-def _largest_stored(data: bytes, inputs) -> float:
-    """The largest magnitude any float tensor takes in LiteRT's run: FP16 storage rounds it to 2^-11 of that."""
-    it = _litert(data, True, keep_all=True)
-    _run(it, inputs)
+def _largest_stored(it) -> float:
+    """The largest magnitude any float tensor took in a run of ``it`` (made with ``keep_all``): FP16 storage
+    rounds it to 2^-11 of that."""
     largest = 0.0
     for d in it.get_tensor_details():
         if d["dtype"] == np.float32:
@@ -93,8 +92,9 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
     """One model: ``{"status": "rejected"|"ok"|"finding", ...}`` with what went wrong where."""
     model = model_for(seed, max_ops)
     try:
-        want = _run(_litert(model.data, False), model.inputs)
-        spread = [np.abs(a - b).max(initial=0.0) for a, b in zip(want, _run(_litert(model.data, True), model.inputs))]
+        ref, builtin = _litert(model.data, False), _litert(model.data, True, keep_all=True)
+        want = _run(ref, model.inputs)
+        spread = [np.abs(a - b).max(initial=0.0) for a, b in zip(want, _run(builtin, model.inputs))]
     except Exception as e:  # noqa: BLE001 - LiteRT refuses the model: not ours to run
         return {"status": "rejected", "why": f"{type(e).__name__}: {str(e)[:120]}", "ops": model.ops}
     if not all(np.isfinite(w).all() for w in want):
@@ -104,9 +104,9 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
     sensitivity = [0.0] * len(want)
     for rounded in ([x * (1 + noise.uniform(-1, 1, x.shape).astype(np.float32) * eps) for x in model.inputs],
                     [x * (1 + eps) for x in model.inputs], [x * (1 - eps) for x in model.inputs]):
-        moved = _run(_litert(model.data, False), rounded)
+        moved = _run(ref, rounded)
         sensitivity = [max(s, float(np.abs(a - b).max(initial=0.0))) for s, a, b in zip(sensitivity, want, moved)]
-    largest = _largest_stored(model.data, model.inputs)
+    largest = _largest_stored(builtin)
     half_floor = 2.0**-9 * largest
     # FP16 storage cannot hold the graph's values: the FP16 path must still run, but has no result to compare
     fp16_unheld = fp16 and largest > FP16_MAX

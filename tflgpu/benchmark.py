@@ -252,8 +252,10 @@ def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) ->
     rates = []
     for k, times in per_layer.values():
         us = statistics.median(times)
-        rates.append(KernelRate(k.layer, k.op, us, k.flops / us / 1e3 if k.flops and us else None,
-                                k.bytes / us / 1e3 if us else 0.0))
+        flops = k.spec.flops if k.spec is not None else 0
+        moved = plan.spec_bytes(k.spec) if k.spec is not None else 0
+        rates.append(KernelRate(k.layer, k.op, us, flops / us / 1e3 if flops and us else None,
+                                moved / us / 1e3 if us else 0.0))
     rates.sort(key=lambda r: -r.us)
     return LaunchStats(len(plan.last_run.launches), statistics.median(kernels), statistics.median(cpu_ops),
                        statistics.median(walls), rates[:top])

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cache.records import TuningRecord
+from ..cache.records import TuningRecord, device_key, split_device_key
 from ..kernels.common import GENERATOR_VERSION
 from .records import TuningDB
 from .tuner import shape_distance
@@ -44,9 +44,8 @@ class DeviceRecords:
     records: dict[str, TuningRecord] = field(default_factory=dict)
 
     @property
-    def key(self) -> str:  # DeviceIdentity.key()'s form
-        i = self.identity
-        return f"{i['platform']}|{i['device']}|{i['driver_version']}|{i['opencl_c_version']}"
+    def key(self) -> str:
+        return device_key(self.identity)
 
 
 def write_records(path: str | Path, devices: list[DeviceRecords]) -> None:
@@ -137,7 +136,7 @@ class NearestRecords:
 
     def _rank(self, key: str, device_type: str | None) -> str | None:
         platform, device = self.identity["platform"], self.identity["device"]
-        p, d, *_ = key.split("|") + ["", ""]
+        p, d = split_device_key(key)
         same_type = device_type is None or device_type == self.identity.get("device_type")
         if key == self.key:
             return "this device"
@@ -179,7 +178,7 @@ class NearestRecords:
         for key, device_type, recs in shipped:  # last: any device of this type
             rec = recs.get(kernel_key)
             if rec is not None and device_type == self.identity.get("device_type") and _valid(rec):
-                return Found(rec, f"shipped database, same device type ({key.split('|')[1]})")
+                return Found(rec, f"shipped database, same device type ({split_device_key(key)[1]})")
         return None
 
     def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
@@ -193,7 +192,7 @@ class NearestRecords:
             rank = order.index(level)
             if best is None or rank < best[0]:
                 best = (rank, Found(rec, prefix + level + ("" if level == "this device" else
-                                                            f" ({key.split('|')[1]})")))
+                                                            f" ({split_device_key(key)[1]})")))
         return best[1] if best else None
 
 

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import xxhash
@@ -135,7 +136,7 @@ class StagedTuningDB(TuningDB):
         is remembered, so it is not repeated, but its parameters are not used)."""
         for dev, recs in self.staged._records().items():
             if heuristic_only:
-                recs = {k: TuningRecord({}, r.default_us, r.default_us, r.trials, r.op) for k, r in recs.items()}
+                recs = {k: replace(r, params={}, best_us=r.default_us) for k, r in recs.items()}
             self.base.put_many(dev, recs)
         self.staged = MemoryTuningDB()
 

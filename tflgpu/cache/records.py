@@ -12,6 +12,18 @@ from dataclasses import asdict, dataclass, field
 from ..kernels.common import GENERATOR_VERSION
 
 
+def device_key(identity: dict) -> str:
+    """What records and compiled programs are filed under for a device (``DeviceIdentity.as_dict()``'s fields):
+    platform, device, driver and OpenCL C version, ``|``-separated (``split_device_key`` reads it back)."""
+    return f"{identity['platform']}|{identity['device']}|{identity['driver_version']}|{identity['opencl_c_version']}"
+
+
+def split_device_key(key: str) -> tuple[str, str]:
+    """(platform, device) of a ``device_key``."""
+    platform, device, *_ = key.split("|") + ["", ""]
+    return platform, device
+
+
 def params_to_json(params: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
 

@@ -9,6 +9,7 @@ import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+from ..cache.records import device_key
 from .icd import ensure_icd_vendors
 
 log = logging.getLogger("tflgpu")
@@ -30,7 +31,7 @@ class DeviceIdentity:
     global_mem_bytes: int
 
     def key(self) -> str:
-        return f"{self.platform}|{self.device}|{self.driver_version}|{self.opencl_c_version}"
+        return device_key(asdict(self))
 
     def as_dict(self) -> dict:
         return asdict(self)

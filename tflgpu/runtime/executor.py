@@ -44,8 +44,7 @@ class KernelLaunch:
     op: str
     event: object  # a pyopencl Event with profiling info
     enqueued_ns: int  # time.perf_counter_ns() when it was enqueued
-    flops: int = 0  # the kernel's arithmetic, as its generator counts it (0: not counted)
-    bytes: int = 0  # device memory its tensors and constants occupy: what it moves at least once
+    spec: KernelSpec | None = None  # what was launched (its flop count; GpuPlan.spec_bytes gives its bytes)
 
     @property
     def us(self) -> float:
@@ -248,8 +247,7 @@ class GpuPlan:
                     else:
                         at = time.perf_counter_ns()
                         ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
-                        timeline.launches.append(KernelLaunch(_layer_name(spec.name, s.op), s.op.name, ev, at,
-                                                              spec.flops, self._spec_bytes(spec)))
+                        timeline.launches.append(KernelLaunch(_layer_name(spec.name, s.op), s.op.name, ev, at, spec))
                 continue
             for t in io.downloads_before.get(i, ()):
                 if t not in values:
@@ -282,8 +280,9 @@ class GpuPlan:
                 values[t] = x  # (the caller's own integers)
         return values
 
-    def _spec_bytes(self, spec: KernelSpec) -> int:
-        """The bytes a kernel's tensors (slice layout, storage precision) and constant arguments take."""
+    def spec_bytes(self, spec: KernelSpec) -> int:
+        """The bytes a kernel's tensors (slice layout, storage precision) and constant arguments take: what it
+        moves at least once (for a report's GB/s; computed when asked, never during an invoke)."""
         size = 2 if self.fp16 else 4
         n = 0
         for t in spec.inputs + spec.outputs:
