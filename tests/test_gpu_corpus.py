@@ -44,15 +44,17 @@ def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
     got = run_model(lambda **kw: it, path, inputs)
     want = run_model(litert(), path, inputs)
     for i, (g, w) in enumerate(zip(got, want)):
-        if fp16 and w.dtype.kind in "iu":  # indices (argmax/top-k) may flip on near-ties in FP16
-            assert np.mean(g == w) >= 0.9, f"output {i}: only {np.mean(g == w):.0%} of indices agree"
-            continue
-        if fp16:
-            assert_fp16_close(g, w, what=f"{name} output {i}")
+        if fp16:  # issue 16's goal: every output within 1e-2 of LiteRT's largest value (indices too)
+            err = np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-30)
+            assert err <= 1e-2, f"{name} output {i}: relative error {err:.3g}"
+            if w.dtype.kind == "f":
+                assert_fp16_close(g, w, what=f"{name} output {i}")
         else:
             assert_close(g, w, 1e-4, what=f"{name} output {i}")
     if name in CLASSIFIERS:
         assert int(np.argmax(got[0])) == int(np.argmax(want[0]))
+    if fp16:  # what stays FP32 (runtime.precision): nothing, but where a ranking op needs exact values
+        assert plan.io.fp16_share >= (0.3 if name == "fallback_ops.tflite" else 1.0), plan.precision.fp32
 
 
 def test_memory_plan_shares_buffers(opencl_device):

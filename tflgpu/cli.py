@@ -272,6 +272,40 @@ def cmd_passes(args) -> int:
     return 0
 
 
+def cmd_precision(args) -> int:
+    """Which ops of an FP16 plan keep FP32 storage, and why (runtime.precision)."""
+    from .delegate import GpuDelegate
+    from .graph.precision import STORAGE_CAST
+    from .interpreter import Interpreter
+    from .runtime.config import DEFAULT_FP16_ERROR_BUDGET
+
+    budget = DEFAULT_FP16_ERROR_BUDGET if args.fp16_error_budget is None else args.fp16_error_budget
+    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(
+        precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget))
+    plan = interp.gpu_plan
+    if plan is None:
+        print("no OpenCL device: nothing is planned")
+        return 1
+    print(f"device: {interp.backend}")
+    if not plan.fp16:
+        print("the device has no cl_khr_fp16: every tensor is stored in FP32")
+        return 0
+    choice, sg = plan.precision, plan.sg
+    casts = sum(1 for s in plan.steps for op, _ in s.members if op.name == STORAGE_CAST)
+    error = f"{choice.error:.2g}" if choice.error >= 0 else "not calibrated"
+    print(f"FP16 plan: {len(choice.fp32)} of {plan.gpu_op_count + plan.cpu_op_count} ops keep FP32 storage, "
+          f"{casts} storage casts; output error on the calibration inputs {error} (budget {budget:g}); "
+          f"{plan.io.fp16_share:.1%} of device tensor values stored as half")
+    ops = {op.index: op for op in sg.operators}
+    for index, why in sorted(choice.fp32.items()):
+        op = ops.get(index)
+        if op is None:
+            continue
+        tensors = ", ".join(f"'{sg.tensors[t].name}' {list(sg.tensors[t].shape)}" for t in op.outputs if t >= 0)
+        print(f"  {op.name} (node {index}) -> {tensors}: {why}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .cpu import supported_ops
     from .interpreter import tensor_details
@@ -286,6 +320,8 @@ def cmd_inspect(args) -> int:
         return cmd_memory(args)
     if args.passes:
         return cmd_passes(args)
+    if args.precision == "report":
+        return cmd_precision(args)
     if args.startup:
         return cmd_startup(args)
     model = read_model(args.model)
@@ -781,7 +817,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--passes", action="store_true", help="what each graph pass changed (on the OpenCL path)")
     i.add_argument("--startup", action="store_true",
                    help="start the model once (the cache as it is) and show where the start-up time goes")
-    i.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    i.add_argument("--precision", nargs="?", choices=["fp32", "fp16", "report"], default="fp32", const="report",
+                   help="the precision --memory plans at; alone: which tensors an FP16 plan keeps in FP32, and why")
+    i.add_argument("--fp16-error-budget", type=float, default=None, metavar="REL",
+                   help="the FP16 plan's error budget for --precision (GpuDelegate(fp16_error_budget=...))")
     i.add_argument("--device", help="OpenCL device: index or name substring")
     i.set_defaults(func=cmd_inspect)
 

@@ -10,7 +10,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from .runtime.config import PlanRequest
+from .runtime.config import DEFAULT_FP16_ERROR_BUDGET, PlanRequest
 
 # TFLite's TfLiteGpuInferencePriority
 AUTO, MAX_PRECISION, MIN_LATENCY, MIN_MEMORY_USAGE = 0, 1, 2, 3
@@ -77,6 +77,15 @@ class GpuDelegate:
             quantized inputs/outputs converted on the host, quantization simulators keeping
             activations on the integer model's grid). False: quantized ops stay on the CPU integer
             kernels.
+        fp16_error_budget: with FP16 allowed, ops whose FP16 storage would move any output by more than this
+            (relative to the output's largest value) keep FP32 storage; the rest stay FP16. Measured on the CPU
+            kernels when the plan is built (and stored with it); ``tflgpu inspect MODEL --precision`` lists
+            what stays FP32 and why. Default 4e-3. A large value (1.0) keeps FP16 everywhere FP16 can hold the
+            values at all.
+        calibration_inputs: the inputs that choice is measured on: a list of samples, each a list of arrays
+            in input order (or one array per sample for a one-input model; the model's integers for a
+            quantized input). Default: one random sample in each input's range (a quantized input's whole
+            integer range, [-1, 1] for a float one).
     """
 
     precision_loss_allowed: bool = False
@@ -98,6 +107,8 @@ class GpuDelegate:
     tuning_progress: object = None  # callable(result, done, total), or None
     quantized_models_allowed: bool = True
     tiered_compile: bool | None = None
+    fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
+    calibration_inputs: object = None
 
     def __post_init__(self):
         self.inference_priority1 = _priority(self.inference_priority1)
@@ -112,6 +123,10 @@ class GpuDelegate:
         if not isinstance(self.max_cache_bytes, int) or self.max_cache_bytes < 1:
             raise ValueError("max_cache_bytes must be a positive int")
         self.tuning_config(None)  # validates tuning / tuning_budget_s early
+        budget = self.fp16_error_budget
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+            raise ValueError(f"fp16_error_budget must be a positive number (a relative error, e.g. 4e-3); "
+                             f"got {budget!r}")
 
     def cache_store(self):
         """The cache these options use (a ``tflgpu.cache.CacheStore``), or None with cache=False."""
@@ -180,4 +195,5 @@ class GpuDelegate:
         cacheable = self.tuning_db in (None, False) and isinstance(self.tuning, (str, type(None)))
         return PlanRequest(self.device, self.wants_fp16(), self.max_delegated_partitions, self.profile,
                            self.allow_buffer_handle_output, self.quantized_models_allowed, self.tuning_config(store),
-                           self.tuning_db is not False, store, self.model_token, cacheable, self.tiered())
+                           self.tuning_db is not False, store, self.model_token, cacheable, self.tiered(),
+                           float(self.fp16_error_budget), self.calibration_inputs)

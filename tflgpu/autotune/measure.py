@@ -44,7 +44,6 @@ class KernelBench:
                  stable_rel: float = 0.05, discard_ratio: float = 1.5):
         self.cl, self.ctx, self.device, self.fp16 = cl, ctx, device, fp16
         self.queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        self.np_dtype = np.float16 if fp16 else np.float32
         self.layouts = layouts
         self.rng = np.random.default_rng(seed)
         self.warmup, self.k, self.max_samples = warmup, k, max_samples
@@ -54,27 +53,33 @@ class KernelBench:
         # gate(kind), kind "compile" | "launch": called before each, so a background search can wait for idle
         self.gate = None
 
-    def _input(self, t: int) -> np.ndarray:
-        if t not in self._inputs:
+    def _input(self, t: int, half: bool) -> np.ndarray:
+        if (t, half) not in self._inputs:  # (the same values in either storage)
             lay = self.layouts[t]
-            self._inputs[t] = to_slices(self.rng.uniform(-1, 1, lay.dims).astype(np.float32), lay, self.np_dtype)
-        return self._inputs[t]
+            if t not in self._inputs:
+                self._inputs[t] = to_slices(self.rng.uniform(-1, 1, lay.dims).astype(np.float32), lay, np.float32)
+            self._inputs[t, half] = self._inputs[t].astype(np.float16 if half else np.float32)
+        return self._inputs[t, half]
 
     def _buffers(self, specs: list[KernelSpec]) -> tuple[dict, list[int]]:
         cl, mf = self.cl, self.cl.mem_flags
         produced: set[int] = set()
         bufs, outs = {}, []
+        self._out_fp16: dict[int, bool] = {}
         for spec in specs:
             for t in spec.inputs:
                 if t not in bufs and t not in produced:
-                    bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=self._input(t))
+                    bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR,
+                                        hostbuf=self._input(t, spec.tensor_fp16(t)))
             for t in spec.outputs:
                 produced.add(t)
                 if t not in bufs:
-                    size = max(self.layouts[t].elements * self.np_dtype().itemsize, 16)
+                    dtype = np.float16 if spec.fp16 else np.float32
+                    size = max(self.layouts[t].elements * dtype().itemsize, 16)
                     bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE, size)
-                    cl.enqueue_fill_buffer(self.queue, bufs[t], self.np_dtype(0), 0, size)
+                    cl.enqueue_fill_buffer(self.queue, bufs[t], dtype(0), 0, size)
                     outs.append(t)
+                    self._out_fp16[t] = spec.fp16
         return bufs, outs
 
     def prepare(self, specs: list[KernelSpec]) -> list[tuple[KernelSpec, object]]:
@@ -91,7 +96,7 @@ class KernelBench:
         bufs, outs = self._buffers(specs)
         launches = []
         for spec in specs:
-            k, consts = bind_kernel(cl, self.ctx, program, spec, bufs, self.np_dtype)
+            k, consts = bind_kernel(cl, self.ctx, program, spec, bufs)
             launches.append((spec, k, consts, bufs))  # the launch keeps its buffers alive
         self._bufs, self._outs = bufs, outs
         return launches
@@ -117,7 +122,7 @@ class KernelBench:
             self._launch(launches)
         outputs = self.read_outputs()
         if ref is not None:
-            check_outputs(outputs, ref, self.fp16)
+            check_outputs(outputs, ref, any(s.fp16 for s in specs))
         samples: list[float] = []
         t0 = time.perf_counter()
         while len(samples) < self.max_samples:
@@ -147,7 +152,7 @@ class KernelBench:
     def read_outputs(self) -> dict[int, np.ndarray]:
         out = {}
         for t in self._outs:
-            host = np.empty(self.layouts[t].elements, self.np_dtype)
+            host = np.empty(self.layouts[t].elements, np.float16 if self._out_fp16[t] else np.float32)
             self.cl.enqueue_copy(self.queue, host, self._bufs[t], is_blocking=True)
             out[t] = host.astype(np.float32)
         return out

@@ -11,6 +11,7 @@ import flatbuffers
 import numpy as np
 import xxhash
 
+from ..graph.precision import PrecisionChoice
 from .fb import Plan as fb_plan
 from .fb import PlanStep as fb_step
 from .fb import Shape as fb_shape
@@ -63,6 +64,7 @@ class PlanRecord:
     steps: list[StepRecord] = field(default_factory=list)
     program_key: str = ""
     model_name: str = ""  # the model file's name when the plan was built ("" for a model given as bytes)
+    precision: PrecisionChoice = field(default_factory=PrecisionChoice)  # an FP16 plan's ops kept in FP32
 
 
 def _params_json(params: dict) -> str:
@@ -105,6 +107,12 @@ def encode_plan(rec: PlanRecord) -> bytes:
         b.PrependUOffsetTRelative(o)
     steps_vec = b.EndVector()
     ins, tens = _shapes(b, rec.input_shapes), _shapes(b, rec.tensor_shapes)
+    fp32_ops = b.CreateNumpyVector(np.asarray(list(rec.precision.fp32), np.int32))
+    reasons = [b.CreateString(why) for why in rec.precision.fp32.values()]
+    b.StartVector(4, len(reasons), 4)
+    for o in reversed(reasons):
+        b.PrependUOffsetTRelative(o)
+    reasons_vec = b.EndVector()
     tok, opt, prog, name = (b.CreateString(x) for x in (rec.model_token, rec.options, rec.program_key,
                                                          rec.model_name))
     fb_plan.Start(b)
@@ -115,6 +123,9 @@ def encode_plan(rec: PlanRecord) -> bytes:
     fb_plan.AddSteps(b, steps_vec)
     fb_plan.AddProgramKey(b, prog)
     fb_plan.AddModelName(b, name)
+    fb_plan.AddFp32Ops(b, fp32_ops)
+    fb_plan.AddFp32Reasons(b, reasons_vec)
+    fb_plan.AddFp16Error(b, rec.precision.error)
     b.Finish(fb_plan.End(b))
     return bytes(b.Output())
 
@@ -137,6 +148,11 @@ def decode_plan(data: bytes) -> PlanRecord:
             s = p.Steps(i)
             rec.steps.append(StepRecord(s.OpIndex(), bool(s.OnDevice()), _params_from(s.ParamsJson()),
                                         (s.Reason() or b"").decode()))
+        ops = p.Fp32OpsAsNumpy().tolist() if p.Fp32OpsLength() else []
+        if len(ops) != p.Fp32ReasonsLength():
+            raise InvalidEntry("its FP32 ops and their reasons do not pair up")
+        rec.precision = PrecisionChoice({int(o): (p.Fp32Reasons(i) or b"").decode() for i, o in enumerate(ops)},
+                                        p.Fp16Error())
     except InvalidEntry:
         raise
     except Exception as e:  # a payload that passed the checksum but not the schema (a foreign writer)
@@ -204,10 +220,13 @@ class PlanCache:
         self.store.discard(self.store.path("plan", plan_key(self.token, self.options, record.input_shapes),
                                            device_key), why)
 
-    def save(self, steps: list[StepRecord], input_shapes, tensor_shapes, program: str, device_key: str) -> None:
-        """Store a built plan: its steps, the shapes it was built for, and its program's key."""
+    def save(self, steps: list[StepRecord], input_shapes, tensor_shapes, program: str, device_key: str,
+             precision: PrecisionChoice | None = None) -> None:
+        """Store a built plan: its steps, the shapes it was built for, its program's key and (FP16) the ops it
+        keeps in FP32."""
         rec = PlanRecord(self.token, self.options, [tuple(s) for s in input_shapes],
-                         [tuple(s) for s in tensor_shapes], steps, program, self.model_name)
+                         [tuple(s) for s in tensor_shapes], steps, program, self.model_name,
+                         precision or PrecisionChoice())
         try:
             self.store.put("plan", plan_key(self.token, self.options, input_shapes), device_key, encode_plan(rec))
         except OSError as e:

@@ -9,6 +9,7 @@ constant (float16 DEQUANTIZE, DENSIFY, shape arithmetic) into a constant.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
 
@@ -105,6 +106,13 @@ class SubgraphRunner:
                         self.consts[t_idx] = self._coerce(t_idx, out)
                 continue
             self.steps.append((op, fn))
+
+    def derived(self, sg: Subgraph, steps: list[tuple[Operator, Callable]]) -> SubgraphRunner:
+        """A runner over ``sg`` (this graph with ops added or rewired, e.g. a plan's storage casts) running
+        ``steps``, sharing this runner's constants and variables (its state)."""
+        runner = copy.copy(self)
+        runner.sg, runner.steps = sg, list(steps)
+        return runner
 
     def _foldable(self, op: Operator) -> bool:
         if traits(op.name).side_effects or not op.inputs:

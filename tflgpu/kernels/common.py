@@ -35,21 +35,26 @@ def _generator_version() -> int:
 
 GENERATOR_VERSION = _generator_version()
 
-PREAMBLE = r"""
-#ifdef TFLGPU_FP16
-typedef half STORE_T;
-#define LD4(p, i) vload_half4((i), (p))
-#define ST4(p, i, v) vstore_half4((v), (i), (p))
-#define LD1(p, i) vload_half((i), (p))
-#define LD8(p, i) vload_half8((i), (p))
-#else
-typedef float STORE_T;
-#define LD4(p, i) vload4((i), (p))
-#define ST4(p, i, v) vstore4((v), (i), (p))
-#define LD1(p, i) ((p)[(i)])
-#define LD8(p, i) vload8((i), (p))
-#endif
-"""
+def storage_macros(fp16: bool) -> str:
+    """The storage type and its load/store macros for one precision (re-definable: each is #undef'd first)."""
+    if fp16:
+        defs = {"STORE_T": "half", "LD4(p, i)": "vload_half4((i), (p))", "ST4(p, i, v)": "vstore_half4((v), (i), (p))",
+                "LD1(p, i)": "vload_half((i), (p))", "LD8(p, i)": "vload_half8((i), (p))"}
+    else:
+        defs = {"STORE_T": "float", "LD4(p, i)": "vload4((i), (p))", "ST4(p, i, v)": "vstore4((v), (i), (p))",
+                "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))"}
+    return "".join(f"#undef {k.split('(')[0]}\n#define {k} {v}\n" for k, v in defs.items())
+
+
+PREAMBLE = ("#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
+            + storage_macros(False) + "#endif\n")
+
+
+def fp32_region(source: str) -> str:
+    """``source`` (kernels written over STORE_T / LD4 / ST4) storing in float32 inside a program built for FP16
+    storage (per-op precision: an op whose FP16 storage costs accuracy); the plan's storage is restored after."""
+    return ("#undef TFLGPU_FP16\n" + storage_macros(False) + source
+            + "\n#ifdef TFLGPU_PLAN_FP16\n#define TFLGPU_FP16 1\n" + storage_macros(True) + "#endif\n")
 
 
 def to_slices(x: np.ndarray, layout: Layout, dtype) -> np.ndarray:
@@ -90,6 +95,17 @@ class KernelSpec:
     # variable tensors (LSTM h and c) this kernel reads and writes in place: they stay on the device between
     # invokes and are copied back to the host variables after each
     state: list[int] = field(default_factory=list)
+    # the storage precision of the tensors it reads and writes and of its "const" arguments (set by the plan's
+    # KernelMaker from the op's precision); ``input_fp16``: its tensor inputs' instead, where they differ (a
+    # storage cast, graph.precision)
+    fp16: bool = False
+    input_fp16: bool | None = None
+
+    def tensor_fp16(self, t: int) -> bool:
+        """Whether tensor ``t`` (one of this kernel's) is stored as half."""
+        if self.input_fp16 is not None and t in self.inputs and t not in self.outputs:
+            return self.input_fp16
+        return self.fp16
 
 
 def round_up(v: int, m: int) -> int:

@@ -108,8 +108,9 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     return prg
 
 
-def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, np_dtype, uploaded: dict | None = None) -> tuple[list, list]:
-    """The argument values of ``spec`` (its constants uploaded); returns them and the constant buffers made.
+def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict | None = None) -> tuple[list, list]:
+    """The argument values of ``spec`` (its constants uploaded in its storage precision, ``spec.fp16``);
+    returns them and the constant buffers made.
     ``uploaded``: constants already uploaded for specs made together, by the identity of their array (one
     step's specs share theirs: the 16,400 launches of a long LSTM hold one copy of its weights, not 16,400)."""
     mf = cl.mem_flags
@@ -119,9 +120,10 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, np_dtype, upload
         if a.kind == "tensor":
             args.append(tensor_buffer[a.value])
         elif a.kind in ("const", "const32"):  # const32: float32 whatever the storage precision
-            key = (id(a.value), a.kind)
+            half = spec.fp16 and a.kind == "const"
+            key = (id(a.value), half)
             if key not in uploaded:
-                data = np.ascontiguousarray(a.value, dtype=np.float32 if a.kind == "const32" else np_dtype)
+                data = np.ascontiguousarray(a.value, dtype=np.float16 if half else np.float32)
                 # (the array is kept with the buffer: its id stays unique while the entry exists)
                 uploaded[key] = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data), a.value)
                 consts.append(uploaded[key][0])
@@ -141,7 +143,7 @@ def make_kernel(cl, program, name: str, args: list):
     return k
 
 
-def bind_kernel(cl, ctx, program, spec: KernelSpec, tensor_buffer: dict, np_dtype) -> tuple[object, list]:
+def bind_kernel(cl, ctx, program, spec: KernelSpec, tensor_buffer: dict) -> tuple[object, list]:
     """A kernel instance of ``spec`` with every argument set; returns it and the constant buffers it made."""
-    args, consts = kernel_args(cl, ctx, spec, tensor_buffer, np_dtype)
+    args, consts = kernel_args(cl, ctx, spec, tensor_buffer)
     return make_kernel(cl, program, spec.name, args), consts

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+# an FP16 plan keeps FP32 storage where FP16's would move any output by more than this, relative to the
+# output's largest value (runtime.precision)
+DEFAULT_FP16_ERROR_BUDGET = 4e-3
+
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -22,6 +26,8 @@ class PlanRequest:
     model_token: str | None
     cacheable: bool  # the options describe the plan fully, so it may be stored and reused
     tiered: bool = True  # quick build first, optimized build and "background" tuning on a worker thread
+    fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
+    calibration_inputs: Any = None  # the caller's samples for the FP16 precision choice; None: random ones
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class PlanConfig:
     records: bool = True
     subgraph: int = 0
     quantized_models_allowed: bool = True
+    fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET  # (an FP16 plan's precision choice)
+    calibration: str = ""  # a fingerprint of the caller's calibration inputs; "": the default random ones
 
     def key(self) -> str:
         return ";".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
@@ -58,6 +66,10 @@ class PlanConfig:
     def summary(self) -> str:
         """In a few words, for listings: precision, tuning mode, and what differs from the defaults."""
         words = ["fp16" if self.fp16 else "fp32", f"tuning {self.tuning}"]
+        if self.fp16 and self.fp16_error_budget != DEFAULT_FP16_ERROR_BUDGET:
+            words.append(f"fp16 error budget {self.fp16_error_budget:g}")
+        if self.fp16 and self.calibration:
+            words.append("own calibration inputs")
         if self.subgraph:
             words.append(f"subgraph {self.subgraph}")
         if self.max_partitions != PlanConfig.max_partitions:

@@ -26,6 +26,7 @@ from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .config import PlanConfig
 from .device import DeviceInfo
+from .precision import PrecisionChoice, check_calibration, choose_precision, default_calibration, with_casts
 from .programs import PlanProgram
 from .selection import KernelMaker, limit_partitions, propagate_shapes, report_placement, restore, select
 from .startup import StartupClock
@@ -90,7 +91,7 @@ class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, config: PlanConfig | None = None, *,
                  profile: bool = False, params: dict | None = None, input_shapes: list | None = None, tuning=None,
                  cache=None, quant_io=None, device_outputs: bool = False, earlier_passes: dict | None = None,
-                 tiered: bool = False, clock: StartupClock | None = None):
+                 tiered: bool = False, clock: StartupClock | None = None, calibration=None):
         """``params``: explicit generator parameters by op index (not tuned). ``tuning``: a TuningConfig.
         ``cache``: a ``tflgpu.cache.PlanCache`` — a stored plan for these options and shapes is used as is
         (no shape propagation, graph-pass search, tuning or compilation), and a plan built here is stored.
@@ -99,7 +100,8 @@ class GpuPlan:
         bound outputs stay on the device. ``earlier_passes``: counts of transforms made before this plan.
         ``tiered``: a program not in the cache starts from a quick build, and the optimized one is built in
         the background (runtime.background), as is a "background" tuning search. ``clock``: where the
-        start-up phases are timed (the caller's, continued)."""
+        start-up phases are timed (the caller's, continued). ``calibration``: the caller's inputs for an FP16
+        plan's precision choice (runtime.precision; None: random ones in each input's range)."""
         import pyopencl as cl
 
         config = config or PlanConfig()
@@ -127,8 +129,21 @@ class GpuPlan:
         else:
             clock.phase("shapes", "every tensor's shape for these inputs (one CPU run on zeros)")
             self.sg = propagate_shapes(runner, self.input_shapes)
+        self.base_tensors = len(self.sg.tensors)  # (a stored plan holds these; storage casts add their copies)
+        self.precision, fp32_ops = PrecisionChoice(), frozenset()
+        if self.fp16:
+            if record is not None:
+                self.precision = record.precision
+            else:
+                clock.phase("precision", "which ops FP16 storage would cost accuracy (calibrated on the CPU kernels)")
+                samples = (check_calibration(calibration, self.sg, self.input_shapes, self.quant_in)
+                           if calibration is not None else
+                           default_calibration(self.sg, self.input_shapes, self.quant_in))
+                self.precision = choose_precision(runner, samples, config.fp16_error_budget)
+            runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
+            self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")
-        self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables))
+        self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops)
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
             self.steps, passes = select(runner, make, params or {})
             if record is not None and not restore(self.steps, record):
@@ -178,8 +193,8 @@ class GpuPlan:
                  for i, s in enumerate(self.steps)]
         sources = [spec.source for i, s in enumerate(self.steps) if s.device == "gpu"
                    for spec in (tuned[i][0] if i in tuned else s.specs)]
-        self.cache.save(steps, self.input_shapes, [t.shape for t in self.sg.tensors],
-                        program_key(sources, self.fp16), self.device.identity.key())
+        self.cache.save(steps, self.input_shapes, [t.shape for t in self.sg.tensors[:self.base_tensors]],
+                        program_key(sources, self.fp16), self.device.identity.key(), self.precision)
         return sources
 
     # -- background work: tier-up and tuning results (runtime.upgrades), installed between invokes ------
@@ -283,14 +298,14 @@ class GpuPlan:
     def spec_bytes(self, spec: KernelSpec) -> int:
         """The bytes a kernel's tensors (slice layout, storage precision) and constant arguments take: what it
         moves at least once (for a report's GB/s; computed when asked, never during an invoke)."""
-        size = 2 if self.fp16 else 4
         n = 0
         for t in spec.inputs + spec.outputs:
             lay = bhwc(self.sg.tensors[t].shape)
-            n += (lay.elements if lay is not None else int(np.prod(self.sg.tensors[t].shape))) * size
+            n += (lay.elements if lay is not None else int(np.prod(self.sg.tensors[t].shape))) * \
+                (2 if spec.tensor_fp16(t) else 4)
         for a in spec.args:
             if a.kind in ("const", "const32"):
-                n += np.asarray(a.value).size * (4 if a.kind == "const32" else size)
+                n += np.asarray(a.value).size * (2 if spec.fp16 and a.kind == "const" else 4)
         return n
 
     def profile_report(self) -> list[tuple[str, str, float]]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
+import xxhash
+
 from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
 from .config import PlanConfig, PlanRequest
@@ -13,6 +16,25 @@ from .selection import ShapeError, transform_graph
 from .startup import StartupClock
 
 log = logging.getLogger("tflgpu")
+
+
+def _arrays(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _arrays(y)
+    else:
+        yield np.ascontiguousarray(x)
+
+
+def _precision_key(options: PlanRequest) -> tuple[float, str]:
+    """(error budget, fingerprint of the caller's calibration inputs or "") of an FP16 plan."""
+    if options.calibration_inputs is None:
+        return options.fp16_error_budget, ""
+    h = xxhash.xxh64()
+    for a in _arrays(options.calibration_inputs):
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    return options.fp16_error_budget, h.hexdigest()
 
 
 def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None,
@@ -49,13 +71,13 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
         clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
         graph = transform_graph(runner, quantized_models_allowed)
         config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, graph.runner.sg.index,
-                            quantized_models_allowed)
+                            quantized_models_allowed, *(_precision_key(options) if fp16 else ()))
         cache = PlanCache(options.store, token, config.key(), model_name) if cacheable else None
         try:
             return GpuPlan(graph.runner, device, config, profile=options.profile, input_shapes=input_shapes,
                            tuning=options.tuning, cache=cache, quant_io=graph.quant_io,
                            device_outputs=options.allow_buffer_handle_output, earlier_passes=graph.counts,
-                           tiered=options.tiered, clock=clock)
+                           tiered=options.tiered, clock=clock, calibration=options.calibration_inputs)
         except ShapeError as e:
             if graph.quant_io is None:
                 raise

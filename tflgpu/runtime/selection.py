@@ -27,7 +27,9 @@ from ..cpu.executor import SubgraphRunner
 from ..graph.float_view import float_view, needs_float_view
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 from ..graph.unroll import unroll_static_loops
+from ..graph.precision import STORAGE_CAST
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
+from ..kernels.common import fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
 
@@ -48,18 +50,28 @@ class Step:
 
 @dataclass(frozen=True)
 class KernelMaker:
-    """Generates an op's kernels for one subgraph (with this plan's shapes), precision and constants."""
+    """Generates an op's kernels for one subgraph (with this plan's shapes), precision and constants.
+    ``fp32_ops``: in an FP16 plan, the ops that store in FP32 (graph.precision); their kernels' sources switch
+    the storage macros to float for themselves."""
 
     sg: Subgraph
     consts: dict
     fp16: bool
     variables: frozenset
+    fp32_ops: frozenset = frozenset()
+
+    def op_fp16(self, op: Operator) -> bool:
+        return self.fp16 and op.index not in self.fp32_ops
 
     def __call__(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
         """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
         (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
-        ctx = GenContext(op, self.sg, self.consts, self.fp16, params, epilogue, self.variables)
-        return shared_names(generator_for(op.name)(ctx), ctx.name)
+        half = self.op_fp16(op)
+        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables)
+        specs = generator_for(op.name)(ctx)
+        if half != self.fp16:  # (an FP32 op of an FP16 plan)
+            specs = [replace(s, source=fp32_region(s.source)) for s in specs]
+        return shared_names([replace(s, fp16=half) for s in specs], ctx.name)
 
 
 @dataclass
@@ -202,8 +214,8 @@ def limit_partitions(steps: list[Step], max_partitions: int) -> int:
 def report_placement(steps: list[Step], partitions: int) -> tuple[int, int]:
     """(ops on the device, ops on the CPU); one warning listing why each CPU op is there, as TFLite does."""
     cpu = [s for s in steps if s.device == "cpu"]
-    cpu_ops = sum(len(s.members) for s in cpu)
-    gpu_ops = sum(len(s.members) for s in steps) - cpu_ops
+    cpu_ops = sum(op.name != STORAGE_CAST for s in cpu for op, _ in s.members)  # (a plan's casts are not the model's)
+    gpu_ops = sum(op.name != STORAGE_CAST for s in steps for op, _ in s.members) - cpu_ops
     if cpu:
         lines = [f"op code #{op.builtin_code} ({op.name}) cannot be handled by this delegate: {s.reason}"
                  for s in cpu for op, _ in s.members]

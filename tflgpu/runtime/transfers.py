@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
-from ..kernels.common import boundary_kernels
+from ..kernels.common import boundary_kernels, fp32_region
 from ..kernels.program import kernel_args, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
@@ -26,8 +26,7 @@ class DeviceTensors:
 
     def __init__(self, cl, ctx, steps: list[Step], sg: Subgraph, runner: SubgraphRunner, program, fp16: bool,
                  build: Callable):
-        self.cl, self.ctx, self.sg = cl, ctx, sg
-        np_dtype, itemsize = (np.float16, 2) if fp16 else (np.float32, 4)
+        self.cl, self.ctx, self.sg, self.fp16 = cl, ctx, sg, fp16
         mf = cl.mem_flags
         n = len(steps)
         on_gpu: dict[int, tuple[int, int]] = {}  # tensor -> (first, last) step touching it on the device
@@ -44,10 +43,16 @@ class DeviceTensors:
             a, b = on_gpu.get(t, (i, i))
             on_gpu[t] = (min(a, i), max(b, i))
 
+        # each device tensor's storage (True: half), as its kernels declare it (graph.precision keeps every
+        # kernel touching a tensor in one precision; a storage cast reads one and writes the other)
+        self.half: dict[int, bool] = {}
         for i, s in enumerate(steps):
             if s.device != "gpu":
                 continue
             for spec in s.specs:
+                for t in spec.inputs + spec.outputs:
+                    if self.half.setdefault(t, spec.tensor_fp16(t)) != spec.tensor_fp16(t):
+                        raise AssertionError(f"tensor {t} is stored in two precisions ({spec.name})")
                 for t in spec.inputs:
                     touch(t, i)
                     p = producer.get(t)
@@ -76,13 +81,18 @@ class DeviceTensors:
         self.input_uploads = [t for t in self.sg.inputs if t in on_gpu] + self.state_tensors
         self.output_downloads = [t for t in self.sg.outputs
                                  if t in producer and steps[producer[t]].device == "gpu"]
-        sizes = {t: self._layout(t).elements * itemsize for t in on_gpu}
+        for t in self.state_tensors:
+            self.half.setdefault(t, fp16)
+        sizes = {t: self._layout(t).elements * (2 if self.half.get(t, fp16) else 4) for t in on_gpu}
+        elements = {t: self._layout(t).elements for t in on_gpu}
+        # the share of device tensor values stored as half (1.0 in an FP16 plan with no op kept in FP32)
+        self.fp16_share = (sum(n for t, n in elements.items() if self.half.get(t, fp16)) / sum(elements.values())
+                           if elements else float(fp16))
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
         self.planned_bytes = sum(buf_sizes)
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
-        self.np_dtype = np_dtype
         self.args: dict[int, list[list]] = {}  # step index -> each spec's argument values (constants uploaded)
         self.const_buffers: dict[int, list] = {}  # step index -> its constant buffers
         for i, s in enumerate(steps):
@@ -104,7 +114,7 @@ class DeviceTensors:
         """Each spec's argument values on this plan's buffers (its constants uploaded), and the constant buffers."""
         args, consts, uploaded = [], [], {}
         for spec in specs:
-            a, c = kernel_args(self.cl, self.ctx, spec, self.tensor_buffer, self.np_dtype, uploaded)
+            a, c = kernel_args(self.cl, self.ctx, spec, self.tensor_buffer, uploaded)
             args.append(a)
             consts.extend(c)
         return args, consts
@@ -126,7 +136,8 @@ class DeviceTensors:
         self.bound: set[int] = set()
         if not crossing:
             return
-        sources = [boundary_kernels(f"io_{t}", self._layout(t)) for t in sorted(crossing)]
+        sources = [boundary_kernels(f"io_{t}", self._layout(t)) if self.half.get(t, self.fp16) == self.fp16
+                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t))) for t in sorted(crossing)]
         prog = build(sources)
         for t in sorted(crossing):
             lay = self._layout(t)

@@ -52,7 +52,7 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
             continue
         if any(bhwc(make.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
             continue
-        key = kernel_key(s.op.name, s.specs, make.fp16, shared_base(s.specs))
+        key = kernel_key(s.op.name, s.specs, s.specs[0].fp16, shared_base(s.specs))
         groups.setdefault(key, []).append(s)
     return groups
 
@@ -88,7 +88,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             continue
         s = group[0]
         layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
-        family, shape = kernel_family(s.op.name, s.specs, make.fp16), kernel_shape(s.specs, layouts)
+        family, shape = kernel_family(s.op.name, s.specs, s.specs[0].fp16), kernel_shape(s.specs, layouts)
         found = nearest.find(key, family, shape) if nearest is not None else None
         if found is not None:
             set_params(group, make, found.record.params)

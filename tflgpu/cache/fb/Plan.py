@@ -131,7 +131,61 @@ class Plan(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def PlanStart(builder): builder.StartObject(7)
+    # Plan
+    def Fp32Ops(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Plan
+    def Fp32OpsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # Plan
+    def Fp32OpsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def Fp32OpsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # Plan
+    def Fp32Reasons(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Plan
+    def Fp32ReasonsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Plan
+    def Fp32ReasonsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Plan
+    def Fp16Error(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Float64Flags, o + self._tab.Pos)
+        return -1.0
+
+def PlanStart(builder): builder.StartObject(10)
 def Start(builder):
     return PlanStart(builder)
 def PlanAddModelToken(builder, modelToken): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(modelToken), 0)
@@ -164,6 +218,21 @@ def AddProgramKey(builder, programKey):
 def PlanAddModelName(builder, modelName): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(modelName), 0)
 def AddModelName(builder, modelName):
     return PlanAddModelName(builder, modelName)
+def PlanAddFp32Ops(builder, fp32Ops): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(fp32Ops), 0)
+def AddFp32Ops(builder, fp32Ops):
+    return PlanAddFp32Ops(builder, fp32Ops)
+def PlanStartFp32OpsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartFp32OpsVector(builder, numElems):
+    return PlanStartFp32OpsVector(builder, numElems)
+def PlanAddFp32Reasons(builder, fp32Reasons): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(fp32Reasons), 0)
+def AddFp32Reasons(builder, fp32Reasons):
+    return PlanAddFp32Reasons(builder, fp32Reasons)
+def PlanStartFp32ReasonsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StartFp32ReasonsVector(builder, numElems):
+    return PlanStartFp32ReasonsVector(builder, numElems)
+def PlanAddFp16Error(builder, fp16Error): builder.PrependFloat64Slot(9, fp16Error, -1.0)
+def AddFp16Error(builder, fp16Error):
+    return PlanAddFp16Error(builder, fp16Error)
 def PlanEnd(builder): return builder.EndObject()
 def End(builder):
     return PlanEnd(builder)

@@ -1,0 +1,206 @@
+"""Per-op precision in FP16 plans (graph.precision, runtime.precision): ops whose FP16 storage costs accuracy
+keep FP32 storage, decided on calibration inputs, stored with the plan, listed by ``inspect --precision``;
+checked against LiteRT's FP32 output."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.graph.precision import STORAGE_CAST, insert_casts, stored_fp16
+from tflgpu.model import read_model
+from tflgpu.model.builder import ModelBuilder
+from tflgpu.runtime import precision as runtime_precision
+
+from .conftest import corpus_model, litert, run_model
+
+
+def rel_errors(got, want) -> list[float]:
+    return [float(np.abs(g.astype(np.float64) - w).max() / np.abs(w).max()) for g, w in zip(got, want)]
+
+
+def fragile_model() -> bytes:
+    """Two ways FP16 storage fails. Output 0: a cancellation, (h·(W + w)) - (h·W) with |h·W| ~ 1e3 and the
+    difference ~ 1, of which FP16 storage of h·W keeps nothing. Output 1: h·W x 60 (past 65,504) x 1e-4."""
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input("x", (1, 16, 16, 8))
+
+    def conv(name, src, w):
+        y = b.tensor(name, (1, 16, 16, w.shape[0]))
+        b.op("CONV_2D", [src, b.const(name + "_w", w), b.const(name + "_b", np.zeros(w.shape[0], np.float32))], [y],
+             padding="SAME", stride_h=1, stride_w=1, fused_activation_function="NONE")
+        return y
+
+    def binop(op, name, p, q):
+        y = b.tensor(name, (1, 16, 16, 16))
+        b.op(op, [p, q], [y], fused_activation_function="NONE")
+        return y
+
+    def weights(cout, cin, scale):
+        return (rng.standard_normal((cout, 1, 1, cin)) * scale).astype(np.float32)
+
+    h = conv("h", x, weights(16, 8, 0.35))
+    w_big, w_small = weights(16, 16, 500.0), weights(16, 16, 0.25)
+    big = conv("big", h, w_big)
+    diff = binop("SUB", "diff", conv("shifted", h, w_big + w_small), big)
+    out0 = conv("out0", diff, weights(8, 16, 0.25))
+    huge = binop("MUL", "huge", big, b.const("k", np.full((1, 1, 1, 16), 60.0, np.float32)))
+    back = binop("MUL", "back", huge, b.const("k2", np.full((1, 1, 1, 16), 1e-4, np.float32)))
+    out1 = conv("out1", back, weights(8, 16, 0.25))
+    b.output(out0, out1)
+    return b.build()
+
+
+@pytest.fixture
+def fp16_device(opencl_device):
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    return opencl_device
+
+
+@pytest.fixture(scope="module")
+def fragile():
+    data = fragile_model()
+    x = [np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 8)).astype(np.float32)]
+    return data, x, run_model(litert(), data, x)
+
+
+def _fp16(data, **kw):
+    return Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, cache=False,
+                                                               tuning="none", **kw))
+
+
+def test_storage_that_costs_accuracy_stays_fp32(fp16_device, fragile):
+    data, x, want = fragile
+    # FP16 everywhere FP16 can hold the values (an unbounded budget): the cancellation is lost whole
+    loose = _fp16(data, fp16_error_budget=math.inf)
+    assert rel_errors(run_model(lambda **kw: loose, data, x), want)[0] > 0.1
+    it = _fp16(data)
+    got = run_model(lambda **kw: it, data, x)
+    assert max(rel_errors(got, want)) < 1e-2, rel_errors(got, want)
+    plan = it.gpu_plan
+    reasons = plan.precision.fp32
+    ops = {op.index: op.name for op in plan.sg.operators}
+    assert any("amplifies FP16 rounding" in why and ops[i] == "SUB" for i, why in reasons.items()), reasons
+    assert any("FP16's largest is 65,504" in why and ops[i] == "MUL" for i, why in reasons.items()), reasons
+    assert 0 < plan.io.fp16_share < 1
+    casts = [s for s in plan.steps if s.op.name == STORAGE_CAST]
+    assert casts and all(s.device == "gpu" for s in casts)
+    for s in plan.steps:  # every kernel stores in its op's precision, the casts in the one they convert to
+        if s.device == "gpu" and s.op.name != STORAGE_CAST:
+            assert all(sp.fp16 == (s.op.index not in reasons) for sp in s.specs), s.op.name
+    assert plan.gpu_op_count == len(read_model(data).subgraphs[0].operators)  # (casts are not the model's ops)
+
+
+def test_values_past_fp16_range_are_kept_with_their_readers(fp16_device, fragile):
+    data, x, want = fragile
+    it = _fp16(data, fp16_error_budget=math.inf)  # the range rule alone
+    got = run_model(lambda **kw: it, data, x)
+    assert np.isfinite(got[1]).all() and rel_errors(got, want)[1] < 1e-2
+    names = {op.index: op.name for op in it.gpu_plan.sg.operators}
+    assert sorted(names[i] for i in it.gpu_plan.precision.fp32) == ["MUL", "MUL"]
+
+
+def test_fp32_plans_and_well_conditioned_models_have_no_casts(opencl_device, rng):
+    path = corpus_model("mobilenet_v2_1.0_224.tflite")
+    plan = Interpreter(str(path), delegate=GpuDelegate(cache=False, tuning="none")).gpu_plan
+    assert not plan.precision.fp32 and not any(s.op.name == STORAGE_CAST for s in plan.steps)
+    if opencl_device.identity.fp16:
+        plan = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, cache=False,
+                                                           tuning="none")).gpu_plan
+        assert not plan.precision.fp32 and plan.io.fp16_share == 1.0 and 0 <= plan.precision.error < 4e-3
+
+
+def test_a_ranking_op_reads_exact_values(fp16_device):
+    """fallback_ops' ARG_MAX output is an index per pixel: a near-tie FP16 swapped moved it by up to 15 (a
+    relative error of 1); now the ops it compares are computed exactly and it matches LiteRT exactly."""
+    path = corpus_model("fallback_ops.tflite")
+    it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, cache=False, tuning="none"))
+    x = [np.random.default_rng(0).uniform(-1, 1, d["shape"]).astype(np.float32) for d in it.get_input_details()]
+    got, want = run_model(lambda **kw: it, path, x), run_model(litert(), path, x)
+    assert max(rel_errors(got, want)) < 1e-2
+    for g, w in zip(got, want):
+        if w.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, w)
+    assert any("ARG_MAX" in why for why in it.gpu_plan.precision.fp32.values())
+
+
+def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monkeypatch):
+    data, x, want = fragile
+    first = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
+                                                                 serialization_dir=tmp_path))
+    a = run_model(lambda **kw: first, data, x)
+    chosen = first.gpu_plan.precision
+
+    def no_search(*args, **kw):
+        raise AssertionError("a stored plan's precision was chosen again")
+
+    monkeypatch.setattr(runtime_precision, "choose_precision", no_search)
+    monkeypatch.setattr("tflgpu.runtime.executor.choose_precision", no_search)
+    second = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
+                                                                  serialization_dir=tmp_path))
+    assert second.gpu_plan.build_stats["plan"] == "cache"
+    assert second.gpu_plan.precision == chosen
+    np.testing.assert_array_equal(run_model(lambda **kw: second, data, x)[0], a[0])
+    # another budget is another plan (its own choice), not the stored one
+    monkeypatch.undo()
+    third = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
+                                                                 serialization_dir=tmp_path, fp16_error_budget=0.5))
+    assert third.gpu_plan.build_stats["plan"] == "built"
+
+
+def test_calibration_inputs(fp16_device, fragile):
+    data, x, want = fragile
+    # the caller's own samples: inputs fifty times smaller keep every value well inside FP16's range
+    it = _fp16(data, calibration_inputs=[[x[0] * 0.02]], fp16_error_budget=math.inf)
+    assert not it.gpu_plan.precision.fp32
+    with pytest.raises(ValueError, match=r"calibration_inputs.*shape \[1, 16, 16\]"):
+        _fp16(data, calibration_inputs=[np.zeros((1, 16, 16), np.float32)])
+    with pytest.raises(ValueError, match="calibration_inputs.*2 arrays"):
+        _fp16(data, calibration_inputs=[[x[0], x[0]]])
+
+
+@pytest.mark.parametrize("budget", [0, -1e-3, float("nan"), "small", True])
+def test_bad_budget(budget):
+    with pytest.raises(ValueError, match="fp16_error_budget must be a positive number"):
+        GpuDelegate(fp16_error_budget=budget)
+
+
+def test_insert_casts_one_copy_per_tensor_and_precision():
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 4))
+    ys = []
+    for i in range(3):
+        y = b.tensor(f"y{i}", (1, 4, 4, 4))
+        b.op("RELU", [x], [y])
+        ys.append(y)
+    z = b.tensor("z", (1, 4, 4, 4))
+    b.op("ADD", [ys[0], ys[1]], [z], fused_activation_function="NONE")
+    b.output(z, ys[2])
+    sg = read_model(b.build()).subgraphs[0]
+    # ops 0 (RELU) and 3 (ADD) in FP32: x is read by two FP16 RELUs, so it is stored as half
+    assert stored_fp16(sg, {0, 3})[x] is True
+    cg = insert_casts(sg, {0, 3}, constants=set())
+    names = [op.name for op in cg.sg.operators]
+    # x -> fp32 for op 0, y1 (an FP16 RELU's) -> fp32 for the ADD; y0 is FP32 already, y2 read by no FP32 op
+    assert names.count(STORAGE_CAST) == 2
+    casts = [op for op in cg.sg.operators if op.name == STORAGE_CAST]
+    assert [op.index for op in casts] == [4, 5] and not any(op.options["to_fp16"] for op in casts)
+    assert cg.fp32_ops == frozenset({0, 3, 4, 5})
+    add = next(op for op in cg.sg.operators if op.name == "ADD")
+    assert add.inputs[0] == ys[0] and cg.sg.tensors[add.inputs[1]].name == "y1/fp32"
+    assert insert_casts(sg, set(), constants=set()).sg is sg
+
+
+def test_inspect_precision_lists_what_stays_fp32(fp16_device, tmp_path, capsys):
+    from tflgpu.cli import main
+
+    path = tmp_path / "fragile.tflite"
+    path.write_bytes(fragile_model())
+    assert main(["inspect", str(path), "--precision"]) == 0
+    out = capsys.readouterr().out
+    assert "keep FP32 storage" in out and "amplifies FP16 rounding" in out and "65,504" in out

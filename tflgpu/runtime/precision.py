@@ -1,0 +1,271 @@
+"""Which ops of an FP16 plan keep FP32 storage (graph.precision), decided on calibration inputs.
+
+FP16 storage rounds every stored value to 11 significant bits. Most graphs lose ~1e-3 of their outputs' range
+that way; some lose everything: a value past FP16's range (65,504) becomes inf, and an op that subtracts
+near-equal values, or exponentiates large ones, turns the rounding of its inputs into an error as large as its
+output. The choice is made on the CPU kernels, which simulate the FP16 plan exactly where it matters: each op
+the plan stores in half gets its inputs (constants included, as the device uploads them) and its outputs
+rounded to half, its math in float32, as the device kernels do.
+
+1. By range: an op whose output holds a value past ``RANGE_LIMIT`` on the calibration inputs stores in FP32, and
+   so do the ops that read it.
+2. By error: while some graph output's error (max |FP16 - FP32| over max |FP32|, on every calibration input)
+   exceeds the budget, the ops that amplify rounding most (their output's relative error over their inputs')
+   store in FP32, with the producers of their inputs (what they amplify is those inputs' rounding); at most
+   ``MAX_ROUNDS`` rounds, then every op stores in FP32.
+3. While over the budget, an op whose answer is decided by comparing values (``ops.traits``'s ``ranks``:
+   ARG_MAX, TOPK_V2, ...) and changed under the rounding (a near-tie swapped) reads exact values: it and
+   everything its inputs are computed from store in FP32.
+
+The simulation does not see fused kernels, which keep a fused op's input in a float register instead of
+storing it: it errs on the safe side there.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..cpu.executor import NON_NUMERIC, SubgraphRunner, run_cpu_op
+from ..graph.precision import STORAGE_CAST, PrecisionChoice, insert_casts, stored_fp16
+from ..model.ir import Subgraph
+from ..ops.quantization import QParams, dequantize_values
+from ..ops.traits import traits
+
+log = logging.getLogger("tflgpu")
+
+RANGE_LIMIT = 16384.0  # a quarter of FP16's largest (65,504): other inputs may well reach four times as far
+MAX_ROUNDS = 8
+HALF_STEP = 2.0**-11  # FP16's relative rounding error
+
+
+def _half(x):
+    if isinstance(x, np.ndarray) and x.dtype == np.float32:
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    return x
+
+
+def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozenset[int] | None = None,
+         half_tensors: frozenset[int] = frozenset(), half_consts: dict | None = None) -> list:
+    """Every tensor's value. ``half_ops``: ops simulated with FP16 storage (None: an FP32 run): each reads its
+    inputs (constants too) rounded to half; ``half_tensors``: tensors stored as half, rounded when made (an
+    FP32 op reading one reads the rounded value, as through its storage cast). ``half_consts``: the constants
+    rounded once, by tensor index."""
+    sg = runner.sg
+    values: list = [None] * len(sg.tensors)
+    for i, v in runner.consts.items():
+        values[i] = v
+    for i, v in runner.variables.items():
+        values[i] = _half(np.array(v, copy=True)) if i in half_tensors else np.array(v, copy=True)
+    for i, v in zip(sg.inputs, inputs):
+        values[i] = _half(v) if i in half_tensors else v
+    with np.errstate(all="ignore"):
+        for op, fn in runner.steps:
+            half = half_ops is not None and op.index in half_ops
+            ins = [None if i < 0 else values[i] if not half else half_consts[i] if half_consts and i in half_consts
+                   else _half(values[i]) for i in op.inputs]
+            for t, out in zip(op.outputs, run_cpu_op(op, fn, ins)):
+                if t >= 0:
+                    out = np.asarray(out)
+                    want = sg.tensors[t].dtype
+                    if out.dtype != want and sg.tensors[t].type_name not in NON_NUMERIC:
+                        out = out.astype(want)
+                    values[t] = _half(out) if t in half_tensors else out
+    return values
+
+
+def _rel_error(got, want) -> float:
+    """max |got - want| over max |want| (a number or a bool tensor's too: an index that moved counts)."""
+    if not (isinstance(want, np.ndarray) and want.size and want.dtype.kind in "fiub"):
+        return 0.0
+    if want.dtype != np.float32:
+        want, got = want.astype(np.float64), np.asarray(got, np.float64)
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        return math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale, err = float(np.abs(want).max()), float(np.abs(got - want).max())
+    if not math.isfinite(scale):
+        return 0.0  # (the FP32 run itself is not finite: nothing to compare with)
+    if not math.isfinite(err):
+        return math.inf
+    return err / scale if scale > 0 else err
+
+
+def default_calibration(sg: Subgraph, shapes: Sequence[tuple], quant_in: dict[int, QParams],
+                        samples: int = 1) -> list[list[np.ndarray]]:
+    """Random inputs in each input's range: a quantized input's whole integer range, a float one's [-1, 1],
+    an integer one zeros (an index or a count: any other value may be out of the model's range)."""
+    rng = np.random.default_rng(1234)
+    out = []
+    for _ in range(samples):
+        sample = []
+        for t, shape in zip(sg.inputs, shapes):
+            p, dtype = quant_in.get(t), sg.tensors[t].dtype
+            if p is not None:
+                sample.append(dequantize_values(rng.integers(p.qmin, p.qmax + 1, shape), p))
+            elif dtype == np.float32:
+                sample.append(rng.uniform(-1, 1, shape).astype(np.float32))
+            else:
+                sample.append(np.zeros(shape, dtype))
+        out.append(sample)
+    return out
+
+
+def check_calibration(samples, sg: Subgraph, shapes: Sequence[tuple], quant_in: dict[int, QParams]
+                      ) -> list[list[np.ndarray]]:
+    """The caller's ``GpuDelegate(calibration_inputs=...)`` as samples of this plan's inputs: a list of samples,
+    each a list of arrays in input order (a single array where the model has one input); a quantized input's
+    arrays are the model's integers. A ValueError names what does not fit."""
+    if isinstance(samples, np.ndarray) or (samples and isinstance(samples[0], np.ndarray) and len(sg.inputs) == 1):
+        samples = [samples] if isinstance(samples, np.ndarray) else [[s] for s in samples]
+    out = []
+    for k, sample in enumerate(samples):
+        sample = [sample] if isinstance(sample, np.ndarray) else list(sample)
+        if len(sample) != len(sg.inputs):
+            raise ValueError(f"GpuDelegate(calibration_inputs=...): sample {k} has {len(sample)} arrays; the model "
+                             f"has {len(sg.inputs)} inputs")
+        fixed = []
+        for x, t, shape in zip(sample, sg.inputs, shapes):
+            x = np.asarray(x)
+            if tuple(x.shape) != tuple(shape):
+                raise ValueError(f"GpuDelegate(calibration_inputs=...): sample {k}, input "
+                                 f"'{sg.tensors[t].name}' has shape {list(x.shape)}; the model takes {list(shape)}")
+            p = quant_in.get(t)
+            fixed.append(dequantize_values(x, p) if p is not None else x.astype(sg.tensors[t].dtype))
+        out.append(fixed)
+    if not out:
+        raise ValueError("GpuDelegate(calibration_inputs=...) holds no sample")
+    return out
+
+
+def _stateful(runner: SubgraphRunner, op) -> bool:
+    """A kernel updating a variable in place stores it in the plan's precision."""
+    return bool(set(runner.variables) & {t for t in op.inputs + op.outputs if t >= 0})
+
+
+def _candidates(runner: SubgraphRunner) -> list:
+    """Ops whose storage the choice weighs: those with float outputs and no state. The others (an index, a
+    mask) follow what they read: FP32 where any of their inputs is (``_follow``)."""
+    sg = runner.sg
+    return [op for op, _ in runner.steps
+            if any(t >= 0 and sg.tensors[t].dtype == np.float32 for t in op.outputs) and not _stateful(runner, op)]
+
+
+def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float) -> PrecisionChoice:
+    """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring)."""
+    sg = runner.sg
+    try:
+        refs = [_run(runner, x) for x in samples]
+    finally:
+        runner.reset_variables()
+    ops = _candidates(runner)
+    movable = {op.index for op in ops}
+    producer = {t: op for op, _ in runner.steps for t in op.outputs if t >= 0}
+    fp32: dict[int, str] = {}
+    readers: dict[int, list] = {}
+    for op, _ in runner.steps:
+        for t in op.inputs:
+            if t >= 0:
+                readers.setdefault(t, []).append(op)
+    for op in ops:
+        for t in op.outputs:
+            peak = max((float(np.abs(r[t]).max(initial=0.0)) for r in refs
+                        if t >= 0 and isinstance(r[t], np.ndarray) and r[t].dtype == np.float32
+                        and np.isfinite(r[t]).all()), default=0.0)
+            if peak > RANGE_LIMIT:  # it, and what reads it (through a cast to half: inf), store in FP32
+                why = f"holds values up to {peak:.3g} (FP16's largest is 65,504)"
+                fp32.setdefault(op.index, why)
+                for r in readers.get(t, ()):
+                    if r.index in movable:
+                        fp32.setdefault(r.index, f"reads values up to {peak:.3g} (FP16's largest is 65,504)")
+
+    def follow() -> None:
+        for op, _ in runner.steps:
+            if op.index in fp32 or op.index in movable or _stateful(runner, op):
+                continue
+            if any(t in producer and producer[t].index in fp32 for t in op.inputs if t >= 0 and t not in runner.consts):
+                fp32[op.index] = "reads FP32 storage (it makes no float value of its own)"
+
+    def keep_exact(t: int, why: str) -> None:
+        """The ops that make ``t`` (and what they read, up to the constants and graph inputs) store in FP32."""
+        todo = [t]
+        while todo:
+            p = producer.get(todo.pop())
+            if p is not None and p.index in movable and p.index not in fp32:
+                fp32[p.index] = why
+                todo.extend(i for i in p.inputs if i >= 0 and i not in runner.consts)
+
+    half_consts = {i: _half(v) for i, v in runner.consts.items()}
+    error = math.inf
+    for _ in range(MAX_ROUNDS + 1):
+        follow()
+        half_ops = frozenset(op.index for op, _ in runner.steps if op.index not in fp32)
+        stored = stored_fp16(sg, fp32)
+        half_tensors = frozenset(t for t, h in stored.items() if h and t not in runner.consts)
+        try:
+            sims = [_run(runner, x, half_ops, half_tensors, half_consts) for x in samples]
+        finally:
+            runner.reset_variables()
+        error = max((_rel_error(s[t], r[t]) for t in sg.outputs for s, r in zip(sims, refs)), default=0.0)
+        if error <= budget:
+            return PrecisionChoice(fp32, error)
+        errors = {t: max(_rel_error(s[t], r[t]) for s, r in zip(sims, refs)) for t in range(len(sg.tensors))}
+        ranked = [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
+                  and any(errors[t] > 0 for t in op.outputs if t >= 0)]
+        for op in ranked:  # a near-tie the rounding swapped: what it compares is computed exactly
+            why = f"read by {op.name} (node {op.index}), whose answer FP16 rounding of near-equal values changes"
+            fp32[op.index] = "its answer FP16 rounding of near-equal values changes"
+            for t in op.inputs:
+                if t >= 0 and t not in runner.consts:
+                    keep_exact(t, why)
+        if ranked:
+            continue
+        scores = []
+        for op in ops:
+            if op.index in fp32:
+                continue
+            out = max((errors[t] for t in op.outputs if t >= 0), default=0.0)
+            inp = max((errors[t] for t in op.inputs if t >= 0 and t not in runner.consts), default=0.0)
+            scores.append((out / max(inp, HALF_STEP), op))
+        scores = [s for s in scores if s[0] > 4]
+        if not scores:
+            break
+        scores.sort(key=lambda s: -s[0])
+        for score, op in scores[:max(1, len(ops) // 20)]:
+            why = f"{op.name} (node {op.index}) amplifies FP16 rounding x{score:.0f}"
+            fp32.setdefault(op.index, why)
+            for t in op.inputs:
+                p = producer.get(t)
+                if p is not None and t not in runner.consts and p.index not in fp32 and p.index in movable:
+                    fp32[p.index] = f"feeds {why}"
+    why = f"FP16 storage keeps an output error of {error:.2g} over the budget of {budget:.2g}"
+    log.info("GpuDelegate: %s; the plan stores every tensor in FP32", why)
+    return PrecisionChoice({op.index: why for op, _ in runner.steps if not _stateful(runner, op)}, error)
+
+
+def _copy(inputs: list) -> list:
+    return [inputs[0]]
+
+
+def with_casts(runner: SubgraphRunner, shaped: Subgraph, choice: PrecisionChoice
+               ) -> tuple[SubgraphRunner, Subgraph, frozenset[int]]:
+    """(a runner over the graph with storage casts, the propagated-shape graph with the same casts, every op
+    stored in FP32 including casts) for ``choice``; the runner shares ``runner``'s kernels, constants and state."""
+    constants = set(runner.consts) | set(runner.sparse_consts)
+    declared = insert_casts(runner.sg, choice.fp32_ops, constants)
+    if not declared.casts:
+        return runner, shaped, declared.fp32_ops
+    cast = insert_casts(shaped, choice.fp32_ops, constants)
+    kernels = {op.index: fn for op, fn in runner.steps}
+    steps = [(op, kernels[op.index] if op.name != STORAGE_CAST else _copy)
+             for op in declared.sg.operators if op.index in kernels or op.name == STORAGE_CAST]
+    return runner.derived(declared.sg, steps), cast.sg, declared.fp32_ops
+
+
+__all__ = ["PrecisionChoice", "check_calibration", "choose_precision", "default_calibration",
+           "with_casts"]
