@@ -280,6 +280,7 @@ def fma_peak_gflops(device=None, fp16: bool = False, repeats: int = 7) -> float:
     float8 mad chains (enough to hide FMA latency), timed with profiling events (best of ``repeats``)."""
     import pyopencl as cl
 
+    from .kernels.program import build
     from .runtime.device import choose_device
 
     dev = device or choose_device()
@@ -300,7 +301,7 @@ __kernel void peak(__global float8* out, float mf, float cf) {{
 }}"""
     with warnings.catch_warnings():  # the Intel compiler always prints something
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        prog = cl.Program(ctx, src).build(options=["-cl-mad-enable"])
+        prog = build(cl.Program(ctx, src), ["-cl-mad-enable"])
     items = dev.identity.compute_units * 256
     out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, items * 32)
     k = prog.peak
