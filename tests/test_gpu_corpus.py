@@ -54,7 +54,7 @@ def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
     if name in CLASSIFIERS:
         assert int(np.argmax(got[0])) == int(np.argmax(want[0]))
     if fp16:  # what stays FP32 (runtime.precision): nothing, but where a ranking op needs exact values
-        assert plan.io.fp16_share >= (0.3 if name == "fallback_ops.tflite" else 1.0), plan.precision.fp32
+        assert plan.io.fp16_share >= (0.8 if name == "fallback_ops.tflite" else 1.0), plan.precision.fp32
 
 
 def test_memory_plan_shares_buffers(opencl_device):

@@ -156,6 +156,14 @@ def _candidates(runner: SubgraphRunner) -> list:
             if any(t >= 0 and sg.tensors[t].dtype == np.float32 for t in op.outputs) and not _stateful(runner, op)]
 
 
+def _answer(sg: Subgraph, op) -> list[int]:
+    """A ranking op's answer: its index outputs (TOPK_V2's indices, not its values, which rounding always
+    moves a little); all of its outputs where none is an index."""
+    outs = [t for t in op.outputs if t >= 0]
+    index = [t for t in outs if sg.tensors[t].dtype.kind != "f"]
+    return index or outs
+
+
 def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float) -> PrecisionChoice:
     """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring)."""
     sg = runner.sg
@@ -216,7 +224,7 @@ def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], bu
             return PrecisionChoice(fp32, error)
         errors = {t: max(_rel_error(s[t], r[t]) for s, r in zip(sims, refs)) for t in range(len(sg.tensors))}
         ranked = [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
-                  and any(errors[t] > 0 for t in op.outputs if t >= 0)]
+                  and any(errors[t] > 0 for t in _answer(sg, op))]
         for op in ranked:  # a near-tie the rounding swapped: what it compares is computed exactly
             why = f"read by {op.name} (node {op.index}), whose answer FP16 rounding of near-equal values changes"
             fp32[op.index] = "its answer FP16 rounding of near-equal values changes"
