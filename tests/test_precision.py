@@ -55,6 +55,25 @@ def fragile_model() -> bytes:
     return b.build()
 
 
+def deep_model(layers: int = 16, c: int = 16) -> bytes:
+    """A chain of 1x1 convs, each an orthogonal map with singular values over a decade (normalized): every layer
+    passes on, and moves a little, the rounding of all before it; none stands out."""
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    y = b.input("x", (1, 8, 8, c))
+    for i in range(layers):
+        u, _ = np.linalg.qr(rng.standard_normal((c, c)))
+        v, _ = np.linalg.qr(rng.standard_normal((c, c)))
+        s = np.logspace(0, 1, c)[:: 1 if i % 2 == 0 else -1]
+        w = (u @ np.diag(s / np.sqrt(np.mean(s**2))) @ v.T).astype(np.float32)
+        out = b.tensor(f"y{i}", (1, 8, 8, c))
+        b.op("CONV_2D", [y, b.const(f"w{i}", w.reshape(c, 1, 1, c)), b.const(f"b{i}", np.zeros(c, np.float32))],
+             [out], padding="SAME", stride_h=1, stride_w=1, fused_activation_function="NONE")
+        y = out
+    b.output(y)
+    return b.build()
+
+
 @pytest.fixture
 def fp16_device(opencl_device):
     if not opencl_device.identity.fp16:
@@ -115,6 +134,23 @@ def test_fp32_plans_and_well_conditioned_models_have_no_casts(opencl_device, rng
         assert not plan.precision.fp32 and plan.io.fp16_share == 1.0 and 0 <= plan.precision.error < 4e-3
 
 
+def test_where_no_op_stands_out_whole_parts_stay_fp16(fp16_device):
+    """All-FP16 storage of the deep chain moves its output by ~1.4e-3, spread over every layer. Under a budget
+    of 1e-3 the parts of the chain that add least stay FP16 and the rest FP32; under 1e-5 nothing fits and the
+    whole plan stores FP32."""
+    data = deep_model()
+    x = [np.random.default_rng(0).uniform(-1, 1, (1, 8, 8, 16)).astype(np.float32)]
+    want = run_model(litert(), data, x)
+    it = _fp16(data, fp16_error_budget=1e-3, calibration_inputs=[x])
+    choice = it.gpu_plan.precision
+    assert 0 < len(choice.fp32) < 16 and choice.error <= 1e-3
+    assert all(why.startswith("in a part of the graph") for why in choice.fp32.values()), choice.fp32
+    assert rel_errors(run_model(lambda **kw: it, data, x), want)[0] < 2e-3
+    it = _fp16(data, fp16_error_budget=1e-5, calibration_inputs=[x])
+    assert len(it.gpu_plan.precision.fp32) == 16 and it.gpu_plan.io.fp16_share == 0
+    assert rel_errors(run_model(lambda **kw: it, data, x), want)[0] < 1e-5
+
+
 def test_a_ranking_op_reads_exact_values(fp16_device):
     """fallback_ops' ARG_MAX output is an index per pixel: a near-tie FP16 swapped moved it by up to 15 (a
     relative error of 1); now the ops it compares are computed exactly and it matches LiteRT exactly."""
@@ -127,6 +163,18 @@ def test_a_ranking_op_reads_exact_values(fp16_device):
         if w.dtype.kind in "iu":
             np.testing.assert_array_equal(g, w)
     assert any("ARG_MAX" in why for why in it.gpu_plan.precision.fp32.values())
+
+
+def test_a_quantized_models_output_step_is_not_an_error(fp16_device):
+    """int8 MobileNet v2's float view ends in a quantization simulator (steps of 1/256): a value on a rounding
+    edge moves it by one step (LiteRT's own two CPU paths differ by one step on most inputs), which is 1.4%
+    of its largest value. That step is not an FP16 error: the plan keeps every tensor FP16, within one step."""
+    path = corpus_model("mobilenet_v2_1.0_224_int8.tflite")
+    it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, cache=False, tuning="none"))
+    assert not it.gpu_plan.precision.fp32 and it.gpu_plan.io.fp16_share == 1.0
+    x = [np.random.default_rng(0).uniform(-1, 1, d["shape"]).astype(np.float32) for d in it.get_input_details()]
+    got, want = run_model(lambda **kw: it, path, x), run_model(litert(), path, x)
+    assert np.abs(got[0] - want[0]).max() <= 1 / 256 + 1e-6
 
 
 def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monkeypatch):

@@ -26,7 +26,8 @@ from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .config import PlanConfig
 from .device import DeviceInfo
-from .precision import PrecisionChoice, check_calibration, choose_precision, default_calibration, with_casts
+from .precision import (PrecisionChoice, check_calibration, choose_precision, default_calibration, output_steps,
+                        with_casts)
 from .programs import PlanProgram
 from .selection import KernelMaker, limit_partitions, propagate_shapes, report_placement, restore, select
 from .startup import StartupClock
@@ -139,7 +140,8 @@ class GpuPlan:
                 samples = (check_calibration(calibration, self.sg, self.input_shapes, self.quant_in)
                            if calibration is not None else
                            default_calibration(self.sg, self.input_shapes, self.quant_in))
-                self.precision = choose_precision(runner, samples, config.fp16_error_budget)
+                self.precision = choose_precision(runner, samples, config.fp16_error_budget,
+                                                  output_steps(runner.sg, self.quant_out))
             runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
             self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")

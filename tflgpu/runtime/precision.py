@@ -12,10 +12,13 @@ rounded to half, its math in float32, as the device kernels do.
 2. By error: while some graph output's error (max |FP16 - FP32| over max |FP32|, on every calibration input)
    exceeds the budget, the ops that amplify rounding most (their output's relative error over their inputs')
    store in FP32, with the producers of their inputs (what they amplify is those inputs' rounding); at most
-   ``MAX_ROUNDS`` rounds, then every op stores in FP32.
+   ``MAX_ROUNDS`` rounds.
 3. While over the budget, an op whose answer is decided by comparing values (``ops.traits``'s ``ranks``:
    ARG_MAX, TOPK_V2, ...) and changed under the rounding (a near-tie swapped) reads exact values: it and
    everything its inputs are computed from store in FP32.
+4. Where no op stands out and the outputs are still over the budget (a deep graph that passes on the rounding
+   of any early layer), whole parts of the graph: see ``_by_parts``. Where not even one part fits, every op
+   stores in FP32.
 
 The simulation does not see fused kernels, which keep a fused op's input in a float register instead of
 storing it: it errs on the safe side there.
@@ -30,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..cpu.executor import NON_NUMERIC, SubgraphRunner, run_cpu_op
+from ..graph.float_view import SIM
 from ..graph.precision import STORAGE_CAST, PrecisionChoice, insert_casts, stored_fp16
 from ..model.ir import Subgraph
 from ..ops.quantization import QParams, dequantize_values
@@ -39,6 +43,8 @@ log = logging.getLogger("tflgpu")
 
 RANGE_LIMIT = 16384.0  # a quarter of FP16's largest (65,504): other inputs may well reach four times as far
 MAX_ROUNDS = 8
+PARTS = 8
+AMPLIFIES = 16  # an op whose output's relative error is this many times its inputs' (a cancellation, an EXP)
 HALF_STEP = 2.0**-11  # FP16's relative rounding error
 
 
@@ -78,8 +84,9 @@ def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozens
     return values
 
 
-def _rel_error(got, want) -> float:
-    """max |got - want| over max |want| (a number or a bool tensor's too: an index that moved counts)."""
+def _rel_error(got, want, floor: float = 0.0) -> float:
+    """max |got - want| over max |want| (a number or a bool tensor's too: an index that moved counts); an error
+    of ``floor`` or less counts as none (a quantized output's step)."""
     if not (isinstance(want, np.ndarray) and want.size and want.dtype.kind in "fiub"):
         return 0.0
     if want.dtype != np.float32:
@@ -93,6 +100,7 @@ def _rel_error(got, want) -> float:
         return 0.0  # (the FP32 run itself is not finite: nothing to compare with)
     if not math.isfinite(err):
         return math.inf
+    err = max(err - floor, 0.0)
     return err / scale if scale > 0 else err
 
 
@@ -143,6 +151,16 @@ def check_calibration(samples, sg: Subgraph, shapes: Sequence[tuple], quant_in: 
     return out
 
 
+def output_steps(sg: Subgraph, quant_out: dict[int, QParams]) -> dict[int, float]:
+    """The step of each graph output that lies on a quantization grid: one quantized on the way out (a
+    quantized model's integer output), or one a float view's quantization simulator makes."""
+    steps = {t: float(np.max(p.scale)) for t, p in quant_out.items() if t in sg.outputs}
+    for op in sg.operators:
+        if op.name == SIM and "scale" in op.options:  # (one with no parameters is an exact copy)
+            steps.update({t: float(op.options["scale"]) for t in op.outputs if t in sg.outputs})
+    return steps
+
+
 def _stateful(runner: SubgraphRunner, op) -> bool:
     """A kernel updating a variable in place stores it in the plan's precision."""
     return bool(set(runner.variables) & {t for t in op.inputs + op.outputs if t >= 0})
@@ -164,40 +182,73 @@ def _answer(sg: Subgraph, op) -> list[int]:
     return index or outs
 
 
-def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float) -> PrecisionChoice:
-    """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring)."""
-    sg = runner.sg
-    try:
-        refs = [_run(runner, x) for x in samples]
-    finally:
-        runner.reset_variables()
-    ops = _candidates(runner)
-    movable = {op.index for op in ops}
-    producer = {t: op for op, _ in runner.steps for t in op.outputs if t >= 0}
+class _Calibration:
+    """The FP32 run of the calibration samples, and FP16 simulations of choices against it."""
+
+    def __init__(self, runner: SubgraphRunner, samples: list[list[np.ndarray]], floors: dict[int, float]):
+        self.runner, self.samples, self.sg, self.floors = runner, samples, runner.sg, floors
+        try:
+            self.refs = [_run(runner, x) for x in samples]
+        finally:
+            runner.reset_variables()
+        self.half_consts = {i: _half(v) for i, v in runner.consts.items()}
+        self.candidates = _candidates(runner)
+        self.movable = {op.index for op in self.candidates}
+        self.producer = {t: op for op, _ in runner.steps for t in op.outputs if t >= 0}
+        self.readers: dict[int, list] = {}
+        for op, _ in runner.steps:
+            for t in op.inputs:
+                if t >= 0:
+                    self.readers.setdefault(t, []).append(op)
+
+    def follow(self, fp32: dict[int, str]) -> dict[int, str]:
+        """``fp32`` with the ops that make no float value (an index, a mask) stored in FP32 where they read FP32."""
+        fp32 = dict(fp32)
+        for op, _ in self.runner.steps:
+            if op.index in fp32 or op.index in self.movable or _stateful(self.runner, op):
+                continue
+            if any(t in self.producer and self.producer[t].index in fp32
+                   for t in op.inputs if t >= 0 and t not in self.runner.consts):
+                fp32[op.index] = "reads FP32 storage (it makes no float value of its own)"
+        return fp32
+
+    def simulate(self, fp32: dict[int, str]) -> list[list]:
+        """Every tensor's value on each sample under this choice (``follow``ed)."""
+        half_ops = frozenset(op.index for op, _ in self.runner.steps if op.index not in fp32)
+        half_tensors = frozenset(t for t, h in stored_fp16(self.sg, fp32).items() if h and t not in self.runner.consts)
+        try:
+            return [_run(self.runner, x, half_ops, half_tensors, self.half_consts) for x in self.samples]
+        finally:
+            self.runner.reset_variables()
+
+    def error(self, sims: list[list], tensors=None) -> float:
+        """The largest relative error of ``tensors`` (default: the graph's outputs) over the samples."""
+        tensors = self.sg.outputs if tensors is None else tensors
+        return max((_rel_error(s[t], r[t], self.floors.get(t, 0.0)) for t in tensors for s, r in zip(sims, self.refs)),
+                   default=0.0)
+
+    def peak(self, t: int) -> float:
+        return max((float(np.abs(r[t]).max(initial=0.0)) for r in self.refs
+                    if isinstance(r[t], np.ndarray) and r[t].dtype == np.float32 and np.isfinite(r[t]).all()),
+                   default=0.0)
+
+
+def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float,
+                     floors: dict[int, float] | None = None) -> PrecisionChoice:
+    """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring).
+    ``floors``: an output error that counts as none, by tensor (a quantized model's output step: its float
+    view's simulators move an output by one step wherever a value lies on a rounding edge, at FP32 too)."""
+    cal = _Calibration(runner, samples, floors or {})
+    sg, movable, producer = cal.sg, cal.movable, cal.producer
     fp32: dict[int, str] = {}
-    readers: dict[int, list] = {}
-    for op, _ in runner.steps:
-        for t in op.inputs:
-            if t >= 0:
-                readers.setdefault(t, []).append(op)
-    for op in ops:
+    for op in cal.candidates:  # 1. by range: it, and what reads it (through a cast to half: inf), in FP32
         for t in op.outputs:
-            peak = max((float(np.abs(r[t]).max(initial=0.0)) for r in refs
-                        if t >= 0 and isinstance(r[t], np.ndarray) and r[t].dtype == np.float32
-                        and np.isfinite(r[t]).all()), default=0.0)
-            if peak > RANGE_LIMIT:  # it, and what reads it (through a cast to half: inf), store in FP32
-                why = f"holds values up to {peak:.3g} (FP16's largest is 65,504)"
-                fp32.setdefault(op.index, why)
-                for r in readers.get(t, ()):
+            peak = cal.peak(t) if t >= 0 else 0.0
+            if peak > RANGE_LIMIT:
+                fp32.setdefault(op.index, f"holds values up to {peak:.3g} (FP16's largest is 65,504)")
+                for r in cal.readers.get(t, ()):
                     if r.index in movable:
                         fp32.setdefault(r.index, f"reads values up to {peak:.3g} (FP16's largest is 65,504)")
-
-    def follow() -> None:
-        for op, _ in runner.steps:
-            if op.index in fp32 or op.index in movable or _stateful(runner, op):
-                continue
-            if any(t in producer and producer[t].index in fp32 for t in op.inputs if t >= 0 and t not in runner.consts):
-                fp32[op.index] = "reads FP32 storage (it makes no float value of its own)"
 
     def keep_exact(t: int, why: str) -> None:
         """The ops that make ``t`` (and what they read, up to the constants and graph inputs) store in FP32."""
@@ -208,24 +259,17 @@ def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], bu
                 fp32[p.index] = why
                 todo.extend(i for i in p.inputs if i >= 0 and i not in runner.consts)
 
-    half_consts = {i: _half(v) for i, v in runner.consts.items()}
     error = math.inf
     for _ in range(MAX_ROUNDS + 1):
-        follow()
-        half_ops = frozenset(op.index for op, _ in runner.steps if op.index not in fp32)
-        stored = stored_fp16(sg, fp32)
-        half_tensors = frozenset(t for t, h in stored.items() if h and t not in runner.consts)
-        try:
-            sims = [_run(runner, x, half_ops, half_tensors, half_consts) for x in samples]
-        finally:
-            runner.reset_variables()
-        error = max((_rel_error(s[t], r[t]) for t in sg.outputs for s, r in zip(sims, refs)), default=0.0)
+        fp32 = cal.follow(fp32)
+        sims = cal.simulate(fp32)
+        error = cal.error(sims)
         if error <= budget:
             return PrecisionChoice(fp32, error)
-        errors = {t: max(_rel_error(s[t], r[t]) for s, r in zip(sims, refs)) for t in range(len(sg.tensors))}
+        errors = {t: cal.error(sims, [t]) for t in range(len(sg.tensors))}
         ranked = [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
                   and any(errors[t] > 0 for t in _answer(sg, op))]
-        for op in ranked:  # a near-tie the rounding swapped: what it compares is computed exactly
+        for op in ranked:  # 3. a near-tie the rounding swapped: what it compares is computed exactly
             why = f"read by {op.name} (node {op.index}), whose answer FP16 rounding of near-equal values changes"
             fp32[op.index] = "its answer FP16 rounding of near-equal values changes"
             for t in op.inputs:
@@ -233,27 +277,62 @@ def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], bu
                     keep_exact(t, why)
         if ranked:
             continue
-        scores = []
-        for op in ops:
+        scores = []  # 2. the ops that amplify their inputs' rounding most, with those inputs' producers
+        for op in cal.candidates:
             if op.index in fp32:
                 continue
             out = max((errors[t] for t in op.outputs if t >= 0), default=0.0)
             inp = max((errors[t] for t in op.inputs if t >= 0 and t not in runner.consts), default=0.0)
             scores.append((out / max(inp, HALF_STEP), op))
-        scores = [s for s in scores if s[0] > 4]
+        scores = [s for s in scores if s[0] > AMPLIFIES]
         if not scores:
             break
         scores.sort(key=lambda s: -s[0])
-        for score, op in scores[:max(1, len(ops) // 20)]:
+        for score, op in scores[:max(1, len(cal.candidates) // 20)]:
             why = f"{op.name} (node {op.index}) amplifies FP16 rounding x{score:.0f}"
             fp32.setdefault(op.index, why)
             for t in op.inputs:
                 p = producer.get(t)
                 if p is not None and t not in runner.consts and p.index not in fp32 and p.index in movable:
                     fp32[p.index] = f"feeds {why}"
-    why = f"FP16 storage keeps an output error of {error:.2g} over the budget of {budget:.2g}"
+    found = _by_parts(cal, fp32, budget)  # 4. no op stands out: whole parts of the graph
+    if found is not None:
+        return found
+    why = f"FP16 storage anywhere keeps an output error over the budget of {budget:.2g} ({error:.2g} with the ops above)"
     log.info("GpuDelegate: %s; the plan stores every tensor in FP32", why)
     return PrecisionChoice({op.index: why for op, _ in runner.steps if not _stateful(runner, op)}, error)
+
+
+def _by_parts(cal: _Calibration, fp32: dict[int, str], budget: float) -> PrecisionChoice | None:
+    """Where no op stands out (a deep graph whose outputs move with the rounding of any early layer), the ops
+    still in FP16, in graph order, are cut into ``PARTS`` parts; each part's error alone (FP16 there, FP32
+    elsewhere) is measured, and the parts adding least are kept FP16 while their errors sum to the budget, then
+    checked together (dropping the last one kept while over). None: not even one part fits."""
+    free = [op for op in cal.candidates if op.index not in fp32]
+    parts = [p for p in (free[k * len(free) // PARTS:(k + 1) * len(free) // PARTS] for k in range(PARTS)) if p]
+    every = {**fp32, **{op.index: "" for op in free}}
+    alone = [cal.error(cal.simulate(cal.follow({i: w for i, w in every.items() if i not in {op.index for op in part}})))
+             for part in parts]
+    kept, total = [], 0.0
+    for k in sorted(range(len(parts)), key=alone.__getitem__):
+        if total + alone[k] > budget:
+            break
+        kept.append(k)
+        total += alone[k]
+    while kept:
+        half = {op.index for k in kept for op in parts[k]}
+        choice = dict(fp32)
+        for k, part in enumerate(parts):
+            if k not in kept:
+                for op in part:
+                    choice[op.index] = (f"in a part of the graph (nodes {part[0].index}-{part[-1].index}) whose FP16 "
+                                        f"rounding alone moves the outputs by {alone[k]:.2g}")
+        choice = cal.follow(choice)
+        error = cal.error(cal.simulate(choice))
+        if error <= budget and half:
+            return PrecisionChoice(choice, error)
+        kept.pop()
+    return None
 
 
 def _copy(inputs: list) -> list:
@@ -275,5 +354,5 @@ def with_casts(runner: SubgraphRunner, shaped: Subgraph, choice: PrecisionChoice
     return runner.derived(declared.sg, steps), cast.sg, declared.fp32_ops
 
 
-__all__ = ["PrecisionChoice", "check_calibration", "choose_precision", "default_calibration",
+__all__ = ["PrecisionChoice", "check_calibration", "choose_precision", "default_calibration", "output_steps",
            "with_casts"]
