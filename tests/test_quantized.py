@@ -103,13 +103,19 @@ def test_add_broadcast_and_relu(rng, path):
     check_qop(path, "ADD", [a, b], [QOut((1, 4, 4, 6), I8, Q(0.1, -20))], version=2, fused_activation_function="RELU")
 
 
+@pytest.mark.parametrize("window", [(3, "SAME", (1, 5, 5, 5)), (2, "VALID", (1, 4, 5, 5))], ids=["3same", "2valid"])
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 @pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
-def test_pools(rng, dtype, op, path):
+def test_pools(rng, dtype, op, window, path):
+    """Exact on the CPU and the FP32 float view: TFLite's integer average rounds the mean of the stored
+    integers half away from zero (a 2x2 window's mean ends in .5 for a quarter of the outputs), and the float
+    view's simulator does too (the valid-model fuzz's first int8 findings: 1 step off, 5 after a conv)."""
+    k, padding, out = window
     q = Q(0.06, -5 if dtype == I8 else 140)
     x = QIn(rand_q(rng, (1, 9, 10, 5), dtype), q)
-    check_qop(path, op, [x], [QOut((1, 5, 5, 5), dtype, q)], version=2, padding="SAME", stride_h=2, stride_w=2,
-              filter_height=3, filter_width=3, fused_activation_function="NONE")
+    steps = 1.0 if path is not None and path.wants_fp16() else 0.0
+    check_qop(path, op, [x], [QOut(out, dtype, q)], version=2, padding=padding, stride_h=2, stride_w=2,
+              filter_height=k, filter_width=k, fused_activation_function="NONE", max_steps=steps)
 
 
 def test_concatenation(rng, path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.quantization import RAW_MEAN_SNAP
 from .registry import KernelError, OpContext, apply_activation, fits, register
 
 
@@ -257,6 +258,16 @@ def quant_sim(ctx: OpContext):
         return lambda xs: [np.asarray(xs[0], np.float32)]
     scale, inv = np.float32(o["scale"]), np.float32(1.0) / np.float32(o["scale"])
     zp, lo, hi = np.float32(o["zero_point"]), np.float32(o["qmin"]), np.float32(o["qmax"])
+
+    if o.get("rounding") == "raw_mean":  # (kernels.expressions: the stored integer, half away from zero)
+        snap = np.float32(RAW_MEAN_SNAP)
+
+        def run(xs):
+            x = np.rint((np.asarray(xs[0], np.float32) * inv + zp) * snap) / snap
+            q = np.clip(np.sign(x) * np.floor(np.abs(x) + np.float32(0.5)), lo, hi)
+            return [((q - zp) * scale).astype(np.float32)]
+
+        return run
 
     def run(xs):
         q = np.clip(np.rint(np.asarray(xs[0], np.float32) * inv) + zp, lo, hi)

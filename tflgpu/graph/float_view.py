@@ -41,11 +41,14 @@ def needs_float_view(sg: Subgraph) -> bool:
     return any(qparams(t) is not None for t in sg.tensors)
 
 
-def sim_options(p: QParams | None) -> dict:
-    """A simulator's options (none: an exact copy); the marker keeps a model's own custom op of that name out."""
+def sim_options(p: QParams | None, raw_mean: bool = False) -> dict:
+    """A simulator's options (none: an exact copy); the marker keeps a model's own custom op of that name out.
+    ``raw_mean``: it rounds the stored integer (zero point included) half away from zero, as the integer kernel
+    of the op before it does (``ops.traits``' ``rounds_raw_mean``), instead of the rescaled value half to even."""
     if p is None:
         return {"tflgpu_sim": True}
-    return {"tflgpu_sim": True, "scale": float(p.s), "zero_point": int(p.z), "qmin": p.qmin, "qmax": p.qmax}
+    return {"tflgpu_sim": True, "scale": float(p.s), "zero_point": int(p.z), "qmin": p.qmin, "qmax": p.qmax,
+            **({"rounding": "raw_mean"} if raw_mean else {})}
 
 
 def float_view(sg: Subgraph) -> FloatView:
@@ -80,9 +83,9 @@ def float_view(sg: Subgraph) -> FloatView:
                                type_name=np.dtype(dtype).name.upper(), data=None, quantization=q))
         return idx
 
-    def sim(src: int, dst: int, p: QParams | None) -> Operator:
+    def sim(src: int, dst: int, p: QParams | None, raw_mean: bool = False) -> Operator:
         view.simulators += p is not None
-        return Operator(0, SIM, -1, 1, (src,), (dst,), options=sim_options(p))
+        return Operator(0, SIM, -1, 1, (src,), (dst,), options=sim_options(p, raw_mean))
 
     merge: dict[int, int] = {}  # a DEQUANTIZE's input -> its output: the producer writes the float tensor
     graph_io = set(sg.inputs) | set(sg.outputs)
@@ -115,7 +118,7 @@ def float_view(sg: Subgraph) -> FloatView:
             if t in params:
                 raw = new_tensor(tensors[t])
                 raw_outs[k] = raw
-                after.append(sim(raw, outs[k], params[t]))
+                after.append(sim(raw, outs[k], params[t], traits(op.name).rounds_raw_mean))
         ops.append(replace(op, inputs=ins, outputs=tuple(raw_outs)))
         ops.extend(after)
     ops = [replace(o, index=i) for i, o in enumerate(ops)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.quantization import RAW_MEAN_SNAP
 from .errors import Unsupported
 
 UNARY = {
@@ -41,7 +42,12 @@ def unary_expr(op) -> str:
             return "v"
         inv = float(np.float32(1.0) / np.float32(o["scale"]))
         zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
-        return (f"(clamp(rint(v * {inv!r}f) + {zp!r}f, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
+        if o.get("rounding") == "raw_mean":  # (a mean of integers: .5 exactly, up to float error; OpenCL's
+            # round() is half away from zero)
+            q = f"round(rint((v * {inv!r}f + {zp!r}f) * {RAW_MEAN_SNAP!r}f) * {1 / RAW_MEAN_SNAP!r}f)"
+        else:
+            q = f"(rint(v * {inv!r}f) + {zp!r}f)"
+        return (f"(clamp({q}, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
                 f" * {float(np.float32(scale))!r}f")
     return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
 

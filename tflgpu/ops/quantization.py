@@ -11,6 +11,12 @@ from numba import njit, prange
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
 
+# A float view's simulator after a mean of stored integers (ops.traits' rounds_raw_mean) snaps the rescaled
+# mean to a multiple of 1/RAW_MEAN_SNAP before rounding it: the mean of n <= 1024 integers is a multiple of 1/n,
+# so the float error of rescaling it (~1e-6 relative of at most 255) goes, and a .5 is exactly .5.
+RAW_MEAN_SNAP = 1024.0
+
+
 @dataclass(frozen=True)
 class QParams:
     scale: np.ndarray  # float32 [n]

@@ -33,6 +33,10 @@ class OpTraits:
     # Its output is decided by how its float inputs compare (an index, an order, a selection): a rounding that
     # swaps two near-equal values changes the answer whole, so an FP16 plan keeps what it reads exact.
     ranks: bool = False
+    # Its integer kernel rounds a mean of the stored integers (zero point included) half away from zero
+    # (TFLite's int8 / uint8 AVERAGE_POOL_2D), not the rescaled value half to even: its float view's
+    # quantization simulator rounds the same way.
+    rounds_raw_mean: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -51,6 +55,7 @@ _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE GATHER GATHER_ND SLICE STRIDED_SLICE
      "MIRROR_PAD RESIZE_NEAREST_NEIGHBOR MAXIMUM MINIMUM REDUCE_MAX REDUCE_MIN ARG_MAX ARG_MIN SHAPE IDENTITY "
      "ZEROS_LIKE SELECT SELECT_V2 CONCATENATION", quant_transparent=True, keeps_quant_grid=True)
 _add("MAX_POOL_2D", keeps_quant_grid=True)
+_add("AVERAGE_POOL_2D", rounds_raw_mean=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess", ranks=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
