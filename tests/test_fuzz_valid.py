@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tflgpu.model.reader import read_model
@@ -46,6 +47,30 @@ def test_valid_random_models_match_litert_on_every_path(opencl_device):
     assert not stats["findings"], json.dumps(stats["findings"], indent=1)
     assert stats["tried"] >= 20 and stats["ok"] >= 0.7 * stats["tried"], stats
     assert stats["on_device"] >= 0.9 * stats["ok"], "most models should reach a device plan"
+
+
+def test_the_check_catches_a_small_error(monkeypatch):
+    """The tolerances (with their allowances for LiteRT's spread and the graph's sensitivity to FP32 rounding)
+    still catch an error of 1e-3 of an output's largest value planted in our CPU path's result, 10x its
+    tolerance, on nearly every model."""
+    import tests.fuzz_valid as fuzz
+    from tflgpu import Interpreter
+
+    run = fuzz._run
+
+    def planted(it, inputs):
+        outs = run(it, inputs)
+        if isinstance(it, Interpreter) and it.gpu_plan is None:  # (the CPU path)
+            o = outs[0]
+            if o.dtype == np.float32 and o.size:
+                o.reshape(-1)[int(np.argmax(np.abs(o)))] += 1e-3 * float(np.abs(o).max())
+        return outs
+
+    monkeypatch.setattr(fuzz, "_run", planted)
+    verdicts = [fuzz.check(seed, fp16=False) for seed in range(1, 31) if seed % 5 != 2]  # (float models)
+    ran = [r for r in verdicts if r["status"] != "rejected"]
+    caught = [r for r in ran if r["status"] == "finding" and r["path"] == "cpu"]
+    assert len(ran) >= 20 and len(caught) >= 0.9 * len(ran), [r.get("what") for r in ran if r not in caught]
 
 
 def test_values_past_fp16s_range_are_kept_in_fp32(opencl_device):
