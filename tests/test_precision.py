@@ -178,7 +178,7 @@ def test_a_quantized_models_output_step_is_not_an_error(fp16_device):
 
 
 def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monkeypatch):
-    data, x, want = fragile
+    data, x, _ = fragile
     first = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
                                                                  serialization_dir=tmp_path))
     a = run_model(lambda **kw: first, data, x)
@@ -202,7 +202,7 @@ def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monk
 
 
 def test_calibration_inputs(fp16_device, fragile):
-    data, x, want = fragile
+    data, x, _ = fragile
     # the caller's own samples: inputs fifty times smaller keep every value well inside FP16's range
     it = _fp16(data, calibration_inputs=[[x[0] * 0.02]], fp16_error_budget=math.inf)
     assert not it.gpu_plan.precision.fp32

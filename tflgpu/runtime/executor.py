@@ -26,8 +26,14 @@ from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .config import PlanConfig
 from .device import DeviceInfo
-from .precision import (PrecisionChoice, check_calibration, choose_precision, default_calibration, output_steps,
-                        with_casts)
+from .precision import (
+    PrecisionChoice,
+    check_calibration,
+    choose_precision,
+    default_calibration,
+    output_steps,
+    with_casts,
+)
 from .programs import PlanProgram
 from .selection import KernelMaker, limit_partitions, propagate_shapes, report_placement, restore, select
 from .startup import StartupClock

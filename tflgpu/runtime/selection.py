@@ -26,8 +26,8 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..graph.float_view import float_view, needs_float_view
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
-from ..graph.unroll import unroll_static_loops
 from ..graph.precision import STORAGE_CAST
+from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import fp32_region
 from ..kernels.program import shared_names
