@@ -1,7 +1,8 @@
 """Valid random models, NNSmith-style: random DAGs over the ops our OpenCL generators cover, with shapes and
 attributes that are legal by construction (broadcast operands, branches that join again, constants stored
-float32, float16 through DEQUANTIZE, sparse through DENSIFY, both), and one model in five a full-integer int8
-chain with float input and output, so a model exercises valid-but-unusual graphs rather than malformed bytes.
+float32, float16 through DEQUANTIZE, sparse through DENSIFY, both); one model in five a full-integer int8 or
+uint8 chain with float input and output, one in ten an IF or a WHILE over random chains; so a model exercises
+valid-but-unusual graphs rather than malformed bytes.
 
 ``random_model(seed, max_ops)`` is deterministic, and op ``i``'s choices depend only on ``(seed, i)``: the
 model with ``max_ops=k`` is the first ``k`` ops of the full one, which is how a finding is minimized.
@@ -360,16 +361,20 @@ def _q(scale: float, zero_point: int = 0) -> dict:
     return {"scale": np.float32([scale]), "zero_point": np.int64([zero_point])}
 
 
-def quantized_model(seed: int, max_ops: int | None = None) -> RandomModel:
-    """A full-integer (int8) chain with float input and output, as the converter writes one: QUANTIZE, then
-    per-channel convs and depthwise convs, ADDs of a constant, pools, a MEAN, a RESHAPE + FULLY_CONNECTED, a
-    SOFTMAX, each with random but plausible quantization, then DEQUANTIZE."""
+def quantized_model(seed: int, max_ops: int | None = None, dtype=np.int8) -> RandomModel:
+    """A full-integer chain with float input and output, as the converter writes one: QUANTIZE, then convs and
+    depthwise convs, ADDs of a constant, pools, a MEAN, a RESHAPE + FULLY_CONNECTED, a SOFTMAX, each with
+    random but plausible quantization, then DEQUANTIZE. int8 (weights per channel, as the converter writes
+    now) or uint8 (the older form: weights per tensor with a zero point, activations' zero points in 0..255)."""
+    u8 = np.dtype(dtype) == np.uint8
     rng0 = np.random.default_rng([seed, 7])
-    b = ModelBuilder(f"tflgpu random int8 model, seed {seed}")
+    b = ModelBuilder(f"tflgpu random {np.dtype(dtype).name} model, seed {seed}")
     shape = (1, *(int(d) for d in rng0.integers(2, 11, 2)), int(rng0.integers(1, 9)))
     x = b.input("input", shape)
-    scale, zp = 2.0 / 255, 0
-    cur = b.tensor("q", shape, np.int8, quant=_q(scale, zp))
+    scale, zp = 2.0 / 255, 128 if u8 else 0
+    shift = 128 if u8 else 0  # (a uint8 zero point is an int8 one + 128)
+    qlo, qhi = (0, 256) if u8 else (-128, 128)
+    cur = b.tensor("q", shape, dtype, quant=_q(scale, zp))
     b.op("QUANTIZE", [x], [cur])
     ops = ["QUANTIZE"]
     n_ops = int(rng0.integers(1, 7))
@@ -377,72 +382,158 @@ def quantized_model(seed: int, max_ops: int | None = None) -> RandomModel:
         rng = np.random.default_rng([seed, i])
         kind = ["conv", "depthwise", "add", "pool", "mean", "fc", "softmax"][int(rng.integers(0, 7))]
         n, h, w, c = shape if len(shape) == 4 else (shape[0], 1, 1, shape[-1])
-        out_scale, out_zp = float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 21))
+        out_scale, out_zp = float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 21)) + shift
         if kind in ("conv", "depthwise") and len(shape) == 4:
             k = int(rng.choice([1, 3]))
             cout = c * int(rng.choice([1, 2])) if kind == "depthwise" else int(rng.integers(1, 13))
             wshape = (1, k, k, cout) if kind == "depthwise" else (cout, k, k, c)
             axis = 3 if kind == "depthwise" else 0
-            w_scales = rng.uniform(0.002, 0.02, cout).astype(np.float32)
-            wq = b.const(f"w{i}", rng.integers(-127, 128, wshape).astype(np.int8),
-                         quant={"scale": w_scales, "zero_point": np.zeros(cout, np.int64), "quantized_dimension": axis})
-            bq = b.const(f"b{i}", rng.integers(-300, 300, cout).astype(np.int32),
-                         quant={"scale": (scale * w_scales).astype(np.float32), "zero_point": np.zeros(cout, np.int64)})
+            if u8:
+                w_scales = np.float32([rng.uniform(0.002, 0.02)])
+                wq = b.const(f"w{i}", rng.integers(0, 256, wshape).astype(np.uint8),
+                             quant=_q(float(w_scales[0]), int(rng.integers(100, 156))))
+                bq = b.const(f"b{i}", rng.integers(-300, 300, cout).astype(np.int32), quant=_q(scale * w_scales[0]))
+            else:
+                w_scales = rng.uniform(0.002, 0.02, cout).astype(np.float32)
+                wq = b.const(f"w{i}", rng.integers(-127, 128, wshape).astype(np.int8),
+                             quant={"scale": w_scales, "zero_point": np.zeros(cout, np.int64),
+                                    "quantized_dimension": axis})
+                bq = b.const(f"b{i}", rng.integers(-300, 300, cout).astype(np.int32),
+                             quant={"scale": (scale * w_scales).astype(np.float32),
+                                    "zero_point": np.zeros(cout, np.int64)})
             shape = (n, h, w, cout)
-            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
+            y = b.tensor(f"t{i}", shape, dtype, quant=_q(out_scale, out_zp))
             opts = {"depth_multiplier": cout // c} if kind == "depthwise" else {}
-            b.op("DEPTHWISE_CONV_2D" if kind == "depthwise" else "CONV_2D", [cur, wq, bq], [y], version=3,
+            b.op("DEPTHWISE_CONV_2D" if kind == "depthwise" else "CONV_2D", [cur, wq, bq], [y], version=1 if u8 else 3,
                  padding="SAME", stride_w=1, stride_h=1, fused_activation_function=["NONE", "RELU", "RELU6"][
                      int(rng.integers(0, 3))], **opts)
         elif kind == "add":
-            other = b.const(f"c{i}", rng.integers(-128, 128, shape).astype(np.int8),
-                            quant=_q(float(rng.uniform(0.01, 0.05)), int(rng.integers(-10, 11))))
-            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
-            b.op("ADD", [cur, other], [y], version=2, fused_activation_function="NONE")
+            other = b.const(f"c{i}", rng.integers(qlo, qhi, shape).astype(dtype),
+                            quant=_q(float(rng.uniform(0.01, 0.05)), int(rng.integers(-10, 11)) + shift))
+            y = b.tensor(f"t{i}", shape, dtype, quant=_q(out_scale, out_zp))
+            b.op("ADD", [cur, other], [y], version=1 if u8 else 2, fused_activation_function="NONE")
         elif kind == "pool" and len(shape) == 4 and h >= 2 and w >= 2:
             shape = (n, h // 2, w // 2, c)
-            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(scale, zp))  # pools keep their input's parameters
-            b.op("MAX_POOL_2D" if rng.random() < 0.5 else "AVERAGE_POOL_2D", [cur], [y], version=2,
+            y = b.tensor(f"t{i}", shape, dtype, quant=_q(scale, zp))  # pools keep their input's parameters
+            b.op("MAX_POOL_2D" if rng.random() < 0.5 else "AVERAGE_POOL_2D", [cur], [y], version=1 if u8 else 2,
                  padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2,
                  fused_activation_function="NONE")
             out_scale, out_zp = scale, zp
         elif kind == "mean" and len(shape) == 4:
             shape = (n, c)
-            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
-            b.op("MEAN", [cur, b.const(f"ax{i}", np.int32([1, 2]))], [y], version=2, keep_dims=False)
+            y = b.tensor(f"t{i}", shape, dtype, quant=_q(out_scale, out_zp))
+            b.op("MEAN", [cur, b.const(f"ax{i}", np.int32([1, 2]))], [y], version=1 if u8 else 2, keep_dims=False)
         elif kind == "fc":
             flat = int(np.prod(shape[1:]))
             if len(shape) != 2:
-                r = b.tensor(f"r{i}", (1, flat), np.int8, quant=_q(scale, zp))
+                r = b.tensor(f"r{i}", (1, flat), dtype, quant=_q(scale, zp))
                 b.op("RESHAPE", [cur, b.const(f"rs{i}", np.int32([1, flat]))], [r])
                 ops.append("RESHAPE")
                 cur = r
             units = int(rng.integers(1, 17))
             ws = float(rng.uniform(0.002, 0.02))
-            wq = b.const(f"w{i}", rng.integers(-127, 128, (units, flat)).astype(np.int8), quant=_q(ws))
+            wq = (b.const(f"w{i}", rng.integers(0, 256, (units, flat)).astype(np.uint8),
+                          quant=_q(ws, int(rng.integers(100, 156)))) if u8 else
+                  b.const(f"w{i}", rng.integers(-127, 128, (units, flat)).astype(np.int8), quant=_q(ws)))
             bq = b.const(f"b{i}", rng.integers(-300, 300, units).astype(np.int32), quant=_q(scale * ws))
             shape = (1, units)
-            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
-            b.op("FULLY_CONNECTED", [cur, wq, bq], [y], version=4, fused_activation_function="NONE")
+            y = b.tensor(f"t{i}", shape, dtype, quant=_q(out_scale, out_zp))
+            b.op("FULLY_CONNECTED", [cur, wq, bq], [y], version=1 if u8 else 4, fused_activation_function="NONE")
         elif kind == "softmax" and len(shape) == 2:
-            out_scale, out_zp = 1 / 256, -128
-            y = b.tensor(f"t{i}", shape, np.int8, quant=_q(out_scale, out_zp))
-            b.op("SOFTMAX", [cur], [y], version=2, beta=1.0)
+            out_scale, out_zp = 1 / 256, -128 + shift
+            y = b.tensor(f"t{i}", shape, dtype, quant=_q(out_scale, out_zp))
+            b.op("SOFTMAX", [cur], [y], version=1 if u8 else 2, beta=1.0)
         else:
             continue
         ops.append(b.main.ops[-1].name)
         cur, scale, zp = y, out_scale, out_zp
     out = b.tensor("output", shape)
-    b.op("DEQUANTIZE", [cur], [out], version=2)
+    b.op("DEQUANTIZE", [cur], [out], version=1 if u8 else 2)
     b.output(out)
     x0 = np.random.default_rng([seed, 1000]).uniform(-1, 1, b.main.tensors[x].shape)
     return RandomModel(b.build(), [x0.astype(np.float32)], ops + ["DEQUANTIZE"], output_step=scale)
 
 
+CHAIN_UNARY = ["RELU", "TANH", "LOGISTIC", "ABS", "NEG", "SIN"]
+CHAIN_BINARY = ["ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"]
+
+
+def _chain(sb, rng, src: int, shape: tuple[int, ...], n: int, tag: str, ops: list[str]) -> int:
+    """``n`` elementwise ops (unary, or binary with a per-channel constant) after ``src`` in subgraph ``sb``."""
+    cur = src
+    for j in range(n):
+        name = str(rng.choice(CHAIN_UNARY + CHAIN_BINARY))
+        y = sb.tensor(f"{tag}{j}", shape)
+        if name in CHAIN_BINARY:
+            other = sb.const(f"{tag}c{j}", rng.uniform(-1, 1, shape[-1:]).astype(np.float32))
+            kw = {"fused_activation_function": "NONE"} if name in FUSED_ACTIVATION else {}
+            sb.op(name, [cur, other], [y], **kw)
+        else:
+            sb.op(name, [cur], [y])
+        ops.append(name)
+        cur = y
+    return cur
+
+
+def control_flow_model(seed: int, max_ops: int | None = None) -> RandomModel:
+    """An IF choosing between two random elementwise chains by the sign of the input's mean, or a WHILE
+    running one chain a constant 1-4 times (which the device plan unrolls), between random ops before and
+    after. ``max_ops``: at most that many ops in each chain (and none before or after)."""
+    rng0 = np.random.default_rng([seed, 13])
+    b = ModelBuilder(f"tflgpu random control-flow model, seed {seed}")
+    shape = (1, *(int(d) for d in rng0.integers(1, 9, 2)), int(rng0.integers(1, 9)))
+    x = b.input("input", shape)
+    ops: list[str] = []
+    limit = (lambda n: n) if max_ops is None else (lambda n: min(n, max_ops))
+    head = _chain(b.main, np.random.default_rng([seed, 1]), x, shape, 0 if max_ops else int(rng0.integers(0, 3)),
+                  "head", ops)
+    y = b.tensor("y", shape)
+    if rng0.random() < 0.5:
+        mean = b.tensor("mean", ())
+        b.op("MEAN", [head, b.const("axes", np.int32([0, 1, 2, 3]))], [mean], keep_dims=False)
+        cond = b.tensor("cond", (), np.bool_)
+        b.op("GREATER", [mean, b.const("zero", np.float32(0.0))], [cond])
+        ops += ["MEAN", "GREATER", "IF"]
+        branches = []
+        for k, tag in enumerate(("then", "else")):
+            index, sb = b.subgraph(tag)
+            a = sb.input(f"{tag}_x", shape)
+            sb.output(_chain(sb, np.random.default_rng([seed, 100 + k]), a, shape,
+                             limit(int(rng0.integers(1, 5))), tag, ops))
+            branches.append(index)
+        b.op("IF", [cond, head], [y], then_subgraph_index=branches[0], else_subgraph_index=branches[1])
+    else:
+        trips = int(rng0.integers(1, 5))
+        ci, cond_sg = b.subgraph("cond")
+        bi, body = b.subgraph("body")
+        i_out = b.tensor("i_out", (), np.int32)
+        b.op("WHILE", [b.const("i0", np.int32(0)), head], [i_out, y], cond_subgraph_index=ci, body_subgraph_index=bi)
+        ops.append("WHILE")
+        ci_i, _ = cond_sg.input("i", (), np.int32), cond_sg.input("x", shape)
+        less = cond_sg.tensor("less", (), np.bool_)
+        cond_sg.op("LESS", [ci_i, cond_sg.const("n", np.int32(trips))], [less])
+        cond_sg.output(less)
+        bi_i, bi_x = body.input("i", (), np.int32), body.input("x", shape)
+        nxt = body.tensor("next", (), np.int32)
+        body.op("ADD", [bi_i, body.const("one", np.int32(1))], [nxt], fused_activation_function="NONE")
+        body.output(nxt, _chain(body, np.random.default_rng([seed, 100]), bi_x, shape,
+                                limit(int(rng0.integers(1, 4))), "body", ops))
+    tail = _chain(b.main, np.random.default_rng([seed, 2]), y, shape, 0 if max_ops else int(rng0.integers(0, 3)),
+                  "tail", ops)
+    b.output(tail)
+    x0 = np.random.default_rng([seed, 1000]).uniform(-1, 1, shape).astype(np.float32)
+    return RandomModel(b.build(), [x0], ops)
+
+
 def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
-    """The fuzzer's model for a seed: one in five (seed % 5 == 2) a full-integer chain, the rest float DAGs
-    (so a float seed names the same model it named before the integer chains existed)."""
-    return quantized_model(seed, max_ops) if seed % 5 == 2 else random_model(seed, max_ops)
+    """The fuzzer's model for a seed: one in five (seed % 5 == 2) a full-integer chain (uint8 for one of those
+    four, seed % 20 == 12; int8 otherwise), one in ten (seed % 10 == 4) an IF or a WHILE, the rest float DAGs
+    (a seed names the same model it named before the kinds after float DAGs and int8 chains existed)."""
+    if seed % 5 == 2:
+        return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
+    if seed % 10 == 4:
+        return control_flow_model(seed, max_ops)
+    return random_model(seed, max_ops)
 
 
 def random_model(seed: int, max_ops: int | None = None) -> RandomModel:

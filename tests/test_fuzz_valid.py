@@ -28,11 +28,18 @@ def test_random_models_are_deterministic_and_truncate_to_prefixes():
             assert full.ops[: len(part.ops) - 1] == part.ops[:-1]  # the first k ops (+ their constants' ops;
             # an int8 chain's closing DEQUANTIZE)
     assert random_model(6).data == model_for(6).data and model_for(7).ops[0] == "QUANTIZE"
-    models = [read_model(model_for(s).data).main for s in range(40)]
+    read = [read_model(model_for(s).data) for s in range(40)]
+    models = [m.main for m in read]
     ops = {op.name for sg in models for op in sg.operators}
     assert {"CONV_2D", "DEPTHWISE_CONV_2D", "DENSIFY", "DEQUANTIZE", "TRANSPOSE_CONV", "CONCATENATION"} <= ops
-    int8 = [sg for sg in models if any(t.type_name == "INT8" and t.data is None for t in sg.tensors)]
-    assert len(int8) == 8 and all(sg.operators[0].name == "QUANTIZE" for sg in int8)
+    quantized = {kind: [sg for sg in models if any(t.type_name == kind and t.data is None for t in sg.tensors)]
+                 for kind in ("INT8", "UINT8")}
+    assert len(quantized["INT8"]) == 6 and len(quantized["UINT8"]) == 2  # (seeds 2, 7, ...; 12 and 32 uint8)
+    assert all(sg.operators[0].name == "QUANTIZE" for sgs in quantized.values() for sg in sgs)
+    control = [m for m in read if len(m.subgraphs) > 1]
+    assert len(control) == 4  # (seeds 4, 14, 24, 34)
+    flow = {op.name for s in range(4, 80, 10) for op in read_model(model_for(s).data).main.operators}
+    assert {"IF", "WHILE"} <= flow
 
 
 def test_valid_random_models_match_litert_on_every_path(opencl_device):
