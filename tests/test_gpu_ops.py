@@ -86,6 +86,41 @@ def test_fully_connected(gpu, rng, batch, depth, units):
              fused_activation_function="RELU", **gpu)
 
 
+@pytest.mark.parametrize("split,tile_s", [(8, 1), (16, 2), (32, 4), (64, 1)])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fully_connected_split_sum(opencl_device, rng, split, tile_s, precision):
+    """The split-sum FC (work-items of a work-group each summing every split-th input slice, added in local
+    memory: a GPU-shaped variant for small output counts) computes the FC, batched, with a fused ADD."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, assert_fp16_close, litert, run_model
+
+    if precision == "fp16" and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    batch, depth, units = 3, 150, 37  # (38 input slices: not a multiple of any split; 10 output slices)
+    b = ModelBuilder()
+    x = b.input("x", (batch, depth))
+    r = b.input("r", (batch, units))
+    y = b.tensor("y", (batch, units))
+    b.op("FULLY_CONNECTED", [x, b.const("w", rand(rng, (units, depth))), b.const("b", rand(rng, (units,)))], [y],
+         fused_activation_function="RELU")
+    z = b.tensor("z", (batch, units))
+    b.op("ADD", [y, r], [z], fused_activation_function="NONE")
+    b.output(z)
+    model = b.build()
+    feeds = [rand(rng, (batch, depth)), rand(rng, (batch, units))]
+    it = Interpreter(model_content=model, delegate=GpuDelegate())
+    plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=precision == "fp16"),
+                   params={0: {"split": split, "tile_s": tile_s, "wide": False}})
+    (step,) = [s for s in plan.steps if s.device == "gpu"]
+    assert step.epilogue and step.specs[0].local_size == (split, 1, 1) and step.specs[0].params["split"] == split
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    want = run_model(litert(), model, feeds)[0]
+    (assert_fp16_close if precision == "fp16" else assert_close)(got, want)
+
+
 @pytest.mark.parametrize("op", ["ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"])
 @pytest.mark.parametrize("shape_b", [(1, 5, 6, 7), (7,), (1, 1, 1, 1), (1, 5, 1, 7)])
 def test_binary(gpu, rng, op, shape_b):

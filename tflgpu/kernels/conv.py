@@ -382,10 +382,17 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         knobs.params(), space=DepthwiseKnobs.space(ow), flops=2 * n * oh * ow * cout * kh * kw)]
 
 
+FC_SPLITS = (1, 8, 16, 32, 64)
+
+
 @dataclass(frozen=True)
 class FullyConnectedKnobs(Knobs):
     tile_s: int = 1  # output slices per work-item
     wide: bool = False  # float8 accumulators (needs an even tile_s)
+    # work-items sharing one output tile's sum over the input slices, in one work-group, added in local
+    # memory (1: one work-item sums it all). A GPU-shaped variant: a classifier's 250 output slices are 125
+    # work-items, far too few to fill a GPU, each summing 320 slices in a row; split 32 makes 4,000
+    split: int = 1
 
     @classmethod
     def default(cls, sout: int) -> FullyConnectedKnobs:
@@ -393,13 +400,52 @@ class FullyConnectedKnobs(Knobs):
 
     @classmethod
     def space(cls, sout: int) -> dict[str, list]:
-        return {"tile_s": [1, 2, 4, 8], "wide": [False, True]}
+        return {"tile_s": [1, 2, 4, 8], "wide": [False, True], "split": list(FC_SPLITS)}
 
     def problems(self, sout: int) -> list[str]:
-        bad = positive_int("tile_s", self.tile_s) + one_of("wide", self.wide, (False, True))
+        bad = positive_int("tile_s", self.tile_s) + one_of("wide", self.wide, (False, True)) + \
+            one_of("split", self.split, FC_SPLITS)
         if not bad and self.wide and self.tile_s % 2:
             bad.append(f"wide accumulators need an even tile_s, got {self.tile_s}")
+        if not bad and self.wide and self.split > 1:
+            bad.append("a split sum keeps float4 accumulators: wide needs split 1")
         return bad
+
+
+def _fc_split_source(name: str, *, sin: int, sout: int, ts: int, split: int, act: int, cout: int, epilogue) -> str:
+    """FULLY_CONNECTED with ``split`` work-items of a work-group summing every split-th input slice of one
+    output tile, then a tree sum in local memory; the first work-item adds the bias and stores."""
+    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
+    lines = [f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+             f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+             "  const int L = get_local_id(0);",
+             "  const int b = get_global_id(1);",
+             f"  const int S = get_global_id(2) * {ts};",
+             f"  __local float4 part[{split * ts}];"]
+    lines += [f"  float4 acc{a} = (float4)(0.0f);" for a in range(ts)]
+    lines.append(f"  for (int i = L; i < {sin}; i += {split}) {{")
+    lines.append(f"    const float4 x = LD4(src, b * {sin} + i);")
+    for a in range(ts):
+        lines.append(f"    {{ const int wb = ((S + {a}) * {sin} + i) * 4;")
+        lines.append(f"      acc{a} = mad((float4)(x.x), LD4(wts, wb), mad((float4)(x.y), LD4(wts, wb + 1), "
+                     f"mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc{a})))); }}")
+    lines.append("  }")
+    lines += [f"  part[{a * split} + L] = acc{a};" for a in range(ts)]
+    lines.append("  barrier(CLK_LOCAL_MEM_FENCE);")
+    lines.append(f"  for (int h = {split // 2}; h > 0; h >>= 1) {{")
+    lines.append("    if (L < h) {")
+    lines += [f"      part[{a * split} + L] += part[{a * split} + L + h];" for a in range(ts)]
+    lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }", "  if (L != 0) return;"]
+    for a in range(ts):
+        lines.append(f"  if (S + {a} < {sout}) {{")
+        lines.append(f"    float4 v = part[{a * split}] + LD4(bias, S + {a});")
+        lines.append("    " + activation(act, "v"))
+        lines.append("    " + _store(f"b * {sout} + S + {a}", f"(S + {a})", ep_code,
+                                     pad_lanes_mask(cout, f"(S + {a})", "v")))
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines)
 
 
 @generator("FULLY_CONNECTED")
@@ -423,15 +469,21 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     ts, wide = knobs.tile_s, knobs.wide
     ep = ctx.epilogue_code(units)
     bias = _bias_const(ctx, 2, units)
+    wq = w.reshape(units, 1, 1, depth)
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
+            Arg("const", vec_slices(bias, units, ts)), *ep.args, Arg("tensor", ctx.final_output)]
+    if knobs.split > 1:
+        src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=units,
+                               epilogue=ep)
+        return [KernelSpec(ctx.name, src, (knobs.split, n, (sout + ts - 1) // ts), (knobs.split, 1, 1), args,
+                           [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(),
+                           space=FullyConnectedKnobs.space(sout), flops=2 * n * units * depth)]
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
                        pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units, wide=wide,
                        vec_hint="float8" if wide else "float4", epilogue=ep)
-    wq = w.reshape(units, 1, 1, depth)
-    return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(wq, ts) if wide else weights_oi4(wq, ts)),
-        Arg("const", vec_slices(bias, units, ts)), *ep.args, Arg("tensor", ctx.final_output)],
-        [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(sout),
-        flops=2 * n * units * depth)]
+    return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, args, [ctx.op.inputs[0], *ep.inputs],
+                       [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(sout),
+                       flops=2 * n * units * depth)]
 
 
 @dataclass(frozen=True)
