@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Issue 15's table: per corpus model on one OpenCL device (meant for a GPU), in one process, invoked in
+alternation so the machine's drift hits every column alike:
+
+- heuristic: the generators' defaults (no tuning records at all: ``tuning_db=False``);
+- start: default options in a fresh cache before any search (records of this device, the shipped database
+  and the nearest device's records through the fallback chain; ``tuning="none"``);
+- background: default options in a fresh cache once the background work (optimized build, background
+  tuning) is done;
+- exhaustive: after an ``exhaustive`` search (``--exhaustive-budget-s`` per model);
+- host us/launch: (wall - kernel time - CPU ops) / launches of the background plan, profiled;
+- LiteRT CPU with every core, and LiteRT's own GPU path (``CompiledModel`` with the GPU accelerator: WebGPU
+  over Vulkan) where this machine has a driver for it; with the ratios the issue asks about (start /
+  exhaustive, LiteRT CPU / background).
+
+A second table, where PyTorch with CUDA is importable: torchvision's MobileNet v2 and v3 (large) at batch 1 on
+the same GPU, eager and replayed as a CUDA graph (what a Python user with an NVIDIA GPU would otherwise pick).
+
+    python bench/bench_gpu.py [--device D] [--models-dir ../shared/models] [--exhaustive-budget-s 120]
+                              [--background-wait-s 300] [--rounds 30] [--precision fp32] [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs
+
+DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
+FLOAT_MODELS = ["mobilenet_v1_1.0_224.tflite", "mobilenet_v2_1.0_224.tflite", "deeplab_mnv2_257.tflite",
+                "posenet_mnv1_257.tflite", "ssd_mnv2_300.tflite", "unet_small_256.tflite", "opzoo_small.tflite",
+                "fallback_ops.tflite", "lstm_small.tflite", "lstm_small_keras3_while.tflite",
+                "mobilenet_v1_1.0_224_fp16.tflite", "mobilenet_v2_1.0_224_dynrange.tflite"]
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+class LiteRTGpu:
+    """LiteRT's own GPU path on this machine (``CompiledModel`` with the GPU accelerator), invoked like an
+    Interpreter; ``make`` returns None (and why) where it cannot run."""
+
+    def __init__(self, cm, ins, outs):
+        self.cm, self.ins, self.outs = cm, ins, outs
+
+    @classmethod
+    def make(cls, path: Path, inputs: list[np.ndarray]):
+        try:
+            from ai_edge_litert.compiled_model import CompiledModel
+            from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+
+            cm = CompiledModel.from_file(str(path), hardware_accel=HardwareAccelerator.GPU)
+            ins, outs = cm.create_input_buffers(0), cm.create_output_buffers(0)
+            for buf, x in zip(ins, inputs):
+                buf.write(np.ascontiguousarray(x))
+            cm.run_by_index(0, ins, outs)
+            return cls(cm, ins, outs), ""
+        except Exception as e:  # noqa: BLE001 - no GPU accelerator here (no Vulkan driver, an unsupported op)
+            return None, f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+
+    def invoke(self) -> None:
+        self.cm.run_by_index(0, self.ins, self.outs)
+
+
+def torch_table(rounds: int) -> list[str]:
+    """torchvision MobileNet v2 / v3-large on CUDA at batch 1: eager, and one CUDA graph replayed."""
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        return [f"(PyTorch / torchvision not importable here: {e})"]
+    if not torch.cuda.is_available():
+        return ["(PyTorch has no CUDA device here)"]
+    rows = ["| torchvision model (batch 1, FP32) | eager ms | CUDA graph ms |", "|---|---:|---:|"]
+    for name in ("mobilenet_v2", "mobilenet_v3_large"):
+        model = getattr(torchvision.models, name)(weights=None).eval().cuda()
+        x = torch.randn(1, 3, 224, 224, device="cuda")
+        with torch.inference_mode():
+            for _ in range(10):
+                model(x)
+            torch.cuda.synchronize()
+            eager = []
+            for _ in range(rounds):
+                t = time.perf_counter()
+                model(x)
+                torch.cuda.synchronize()
+                eager.append((time.perf_counter() - t) * 1e3)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    model(x)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                model(x)
+            graphed = []
+            for _ in range(rounds):
+                t = time.perf_counter()
+                graph.replay()
+                torch.cuda.synchronize()
+                graphed.append((time.perf_counter() - t) * 1e3)
+        rows.append(f"| {name} | {statistics.median(eager):.3f} | {statistics.median(graphed):.3f} |")
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="*")
+    p.add_argument("--models-dir", type=Path, default=DEFAULT_DIR)
+    p.add_argument("--device", default=None, help="OpenCL device: index or name substring (default: the first GPU)")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    p.add_argument("--exhaustive-budget-s", type=float, default=120.0)
+    p.add_argument("--background-wait-s", type=float, default=300.0)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--no-torch", action="store_true")
+    args = p.parse_args()
+    models = [Path(m) for m in args.models] or [args.models_dir / n for n in FLOAT_MODELS
+                                                  if (args.models_dir / n).exists()]
+    fp16 = args.precision == "fp16"
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    cores = os.cpu_count() or 1
+    print(f"| model | heuristic ms | start ms | background ms | exhaustive ms | start / exhaustive "
+          f"| host us/launch (launches) | LiteRT CPU ({cores} threads) ms | LiteRT GPU ms "
+          f"| LiteRT CPU / background |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    notes, speedups, starts = [], [], []
+    for m in models:
+        inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
+        kw = {"device": args.device, "precision_loss_allowed": fp16}
+        with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as fresh2:
+            heuristic = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, cache=False, tuning="none",
+                                                                              tuning_db=False))
+            start = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, serialization_dir=fresh,
+                                                                          tuning="none"))
+            background = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, serialization_dir=fresh2))
+            t0 = time.perf_counter()
+            done = background.wait_background(args.background_wait_s)
+            waited = time.perf_counter() - t0
+            exhaustive = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(
+                **kw, cache=False, tuning="exhaustive", tuning_budget_s=args.exhaustive_budget_s))
+            peers = [LiteRT(model_path=str(m), num_threads=cores)]
+            peers[0].allocate_tensors()
+            for d, x in zip(peers[0].get_input_details(), inputs):
+                peers[0].set_tensor(d["index"], x)
+            gpu_peer, why = LiteRTGpu.make(m, inputs)
+            if gpu_peer is None:
+                notes.append(f"{m.name}: LiteRT GPU: {why}")
+            interps = [heuristic, start, background, exhaustive, *peers] + ([gpu_peer] if gpu_peer else [])
+            ms = interleaved_ms(interps, rounds=args.rounds)
+            stats = launch_stats(m, GpuDelegate(**kw, serialization_dir=fresh2))
+        h, s, b, e, cpu = ms[:5]
+        g = f"{ms[5]:.3f}" if gpu_peer else "n/a"
+        host = f"{stats.host_us_per_launch:.1f} ({stats.launches})" if stats else "n/a"
+        speedups.append(cpu / b)
+        starts.append(s / e)
+        if not done:
+            notes.append(f"{m.name}: background work not finished after {waited:.0f} s")
+        print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {cpu:.3f} | {g} "
+              f"| {cpu / b:.2f}x |", flush=True)
+    print(f"\ngeomean: start / exhaustive {geomean(starts):.2f}, LiteRT CPU / background {geomean(speedups):.2f}x")
+    for n in notes:
+        print(f"- {n}")
+    if not args.no_torch:
+        print()
+        for line in torch_table(args.rounds):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
