@@ -51,6 +51,7 @@ FP16_MAX = 65504.0  # FP16's largest value
 HANG_S = 60  # one path of one model (a Python-level wait; a worker stuck in a C call is WORKER_HANG_S's)
 WORKER_HANG_S = 600  # one seed's whole work: its check and, for a finding, the minimization
 WORKER_MODELS = 200
+PROGRESS_EVERY = 250  # models between progress lines (stderr)
 
 
 class Hang(Exception):
@@ -259,9 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     pairs, ops, rejected_why = set(), Counter(), Counter()
     t0, seed = time.time(), args.seed
     workers = Workers(not args.no_fp16, args.findings, args.worker_hang_s)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))  # (a killed run still reports its counts)
     try:
-        while time.time() - t0 < args.seconds and stats["tried"] < args.max_models:
+        while time.time() - t0 < args.seconds and stats["tried"] < args.max_models and not stopping:
+            if stats["tried"] and stats["tried"] % PROGRESS_EVERY == 0:
+                print(f"progress: {stats['tried']} models, {stats['ok']} ok, {stats['rejected']} rejected, "
+                      f"{len(stats['findings'])} findings, seed {seed}, {time.time() - t0:.0f} s", file=sys.stderr,
+                      flush=True)
             r = workers.check(seed)
+            if stopping and r.get("what", "").startswith(("crash", "hang")):
+                break  # (the signal reached the worker too: not the model's doing)
             stats["tried"] += 1
             if r["status"] == "rejected":
                 stats["rejected"] += 1
