@@ -193,3 +193,48 @@ def test_a_cold_start_writes_nothing_outside_tflgpus_cache(tmp_path):
     outside = [str(p) for p in written if xdg / "tflgpu" not in p.parents]
     assert not outside, f"written outside tflgpu's cache: {outside[:10]}"
     assert time.perf_counter() - t0 < 600
+
+
+NUMBA_CHILD = r"""
+import sys
+import numpy as np
+from tflgpu import GpuDelegate, Interpreter
+model, cache, delegated = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+it = Interpreter(model, delegate=GpuDelegate(serialization_dir=cache, tuning="none") if delegated else None)
+it.allocate_tensors()
+it.set_tensor(it.get_input_details()[0]["index"], np.zeros(it.get_input_details()[0]["shape"], np.float32))
+it.invoke()
+it.wait_background() if delegated else None
+print(int("numba" in sys.modules), it.gpu_plan.build_stats["plan"] if delegated else "cpu")
+"""
+
+
+def test_numba_is_imported_only_when_a_numba_kernel_runs(opencl_device, tmp_path):
+    """numba and llvmlite (~70 MiB, ~0.3 s) load when a CPU kernel first runs (ops.jit): a fully delegated model
+    started from its stored plan never loads them; the CPU path does, and its kernels run as compiled."""
+    def child(delegated: bool) -> list[str]:
+        r = subprocess.run([sys.executable, "-c", NUMBA_CHILD, MODEL, str(tmp_path), "1" if delegated else "0"],
+                           capture_output=True, text=True, timeout=300, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.split()
+
+    assert child(True) == ["1", "built"]  # (the first start runs the CPU kernels once, for every shape)
+    assert child(True) == ["0", "cache"]
+    assert child(False) == ["1", "cpu"]
+
+
+def test_deferred_kernels_compile_as_numba_kernels():
+    """Once materialized, a deferred kernel's module holds numba's dispatcher and numba's prange (a parallel
+    loop stays parallel), and a kernel calling another compiles."""
+    import numba
+
+    from tflgpu.cpu import conv, quantized
+    from tflgpu.ops import jit
+
+    jit.materialize()
+    assert conv.prange is numba.prange and quantized.prange is numba.prange
+    assert isinstance(conv._depthwise, numba.core.registry.CPUDispatcher)
+    assert conv._depthwise.targetoptions.get("parallel") is True
+    x = np.arange(-40, 40, dtype=np.int64)  # (_mbqm_ufunc's body calls the _mbqm kernel)
+    got = quantized.multiply_by_quantized_multiplier(x, np.int64(1 << 30), np.int64(1))
+    np.testing.assert_array_equal(got, x)  # x * 2 * 0.5

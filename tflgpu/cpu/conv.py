@@ -9,7 +9,7 @@ Weights are re-laid out once, in the factory, never per invoke.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from ..ops.jit import njit, prange
 
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.custom_options import transpose_conv_params

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from ..ops.jit import njit, prange
 
 from ..ops.attributes import activation_bounds, conv_padding
 from ..ops.custom_options import pool_params

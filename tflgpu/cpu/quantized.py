@@ -27,9 +27,9 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from numba import njit, prange, vectorize
 
 from ..ops.attributes import conv_options, conv_padding
+from ..ops.jit import materialize, njit, prange
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
 from .conv import _bias, _depthwise, im2col_matmul
@@ -124,7 +124,14 @@ def _mbqm_elementwise(x, q, shift):
 
 # made at the first quantized op, not at import: a signature-typed ufunc compiles (or loads from numba's cache)
 # when it is made, and that woke numba's compiler for every model, 0.5 s of a float model's start
-_mbqm_ufunc = once(lambda: vectorize(["int64(int64, int64, int64)"], cache=True)(_mbqm_elementwise))
+def _make_mbqm_ufunc():
+    from numba import vectorize
+
+    materialize()  # (the ufunc's body calls _mbqm: a dispatcher by the time it compiles)
+    return vectorize(["int64(int64, int64, int64)"], cache=True)(_mbqm_elementwise)
+
+
+_mbqm_ufunc = once(_make_mbqm_ufunc)
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, q: np.ndarray, shift: np.ndarray) -> np.ndarray:

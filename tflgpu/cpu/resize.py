@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from ..ops.jit import njit, prange
 
 from ..ops.attributes import resize_scale
 from .registry import KernelError, OpContext, check_size_at_prepare, fits, register, static_shape

@@ -1,0 +1,105 @@
+"""numba, imported when a numba kernel first runs rather than with the package.
+
+numba and llvmlite take ~70 MiB of a process and ~0.3 s to import. A model whose every op runs on the OpenCL
+device, started from a stored plan, runs no numba kernel at all, so it should not pay for them. ``njit`` here
+records the function and its options; the first call of any recorded function imports numba, compiles (or
+loads from numba's cache) every recorded function, and puts the dispatchers in place of the records in every
+``tflgpu`` module that holds one, with ``prange`` set to numba's, so a kernel calling another kernel, or
+looping with ``prange``, compiles as if numba had been imported from the start.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+_RECORDED: list[LazyJit] = []
+# the thread count an invoke asked for before numba was imported (cpu.threads), applied when it is
+pending_threads: int | None = None
+_LOCK = threading.Lock()
+_READY = False
+
+
+class _LazyPrange:
+    """Stands for ``numba.prange`` until numba is imported (then the module global is numba's own)."""
+
+    def __call__(self, *args):
+        return range(*args)
+
+
+prange = _LazyPrange()
+
+
+class LazyJit:
+    """A function to be compiled by ``numba.njit(**options)``, compiled when any recorded one is first called."""
+
+    def __init__(self, py_func, options: dict[str, Any]):
+        self.py_func, self.options, self.dispatcher = py_func, options, None
+        self.__name__, self.__doc__, self.__module__ = py_func.__name__, py_func.__doc__, py_func.__module__
+
+    def __call__(self, *args, **kwargs):
+        if self.dispatcher is None:
+            materialize()
+        return self.dispatcher(*args, **kwargs)
+
+
+def njit(*args, **options):
+    """``numba.njit``, deferred: ``@njit`` or ``@njit(cache=True, parallel=True)``."""
+    if args and callable(args[0]) and not options:
+        return _record(args[0], {})
+    return lambda f: _record(f, options)
+
+
+def _record(f, options: dict):
+    w = LazyJit(f, options)
+    with _LOCK:
+        if _READY:  # (defined after the first kernel ran: compiled as numba.njit would be)
+            _compile(w)
+            _patch(f.__globals__)
+            return w.dispatcher
+        _RECORDED.append(w)
+    return w
+
+
+def _compile(w: LazyJit) -> None:
+    import numba
+
+    w.dispatcher = numba.njit(**w.options)(w.py_func)
+
+
+def _patch(namespace: dict) -> None:
+    import numba
+
+    for attr, value in list(namespace.items()):
+        if isinstance(value, LazyJit) and value.dispatcher is not None:
+            namespace[attr] = value.dispatcher
+        elif isinstance(value, _LazyPrange):
+            namespace[attr] = numba.prange
+
+
+def materialize() -> None:
+    """Import numba, make every recorded function's dispatcher, and put the dispatchers (and numba's prange)
+    in place in the kernels' modules and every other tflgpu module."""
+    global _READY
+    with _LOCK:
+        if _READY:
+            return
+        for w in _RECORDED:
+            if w.dispatcher is None:
+                _compile(w)
+        spaces = {id(w.py_func.__globals__): w.py_func.__globals__ for w in _RECORDED}
+        spaces.update({id(vars(m)): vars(m) for n, m in list(sys.modules.items())
+                       if n.startswith("tflgpu.") and m is not None})
+        for namespace in spaces.values():
+            _patch(namespace)
+        if pending_threads is not None:
+            import numba
+
+            numba.set_num_threads(max(1, min(pending_threads, numba.config.NUMBA_NUM_THREADS)))
+        _READY = True
+
+
+def loaded() -> bool:
+    """Whether numba has been imported for the kernels (by a first call)."""
+    return _READY
