@@ -115,6 +115,18 @@ def test_int8_average_pool_rounds_like_tflite(seed, ops, opencl_device):
     assert r["status"] == "ok" and r["device_ops"] > 0, r
 
 
+def test_fp16_int8_chain_keeps_its_grid_decisions_exact(opencl_device):
+    """The offline run's FP16 finding: an int8 chain (QUANTIZE, CONV_2D, CONV_2D, ADD, DEPTHWISE_CONV_2D) 6 steps
+    off at FP16, 0 at FP32: a conv's raw output stored in half moved values across its simulator's rounding edges,
+    and the convs after multiplied the 1-step flips. The CPU simulation of FP16 flips other values than the device
+    does, so choosing by the output error alone kept the wrong ops; a quantization simulator is now a ranking op:
+    while over the budget, one whose grid point moved reads exact values."""
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    r = check(900427, 4)
+    assert r["status"] == "ok" and r["device_ops"] > 0, r
+
+
 @pytest.mark.parametrize("seed,ops", [(100099, 9), (100426, 5), (200580, 9)])
 def test_fp16_rounding_of_an_ill_conditioned_graph_is_not_a_finding(seed, ops, opencl_device):
     """The offline runs' first three "findings": FP16 storage off by 2.2% after a DIV of a SQUARED_DIFFERENCE, by

@@ -30,8 +30,9 @@ class OpTraits:
     takes_epilogue: bool = False
     # The input index of its bias (a float view dequantizes an int32 bias with the input x weight scale).
     bias_input: int | None = None
-    # Its output is decided by how its float inputs compare (an index, an order, a selection): a rounding that
-    # swaps two near-equal values changes the answer whole, so an FP16 plan keeps what it reads exact.
+    # Its output is decided by how its float inputs compare (an index, an order, a selection; a float view's
+    # quantization simulator, rounding to its grid): a rounding that swaps two near-equal values, or moves one
+    # across a grid point's edge, changes the answer whole, so an FP16 plan keeps what it reads exact.
     ranks: bool = False
     # Its integer kernel rounds a mean of the stored integers (zero point included) half away from zero
     # (TFLite's int8 / uint8 AVERAGE_POOL_2D), not the rescaled value half to even: its float view's
@@ -56,7 +57,8 @@ _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE GATHER GATHER_ND SLICE STRIDED_SLICE
      "ZEROS_LIKE SELECT SELECT_V2 CONCATENATION", quant_transparent=True, keeps_quant_grid=True)
 _add("MAX_POOL_2D", keeps_quant_grid=True)
 _add("AVERAGE_POOL_2D", rounds_raw_mean=True)
-_add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess", ranks=True)
+_add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess QUANT_SIM",
+     ranks=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM", fusable="unary")

@@ -233,6 +233,19 @@ class _Calibration:
                    default=0.0)
 
 
+def _answer_moved(cal: _Calibration, sims: list[list], op, errors: dict[int, float]) -> bool:
+    """Whether a ranking op's answer changed under the simulated rounding: an index output that differs, or
+    for a quantization simulator a value that moved to another grid point (its stored half differs from the
+    grid point by far less than half a step)."""
+    if op.name == SIM:
+        if "scale" not in op.options:
+            return False
+        half_step = 0.5 * float(op.options["scale"])
+        return any(float(np.abs(np.asarray(s[t], np.float64) - r[t]).max(initial=0.0)) > half_step
+                   for t in op.outputs if t >= 0 for s, r in zip(sims, cal.refs))
+    return any(errors[t] > 0 for t in _answer(cal.sg, op))
+
+
 def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float,
                      floors: dict[int, float] | None = None) -> PrecisionChoice:
     """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring).
@@ -268,7 +281,7 @@ def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], bu
             return PrecisionChoice(fp32, error)
         errors = {t: cal.error(sims, [t]) for t in range(len(sg.tensors))}
         ranked = [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
-                  and any(errors[t] > 0 for t in _answer(sg, op))]
+                  and _answer_moved(cal, sims, op, errors)]
         for op in ranked:  # 3. a near-tie the rounding swapped: what it compares is computed exactly
             why = f"read by {op.name} (node {op.index}), whose answer FP16 rounding of near-equal values changes"
             fp32[op.index] = "its answer FP16 rounding of near-equal values changes"
