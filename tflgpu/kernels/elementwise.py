@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..ops.layout import Layout
@@ -51,13 +53,20 @@ def unary(ctx: GenContext) -> list[KernelSpec]:
 
 
 def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
-    """A binary operand: a device tensor, or a constant uploaded in slice layout."""
+    """A binary operand: a device tensor, or a constant uploaded in slice layout. An operand of lower rank than
+    the output broadcasts as numpy (and TFLite) does, its dims aligned to the output's last ones: its layout
+    is that of its shape with 1s prepended to the output's rank (rank 3 maps to BHWC as B, W, C, so (3, 1, 2)
+    against a rank-4 output is H=3, not B=3)."""
     t = ctx.input_tensor(i)
     require_float(ctx, t, allow_bool=ctx.op.name.startswith("LOGICAL_"))
-    lay = ctx.layout(t)
+    rank = len(ctx.output_tensor().shape)
+    shape = (1,) * (rank - len(t.shape)) + tuple(t.shape)
+    lay = ctx.layout(replace(t, shape=shape))
     c = ctx.const(i)
     if c is not None:
-        return Arg("const", to_slices(np.asarray(c, np.float32), lay, np.float32)), lay, []
+        return Arg("const", to_slices(np.asarray(c, np.float32).reshape(shape), lay, np.float32)), lay, []
+    if lay.dims != ctx.layout(t).dims:  # (stored in its own rank's layout: another order of the same values)
+        raise Unsupported(f"broadcast of a rank-{len(t.shape)} tensor {list(t.shape)} against rank {rank}")
     return Arg("tensor", ctx.op.inputs[i]), lay, [ctx.op.inputs[i]]
 
 
