@@ -9,10 +9,10 @@ Weights are re-laid out once, in the factory, never per invoke.
 from __future__ import annotations
 
 import numpy as np
-from ..ops.jit import njit, prange
 
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.custom_options import transpose_conv_params
+from ..ops.jit import njit, prange
 from .elementwise import dequant_params
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 

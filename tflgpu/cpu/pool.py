@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from ..ops.jit import njit, prange
 
 from ..ops.attributes import activation_bounds, conv_padding
 from ..ops.custom_options import pool_params
+from ..ops.jit import njit, prange
 from .registry import KernelError, OpContext, check_geometry, register
 
 AVG, MAX, L2 = 0, 1, 2

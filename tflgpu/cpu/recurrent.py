@@ -8,8 +8,8 @@ back into them, so it carries over to the next invoke, as in LiteRT.
 from __future__ import annotations
 
 import numpy as np
-from ..ops.jit import njit
 
+from ..ops.jit import njit
 from .conv import _float_weights
 from .registry import KernelError, OpContext, register
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ..ops.jit import njit, prange
 
 from ..ops.attributes import resize_scale
+from ..ops.jit import njit, prange
 from .registry import KernelError, OpContext, check_size_at_prepare, fits, register, static_shape
 
 

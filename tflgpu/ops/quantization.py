@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from .jit import njit, prange
 
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
