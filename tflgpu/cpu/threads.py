@@ -10,7 +10,6 @@ numba gets the cores; outside an invoke the user's settings are untouched.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 
 from threadpoolctl import ThreadpoolController
@@ -25,11 +24,7 @@ def cpu_threads(num_threads: int | None) -> Iterator[None]:
     global _controller
     if _controller is None:
         _controller = ThreadpoolController()  # after numpy is loaded, so it sees its BLAS
-    numba = sys.modules.get("numba") if jit.loaded() else None  # (imported when a numba kernel first runs)
     if num_threads is not None:
-        if numba is not None:
-            numba.set_num_threads(max(1, min(num_threads, numba.config.NUMBA_NUM_THREADS)))
-        else:
-            jit.pending_threads = num_threads
+        jit.set_num_threads(num_threads)  # (numba is imported when a numba kernel first runs)
     with _controller.limit(limits=1, user_api="blas"):
         yield

@@ -15,8 +15,7 @@ import threading
 from typing import Any
 
 _RECORDED: list[LazyJit] = []
-# the thread count an invoke asked for before numba was imported (cpu.threads), applied when it is
-pending_threads: int | None = None
+_THREADS: list[int] = []  # the thread count asked for before numba was imported, applied when it is
 _LOCK = threading.Lock()
 _READY = False
 
@@ -93,13 +92,16 @@ def materialize() -> None:
                        if n.startswith("tflgpu.") and m is not None})
         for namespace in spaces.values():
             _patch(namespace)
-        if pending_threads is not None:
-            import numba
-
-            numba.set_num_threads(max(1, min(pending_threads, numba.config.NUMBA_NUM_THREADS)))
         _READY = True
+    if _THREADS:
+        set_num_threads(_THREADS[-1])
 
 
-def loaded() -> bool:
-    """Whether numba has been imported for the kernels (by a first call)."""
-    return _READY
+def set_num_threads(n: int) -> None:
+    """numba's thread count for the kernels (clamped to its pool): now if numba is imported, else when it is."""
+    if not _READY:
+        _THREADS[:] = [n]
+        return
+    import numba
+
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))

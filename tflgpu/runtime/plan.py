@@ -26,15 +26,16 @@ def _arrays(x):
         yield np.ascontiguousarray(x)
 
 
-def _precision_key(options: PlanRequest) -> tuple[float, str]:
-    """(error budget, fingerprint of the caller's calibration inputs or "") of an FP16 plan."""
+def _precision_key(options: PlanRequest) -> dict:
+    """An FP16 plan's PlanConfig fields of its precision choice: the error budget, and a fingerprint of the
+    caller's calibration inputs (left "" for the default ones)."""
     if options.calibration_inputs is None:
-        return options.fp16_error_budget, ""
+        return {"fp16_error_budget": options.fp16_error_budget}
     h = xxhash.xxh64()
     for a in _arrays(options.calibration_inputs):
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
-    return options.fp16_error_budget, h.hexdigest()
+    return {"fp16_error_budget": options.fp16_error_budget, "calibration": h.hexdigest()}
 
 
 def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None,
@@ -71,7 +72,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
         clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
         graph = transform_graph(runner, quantized_models_allowed)
         config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, graph.runner.sg.index,
-                            quantized_models_allowed, *(_precision_key(options) if fp16 else ()))
+                            quantized_models_allowed, **(_precision_key(options) if fp16 else {}))
         cache = PlanCache(options.store, token, config.key(), model_name) if cacheable else None
         try:
             return GpuPlan(graph.runner, device, config, profile=options.profile, input_shapes=input_shapes,

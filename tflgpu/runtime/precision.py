@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..cpu.executor import NON_NUMERIC, SubgraphRunner, run_cpu_op
+from ..cpu.executor import SubgraphRunner
 from ..graph.float_view import SIM
 from ..graph.precision import STORAGE_CAST, PrecisionChoice, insert_casts, stored_fp16
 from ..model.ir import Subgraph
@@ -55,32 +55,30 @@ def _half(x):
     return x
 
 
-def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozenset[int] | None = None,
+def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozenset[int] = frozenset(),
          half_tensors: frozenset[int] = frozenset(), half_consts: dict | None = None) -> list:
-    """Every tensor's value. ``half_ops``: ops simulated with FP16 storage (None: an FP32 run): each reads its
-    inputs (constants too) rounded to half; ``half_tensors``: tensors stored as half, rounded when made (an
-    FP32 op reading one reads the rounded value, as through its storage cast). ``half_consts``: the constants
-    rounded once, by tensor index."""
-    sg = runner.sg
+    """Every tensor's value. ``half_ops``: ops simulated with FP16 storage (none: an FP32 run): each reads its
+    inputs (constants too: ``half_consts``, rounded once) rounded to half; ``half_tensors``: tensors stored as
+    half, rounded when made (an FP32 op reading one reads the rounded value, as through its storage cast)."""
+    sg, half_consts = runner.sg, half_consts or {}
     values: list = [None] * len(sg.tensors)
     for i, v in runner.consts.items():
         values[i] = v
     for i, v in runner.variables.items():
-        values[i] = _half(np.array(v, copy=True)) if i in half_tensors else np.array(v, copy=True)
+        values[i] = np.array(v, copy=True)  # (a stateful op must not move the caller's state)
     for i, v in zip(sg.inputs, inputs):
-        values[i] = _half(v) if i in half_tensors else v
+        values[i] = v
+    for i in half_tensors & {*runner.variables, *sg.inputs}:
+        values[i] = _half(values[i])
     with np.errstate(all="ignore"):
         for op, fn in runner.steps:
-            half = half_ops is not None and op.index in half_ops
-            ins = [None if i < 0 else values[i] if not half else half_consts[i] if half_consts and i in half_consts
-                   else _half(values[i]) for i in op.inputs]
-            for t, out in zip(op.outputs, run_cpu_op(op, fn, ins)):
+            view = values
+            if op.index in half_ops:  # (its own copy of the inputs, rounded; its outputs come back below)
+                view = {i: half_consts[i] if i in half_consts else _half(values[i]) for i in op.inputs if i >= 0}
+            runner.run_op(op, fn, view)
+            for t in op.outputs:
                 if t >= 0:
-                    out = np.asarray(out)
-                    want = sg.tensors[t].dtype
-                    if out.dtype != want and sg.tensors[t].type_name not in NON_NUMERIC:
-                        out = out.astype(want)
-                    values[t] = _half(out) if t in half_tensors else out
+                    values[t] = _half(view[t]) if t in half_tensors else view[t]
     return values
 
 
@@ -129,8 +127,8 @@ def check_calibration(samples, sg: Subgraph, shapes: Sequence[tuple], quant_in: 
     """The caller's ``GpuDelegate(calibration_inputs=...)`` as samples of this plan's inputs: a list of samples,
     each a list of arrays in input order (a single array where the model has one input); a quantized input's
     arrays are the model's integers. A ValueError names what does not fit."""
-    if isinstance(samples, np.ndarray) or (samples and isinstance(samples[0], np.ndarray) and len(sg.inputs) == 1):
-        samples = [samples] if isinstance(samples, np.ndarray) else [[s] for s in samples]
+    if isinstance(samples, np.ndarray):  # (one sample of a one-input model)
+        samples = [samples]
     out = []
     for k, sample in enumerate(samples):
         sample = [sample] if isinstance(sample, np.ndarray) else list(sample)
@@ -168,7 +166,7 @@ def _stateful(runner: SubgraphRunner, op) -> bool:
 
 def _candidates(runner: SubgraphRunner) -> list:
     """Ops whose storage the choice weighs: those with float outputs and no state. The others (an index, a
-    mask) follow what they read: FP32 where any of their inputs is (``_follow``)."""
+    mask) follow what they read: FP32 where any of their inputs is (``_Calibration.follow``)."""
     sg = runner.sg
     return [op for op, _ in runner.steps
             if any(t >= 0 and sg.tensors[t].dtype == np.float32 for t in op.outputs) and not _stateful(runner, op)]
@@ -279,7 +277,7 @@ def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], bu
         error = cal.error(sims)
         if error <= budget:
             return PrecisionChoice(fp32, error)
-        errors = {t: cal.error(sims, [t]) for t in range(len(sg.tensors))}
+        errors = {t: cal.error(sims, [t]) for t in range(len(sg.tensors)) if t not in runner.consts}
         ranked = [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
                   and _answer_moved(cal, sims, op, errors)]
         for op in ranked:  # 3. a near-tie the rounding swapped: what it compares is computed exactly

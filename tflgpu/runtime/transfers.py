@@ -83,14 +83,14 @@ class DeviceTensors:
                                  if t in producer and steps[producer[t]].device == "gpu"]
         for t in self.state_tensors:
             self.half.setdefault(t, fp16)
-        sizes = {t: self._layout(t).elements * (2 if self.half.get(t, fp16) else 4) for t in on_gpu}
+        sizes = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu}
         # the share of intermediate values (device tensors but the graph's inputs and outputs, and the copies
         # storage casts make) stored as half: 1.0 in an FP16 plan that keeps no op in FP32
         copies = {t for s in steps if s.device == "gpu" for spec in s.specs if spec.input_fp16 is not None
                   for t in spec.outputs}
         elements = {t: self._layout(t).elements for t in on_gpu
                     if t not in graph_in and t not in graph_out and t not in copies}
-        self.fp16_share = (sum(n for t, n in elements.items() if self.half.get(t, fp16)) / sum(elements.values())
+        self.fp16_share = (sum(n for t, n in elements.items() if self.half[t]) / sum(elements.values())
                            if elements else float(fp16))
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
         self.planned_bytes = sum(buf_sizes)
@@ -140,7 +140,7 @@ class DeviceTensors:
         self.bound: set[int] = set()
         if not crossing:
             return
-        sources = [boundary_kernels(f"io_{t}", self._layout(t)) if self.half.get(t, self.fp16) == self.fp16
+        sources = [boundary_kernels(f"io_{t}", self._layout(t)) if self.half[t] == self.fp16
                    else fp32_region(boundary_kernels(f"io_{t}", self._layout(t))) for t in sorted(crossing)]
         prog = build(sources)
         for t in sorted(crossing):
