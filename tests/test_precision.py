@@ -177,6 +177,32 @@ def test_a_quantized_models_output_step_is_not_an_error(fp16_device):
     assert np.abs(got[0] - want[0]).max() <= 1 / 256 + 1e-6
 
 
+@pytest.mark.parametrize("seed,ops", [(600022, 1), (600022, 4), (803237, 4), (804667, 6), (900427, 4), (22, None)])
+def test_the_simulation_rounds_what_the_device_rounds(fp16_device, seed, ops, monkeypatch):
+    """The choice is only as good as its simulation of the FP16 plan. On int8 chains (a float view: every conv
+    ends in a quantization simulator, which turns any difference in rounding into whole steps), the plan forced
+    all-FP16 gives exactly the simulation's output on the device. It was up to 10 steps off: the CPU kernels keep
+    the weights they were made with (the simulation rounded only what it passed them), and the simulation
+    rounded a conv's sum to half before its simulator, which the device applies to the float32 sum."""
+    from tflgpu.graph.precision import PrecisionChoice
+
+    from .randmodels import model_for
+
+    m, sim = model_for(seed, ops), {}
+
+    def all_fp16(runner, samples, budget, floors=None, shaped=None):
+        cal = runtime_precision._Calibration(runner, samples, floors or {}, shaped)
+        sim["out"] = cal.simulate({})[0][runner.sg.outputs[0]]
+        return PrecisionChoice({}, 0.0)
+
+    monkeypatch.setattr("tflgpu.runtime.executor.choose_precision", all_fp16)
+    it = Interpreter(model_content=m.data, delegate=GpuDelegate(precision_loss_allowed=True, cache=False,
+                                                                tuning="none", calibration_inputs=[m.inputs]))
+    assert it.gpu_plan.io.fp16_share == 1.0 and it.gpu_plan.cpu_op_count == 0
+    (got,) = run_model(lambda **kw: it, m.data, m.inputs)
+    np.testing.assert_array_equal(got, sim["out"])
+
+
 def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monkeypatch):
     data, x, _ = fragile
     first = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",

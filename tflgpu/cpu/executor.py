@@ -74,27 +74,11 @@ class SubgraphRunner:
         self.steps: list[tuple[Operator, Callable]] = []
 
     def build(self) -> None:
-        from .quantized import hybrid_factory, is_hybrid_op, is_quantized_op, quantized_factory
-
         for op in self.sg.operators:
             found = problems(op, self.sg)  # (first: the lookups below read the node's tensors)
             if found:
                 raise PrepareError(op, "; ".join(found), self.sg.index)
-            ctx = OpContext(op, self.sg, self.runtime, self.consts)
-            quantized = is_quantized_op(op, self.sg)
-            if quantized:
-                factory = quantized_factory(ctx)
-            elif is_hybrid_op(op, self.sg):
-                factory = hybrid_factory
-            else:
-                factory = registry.factory_for(op.name)
-            if factory is None:
-                raise unsupported_error(op, self.sg.index, quantized)
-            try:
-                fn = factory(ctx)
-            except Exception as e:  # a model whose shapes/options the kernel cannot take
-                why = str(e) if isinstance(e, (ValueError, KernelError)) else f"{type(e).__name__}: {e}"
-                raise PrepareError(op, why, self.sg.index) from e
+            fn = self._kernel(op)
             if self._foldable(op):
                 try:
                     outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
@@ -106,6 +90,35 @@ class SubgraphRunner:
                         self.consts[t_idx] = self._coerce(t_idx, out)
                 continue
             self.steps.append((op, fn))
+
+    def _kernel(self, op: Operator) -> Callable:
+        """The CPU kernel of ``op``, made from this runner's constants (a kernel keeps the constants it reads,
+        laid out for its loops)."""
+        from .quantized import hybrid_factory, is_hybrid_op, is_quantized_op, quantized_factory
+
+        ctx = OpContext(op, self.sg, self.runtime, self.consts)
+        quantized = is_quantized_op(op, self.sg)
+        if quantized:
+            factory = quantized_factory(ctx)
+        elif is_hybrid_op(op, self.sg):
+            factory = hybrid_factory
+        else:
+            factory = registry.factory_for(op.name)
+        if factory is None:
+            raise unsupported_error(op, self.sg.index, quantized)
+        try:
+            return factory(ctx)
+        except Exception as e:  # a model whose shapes/options the kernel cannot take
+            why = str(e) if isinstance(e, (ValueError, KernelError)) else f"{type(e).__name__}: {e}"
+            raise PrepareError(op, why, self.sg.index) from e
+
+    def with_constants(self, consts: dict[int, np.ndarray]) -> SubgraphRunner:
+        """A runner over the same graph and state whose kernels are made from ``consts`` instead (each of this
+        runner's constants, changed: e.g. rounded to half as an FP16 plan stores them)."""
+        runner = copy.copy(self)
+        runner.consts = consts
+        runner.steps = [(op, runner._kernel(op)) for op, _ in self.steps]
+        return runner
 
     def derived(self, sg: Subgraph, steps: list[tuple[Operator, Callable]]) -> SubgraphRunner:
         """A runner over ``sg`` (this graph with ops added or rewired, e.g. a plan's storage casts) running

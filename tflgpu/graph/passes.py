@@ -177,6 +177,13 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     return out, fused
 
 
+def register_tensors(sg, consts: dict, ops) -> frozenset[int]:
+    """The tensors ``fuse_elementwise`` keeps in a kernel's registers (never stored) were every op of ``ops``
+    on the device: a fused chain's intermediate values."""
+    steps, _ = fuse_elementwise([PassStep(op, [(op, None)]) for op in ops], sg, consts)
+    return frozenset(t for s in steps if s.epilogue for op, _ in s.members[:-1] for t in op.outputs if t >= 0)
+
+
 def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
     kind = traits(op.name).fusable
     if kind == "unary" and op.inputs[:1] == (t,):

@@ -147,7 +147,7 @@ class GpuPlan:
                            if calibration is not None else
                            default_calibration(self.sg, self.input_shapes, self.quant_in))
                 self.precision = choose_precision(runner, samples, config.fp16_error_budget,
-                                                  output_steps(runner.sg, self.quant_out))
+                                                  output_steps(runner.sg, self.quant_out), self.sg)
             runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
             self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")

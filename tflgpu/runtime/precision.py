@@ -4,8 +4,9 @@ FP16 storage rounds every stored value to 11 significant bits. Most graphs lose 
 that way; some lose everything: a value past FP16's range (65,504) becomes inf, and an op that subtracts
 near-equal values, or exponentiates large ones, turns the rounding of its inputs into an error as large as its
 output. The choice is made on the CPU kernels, which simulate the FP16 plan exactly where it matters: each op
-the plan stores in half gets its inputs (constants included, as the device uploads them) and its outputs
-rounded to half, its math in float32, as the device kernels do.
+the plan stores in half gets its inputs and its outputs rounded to half, its math in float32, as the device
+kernels do, and runs as a kernel made from the constants rounded to half (a kernel keeps the weights it reads:
+rounding what it is passed would leave them exact).
 
 1. By range: an op whose output holds a value past ``RANGE_LIMIT`` on the calibration inputs stores in FP32, and
    so do the ops that read it.
@@ -20,8 +21,8 @@ rounded to half, its math in float32, as the device kernels do.
    of any early layer), whole parts of the graph: see ``_by_parts``. Where not even one part fits, every op
    stores in FP32.
 
-The simulation does not see fused kernels, which keep a fused op's input in a float register instead of
-storing it: it errs on the safe side there.
+A fused chain (an elementwise op in a conv's epilogue, graph.passes) keeps its intermediate values in float
+registers; the simulation does the same, so that a quantization simulator rounds what the device rounds.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 
 from ..cpu.executor import SubgraphRunner
 from ..graph.float_view import SIM
+from ..graph.passes import register_tensors
 from ..graph.precision import STORAGE_CAST, PrecisionChoice, insert_casts, stored_fp16
 from ..model.ir import Subgraph
 from ..ops.quantization import QParams, dequantize_values
@@ -56,11 +58,14 @@ def _half(x):
 
 
 def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozenset[int] = frozenset(),
-         half_tensors: frozenset[int] = frozenset(), half_consts: dict | None = None) -> list:
-    """Every tensor's value. ``half_ops``: ops simulated with FP16 storage (none: an FP32 run): each reads its
-    inputs (constants too: ``half_consts``, rounded once) rounded to half; ``half_tensors``: tensors stored as
-    half, rounded when made (an FP32 op reading one reads the rounded value, as through its storage cast)."""
-    sg, half_consts = runner.sg, half_consts or {}
+         half_tensors: frozenset[int] = frozenset(), half: SubgraphRunner | None = None,
+         registers: frozenset[int] = frozenset()) -> list:
+    """Every tensor's value. ``half_ops``: ops simulated with FP16 storage (none: an FP32 run): each runs as
+    ``half``'s kernel (made from the constants rounded to half, as the device uploads them) and reads its inputs
+    rounded to half, except ``registers`` (a fused chain's intermediate value, which the kernel keeps in float);
+    ``half_tensors``: tensors stored as half, rounded when made (an FP32 op reading one reads the rounded value,
+    as through its storage cast)."""
+    sg = runner.sg
     values: list = [None] * len(sg.tensors)
     for i, v in runner.consts.items():
         values[i] = v
@@ -70,11 +75,14 @@ def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozens
         values[i] = v
     for i in half_tensors & {*runner.variables, *sg.inputs}:
         values[i] = _half(values[i])
+    half_kernels = {op.index: fn for op, fn in half.steps} if half is not None else {}
     with np.errstate(all="ignore"):
         for op, fn in runner.steps:
             view = values
             if op.index in half_ops:  # (its own copy of the inputs, rounded; its outputs come back below)
-                view = {i: half_consts[i] if i in half_consts else _half(values[i]) for i in op.inputs if i >= 0}
+                fn = half_kernels[op.index]
+                view = {i: half.consts[i] if i in half.consts else values[i] if i in registers else _half(values[i])
+                        for i in op.inputs if i >= 0}
             runner.run_op(op, fn, view)
             for t in op.outputs:
                 if t >= 0:
@@ -183,13 +191,18 @@ def _answer(sg: Subgraph, op) -> list[int]:
 class _Calibration:
     """The FP32 run of the calibration samples, and FP16 simulations of choices against it."""
 
-    def __init__(self, runner: SubgraphRunner, samples: list[list[np.ndarray]], floors: dict[int, float]):
+    def __init__(self, runner: SubgraphRunner, samples: list[list[np.ndarray]], floors: dict[int, float],
+                 shaped: Subgraph | None = None):
         self.runner, self.samples, self.sg, self.floors = runner, samples, runner.sg, floors
+        # a fused chain keeps its intermediate values in float registers: a quantization simulator fused into a
+        # conv rounds the conv's float32 sum, not its half (one more rounding moves other values across a
+        # step's edge than the device does)
+        self.registers = register_tensors(shaped or runner.sg, runner.consts, [op for op, _ in runner.steps])
         try:
             self.refs = [_run(runner, x) for x in samples]
         finally:
             runner.reset_variables()
-        self.half_consts = {i: _half(v) for i, v in runner.consts.items()}
+        self.half = runner.with_constants({i: _half(v) for i, v in runner.consts.items()})
         self.candidates = _candidates(runner)
         self.movable = {op.index for op in self.candidates}
         self.producer = {t: op for op, _ in runner.steps for t in op.outputs if t >= 0}
@@ -213,9 +226,13 @@ class _Calibration:
     def simulate(self, fp32: dict[int, str]) -> list[list]:
         """Every tensor's value on each sample under this choice (``follow``ed)."""
         half_ops = frozenset(op.index for op, _ in self.runner.steps if op.index not in fp32)
-        half_tensors = frozenset(t for t, h in stored_fp16(self.sg, fp32).items() if h and t not in self.runner.consts)
+        # (a chain fuses where its ops share a precision: a storage cast between them is stored)
+        registers = frozenset(t for t in self.registers if self.producer[t].index in half_ops
+                              and all(r.index in half_ops for r in self.readers.get(t, ())))
+        half_tensors = frozenset(t for t, h in stored_fp16(self.sg, fp32).items()
+                                 if h and t not in self.runner.consts and t not in registers)
         try:
-            return [_run(self.runner, x, half_ops, half_tensors, self.half_consts) for x in self.samples]
+            return [_run(self.runner, x, half_ops, half_tensors, self.half, registers) for x in self.samples]
         finally:
             self.runner.reset_variables()
 
@@ -245,11 +262,12 @@ def _answer_moved(cal: _Calibration, sims: list[list], op, errors: dict[int, flo
 
 
 def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float,
-                     floors: dict[int, float] | None = None) -> PrecisionChoice:
+                     floors: dict[int, float] | None = None, shaped: Subgraph | None = None) -> PrecisionChoice:
     """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring).
     ``floors``: an output error that counts as none, by tensor (a quantized model's output step: its float
-    view's simulators move an output by one step wherever a value lies on a rounding edge, at FP32 too)."""
-    cal = _Calibration(runner, samples, floors or {})
+    view's simulators move an output by one step wherever a value lies on a rounding edge, at FP32 too).
+    ``shaped``: ``runner.sg`` with every tensor's shape for these inputs (which elementwise ops fuse)."""
+    cal = _Calibration(runner, samples, floors or {}, shaped)
     sg, movable, producer = cal.sg, cal.movable, cal.producer
     fp32: dict[int, str] = {}
     for op in cal.candidates:  # 1. by range: it, and what reads it (through a cast to half: inf), in FP32
