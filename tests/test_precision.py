@@ -270,6 +270,23 @@ def test_insert_casts_one_copy_per_tensor_and_precision():
     assert insert_casts(sg, set(), constants=set()).sg is sg
 
 
+def test_an_integer_tensor_gets_no_storage_cast():
+    """An index (ARG_MAX's output) lives on the host in its own type: an FP32 ARG_MAX read by an FP16 CAST needs
+    no copy (there was one, a CPU step of its own); the CAST's float output, read by an FP32 op, does."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 4))
+    i = b.tensor("i", (1, 4, 4), np.int32)
+    b.op("ARG_MAX", [x, b.const("axis", np.array([3], np.int32))], [i], output_type=2)
+    f, g = b.tensor("f", (1, 4, 4)), b.tensor("g", (1, 4, 4))
+    b.op("CAST", [i], [f])
+    b.op("RELU", [f], [g])
+    b.output(g)
+    sg = read_model(b.build()).subgraphs[0]
+    cg = insert_casts(sg, {0, 2}, constants={1})
+    assert [(op.name, sg.tensors[op.inputs[0]].name) for op in cg.sg.operators if op.name == STORAGE_CAST] \
+        == [(STORAGE_CAST, "f")]
+
+
 def test_inspect_precision_lists_what_stays_fp32(fp16_device, tmp_path, capsys):
     from tflgpu.cli import main
 

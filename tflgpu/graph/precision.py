@@ -78,8 +78,8 @@ def insert_casts(sg: Subgraph, fp32_ops: Collection[int], constants: Collection[
         want = op.index not in fp32_ops
         inputs = list(op.inputs)
         for k, t in enumerate(inputs):
-            if t < 0 or t in constants or half[t] == want:
-                continue
+            if t < 0 or t in constants or half[t] == want or sg.tensors[t].dtype.kind in "iu":
+                continue  # (an integer tensor lives on the host, in its own type: an index, a shape)
             key = (t, want)
             if key not in copies:
                 src = tensors[t]
