@@ -276,13 +276,14 @@ def test_an_integer_tensor_gets_no_storage_cast():
     b = ModelBuilder()
     x = b.input("x", (1, 4, 4, 4))
     i = b.tensor("i", (1, 4, 4), np.int32)
-    b.op("ARG_MAX", [x, b.const("axis", np.array([3], np.int32))], [i], output_type=2)
+    axis = b.const("axis", np.array([3], np.int32))
+    b.op("ARG_MAX", [x, axis], [i], output_type=2)
     f, g = b.tensor("f", (1, 4, 4)), b.tensor("g", (1, 4, 4))
     b.op("CAST", [i], [f])
     b.op("RELU", [f], [g])
     b.output(g)
     sg = read_model(b.build()).subgraphs[0]
-    cg = insert_casts(sg, {0, 2}, constants={1})
+    cg = insert_casts(sg, {0, 2}, constants={axis})
     assert [(op.name, sg.tensors[op.inputs[0]].name) for op in cg.sg.operators if op.name == STORAGE_CAST] \
         == [(STORAGE_CAST, "f")]
 
