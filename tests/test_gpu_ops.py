@@ -57,7 +57,8 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
                                "wide": wide}})
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "wide": wide,
-                           "const_weights": False, "winograd": False, "local_size": None}
+                           "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
+                           "k_chunk": 8}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -505,6 +506,33 @@ def test_inference_priorities_map_to_precision():
         G(inference_priority1="FASTEST")
     with pytest.raises(ValueError):
         G(max_delegated_partitions=0)
+
+
+@pytest.mark.parametrize("shape,cout,tile", [
+    ((1, 9, 11, 24), 40, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4}),  # 99 px: a ragged group
+    ((2, 7, 6, 5), 6, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8}),  # 2 images, 2 in slices of 8
+    ((1, 14, 14, 64), 30, {"group_tile": (32, 2), "tile_x": 4, "tile_s": 4, "k_chunk": 4}),
+    ((1, 4, 4, 128), 64, {"group_tile": (64, 1), "tile_x": 1, "tile_s": 8, "k_chunk": 8}),  # more px than the image
+])
+def test_conv_group_tile_variant(gpu, rng, shape, cout, tile):
+    """The pointwise conv as a GEMM with local-memory tiles (a work-group stages input and weight tiles; the GPU
+    way) computes the same conv, with its fused activation, where the group overhangs the pixels, the input
+    slices and the output channels."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, 1, 1, shape[3])), rand(rng, (cout,))],
+                            padding="VALID", stride_w=1, stride_h=1, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+                   params={0: {**tile, "wide": False, "vec_hint": "float4"}})
+    (spec,) = plan.steps[0].specs
+    assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
+    assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
 @pytest.mark.parametrize("shape,cout,pad", [((1, 9, 11, 8), 8, "SAME"), ((2, 7, 6, 5), 6, "VALID"),

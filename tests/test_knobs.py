@@ -10,8 +10,10 @@ from tflgpu.kernels.knobs import InvalidKnobs
 CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_bytes=32 * 16 * 9 * 4)
 CONV_1X1_BIG = ConvShape(1, 1, 1, 1, 1, 1, sin=64, sout=64, row=49, pixels=49, w_bytes=256 * 256 * 4)
 CONV_STEM = ConvShape(3, 3, 2, 2, 1, 1, sin=1, sout=3, row=112, pixels=112 * 112, w_bytes=12 * 27 * 4)
+CONV_1X1 = ConvShape(1, 1, 1, 1, 1, 1, sin=8, sout=8, row=196, pixels=196, w_bytes=32 * 32 * 4, pointwise=True)
 
-FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (DepthwiseKnobs, 14),
+FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (ConvKnobs, CONV_1X1),
+            (DepthwiseKnobs, 14),
             (DepthwiseKnobs, 2), (FullyConnectedKnobs, 250), (FullyConnectedKnobs, 1), (TransposeConvKnobs, 8)]
 
 
@@ -58,6 +60,26 @@ def test_shape_dependent_validity():
     assert "winograd" not in ConvKnobs.space(CONV_1X1_BIG) and "const_weights" not in ConvKnobs.space(CONV_1X1_BIG)
     with pytest.raises(InvalidKnobs, match="even tile_s"):
         FullyConnectedKnobs.resolve(250, {"tile_s": 1})  # the default's wide accumulators stay asked for
+
+
+def test_group_tiles_only_where_they_apply():
+    """The local-memory group tile: pointwise convs only, its own work-group and layout, within the local memory
+    and work-group size every OpenCL 1.2 device offers; the tuner's space has it only for pointwise convs."""
+    knobs = ConvKnobs.resolve(CONV_1X1, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "wide": False,
+                                         "vec_hint": "float4"})
+    assert knobs.local_bytes() == 16 * 8 * (16 * 2 + 4 * 4 * 2)
+    assert "group_tile" in ConvKnobs.space(CONV_1X1) and "group_tile" not in ConvKnobs.space(CONV_3X3)
+    plain = {"wide": False, "vec_hint": "float4"}
+    for shape, params, why in [
+        (CONV_3X3, {"group_tile": (16, 4), **plain}, "needs a pointwise conv"),
+        (CONV_1X1, {"group_tile": (16, 4), "wide": True, "tile_s": 2}, "not with"),
+        (CONV_1X1, {"group_tile": (16, 4), "local_size": (16, 1, 1), **plain}, "not with"),
+        (CONV_1X1, {"group_tile": (32, 16), **plain}, "512 work-items is over 256"),
+        (CONV_1X1, {"group_tile": (64, 4), "tile_x": 8, "k_chunk": 16, **plain}, "bytes of local memory"),
+        (CONV_1X1, {"group_tile": (16,), **plain}, "2 positive ints"),
+    ]:
+        with pytest.raises(InvalidKnobs, match=why):
+            ConvKnobs.resolve(shape, params)
 
 
 def test_defaults_follow_the_measured_heuristic():

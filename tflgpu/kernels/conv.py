@@ -89,8 +89,14 @@ CONV_SPACE = {
     "const_weights": [False, True],  # weights in __constant memory (small filters only)
     "winograd": [False, True],  # F(4x4, 3x3): 3x3, stride 1, undilated only
     "local_size": [None, (8, 1, 1), (16, 1, 1), (32, 1, 1), (8, 4, 1), (16, 2, 1)],
+    # a work-group of (pixels, output slices) work-items staging input and weight tiles in local memory
+    # (pointwise convs only: the GPU way to a GEMM), with the input slices it stages per step
+    "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
+    "k_chunk": [4, 8, 16],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
+LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage (OpenCL 1.2 guarantees 32 KB per group)
+MAX_GROUP = 256  # work-items per group tile (the smallest common CL_DEVICE_MAX_WORK_GROUP_SIZE)
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ class ConvShape:
     row: int  # output pixels along the kernel's dim 0 (a whole image for a 1x1/s1 unpadded conv)
     pixels: int  # output pixels per image
     w_bytes: int  # the filter's size in the storage precision
+    pointwise: bool = False  # 1x1, stride 1, unpadded: a GEMM over the image's pixels
 
     @property
     def winograd_ok(self) -> bool:
@@ -126,6 +133,11 @@ class ConvKnobs(Knobs):
     const_weights: bool = False  # weights in __constant memory (filters up to CONST_WEIGHT_BYTES)
     winograd: bool = False  # F(4x4, 3x3) instead of the direct kernel (3x3/s1 undilated; the other knobs unused)
     local_size: tuple | None = None
+    # (LX, LS): a work-group of LX x LS work-items, each tile_x pixels (LX apart: neighbours read neighbours) by
+    # tile_s output slices, stages k_chunk input slices of its pixels and its slices' weights in local memory
+    # per step (pointwise convs only)
+    group_tile: tuple | None = None
+    k_chunk: int = 8
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -157,7 +169,19 @@ class ConvKnobs(Knobs):
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
+        if not shape.pointwise:
+            del space["group_tile"], space["k_chunk"]
+        else:
+            space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.sin]
         return space
+
+    def local_bytes(self) -> int:
+        """The local memory a group tile stages: k_chunk input slices of its pixels, and of its output slices'
+        weights (float4 each)."""
+        if self.group_tile is None:
+            return 0
+        lx, ls = self.group_tile
+        return 16 * self.k_chunk * (lx * self.tile_x + 4 * ls * self.tile_s)
 
     def problems(self, shape: ConvShape) -> list[str]:
         bad = positive_int("tile_x", self.tile_x) + positive_int("tile_s", self.tile_s)
@@ -173,6 +197,21 @@ class ConvKnobs(Knobs):
                        f"this one has {shape.w_bytes}")
         if self.winograd and not shape.winograd_ok:
             bad.append("Winograd needs a 3x3, stride 1, undilated conv")
+        bad += positive_int("k_chunk", self.k_chunk)
+        if self.group_tile is not None:
+            if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
+                    and not any(positive_int("", v) for v in self.group_tile)):
+                return bad + [f"group_tile={self.group_tile!r} is not None or 2 positive ints"]
+            if not shape.pointwise:
+                bad.append("a group tile needs a pointwise conv (1x1, stride 1, unpadded)")
+            others = [n for n in ("wide", "strided", "const_weights", "winograd") if getattr(self, n)]
+            if others or self.local_size is not None or self.vec_hint == "float8":
+                bad.append(f"a group tile sets its own work-group and layout: not with {others or ['local_size']}")
+            if self.group_tile[0] * self.group_tile[1] > MAX_GROUP:
+                bad.append(f"a group tile of {self.group_tile[0] * self.group_tile[1]} work-items is over {MAX_GROUP}")
+            if self.local_bytes() > LOCAL_TILE_BYTES and not positive_int("", self.k_chunk):
+                bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over "
+                           f"{LOCAL_TILE_BYTES}")
         return bad
 
 
@@ -259,6 +298,65 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     return "\n".join(lines)
 
 
+def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None) -> str:
+    """The pointwise conv as a GEMM with local memory (``ConvKnobs.group_tile``): a work-group of lx x ls
+    work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
+    the matching weights (``weights_oi4`` padded to ls*ts output slices) in local memory, every work-item loading
+    its share, and each work-item accumulates tx pixels (lx apart) by ts slices from there."""
+    px, so, nt = lx * tx, ls * ts, lx * ls
+    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
+    lines = [f"__attribute__((reqd_work_group_size({lx}, 1, {ls})))",
+             f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+             f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+             f"  __local float4 xs[{kc * px}];",
+             f"  __local float4 ws[{so * kc * 4}];",
+             "  const int lx = get_local_id(0); const int ls = get_local_id(2);",
+             f"  const int lid = ls * {lx} + lx;",
+             f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
+             "  const int b = get_global_id(1);"]
+    for a in range(ts):
+        for t in range(tx):
+            lines.append(f"  float4 acc{a}_{t} = (float4)(0.0f);")
+    lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {kc}) {{",
+              f"    for (int e = lid; e < {kc * px}; e += {nt}) {{",
+              f"      const int kc = e / {px}; const int p = p0 + e % {px};",
+              f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? LD4(src, (b * {sin} + k0 + kc) * {pixels} + p)"
+              " : (float4)(0.0f);",
+              "    }",
+              f"    for (int e = lid; e < {so * kc * 4}; e += {nt}) {{",
+              f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};",
+              f"      ws[e] = k0 + kc < {sin} ? LD4(wts, ((S0 + o) * {sin} + k0 + kc) * 4 + e % 4) : (float4)(0.0f);",
+              "    }",
+              "    barrier(CLK_LOCAL_MEM_FENCE);",
+              f"    for (int kc = 0; kc < {kc}; ++kc) {{"]
+    for t in range(tx):
+        lines.append(f"      const float4 x{t} = xs[kc * {px} + lx + {t * lx}];")
+    for a in range(ts):
+        lines.append(f"      const int wb{a} = ((ls * {ts} + {a}) * {kc} + kc) * 4;")
+        lines.append(f"      const float4 w{a}_0 = ws[wb{a}], w{a}_1 = ws[wb{a} + 1], w{a}_2 = ws[wb{a} + 2], "
+                     f"w{a}_3 = ws[wb{a} + 3];")
+        for t in range(tx):
+            lines.append(f"      acc{a}_{t} = mad((float4)(x{t}.x), w{a}_0, mad((float4)(x{t}.y), w{a}_1, "
+                         f"mad((float4)(x{t}.z), w{a}_2, mad((float4)(x{t}.w), w{a}_3, acc{a}_{t}))));")
+    lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
+    for a in range(ts):
+        s_expr = f"(S0 + ls * {ts} + {a})"
+        lines.append(f"  if ({s_expr} < {sout}) {{")
+        lines.append(f"    const float4 bv = LD4(bias, {s_expr});")
+        for t in range(tx):
+            p = f"(p0 + lx + {t * lx})"
+            lines.append(f"    if ({p} < {pixels}) {{")
+            lines.append(f"      float4 v = acc{a}_{t} + bv;")
+            lines.append("      " + activation(act, "v"))
+            lines.append("      " + _store(f"(b * {sout} + {s_expr}) * {pixels} + {p}", s_expr, ep_code,
+                                           pad_lanes_mask(cout, s_expr, "v")))
+            lines.append("    }")
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
     if kh == kw == sh == sw == 1 and pt == pl == 0:
         ow, oh = oh * ow, 1
@@ -278,7 +376,7 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
-                      w_bytes=w.size * (2 if ctx.fp16 else 4))
+                      w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -286,6 +384,17 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
                          pl=pl, cin=cin, cout=cout)
     tx, ts = knobs.tile_x, knobs.tile_s
     ep = ctx.epilogue_code(cout)
+    flops = 2 * n * oh * ow * cout * kh * kw * cin
+    if knobs.group_tile is not None:
+        lx, ls = knobs.group_tile
+        src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
+                                 kc=knobs.k_chunk, act=ctx.opt("fused_activation_function", 0), cout=cout, epilogue=ep)
+        groups = (-(-oh * ow // (lx * tx)), -(-sout // (ls * ts)))
+        return [KernelSpec(ctx.name, src, (groups[0] * lx, n, groups[1] * ls), (lx, 1, ls), [
+            Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi4(w, ls * ts)),
+            Arg("const", vec_slices(bias, cout, ls * ts)), *ep.args, Arg("tensor", ctx.final_output)],
+            [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(), space=ConvKnobs.space(shape),
+            flops=flops)]
     src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                        dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
                        cout=cout, strided=knobs.strided, vec_hint=knobs.vec_hint, wide=knobs.wide, epilogue=ep,
@@ -296,7 +405,7 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
         Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if knobs.wide else weights_oi4(w, ts)),
         Arg("const", vec_slices(bias, cout, ts)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin)]
+        knobs.params(), space=ConvKnobs.space(shape), flops=flops)]
 
 
 @dataclass(frozen=True)
