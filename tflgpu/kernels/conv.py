@@ -321,8 +321,8 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {kc}) {{",
               f"    for (int e = lid; e < {kc * px}; e += {nt}) {{",
               f"      const int kc = e / {px}; const int p = p0 + e % {px};",
-              f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? LD4(src, (b * {sin} + k0 + kc) * {pixels} + p)"
-              " : (float4)(0.0f);",
+              (f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? LD4(src, (b * {sin} + k0 + kc) * {pixels} + p)"
+               " : (float4)(0.0f);"),
               "    }",
               f"    for (int e = lid; e < {so * kc * 4}; e += {nt}) {{",
               f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};",
