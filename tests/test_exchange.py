@@ -200,3 +200,38 @@ def test_a_neighbours_work_group_size_that_does_not_fit_is_dropped(opencl_device
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
     assert it.gpu_plan.steps[0].params == {**params, "local_size": None}
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+
+def test_a_shipped_record_of_the_family_is_the_start_where_nothing_nearer_is(opencl_device, rng, tmp_path,
+                                                                            monkeypatch):
+    """The shipped database's last link: a kernel no device has a record of starts from the shipped record of its
+    family at the nearest shape, from the nearest device (here another CPU: same device type), measured with
+    another generator version (a shipped file outlives generator changes); the plan matches LiteRT. A family the
+    database does not hold keeps the heuristics."""
+    from tflgpu.autotune import exchange
+    from tflgpu.autotune.tuner import kernel_family, kernel_shape
+    from tflgpu.ops.layout import bhwc
+
+    model, feeds = _conv(rng, 13)
+    plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False, cache=False)).gpu_plan
+    step = plain.steps[0]
+    layouts = {t: bhwc(plain.sg.tensors[t].shape) for t in step.specs[0].inputs + step.specs[0].outputs}
+    family, shape = kernel_family("CONV_2D", step.specs, False), kernel_shape(step.specs, layouts)
+    far, near = ({"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"},
+                 {"tile_x": 2, "tile_s": 2, "wide": False, "vec_hint": "float4", "strided": True})
+    other_cpu = {**opencl_device.identity.as_dict(), "platform": "Other CL", "device": "Other CPU"}
+    records = {"k-far": replace(_rec(far), family=family, shape=(1, 56, 56, 8, 1, 56, 56, 16), generator_version=1),
+               "k-near": replace(_rec(near), family=family, shape=(1, 14, 14, 8, 1, 14, 14, 16), generator_version=1),
+               "k-other-family": replace(_rec({"tile_x": 8}), family="another", shape=shape)}
+    write_records(tmp_path / "cpus.json", [DeviceRecords(other_cpu, records)])
+    monkeypatch.setattr(exchange, "SHIPPED_DIR", tmp_path)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=MemoryTuningDB(),
+                                                               cache=False))
+    (tk,) = it.gpu_plan.tuning_results
+    assert tk.source == "database: shipped database, same device type (Other CPU), nearest shape (1x14x14x16 out)"
+    assert it.gpu_plan.steps[0].params == {**step.params, **near}
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+    write_records(tmp_path / "cpus.json", [DeviceRecords(other_cpu, {"k-other-family": records["k-other-family"]})])
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=MemoryTuningDB(),
+                                                               cache=False))
+    assert not it.gpu_plan.tuning_results and it.gpu_plan.steps[0].params == step.params

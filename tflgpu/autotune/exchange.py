@@ -9,7 +9,11 @@ one — the fallback chain a kernel's parameters come from before any search:
 4. another device of the same OpenCL platform (the vendor's runtime) and device type;
 5. the records shipped with tflgpu (``tflgpu/data/tuning/*.json``, files in the export format), by links 1, 3
    and 4 and then by device type alone;
-6. the generators' heuristics.
+6. a shipped record of the same family at the nearest shape (a per-device table of the best knobs by kernel
+   family and shape class), from the nearest device by links 1, 3, 4 and device type; of any generator
+   version, since a shipped file outlives generator changes: its knobs are a start, and a point the generator
+   no longer takes is refused where it is applied (``runtime.tuning.set_params``);
+7. the generators' heuristics.
 
 A kernel's identity (``kernel_key``) holds its code, launch sizes, precision and generator version, not the
 device, so a record of one device names the same kernel on another; whether its parameters suit the other device
@@ -124,11 +128,12 @@ class NearestRecords:
 
     The cache's records of other devices are read once, when the first kernel misses its own."""
 
-    def __init__(self, db: TuningDB | None, identity: dict, shipped_dir: Path = SHIPPED_DIR):
-        self.db, self.identity, self.shipped_dir = db, identity, shipped_dir
+    def __init__(self, db: TuningDB | None, identity: dict, shipped_dir: Path | None = None):
+        self.db, self.identity, self.shipped_dir = db, identity, shipped_dir or SHIPPED_DIR
         self._local: dict[str, dict[str, TuningRecord]] | None = None
         self._families: dict[str, list[TuningRecord]] = {}  # this device's records by kernel family
         self._shipped: list[DeviceRecords] | None = None
+        self._shipped_by_family: dict[str, list[tuple[int, TuningRecord, str]]] | None = None
 
     @property
     def key(self) -> str:
@@ -175,11 +180,32 @@ class NearestRecords:
         hit = self._nearest(iter(shipped), kernel_key, prefix="shipped database, ")
         if hit is not None:
             return hit
-        for key, device_type, recs in shipped:  # last: any device of this type
+        for key, device_type, recs in shipped:  # then: any device of this type
             rec = recs.get(kernel_key)
             if rec is not None and device_type == self.identity.get("device_type") and _valid(rec):
                 return Found(rec, f"shipped database, same device type ({split_device_key(key)[1]})")
-        return None
+        return self._shipped_family(shipped, family, shape) if family else None
+
+    def _shipped_family(self, shipped, family: str, shape: tuple[int, ...]) -> Found | None:
+        """The shipped record of ``family`` from the nearest device, at the nearest shape on that device."""
+        order = ("this device", "same device, other driver", "same platform", "same device type")
+        if self._shipped_by_family is None:
+            self._shipped_by_family = {}
+            for key, device_type, recs in shipped:
+                level = self._rank(key, device_type) or (
+                    "same device type" if device_type == self.identity.get("device_type") else None)
+                for rec in recs.values() if level is not None else ():
+                    self._shipped_by_family.setdefault(rec.family, []).append((order.index(level), rec, key))
+        best: tuple[int, float, TuningRecord, str] | None = None
+        for rank, rec, key in self._shipped_by_family.get(family, ()):
+            d = shape_distance(rec.shape, shape)
+            if d < float("inf") and (best is None or (rank, d) < best[:2]):
+                best = (rank, d, rec, key)
+        if best is None:
+            return None
+        rank, _, rec, key = best
+        return Found(rec, f"shipped database, {order[rank]} ({split_device_key(key)[1]}), nearest shape "
+                          f"({'x'.join(map(str, rec.shape[-4:]))} out)")
 
     def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
         order = ("this device", "same device, other driver", "same platform")

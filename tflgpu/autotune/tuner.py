@@ -139,11 +139,13 @@ def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str
     return h.hexdigest()
 
 
-def kernel_family(op_name: str, specs: list[KernelSpec], fp16: bool, generator_version: int = GENERATOR_VERSION) -> str:
-    """Kernels whose parameters transfer to each other: the same op, precision, generator version and search
-    space (the variants the generator offers them), whatever their shapes and fused ops."""
+def kernel_family(op_name: str, specs: list[KernelSpec], fp16: bool) -> str:
+    """Kernels whose parameters transfer to each other: the same op, precision and search space (the variants
+    the generator offers them), whatever their shapes and fused ops. Not the generator version: a record says
+    which version it was measured with, and whether another version's knobs are still a fair start is the
+    reader's call (a shipped database outlives generator changes; this device's own records do not)."""
     space = sorted((k, list(v)) for k, v in (specs[0].space if specs else {}).items())
-    return xxhash.xxh64(f"{generator_version}|{op_name}|{int(fp16)}|{space!r}".encode()).hexdigest()
+    return xxhash.xxh64(f"{op_name}|{int(fp16)}|{space!r}".encode()).hexdigest()
 
 
 def kernel_shape(specs: list[KernelSpec], layouts: dict) -> tuple[int, ...]:
