@@ -582,3 +582,65 @@ def test_while_through_the_delegate(gpu, rng, float_cond):
     want = run_model(litert(), model, feeds)
     assert_close(got[0], want[0], gpu["rtol_scale"])
     assert int(got[1]) == int(want[1])
+
+
+def _concat_model(rng) -> bytes:
+    """Three concatenations along channels: [a (8 ch), c (8), b (6): convs'], linkable (b
+    ragged but last; a and b also read elsewhere; the result read by a conv and an output itself); [b, a] (b
+    ragged first) and [x, a] (x a graph input), which are not. 64 pixels: every region starts on a 512-byte
+    boundary, as sub-buffers must (CL_DEVICE_MEM_BASE_ADDR_ALIGN: 128 bytes here, 512 on NVIDIA's driver)."""
+    from tflgpu.model.builder import ModelBuilder
+
+    bld = ModelBuilder()
+    x = bld.input("x", (1, 8, 8, 8))
+
+    def conv(name, src, cin, cout, act="NONE"):
+        y = bld.tensor(name, (1, 8, 8, cout))
+        bld.op("CONV_2D", [src, bld.const(name + "_w", rand(rng, (cout, 1, 1, cin))),
+                           bld.const(name + "_b", rand(rng, (cout,)))], [y], padding="SAME", stride_w=1,
+               stride_h=1, fused_activation_function=act)
+        return y
+
+    def concat(name, parts, c):
+        y = bld.tensor(name, (1, 8, 8, c))
+        bld.op("CONCATENATION", parts, [y], axis=3, fused_activation_function="NONE")
+        return y
+
+    a, b = conv("a", x, 8, 8, "RELU"), conv("b", x, 8, 6)
+    c = conv("c", conv("e", x, 8, 20), 20, 8)  # (e, made after a and b, would take cat's buffer were the regions'
+    # lifetimes not cat's)
+    cat = concat("cat", [a, c, b], 22)
+    y = conv("y", cat, 22, 5)
+    d = bld.tensor("d", (1, 8, 8, 6))
+    bld.op("RELU6", [b], [d])
+    ragged, given = concat("ragged", [b, a], 14), concat("given", [x, a], 16)
+    bld.output(y, cat, d, conv("r", ragged, 14, 4), conv("g", given, 16, 4))
+    return bld.build()
+
+
+def test_a_channel_concatenation_is_written_by_its_producers(gpu, rng, opencl_device):
+    """Linking (selection.link_concatenations): the producers of a concatenation along channels write straight
+    into their slices of its output (sub-buffers of its buffer) and the op launches nothing; the plan gives
+    LiteRT's outputs, and at FP32 exactly the unlinked plan's. A first input that is not whole slices, and a
+    graph input, keep the concatenation's kernel."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    model = _concat_model(rng)
+    x = [rand(rng, (1, 8, 8, 8))]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    concats = [s for s in plan.steps if s.op.name == "CONCATENATION"]
+    assert plan.pass_counts["link_concat"] == 1 and plan.cpu_op_count == 0
+    assert [bool(s.link) for s in concats] == [True, False, False] and not concats[0].specs
+    got = run_model(lambda **kw: it, model, x)
+    for g, w in zip(got, run_model(litert(), model, x)):
+        assert_close(g, w, gpu["rtol_scale"])
+    if not plan.fp16:
+        unlinked = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(link_concat=False))
+        assert "link_concat" not in unlinked.pass_counts and all(s.specs for s in unlinked.steps)
+        outs = unlinked.run(x)
+        for g, t in zip(got, it.model.main.outputs):
+            np.testing.assert_array_equal(g, outs[t])

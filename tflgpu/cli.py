@@ -267,7 +267,8 @@ def cmd_passes(args) -> int:
     print(f"graph passes, in order ({passes.__name__}):")
     for name, n in plan.pass_counts.items():
         print(f"  {name:18s} {n:4d} op(s)")
-    print(f"device steps: {sum(1 for s in plan.steps if s.device == 'gpu')} kernels for {plan.gpu_op_count} ops; "
+    kernels = sum(len(s.specs) for s in plan.steps if s.device == "gpu")  # (a linked concatenation has none)
+    print(f"device steps: {kernels} kernels for {plan.gpu_op_count} ops; "
           f"{plan.cpu_op_count} ops on the CPU")
     return 0
 

@@ -35,7 +35,15 @@ from .precision import (
     with_casts,
 )
 from .programs import PlanProgram
-from .selection import KernelMaker, limit_partitions, propagate_shapes, report_placement, restore, select
+from .selection import (
+    KernelMaker,
+    limit_partitions,
+    link_concatenations,
+    propagate_shapes,
+    report_placement,
+    restore,
+    select,
+)
 from .startup import StartupClock
 from .transfers import DeviceTensors
 from .tuning import TunedKernel, apply_tuning, background_jobs
@@ -174,6 +182,9 @@ class GpuPlan:
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
                     self.steps, make, tuning, dev, explicit=set(params or {}), bench=bench,
                     identity=device.identity.as_dict())
+        if config.link_concat:
+            align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)
+            self.pass_counts["link_concat"] = link_concatenations(self.steps, make, align)
         self.program = self.programs.compile(self.steps, clock)
         clock.phase("buffers", "device buffers, constants, kernel arguments")
         self.partitions = limit_partitions(self.steps, config.max_partitions)

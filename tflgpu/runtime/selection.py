@@ -9,11 +9,13 @@ The graph transforms, in the one order they run:
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_elementwise`` (graph.passes), in that order.
-6. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
+6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
+   its output's buffer, and it launches nothing.
+7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 1-3 and ``select`` 3-5 (``limit_partitions`` is 6); the plan calls them in that order,
-and nothing else transforms the graph.
+``transform_graph`` runs 1-3, ``select`` 3-5, ``link_concatenations`` 6 and ``limit_partitions`` 7; the plan calls
+them in that order, and nothing else transforms the graph.
 """
 
 from __future__ import annotations
@@ -32,8 +34,20 @@ from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
+from ..ops.layout import bhwc
 
 log = logging.getLogger("tflgpu")
+
+
+@dataclass(frozen=True)
+class ConcatLink:
+    """A CONCATENATION along channels done by its producers (TFLite's GPU delegate calls it linking): each input
+    tensor is a region of the output's buffer, so the producers write straight into their slices and the op
+    launches nothing."""
+
+    output: int
+    offsets: dict[int, int]  # input tensor -> its first element in the output's slice layout
+    fp16: bool  # the storage precision of the output and its inputs
 
 
 @dataclass
@@ -46,6 +60,7 @@ class Step:
     kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
     epilogue: list = field(default_factory=list)  # fused elementwise ops the kernels apply
     params: dict = field(default_factory=dict)  # generator knobs (explicit or tuned); {} = heuristics
+    link: ConcatLink | None = None  # a concatenation its producers do (no kernels)
 
 
 @dataclass(frozen=True)
@@ -174,6 +189,43 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[lis
         out.append(Step(ps.op, "gpu", specs, members=ps.members, epilogue=ps.epilogue,
                         params=params.get(ps.op.index, {})))
     return out, counts
+
+
+def link_concatenations(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
+    """Link every device CONCATENATION that can be (``ConcatLink``): along channels of one image, each input a
+    distinct tensor made by the plan (not a graph input, a constant or state; not already a region of another
+    concatenation, nor itself linked), every input but the last a whole number of 4-channel slices, and each
+    region's start on the device's sub-buffer alignment (``align_bytes``). Returns how many were linked."""
+    sg = make.sg
+    taken: set[int] = set()  # tensors that are regions, or have regions
+    fixed = set(sg.inputs) | set(make.consts) | set(make.variables)
+    linked = 0
+    for s in steps:
+        op = s.op
+        if s.device != "gpu" or op.name != "CONCATENATION" or s.epilogue or len(s.members) != 1:
+            continue
+        (out,) = op.outputs
+        shape = sg.tensors[out].shape
+        lay = bhwc(shape)
+        if lay is None or lay.b != 1 or op.options.get("axis", 0) % max(len(shape), 1) != len(shape) - 1:
+            continue
+        ins = list(op.inputs)
+        layouts = [bhwc(sg.tensors[t].shape) for t in ins]
+        size = 2 if make.op_fp16(op) else 4
+        offsets, start = {}, 0
+        for k, (t, il) in enumerate(zip(ins, layouts)):
+            if t in fixed or t in taken or t in offsets or il is None or il.dims[:3] != lay.dims[:3] or \
+                    (k < len(ins) - 1 and il.c % 4) or (start * lay.h * lay.w * 4 * size) % align_bytes:
+                break
+            offsets[t] = start * lay.h * lay.w * 4
+            start += il.s
+        else:
+            if out not in taken:
+                s.link = ConcatLink(out, offsets, make.op_fp16(op))
+                s.specs, s.kernels = [], []
+                taken.update(offsets, [out])
+                linked += 1
+    return linked
 
 
 def restore(steps: list[Step], record) -> bool:

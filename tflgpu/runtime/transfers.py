@@ -46,9 +46,17 @@ class DeviceTensors:
         # each device tensor's storage (True: half), as its kernels declare it (graph.precision keeps every
         # kernel touching a tensor in one precision; a storage cast reads one and writes the other)
         self.half: dict[int, bool] = {}
+        # a linked concatenation's inputs are regions of its output's buffer (selection.ConcatLink): the output
+        # is planned over all their lifetimes, each input a sub-buffer at its offset
+        self.regions: dict[int, tuple[int, int]] = {}  # input tensor -> (output tensor, first element)
         for i, s in enumerate(steps):
             if s.device != "gpu":
                 continue
+            if s.link is not None:
+                for t in (s.link.output, *s.link.offsets):
+                    touch(t, i)
+                    self.half.setdefault(t, s.link.fp16)
+                self.regions.update({t: (s.link.output, at) for t, at in s.link.offsets.items()})
             for spec in s.specs:
                 for t in spec.inputs + spec.outputs:
                     if self.half.setdefault(t, spec.tensor_fp16(t)) != spec.tensor_fp16(t):
@@ -83,7 +91,6 @@ class DeviceTensors:
                                  if t in producer and steps[producer[t]].device == "gpu"]
         for t in self.state_tensors:
             self.half.setdefault(t, fp16)
-        sizes = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu}
         # the share of intermediate values (device tensors but the graph's inputs and outputs, and the copies
         # storage casts make) stored as half: 1.0 in an FP16 plan that keeps no op in FP32
         copies = {t for s in steps if s.device == "gpu" for spec in s.specs if spec.input_fp16 is not None
@@ -92,11 +99,19 @@ class DeviceTensors:
                     if t not in graph_in and t not in graph_out and t not in copies}
         self.fp16_share = (sum(n for t, n in elements.items() if self.half[t]) / sum(elements.values())
                            if elements else float(fp16))
+        for t, (whole, _) in self.regions.items():
+            a, b = on_gpu.pop(t)
+            touch(whole, a)
+            touch(whole, b)
+        sizes = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu}
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
         self.planned_bytes = sum(buf_sizes)
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
+        for t, (whole, at) in self.regions.items():
+            size = 2 if self.half[t] else 4
+            self.tensor_buffer[t] = self.tensor_buffer[whole].get_sub_region(at * size, self._layout(t).elements * size)
         self.args: dict[int, list[list]] = {}  # step index -> each spec's argument values (constants uploaded)
         self.const_buffers: dict[int, list] = {}  # step index -> its constant buffers
         for i, s in enumerate(steps):
