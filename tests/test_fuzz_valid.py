@@ -115,9 +115,10 @@ def test_int8_average_pool_rounds_like_tflite(seed, ops, opencl_device):
     assert r["status"] == "ok" and r["device_ops"] > 0, r
 
 
-@pytest.mark.parametrize("seed,ops", [(900427, 4), (803237, 4), (804667, 6)])
+@pytest.mark.parametrize("seed,ops", [(900427, 4), (803237, 4), (804667, 6), (1003617, 5)])
 def test_fp16_int8_chain_keeps_its_grid_decisions_exact(seed, ops, opencl_device):
-    """The offline runs' FP16 findings: int8 chains (QUANTIZE, convs, an ADD) 6-9 steps off at FP16, 0 at FP32:
+    """The offline runs' FP16 findings: int8 chains (QUANTIZE, convs, an ADD; the last a depthwise conv, an FC and a
+    SOFTMAX, 8 steps off) 6-9 steps off at FP16, 0 at FP32:
     FP16 storage moved values across a quantization simulator's rounding edges, and the convs after multiplied
     the 1-step flips. A quantization simulator is a ranking op: while over the budget, one whose grid point moved
     reads exact values. The first passed by luck of which values flipped; the other two showed that the CPU
