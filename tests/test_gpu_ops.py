@@ -196,9 +196,10 @@ def test_pad_slices_and_space_depth(gpu, rng):
     check_op("SPACE_TO_DEPTH", [In(rand(rng, (1, 4, 6, 3)))], block_size=2, **gpu)
 
 
+@pytest.mark.parametrize("shape,size", [((1, 5, 7, 6), (9, 12)), ((2, 4, 3, 9), (3, 8))])  # (down along H too)
 @pytest.mark.parametrize("mode", [(False, False), (True, False), (False, True)])
-def test_resize_bilinear(gpu, rng, mode):
-    check_op("RESIZE_BILINEAR", [In(rand(rng, (1, 5, 7, 6))), np.array([9, 12], I32)],
+def test_resize_bilinear(gpu, rng, mode, shape, size):
+    check_op("RESIZE_BILINEAR", [In(rand(rng, shape)), np.array(size, I32)],
              align_corners=mode[0], half_pixel_centers=mode[1], version=3 if mode[1] else 1, **gpu)
 
 

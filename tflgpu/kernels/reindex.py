@@ -239,15 +239,22 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
                 f"  const int {var}1 = min((int)ceil(f{var}), {in_size - 1});\n"
                 f"  const float d{var} = f{var} - (float){var}0;\n")
 
-    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n" + grid_prologue(lay)
+    # one work-item per output pixel, every slice: the coordinates and weights once, not once per slice
+    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n"
+           f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
+           f"  if (x >= {ow} || Y >= {n * oh}) return;\n"
+           f"  const int b = Y / {oh}; const int y = Y % {oh};\n"
            + coord("y", sy, ih) + coord("x", sx, iw)
-           + f"  const int base = (b * {s} + S) * {ih};\n"
-           + f"  const float4 tl = LD4(src, (base + y0) * {iw} + x0), tr = LD4(src, (base + y0) * {iw} + x1);\n"
-           + f"  const float4 bl = LD4(src, (base + y1) * {iw} + x0), br = LD4(src, (base + y1) * {iw} + x1);\n"
-           + "  const float4 v = tl * (1.0f - dy) * (1.0f - dx) + bl * dy * (1.0f - dx) + tr * (1.0f - dy) * dx"
-           + " + br * dy * dx;\n  ST4(dst, o, v);\n}")
-    return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]),
-                                                         Arg("tensor", ctx.op.outputs[0])],
+           + "  const float wtl = (1.0f - dy) * (1.0f - dx), wbl = dy * (1.0f - dx), wtr = (1.0f - dy) * dx,"
+           " wbr = dy * dx;\n"
+           f"  for (int S = 0; S < {s}; ++S) {{\n"
+           f"    const int base = (b * {s} + S) * {ih};\n"
+           f"    const float4 tl = LD4(src, (base + y0) * {iw} + x0), tr = LD4(src, (base + y0) * {iw} + x1);\n"
+           f"    const float4 bl = LD4(src, (base + y1) * {iw} + x0), br = LD4(src, (base + y1) * {iw} + x1);\n"
+           f"    ST4(dst, ((b * {s} + S) * {oh} + y) * {ow} + x, tl * wtl + bl * wbl + tr * wtr + br * wbr);\n"
+           "  }\n}")
+    return [KernelSpec(ctx.name, src, (ow, n * oh, 1), None, [Arg("tensor", ctx.op.inputs[0]),
+                                                               Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
 
 
