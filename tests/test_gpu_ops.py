@@ -73,12 +73,35 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
     ((1, 8, 8, 5), 2, 3, 1, 1, "VALID"),
     ((1, 9, 9, 4), 1, 3, 1, 2, "SAME"),
     ((2, 6, 6, 3), 1, 5, 1, 1, "SAME"),
+    ((2, 7, 6, 20), 1, 3, 1, 1, "SAME"),  # an odd slice count: the last pair's second half is padding
+    ((1, 6, 5, 18), 1, 3, 2, 1, "VALID"),
 ])
 def test_depthwise(gpu, rng, shape, mult, k, stride, dil, pad):
     c = shape[3]
     check_op("DEPTHWISE_CONV_2D", [In(rand(rng, shape)), rand(rng, (1, k, k, c * mult)), rand(rng, (c * mult,))],
              padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
              depth_multiplier=mult, fused_activation_function="RELU6", **gpu)
+
+
+@pytest.mark.parametrize("params", [{"wide": False, "vec_hint": "float4"}, {"wide": True, "vec_hint": "float8", "tile_x": 1},
+                                    {"wide": True, "vec_hint": None, "tile_x": 8}])
+def test_depthwise_variants(gpu, rng, params):
+    """Each depthwise variant (one slice per work-item, or two in float8 math) computes the same conv, with a
+    fused activation, a batch, and an odd slice count."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("DEPTHWISE_CONV_2D", [In(rand(rng, (2, 7, 6, 20))), rand(rng, (1, 3, 3, 20)),
+                                                  rand(rng, (20,))], padding="SAME", stride_w=1, stride_h=1,
+                            depth_multiplier=1, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
+    (spec,) = plan.steps[0].specs
+    assert {k: spec.params[k] for k in params} == params and ("float8 acc" in spec.source) is params["wide"]
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
 @pytest.mark.parametrize("batch,depth,units", [(1, 10, 7), (3, 16, 9)])

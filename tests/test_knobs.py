@@ -4,7 +4,14 @@ import itertools
 
 import pytest
 
-from tflgpu.kernels.conv import ConvKnobs, ConvShape, DepthwiseKnobs, FullyConnectedKnobs, TransposeConvKnobs
+from tflgpu.kernels.conv import (
+    ConvKnobs,
+    ConvShape,
+    DepthwiseKnobs,
+    DepthwiseShape,
+    FullyConnectedKnobs,
+    TransposeConvKnobs,
+)
 from tflgpu.kernels.knobs import InvalidKnobs
 
 CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_bytes=32 * 16 * 9 * 4)
@@ -13,8 +20,9 @@ CONV_STEM = ConvShape(3, 3, 2, 2, 1, 1, sin=1, sout=3, row=112, pixels=112 * 112
 CONV_1X1 = ConvShape(1, 1, 1, 1, 1, 1, sin=8, sout=8, row=196, pixels=196, w_bytes=32 * 32 * 4, pointwise=True)
 
 FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (ConvKnobs, CONV_1X1),
-            (DepthwiseKnobs, 14),
-            (DepthwiseKnobs, 2), (FullyConnectedKnobs, 250), (FullyConnectedKnobs, 1), (TransposeConvKnobs, 8)]
+            (DepthwiseKnobs, DepthwiseShape(14, 8)), (DepthwiseKnobs, DepthwiseShape(2, 1)),
+            (DepthwiseKnobs, DepthwiseShape(7, 6, mult=2)), (FullyConnectedKnobs, 250), (FullyConnectedKnobs, 1),
+            (TransposeConvKnobs, 8)]
 
 
 @pytest.mark.parametrize("cls,shape", FAMILIES)
