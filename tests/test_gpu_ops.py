@@ -668,3 +668,25 @@ def test_a_channel_concatenation_is_written_by_its_producers(gpu, rng, opencl_de
         outs = unlinked.run(x)
         for g, t in zip(got, it.model.main.outputs):
             np.testing.assert_array_equal(g, outs[t])
+
+
+def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
+    """A region made by a CPU step (CUMSUM has no OpenCL kernel) is uploaded into the concatenation's buffer:
+    the linked step read nothing, so the upload was never scheduled and the output held whatever the buffer did
+    (4.9e33 in the valid-model fuzz, seed 1201955: an FC on the CPU feeding a concatenation)."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    bld = ModelBuilder()
+    x = bld.input("x", (1, 8, 8, 8))
+    a, c, cat = bld.tensor("a", (1, 8, 8, 8)), bld.tensor("c", (1, 8, 8, 8)), bld.tensor("cat", (1, 8, 8, 16))
+    bld.op("RELU", [x], [a])
+    bld.op("CUMSUM", [x, bld.const("axis", np.array(3, np.int32))], [c])
+    bld.op("CONCATENATION", [a, c], [cat], axis=3, fused_activation_function="NONE")
+    bld.output(cat)
+    model, feeds = bld.build(), [rand(rng, (1, 8, 8, 8))]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.pass_counts["link_concat"] == 1 and it.gpu_plan.cpu_op_count == 1
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])

@@ -49,26 +49,33 @@ class DeviceTensors:
         # a linked concatenation's inputs are regions of its output's buffer (selection.ConcatLink): the output
         # is planned over all their lifetimes, each input a sub-buffer at its offset
         self.regions: dict[int, tuple[int, int]] = {}  # input tensor -> (output tensor, first element)
+
+        def read(t, i):
+            """Device step i reads t: alive from its making (an upload after a CPU step, or the invoke's start)."""
+            touch(t, i)
+            p = producer.get(t)
+            if t in graph_in:
+                touch(t, -1)
+            elif p is not None and steps[p].device == "cpu":
+                touch(t, p)
+                self.uploads_after.setdefault(p, []).append(t)
+
         for i, s in enumerate(steps):
             if s.device != "gpu":
                 continue
-            if s.link is not None:
+            if s.link is not None:  # (an input a CPU step makes is uploaded into its region)
+                touch(s.link.output, i)
                 for t in (s.link.output, *s.link.offsets):
-                    touch(t, i)
                     self.half.setdefault(t, s.link.fp16)
+                for t in s.link.offsets:
+                    read(t, i)
                 self.regions.update({t: (s.link.output, at) for t, at in s.link.offsets.items()})
             for spec in s.specs:
                 for t in spec.inputs + spec.outputs:
                     if self.half.setdefault(t, spec.tensor_fp16(t)) != spec.tensor_fp16(t):
                         raise AssertionError(f"tensor {t} is stored in two precisions ({spec.name})")
                 for t in spec.inputs:
-                    touch(t, i)
-                    p = producer.get(t)
-                    if t in graph_in:
-                        touch(t, -1)
-                    elif p is not None and steps[p].device == "cpu":
-                        touch(t, p)
-                        self.uploads_after.setdefault(p, []).append(t)
+                    read(t, i)
                 for t in spec.outputs:
                     touch(t, i)
         for i, s in enumerate(steps):
