@@ -38,6 +38,7 @@ log = logging.getLogger("tflgpu")
 FORMAT = "tflgpu-tuning-records"
 FORMAT_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "tuning"
+LEVELS = ("this device", "same device, other driver", "same platform")  # (NearestRecords._rank's, nearest first)
 
 
 @dataclass
@@ -188,7 +189,7 @@ class NearestRecords:
 
     def _shipped_family(self, shipped, family: str, shape: tuple[int, ...]) -> Found | None:
         """The shipped record of ``family`` from the nearest device, at the nearest shape on that device."""
-        order = ("this device", "same device, other driver", "same platform", "same device type")
+        order = (*LEVELS, "same device type")
         if self._shipped_by_family is None:
             self._shipped_by_family = {}
             for key, device_type, recs in shipped:
@@ -208,7 +209,7 @@ class NearestRecords:
                           f"({'x'.join(map(str, rec.shape[-4:]))} out)")
 
     def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
-        order = ("this device", "same device, other driver", "same platform")
+        order = LEVELS
         best: tuple[int, Found] | None = None
         for key, device_type, recs in candidates:
             rec = recs.get(kernel_key)

@@ -384,28 +384,24 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
                          pl=pl, cin=cin, cout=cout)
     tx, ts = knobs.tile_x, knobs.tile_s
     ep = ctx.epilogue_code(cout)
-    flops = 2 * n * oh * ow * cout * kh * kw * cin
+    act = ctx.opt("fused_activation_function", 0)
     if knobs.group_tile is not None:
         lx, ls = knobs.group_tile
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
-                                 kc=knobs.k_chunk, act=ctx.opt("fused_activation_function", 0), cout=cout, epilogue=ep)
-        groups = (-(-oh * ow // (lx * tx)), -(-sout // (ls * ts)))
-        return [KernelSpec(ctx.name, src, (groups[0] * lx, n, groups[1] * ls), (lx, 1, ls), [
-            Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi4(w, ls * ts)),
-            Arg("const", vec_slices(bias, cout, ls * ts)), *ep.args, Arg("tensor", ctx.final_output)],
-            [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(), space=ConvKnobs.space(shape),
-            flops=flops)]
-    src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
-                       dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=ctx.opt("fused_activation_function", 0),
-                       cout=cout, strided=knobs.strided, vec_hint=knobs.vec_hint, wide=knobs.wide, epilogue=ep,
-                       const_weights=knobs.const_weights)
-    gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
-                      sout=sout)
-    return [KernelSpec(ctx.name, src, gsize, knobs.local_size, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi8(w, ts) if knobs.wide else weights_oi4(w, ts)),
-        Arg("const", vec_slices(bias, cout, ts)), *ep.args,
+                                 kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep)
+        gsize, local, pad = (-(-oh * ow // (lx * tx)) * lx, n, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
+    else:
+        src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
+                           dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
+                           strided=knobs.strided, vec_hint=knobs.vec_hint, wide=knobs.wide, epilogue=ep,
+                           const_weights=knobs.const_weights)
+        gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
+        local, pad = knobs.local_size, ts
+    wts = weights_oi8(w, pad) if knobs.wide else weights_oi4(w, pad)
+    return [KernelSpec(ctx.name, src, gsize, local, [
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=ConvKnobs.space(shape), flops=flops)]
+        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
 
 @dataclass(frozen=True)
@@ -467,23 +463,32 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     knobs = DepthwiseKnobs.resolve(shape, ctx.params)
     tx = knobs.tile_x
     bias = _bias_const(ctx, 2, cout)
-    if knobs.wide:
-        return _depthwise_wide(ctx, knobs, shape, w, bias, n=n, ih=ih, iw=iw, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
-                               dw=dw, oh=oh, pt=pt, pl=pl, cout=cout)
-    # weights [1, kh, kw, cout] -> [S][kh][kw] float4
-    wk = np.zeros((sout * 4, kh, kw), np.float32)
+    pair = 2 if knobs.wide else 1  # slices per work-item
+    groups = (sout + pair - 1) // pair
+    # weights [1, kh, kw, cout] -> [S / pair][kh][kw] float4 (float8: two slices' lanes side by side)
+    wk = np.zeros((groups * 4 * pair, kh, kw), np.float32)
     wk[:cout] = w[0].transpose(2, 0, 1)
-    wk = np.ascontiguousarray(wk.reshape(sout, 4, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
-    act = ctx.opt("fused_activation_function", 0)
-    name = ctx.name
-    hint = knobs.vec_hint
+    wk = np.ascontiguousarray(wk.reshape(groups, 4 * pair, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
     ep = ctx.epilogue_code(cout)
-    ep_code, ep_params = ep.code, ep.params
-    extra = "".join(f"{p}, " for p in ep_params)
-    L = [(f"__attribute__((vec_type_hint({hint}))) " if hint else "")
-         + f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
-         f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
-         f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int S = get_global_id(2);",
+    head = [(f"__attribute__((vec_type_hint({knobs.vec_hint}))) " if knobs.vec_hint else "")
+            + f"__kernel void {ctx.name}(__global const STORE_T* src, __global const STORE_T* wts,",
+            (f"                     __global const STORE_T* bias, {''.join(f'{p}, ' for p in ep.params)}"
+             "__global STORE_T* dst) {")]
+    geometry = {"n": n, "ih": ih, "iw": iw, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "dh": dh, "dw": dw, "oh": oh,
+                "ow": ow, "pt": pt, "pl": pl, "cout": cout, "sout": sout, "tx": tx, "ep": ep,
+                "act": ctx.opt("fused_activation_function", 0)}
+    body = _depthwise_pairs(**geometry) if knobs.wide else _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry)
+    return [KernelSpec(ctx.name, "\n".join(head + body), ((ow + tx - 1) // tx, n * oh, groups), knobs.local_size, [
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, pair)), *ep.args,
+        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
+        knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw)]
+
+
+def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, cin, sin,
+                      mult) -> list[str]:
+    """The depthwise kernel's body, one slice per work-item (any channel multiplier: a multiplier above 1 gathers
+    the four input lanes an output slice reads)."""
+    L = [f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int S = get_global_id(2);",
          f"  if (X >= {ow} || Y >= {n * oh} || S >= {sout}) return;",
          f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
     for t in range(tx):
@@ -507,34 +512,19 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         L.append("        } }")
     L += ["    }", "  }"]
     for t in range(tx):
-        store = _store(f"((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}", "S", ep_code,
+        store = _store(f"((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}", "S", ep.code,
                        pad_lanes_mask(cout, "S", "v"))
         L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {store} }}")
     L.append("}")
-    gsize = ((ow + tx - 1) // tx, n * oh, sout)
-    return [KernelSpec(name, "\n".join(L), gsize, knobs.local_size, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout)), *ep.args,
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw)]
+    return L
 
 
-def _depthwise_wide(ctx: GenContext, knobs: DepthwiseKnobs, shape: DepthwiseShape, w, bias, *, n, ih, iw, kh, kw, sh,
-                    sw, dh, dw, oh, pt, pl, cout) -> list[KernelSpec]:
-    """The depthwise conv (channel multiplier 1) with two slices per work-item in float8 math: slices S and S+1
-    side by side in each vector (the input's planes S and S+1, the weights in [S/2][kh][kw] float8 groups)."""
-    ow, sout, tx = shape.ow, shape.sout, knobs.tile_x
-    sp = (sout + 1) // 2  # slice pairs
-    wk = np.zeros((sp * 8, kh, kw), np.float32)
-    wk[:cout] = w[0].transpose(2, 0, 1)
-    wk = np.ascontiguousarray(wk.reshape(sp, 8, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
-    act = ctx.opt("fused_activation_function", 0)
-    ep = ctx.epilogue_code(cout)
-    extra = "".join(f"{p}, " for p in ep.params)
+def _depthwise_pairs(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep) -> list[str]:
+    """The depthwise kernel's body (channel multiplier 1) with two slices per work-item in float8 math: slices S
+    and S+1 side by side in each vector (the input's planes S and S+1, the weights' float8 groups)."""
     plane = ih * iw
-    hint = f"__attribute__((vec_type_hint({knobs.vec_hint}))) " if knobs.vec_hint else ""
-    L = [f"{hint}__kernel void {ctx.name}(__global const STORE_T* src, __global const STORE_T* wts,",
-         f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
-         f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int P = get_global_id(2);",
+    sp = (sout + 1) // 2  # slice pairs
+    L = [f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int P = get_global_id(2);",
          f"  if (X >= {ow} || Y >= {n * oh} || P >= {sp}) return;",
          f"  const int b = Y / {oh}; const int oy = Y % {oh}; const int S = P * 2;",
          f"  const bool two = S + 1 < {sout};",  # (an odd slice count: the last pair's second half is padding)
@@ -560,10 +550,7 @@ def _depthwise_wide(ctx: GenContext, knobs: DepthwiseKnobs, shape: DepthwiseShap
             cond = f"X + {t} < {ow}" + (" && two" if half == "hi" else "")
             L.append(f"  if ({cond}) {{ float4 v = acc{t}.{half}; {activation(act, 'v')} {store} }}")
     L.append("}")
-    return [KernelSpec(ctx.name, "\n".join(L), ((ow + tx - 1) // tx, n * oh, sp), knobs.local_size, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, 2)), *ep.args,
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw)]
+    return L
 
 
 FC_SPLITS = (1, 8, 16, 32, 64)

@@ -207,24 +207,22 @@ def link_concatenations(steps: list[Step], make: KernelMaker, align_bytes: int) 
         (out,) = op.outputs
         shape = sg.tensors[out].shape
         lay = bhwc(shape)
-        if lay is None or lay.b != 1 or op.options.get("axis", 0) % max(len(shape), 1) != len(shape) - 1:
+        if out in taken or lay is None or lay.b != 1 or \
+                op.options.get("axis", 0) % max(len(shape), 1) != len(shape) - 1:
             continue
-        ins = list(op.inputs)
-        layouts = [bhwc(sg.tensors[t].shape) for t in ins]
-        size = 2 if make.op_fp16(op) else 4
-        offsets, start = {}, 0
-        for k, (t, il) in enumerate(zip(ins, layouts)):
+        fp16, ins = make.op_fp16(op), list(op.inputs)
+        offsets, start = {}, 0  # (in elements of the output's slice layout)
+        for k, t in enumerate(ins):
+            il = bhwc(sg.tensors[t].shape)
             if t in fixed or t in taken or t in offsets or il is None or il.dims[:3] != lay.dims[:3] or \
-                    (k < len(ins) - 1 and il.c % 4) or (start * lay.h * lay.w * 4 * size) % align_bytes:
+                    (k < len(ins) - 1 and il.c % 4) or (start * (2 if fp16 else 4)) % align_bytes:
                 break
-            offsets[t] = start * lay.h * lay.w * 4
-            start += il.s
+            offsets[t] = start
+            start += il.s * lay.h * lay.w * 4
         else:
-            if out not in taken:
-                s.link = ConcatLink(out, offsets, make.op_fp16(op))
-                s.specs, s.kernels = [], []
-                taken.update(offsets, [out])
-                linked += 1
+            s.link, s.specs = ConcatLink(out, offsets, fp16), []
+            taken.update(offsets, [out])
+            linked += 1
     return linked
 
 

@@ -58,7 +58,9 @@ class DeviceTensors:
                 touch(t, -1)
             elif p is not None and steps[p].device == "cpu":
                 touch(t, p)
-                self.uploads_after.setdefault(p, []).append(t)
+                ups = self.uploads_after.setdefault(p, [])
+                if t not in ups:  # (once, however many device steps read it)
+                    ups.append(t)
 
         for i, s in enumerate(steps):
             if s.device != "gpu":
