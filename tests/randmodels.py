@@ -5,7 +5,9 @@ uint8 chain with float input and output, one in ten an IF or a WHILE over random
 valid-but-unusual graphs rather than malformed bytes.
 
 ``random_model(seed, max_ops)`` is deterministic, and op ``i``'s choices depend only on ``(seed, i)``: the
-model with ``max_ops=k`` is the first ``k`` ops of the full one, which is how a finding is minimized.
+model with ``max_ops=k`` is the first ``k`` ops of the full one, which is how a finding is minimized. Step ``i``
+sometimes also ranks what it made (ARG_MAX / ARG_MIN, mostly over the channels, an int32 / int64 graph output),
+drawn from a stream of its own so that the float DAG a seed names is the one it named before.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class _Graph:
         self.ops: list[str] = []
         self.rng = np.random.default_rng(seed)
         self.last_sparse = False  # LiteRT's CONV_2D wants a bias where the weights are not constant (densified)
+        self.indices: list[int] = []  # ARG_MAX / ARG_MIN outputs (integer graph outputs)
 
     def new(self, shape, name: str = "t") -> T:
         shape = tuple(int(d) for d in shape)
@@ -107,6 +110,24 @@ def _spatial(size, k, stride, dilation, padding) -> int:
 
 
 # -- op makers: each takes (graph, rng, x) and returns the new tensor(s), or None where x does not suit it ------
+
+RANK_RATE = 0.1
+
+
+def _rank(g: _Graph, rng, y: T) -> None:
+    """ARG_MAX / ARG_MIN of ``y`` (over its last axis, a pixel's channels, seven times in ten), as a graph output
+    (a near-tie FP16 storage would swap decides it: runtime.precision keeps what it ranks exact)."""
+    if not y.shape or y.shape[-1] < 2:
+        return
+    axis = len(y.shape) - 1 if rng.random() < 0.7 else int(rng.integers(0, len(y.shape)))
+    out = np.int64 if rng.random() < 0.3 else np.int32
+    name = "ARG_MAX" if rng.random() < 0.7 else "ARG_MIN"
+    idx = g.b.tensor(f"rank{len(g.b.main.tensors)}", tuple(d for i, d in enumerate(y.shape) if i != axis), out)
+    g.b.op(name, [y.index, g.b.const(f"rank_axis{len(g.ops)}", np.array([axis], np.int32))], [idx],
+           output_type=4 if out is np.int64 else 2)
+    g.ops.append(name)
+    g.indices.append(idx)
+
 
 def _unary(g: _Graph, rng, x: T):
     name = UNARY[int(rng.integers(0, len(UNARY)))]
@@ -560,11 +581,16 @@ def random_model(seed: int, max_ops: int | None = None) -> RandomModel:
             # undo a made-and-refused op (too large): drop what it added
             del g.b.main.tensors[mark[0]:], g.b.main.ops[mark[1]:], g.tensors[mark[2]:], g.ops[mark[3]:]
             g.consumed = mark[4]
+        else:
+            y = None
+        ranks = np.random.default_rng([seed, i, 31])
+        if y is not None and ranks.random() < RANK_RATE:
+            _rank(g, ranks, y)
     sinks = [t for t in g.tensors if t.index not in g.consumed and t.index not in g.b.main.inputs]
     outputs = sinks[-3:] or g.tensors[-1:]
     if outputs[-1].index in g.b.main.inputs:  # no op was made: pass the input through one
         y = g.new(outputs[-1].shape)
         g.op("RELU", [outputs[-1].index], [y])
         outputs = [y]
-    g.b.output(*(t.index for t in outputs))
+    g.b.output(*(t.index for t in outputs), *g.indices[-2:])
     return RandomModel(g.b.build(), inputs, g.ops)

@@ -21,7 +21,7 @@ EXPECTED_CPU_OPS = {
     "opzoo_small.tflite": 0,
     "mobilenet_v1_1.0_224_fp16.tflite": 0,
     "unet_small_256.tflite": 0,
-    "fallback_ops.tflite": 6,  # ARG_MAX, CAST, TOPK_V2, int STRIDED_SLICE, GATHER, CUMSUM
+    "fallback_ops.tflite": 5,  # CAST, TOPK_V2, int STRIDED_SLICE, GATHER, CUMSUM (ARG_MAX joins its conv)
     "lstm_small.tflite": 0,
     "lstm_small_keras3_while.tflite": 0,  # its WHILE unrolled (16 steps), GATHER of x[t] with constant t
 }
@@ -53,8 +53,9 @@ def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
             assert_close(g, w, 1e-4, what=f"{name} output {i}")
     if name in CLASSIFIERS:
         assert int(np.argmax(got[0])) == int(np.argmax(want[0]))
-    if fp16:  # what stays FP32 (runtime.precision): nothing, but where a ranking op needs exact values
-        assert plan.io.fp16_share >= (0.8 if name == "fallback_ops.tflite" else 1.0), plan.precision.fp32
+    if fp16:  # issue 16's goal: at least 90% of the intermediate bytes FP16 (all, here: fallback_ops' ranked conv
+        # keeps FP32 for its ARG_MAX, which reads its sums in registers, and stores them half for the rest)
+        assert plan.io.fp16_share == 1.0, plan.precision.fp32
 
 
 def test_memory_plan_shares_buffers(opencl_device):

@@ -690,3 +690,98 @@ def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     assert it.gpu_plan.pass_counts["link_concat"] == 1 and it.gpu_plan.cpu_op_count == 1
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("op", ["ARG_MAX", "ARG_MIN"])
+@pytest.mark.parametrize("shape,out", [((1, 5, 7, 6), I32), ((2, 3, 10), np.int64), ((4, 9), I32),
+                                       ((1, 4, 4, 13), I32), ((3, 1, 2, 8), np.int64)])
+def test_arg_over_channels_on_device(gpu, rng, op, shape, out):
+    """A work-item per pixel ranks its channels (lanes past C never count); integer-valued inputs make ties, where
+    the first index wins (TFLite's); int32 and int64 indices."""
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    got = check_op(op, [In(x), np.array([-1], I32)], [Out(out, shape[:-1])], output_type=4 if out is np.int64 else 2,
+                   **gpu)
+    np.testing.assert_array_equal(got[0], (np.argmax if op == "ARG_MAX" else np.argmin)(x, axis=-1))
+
+
+def test_arg_over_another_axis_stays_on_the_cpu(opencl_device, rng):
+    check_op("ARG_MAX", [In(rand(rng, (1, 5, 7, 6))), np.array([1], I32)], [Out(I32, (1, 7, 6))], output_type=2,
+             delegate=GpuDelegate(), expect_on_device=False)
+
+
+def _conv_arg_model(rng, shape, cout, k, stride, arg, sums_read: bool, out=I32) -> bytes:
+    """x -> CONV_2D (RELU) -> ARG_MAX / ARG_MIN over its channels; with ``sums_read`` the conv's output is also
+    read by a MUL (and is not a graph output)."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    n, h, w, c = shape
+    oh, ow = -(-h // stride), -(-w // stride)
+    y = b.tensor("y", (n, oh, ow, cout))
+    b.op("CONV_2D", [x, b.const("w", rand(rng, (cout, k, k, c))), b.const("b", rand(rng, (cout,)))], [y],
+         padding="SAME", stride_w=stride, stride_h=stride, fused_activation_function="RELU")
+    i = b.tensor("i", (n, oh, ow), out)
+    b.op(arg, [y, b.const("axis", np.array([3], I32))], [i], output_type=4 if out is np.int64 else 2)
+    outs = [i]
+    if sums_read:
+        m = b.tensor("m", (n, oh, ow, cout))
+        b.op("MUL", [y, b.const("s", rand(rng, (cout,)))], [m], fused_activation_function="NONE")
+        outs.append(m)
+    b.output(*outs)
+    return b.build()
+
+
+@pytest.mark.parametrize("shape,cout,k,stride,arg,sums_read,out", [
+    ((1, 9, 11, 5), 16, 3, 1, "ARG_MAX", True, I32),
+    ((2, 8, 8, 8), 13, 1, 1, "ARG_MIN", False, np.int64),  # pointwise (one row per image), ragged channels
+    ((1, 10, 9, 3), 40, 3, 2, "ARG_MAX", False, I32),  # more slices than a work-item's tile: a loop over them
+    ((1, 6, 6, 4), 7, 1, 2, "ARG_MAX", True, np.int64),
+])
+def test_conv_and_its_channel_rank_are_one_kernel(gpu, rng, opencl_device, shape, cout, k, stride, arg, sums_read,
+                                                 out):
+    """graph.conv_arg: CONV_2D + ARG_MAX / ARG_MIN over its channels run as one kernel keeping the index in
+    registers; the sums are stored only where another op reads them. Indices exactly LiteRT's (FP16: the
+    ranked conv keeps FP32, and its sums, which only the FP16 MUL reads, are stored half)."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+
+    model = _conv_arg_model(rng, shape, cout, k, stride, arg, sums_read, out)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    (merged,) = [s for s in plan.steps if s.op.name == "TFLGPU_CONV_ARG"]
+    assert plan.pass_counts["conv_arg"] == 1 and plan.cpu_op_count == 0 and len(merged.specs) == 1
+    assert len(merged.specs[0].outputs) == (2 if sums_read else 1)
+    x = [rand(rng, shape)]
+    got, want = run_model(lambda **kw: it, model, x), run_model(litert(), model, x)
+    np.testing.assert_array_equal(got[0], want[0])
+    if sums_read:
+        assert_close(got[1], want[1], gpu["rtol_scale"])
+    if plan.fp16:
+        assert plan.io.fp16_share == 1.0
+
+
+@pytest.mark.parametrize("params", [
+    {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"},
+    {"tile_x": 2, "tile_s": 8, "wide": True, "vec_hint": "float8"},
+    {"tile_x": 4, "tile_s": 2, "wide": False, "vec_hint": None, "strided": True},
+    {"tile_x": 8, "tile_s": 4, "const_weights": True},
+])
+def test_conv_arg_tiles(opencl_device, rng, params):
+    """Every tile the tuner may give a CONV_ARG ranks the same: the work-item's slice loop steps by tile_s."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+    from tflgpu.runtime.selection import transform_graph
+
+    model = _conv_arg_model(rng, (1, 7, 9, 6), 22, 3, 1, "ARG_MAX", True)
+    runner = transform_graph(Interpreter(model_content=model).cpu_runner(), True).runner
+    x = [rand(rng, (1, 7, 9, 6))]
+    want = runner.run(x)
+    plan = GpuPlan(runner, opencl_device, PlanConfig(), params={0: params})
+    (merged,) = [s for s in plan.steps if s.op.name == "TFLGPU_CONV_ARG"]
+    assert merged.specs[0].params["tile_s"] == params["tile_s"]
+    got = plan.run(x)
+    for t in plan.sg.outputs:
+        np.testing.assert_allclose(got[t], want[t], rtol=1e-4, atol=1e-5)
+    assert (got[plan.sg.outputs[0]] == want[plan.sg.outputs[0]]).all()

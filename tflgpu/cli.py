@@ -296,7 +296,7 @@ def cmd_precision(args) -> int:
     error = f"{choice.error:.2g}" if choice.error >= 0 else "not calibrated"
     print(f"FP16 plan: {len(choice.fp32)} of {plan.gpu_op_count + plan.cpu_op_count} ops keep FP32 storage, "
           f"{casts} storage casts; output error on the calibration inputs {error} (budget {budget:g}); "
-          f"{plan.io.fp16_share:.1%} of intermediate values stored as half")
+          f"{plan.io.fp16_share:.1%} of intermediate bytes stored as half")
     ops = {op.index: op for op in sg.operators}
     for index, why in sorted(choice.fp32.items()):
         op = ops.get(index)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.conv_arg import CONV_ARG
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.jit import njit, prange
@@ -186,6 +187,20 @@ def conv2d(ctx: OpContext):
         y = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
         y += bias
         return [apply_activation(y.reshape(n, oh, ow, oc), act)]
+
+    return run
+
+
+@register(CONV_ARG)
+def conv_arg(ctx: OpContext):
+    """A CONV_2D and the ARG_MAX / ARG_MIN over its channels (graph.conv_arg): the sums, then their index."""
+    conv = conv2d(ctx)
+    pick = np.argmax if ctx.op.options["arg"] == "ARG_MAX" else np.argmin
+    dtype = ctx.output_tensor(1).dtype
+
+    def run(xs):
+        (y,) = conv(xs)
+        return [y, pick(y, axis=-1).astype(dtype)]
 
     return run
 

@@ -78,7 +78,7 @@ class SubgraphRunner:
             found = problems(op, self.sg)  # (first: the lookups below read the node's tensors)
             if found:
                 raise PrepareError(op, "; ".join(found), self.sg.index)
-            fn = self._kernel(op)
+            fn = self.kernel(op)
             if self._foldable(op):
                 try:
                     outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
@@ -91,7 +91,7 @@ class SubgraphRunner:
                 continue
             self.steps.append((op, fn))
 
-    def _kernel(self, op: Operator) -> Callable:
+    def kernel(self, op: Operator) -> Callable:
         """The CPU kernel of ``op``, made from this runner's constants (a kernel keeps the constants it reads,
         laid out for its loops)."""
         from .quantized import hybrid_factory, is_hybrid_op, is_quantized_op, quantized_factory
@@ -117,7 +117,7 @@ class SubgraphRunner:
         runner's constants, changed: e.g. rounded to half as an FP16 plan stores them)."""
         runner = copy.copy(self)
         runner.consts = consts
-        runner.steps = [(op, runner._kernel(op)) for op, _ in self.steps]
+        runner.steps = [(op, runner.kernel(op)) for op, _ in self.steps]
         return runner
 
     def derived(self, sg: Subgraph, steps: list[tuple[Operator, Callable]]) -> SubgraphRunner:

@@ -2,8 +2,9 @@
 
 An FP16 plan stores device tensors as half (its math is float everywhere). The ops whose FP16 storage costs
 accuracy (``runtime.precision`` finds them) keep FP32 storage instead. A tensor is stored in its producer's
-precision; a tensor no op of the graph produces (a graph input, a variable) is stored as half unless every
-reader is an FP32 op (variables always as half). An op that reads a tensor stored in the other precision
+precision (but for an op that ``casts_own_output``: an FP32 one stores an output only FP16 ops read in half); a
+tensor no op of the graph produces (a graph input, a variable) is stored as half unless every reader is an FP32
+op (variables always as half). An op that reads a tensor stored in the other precision
 reads a converted copy, which a storage cast (op ``STORAGE_CAST``, one per tensor and precision) makes just
 before the first such reader. Constants are not device tensors: each kernel uploads them in its own precision.
 Pure IR; the casts' kernels are in ``kernels.storage``.
@@ -15,6 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from ..model.ir import Operator, Subgraph, Tensor
+from ..ops.traits import traits
 
 STORAGE_CAST = "TFLGPU_STORAGE_CAST"  # an internal op: inputs (tensor,), outputs (copy,), options {"to_fp16"}
 
@@ -50,10 +52,15 @@ def stored_fp16(sg: Subgraph, fp32_ops: Collection[int]) -> dict[int, bool]:
             if t >= 0:
                 readers.setdefault(t, []).append(op)
     out = {}
+    graph_out = set(sg.outputs)
     for t in range(len(sg.tensors)):
         p = producer.get(t)
         if p is not None:
-            out[t] = p.index not in fp32_ops
+            # (an FP32 op that casts its own output stores it half where only FP16 ops read it: they would read
+            # a half copy anyway)
+            out[t] = p.index not in fp32_ops or (traits(p.name).casts_own_output and t not in graph_out
+                                                 and bool(readers.get(t))
+                                                 and all(r.index not in fp32_ops for r in readers[t]))
         elif sg.tensors[t].is_variable:
             out[t] = True
         else:

@@ -23,6 +23,8 @@ class GenContext(OpView):
     params: dict[str, Any] = field(default_factory=dict)  # overrides of the generator's defaults (tuner's knobs)
     epilogue: list = field(default_factory=list)  # fused elementwise ops (graph.passes.Fused), applied in order
     subgraph_variables: frozenset = frozenset()  # variable (stateful) tensor indices
+    # outputs this kernel stores as half although its op keeps FP32 (KernelSpec.half_outputs)
+    half_outputs: frozenset = frozenset()
 
     def constant(self, tensor: int) -> np.ndarray | None:
         return self.consts.get(tensor)

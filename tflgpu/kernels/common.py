@@ -39,10 +39,12 @@ def storage_macros(fp16: bool) -> str:
     """The storage type and its load/store macros for one precision (re-definable: each is #undef'd first)."""
     if fp16:
         defs = {"STORE_T": "half", "LD4(p, i)": "vload_half4((i), (p))", "ST4(p, i, v)": "vstore_half4((v), (i), (p))",
-                "LD1(p, i)": "vload_half((i), (p))", "LD8(p, i)": "vload_half8((i), (p))"}
+                "LD1(p, i)": "vload_half((i), (p))", "LD8(p, i)": "vload_half8((i), (p))",
+                "ST1(p, i, v)": "vstore_half((v), (i), (p))"}
     else:
         defs = {"STORE_T": "float", "LD4(p, i)": "vload4((i), (p))", "ST4(p, i, v)": "vstore4((v), (i), (p))",
-                "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))"}
+                "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))",
+                "ST1(p, i, v)": "((p)[(i)] = (v))"}
     return "".join(f"#undef {k.split('(')[0]}\n#define {k} {v}\n" for k, v in defs.items())
 
 
@@ -100,12 +102,31 @@ class KernelSpec:
     # storage cast, graph.precision)
     fp16: bool = False
     input_fp16: bool | None = None
+    # outputs an FP32 kernel stores as half (``ops.traits``' casts_own_output: only FP16 ops read them)
+    half_outputs: frozenset = frozenset()
 
     def tensor_fp16(self, t: int) -> bool:
         """Whether tensor ``t`` (one of this kernel's) is stored as half."""
+        if t in self.half_outputs:
+            return True
         if self.input_fp16 is not None and t in self.inputs and t not in self.outputs:
             return self.input_fp16
         return self.fp16
+
+
+def store_element(lay: Layout, flat: str, value: str, ptr: str = "dst") -> str:
+    """A block storing the float ``value`` as the element at NHWC index ``flat`` (a C int expression) of a tensor of
+    layout ``lay`` in the slice layout (``ST1``); the element of the last channel also zeroes the lanes past it."""
+    c, w, h, s = lay.c, lay.w, lay.h, lay.s
+    code = [f"{{ const int f_ = {flat}; const int c_ = f_ % {c}; const int p_ = f_ / {c};",
+            f"  const int x_ = p_ % {w}; const int y_ = (p_ / {w}) % {h}; const int b_ = p_ / {w * h};",
+            f"  const int e_ = (((b_ * {s} + c_ / 4) * {h} + y_) * {w} + x_) * 4 + c_ % 4;",
+            f"  ST1({ptr}, e_, {value});"]
+    pad = 3 - (c - 1) % 4
+    if pad:
+        code.append(f"  if (c_ == {c - 1}) {{ " + " ".join(f"ST1({ptr}, e_ + {j}, 0.0f);" for j in range(1, pad + 1))
+                    + " }")
+    return "\n".join(code) + " }"
 
 
 def round_up(v: int, m: int) -> int:

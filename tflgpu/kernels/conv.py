@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..graph.conv_arg import CONV_ARG
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import transpose_conv_params
+from ..ops.layout import Layout
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi4, weights_oi8
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, store_element, vec_slices, weights_oi4, weights_oi8
 from .knobs import Knobs, one_of, positive_int, work_group
+from .pool import arg_lanes, channel_arg
 
 
 def _float_const(ctx: GenContext, i: int) -> np.ndarray:
@@ -32,10 +35,23 @@ def _float_const(ctx: GenContext, i: int) -> np.ndarray:
     return w
 
 
-def _store(index: str, slice_expr: str, ep_code: str, mask: str) -> str:
-    """Apply the fused ops and the pad-lane mask to ``v``, then store it at ``index``."""
+def _store(index: str, slice_expr: str, ep_code: str, mask: str, st: str = "ST4(dst, oi, v);") -> str:
+    """Apply the fused ops and the pad-lane mask to ``v``, then store it at ``index`` (``st``: the statement)."""
     fused = f"const int S_ep = {slice_expr}; {ep_code}" if ep_code else ""
-    return f"{{ const int oi = {index}; {fused} {mask} ST4(dst, oi, v); }}"
+    return f"{{ const int oi = {index}; {fused} {mask} {st} }}"
+
+
+@dataclass(frozen=True)
+class ChannelArg:
+    """A CONV_ARG's rank (graph.conv_arg): each work-item runs over every output slice of its pixels, keeps
+    the index of the largest (smallest) channel of each in registers and stores it into ``idx`` (layout
+    ``out``); ``sums``: the conv's output is stored too (other ops read it), as half from an FP32 kernel
+    where ``half_sums`` (ops.traits' casts_own_output)."""
+
+    greater: bool
+    out: Layout
+    sums: bool
+    half_sums: bool = False
 
 
 def _bias_const(ctx: GenContext, idx: int, cout: int) -> np.ndarray:
@@ -115,6 +131,7 @@ class ConvShape:
     pixels: int  # output pixels per image
     w_bytes: int  # the filter's size in the storage precision
     pointwise: bool = False  # 1x1, stride 1, unpadded: a GEMM over the image's pixels
+    whole_pixel: bool = False  # a work-item runs over every output slice of its pixels (a CONV_ARG's rank)
 
     @property
     def winograd_ok(self) -> bool:
@@ -165,11 +182,11 @@ class ConvKnobs(Knobs):
         space = dict(CONV_SPACE)
         space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * shape.row]
         space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
-        if not shape.winograd_ok:
+        if not shape.winograd_ok or shape.whole_pixel:
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
-        if not shape.pointwise:
+        if not shape.pointwise or shape.whole_pixel:
             del space["group_tile"], space["k_chunk"]
         else:
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.sin]
@@ -197,6 +214,8 @@ class ConvKnobs(Knobs):
                        f"this one has {shape.w_bytes}")
         if self.winograd and not shape.winograd_ok:
             bad.append("Winograd needs a 3x3, stride 1, undilated conv")
+        if shape.whole_pixel and (self.winograd or self.group_tile is not None):
+            bad.append("a conv ranking its channels (CONV_ARG) runs the direct kernel: no Winograd, no group tile")
         bad += positive_int("k_chunk", self.k_chunk)
         if self.group_tile is not None:
             if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
@@ -217,7 +236,7 @@ class ConvKnobs(Knobs):
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, wide: bool = False, epilogue=None,
-                 const_weights: bool = False) -> str:
+                 const_weights: bool = False, arg: ChannelArg | None = None) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -227,6 +246,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     an 8-lane SIMD unit; needs an even ``ts``.
     ``strided``: work-item g takes pixels g, g + G, g + 2G... (G = the row's work-item count), so
     neighbouring work-items read neighbouring pixels; otherwise it takes tx adjacent pixels.
+    ``arg``: a CONV_ARG's rank (``ChannelArg``): the work-item loops over the output slices ts at a time.
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     if trivial:  # one long row per image: more work-items along dim 0 for small maps
@@ -240,13 +260,25 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wspace = "__constant" if const_weights else "__global const"
+    st = "ST4(dst, oi, v);"
+    if arg is None:
+        outs = "__global STORE_T* dst"
+    else:
+        sums = ("__global half* dst, " if arg.half_sums else "__global STORE_T* dst, ") if arg.sums else ""
+        outs = sums + "__global STORE_T* idx"
+        st = ("vstore_half4(v, oi, dst);" if arg.half_sums else st) if arg.sums else ""
     lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, {wspace} STORE_T* wts,",
-             f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+             f"                     __global const STORE_T* bias, {extra}{outs}) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
-             f"  const int S = get_global_id(2) * {ts};",
              f"  if (X >= {groups} || Y >= {batch * oh}) return;",
              f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
+    if arg is None:
+        lines.insert(4, f"  const int S = get_global_id(2) * {ts};")
+    else:
+        init = "-INFINITY" if arg.greater else "INFINITY"
+        lines += [f"  float best{t} = {init}; int arg{t} = 0;" for t in range(tx)]
+        lines.append(f"  for (int S = 0; S < {sout}; S += {ts}) {{")
     for a in range(nacc):
         for t in range(tx):
             lines.append(f"  {vt} acc{a}_{t} = ({vt})(0.0f);")
@@ -291,9 +323,16 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             lines.append(f"      float4 v = {accexpr(t)} + bv;")
             lines.append("      " + activation(act, "v"))
             lines.append("      " + _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}", f"(S + {s})",
-                                           ep_code, pad_lanes_mask(cout, f"(S + {s})", "v")))
+                                           ep_code, pad_lanes_mask(cout, f"(S + {s})", "v"), st))
+            if arg is not None:
+                lines.append("      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
             lines.append("    }")
         lines.append("  }")
+    if arg is not None:
+        lines.append("  }")
+        for t in range(tx):
+            lines.append(f"  if ({px(t)} < {ow}) " + store_element(arg.out, f"Y * {ow} + {px(t)}", f"(float)arg{t}",
+                                                                      "idx"))
     lines.append("}")
     return "\n".join(lines)
 
@@ -367,6 +406,20 @@ def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[i
 def conv2d(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
+    return _conv_kernels(ctx, None)
+
+
+@generator(CONV_ARG)
+def conv_arg(ctx: GenContext) -> list[KernelSpec]:
+    """A CONV_2D and the ARG_MAX / ARG_MIN over its channels (graph.conv_arg) as one kernel."""
+    sums = ctx.op.outputs[0]
+    require_float(ctx, ctx.input_tensor(0), ctx.output_tensor(0) if sums >= 0 else None)
+    greater, out = channel_arg(ctx, ctx.op.options["arg"], ctx.output_tensor(1), ctx.input_tensor(1).shape[0])
+    return _conv_kernels(ctx, ChannelArg(greater, out, sums >= 0, sums in ctx.half_outputs))
+
+
+def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
+    x_t = ctx.input_tensor(0)
     w = _float_const(ctx, 1)
     n, ih, iw, cin = ctx.layout(x_t).dims
     cout, kh, kw, icg = w.shape
@@ -376,7 +429,7 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
-                      w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial)
+                      w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -394,13 +447,16 @@ def conv2d(ctx: GenContext) -> list[KernelSpec]:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
                            strided=knobs.strided, vec_hint=knobs.vec_hint, wide=knobs.wide, epilogue=ep,
-                           const_weights=knobs.const_weights)
+                           const_weights=knobs.const_weights, arg=arg)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
+        if arg is not None:  # (one work-item runs over every slice group)
+            gsize = gsize[:2] + (1,)
         local, pad = knobs.local_size, ts
     wts = weights_oi8(w, pad) if knobs.wide else weights_oi4(w, pad)
+    outs = [ctx.final_output] if arg is None else [t for t in ctx.op.outputs if t >= 0]
     return [KernelSpec(ctx.name, src, gsize, local, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
-        Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
+        *(Arg("tensor", t) for t in outs)], [ctx.op.inputs[0], *ep.inputs], outs,
         knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.conv_arg import HALF_EXACT
+from ..model.ir import Tensor
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import pool_params
+from ..ops.layout import Layout
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, store_element
 from .elementwise import grid, grid_prologue
 
 
@@ -102,6 +105,52 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     const float4 e = select((float4)(0.0f), exp((LD4(src, o) - m) * {beta!r}f) * inv, {valid});
     ST4(dst, o, e);
   }}
+}}"""
+    return [KernelSpec(ctx.name, src, (lay.w, lay.b * lay.h), None, [Arg("tensor", ctx.op.inputs[0]),
+                                                                      Arg("tensor", ctx.op.outputs[0])],
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
+
+
+def arg_lanes(v: str, s_expr: str, c: int, greater: bool, best: str, arg: str) -> str:
+    """Statements folding the float4 ``v`` of slice ``s_expr`` (channels 4S..4S+3, those below ``c``) into the
+    running (``best``, ``arg``): a strictly better value wins, so the first of equal ones is kept (TFLite's)."""
+    cmp = ">" if greater else "<"
+    return " ".join(f"if ({s_expr} * 4 + {j} < {c} && {v}.{lane} {cmp} {best}) {{ {best} = {v}.{lane}; "
+                    f"{arg} = {s_expr} * 4 + {j}; }}" for j, lane in enumerate("xyzw"))
+
+
+def channel_arg(ctx: GenContext, name: str, out: Tensor, channels: int) -> tuple[bool, Layout]:
+    """(ARG_MAX?, the index layout) of a rank ``name`` over ``channels`` channels into ``out``: int32 / int64
+    indices, exact in the storage (half holds integers up to 2048)."""
+    if out.dtype not in (np.int32, np.int64):
+        raise Unsupported(f"{name} output type {out.type_name}")
+    if ctx.fp16 and channels > HALF_EXACT:
+        raise Unsupported(f"indices past {HALF_EXACT} are not exact in FP16 storage")
+    return name == "ARG_MAX", ctx.layout(out)
+
+
+@generator("ARG_MAX", "ARG_MIN")
+def arg_over_channels(ctx: GenContext) -> list[KernelSpec]:
+    """The index of each pixel's largest (smallest) channel: a work-item per pixel walks its slices."""
+    x_t = ctx.input_tensor(0)
+    require_float(ctx, x_t)
+    axis, rank = ctx.const(1), len(x_t.shape)
+    if axis is None or axis.size != 1 or rank == 0 or int(axis.reshape(-1)[0]) % rank != rank - 1:
+        raise Unsupported(f"{ctx.op.name} over an axis other than the last (a pixel's channels)")
+    greater, out_lay = channel_arg(ctx, ctx.op.name, ctx.output_tensor(), x_t.shape[-1])
+    lay = ctx.layout(x_t)
+    s = lay.s
+    init = "-INFINITY" if greater else "INFINITY"
+    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
+  const int x = get_global_id(0); const int Y = get_global_id(1);
+  if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;
+  const int b = Y / {lay.h}; const int y = Y % {lay.h};
+  float best = {init}; int arg = 0;
+  for (int S = 0; S < {s}; ++S) {{
+    const float4 v = LD4(src, ((b * {s} + S) * {lay.h} + y) * {lay.w} + x);
+    {arg_lanes("v", "S", lay.c, greater, "best", "arg")}
+  }}
+  {store_element(out_lay, "Y * " + str(lay.w) + " + x", "(float)arg")}
 }}"""
     return [KernelSpec(ctx.name, src, (lay.w, lay.b * lay.h), None, [Arg("tensor", ctx.op.inputs[0]),
                                                                       Arg("tensor", ctx.op.outputs[0])],

@@ -38,6 +38,10 @@ class OpTraits:
     # (TFLite's int8 / uint8 AVERAGE_POOL_2D), not the rescaled value half to even: its float view's
     # quantization simulator rounds the same way.
     rounds_raw_mean: bool = False
+    # Its kernel computes from exact (FP32) inputs and can store its float output in half (the storage cast its
+    # FP16 readers would read, merged into it): an FP32 instance in an FP16 plan stores that output in half where
+    # only FP16 ops read it (graph.precision). Its own comparison (a fused ARG_MAX) reads the float sum.
+    casts_own_output: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -57,8 +61,9 @@ _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE GATHER GATHER_ND SLICE STRIDED_SLICE
      "ZEROS_LIKE SELECT SELECT_V2 CONCATENATION", quant_transparent=True, keeps_quant_grid=True)
 _add("MAX_POOL_2D", keeps_quant_grid=True)
 _add("AVERAGE_POOL_2D", rounds_raw_mean=True)
-_add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess QUANT_SIM",
-     ranks=True)
+_add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess QUANT_SIM "
+     "TFLGPU_CONV_ARG", ranks=True)
+_add("TFLGPU_CONV_ARG", casts_own_output=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM", fusable="unary")

@@ -7,6 +7,8 @@ The graph transforms, in the one order they run:
 2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
 3. ``fold_constants``: every op whose inputs are all constant. It is evaluated by the CPU kernels, so the
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
+3b. ``conv_arg`` (graph.conv_arg): a CONV_2D and the ARG_MAX / ARG_MIN over its channels, one op; before the
+   precision choice, which may keep it FP32 for its index while its sums stay half.
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_elementwise`` (graph.passes), in that order.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
@@ -14,7 +16,7 @@ The graph transforms, in the one order they run:
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 1-3, ``select`` 3-5, ``link_concatenations`` 6 and ``limit_partitions`` 7; the plan calls
+``transform_graph`` runs 1-3b, ``select`` 3-5, ``link_concatenations`` 6 and ``limit_partitions`` 7; the plan calls
 them in that order, and nothing else transforms the graph.
 """
 
@@ -22,19 +24,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
+from ..graph.conv_arg import CONV_ARG, merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
-from ..graph.precision import STORAGE_CAST
+from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
 from ..kernels.common import fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc
+from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
 
@@ -78,15 +83,25 @@ class KernelMaker:
     def op_fp16(self, op: Operator) -> bool:
         return self.fp16 and op.index not in self.fp32_ops
 
+    @cached_property
+    def _stored_fp16(self) -> dict[int, bool]:
+        return stored_fp16(self.sg, self.fp32_ops)
+
+    def half_outputs(self, op: Operator) -> frozenset[int]:
+        """The outputs an FP32 op of an FP16 plan stores as half (graph.precision: one that casts its own)."""
+        if not self.fp16 or op.index not in self.fp32_ops or not traits(op.name).casts_own_output:
+            return frozenset()
+        return frozenset(t for t in op.outputs if t >= 0 and self._stored_fp16[t])
+
     def __call__(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
         """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
         (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
-        half = self.op_fp16(op)
-        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables)
+        half, half_outputs = self.op_fp16(op), self.half_outputs(op)
+        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs)
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
-        return shared_names([replace(s, fp16=half) for s in specs], ctx.name)
+        return shared_names([replace(s, fp16=half, half_outputs=half_outputs) for s in specs], ctx.name)
 
 
 @dataclass
@@ -110,7 +125,12 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
     quant_io = None
     if quantized_models_allowed:
         runner, quant_io = _float_view(runner)
-    return TransformedGraph(runner, quant_io, {"unroll_while": unrolled})
+    sg, merged = merge_channel_args(runner.sg, runner.consts)
+    if merged:
+        kernels = {op.index: fn for op, fn in runner.steps}
+        runner = runner.derived(sg, [(op, runner.kernel(op) if op.name == CONV_ARG else kernels[op.index])
+                                     for op in sg.operators if op.index in kernels])
+    return TransformedGraph(runner, quant_io, {"unroll_while": unrolled, "conv_arg": merged})
 
 
 def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:

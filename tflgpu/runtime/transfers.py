@@ -100,14 +100,15 @@ class DeviceTensors:
                                  if t in producer and steps[producer[t]].device == "gpu"]
         for t in self.state_tensors:
             self.half.setdefault(t, fp16)
-        # the share of intermediate values (device tensors but the graph's inputs and outputs, and the copies
+        # the share of intermediate bytes (float device tensors but the graph's inputs and outputs, and the copies
         # storage casts make) stored as half: 1.0 in an FP16 plan that keeps no op in FP32
         copies = {t for s in steps if s.device == "gpu" for spec in s.specs if spec.input_fp16 is not None
                   for t in spec.outputs}
-        elements = {t: self._layout(t).elements for t in on_gpu
-                    if t not in graph_in and t not in graph_out and t not in copies}
-        self.fp16_share = (sum(n for t, n in elements.items() if self.half[t]) / sum(elements.values())
-                           if elements else float(fp16))
+        stored = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu
+                  if t not in graph_in and t not in graph_out and t not in copies
+                  and self.sg.tensors[t].dtype == np.float32}
+        self.fp16_share = (sum(n for t, n in stored.items() if self.half[t]) / sum(stored.values())
+                           if stored else float(fp16))
         for t, (whole, _) in self.regions.items():
             a, b = on_gpu.pop(t)
             touch(whole, a)
