@@ -299,3 +299,37 @@ def test_inspect_precision_lists_what_stays_fp32(fp16_device, tmp_path, capsys):
     assert main(["inspect", str(path), "--precision"]) == 0
     out = capsys.readouterr().out
     assert "keep FP32 storage" in out and "amplifies FP16 rounding" in out and "65,504" in out
+
+
+@pytest.mark.parametrize("other_reader,fp32_reader,graph_output,half", [
+    ("RELU", False, False, True),  # only an FP16 op reads the sums: stored half, no cast
+    ("RELU", True, False, False),  # an FP32 op reads them too: FP32 (and a cast for the FP16 ones)
+    (None, False, True, False),  # the user reads them
+])
+def test_a_ranked_conv_stores_the_sums_its_fp16_readers_read_in_half(other_reader, fp32_reader, graph_output, half):
+    """graph.conv_arg + traits.casts_own_output: a CONV_ARG kept FP32 for its index stores its sums half where
+    only FP16 ops read them (they would read a half copy anyway); a plain FP32 CONV_2D keeps FP32 storage."""
+    from tflgpu.graph.conv_arg import CONV_ARG, merge_channel_args
+
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 3))
+    y, i = b.tensor("y", (1, 4, 4, 8)), b.tensor("i", (1, 4, 4), np.int32)
+    b.op("CONV_2D", [x, b.const("w", rng.standard_normal((8, 1, 1, 3)).astype(np.float32)),
+                     b.const("b", np.zeros(8, np.float32))], [y], padding="SAME", stride_w=1, stride_h=1)
+    axis = b.const("axis", np.array([3], np.int32))
+    b.op("ARG_MAX", [y, axis], [i], output_type=2)
+    outs = [i] + ([y] if graph_output else [])
+    if other_reader:
+        r = b.tensor("r", (1, 4, 4, 8))
+        b.op(other_reader, [y], [r])
+        outs.append(r)
+    b.output(*outs)
+    sg = read_model(b.build()).subgraphs[0]
+    consts = {t.index: t.data for t in sg.tensors if t.data is not None}
+    merged, n = merge_channel_args(sg, consts)
+    assert n == 1 and merged.operators[0].name == CONV_ARG and len(merged.operators) == len(sg.operators) - 1
+    assert merged.operators[0].outputs == (y if other_reader or graph_output else -1, i)
+    fp32 = {0} | ({2} if fp32_reader else set())
+    assert stored_fp16(merged, fp32)[y] == half
+    assert stored_fp16(sg, {0})[y] is False  # (the unmerged CONV_2D: FP32 storage)
