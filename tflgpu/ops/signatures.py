@@ -97,6 +97,8 @@ _add("SCATTER_ND", 3, same_type=("in1", "out0"), types={"in0": INDEX, "in2": IND
 _add("SPACE_TO_BATCH_ND BATCH_TO_SPACE_ND", 3, same_type=_UNARY_SAME, types={"in1": INDEX, "in2": INDEX})
 _CONV_RANKS = {"in0": (4, 4), "in1": (4, 4), "in2": (1, 1)}
 _add("CONV_2D DEPTHWISE_CONV_2D", (2, 3), optional=[2], ranks=_CONV_RANKS, nonempty=("in1",))
+# (graph.conv_arg's internal op: a CONV_2D and the ARG_MAX / ARG_MIN over its channels; out0 omitted where unread)
+_add("TFLGPU_CONV_ARG", (2, 3), 2, optional=[2], ranks=_CONV_RANKS, nonempty=("in1",), types={"out1": INDEX})
 _add("FULLY_CONNECTED", (2, 3), (1, 2), optional=[2], ranks={"in0": (1, 16), "in1": (2, 2), "in2": (1, 1)},
      nonempty=("in1",))
 _add("TRANSPOSE_CONV", (3, 4), optional=[3], types={"in0": INDEX},
