@@ -23,10 +23,15 @@ ARGS = ("ARG_MAX", "ARG_MIN")
 HALF_EXACT = 2048  # integers up to this are exact in half: an index stored as half needs fewer channels
 
 
-def _last_axis(op: Operator, sg: Subgraph, consts: dict) -> bool:
-    axis = consts.get(op.inputs[1]) if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
-    rank = len(sg.tensors[op.inputs[0]].shape)
-    return axis is not None and np.asarray(axis).size == 1 and int(np.asarray(axis).reshape(-1)[0]) % rank == rank - 1
+def ranks_channels(op: Operator, sg: Subgraph, consts: dict) -> bool:
+    """Whether ``op`` is an ARG_MAX / ARG_MIN over its input's last axis (a pixel's channels: a constant axis)
+    into int32 / int64 indices: what the device ranks, alone or merged with its conv."""
+    if op.name not in ARGS or len(op.inputs) < 2 or op.inputs[1] < 0:
+        return False
+    axis, rank = consts.get(op.inputs[1]), len(sg.tensors[op.inputs[0]].shape)
+    return (axis is not None and np.asarray(axis).size == 1 and rank > 0
+            and int(np.asarray(axis).reshape(-1)[0]) % rank == rank - 1
+            and sg.tensors[op.outputs[0]].dtype in (np.int32, np.int64))
 
 
 def merge_channel_args(sg: Subgraph, consts: dict) -> tuple[Subgraph, int]:
@@ -49,8 +54,7 @@ def merge_channel_args(sg: Subgraph, consts: dict) -> tuple[Subgraph, int]:
         if (out.dtype != np.float32 or len(out.shape) != 4 or len(w.shape) != 4 or len(x.shape) != 4
                 or w.shape[3] != x.shape[3] or w.shape[0] > HALF_EXACT or out.quantization is not None):
             continue
-        ranks = [r for r in readers.get(t, []) if r.name in ARGS and r.inputs[0] == t and _last_axis(r, sg, consts)
-                 and sg.tensors[r.outputs[0]].dtype in (np.int32, np.int64)]
+        ranks = [r for r in readers.get(t, []) if r.inputs[0] == t and ranks_channels(r, sg, consts)]
         if not ranks:
             continue
         rank = ranks[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.conv_arg import HALF_EXACT
+from ..graph.conv_arg import HALF_EXACT, ranks_channels
 from ..model.ir import Tensor
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import pool_params
@@ -120,10 +120,8 @@ def arg_lanes(v: str, s_expr: str, c: int, greater: bool, best: str, arg: str) -
 
 
 def channel_arg(ctx: GenContext, name: str, out: Tensor, channels: int) -> tuple[bool, Layout]:
-    """(ARG_MAX?, the index layout) of a rank ``name`` over ``channels`` channels into ``out``: int32 / int64
-    indices, exact in the storage (half holds integers up to 2048)."""
-    if out.dtype not in (np.int32, np.int64):
-        raise Unsupported(f"{name} output type {out.type_name}")
+    """(ARG_MAX?, the index layout) of a rank ``name`` over ``channels`` channels into ``out`` (one that
+    graph.conv_arg.ranks_channels accepts), its indices exact in the storage (half holds integers up to 2048)."""
     if ctx.fp16 and channels > HALF_EXACT:
         raise Unsupported(f"indices past {HALF_EXACT} are not exact in FP16 storage")
     return name == "ARG_MAX", ctx.layout(out)
@@ -134,9 +132,9 @@ def arg_over_channels(ctx: GenContext) -> list[KernelSpec]:
     """The index of each pixel's largest (smallest) channel: a work-item per pixel walks its slices."""
     x_t = ctx.input_tensor(0)
     require_float(ctx, x_t)
-    axis, rank = ctx.const(1), len(x_t.shape)
-    if axis is None or axis.size != 1 or rank == 0 or int(axis.reshape(-1)[0]) % rank != rank - 1:
-        raise Unsupported(f"{ctx.op.name} over an axis other than the last (a pixel's channels)")
+    if not ranks_channels(ctx.op, ctx.subgraph, ctx.consts):
+        raise Unsupported(f"{ctx.op.name} over an axis other than the last (a pixel's channels), or into "
+                          f"{ctx.output_tensor().type_name} indices")
     greater, out_lay = channel_arg(ctx, ctx.op.name, ctx.output_tensor(), x_t.shape[-1])
     lay = ctx.layout(x_t)
     s = lay.s

@@ -39,7 +39,6 @@ from ..kernels.common import fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc
-from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
 
@@ -89,7 +88,7 @@ class KernelMaker:
 
     def half_outputs(self, op: Operator) -> frozenset[int]:
         """The outputs an FP32 op of an FP16 plan stores as half (graph.precision: one that casts its own)."""
-        if not self.fp16 or op.index not in self.fp32_ops or not traits(op.name).casts_own_output:
+        if not self.fp16 or op.index not in self.fp32_ops:
             return frozenset()
         return frozenset(t for t in op.outputs if t >= 0 and self._stored_fp16[t])
 
