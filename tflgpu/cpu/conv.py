@@ -15,6 +15,7 @@ from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.jit import njit, prange
 from .elementwise import dequant_params
+from .gemm import conv_bias_clamp, gemm_bias_clamp
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 
 
@@ -60,6 +61,28 @@ def im2col_matmul(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl,
         r1 = min(rows, r0 + step)
         np.matmul(_im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, r0, r1), wm, out=out[r0 * ow : r1 * ow])
     return out
+
+
+def conv_product(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias=None,
+                 lo: float = -np.inf, hi: float = np.inf) -> np.ndarray:
+    """``clip(im2col(x) @ wm + bias, lo, hi)`` ([n*oh*ow, wm columns]) for NHWC ``x`` and ``wm`` [kh*kw*c, oc]
+    (``bias`` None: none). float32 products run on every core with the bias and clamp fused (``gemm``); other
+    dtypes (the exact float64 sums of the integer kernels) through im2col and numpy."""
+    c = x.shape[3]
+    pointwise = kh == kw == sh == sw == 1 and pt == pl == 0
+    if x.dtype == np.float32 and wm.dtype == np.float32:
+        b = bias if bias is not None else np.zeros(wm.shape[1], np.float32)
+        x = np.ascontiguousarray(x)
+        y = gemm_bias_clamp(x.reshape(-1, c), wm, b, lo, hi) if pointwise else \
+            conv_bias_clamp(x, wm, b, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+        if y is not None:
+            return y
+    y = x.reshape(-1, c) @ wm if pointwise else im2col_matmul(x, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+    if bias is not None:
+        y += bias
+    if lo > -np.inf or hi < np.inf:
+        np.clip(y, lo, hi, out=y)
+    return y
 
 
 @njit(cache=True, parallel=True)
@@ -176,6 +199,9 @@ def conv2d(ctx: OpContext):
         ow, pl = conv_padding(w, kw, sw, dw, pad)
         if oh <= 0 or ow <= 0:
             raise KernelError(f"CONV_2D: empty output for input {x.shape}")
+        if groups == 1:
+            y = conv_product(x, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias, *activation_bounds(act))
+            return [y.reshape(n, oh, ow, oc)]
         outs = []
         for g in range(groups):
             xg = x if groups == 1 else np.ascontiguousarray(x[..., g * icg : (g + 1) * icg])
@@ -301,6 +327,7 @@ def fully_connected(ctx: OpContext):
     units, depth = ctx.input_tensor(1).shape[0], ctx.input_tensor(1).shape[-1]
     bias = _bias(ctx, 2, units) if ctx.has_input(2) else None
     w_t = once(lambda: np.ascontiguousarray(w_const.T)) if w_const is not None else None
+    zeros = once(lambda: np.zeros(units, np.float32))
     out_dtype = ctx.output_tensor(0).dtype
 
     def run(xs):
@@ -308,12 +335,14 @@ def fully_connected(ctx: OpContext):
         wt = w_t() if w_t is not None else np.asarray(xs[1], np.float32).T
         if x.size % depth:
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
-        y = x.reshape(-1, depth).astype(np.float32, copy=False) @ wt
-        if bias is not None:
-            y += bias
-        elif ctx.has_input(2):
-            y += np.asarray(xs[2], np.float32)
-        y = apply_activation(y, act)
+        x2 = np.ascontiguousarray(x.reshape(-1, depth), dtype=np.float32)
+        if w_t is not None and (bias is not None or not ctx.has_input(2)):
+            y = gemm_bias_clamp(x2, wt, bias if bias is not None else zeros(), *activation_bounds(act))
+        else:
+            y = x2 @ wt
+            if ctx.has_input(2):
+                y += np.asarray(xs[2], np.float32)
+            y = apply_activation(y, act)
         if keep:
             y = y.reshape(x.shape[:-1] + (units,))
         return [y.astype(out_dtype, copy=False)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.jit import njit, prange
 from ..ops.quantization import RAW_MEAN_SNAP
 from .registry import KernelError, OpContext, apply_activation, fits, register
 
@@ -88,10 +89,31 @@ def gelu(ctx: OpContext):
     return lambda xs: [_gelu_exact(xs[0])]
 
 
+@njit(cache=True, parallel=True)
+def _prelu_channels(x, alpha):
+    """x [rows, c] float32, alpha [c]: one pass over both cores (numpy's where() takes four)."""
+    rows, c = x.shape
+    out = np.empty_like(x)
+    for r in prange(rows):
+        for j in range(c):
+            v = x[r, j]
+            out[r, j] = v if v >= 0 else v * alpha[j]
+    return out
+
+
+PARALLEL_ELEMENTS = 1 << 16  # below this, a numba parallel region costs more than numpy's passes
+
+
 @register("PRELU")
 def prelu(ctx: OpContext):
     def run(xs):
         x, alpha = xs[0], xs[1]
+        if (x.dtype == np.float32 and alpha.dtype == np.float32 and x.size >= PARALLEL_ELEMENTS and x.ndim >= 1
+                and alpha.shape[-1:] in ((x.shape[-1],), (1,)) and alpha.size == alpha.shape[-1]
+                and alpha.ndim <= x.ndim):
+            c = x.shape[-1]
+            a = np.ascontiguousarray(np.broadcast_to(alpha.reshape(-1), (c,)))
+            return [_prelu_channels(np.ascontiguousarray(x).reshape(-1, c), a).reshape(x.shape)]
         return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
 
     return run

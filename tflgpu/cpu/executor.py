@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..model import reader
 from ..model.ir import Model, Operator, Subgraph
 from ..model.sparse import densify
 from ..ops.signatures import problems
@@ -40,18 +41,17 @@ def unsupported_error(op: Operator, subgraph: int = 0, quantized: bool = False) 
 def run_cpu_op(op: Operator, fn: Callable, inputs: list) -> list:
     """One CPU kernel call; what a hostile or broken model makes it raise becomes a RuntimeError naming the op,
     and so does an output (its shape computed from data) larger than one tensor may be."""
-    from ..model.reader import DEFAULT_MAX_TENSOR_BYTES
-
     try:
         outs = fn(inputs)
     except KernelError as e:
         raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
     except (ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError) as e:
         raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
+    limit = reader.DEFAULT_MAX_TENSOR_BYTES
     for o in outs:
-        if getattr(o, "nbytes", 0) > DEFAULT_MAX_TENSOR_BYTES:
+        if getattr(o, "nbytes", 0) > limit:
             raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: its output of shape "
-                               f"{list(o.shape)} exceeds {DEFAULT_MAX_TENSOR_BYTES} bytes (TFLGPU_MAX_TENSOR_BYTES)")
+                               f"{list(o.shape)} exceeds {limit} bytes (TFLGPU_MAX_TENSOR_BYTES)")
     return outs
 
 

@@ -32,7 +32,7 @@ from ..ops.attributes import conv_options, conv_padding
 from ..ops.jit import materialize, njit, prange
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
-from .conv import _bias, _depthwise, im2col_matmul
+from .conv import _bias, _depthwise, conv_product
 from .elementwise import dequantize, quantize
 from .registry import KernelError, OpContext, apply_activation, check_geometry, factory_for, once
 
@@ -286,10 +286,7 @@ def conv2d_q(ctx: OpContext):
         wm = w_mat()
         exact = wm.dtype.type
         xf = x.astype(exact) - exact(pi.z)  # padding then holds real zero, as TFLite's input offset does
-        if kh == kw == sh == sw == 1 and pt == pl == 0:
-            acc = xf.reshape(-1, ic) @ wm  # exact integers (see _exact_dtype)
-        else:
-            acc = im2col_matmul(xf, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+        acc = conv_product(xf, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)  # exact integers (see _exact_dtype)
         return [requantize_fp32(acc, bias_f, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
 
     return run
@@ -730,7 +727,8 @@ def hybrid_factory(ctx: OpContext):
                 raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
             qz, scales = _quantize_rows_xnnpack(x.reshape(-1, d))
             wm = w_mat()
-            acc = qz.astype(wm.dtype, copy=False) @ wm
+            acc = conv_product(qz.astype(wm.dtype, copy=False).reshape(-1, 1, 1, d), wm, 1, 1, 1, 1, 1, 1, 0, 0,
+                               1, 1)
             y = acc.astype(np.float32, copy=False) * (scales[:, None] * w_scale) + bias
             y = apply_activation(y, act)
             if name == "CONV_2D":
@@ -746,7 +744,7 @@ def hybrid_factory(ctx: OpContext):
             if c != ic:
                 raise KernelError(f"CONV_2D: input has {c} channels, the filter {ic}")
             wm = w_mat()
-            acc = im2col_matmul(qz.astype(wm.dtype, copy=False), wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            acc = conv_product(qz.astype(wm.dtype, copy=False), wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
             acc = acc.reshape(n, oh, ow, oc)
         else:
             if c == 0 or oc % c:

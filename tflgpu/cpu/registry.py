@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model import reader
 from ..ops.attributes import activation_bounds
 from ..ops.context import OpView
 
@@ -112,15 +113,14 @@ def fits(shape, dtype, what: str) -> tuple[int, ...]:
     """``shape`` as ints, if an array of it and ``dtype`` fits one tensor's limit; else a KernelError, raised
     before anything is allocated. Kernels whose output size comes from data (paddings, multiples, a target
     shape, broadcasting) call it at prepare where those data are constant, and on every run."""
-    from ..model.reader import DEFAULT_MAX_TENSOR_BYTES
-
+    limit = reader.DEFAULT_MAX_TENSOR_BYTES
     dims = tuple(int(d) for d in shape)
     if any(d < 0 for d in dims):
         raise KernelError(f"{what}: negative dimension in its output shape {list(dims)}")
     need = math.prod(dims) * np.dtype(dtype).itemsize
-    if need > DEFAULT_MAX_TENSOR_BYTES:
+    if need > limit:
         raise TooLarge(f"{what}: its output of shape {list(dims)} needs {need} bytes, over the limit of "
-                          f"{DEFAULT_MAX_TENSOR_BYTES} for one tensor (TFLGPU_MAX_TENSOR_BYTES)")
+                       f"{limit} for one tensor (TFLGPU_MAX_TENSOR_BYTES)")
     return dims
 
 

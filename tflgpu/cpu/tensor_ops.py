@@ -353,7 +353,10 @@ def pad(ctx: OpContext):
             value = np.asarray(xs[2]).reshape(-1)[0]
         elif x.dtype != np.float32 and ctx.input_tensor(0).quantization is not None:
             value = int(ctx.input_tensor(0).quantization.zero_points[0])  # quantized zero
-        return [np.pad(x, _paddings(ctx, xs), constant_values=value)]
+        pads = _paddings(ctx, xs)
+        out = np.full(_padded_shape(x.shape, pads), value, dtype=x.dtype)  # (np.pad costs ~50 us in Python)
+        out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, pads))] = x
+        return [out]
 
     return run
 
