@@ -66,12 +66,12 @@ def im2col_matmul(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl,
 def conv_product(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias=None,
                  lo: float = -np.inf, hi: float = np.inf) -> np.ndarray:
     """``clip(im2col(x) @ wm + bias, lo, hi)`` ([n*oh*ow, wm columns]) for NHWC ``x`` and ``wm`` [kh*kw*c, oc]
-    (``bias`` None: none). float32 products run on every core with the bias and clamp fused (``gemm``); other
-    dtypes (the exact float64 sums of the integer kernels) through im2col and numpy."""
+    (``bias`` None: none). float32 and float64 (the integer kernels' exact sums) products run on every core with
+    the bias and clamp fused (``gemm``); mixed dtypes through im2col and numpy."""
     c = x.shape[3]
     pointwise = kh == kw == sh == sw == 1 and pt == pl == 0
-    if x.dtype == np.float32 and wm.dtype == np.float32:
-        b = bias if bias is not None else np.zeros(wm.shape[1], np.float32)
+    if x.dtype == wm.dtype and x.dtype in (np.float32, np.float64):
+        b = np.zeros(wm.shape[1], x.dtype) if bias is None else np.asarray(bias, x.dtype)
         x = np.ascontiguousarray(x)
         y = gemm_bias_clamp(x.reshape(-1, c), wm, b, lo, hi) if pointwise else \
             conv_bias_clamp(x, wm, b, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model import reader
+from ..ops.attributes import activation_bounds
 from ..ops.jit import njit, prange
 from ..ops.quantization import RAW_MEAN_SNAP
 from .registry import KernelError, OpContext, apply_activation, fits, register
@@ -25,7 +27,10 @@ def _hard_swish(x):
 
 
 def _logistic(x):
-    # exp of a large negative number overflows to inf in float32; 1/(1+inf)=0 is right
+    # exp(-x) for x below -88.7 overflows float32; clamped there, 1/(1+exp(88)) is 0 to within 6e-39, and no
+    # overflow warning needs numpy's (slow) errstate
+    if x.dtype == np.float32:
+        return np.float32(1.0) / (np.float32(1.0) + np.exp(-np.maximum(x, np.float32(-88.0))))
     with np.errstate(over="ignore"):
         return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
 
@@ -170,12 +175,15 @@ BINARY = {
 def _binary(fn):
     def factory(ctx: OpContext):
         act = ctx.opt("fused_activation_function", 0)
+        clamps = activation_bounds(act) != (-np.inf, np.inf)
         out_dtype = ctx.output_tensor(0).dtype
+        small = reader.DEFAULT_MAX_TENSOR_BYTES // max(1, out_dtype.itemsize)
 
         def run(xs):
             a, b = xs[0], xs[1]
             try:
-                if a.shape != b.shape:  # (two small tensors can broadcast to one no tensor may be)
+                # two small tensors can broadcast to one no tensor may be (never more than a.size * b.size)
+                if a.shape != b.shape and a.size * b.size > small:
                     fits(np.broadcast_shapes(a.shape, b.shape), out_dtype, ctx.op.name)
                 r = fn(a, b)
             except ValueError as e:  # shapes that do not broadcast
@@ -183,7 +191,7 @@ def _binary(fn):
             r = np.asarray(r)
             if r.dtype != out_dtype:
                 r = r.astype(out_dtype)
-            return [apply_activation(r, act)]
+            return [apply_activation(r, act) if clamps else r]
 
         return run
 

@@ -38,20 +38,32 @@ def unsupported_error(op: Operator, subgraph: int = 0, quantized: bool = False) 
     )
 
 
-def run_cpu_op(op: Operator, fn: Callable, inputs: list) -> list:
-    """One CPU kernel call; what a hostile or broken model makes it raise becomes a RuntimeError naming the op,
-    and so does an output (its shape computed from data) larger than one tensor may be."""
-    try:
-        outs = fn(inputs)
-    except KernelError as e:
-        raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {e}") from e
-    except (ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError) as e:
-        raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {type(e).__name__}: {e}") from e
+KERNEL_FAILURES = (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError)
+
+
+def invoke_failure(op: Operator, e: BaseException) -> RuntimeError:
+    """What a kernel raised on a hostile or broken model's data, as the RuntimeError naming the op."""
+    why = str(e) if isinstance(e, KernelError) else f"{type(e).__name__}: {e}"
+    return RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {why}")
+
+
+def check_outputs(op: Operator, outs) -> None:
+    """An output (its shape computed from data) larger than one tensor may be is the op's failure."""
     limit = reader.DEFAULT_MAX_TENSOR_BYTES
     for o in outs:
         if getattr(o, "nbytes", 0) > limit:
             raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: its output of shape "
                                f"{list(o.shape)} exceeds {limit} bytes (TFLGPU_MAX_TENSOR_BYTES)")
+
+
+def run_cpu_op(op: Operator, fn: Callable, inputs: list) -> list:
+    """One CPU kernel call; what a hostile or broken model makes it raise becomes a RuntimeError naming the op,
+    and so does an output (its shape computed from data) larger than one tensor may be."""
+    try:
+        outs = fn(inputs)
+    except KERNEL_FAILURES as e:
+        raise invoke_failure(op, e) from e
+    check_outputs(op, outs)
     return outs
 
 
@@ -157,9 +169,30 @@ class SubgraphRunner:
             values[i] = v
         for i, v in zip(sg.inputs, inputs):
             values[i] = v
-        for op, fn in self.steps:
-            self.run_op(op, fn, values)
+        # run_op's work, inlined: a small model's ops take a few microseconds each, as much as a call costs
+        limit = reader.DEFAULT_MAX_TENSOR_BYTES
+        dtypes = self._out_dtypes()
+        op = None
+        try:
+            for op, fn in self.steps:
+                outs = fn([values[i] if i >= 0 else None for i in op.inputs])
+                for t_idx, out in zip(op.outputs, outs):
+                    if getattr(out, "nbytes", 0) > limit:
+                        check_outputs(op, outs)
+                    if t_idx >= 0:
+                        values[t_idx] = out if getattr(out, "dtype", None) == dtypes[t_idx] else \
+                            self._coerce(t_idx, out)
+        except KERNEL_FAILURES as e:
+            raise invoke_failure(op, e) from e
         return values
+
+    def _out_dtypes(self) -> list:
+        """Per tensor of the graph: its numeric dtype (an output of it is stored as is), else None (coerced)."""
+        cached = self.__dict__.get("_dtypes")
+        if cached is None or cached[0] is not self.sg:
+            cached = self._dtypes = (self.sg, [None if t.type_name in NON_NUMERIC else np.dtype(t.dtype)
+                                               for t in self.sg.tensors])
+        return cached[1]
 
     def run_op(self, op: Operator, fn: Callable, values) -> None:
         """Run one step's kernel on ``values`` (a list or dict by tensor index: every input the op reads must

@@ -7,7 +7,7 @@ columns when there are too few rows), and each thread calls the single-threaded 
 directly, then adds the bias and clamps the block while it is still in cache. One thread pool takes the cores,
 and a convolution's im2col is built block by block into a buffer the thread reuses instead of as one matrix.
 
-The ``sgemm`` is numpy's own BLAS, found through threadpoolctl (the library numpy loaded) and called through a
+The ``sgemm`` (``dgemm`` for the float64 sums of the integer kernels) is numpy's own BLAS, found through threadpoolctl (the library numpy loaded) and called through a
 numba intrinsic with its address as an argument, so the kernels stay in numba's on-disk cache. It is checked
 against numpy on a small ragged product when first found; a BLAS without a usable CBLAS ``sgemm`` (or one
 giving other numbers) is logged once, and every product then runs through ``numpy.matmul`` as before.
@@ -31,32 +31,38 @@ MIN_PARALLEL_FLOPS = 1 << 17  # smaller products run on the calling thread (a pa
 
 
 @dataclass(frozen=True)
-class Sgemm:
-    """A CBLAS ``sgemm`` in the process: its address and whether it takes 64-bit integers (ILP64)."""
+class Blas:
+    """numpy's CBLAS ``sgemm`` and ``dgemm``: their addresses and whether they take 64-bit integers (ILP64)."""
 
-    address: int
+    sgemm: int
+    dgemm: int
     ilp64: bool
-    symbol: str
+    symbol: str  # the sgemm's, for messages
+
+    def gemm(self, dtype) -> int:
+        return self.sgemm if dtype == np.float32 else self.dgemm
 
 
-_FOUND: list[Sgemm | None] = []
+_FOUND: list[Blas | None] = []
 _LOCK = threading.Lock()
 
 
-def _candidates(info: dict) -> list[tuple[str, bool]]:
+def _candidates(info: dict) -> list[tuple[str, str, bool]]:
     prefix = "scipy_" if "scipy" in info.get("prefix", "") else ""
-    return [(f"{prefix}cblas_sgemm64_", True), (f"{prefix}cblas_sgemm", False)]
+    return [(f"{prefix}cblas_sgemm64_", f"{prefix}cblas_dgemm64_", True),
+            (f"{prefix}cblas_sgemm", f"{prefix}cblas_dgemm", False)]
 
 
-def find_sgemm() -> Sgemm | None:
-    """numpy's BLAS ``cblas_sgemm``, checked against ``numpy.matmul``; None (logged) where there is none."""
+def find_blas() -> Blas | None:
+    """numpy's BLAS ``cblas_sgemm`` / ``cblas_dgemm``, checked against ``numpy.matmul``; None (logged) where
+    there are none."""
     with _LOCK:
         if not _FOUND:
             _FOUND.append(_find())
         return _FOUND[0]
 
 
-def _find() -> Sgemm | None:
+def _find() -> Blas | None:
     from threadpoolctl import threadpool_info
 
     np.ones(2) @ np.ones(2)  # (numpy's BLAS is loaded lazily by some builds)
@@ -67,13 +73,14 @@ def _find() -> Sgemm | None:
             lib = ctypes.CDLL(info["filepath"])
         except OSError:
             continue
-        for symbol, ilp64 in _candidates(info):
-            fn = getattr(lib, symbol, None)
-            if fn is None:
+        for symbol, dsymbol, ilp64 in _candidates(info):
+            fn, dfn = getattr(lib, symbol, None), getattr(lib, dsymbol, None)
+            if fn is None or dfn is None:
                 continue
-            found = Sgemm(ctypes.cast(fn, ctypes.c_void_p).value, ilp64, symbol)
+            found = Blas(ctypes.cast(fn, ctypes.c_void_p).value, ctypes.cast(dfn, ctypes.c_void_p).value, ilp64,
+                         symbol)
             _bind()
-            if _agrees(found):
+            if _agrees(found, np.float32) and _agrees(found, np.float64):
                 return found
             log.warning("tflgpu: %s in %s gives numbers unlike numpy's; the CPU kernels use numpy.matmul",
                         symbol, info["filepath"])
@@ -82,13 +89,13 @@ def _find() -> Sgemm | None:
     return None
 
 
-def _agrees(s: Sgemm) -> bool:
+def _agrees(s: Blas, dtype) -> bool:
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((37, 19), np.float32)
-    b = rng.standard_normal((19, 23), np.float32)
-    bias = rng.standard_normal(23).astype(np.float32)
-    got = np.empty((37, 23), np.float32)
-    _gemm_bias_clamp(a, b, bias, np.float32(-1.0), np.float32(1.0), got, s.address, s.ilp64, 1, 7)
+    a = rng.standard_normal((37, 19)).astype(dtype)
+    b = rng.standard_normal((19, 23)).astype(dtype)
+    bias = rng.standard_normal(23).astype(dtype)
+    got = np.empty((37, 23), dtype)
+    _gemm_bias_clamp(a, b, bias, dtype(-1.0), dtype(1.0), got, s.gemm(dtype), s.ilp64, 1, 7)
     return bool(np.allclose(got, np.clip(a @ b + bias, -1.0, 1.0), rtol=1e-4, atol=1e-4))
 
 
@@ -111,15 +118,17 @@ def _bind() -> None:
         element and its leading dimension."""
         if not isinstance(ilp64, types.BooleanLiteral):
             return None
-        if not all(isinstance(t, types.Array) and t.dtype == types.float32 for t in (a, b, c)):
+        if not (all(isinstance(t, types.Array) for t in (a, b, c)) and a.dtype == b.dtype == c.dtype
+                and a.dtype in (types.float32, types.float64)):
             return None
+        double = a.dtype == types.float64
         bits = 64 if ilp64.literal_value else 32
         sig = types.void(fn, ilp64, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
 
         def codegen(context, builder, signature, args):
-            i32, it, f32 = ir.IntType(32), ir.IntType(bits), ir.FloatType()
-            ptr = f32.as_pointer()
-            fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, it, it, it, f32, ptr, it, ptr, it, f32, ptr, it])
+            i32, it, fl = ir.IntType(32), ir.IntType(bits), ir.DoubleType() if double else ir.FloatType()
+            ptr = fl.as_pointer()
+            fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, it, it, it, fl, ptr, it, ptr, it, fl, ptr, it])
             f_, _, m_, n_, k_, a_, ao, lda_, b_, bo, ldb_, c_, co, ldc_ = args
             tys = signature.args
 
@@ -133,8 +142,8 @@ def _bind() -> None:
 
             row_major, no_trans = i32(101), i32(111)
             builder.call(builder.inttoptr(f_, fnty.as_pointer()),
-                         [row_major, no_trans, no_trans, num(m_), num(n_), num(k_), f32(1.0), at(5, a_, ao),
-                          num(lda_), at(8, b_, bo), num(ldb_), f32(0.0), at(11, c_, co), num(ldc_)])
+                         [row_major, no_trans, no_trans, num(m_), num(n_), num(k_), fl(1.0), at(5, a_, ao),
+                          num(lda_), at(8, b_, bo), num(ldb_), fl(0.0), at(11, c_, co), num(ldc_)])
             return context.get_dummy_value()
 
         return sig, codegen
@@ -165,10 +174,12 @@ def _bias_clamp(out, r0, r1, c0, c1, bias, lo, hi):
 
 @njit(cache=True, parallel=True)
 def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block):
-    """out = clamp(a @ b + bias, lo, hi); a [m, k], b [k, n], out [m, n], all C-contiguous float32."""
+    """out = clamp(a @ b + bias, lo, hi); a [m, k], b [k, n], out [m, n], all C-contiguous, of one dtype
+    (float32: sgemm at ``fn``; float64: dgemm)."""
     m, k = a.shape
     n = b.shape[1]
     if m >= 2 * threads:  # blocks of rows, a contiguous run of blocks per thread
+        rows_per_block = min(rows_per_block, (m + threads - 1) // threads)  # (every thread gets a block)
         blocks = (m + rows_per_block - 1) // rows_per_block
         per = (blocks + threads - 1) // threads
         for t in prange(threads):
@@ -197,10 +208,11 @@ def _conv_bias_clamp(x, wm, bias, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow
     kdim = kh * kw * c
     oc = wm.shape[1]
     m = nb * oh * ow
+    rows_per_block = max(1, min(rows_per_block, (m + threads - 1) // threads))
     blocks = (m + rows_per_block - 1) // rows_per_block
     per = (blocks + threads - 1) // threads
     for t in prange(threads):
-        cols = np.zeros((rows_per_block, kdim), dtype=np.float32)
+        cols = np.zeros((rows_per_block, kdim), dtype=x.dtype)
         for blk in range(t * per, min(blocks, (t + 1) * per)):
             r0 = blk * rows_per_block
             r1 = min(m, r0 + rows_per_block)
@@ -233,30 +245,33 @@ def _threads() -> int:
 
 
 def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """``clip(a @ b + bias, lo, hi)`` for float32 ``a`` [m, k], ``b`` [k, n] (C-contiguous), ``bias`` [n]."""
+    """``clip(a @ b + bias, lo, hi)`` for ``a`` [m, k], ``b`` [k, n] (C-contiguous), ``bias`` [n], all float32
+    or all float64."""
     m, k = a.shape
     n = b.shape[1]
-    s = find_sgemm() if 2 * m * n * k >= MIN_PARALLEL_FLOPS else None
+    s = find_blas() if 2 * m * n * k >= MIN_PARALLEL_FLOPS else None
     if s is None:  # (a small product: numpy's call costs less than a numba dispatch)
         y = a @ b
         y += bias
         if lo > -np.inf or hi < np.inf:
             np.clip(y, lo, hi, out=y)
         return y
-    out = np.empty((m, n), np.float32)
-    return _gemm_bias_clamp(a, b, bias, np.float32(lo), np.float32(hi), out, s.address, s.ilp64, _threads(),
+    dt = a.dtype.type
+    out = np.empty((m, n), dt)
+    return _gemm_bias_clamp(a, b, bias, dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, _threads(),
                             ROWS_PER_BLOCK)
 
 
 def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray, lo: float, hi: float, kh: int, kw: int,
                     sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, oh: int, ow: int) -> np.ndarray | None:
-    """``clip(im2col(x) @ wm + bias, lo, hi)`` as [n*oh*ow, oc], for float32 NHWC ``x`` and ``wm``
-    [kh*kw*c, oc]; None where there is no usable sgemm (the caller multiplies by numpy)."""
-    s = find_sgemm()
+    """``clip(im2col(x) @ wm + bias, lo, hi)`` as [n*oh*ow, oc], for NHWC ``x``, ``wm`` [kh*kw*c, oc] and ``bias``,
+    all float32 or all float64; None where there is no usable BLAS (the caller multiplies by numpy)."""
+    s = find_blas()
     if s is None:
         return None
     m, oc = x.shape[0] * oh * ow, wm.shape[1]
-    out = np.empty((m, oc), np.float32)
+    dt = x.dtype.type
+    out = np.empty((m, oc), dt)
     threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
-    return _conv_bias_clamp(x, wm, bias, np.float32(lo), np.float32(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                            out, s.address, s.ilp64, threads, ROWS_PER_BLOCK)
+    return _conv_bias_clamp(x, wm, bias, dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+                            out, s.gemm(dt), s.ilp64, threads, ROWS_PER_BLOCK)
