@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -32,6 +33,35 @@ def test_conv2d(n, h, w, cin, cout, k, stride, dil, pad, act, bias, seed):
 def test_conv2d_nonsquare_strides_and_dilations(rng):
     check_op("CONV_2D", [In(rand(rng, (1, 13, 11, 5))), rand(rng, (7, 3, 2, 5)), rand(rng, (7,))],
              padding="SAME", stride_w=2, stride_h=1, dilation_w_factor=1, dilation_h_factor=3)
+
+
+@pytest.mark.parametrize("case", [
+    # (input shape, filter shape, stride, dilation, padding, activation)
+    ((1, 40, 37, 24), (40, 1, 1, 24), 1, 1, "SAME", "RELU6"),  # pointwise: blocks of rows on every thread
+    ((1, 45, 50, 3), (16, 3, 3, 3), 2, 1, "SAME", "RELU"),  # a stem: im2col per block, 3 channels
+    ((2, 21, 19, 10), (12, 3, 3, 10), 1, 2, "SAME", "NONE"),  # dilated, batch 2, ragged last block
+    ((1, 30, 30, 16), (8, 5, 5, 16), 3, 1, "VALID", "RELU_N1_TO_1"),
+    ((1, 3, 2, 64), (300, 1, 1, 64), 1, 1, "VALID", "NONE"),  # few rows, many columns
+])
+def test_conv2d_large_runs_in_blocks_on_every_core(case, rng):
+    """Products past MIN_PARALLEL_FLOPS run as BLAS calls on blocks, one run of blocks per numba thread, the
+    bias and the clamp applied per block (tflgpu.cpu.gemm)."""
+    from tflgpu.cpu.gemm import MIN_PARALLEL_FLOPS, find_blas
+
+    shape, wshape, stride, dil, pad, act = case
+    assert find_blas() is not None, "numpy's BLAS has no usable cblas_sgemm here: the blocked path is not tested"
+    assert 2 * shape[0] * shape[1] * shape[2] * wshape[0] * wshape[1] * wshape[2] * wshape[3] // stride ** 2 \
+        >= MIN_PARALLEL_FLOPS
+    check_op("CONV_2D", [In(rand(rng, shape)), rand(rng, wshape), rand(rng, (wshape[0],))], padding=pad,
+             stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+             fused_activation_function=act)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 5, 200])
+def test_fully_connected_large_splits_rows_or_columns(batch, rng):
+    """One or a few rows split by columns across the threads, more by rows."""
+    check_op("FULLY_CONNECTED", [In(rand(rng, (batch, 300))), rand(rng, (1001, 300)), rand(rng, (1001,))],
+             fused_activation_function="RELU")
 
 
 def test_grouped_conv2d(rng):

@@ -88,6 +88,15 @@ def test_prelu(alpha_shape, rng):
     check_op("PRELU", [In(rand(rng, (1, 4, 5, 3))), rand(rng, alpha_shape)])
 
 
+@pytest.mark.parametrize("alpha_shape", [(24,), (1, 1, 24), (1,), (40, 70, 24)])
+def test_prelu_large_runs_on_every_core(alpha_shape, rng):
+    """Past PARALLEL_ELEMENTS a per-channel (or single) alpha takes the numba kernel; a full-shape one numpy's."""
+    from tflgpu.cpu.elementwise import PARALLEL_ELEMENTS
+
+    assert 40 * 70 * 24 >= PARALLEL_ELEMENTS
+    check_op("PRELU", [In(rand(rng, (1, 40, 70, 24))), rand(rng, alpha_shape)])
+
+
 @pytest.mark.parametrize("op", ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"])
 def test_comparisons(op, rng):
     a = rng.integers(-2, 3, (2, 3, 4)).astype(np.float32)

@@ -35,6 +35,12 @@ def test_softmax(beta, shape, rng):
     check_op("SOFTMAX", [In(rand(rng, shape, -5, 5))], beta=beta)
 
 
+@pytest.mark.parametrize("shape", [(1, 128, 160, 4), (70000, 3), (2, 33000)])
+def test_softmax_large_runs_on_every_core(shape, rng):
+    """Past PARALLEL_ELEMENTS a row softmax is the numba kernel (a segmentation map's few classes per pixel)."""
+    check_op("SOFTMAX", [In(rand(rng, shape, -20, 20))], beta=0.7)
+
+
 def test_log_softmax(rng):
     check_op("LOG_SOFTMAX", [In(rand(rng, (3, 9), -5, 5))])
 

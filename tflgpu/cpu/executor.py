@@ -162,9 +162,7 @@ class SubgraphRunner:
         sg = self.sg
         if len(inputs) != len(sg.inputs):
             raise RuntimeError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
-        values: list = [None] * len(sg.tensors)
-        for i, v in self.consts.items():
-            values[i] = v
+        values = self._initial_values()
         for i, v in self.variables.items():
             values[i] = v
         for i, v in zip(sg.inputs, inputs):
@@ -185,6 +183,17 @@ class SubgraphRunner:
         except KERNEL_FAILURES as e:
             raise invoke_failure(op, e) from e
         return values
+
+    def _initial_values(self) -> list:
+        """A new list of every tensor's value by index, holding the constants (copied from one kept per graph
+        and constants: a loop body runs many times)."""
+        cached = self.__dict__.get("_template")
+        if cached is None or cached[0] is not self.sg or cached[1] is not self.consts or cached[2] != len(self.consts):
+            values: list = [None] * len(self.sg.tensors)
+            for i, v in self.consts.items():
+                values[i] = v
+            cached = self._template = (self.sg, self.consts, len(self.consts), values)
+        return list(cached[3])
 
     def _out_dtypes(self) -> list:
         """Per tensor of the graph: its numeric dtype (an output of it is stored as is), else None (coerced)."""

@@ -132,9 +132,11 @@ def unpack(ctx: OpContext):
 def split(ctx: OpContext):
     n = ctx.opt("num_splits", len(ctx.op.outputs))
 
+    const_axis = _ints(ctx.const(0))[0] if ctx.const(0) is not None else None
+
     def run(xs):
         x = xs[1]
-        a = normalize_axis(_ints(_value(ctx, xs, 0))[0], x.ndim)
+        a = normalize_axis(const_axis if const_axis is not None else _ints(_value(ctx, xs, 0))[0], x.ndim)
         if n <= 0 or x.shape[a] % n:
             raise KernelError(f"SPLIT: dimension {x.shape[a]} not divisible into {n} parts")
         step = x.shape[a] // n
@@ -287,8 +289,14 @@ def gather(ctx: OpContext):
     axis, batch_dims = ctx.opt("axis", 0), ctx.opt("batch_dims", 0)
 
     def run(xs):
-        x, idx = xs[0], np.asarray(xs[1]).astype(np.int64)
+        x = xs[0]
         a = normalize_axis(axis, x.ndim)
+        if np.ndim(xs[1]) == 0 and batch_dims == 0:  # one index (a loop's step): a view of that slice
+            i = int(xs[1])
+            if not 0 <= i < x.shape[a]:
+                raise KernelError(f"GATHER: index out of range [0, {x.shape[a]})")
+            return [x[(slice(None),) * a + (i,)]]
+        idx = np.asarray(xs[1]).astype(np.int64)
         bd = batch_dims + idx.ndim if batch_dims < 0 else batch_dims
         _check_indices(idx, x.shape[a], "GATHER")
         if bd == 0:
