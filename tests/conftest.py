@@ -29,6 +29,9 @@ os.environ["TFLGPU_CACHE_DIR"] = _TEST_CACHE
 os.environ["TFLGPU_TUNING"] = "none"
 # one optimized build per plan, as before tiering (tests/test_startup.py covers the tiered start)
 os.environ.setdefault("TFLGPU_TIERED_COMPILE", "0")
+# a WHILE loop the CPU kernels run is compiled at its first run, not in the background, so a test checks the
+# compiled loop (tests/test_cpu_loops.py covers the background compile)
+os.environ.setdefault("TFLGPU_CPU_LOOPS", "sync")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -230,6 +231,20 @@ def _type_name(dtype: np.dtype) -> str:
     return names.get(np.dtype(dtype).name, np.dtype(dtype).name.upper())
 
 
+def _code_dir(delegates: list):
+    """Where generated CPU code is kept: under the delegate's serialization_dir, else tflgpu's cache directory."""
+    from .cache.paths import default_cache_dir
+
+    if any(not d.cache for d in delegates):  # (GpuDelegate(cache=False): nothing written to disk)
+        return None
+    root = next((d.serialization_dir for d in delegates if d.serialization_dir is not None), None)
+    try:
+        return (default_cache_dir() if root is None else Path(root)) / "cpu_code"
+    except (OSError, RuntimeError, KeyError) as e:  # (no home directory...): the code is compiled in memory
+        log.debug("tflgpu: no directory for generated CPU code (%s)", e)
+        return None
+
+
 class Interpreter:
     """Runs a TFLite model; the API of ``ai_edge_litert.interpreter.Interpreter``.
 
@@ -297,7 +312,7 @@ class Interpreter:
         source = ModelBytes.from_path(model_path) if model_path is not None else ModelBytes.from_content(model_content)
         self._model_bytes = source
         self._model: Model = read_model(source)
-        self._runtime = ModelRunner(self._model)
+        self._runtime = ModelRunner(self._model, code_dir=_code_dir(self._delegates))
         self._startup.phase("cpu kernels", "preparing every op's CPU kernel, folding constants")
         try:
             self._runtime.build_all()
@@ -413,11 +428,16 @@ class Interpreter:
         return plan.background_status() if plan is not None else None
 
     def wait_background(self, timeout: float | None = None, tuning: bool = True) -> bool:
-        """Block until the delegated plan's background work (optimized build, background tuning) is finished;
-        False if ``timeout`` seconds passed first. ``tuning=False``: only until the optimized program is built.
+        """Block until the delegated plan's background work (optimized build, background tuning) is finished,
+        or without a plan, until the CPU kernels' WHILE loops are compiled; False if ``timeout`` seconds passed
+        first. ``tuning=False``: only until the optimized program is built.
         What it made is installed by the next ``invoke()``."""
         plan = self._session(0).gpu_plan
-        if plan is None or plan.background is None:
+        if plan is None:  # the CPU kernels run it: its WHILE loops' compilation (tflgpu.cpu.loops) is the work
+            deadline = None if timeout is None else time.monotonic() + timeout
+            return all(slot.settle(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                       for slot in list(self._runtime.loops))
+        if plan.background is None:
             return True
         return plan.background.wait(timeout, tuning)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .loops import UNFINISHED, LoopSlot
 from .registry import KernelError, OpContext, register
 
 MAX_WHILE_ITERATIONS = 100_000_000
@@ -26,8 +27,11 @@ def _subgraph(ctx: OpContext, option: str) -> int:
 def while_op(ctx: OpContext):
     cond, body = _subgraph(ctx, "cond_subgraph_index"), _subgraph(ctx, "body_subgraph_index")
     rt = ctx.runtime
+    slot = LoopSlot(rt, cond, body, MAX_WHILE_ITERATIONS)
+    if hasattr(rt, "loops"):
+        rt.loops.append(slot)  # (Interpreter.wait_background compiles it ahead of the first run)
 
-    def run(xs):
+    def interpreted(xs):
         vals = list(xs)
         for _ in range(MAX_WHILE_ITERATIONS):
             c = rt.run_subgraph(cond, vals)[0]
@@ -35,6 +39,19 @@ def while_op(ctx: OpContext):
                 return vals
             vals = rt.run_subgraph(body, vals)
         raise KernelError(f"WHILE did not finish within {MAX_WHILE_ITERATIONS} iterations")
+
+    def run(xs):
+        loop = slot.get() if cond != ctx.subgraph.index and body != ctx.subgraph.index else None
+        if loop is None or loop.failed is not None:
+            return interpreted(xs)
+        out, status = loop.run(xs)
+        if out is None:
+            return interpreted(xs)
+        if status == UNFINISHED:
+            raise KernelError(f"WHILE did not finish within {MAX_WHILE_ITERATIONS} iterations")
+        if not loop.checked and not loop.check(out, want := interpreted(xs)):
+            return want
+        return out
 
     return run
 

@@ -218,8 +218,10 @@ class SubgraphRunner:
 class ModelRunner:
     """Owns one runner per subgraph (built on first use) and the resource variables."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, code_dir=None):
         self.model = model
+        self.code_dir = code_dir  # where generated CPU code (compiled WHILE loops) is kept, or None (in memory)
+        self.loops: list = []  # every WHILE op's LoopSlot (tflgpu.cpu.loops)
         self._runners: dict[int, SubgraphRunner] = {}
         self.resources: dict[int, np.ndarray] = {}
         self._resource_ids: dict[tuple[str, str], int] = {}

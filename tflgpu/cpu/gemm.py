@@ -165,9 +165,9 @@ def _bias_clamp(out, r0, r1, c0, c1, bias, lo, hi):
         row = out[i]
         for j in range(c0, c1):
             v = row[j] + bias[j]
-            if v < lo:  # (NaN passes, as through TFLite's std::min(std::max(v, lo), hi))
+            if v < lo:  # noqa: PLR1730 (NaN passes, as through TFLite's std::min(std::max(v, lo), hi))
                 v = lo
-            if v > hi:
+            if v > hi:  # noqa: PLR1730
                 v = hi
             row[j] = v
 

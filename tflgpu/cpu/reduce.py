@@ -58,7 +58,7 @@ def _softmax_rows(x, beta):
     for r in prange(rows):
         m = x[r, 0]
         for j in range(1, c):
-            if x[r, j] > m:
+            if x[r, j] > m:  # noqa: PLR1730 (numba's max() drops a NaN that numpy's max keeps)
                 m = x[r, j]
         s = np.float32(0)
         for j in range(c):
