@@ -462,3 +462,19 @@ def test_conv_im2col_in_blocks(rng, monkeypatch):
     ins, out = _conv_case(rng, I8, True)
     check_qop(None, "CONV_2D", ins, [out], version=3, padding="SAME", stride_h=1, stride_w=1,
               fused_activation_function="NONE")
+
+
+def test_qd8_row_quantization_kernel_is_the_numpy_reference():
+    """The numba pass (_quantize_rows_qd8) is XNNPACK's qd8 as the numpy reference writes it, bit for bit,
+    including rows of one sign, zeros, tiny ranges, a NaN and infinities."""
+    from tflgpu.cpu.quantized import _quantize_rows_qd8, _quantize_rows_xnnpack
+
+    rng = np.random.default_rng(11)
+    for scale in (1.0, 1e-3, 1e3, 1e-30):
+        x = (rng.standard_normal((300, 37)) * scale).astype(np.float32)
+        x[3], x[4], x[5] = np.abs(x[3]), -np.abs(x[4]), 0
+        x[6, 2], x[7, 1], x[8, 3], x[9] = np.nan, np.inf, -np.inf, np.inf
+        with np.errstate(all="ignore"):
+            want_q, want_s = _quantize_rows_xnnpack(x)
+        got_q, got_s = _quantize_rows_qd8(x)
+        assert np.array_equal(got_q, want_q, equal_nan=True) and np.array_equal(got_s, want_s, equal_nan=True)

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..ops.attributes import conv_options, conv_padding
+from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.jit import materialize, njit, prange
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
@@ -676,6 +676,66 @@ def _quantize_rows_xnnpack(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.rint(v, out=v), np.float32(1) / inv
 
 
+@njit(cache=True, parallel=True)
+def _quantize_rows_qd8(rows):
+    """_quantize_rows_xnnpack in one parallel pass per row, the same float32 arithmetic step for step (a NaN in
+    a row makes its range, and so every value of it, NaN, as numpy's reductions do)."""
+    m, d = rows.shape
+    q = np.empty((m, d), np.float32)
+    scales = np.empty(m, np.float32)
+    one, lo8, hi8 = np.float32(1), np.float32(-128), np.float32(127)
+    for r in prange(m):
+        rmin = np.float32(0)
+        rmax = np.float32(0)
+        for j in range(d):
+            v = rows[r, j]
+            if v != v or v < rmin:
+                rmin = v
+            if v != v or v > rmax:
+                rmax = v
+            if rmin != rmin:
+                rmax = rmin
+                break
+        inv = one if rmin == rmax else np.float32(np.float32(255) / (rmax - rmin))
+        rmin_s, rmax_s = np.float32(rmin * inv), np.float32(rmax * inv)
+        zp = np.float32(lo8 - rmin_s) if (lo8 + rmin_s) + (hi8 + rmax_s) > 0 else np.float32(hi8 - rmax_s)
+        if zp < lo8:  # noqa: PLR1730 (np.clip keeps a NaN; max() would drop it)
+            zp = lo8
+        if zp > hi8:  # noqa: PLR1730
+            zp = hi8
+        zp = np.rint(zp)
+        vlo, vhi = np.float32(lo8 - zp), np.float32(hi8 - zp)
+        for j in range(d):
+            v = np.float32(rows[r, j] * inv)
+            if zp != zp:  # (an infinite range: np.clip against NaN bounds gives NaN)
+                v = zp
+            if v < vlo:  # noqa: PLR1730
+                v = vlo
+            if v > vhi:  # noqa: PLR1730
+                v = vhi
+            q[r, j] = np.rint(v)
+        scales[r] = one / inv
+    return q, scales
+
+
+@njit(cache=True, parallel=True)
+def _hybrid_scale(acc, row_scale, w_scale, bias, lo, hi):
+    """float32(acc) * (row_scale[r] * w_scale[c]) + bias[c], clamped to [lo, hi] (a NaN kept): the hybrid
+    kernels' return to float, one parallel pass (numpy took four)."""
+    m, n = acc.shape
+    out = np.empty((m, n), np.float32)
+    for r in prange(m):
+        s = row_scale[r]
+        for c in range(n):
+            v = np.float32(acc[r, c]) * np.float32(s * w_scale[c]) + bias[c]
+            if v < lo:  # noqa: PLR1730
+                v = lo
+            if v > hi:  # noqa: PLR1730
+                v = hi
+            out[r, c] = v
+    return out
+
+
 def hybrid_factory(ctx: OpContext):
     """LiteRT's hybrid kernels: the float input quantized to int8, an exact integer product with the
     int8 weights, then scaled back to float. How the input is quantized follows what LiteRT runs:
@@ -713,8 +773,9 @@ def hybrid_factory(ctx: OpContext):
         _, kh, kw, oc = w.shape
         n_out = oc
         w_i = once(lambda: np.ascontiguousarray(centered().astype(np.int32)))
-    w_scale = np.broadcast_to(pw.scale.astype(np.float32), (n_out,))
+    w_scale = np.ascontiguousarray(np.broadcast_to(pw.scale.astype(np.float32), (n_out,)))
     bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
+    lo, hi = (np.float32(v) for v in activation_bounds(act))
     sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     keep = ctx.opt("keep_num_dims", False)
     pointwise = name == "CONV_2D" and kh == kw == sh == sw == 1
@@ -725,12 +786,11 @@ def hybrid_factory(ctx: OpContext):
             d = depth if name == "FULLY_CONNECTED" else ic
             if x.size % d:
                 raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
-            qz, scales = _quantize_rows_xnnpack(x.reshape(-1, d))
+            qz, scales = _quantize_rows_qd8(np.ascontiguousarray(x.reshape(-1, d)))
             wm = w_mat()
             acc = conv_product(qz.astype(wm.dtype, copy=False).reshape(-1, 1, 1, d), wm, 1, 1, 1, 1, 1, 1, 0, 0,
                                1, 1)
-            y = acc.astype(np.float32, copy=False) * (scales[:, None] * w_scale) + bias
-            y = apply_activation(y, act)
+            y = _hybrid_scale(acc, scales, w_scale, bias, lo, hi)
             if name == "CONV_2D":
                 return [y.reshape(x.shape[:-1] + (oc,))]
             return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
@@ -751,8 +811,8 @@ def hybrid_factory(ctx: OpContext):
                 raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
             acc = _depthwise(np.ascontiguousarray(qz.astype(np.int32)), w_i(), np.zeros(oc, np.int32), sh, sw,
                              dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, INT32_MIN, INT32_MAX)
-        factor = scales[:, None, None, None] * w_scale
-        y = acc.astype(np.float32, copy=False) * factor + bias
-        return [apply_activation(y, act)]
+        per_pixel = np.repeat(scales, acc.size // max(1, n * oc))
+        y = _hybrid_scale(np.ascontiguousarray(acc).reshape(-1, oc), per_pixel, w_scale, bias, lo, hi)
+        return [y.reshape(acc.shape)]
 
     return run
