@@ -34,7 +34,7 @@ from ..ops.quantization import QParams, dequantize_values, qparams, quantize_val
 from ..ops.traits import traits
 from .conv import _bias, _depthwise, conv_product
 from .elementwise import dequantize, quantize
-from .registry import KernelError, OpContext, apply_activation, check_geometry, factory_for, once
+from .registry import KernelError, OpContext, check_geometry, factory_for, once
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)
 
@@ -720,11 +720,11 @@ def _quantize_rows_qd8(rows):
         rmax = np.float32(0)
         for j in range(d):
             v = rows[r, j]
-            if v != v or v < rmin:
+            if np.isnan(v) or v < rmin:
                 rmin = v
-            if v != v or v > rmax:
+            if np.isnan(v) or v > rmax:
                 rmax = v
-            if rmin != rmin:
+            if np.isnan(rmin):
                 rmax = rmin
                 break
         inv = one if rmin == rmax else np.float32(np.float32(255) / (rmax - rmin))
@@ -738,7 +738,7 @@ def _quantize_rows_qd8(rows):
         vlo, vhi = np.float32(lo8 - zp), np.float32(hi8 - zp)
         for j in range(d):
             v = np.float32(rows[r, j] * inv)
-            if zp != zp:  # (an infinite range: np.clip against NaN bounds gives NaN)
+            if np.isnan(zp):  # (an infinite range: np.clip against NaN bounds gives NaN)
                 v = zp
             if v < vlo:  # noqa: PLR1730
                 v = vlo
