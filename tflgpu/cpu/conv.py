@@ -71,8 +71,8 @@ def conv_product(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl, 
     c = x.shape[3]
     pointwise = kh == kw == sh == sw == 1 and pt == pl == 0
     if x.dtype == wm.dtype and x.dtype in (np.float32, np.float64):
-        b = np.zeros(wm.shape[1], x.dtype) if bias is None else np.asarray(bias, x.dtype)
-        x = np.ascontiguousarray(x)
+        b = None if bias is None else np.asarray(bias, x.dtype)
+        x, wm = np.ascontiguousarray(x), np.ascontiguousarray(wm)
         y = gemm_bias_clamp(x.reshape(-1, c), wm, b, lo, hi) if pointwise else \
             conv_bias_clamp(x, wm, b, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
         if y is not None:
@@ -199,20 +199,14 @@ def conv2d(ctx: OpContext):
         ow, pl = conv_padding(w, kw, sw, dw, pad)
         if oh <= 0 or ow <= 0:
             raise KernelError(f"CONV_2D: empty output for input {x.shape}")
+        lo, hi = activation_bounds(act)
         if groups == 1:
-            y = conv_product(x, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias, *activation_bounds(act))
-            return [y.reshape(n, oh, ow, oc)]
-        outs = []
-        for g in range(groups):
-            xg = x if groups == 1 else np.ascontiguousarray(x[..., g * icg : (g + 1) * icg])
-            wg = wm[:, g * ocg : (g + 1) * ocg]
-            if kh == kw == sh == sw == 1 and pt == pl == 0:
-                outs.append(xg.reshape(-1, icg) @ wg)
-            else:
-                outs.append(im2col_matmul(xg, wg, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow))
-        y = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
-        y += bias
-        return [apply_activation(y.reshape(n, oh, ow, oc), act)]
+            y = conv_product(x, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, bias, lo, hi)
+        else:  # each group its own product over its slice of the channels, side by side in the output
+            y = np.concatenate([conv_product(x[..., g * icg : (g + 1) * icg], wm[:, g * ocg : (g + 1) * ocg], kh, kw,
+                                             sh, sw, dh, dw, pt, pl, oh, ow, bias[g * ocg : (g + 1) * ocg], lo, hi)
+                                for g in range(groups)], axis=1)
+        return [y.reshape(n, oh, ow, oc)]
 
     return run
 
@@ -327,7 +321,6 @@ def fully_connected(ctx: OpContext):
     units, depth = ctx.input_tensor(1).shape[0], ctx.input_tensor(1).shape[-1]
     bias = _bias(ctx, 2, units) if ctx.has_input(2) else None
     w_t = once(lambda: np.ascontiguousarray(w_const.T)) if w_const is not None else None
-    zeros = once(lambda: np.zeros(units, np.float32))
     out_dtype = ctx.output_tensor(0).dtype
 
     def run(xs):
@@ -337,7 +330,7 @@ def fully_connected(ctx: OpContext):
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
         x2 = np.ascontiguousarray(x.reshape(-1, depth), dtype=np.float32)
         if w_t is not None and (bias is not None or not ctx.has_input(2)):
-            y = gemm_bias_clamp(x2, wt, bias if bias is not None else zeros(), *activation_bounds(act))
+            y = gemm_bias_clamp(x2, wt, bias, *activation_bounds(act))
         else:
             y = x2 @ wt
             if ctx.has_input(2):

@@ -109,16 +109,24 @@ def _prelu_channels(x, alpha):
 PARALLEL_ELEMENTS = 1 << 16  # below this, a numba parallel region costs more than numpy's passes
 
 
+def _per_channel(alpha: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """``alpha`` as one float32 value per channel of ``x`` (its last axis), where it is that (or one value for
+    all) and both are float32; else None."""
+    if x.dtype != np.float32 or alpha.dtype != np.float32 or x.ndim == 0 or alpha.ndim > x.ndim:
+        return None
+    c = x.shape[-1]
+    if alpha.size not in (1, c) or alpha.size != (alpha.shape[-1] if alpha.ndim else 1):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(alpha.reshape(-1), (c,)))
+
+
 @register("PRELU")
 def prelu(ctx: OpContext):
     def run(xs):
         x, alpha = xs[0], xs[1]
-        if (x.dtype == np.float32 and alpha.dtype == np.float32 and x.size >= PARALLEL_ELEMENTS and x.ndim >= 1
-                and alpha.shape[-1:] in ((x.shape[-1],), (1,)) and alpha.size == alpha.shape[-1]
-                and alpha.ndim <= x.ndim):
-            c = x.shape[-1]
-            a = np.ascontiguousarray(np.broadcast_to(alpha.reshape(-1), (c,)))
-            return [_prelu_channels(np.ascontiguousarray(x).reshape(-1, c), a).reshape(x.shape)]
+        a = _per_channel(alpha, x) if x.size >= PARALLEL_ELEMENTS else None
+        if a is not None:
+            return [_prelu_channels(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), a).reshape(x.shape)]
         return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
 
     return run

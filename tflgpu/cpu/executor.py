@@ -162,14 +162,14 @@ class SubgraphRunner:
         sg = self.sg
         if len(inputs) != len(sg.inputs):
             raise RuntimeError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
-        values = self._initial_values()
+        template, dtypes = self._frame()
+        values = list(template)
         for i, v in self.variables.items():
             values[i] = v
         for i, v in zip(sg.inputs, inputs):
             values[i] = v
         # run_op's work, inlined: a small model's ops take a few microseconds each, as much as a call costs
         limit = reader.DEFAULT_MAX_TENSOR_BYTES
-        dtypes = self._out_dtypes()
         op = None
         try:
             for op, fn in self.steps:
@@ -184,24 +184,18 @@ class SubgraphRunner:
             raise invoke_failure(op, e) from e
         return values
 
-    def _initial_values(self) -> list:
-        """A new list of every tensor's value by index, holding the constants (copied from one kept per graph
-        and constants: a loop body runs many times)."""
-        cached = self.__dict__.get("_template")
+    def _frame(self) -> tuple[list, list]:
+        """What every run starts from, made once per graph and constants (a loop body runs many times): the
+        values by tensor index holding the constants (copied per run), and each tensor's numeric dtype (an
+        output of it is stored as is) or None (coerced)."""
+        cached = self.__dict__.get("_frame_cache")  # (a runner derived or given other constants makes its own)
         if cached is None or cached[0] is not self.sg or cached[1] is not self.consts or cached[2] != len(self.consts):
             values: list = [None] * len(self.sg.tensors)
             for i, v in self.consts.items():
                 values[i] = v
-            cached = self._template = (self.sg, self.consts, len(self.consts), values)
-        return list(cached[3])
-
-    def _out_dtypes(self) -> list:
-        """Per tensor of the graph: its numeric dtype (an output of it is stored as is), else None (coerced)."""
-        cached = self.__dict__.get("_dtypes")
-        if cached is None or cached[0] is not self.sg:
-            cached = self._dtypes = (self.sg, [None if t.type_name in NON_NUMERIC else np.dtype(t.dtype)
-                                               for t in self.sg.tensors])
-        return cached[1]
+            dtypes = [None if t.type_name in NON_NUMERIC else np.dtype(t.dtype) for t in self.sg.tensors]
+            cached = self._frame_cache = (self.sg, self.consts, len(self.consts), values, dtypes)
+        return cached[3], cached[4]
 
     def run_op(self, op: Operator, fn: Callable, values) -> None:
         """Run one step's kernel on ``values`` (a list or dict by tensor index: every input the op reads must

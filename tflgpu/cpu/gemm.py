@@ -37,7 +37,6 @@ class Blas:
     sgemm: int
     dgemm: int
     ilp64: bool
-    symbol: str  # the sgemm's, for messages
 
     def gemm(self, dtype) -> int:
         return self.sgemm if dtype == np.float32 else self.dgemm
@@ -77,8 +76,7 @@ def _find() -> Blas | None:
             fn, dfn = getattr(lib, symbol, None), getattr(lib, dsymbol, None)
             if fn is None or dfn is None:
                 continue
-            found = Blas(ctypes.cast(fn, ctypes.c_void_p).value, ctypes.cast(dfn, ctypes.c_void_p).value, ilp64,
-                         symbol)
+            found = Blas(ctypes.cast(fn, ctypes.c_void_p).value, ctypes.cast(dfn, ctypes.c_void_p).value, ilp64)
             _bind()
             if _agrees(found, np.float32) and _agrees(found, np.float64):
                 return found
@@ -101,19 +99,19 @@ def _agrees(s: Blas, dtype) -> bool:
 
 # -- the call itself: a numba intrinsic over the function's address -----------------------------------------
 
-_sgemm_at = None  # bound by _bind() before any kernel here compiles
+_gemm_at = None  # bound by _bind() before any kernel here compiles
 
 
 def _bind() -> None:
-    global _sgemm_at
-    if _sgemm_at is not None:
+    global _gemm_at
+    if _gemm_at is not None:
         return
     from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic
 
     @intrinsic
-    def sgemm_at(typingctx, fn, ilp64, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    def gemm_at(typingctx, fn, ilp64, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
         """C[m, n] = A[m, k] @ B[k, n], row-major; each matrix an array, the offset (in elements) of its first
         element and its leading dimension."""
         if not isinstance(ilp64, types.BooleanLiteral):
@@ -148,15 +146,15 @@ def _bind() -> None:
 
         return sig, codegen
 
-    _sgemm_at = sgemm_at
+    _gemm_at = gemm_at
 
 
 @njit(cache=True, inline="always")
-def _sgemm(fn, ilp64, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+def _gemm(fn, ilp64, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     if ilp64:
-        _sgemm_at(fn, True, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+        _gemm_at(fn, True, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
     else:
-        _sgemm_at(fn, False, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+        _gemm_at(fn, False, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
 
 
 @njit(cache=True, inline="always")
@@ -186,7 +184,7 @@ def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block
             for blk in range(t * per, min(blocks, (t + 1) * per)):
                 r0 = blk * rows_per_block
                 r1 = min(m, r0 + rows_per_block)
-                _sgemm(fn, ilp64, r1 - r0, n, k, a, r0 * k, k, b, 0, n, out, r0 * n, n)
+                _gemm(fn, ilp64, r1 - r0, n, k, a, r0 * k, k, b, 0, n, out, r0 * n, n)
                 _bias_clamp(out, r0, r1, 0, n, bias, lo, hi)
     else:  # a few rows (a fully connected layer): blocks of columns
         per = (n + threads - 1) // threads
@@ -194,7 +192,7 @@ def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block
             c0 = t * per
             c1 = min(n, c0 + per)
             if c1 > c0:
-                _sgemm(fn, ilp64, m, c1 - c0, k, a, 0, k, b, c0, n, out, c0, n)
+                _gemm(fn, ilp64, m, c1 - c0, k, a, 0, k, b, c0, n, out, c0, n)
                 _bias_clamp(out, 0, m, c0, c1, bias, lo, hi)
     return out
 
@@ -233,7 +231,7 @@ def _conv_bias_clamp(x, wm, bias, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow
                             src = x[b, iy, ix]
                             for ch in range(c):
                                 row[base + ch] = src[ch]
-            _sgemm(fn, ilp64, r1 - r0, oc, kdim, cols, 0, kdim, wm, 0, oc, out, r0 * oc, oc)
+            _gemm(fn, ilp64, r1 - r0, oc, kdim, cols, 0, kdim, wm, 0, oc, out, r0 * oc, oc)
             _bias_clamp(out, r0, r1, 0, oc, bias, lo, hi)
     return out
 
@@ -244,34 +242,38 @@ def _threads() -> int:
     return numba.get_num_threads()
 
 
-def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """``clip(a @ b + bias, lo, hi)`` for ``a`` [m, k], ``b`` [k, n] (C-contiguous), ``bias`` [n], all float32
-    or all float64."""
+def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: float, hi: float) -> np.ndarray:
+    """``clip(a @ b + bias, lo, hi)`` for ``a`` [m, k], ``b`` [k, n] (C-contiguous), ``bias`` [n] (None: none),
+    all float32 or all float64."""
     m, k = a.shape
     n = b.shape[1]
     s = find_blas() if 2 * m * n * k >= MIN_PARALLEL_FLOPS else None
     if s is None:  # (a small product: numpy's call costs less than a numba dispatch)
         y = a @ b
-        y += bias
+        if bias is not None:
+            y += bias
         if lo > -np.inf or hi < np.inf:
             np.clip(y, lo, hi, out=y)
         return y
     dt = a.dtype.type
     out = np.empty((m, n), dt)
+    bias = np.zeros(n, dt) if bias is None else bias
     return _gemm_bias_clamp(a, b, bias, dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, _threads(),
                             ROWS_PER_BLOCK)
 
 
-def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray, lo: float, hi: float, kh: int, kw: int,
+def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, lo: float, hi: float, kh: int, kw: int,
                     sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, oh: int, ow: int) -> np.ndarray | None:
     """``clip(im2col(x) @ wm + bias, lo, hi)`` as [n*oh*ow, oc], for NHWC ``x``, ``wm`` [kh*kw*c, oc] and ``bias``,
-    all float32 or all float64; None where there is no usable BLAS (the caller multiplies by numpy)."""
+    all float32 or all float64 (``bias`` None: none); None where there is no usable BLAS (the caller multiplies by
+    numpy)."""
     s = find_blas()
     if s is None:
         return None
     m, oc = x.shape[0] * oh * ow, wm.shape[1]
     dt = x.dtype.type
     out = np.empty((m, oc), dt)
+    bias = np.zeros(oc, dt) if bias is None else bias
     threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
     return _conv_bias_clamp(x, wm, bias, dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
                             out, s.gemm(dt), s.ilp64, threads, ROWS_PER_BLOCK)

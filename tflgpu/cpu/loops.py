@@ -139,7 +139,7 @@ def _typed(expr: str, dtype: np.dtype, scalar: bool) -> str:
 
 def _emit(g: _Graph, op: Operator) -> list[str]:
     name, opts = op.name, op.options or {}
-    ins = [i for i in op.inputs]
+    ins = list(op.inputs)
     if any(i < 0 for i in ins) and name != "FULLY_CONNECTED":
         raise Unsupported(f"{name} with an omitted input")
     for o in op.outputs:

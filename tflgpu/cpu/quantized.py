@@ -34,6 +34,7 @@ from ..ops.quantization import QParams, dequantize_values, qparams, quantize_val
 from ..ops.traits import traits
 from .conv import _bias, _depthwise, conv_product
 from .elementwise import dequantize, quantize
+from .gemm import gemm_bias_clamp
 from .registry import KernelError, OpContext, check_geometry, factory_for, once
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)
@@ -673,10 +674,10 @@ def _offset_round_rows(rows, inv, off, flat):
         j0 = (task % chunks) * QUANT_CHUNK
         j1 = min(size, j0 + QUANT_CHUNK)
         o, s = off[r], inv[r]
+        if flat[r]:
+            q[r, j0:j1] = 0
+            continue
         for j in range(j0, j1):
-            if flat[r]:
-                q[r, j] = 0
-                continue
             v = np.float32(rows[r, j] * s)
             f = np.floor(np.float32(abs(v) + half))
             t = f if v > 0 else -f if v < 0 else v  # (std::round: half away from zero; NaN stays NaN)
@@ -689,28 +690,12 @@ def _offset_round_rows(rows, inv, off, flat):
     return q
 
 
-def _quantize_rows_xnnpack(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """XNNPACK's dynamic (qd8) quantization of each row, all in float32: inverse scale 255 / range, the
-    zero point of smaller error, rounded to nearest even. Returns (quantized value - zero point, as
-    float32 integers) and each row's scale."""
-    rows = rows.astype(np.float32)
-    rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float32)
-    rmax = np.maximum(rows.max(axis=1, initial=0), 0).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(rmin == rmax, np.float32(1), np.float32(255) / (rmax - rmin)).astype(np.float32)
-    rmin_s, rmax_s = rmin * inv, rmax * inv
-    zp = np.where((np.float32(-128) + rmin_s) + (np.float32(127) + rmax_s) > 0, np.float32(-128) - rmin_s,
-                  np.float32(127) - rmax_s)
-    zp = np.rint(np.clip(zp, -128, 127)).astype(np.float32)[:, None]
-    v = rows * inv[:, None]
-    np.clip(v, np.float32(-128) - zp, np.float32(127) - zp, out=v)
-    return np.rint(v, out=v), np.float32(1) / inv
-
-
 @njit(cache=True, parallel=True)
 def _quantize_rows_qd8(rows):
-    """_quantize_rows_xnnpack in one parallel pass per row, the same float32 arithmetic step for step (a NaN in
-    a row makes its range, and so every value of it, NaN, as numpy's reductions do)."""
+    """XNNPACK's dynamic (qd8) quantization of each row, all in float32, one parallel pass per row: inverse scale
+    255 / range, the zero point of smaller error, rounded to nearest even. Returns (quantized value - zero point,
+    as float32 integers) and each row's scale. A NaN in a row makes its range, and so every value of it, NaN, as
+    numpy's reductions do (tests/test_quantized.py holds the numpy expression it equals bit for bit)."""
     m, d = rows.shape
     q = np.empty((m, d), np.float32)
     scales = np.empty(m, np.float32)
@@ -819,8 +804,7 @@ def hybrid_factory(ctx: OpContext):
                 raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
             qz, scales = _quantize_rows_qd8(np.ascontiguousarray(x.reshape(-1, d)))
             wm = w_mat()
-            acc = conv_product(qz.astype(wm.dtype, copy=False).reshape(-1, 1, 1, d), wm, 1, 1, 1, 1, 1, 1, 0, 0,
-                               1, 1)
+            acc = gemm_bias_clamp(qz.astype(wm.dtype, copy=False), wm, None, -np.inf, np.inf)
             y = _hybrid_scale(acc, scales, w_scale, bias, lo, hi)
             if name == "CONV_2D":
                 return [y.reshape(x.shape[:-1] + (oc,))]
