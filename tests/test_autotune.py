@@ -158,7 +158,7 @@ def test_tuned_model_matches_litert_and_records_are_reused(opencl_device, rng, t
     assert_close(invoke(it2, feeds), ref)
 
 
-@pytest.mark.parametrize("params", [{"winograd": True}, {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"},
+@pytest.mark.parametrize("params", [{"winograd": True}, {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"},
                                     {"tile_x": 8, "tile_s": 2, "strided": True, "const_weights": True}])
 def test_recorded_parameters_are_applied(opencl_device, rng, params):
     """Whatever the record says is what runs, and it still matches LiteRT."""

@@ -101,7 +101,7 @@ def test_a_plan_starts_from_the_nearest_devices_record(opencl_device, rng, tmp_p
     model, feeds = conv_model(rng)
     step = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan.steps[0]
     key = kernel_key(step.op.name, step.specs, False, shared_base(step.specs))
-    params = {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"}
+    params = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}
     identity = {**opencl_device.identity.as_dict(), "driver_version": "an older driver"}
     path = tmp_path / "other_driver.json"
     write_records(path, [DeviceRecords(identity, {key: _rec(params)})])
@@ -172,7 +172,7 @@ def test_a_new_kernel_starts_from_its_nearest_tuned_neighbour(opencl_device, rng
     layouts = {t: bhwc(it.gpu_plan.sg.tensors[t].shape) for t in step.specs[0].inputs + step.specs[0].outputs}
     family, shape = kernel_family("CONV_2D", step.specs, False), kernel_shape(step.specs, layouts)
     assert family == held.family
-    near = {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"}
+    near = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}
     db.put(opencl_device.identity.key(), "another-kernel", replace(_rec(near), family=family,
                                                                      shape=(1, 16, 16, 8, 1, 16, 16, 16)))
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
@@ -217,8 +217,8 @@ def test_a_shipped_record_of_the_family_is_the_start_where_nothing_nearer_is(ope
     step = plain.steps[0]
     layouts = {t: bhwc(plain.sg.tensors[t].shape) for t in step.specs[0].inputs + step.specs[0].outputs}
     family, shape = kernel_family("CONV_2D", step.specs, False), kernel_shape(step.specs, layouts)
-    far, near = ({"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"},
-                 {"tile_x": 2, "tile_s": 2, "wide": False, "vec_hint": "float4", "strided": True})
+    far, near = ({"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"},
+                 {"tile_x": 2, "tile_s": 2, "lanes": 4, "vec_hint": "float4", "strided": True})
     other_cpu = {**opencl_device.identity.as_dict(), "platform": "Other CL", "device": "Other CPU"}
     records = {"k-far": replace(_rec(far), family=family, shape=(1, 56, 56, 8, 1, 56, 56, 16), generator_version=1),
                "k-near": replace(_rec(near), family=family, shape=(1, 14, 14, 8, 1, 14, 14, 16), generator_version=1),

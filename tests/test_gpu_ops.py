@@ -37,11 +37,12 @@ def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
 
 
 @pytest.mark.parametrize("strided", [False, True])
-@pytest.mark.parametrize("tile_x,tile_s,wide,hint", [(1, 1, False, None), (2, 4, False, "float4"), (8, 2, False, None),
-                                                     (4, 4, True, "float8"), (2, 8, True, "float8"),
-                                                     (1, 2, True, None)])
-def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, strided):
-    """Every register tile the generator offers computes the same conv."""
+@pytest.mark.parametrize("tile_x,tile_s,lanes,hint", [(1, 1, 4, None), (2, 4, 4, "float4"), (8, 2, 4, None),
+                                                      (4, 4, 8, "float8"), (2, 8, 8, "float8"), (1, 2, 8, None),
+                                                      (4, 8, 16, "float16"), (2, 4, 16, None)])
+def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, strided):
+    """Every register tile the generator offers computes the same conv (10 output channels: a 16-lane
+    accumulator's last 6 lanes are padding)."""
     from tflgpu import Interpreter
 
     from .conftest import assert_close, litert, run_model
@@ -54,9 +55,9 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
 
     plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=False),
                    params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint,
-                               "wide": wide}})
+                               "lanes": lanes}})
     spec = plan.steps[0].specs[0]
-    assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "wide": wide,
+    assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
                            "k_chunk": 8}
     from tflgpu.kernels.conv import CONV_SPACE
@@ -65,6 +66,32 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, wide, hint, s
     assert set(spec.space) <= set(CONV_SPACE)  # (pruned to what can change this conv's code)
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0])
+
+
+@pytest.mark.parametrize("shape,cout,k,stride,dil,pad,tile", [
+    ((1, 9, 11, 6), 37, 3, 1, 1, "SAME", (4, 8)),  # 10 output slices: the last accumulator half padding
+    ((2, 8, 8, 12), 33, 3, 2, 1, "VALID", (2, 4)),
+    ((1, 10, 9, 8), 64, 3, 1, 2, "SAME", (4, 8)),
+    ((1, 7, 7, 40), 48, 1, 1, 1, "VALID", (8, 4)),  # pointwise: the image as one row
+])
+def test_conv2d_16_lane_tiles(gpu, rng, shape, cout, k, stride, dil, pad, tile):
+    """float16 accumulators (four output slices per vector: the AVX-512 CPU device's default) compute the same
+    conv as LiteRT, at FP32 and FP16, with a fused activation, batches, strides, dilation and padded slices."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, k, k, shape[3])), rand(rng, (cout,))],
+                            padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil,
+                            dilation_h_factor=dil, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    params = {"tile_x": tile[0], "tile_s": tile[1], "lanes": 16, "vec_hint": "float16"}
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
+    (spec,) = plan.steps[0].specs
+    assert {k: spec.params[k] for k in params} == params and "float16 acc" in spec.source
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
 @pytest.mark.parametrize("shape,mult,k,stride,dil,pad", [
@@ -552,7 +579,7 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile):
                             padding="VALID", stride_w=1, stride_h=1, fused_activation_function="RELU6")
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
-                   params={0: {**tile, "wide": False, "vec_hint": "float4"}})
+                   params={0: {**tile, "lanes": 4, "vec_hint": "float4"}})
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
     assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
@@ -763,9 +790,10 @@ def test_conv_and_its_channel_rank_are_one_kernel(gpu, rng, opencl_device, shape
 
 
 @pytest.mark.parametrize("params", [
-    {"tile_x": 1, "tile_s": 1, "wide": False, "vec_hint": "float4"},
-    {"tile_x": 2, "tile_s": 8, "wide": True, "vec_hint": "float8"},
-    {"tile_x": 4, "tile_s": 2, "wide": False, "vec_hint": None, "strided": True},
+    {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"},
+    {"tile_x": 2, "tile_s": 8, "lanes": 8, "vec_hint": "float8"},
+    {"tile_x": 4, "tile_s": 8, "lanes": 16, "vec_hint": "float16"},
+    {"tile_x": 4, "tile_s": 2, "lanes": 4, "vec_hint": None, "strided": True},
     {"tile_x": 8, "tile_s": 4, "const_weights": True},
 ])
 def test_conv_arg_tiles(opencl_device, rng, params):

@@ -1,6 +1,7 @@
 """Typed generator knobs: every point is taken as asked or rejected, never remapped to another point."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -41,15 +42,18 @@ def test_every_point_is_taken_as_asked_or_rejected(cls, shape):
         assert knobs.params() == {**default.params(), **point}  # nothing moved to another point
         taken += 1
     assert taken > 0
-    if cls in (ConvKnobs, FullyConnectedKnobs):  # spaces that hold invalid combinations (odd tile_s with wide)
+    if cls in (ConvKnobs, FullyConnectedKnobs):  # spaces that hold invalid combinations (odd tile_s, 8 lanes)
         assert rejected > 0
 
 
 @pytest.mark.parametrize("params,why", [
-    ({"wide": True, "tile_s": 1, "vec_hint": "float4"}, "even tile_s"),
-    ({"wide": False, "vec_hint": "float8"}, "float8 needs wide"),
+    ({"lanes": 8, "tile_s": 1, "vec_hint": "float4"}, "multiple of 2"),
+    ({"lanes": 16, "tile_s": 6, "vec_hint": None}, "multiple of 4"),
+    ({"lanes": 4, "vec_hint": "float8"}, "float8 needs 8-lane"),
+    ({"lanes": 8, "vec_hint": "float16"}, "float16 needs 16-lane"),
+    ({"lanes": 32, "tile_s": 8}, "lanes=32 is not one of"),
     ({"tile_x": 0}, "tile_x must be a positive int"),
-    ({"vec_hint": "float16"}, "vec_hint"),
+    ({"vec_hint": "double4"}, "vec_hint"),
     ({"local_size": (8, 1)}, "local_size"),
     ({"tiles": 4}, "no knob tiles"),
 ])
@@ -73,14 +77,14 @@ def test_shape_dependent_validity():
 def test_group_tiles_only_where_they_apply():
     """The local-memory group tile: pointwise convs only, its own work-group and layout, within the local memory
     and work-group size every OpenCL 1.2 device offers; the tuner's space has it only for pointwise convs."""
-    knobs = ConvKnobs.resolve(CONV_1X1, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "wide": False,
+    knobs = ConvKnobs.resolve(CONV_1X1, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "lanes": 4,
                                          "vec_hint": "float4"})
     assert knobs.local_bytes() == 16 * 8 * (16 * 2 + 4 * 4 * 2)
     assert "group_tile" in ConvKnobs.space(CONV_1X1) and "group_tile" not in ConvKnobs.space(CONV_3X3)
-    plain = {"wide": False, "vec_hint": "float4"}
+    plain = {"lanes": 4, "vec_hint": "float4"}
     for shape, params, why in [
         (CONV_3X3, {"group_tile": (16, 4), **plain}, "needs a pointwise conv"),
-        (CONV_1X1, {"group_tile": (16, 4), "wide": True, "tile_s": 2}, "not with"),
+        (CONV_1X1, {"group_tile": (16, 4), "lanes": 8, "tile_s": 2}, "not with"),
         (CONV_1X1, {"group_tile": (16, 4), "local_size": (16, 1, 1), **plain}, "not with"),
         (CONV_1X1, {"group_tile": (32, 16), **plain}, "512 work-items is over 256"),
         (CONV_1X1, {"group_tile": (64, 4), "tile_x": 8, "k_chunk": 16, **plain}, "bytes of local memory"),
@@ -91,11 +95,17 @@ def test_group_tiles_only_where_they_apply():
 
 
 def test_defaults_follow_the_measured_heuristic():
-    assert ConvKnobs.default(CONV_3X3).params() == {**ConvKnobs().params(), "tile_x": 4, "tile_s": 4, "wide": True,
+    assert ConvKnobs.default(CONV_3X3).params() == {**ConvKnobs().params(), "tile_x": 4, "tile_s": 4, "lanes": 8,
                                                      "vec_hint": "float8"}
     assert (ConvKnobs.default(CONV_1X1_BIG).tile_x, ConvKnobs.default(CONV_1X1_BIG).tile_s) == (2, 8)
     stem = ConvKnobs.default(CONV_STEM)
-    assert (stem.tile_s, stem.wide, stem.vec_hint) == (3, False, "float4")
+    assert (stem.tile_s, stem.lanes, stem.vec_hint) == (3, 4, "float4")
+    # a device with 16-lane float vectors (AVX-512): four output slices per accumulator, where there are 8
+    avx512 = [replace(s, float_lanes=16) for s in (CONV_3X3, CONV_1X1_BIG, CONV_STEM)]
+    assert [(k.tile_x, k.tile_s, k.lanes, k.vec_hint) for k in map(ConvKnobs.default, avx512)] == [
+        (4, 8, 16, "float16"), (4, 8, 16, "float16"), (4, 3, 4, "float4")]
+    # a GPU (scalar work-items): the float8 tile, as before
+    assert ConvKnobs.default(replace(CONV_3X3, float_lanes=1)) == ConvKnobs.default(CONV_3X3)
     assert FullyConnectedKnobs.default(1) == FullyConnectedKnobs(tile_s=1, wide=False)
 
 

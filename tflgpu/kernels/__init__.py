@@ -1,7 +1,7 @@
 """Per-op OpenCL C generators: op + shapes + precision + params -> KernelSpec (source, sizes, args)."""
 
 from . import attention, conv, elementwise, pool, recurrent, reindex, storage  # noqa: F401  (registers the generators)
-from .base import GenContext, Unsupported, generator_for, gpu_ops
+from .base import GenContext, Target, Unsupported, generator_for, gpu_ops
 from .common import GENERATOR_VERSION, PREAMBLE, KernelSpec
 
-__all__ = ["GENERATOR_VERSION", "PREAMBLE", "GenContext", "KernelSpec", "Unsupported", "generator_for", "gpu_ops"]
+__all__ = ["GENERATOR_VERSION", "PREAMBLE", "GenContext", "KernelSpec", "Target", "Unsupported", "generator_for", "gpu_ops"]

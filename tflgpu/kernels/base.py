@@ -16,6 +16,19 @@ from .epilogue import Epilogue, epilogue
 from .errors import Unsupported
 
 
+@dataclass(frozen=True)
+class Target:
+    """What the generators' heuristics know of the device they generate for."""
+
+    # CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: 16 on an AVX-512 CPU runtime, 8 on an AVX2 one, 1 on most GPUs (whose
+    # work-items are the SIMD lanes). The default is the width the heuristics were first measured with.
+    float_lanes: int = 8
+
+    @classmethod
+    def of(cls, cl_device) -> Target:
+        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)))
+
+
 @dataclass
 class GenContext(OpView):
     consts: dict[int, np.ndarray] = field(default_factory=dict)  # folded constants by tensor index
@@ -25,6 +38,7 @@ class GenContext(OpView):
     subgraph_variables: frozenset = frozenset()  # variable (stateful) tensor indices
     # outputs this kernel stores as half although its op keeps FP32 (KernelSpec.half_outputs)
     half_outputs: frozenset = frozenset()
+    target: Target = Target()
 
     def constant(self, tensor: int) -> np.ndarray | None:
         return self.consts.get(tensor)

@@ -40,10 +40,11 @@ def storage_macros(fp16: bool) -> str:
     if fp16:
         defs = {"STORE_T": "half", "LD4(p, i)": "vload_half4((i), (p))", "ST4(p, i, v)": "vstore_half4((v), (i), (p))",
                 "LD1(p, i)": "vload_half((i), (p))", "LD8(p, i)": "vload_half8((i), (p))",
+                "LD16(p, i)": "vload_half16((i), (p))",
                 "ST1(p, i, v)": "vstore_half((v), (i), (p))"}
     else:
         defs = {"STORE_T": "float", "LD4(p, i)": "vload4((i), (p))", "ST4(p, i, v)": "vstore4((v), (i), (p))",
-                "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))",
+                "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))", "LD16(p, i)": "vload16((i), (p))",
                 "ST1(p, i, v)": "((p)[(i)] = (v))"}
     return "".join(f"#undef {k.split('(')[0]}\n#define {k} {v}\n" for k, v in defs.items())
 
@@ -178,40 +179,24 @@ def _cached(kind: str, w: np.ndarray, pad: int, make) -> np.ndarray:
     return hit[1]
 
 
-def weights_oi4(w: np.ndarray, pad_out_slices_to: int = 1) -> np.ndarray:
-    """[O, KH, KW, I] -> float4 groups [So][Si][KH][KW][k=0..3] of 4 output channels each.
+def weights_oi(w: np.ndarray, lanes: int = 4, pad_out_slices_to: int = 1) -> np.ndarray:
+    """[O, KH, KW, I] -> groups of ``lanes`` (4, 8 or 16) output channels, [O/lanes][Si][KH][KW][k=0..3], the
+    output slices padded to a multiple of ``pad_out_slices_to`` (and of lanes / 4).
 
-    Group (so, si, ky, kx, k) holds w[4so:4so+4, ky, kx, 4si+k]: acc += x.k * group.
+    Group (g, si, ky, kx, k) holds w[lanes*g : lanes*(g+1), ky, kx, 4si+k]: acc += x.k * group, one
+    accumulator vector holding lanes / 4 output slices.
     """
-    return _cached("oi4", w, pad_out_slices_to, lambda: _weights_oi4(w, pad_out_slices_to))
+    return _cached(f"oi{lanes}", w, pad_out_slices_to, lambda: _weights_oi(w, lanes, pad_out_slices_to))
 
 
-def _weights_oi4(w: np.ndarray, pad_out_slices_to: int) -> np.ndarray:
+def _weights_oi(w: np.ndarray, lanes: int, pad_out_slices_to: int) -> np.ndarray:
     o, kh, kw, i = w.shape
     so, si = (o + 3) // 4, (i + 3) // 4
-    so_p = round_up(so, pad_out_slices_to)
+    so_p = round_up(round_up(so, pad_out_slices_to), lanes // 4)
     full = np.zeros((so_p * 4, kh, kw, si * 4), np.float32)
     full[:o, :, :, :i] = w
-    # -> [so, 4(out lanes), kh, kw, si, 4(k)] -> [so, si, kh, kw, k, out lanes]
-    g = full.reshape(so_p, 4, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
-    return np.ascontiguousarray(g).reshape(-1)
-
-
-def weights_oi8(w: np.ndarray, pad_out_slices_to: int = 2) -> np.ndarray:
-    """[O, KH, KW, I] -> float8 groups [So/2][Si][KH][KW][k] holding 8 output channels (2 slices).
-
-    Group (sp, si, ky, kx, k) = w[8sp:8sp+8, ky, kx, 4si+k]: acc8 += x.k * group.
-    """
-    return _cached("oi8", w, pad_out_slices_to, lambda: _weights_oi8(w, pad_out_slices_to))
-
-
-def _weights_oi8(w: np.ndarray, pad_out_slices_to: int) -> np.ndarray:
-    o, kh, kw, i = w.shape
-    so, si = (o + 3) // 4, (i + 3) // 4
-    so_p = round_up(so, max(2, pad_out_slices_to))
-    full = np.zeros((so_p * 4, kh, kw, si * 4), np.float32)
-    full[:o, :, :, :i] = w
-    g = full.reshape(so_p // 2, 8, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
+    # -> [groups, lanes(out), kh, kw, si, 4(k)] -> [groups, si, kh, kw, k, lanes(out)]
+    g = full.reshape(so_p * 4 // lanes, lanes, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
     return np.ascontiguousarray(g).reshape(-1)
 
 

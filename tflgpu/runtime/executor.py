@@ -18,6 +18,7 @@ import numpy as np
 from ..autotune.measure import KernelBench
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
+from ..kernels import Target
 from ..kernels.common import KernelSpec, relayout_cache
 from ..kernels.program import build_program, program_key
 from ..ops.layout import bhwc
@@ -159,7 +160,8 @@ class GpuPlan:
             runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
             self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")
-        self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops)
+        self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops,
+                                      Target.of(device.cl_device))
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
             self.steps, passes = select(runner, make, params or {})
             if record is not None and not restore(self.steps, record):

@@ -34,7 +34,7 @@ from ..graph.float_view import float_view, needs_float_view
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.unroll import unroll_static_loops
-from ..kernels import GenContext, KernelSpec, Unsupported, generator_for
+from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
 from ..kernels.common import fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
@@ -78,6 +78,7 @@ class KernelMaker:
     fp16: bool
     variables: frozenset
     fp32_ops: frozenset = frozenset()
+    target: Target = field(default_factory=Target)
 
     def op_fp16(self, op: Operator) -> bool:
         return self.fp16 and op.index not in self.fp32_ops
@@ -96,7 +97,7 @@ class KernelMaker:
         """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
         (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
         half, half_outputs = self.op_fp16(op), self.half_outputs(op)
-        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs)
+        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs, self.target)
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
