@@ -159,7 +159,8 @@ def test_tuned_model_matches_litert_and_records_are_reused(opencl_device, rng, t
 
 
 @pytest.mark.parametrize("params", [{"winograd": True}, {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"},
-                                    {"tile_x": 8, "tile_s": 2, "strided": True, "const_weights": True}])
+                                    {"tile_x": 8, "tile_s": 2, "lanes": 4, "vec_hint": "float4", "strided": True,
+                                     "const_weights": True}])
 def test_recorded_parameters_are_applied(opencl_device, rng, params):
     """Whatever the record says is what runs, and it still matches LiteRT."""
     from tflgpu.autotune import kernel_key

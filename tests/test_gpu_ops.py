@@ -110,11 +110,13 @@ def test_depthwise(gpu, rng, shape, mult, k, stride, dil, pad):
              depth_multiplier=mult, fused_activation_function="RELU6", **gpu)
 
 
-@pytest.mark.parametrize("params", [{"wide": False, "vec_hint": "float4"}, {"wide": True, "vec_hint": "float8", "tile_x": 1},
-                                    {"wide": True, "vec_hint": None, "tile_x": 8}])
+@pytest.mark.parametrize("params", [{"slices": 1, "vec_hint": "float4"}, {"slices": 2, "vec_hint": "float8", "tile_x": 1},
+                                    {"slices": 2, "vec_hint": None, "tile_x": 8},
+                                    {"slices": 4, "vec_hint": "float16", "tile_x": 4},
+                                    {"slices": 4, "vec_hint": None, "tile_x": 2}])
 def test_depthwise_variants(gpu, rng, params):
-    """Each depthwise variant (one slice per work-item, or two in float8 math) computes the same conv, with a
-    fused activation, a batch, and an odd slice count."""
+    """Each depthwise variant (one slice per work-item, or two / four in float8 / float16 math) computes the same
+    conv, with a fused activation, a batch, and a slice count (5) that leaves the last group part padding."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
@@ -127,7 +129,8 @@ def test_depthwise_variants(gpu, rng, params):
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
     (spec,) = plan.steps[0].specs
-    assert {k: spec.params[k] for k in params} == params and ("float8 acc" in spec.source) is params["wide"]
+    assert {k: spec.params[k] for k in params} == params
+    assert ("float8 acc" in spec.source, "float16 acc" in spec.source) == (params["slices"] == 2, params["slices"] == 4)
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 

@@ -104,9 +104,16 @@ def test_defaults_follow_the_measured_heuristic():
     avx512 = [replace(s, float_lanes=16) for s in (CONV_3X3, CONV_1X1_BIG, CONV_STEM)]
     assert [(k.tile_x, k.tile_s, k.lanes, k.vec_hint) for k in map(ConvKnobs.default, avx512)] == [
         (4, 8, 16, "float16"), (4, 8, 16, "float16"), (4, 3, 4, "float4")]
+    one_slice = replace(CONV_3X3, sout=4, float_lanes=16)
+    assert (ConvKnobs.default(one_slice).tile_x, ConvKnobs.default(one_slice).tile_s) == (8, 4)
     # a GPU (scalar work-items): the float8 tile, as before
     assert ConvKnobs.default(replace(CONV_3X3, float_lanes=1)) == ConvKnobs.default(CONV_3X3)
     assert FullyConnectedKnobs.default(1) == FullyConnectedKnobs(tile_s=1, wide=False)
+    # depthwise: two slices per work-item (float8), four (float16) on a 16-lane device, one with a multiplier
+    dw = [DepthwiseShape(14, 8), DepthwiseShape(14, 8, float_lanes=16), DepthwiseShape(14, 3, float_lanes=16),
+          DepthwiseShape(14, 8, mult=2, float_lanes=16)]
+    assert [(k.slices, k.vec_hint) for k in map(DepthwiseKnobs.default, dw)] == [
+        (2, "float8"), (4, "float16"), (2, "float8"), (1, "float4")]
 
 
 def test_an_invalid_record_keeps_the_heuristics(opencl_device, rng):

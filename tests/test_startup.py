@@ -62,7 +62,7 @@ def test_hot_swap_installs_new_kernels_between_invokes(opencl_device, tmp_path, 
     plan = it.gpu_plan
     conv = next(s for s in plan.steps if s.op.name == "CONV_2D" and s.device == "gpu" and s.specs[0].space)
     before = conv.specs[0].params
-    params = {**before, "tile_x": 1 if before["tile_x"] != 1 else 2, "tile_s": 2, "wide": False, "vec_hint": "float4"}
+    params = {**before, "tile_x": 1 if before["tile_x"] != 1 else 2, "tile_s": 2, "lanes": 4, "vec_hint": "float4"}
     old_kernels = list(conv.kernels)
     retune_steps(plan, [conv.op.index], params, "CONV_2D")
     assert conv.kernels == old_kernels and conv.specs[0].params == before  # nothing live changed yet

@@ -162,20 +162,24 @@ class ConvKnobs(Knobs):
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
         """Heuristic tile from a sweep on the Intel OpenCL CPU device (5 MobileNet-like shapes x 18 tiles):
-        float8 accumulators ("wide", two output slices per vector) won everywhere but on the 3-channel stem:
+        float8 accumulators (8 lanes, two output slices per vector) won everywhere but on the 3-channel stem:
         86-108 GFLOP/s vs 39-65 for the best float4 tile. 4 px x 4 slices won on large maps (>= 256 px),
         2 px x 8 slices on small ones and on deep inputs (>= 128 slices, whose weights outgrow the cache:
         17x17 1024->1024 ran at 90 GFLOP/s with (2, 8), 82 with (4, 4)).
 
         On a device whose native float vector is 16 wide (Intel's runtime on an AVX-512 CPU), float16
         accumulators (four output slices per vector) and 4 px x 8 slices: MobileNet v1's convs ran at 380-440
-        GFLOP/s vs 190-235 with the float8 tile above (a Zen 5 core's 512-bit FMA units half idle otherwise).
+        GFLOP/s vs 190-235 with the float8 tile above (a Zen 5 core's 512-bit FMA units half idle otherwise);
+        also on thin layers (MobileNet v2's 3-channel stem 430 -> 210 us, its 24-channel 1x1s 1.3x faster), 8
+        pixels by 4 slices where there are only 4.
 
         Winograd F(4x4,3x3) is off by default: alone, UNet-like 3x3 layers ran 1.1-1.6x faster than the
         direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower with it (103 vs 109 ms, A/B
         in one process), so only a measurement in context should pick it.
         """
-        if shape.float_lanes >= 16 and shape.sout >= 8 and shape.sin >= 2:
+        if shape.float_lanes >= 16 and shape.sout >= 4:
+            if shape.sout == 4:  # (one accumulator per pixel: more pixels)
+                return cls(tile_x=8, tile_s=4, lanes=16, vec_hint="float16")
             return cls(tile_x=4, tile_s=8, lanes=16, vec_hint="float16")
         if shape.sout >= 4 and shape.sin >= 2:
             small = not ((shape.pixels >= 256 and shape.sin < 128) or shape.sout < 8)
@@ -469,47 +473,59 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin)]
 
 
+DEPTHWISE_SLICES = (1, 2, 4)  # output slices per work-item, in float4 / float8 / float16 math
+
+
 @dataclass(frozen=True)
 class DepthwiseKnobs(Knobs):
     tile_x: int = 4  # adjacent output pixels per work-item
     vec_hint: str | None = "float4"
     local_size: tuple | None = None
-    wide: bool = False  # two slices per work-item in float8 math (channel multiplier 1 only): fills 8-lane SIMD
+    # output slices per work-item, side by side in one float8 / float16 (channel multiplier 1 only): fills an 8- or
+    # 16-lane SIMD unit
+    slices: int = 1
 
     @classmethod
     def default(cls, shape: DepthwiseShape) -> DepthwiseKnobs:
         """4 pixels per work-item; two slices in float8 math where the channel multiplier is 1: MobileNet v2's 17
-        depthwise layers took 1.34 ms instead of 2.23 (kernel time, Intel CPU device, AVX-512; 1 or 8 pixels, or
-        no hint, were slower)."""
-        wide = shape.mult == 1 and shape.sout >= 2
-        return cls(tile_x=4 if shape.ow >= 4 else 1, wide=wide, vec_hint="float8" if wide else "float4")
+        depthwise layers took 1.34 ms instead of 2.23 (kernel time, Intel CPU device on a Zen 4, whose 512-bit
+        units are 256 bits wide; 1 or 8 pixels, or no hint, were slower). Four slices in float16 math where the
+        device's float vector is 16 wide (a Zen 5's full-width AVX-512): 0.48 ms instead of 0.75."""
+        slices = 1
+        if shape.mult == 1 and shape.sout >= 2:
+            slices = 4 if shape.float_lanes >= 16 and shape.sout >= 4 else 2
+        return cls(tile_x=4 if shape.ow >= 4 else 1, slices=slices,
+                   vec_hint="float4" if slices == 1 else f"float{4 * slices}")
 
     @classmethod
     def space(cls, shape: DepthwiseShape) -> dict[str, list]:
         space = {"tile_x": [v for v in (1, 2, 4, 8) if v == 1 or v < 2 * shape.ow],
-                 "vec_hint": [None, "float4", "float8"], "local_size": [None, (8, 1, 1), (16, 1, 1), (8, 4, 1)],
-                 "wide": [False, True]}
+                 "vec_hint": [None, "float4", "float8", "float16"], "local_size": [None, (8, 1, 1), (16, 1, 1), (8, 4, 1)],
+                 "slices": [v for v in DEPTHWISE_SLICES if v == 1 or v < 2 * shape.sout]}
         if shape.mult != 1 or shape.sout < 2:
-            space["vec_hint"], space["wide"] = [None, "float4"], [False]
+            space["vec_hint"], space["slices"] = [None, "float4"], [1]
         return space
 
     def problems(self, shape: DepthwiseShape) -> list[str]:
-        bad = positive_int("tile_x", self.tile_x) + one_of("vec_hint", self.vec_hint, (None, "float4", "float8")) + \
-            work_group(self.local_size) + one_of("wide", self.wide, (False, True))
-        if self.vec_hint == "float8" and not self.wide:
-            bad.append("vec_hint float8 needs wide")
-        if self.wide and shape.mult != 1:
-            bad.append("wide needs a channel multiplier of 1")
+        bad = positive_int("tile_x", self.tile_x) + \
+            one_of("vec_hint", self.vec_hint, (None, "float4", "float8", "float16")) + \
+            work_group(self.local_size) + one_of("slices", self.slices, DEPTHWISE_SLICES)
+        if self.vec_hint in ("float8", "float16") and self.vec_hint != f"float{4 * self.slices}":
+            bad.append(f"vec_hint {self.vec_hint} needs {int(self.vec_hint[5:]) // 4} slices per work-item")
+        if self.slices > 1 and shape.mult != 1:
+            bad.append(f"{self.slices} slices per work-item need a channel multiplier of 1")
         return bad
 
 
 @dataclass(frozen=True)
 class DepthwiseShape:
-    """What the depthwise knobs depend on: output width, output slices, channel multiplier."""
+    """What the depthwise knobs depend on: output width, output slices, channel multiplier, the device's float
+    vector width."""
 
     ow: int
     sout: int = 1
     mult: int = 1
+    float_lanes: int = 8
 
 
 @generator("DEPTHWISE_CONV_2D")
@@ -524,16 +540,15 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("output channels not a multiple of input channels")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    shape = DepthwiseShape(ow, sout, mult)
+    shape = DepthwiseShape(ow, sout, mult, ctx.target.float_lanes)
     knobs = DepthwiseKnobs.resolve(shape, ctx.params)
-    tx = knobs.tile_x
+    tx, per = knobs.tile_x, knobs.slices
     bias = _bias_const(ctx, 2, cout)
-    pair = 2 if knobs.wide else 1  # slices per work-item
-    groups = (sout + pair - 1) // pair
-    # weights [1, kh, kw, cout] -> [S / pair][kh][kw] float4 (float8: two slices' lanes side by side)
-    wk = np.zeros((groups * 4 * pair, kh, kw), np.float32)
+    groups = (sout + per - 1) // per
+    # weights [1, kh, kw, cout] -> [S / per][kh][kw] float4 (float8 / float16: the slices' lanes side by side)
+    wk = np.zeros((groups * 4 * per, kh, kw), np.float32)
     wk[:cout] = w[0].transpose(2, 0, 1)
-    wk = np.ascontiguousarray(wk.reshape(groups, 4 * pair, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
+    wk = np.ascontiguousarray(wk.reshape(groups, 4 * per, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
     ep = ctx.epilogue_code(cout)
     head = [(f"__attribute__((vec_type_hint({knobs.vec_hint}))) " if knobs.vec_hint else "")
             + f"__kernel void {ctx.name}(__global const STORE_T* src, __global const STORE_T* wts,",
@@ -542,9 +557,10 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     geometry = {"n": n, "ih": ih, "iw": iw, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "dh": dh, "dw": dw, "oh": oh,
                 "ow": ow, "pt": pt, "pl": pl, "cout": cout, "sout": sout, "tx": tx, "ep": ep,
                 "act": ctx.opt("fused_activation_function", 0)}
-    body = _depthwise_pairs(**geometry) if knobs.wide else _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry)
+    body = (_depthwise_groups(per=per, **geometry) if per > 1 else
+            _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry))
     return [KernelSpec(ctx.name, "\n".join(head + body), ((ow + tx - 1) // tx, n * oh, groups), knobs.local_size, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, pair)), *ep.args,
+        Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, per)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
         knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw)]
 
@@ -584,36 +600,41 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
     return L
 
 
-def _depthwise_pairs(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep) -> list[str]:
-    """The depthwise kernel's body (channel multiplier 1) with two slices per work-item in float8 math: slices S
-    and S+1 side by side in each vector (the input's planes S and S+1, the weights' float8 groups)."""
-    plane = ih * iw
-    sp = (sout + 1) // 2  # slice pairs
+def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, per) -> list[str]:
+    """The depthwise kernel's body (channel multiplier 1) with ``per`` (2 or 4) slices per work-item in float8 /
+    float16 math: slices S .. S+per-1 side by side in each vector (the input's planes S.., the weights' groups)."""
+    plane, vt = ih * iw, f"float{4 * per}"
+    ng = (sout + per - 1) // per  # slice groups
+    ragged = sout % per != 0  # (the last group's upper slices are padding: their planes are not read)
     L = [f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int P = get_global_id(2);",
-         f"  if (X >= {ow} || Y >= {n * oh} || P >= {sp}) return;",
-         f"  const int b = Y / {oh}; const int oy = Y % {oh}; const int S = P * 2;",
-         f"  const bool two = S + 1 < {sout};",  # (an odd slice count: the last pair's second half is padding)
+         f"  if (X >= {ow} || Y >= {n * oh} || P >= {ng}) return;",
+         f"  const int b = Y / {oh}; const int oy = Y % {oh}; const int S = P * {per};",
          f"  const int src0 = (b * {sout} + S) * {plane};"]
     for t in range(tx):
-        L.append(f"  float8 acc{t} = LD8(bias, P);")
+        L.append(f"  {vt} acc{t} = LD{4 * per}(bias, P);")
     L += [f"  for (int ky = 0; ky < {kh}; ++ky) {{",
           f"    const int iy = oy * {sh} - {pt} + ky * {dh};",
           f"    if (iy < 0 || iy >= {ih}) continue;",
           f"    for (int kx = 0; kx < {kw}; ++kx) {{",
-          f"      const float8 w = LD8(wts, (P * {kh} + ky) * {kw} + kx);"]
+          f"      const {vt} w = LD{4 * per}(wts, (P * {kh} + ky) * {kw} + kx);"]
+    parts = ", ".join("LD4(src, at)" if j == 0 else
+                      (f"S + {j} < {sout} ? LD4(src, at + {j * plane}) : (float4)(0.0f)" if ragged else
+                       f"LD4(src, at + {j * plane})") for j in range(per))
     for t in range(tx):
         L += [f"      {{ const int ix = (X + {t}) * {sw} - {pl} + kx * {dw};",
               f"        if (ix >= 0 && ix < {iw}) {{",
               f"          const int at = src0 + iy * {iw} + ix;",
-              f"          acc{t} = mad((float8)(LD4(src, at), two ? LD4(src, at + {plane}) : (float4)(0.0f)), w, acc{t});",
+              f"          acc{t} = mad(({vt})({parts}), w, acc{t});",
               "        } }"]
     L += ["    }", "  }"]
     for t in range(tx):
-        for half, s_expr in (("lo", "S"), ("hi", "(S + 1)")):
+        for j in range(per):
+            s_expr = "S" if j == 0 else f"(S + {j})"
             store = _store(f"((b * {sout} + {s_expr}) * {oh} + oy) * {ow} + X + {t}", s_expr, ep.code,
                            pad_lanes_mask(cout, s_expr, "v"))
-            cond = f"X + {t} < {ow}" + (" && two" if half == "hi" else "")
-            L.append(f"  if ({cond}) {{ float4 v = acc{t}.{half}; {activation(act, 'v')} {store} }}")
+            cond = f"X + {t} < {ow}" + (f" && S + {j} < {sout}" if j and ragged else "")
+            part = "0123456789abcdef"[4 * j:4 * j + 4]
+            L.append(f"  if ({cond}) {{ float4 v = acc{t}.s{part}; {activation(act, 'v')} {store} }}")
     L.append("}")
     return L
 
