@@ -40,7 +40,7 @@ PINNED = {
 }
 EXPECTED = {
     "conv3x3": "e0ca465d0a1fdbc6",
-    "depthwise": "61fb69ad74d35067",  # (two slices per work-item: the slice-group body of the 16-lane variant)
+    "depthwise": "b2c66a7e02be19cc",  # (two slices per work-item; each input column loaded once per kernel row)
     "add": "961b982434460dcb",
 }
 

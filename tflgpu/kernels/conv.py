@@ -490,7 +490,7 @@ class DepthwiseKnobs(Knobs):
         """4 pixels per work-item; two slices in float8 math where the channel multiplier is 1: MobileNet v2's 17
         depthwise layers took 1.34 ms instead of 2.23 (kernel time, Intel CPU device on a Zen 4, whose 512-bit
         units are 256 bits wide; 1 or 8 pixels, or no hint, were slower). Four slices in float16 math where the
-        device's float vector is 16 wide (a Zen 5's full-width AVX-512): 0.48 ms instead of 0.75."""
+        device's float vector is 16 wide (a Zen 5's full-width AVX-512): 0.64 ms instead of 0.82, same run."""
         slices = 1
         if shape.mult == 1 and shape.sout >= 2:
             slices = 4 if shape.float_lanes >= 16 and shape.sout >= 4 else 2
@@ -612,21 +612,25 @@ def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
          f"  const int src0 = (b * {sout} + S) * {plane};"]
     for t in range(tx):
         L.append(f"  {vt} acc{t} = LD{4 * per}(bias, P);")
-    L += [f"  for (int ky = 0; ky < {kh}; ++ky) {{",
-          f"    const int iy = oy * {sh} - {pt} + ky * {dh};",
-          f"    if (iy < 0 || iy >= {ih}) continue;",
-          f"    for (int kx = 0; kx < {kw}; ++kx) {{",
-          f"      const {vt} w = LD{4 * per}(wts, (P * {kh} + ky) * {kw} + kx);"]
+    # per kernel row, each input column the tile's pixels read is loaded once (tx pixels by kw taps read
+    # (tx - 1) * sw + (kw - 1) * dw + 1 columns, not tx * kw), and each tap's weights once
+    cols = (tx - 1) * sw + (kw - 1) * dw + 1
     parts = ", ".join("LD4(src, at)" if j == 0 else
                       (f"S + {j} < {sout} ? LD4(src, at + {j * plane}) : (float4)(0.0f)" if ragged else
                        f"LD4(src, at + {j * plane})") for j in range(per))
-    for t in range(tx):
-        L += [f"      {{ const int ix = (X + {t}) * {sw} - {pl} + kx * {dw};",
-              f"        if (ix >= 0 && ix < {iw}) {{",
-              f"          const int at = src0 + iy * {iw} + ix;",
-              f"          acc{t} = mad(({vt})({parts}), w, acc{t});",
-              "        } }"]
-    L += ["    }", "  }"]
+    L += [f"  const int ix0 = X * {sw} - {pl};",
+          f"  for (int ky = 0; ky < {kh}; ++ky) {{",
+          f"    const int iy = oy * {sh} - {pt} + ky * {dh};",
+          f"    if (iy < 0 || iy >= {ih}) continue;",
+          f"    const int row = src0 + iy * {iw};"]
+    for c in range(cols):
+        L += [f"    {vt} x{c} = ({vt})(0.0f);",
+              f"    if (ix0 + {c} >= 0 && ix0 + {c} < {iw}) {{ const int at = row + ix0 + {c}; x{c} = ({vt})({parts}); }}"]
+    for k in range(kw):
+        L.append(f"    {{ const {vt} w = LD{4 * per}(wts, (P * {kh} + ky) * {kw} + {k});")
+        L += [f"      acc{t} = mad(x{t * sw + k * dw}, w, acc{t});" for t in range(tx)]
+        L.append("    }")
+    L.append("  }")
     for t in range(tx):
         for j in range(per):
             s_expr = "S" if j == 0 else f"(S + {j})"
