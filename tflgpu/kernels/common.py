@@ -200,6 +200,11 @@ def _weights_oi(w: np.ndarray, lanes: int, pad_out_slices_to: int) -> np.ndarray
     return np.ascontiguousarray(g).reshape(-1)
 
 
+def slice_part(j: int) -> str:
+    """The swizzle of the j-th float4 (output slice) of a float8 / float16 accumulator: ".s0123", ".s4567", ..."""
+    return ".s" + "0123456789abcdef"[4 * j:4 * j + 4]
+
+
 def vec_slices(v: np.ndarray, c: int, pad_slices_to: int = 1) -> np.ndarray:
     s = round_up((c + 3) // 4, pad_slices_to)
     out = np.zeros(s * 4, np.float32)

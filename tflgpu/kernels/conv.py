@@ -17,8 +17,8 @@ from ..graph.conv_arg import CONV_ARG
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
-from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, store_element, vec_slices, weights_oi
+from .base import GenContext, Target, Unsupported, generator, require_float
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, slice_part, store_element, vec_slices, weights_oi
 from .knobs import Knobs, one_of, positive_int, work_group
 from .pool import arg_lanes, channel_arg
 
@@ -132,7 +132,7 @@ class ConvShape:
     w_bytes: int  # the filter's size in the storage precision
     pointwise: bool = False  # 1x1, stride 1, unpadded: a GEMM over the image's pixels
     whole_pixel: bool = False  # a work-item runs over every output slice of its pixels (a CONV_ARG's rank)
-    float_lanes: int = 8  # the device's native float vector width (kernels.base.Target)
+    float_lanes: int = Target.float_lanes  # the device's native float vector width (kernels.base.Target)
 
     @property
     def winograd_ok(self) -> bool:
@@ -274,7 +274,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     per = lanes // 4  # output slices per accumulator
     if ts % per:
         raise ValueError(f"{lanes}-lane accumulators need a tile_s that is a multiple of {per}")
-    vt, nacc = (f"float{lanes}", ts // per)
+    vt, nacc = f"float{lanes}", ts // per
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wspace = "__constant" if const_weights else "__global const"
@@ -318,15 +318,14 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     for a in range(nacc):
         group = f"S + {a}" if per == 1 else f"S / {per} + {a}"
         lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
-        load = f"LD{lanes}"
         for k in range(4):
-            lines.append(f"        const {vt} w{a}_{k} = {load}(wts, wb{a} + {k});")
+            lines.append(f"        const {vt} w{a}_{k} = LD{lanes}(wts, wb{a} + {k});")
         for t in range(tx):
             lines.append(f"        acc{a}_{t} = mad(({vt})(x{t}.x), w{a}_0, mad(({vt})(x{t}.y), w{a}_1, "
                          f"mad(({vt})(x{t}.z), w{a}_2, mad(({vt})(x{t}.w), w{a}_3, acc{a}_{t}))));")
     lines += ["      }", "    }", "  }"]
     for s in range(ts):
-        part = "" if per == 1 else ".s" + "0123456789abcdef"[4 * (s % per):4 * (s % per) + 4]
+        part = "" if per == 1 else slice_part(s % per)
         accexpr = lambda t, s=s, part=part: f"acc{s // per}_{t}{part}"
         lines.append(f"  if (S + {s} < {sout}) {{")
         lines.append(f"    const float4 bv = LD4(bias, S + {s});")
@@ -525,7 +524,7 @@ class DepthwiseShape:
     ow: int
     sout: int = 1
     mult: int = 1
-    float_lanes: int = 8
+    float_lanes: int = Target.float_lanes
 
 
 @generator("DEPTHWISE_CONV_2D")
@@ -637,8 +636,7 @@ def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
             store = _store(f"((b * {sout} + {s_expr}) * {oh} + oy) * {ow} + X + {t}", s_expr, ep.code,
                            pad_lanes_mask(cout, s_expr, "v"))
             cond = f"X + {t} < {ow}" + (f" && S + {j} < {sout}" if j and ragged else "")
-            part = "0123456789abcdef"[4 * j:4 * j + 4]
-            L.append(f"  if ({cond}) {{ float4 v = acc{t}.s{part}; {activation(act, 'v')} {store} }}")
+            L.append(f"  if ({cond}) {{ float4 v = acc{t}{slice_part(j)}; {activation(act, 'v')} {store} }}")
     L.append("}")
     return L
 
