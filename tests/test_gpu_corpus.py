@@ -96,6 +96,7 @@ def test_no_device_falls_back_with_one_warning(monkeypatch, caplog, rng):
     from tflgpu.runtime import device
 
     monkeypatch.setattr(device, "list_devices", lambda: ())
+    monkeypatch.delenv("TFLGPU_DEVICE", raising=False)  # (a device named there and missing is an error instead)
     caplog.set_level("WARNING", logger="tflgpu")
     path = corpus_model("opzoo_small.tflite")
     it = Interpreter(str(path), delegate=GpuDelegate())

@@ -59,7 +59,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
-                           "k_chunk": 8}
+                           "k_chunk": 8, "split": 1}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -87,7 +87,7 @@ def test_conv2d_16_lane_tiles(gpu, rng, shape, cout, k, stride, dil, pad, tile):
                             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil,
                             dilation_h_factor=dil, fused_activation_function="RELU6")
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    params = {"tile_x": tile[0], "tile_s": tile[1], "lanes": 16, "vec_hint": "float16"}
+    params = {"tile_x": tile[0], "tile_s": tile[1], "lanes": 16, "vec_hint": "float16", "group_tile": None}
     plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
     (spec,) = plan.steps[0].specs
     assert {k: spec.params[k] for k in params} == params and "float16 acc" in spec.source
@@ -587,6 +587,63 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile):
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
     assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("batch,cin,cout,split,ts", [(1, 1024, 1001, 32, 1), (2, 40, 30, 8, 2), (1, 6, 5, 64, 1)])
+def test_one_pixel_conv_split_variant(gpu, rng, batch, cin, cout, split, ts):
+    """A pointwise conv of one pixel (a classifier written as a 1x1 conv) with its sum over the input split among
+    the work-items of a group (FULLY_CONNECTED's split kernel): the same conv, also with more work-items than input
+    slices and with two images."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (batch, 1, 1, cin))), rand(rng, (cout, 1, 1, cin)),
+                                        rand(rng, (cout,))], padding="VALID", stride_w=1, stride_h=1,
+                            fused_activation_function="RELU")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+                   params={0: {"split": split, "tile_s": ts, "lanes": 4, "vec_hint": None}})
+    (spec,) = plan.steps[0].specs
+    assert spec.local_size == (split, 1, 1) and spec.params["split"] == split and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+GPU_SHAPED = {  # op, inputs (from rng), options, the knobs a GPU's defaults pick
+    "pointwise": ("CONV_2D", lambda r: [In(rand(r, (1, 14, 14, 64))), rand(r, (96, 1, 1, 64)), rand(r, (96,))],
+                  {"padding": "VALID", "stride_w": 1, "stride_h": 1, "fused_activation_function": "RELU6"},
+                  {"group_tile": (32, 8), "k_chunk": 8, "tile_x": 1, "tile_s": 1}),
+    "stem": ("CONV_2D", lambda r: [In(rand(r, (1, 17, 17, 3))), rand(r, (16, 3, 3, 3)), rand(r, (16,))],
+             {"padding": "SAME", "stride_w": 2, "stride_h": 2}, {"tile_x": 2, "tile_s": 1, "strided": True}),
+    "classifier": ("CONV_2D", lambda r: [In(rand(r, (1, 1, 1, 256))), rand(r, (100, 1, 1, 256)), rand(r, (100,))],
+                   {"padding": "VALID", "stride_w": 1, "stride_h": 1}, {"split": 32}),
+    "depthwise": ("DEPTHWISE_CONV_2D", lambda r: [In(rand(r, (1, 14, 14, 32))), rand(r, (1, 3, 3, 32)),
+                                                  rand(r, (32,))],
+                  {"padding": "SAME", "stride_w": 2, "stride_h": 2, "depth_multiplier": 1}, {"tile_x": 1, "slices": 1}),
+    "fully_connected": ("FULLY_CONNECTED", lambda r: [In(rand(r, (1, 200))), rand(r, (70, 200)), rand(r, (70,))],
+                        {}, {"split": 32, "tile_s": 1, "wide": False}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GPU_SHAPED))
+def test_gpu_defaults_on_this_device(opencl_device, rng, monkeypatch, case):
+    """The defaults the generators pick for a GPU (kernels.base.Target.gpu: local-memory GEMM tiles, split sums,
+    one output per work-item) compute what LiteRT does, here on whatever device there is (the CPU runtime in CI)."""
+    from tflgpu import Interpreter
+    from tflgpu.kernels.base import Target
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev: cls(float_lanes=1, gpu=True)))
+    op, inputs, options, expected = GPU_SHAPED[case]
+    model, feeds = op_model(op, inputs(rng), **options)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False))
+    (spec,) = it.gpu_plan.steps[0].specs
+    assert {k: spec.params[k] for k in expected} == expected and it.gpu_plan.cpu_op_count == 0
+    assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-4)
 
 
 @pytest.mark.parametrize("shape,cout,pad", [((1, 9, 11, 8), 8, "SAME"), ((2, 7, 6, 5), 6, "VALID"),

@@ -10,6 +10,7 @@ from tflgpu.kernels.conv import (
     ConvShape,
     DepthwiseKnobs,
     DepthwiseShape,
+    FcShape,
     FullyConnectedKnobs,
     TransposeConvKnobs,
 )
@@ -19,11 +20,15 @@ CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_byte
 CONV_1X1_BIG = ConvShape(1, 1, 1, 1, 1, 1, sin=64, sout=64, row=49, pixels=49, w_bytes=256 * 256 * 4)
 CONV_STEM = ConvShape(3, 3, 2, 2, 1, 1, sin=1, sout=3, row=112, pixels=112 * 112, w_bytes=12 * 27 * 4)
 CONV_1X1 = ConvShape(1, 1, 1, 1, 1, 1, sin=8, sout=8, row=196, pixels=196, w_bytes=32 * 32 * 4, pointwise=True)
+CONV_1PX = ConvShape(1, 1, 1, 1, 1, 1, sin=256, sout=250, row=1, pixels=1, w_bytes=1000 * 1024 * 4, pointwise=True)
+GPU = {"float_lanes": 1, "gpu": True}
 
 FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (ConvKnobs, CONV_1X1),
             (DepthwiseKnobs, DepthwiseShape(14, 8)), (DepthwiseKnobs, DepthwiseShape(2, 1)),
-            (DepthwiseKnobs, DepthwiseShape(7, 6, mult=2)), (FullyConnectedKnobs, 250), (FullyConnectedKnobs, 1),
-            (TransposeConvKnobs, 8)]
+            (DepthwiseKnobs, DepthwiseShape(7, 6, mult=2)), (FullyConnectedKnobs, FcShape(250)),
+            (FullyConnectedKnobs, FcShape(1)), (TransposeConvKnobs, 8), (ConvKnobs, replace(CONV_1X1, **GPU)),
+            (ConvKnobs, replace(CONV_1PX, **GPU)), (FullyConnectedKnobs, FcShape(250, gpu=True)),
+            (DepthwiseKnobs, DepthwiseShape(14, 8, **GPU))]
 
 
 @pytest.mark.parametrize("cls,shape", FAMILIES)
@@ -71,7 +76,7 @@ def test_shape_dependent_validity():
         ConvKnobs.resolve(CONV_1X1_BIG, {"const_weights": True})
     assert "winograd" not in ConvKnobs.space(CONV_1X1_BIG) and "const_weights" not in ConvKnobs.space(CONV_1X1_BIG)
     with pytest.raises(InvalidKnobs, match="even tile_s"):
-        FullyConnectedKnobs.resolve(250, {"tile_s": 1})  # the default's wide accumulators stay asked for
+        FullyConnectedKnobs.resolve(FcShape(250), {"tile_s": 1})  # the default's wide accumulators stay asked for
 
 
 def test_group_tiles_only_where_they_apply():
@@ -106,9 +111,17 @@ def test_defaults_follow_the_measured_heuristic():
         (4, 8, 16, "float16"), (4, 8, 16, "float16"), (4, 3, 4, "float4")]
     one_slice = replace(CONV_3X3, sout=4, float_lanes=16)
     assert (ConvKnobs.default(one_slice).tile_x, ConvKnobs.default(one_slice).tile_s) == (8, 4)
-    # a GPU (scalar work-items): the float8 tile, as before
+    # scalar work-items that are not a GPU's: the float8 tile, as before
     assert ConvKnobs.default(replace(CONV_3X3, float_lanes=1)) == ConvKnobs.default(CONV_3X3)
-    assert FullyConnectedKnobs.default(1) == FullyConnectedKnobs(tile_s=1, wide=False)
+    assert FullyConnectedKnobs.default(FcShape(1)) == FullyConnectedKnobs(tile_s=1, wide=False)
+    # a GPU: pointwise convs as a local-memory GEMM, a one-pixel one and FCs as split sums, others 2 strided px
+    gpu = [ConvKnobs.default(replace(s, **GPU)) for s in (CONV_1X1, CONV_1PX, CONV_3X3, CONV_STEM)]
+    assert [(k.group_tile, k.split, k.tile_x, k.tile_s, k.strided, k.lanes) for k in gpu] == [
+        ((32, 8), 1, 1, 1, False, 4), (None, 32, 1, 1, False, 4),
+        (None, 1, 2, 1, True, 4), (None, 1, 2, 1, True, 4)]
+    assert FullyConnectedKnobs.default(FcShape(250, gpu=True)).split == 32
+    assert (DepthwiseKnobs.default(DepthwiseShape(14, 8, **GPU)).tile_x, DepthwiseKnobs.default(
+        DepthwiseShape(14, 8, **GPU)).slices) == (1, 1)
     # depthwise: two slices per work-item (float8), four (float16) on a 16-lane device, one with a multiplier
     dw = [DepthwiseShape(14, 8), DepthwiseShape(14, 8, float_lanes=16), DepthwiseShape(14, 3, float_lanes=16),
           DepthwiseShape(14, 8, mult=2, float_lanes=16)]

@@ -23,10 +23,14 @@ class Target:
     # CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: 16 on an AVX-512 CPU runtime, 8 on an AVX2 one, 1 on most GPUs (whose
     # work-items are the SIMD lanes). The default is the width the heuristics were first measured with.
     float_lanes: int = 8
+    # a GPU (CL_DEVICE_TYPE_GPU): thousands of work-items in flight, each a SIMD lane; a kernel needs enough of
+    # them, and cooperative work-groups (local memory) pay off where a CPU runtime gains nothing
+    gpu: bool = False
 
     @classmethod
     def of(cls, cl_device) -> Target:
-        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)))
+        gpu = bool(int(cl_device.type) & 4)  # (CL_DEVICE_TYPE_GPU)
+        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=gpu)
 
 
 @dataclass

@@ -109,6 +109,9 @@ CONV_SPACE = {
     # (pointwise convs only: the GPU way to a GEMM), with the input slices it stages per step
     "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
     "k_chunk": [4, 8, 16],
+    # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
+    # output slice's sum over the input slices (FULLY_CONNECTED's split)
+    "split": [1, 8, 16, 32, 64],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
 LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage (OpenCL 1.2 guarantees 32 KB per group)
@@ -133,6 +136,12 @@ class ConvShape:
     pointwise: bool = False  # 1x1, stride 1, unpadded: a GEMM over the image's pixels
     whole_pixel: bool = False  # a work-item runs over every output slice of its pixels (a CONV_ARG's rank)
     float_lanes: int = Target.float_lanes  # the device's native float vector width (kernels.base.Target)
+    gpu: bool = Target.gpu  # (kernels.base.Target)
+
+    @property
+    def split_ok(self) -> bool:
+        """A pointwise conv of a single pixel (per image): a GEMV, whose sum over the input can be split."""
+        return self.pointwise and self.pixels == 1 and not self.whole_pixel
 
     @property
     def winograd_ok(self) -> bool:
@@ -158,6 +167,7 @@ class ConvKnobs(Knobs):
     # per step (pointwise convs only)
     group_tile: tuple | None = None
     k_chunk: int = 8
+    split: int = 1  # work-items summing one output slice together (a one-pixel pointwise conv: ConvShape.split_ok)
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -176,7 +186,20 @@ class ConvKnobs(Knobs):
         Winograd F(4x4,3x3) is off by default: alone, UNet-like 3x3 layers ran 1.1-1.6x faster than the
         direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower with it (103 vs 109 ms, A/B
         in one process), so only a measurement in context should pick it.
+
+        On a GPU (a sweep of 43 points x 59 pointwise and 33 depthwise kernels of five corpus models on an
+        NVIDIA H100, bench/gpu_sweep.py): pointwise convs as a GEMM through local memory, 32 pixels x 8 output
+        slices per work-group of one output each, 8 input slices per step: within 1.06x of each kernel's best
+        point in geomean (1.25x at worst), where the CPU tiles above ran 3-10x slower (7x7 1024->1024: 439 vs
+        43 us) for lack of work-items; a one-pixel pointwise conv (MobileNet v1's classifier) splits its sum
+        over 32 work-items; other convs 2 strided pixels by one slice (MobileNet v1's stem 16.4 -> 11.3 us).
         """
+        if shape.gpu:
+            if shape.split_ok:
+                return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, split=32)
+            if shape.pointwise and not shape.whole_pixel:
+                return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
+            return cls(tile_x=2, tile_s=1, lanes=4, vec_hint=None, strided=True)
         if shape.float_lanes >= 16 and shape.sout >= 4:
             if shape.sout == 4:  # (one accumulator per pixel: more pixels)
                 return cls(tile_x=8, tile_s=4, lanes=16, vec_hint="float16")
@@ -199,6 +222,8 @@ class ConvKnobs(Knobs):
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
+        if not shape.split_ok:
+            del space["split"]
         if not shape.pointwise or shape.whole_pixel:
             del space["group_tile"], space["k_chunk"]
         else:
@@ -231,7 +256,14 @@ class ConvKnobs(Knobs):
             bad.append("Winograd needs a 3x3, stride 1, undilated conv")
         if shape.whole_pixel and (self.winograd or self.group_tile is not None):
             bad.append("a conv ranking its channels (CONV_ARG) runs the direct kernel: no Winograd, no group tile")
-        bad += positive_int("k_chunk", self.k_chunk)
+        bad += positive_int("k_chunk", self.k_chunk) + one_of("split", self.split, CONV_SPACE["split"])
+        if self.split != 1 and not bad:
+            if not shape.split_ok:
+                bad.append("a split sum needs a pointwise conv of one pixel")
+            others = [n for n in ("strided", "const_weights", "winograd") if getattr(self, n)]
+            if others or self.lanes != 4 or self.group_tile is not None or self.local_size is not None:
+                bad.append(f"a split sum sets its own work-group and float4 accumulators: not with "
+                           f"{others or ['lanes / group_tile / local_size']}")
         if self.group_tile is not None:
             if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
                     and not any(positive_int("", v) for v in self.group_tile)):
@@ -441,7 +473,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
-                      float_lanes=ctx.target.float_lanes)
+                      float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -450,7 +482,11 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     tx, ts = knobs.tile_x, knobs.tile_s
     ep = ctx.epilogue_code(cout)
     act = ctx.opt("fused_activation_function", 0)
-    if knobs.group_tile is not None:
+    if knobs.split > 1:
+        src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=cout,
+                               epilogue=ep)  # (one pixel: the slice layout is FULLY_CONNECTED's [batch, slice])
+        gsize, local, pad = (knobs.split, n, -(-sout // ts)), (knobs.split, 1, 1), ts
+    elif knobs.group_tile is not None:
         lx, ls = knobs.group_tile
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
                                  kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep)
@@ -489,7 +525,12 @@ class DepthwiseKnobs(Knobs):
         """4 pixels per work-item; two slices in float8 math where the channel multiplier is 1: MobileNet v2's 17
         depthwise layers took 1.34 ms instead of 2.23 (kernel time, Intel CPU device on a Zen 4, whose 512-bit
         units are 256 bits wide; 1 or 8 pixels, or no hint, were slower). Four slices in float16 math where the
-        device's float vector is 16 wide (a Zen 5's full-width AVX-512): 0.64 ms instead of 0.82, same run."""
+        device's float vector is 16 wide (a Zen 5's full-width AVX-512): 0.64 ms instead of 0.82, same run.
+        On a GPU, one pixel of one slice per work-item: within 1.04x of each kernel's best of 12 points in
+        geomean (33 kernels of five corpus models on an NVIDIA H100, bench/gpu_sweep.py), 4 pixels x 2 slices
+        1.45x slower."""
+        if shape.gpu:
+            return cls(tile_x=1, slices=1, vec_hint=None)
         slices = 1
         if shape.mult == 1 and shape.sout >= 2:
             slices = 4 if shape.float_lanes >= 16 and shape.sout >= 4 else 2
@@ -525,6 +566,7 @@ class DepthwiseShape:
     sout: int = 1
     mult: int = 1
     float_lanes: int = Target.float_lanes
+    gpu: bool = Target.gpu
 
 
 @generator("DEPTHWISE_CONV_2D")
@@ -539,7 +581,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("output channels not a multiple of input channels")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    shape = DepthwiseShape(ow, sout, mult, ctx.target.float_lanes)
+    shape = DepthwiseShape(ow, sout, mult, ctx.target.float_lanes, ctx.target.gpu)
     knobs = DepthwiseKnobs.resolve(shape, ctx.params)
     tx, per = knobs.tile_x, knobs.slices
     bias = _bias_const(ctx, 2, cout)
@@ -645,6 +687,14 @@ FC_SPLITS = (1, 8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
+class FcShape:
+    """What the FULLY_CONNECTED knobs depend on: output slices, and whether the device is a GPU."""
+
+    sout: int
+    gpu: bool = Target.gpu
+
+
+@dataclass(frozen=True)
 class FullyConnectedKnobs(Knobs):
     tile_s: int = 1  # output slices per work-item
     wide: bool = False  # float8 accumulators (needs an even tile_s)
@@ -654,14 +704,18 @@ class FullyConnectedKnobs(Knobs):
     split: int = 1
 
     @classmethod
-    def default(cls, sout: int) -> FullyConnectedKnobs:
-        return cls(tile_s=2, wide=True) if sout >= 2 else cls()
+    def default(cls, shape: FcShape) -> FullyConnectedKnobs:
+        """On a GPU a split sum (32 work-items per output slice): an NVIDIA H100 ran the corpus's FCs 1.4-1.9x
+        faster split 8-64 ways than one work-item per slice pair (tflgpu tune, 5 kernels)."""
+        if shape.gpu:
+            return cls(tile_s=1, wide=False, split=32)
+        return cls(tile_s=2, wide=True) if shape.sout >= 2 else cls()
 
     @classmethod
-    def space(cls, sout: int) -> dict[str, list]:
+    def space(cls, shape: FcShape) -> dict[str, list]:
         return {"tile_s": [1, 2, 4, 8], "wide": [False, True], "split": list(FC_SPLITS)}
 
-    def problems(self, sout: int) -> list[str]:
+    def problems(self, shape: FcShape) -> list[str]:
         bad = positive_int("tile_s", self.tile_s) + one_of("wide", self.wide, (False, True)) + \
             one_of("split", self.split, FC_SPLITS)
         if not bad and self.wide and self.tile_s % 2:
@@ -724,7 +778,8 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("keep_num_dims output of rank 3+")
     n = lay.b
     sin, sout = (depth + 3) // 4, (units + 3) // 4
-    knobs = FullyConnectedKnobs.resolve(sout, ctx.params)
+    shape = FcShape(sout, ctx.target.gpu)
+    knobs = FullyConnectedKnobs.resolve(shape, ctx.params)
     ts, wide = knobs.tile_s, knobs.wide
     ep = ctx.epilogue_code(units)
     bias = _bias_const(ctx, 2, units)
@@ -736,12 +791,12 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
                                epilogue=ep)
         return [KernelSpec(ctx.name, src, (knobs.split, n, (sout + ts - 1) // ts), (knobs.split, 1, 1), args,
                            [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(),
-                           space=FullyConnectedKnobs.space(sout), flops=2 * n * units * depth)]
+                           space=FullyConnectedKnobs.space(shape), flops=2 * n * units * depth)]
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
                        pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units, lanes=8 if wide else 4,
                        vec_hint="float8" if wide else "float4", epilogue=ep)
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, args, [ctx.op.inputs[0], *ep.inputs],
-                       [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(sout),
+                       [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(shape),
                        flops=2 * n * units * depth)]
 
 
