@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the workplace's device tool), which has no package registry: set up from
+# carried files, then run the named steps in order, each under its own time limit, each logging to $OUT.
+#
+#   here, once:  pip download the wheels into .whl/, unzip them into one tree, tar -cJ it to .gpu/site.tar.xz;
+#                python bench/standin_models.py pack ../shared/models .gpu/models
+#   there:       bash bench/gpu_session.sh probe tests profile tune bench   (carry: .gpu)
+#
+# Steps: probe (device facts, FMA peak), tests (the OpenCL-path tests on the GPU), profile (per-kernel times of
+# MobileNet v1 / v2 with the heuristics alone), tune (exhaustive search of every float corpus model; the records
+# exported to $OUT/records.json), bench (bench/bench_gpu.py's table), torch (the PyTorch peers alone), sweep
+# (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py).
+set -u
+export OUT=${OUT:-/tmp/out}
+if [ "${1:-}" != --inner ]; then
+    mkdir -p /tmp/site "$OUT"
+    tar -C /tmp/site -xJf .gpu/site.tar.xz || exit 1
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TFLGPU_MODELS_DIR=/tmp/models
+    export TFLGPU_CACHE_DIR=/tmp/tflgpu-cache TFLGPU_DEVICE=${TFLGPU_DEVICE:-NVIDIA}
+    icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json  # (LiteRT's GPU path: WebGPU over Vulkan)
+    [ -f $icd ] && export VK_DRIVER_FILES=$icd
+    python3 bench/standin_models.py unpack .gpu/models /tmp/models >/dev/null || exit 1
+fi
+M=/tmp/models
+FLOAT="$M/mobilenet_v1_1.0_224.tflite $M/mobilenet_v2_1.0_224.tflite $M/deeplab_mnv2_257.tflite
+ $M/posenet_mnv1_257.tflite $M/ssd_mnv2_300.tflite $M/unet_small_256.tflite $M/opzoo_small.tflite
+ $M/fallback_ops.tflite $M/lstm_small.tflite $M/lstm_small_keras3_while.tflite $M/mobilenet_v1_1.0_224_fp16.tflite
+ $M/mobilenet_v2_1.0_224_dynrange.tflite"
+tflgpu() { python3 -m tflgpu.cli "$@"; }
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, output to the console and $OUT/NAME.log
+    local name=$1 limit=$2; shift 2
+    echo "=== $name ($(date +%T), limit ${limit}s)"
+    timeout "$limit" bash "$0" --inner "$@" 2>&1 | tee "$OUT/$name.log"
+    echo "=== $name rc=${PIPESTATUS[0]} ($(date +%T))"
+}
+
+probe() {
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+    python3 -c "import numpy, numba, pyopencl; print('numpy', numpy.__version__, 'numba', numba.__version__, 'pyopencl', pyopencl.VERSION_TEXT)"
+    tflgpu inspect --devices
+    python3 - <<'EOF'
+from tflgpu.runtime.icd import ensure_icd_vendors
+ensure_icd_vendors()
+import pyopencl as cl
+from tflgpu.benchmark import fma_peak_gflops
+for p in cl.get_platforms():
+    for d in p.get_devices():
+        print(p.name, '|', d.name, '|', d.driver_version, '|', d.version, '| CUs', d.max_compute_units,
+              '| wg', d.max_work_group_size, '| local', d.local_mem_size, '| images', d.image_support,
+              '| vec float', d.native_vector_width_float)
+        print('  extensions:', d.extensions)
+print('FMA peak GFLOP/s:', round(fma_peak_gflops()))
+EOF
+}
+
+tests() {
+    python3 -m pytest -q -x -n 8 -p no:cacheprovider tests/test_gpu_ops.py tests/test_ops_conv.py \
+        tests/test_gpu_corpus.py tests/test_layers.py tests/test_precision.py 2>&1 | tail -40
+}
+
+profile() {
+    for m in $M/mobilenet_v1_1.0_224.tflite $M/mobilenet_v2_1.0_224.tflite; do
+        TFLGPU_TUNING=none tflgpu bench "$m" --profile --repeat 30
+    done
+}
+
+tune() {
+    # shellcheck disable=SC2086
+    tflgpu tune $FLOAT --mode exhaustive --budget-s "${TUNE_BUDGET_S:-25}" --export "$OUT/records.json" -q
+}
+
+bench() {
+    # shellcheck disable=SC2086
+    python3 bench/bench_gpu.py --exhaustive-budget-s "${TUNE_BUDGET_S:-25}" --background-wait-s "${BG_WAIT_S:-60}" \
+        --rounds "${ROUNDS:-30}" ${BENCH_ARGS:-} ${BENCH_MODELS:-}
+}
+
+sweep() {
+    # each kernel's best point becomes this device's shipped records (tflgpu/data/tuning), read by later steps
+    mkdir -p tflgpu/data/tuning
+    python3 bench/gpu_sweep.py --out "$OUT/sweep.jsonl" --deadline-s "${SWEEP_DEADLINE_S:-300}" \
+        --records "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" \
+        $M/mobilenet_v1_1.0_224.tflite $M/mobilenet_v2_1.0_224.tflite $M/deeplab_mnv2_257.tflite \
+        $M/posenet_mnv1_257.tflite $M/ssd_mnv2_300.tflite $M/unet_small_256.tflite
+    cp "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" "$OUT/"
+}
+
+gputests() {
+    python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_ops.py tests/test_gpu_corpus.py 2>&1 | \
+        grep -v "^SKIPPED" | tail -30
+}
+
+torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }
+
+if [ "${1:-}" = --inner ]; then
+    "${@:2}"
+    exit
+fi
+for s in "$@"; do
+    case $s in
+        probe) step probe 120 probe ;;
+        tests) step tests "${TESTS_LIMIT_S:-240}" tests ;;
+        gputests) step gputests "${TESTS_LIMIT_S:-240}" gputests ;;
+        profile) step profile 120 profile ;;
+        tune) step tune "${TUNE_LIMIT_S:-330}" tune ;;
+        bench) step bench "${BENCH_LIMIT_S:-400}" bench ;;
+        torch) step torch 120 torch_peers ;;
+        sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
+        launch) step launch 60 python3 bench/launch_cost.py ;;
+        *) echo "unknown step $s" ;;
+    esac
+done

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Time a fixed list of knob points for every conv / depthwise kernel of some models on one OpenCL device, each
+checked against the heuristic default's outputs (``KernelTuner.evaluate``): the data a device class's heuristic
+is fitted from, gathered in one run (on a lent GPU, where time is short and a budgeted search reaches few
+points). Prints one line per kernel (shape, default, best point) and writes every timing as JSON lines.
+
+    python bench/gpu_sweep.py MODEL... [--out sweep.jsonl] [--deadline-s 300] [--device D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+GEMM = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None}
+POINTS = {
+    "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts)
+                  for g, tx, ts, kc in (((32, 8), 1, 1, 8), ((16, 4), 1, 1, 8), ((32, 2), 1, 1, 8), ((16, 4), 2, 2, 16),
+                                        ((8, 8), 4, 1, 8), ((16, 16), 1, 1, 8), ((8, 8), 1, 1, 8), ((32, 2), 2, 2, 8),
+                                        ((32, 8), 1, 1, 16), ((32, 8), 1, 1, 4))],
+    "one pixel": [dict(GEMM, split=sp, tile_s=ts) for sp in (8, 16, 32, 64) for ts in (1, 2)],
+    "conv": [dict(GEMM, tile_x=tx, tile_s=ts, strided=st) for tx, ts, st in
+             ((1, 1, False), (1, 2, False), (2, 1, True), (2, 2, True), (4, 1, True), (1, 4, False), (2, 2, False))]
+            + [dict(GEMM, local_size=(32, 1, 1))],
+    "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],
+    "fully_connected": [{"split": sp, "tile_s": ts, "wide": False} for sp in (1, 8, 16, 32, 64) for ts in (1, 2)],
+}
+
+
+def points(task) -> list[dict]:
+    if task.op == "DEPTHWISE_CONV_2D":
+        return POINTS["depthwise"]
+    if task.op == "FULLY_CONNECTED":
+        return POINTS["fully_connected"]
+    if "split" in task.space:
+        return POINTS["one pixel"]
+    return POINTS["pointwise" if "group_tile" in task.space else "conv"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+")
+    p.add_argument("--out", default="sweep.jsonl")
+    p.add_argument("--deadline-s", type=float, default=300.0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--records", help="write each kernel's best point as this device's tuning records to this file "
+                                     "(tflgpu tune --export's format: what tflgpu/data/tuning ships)")
+    args = p.parse_args()
+
+    import tflgpu.runtime.tuning as rt
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.autotune.exchange import DeviceRecords, write_records
+    from tflgpu.autotune.tuner import KernelTuner, TuneResult
+
+    end = time.perf_counter() + args.deadline_s
+    out = open(args.out, "a")  # noqa: SIM115 - appended to by every kernel the plan builds call back for
+    seen: set[str] = set()
+    found: dict[str, DeviceRecords] = {}
+
+    def sweep(tasks, bench_for, device_key, config):
+        for task in tasks:
+            if task.key in seen or task.op not in OPS or time.perf_counter() > end:
+                continue
+            seen.add(task.key)
+            bench = bench_for(task)
+            tuner = KernelTuner(task, bench, device_key, mode="exhaustive", trials=None)
+            try:
+                default_us = tuner.measure_default()
+            except Exception as e:  # noqa: BLE001 - report and go on
+                print(f"{task.op} {task.shape}: default failed: {e}")
+                continue
+            rows = []
+            for point in points(task):
+                if any(k not in task.space for k in point):
+                    continue
+                params = {**task.default, **point}
+                tuner.best_us = float("inf")  # (time every point in full: no early discard)
+                us = tuner.evaluate(params)
+                rows.append((us, point))
+                out.write(json.dumps({"op": task.op, "shape": task.shape, "key": task.key, "default": task.default,
+                                      "default_us": default_us, "point": point, "us": us}, default=str) + "\n")
+            ok = [r for r in rows if r[0] is not None]
+            best = min(ok, key=lambda r: r[0]) if ok else (None, None)
+            print(f"{task.op[:6]} {task.shape!s:34s} default {default_us:8.1f} us  best {best[0] or 0:8.1f} us "
+                  f"{best[1]}  ({len(ok)}/{len(rows)} ok, {tuner.rejected} rejected {tuner.reasons[:1]})", flush=True)
+            out.flush()
+            if best[1] is not None and args.records:
+                params = {**task.default, **best[1]} if best[0] < default_us else dict(task.default)
+                result = TuneResult(task.key, task.op, params, default_us, min(best[0], default_us),
+                                    trials=len(ok) + 1)
+                dev = found.setdefault(device_key, DeviceRecords(bench.device.identity.as_dict()))
+                dev.records[task.key] = task.record(result)
+                write_records(args.records, list(found.values()))
+        return []
+
+    rt.tune_tasks = sweep
+    for m in args.models:
+        if time.perf_counter() > end:
+            break
+        print(f"# {Path(m).name}", flush=True)
+        Interpreter(model_path=m, delegate=GpuDelegate(device=args.device, cache=False, tuning="exhaustive",
+                                                       tuning_db=False)).allocate_tensors()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
