@@ -22,10 +22,6 @@ if [ "${1:-}" != --inner ]; then
     python3 bench/standin_models.py unpack .gpu/models /tmp/models >/dev/null || exit 1
 fi
 M=/tmp/models
-FLOAT="$M/mobilenet_v1_1.0_224.tflite $M/mobilenet_v2_1.0_224.tflite $M/deeplab_mnv2_257.tflite
- $M/posenet_mnv1_257.tflite $M/ssd_mnv2_300.tflite $M/unet_small_256.tflite $M/opzoo_small.tflite
- $M/fallback_ops.tflite $M/lstm_small.tflite $M/lstm_small_keras3_while.tflite $M/mobilenet_v1_1.0_224_fp16.tflite
- $M/mobilenet_v2_1.0_224_dynrange.tflite"
 tflgpu() { python3 -m tflgpu.cli "$@"; }
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, output to the console and $OUT/NAME.log
@@ -65,9 +61,11 @@ profile() {
     done
 }
 
-tune() {
+tune() {  # (bench_gpu's float corpus models)
+    local models
+    models=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import bench_gpu; print(' '.join('$M/' + n for n in bench_gpu.FLOAT_MODELS))")
     # shellcheck disable=SC2086
-    tflgpu tune $FLOAT --mode exhaustive --budget-s "${TUNE_BUDGET_S:-25}" --export "$OUT/records.json" -q
+    tflgpu tune $models --mode exhaustive --budget-s "${TUNE_BUDGET_S:-25}" --export "$OUT/records.json" -q
 }
 
 bench() {

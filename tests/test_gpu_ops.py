@@ -637,7 +637,7 @@ def test_gpu_defaults_on_this_device(opencl_device, rng, monkeypatch, case):
     from .conftest import assert_close, litert, run_model
     from .oputil import op_model
 
-    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev: cls(float_lanes=1, gpu=True)))
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
     op, inputs, options, expected = GPU_SHAPED[case]
     model, feeds = op_model(op, inputs(rng), **options)
     it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False))

@@ -28,9 +28,9 @@ class Target:
     gpu: bool = False
 
     @classmethod
-    def of(cls, cl_device) -> Target:
-        gpu = bool(int(cl_device.type) & 4)  # (CL_DEVICE_TYPE_GPU)
-        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=gpu)
+    def of(cls, cl_device, device_type: str) -> Target:
+        """``device_type``: the runtime's name of the device's type (``DeviceIdentity.device_type``)."""
+        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=device_type == "GPU")
 
 
 @dataclass

@@ -161,7 +161,7 @@ class GpuPlan:
             self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")
         self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops,
-                                      Target.of(device.cl_device))
+                                      Target.of(device.cl_device, device.identity.device_type))
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
             self.steps, passes = select(runner, make, params or {})
             if record is not None and not restore(self.steps, record):
