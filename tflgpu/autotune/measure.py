@@ -66,7 +66,7 @@ class KernelBench:
         produced: set[int] = set()
         bufs, outs = {}, []
         self._out_fp16: dict[int, bool] = {}
-        for spec in specs:
+        for i, spec in enumerate(specs):
             for t in spec.inputs:
                 if t not in bufs and t not in produced:
                     bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR,
@@ -78,7 +78,10 @@ class KernelBench:
                     size = max(self.layouts[t].elements * dtype().itemsize, 16)
                     bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE, size)
                     cl.enqueue_fill_buffer(self.queue, bufs[t], dtype(0), 0, size)
-                    outs.append(t)
+                    # (what a later kernel of the list reads is an intermediate value, not the step's output: a
+                    # candidate computing it in registers instead, e.g. a fused separable conv, is as good)
+                    if not any(t in later.inputs for later in specs[i + 1:]):
+                        outs.append(t)
                     self._out_fp16[t] = spec.fp16
         return bufs, outs
 

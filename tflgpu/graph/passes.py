@@ -7,7 +7,12 @@
    readers read the input instead (kept when the output is a graph output).
 4. ``merge_pad`` — a zero PAD (spatial only) read only by a CONV_2D / DEPTHWISE_CONV_2D becomes that
    conv's explicit padding (not pooling: AVERAGE_POOL_2D must count explicit zeros, not skip them).
-5. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
+5. ``fuse_separable`` — a DEPTHWISE_CONV_2D (channel multiplier 1) read only by a pointwise CONV_2D (1x1, stride
+   1) becomes one ``SEPARABLE_CONV`` op: one kernel computes the depthwise values of its pixels where the
+   pointwise conv reads them, so the intermediate tensor is never stored and one launch goes (MobileNet blocks).
+   Whether the kernel fuses or launches the two convs as before is its generator's knob, which the tuner
+   turns off per layer where it measures slower.
+6. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM with a same-layout tensor or a constant) joins its CONV_2D /
    DEPTHWISE_CONV_2D / FULLY_CONNECTED producer as a snippet applied before the store.
 
@@ -22,6 +27,11 @@ import numpy as np
 
 from ..ops.layout import bhwc
 from ..ops.traits import traits
+
+# graph.passes.fuse_separable's op: inputs (x, depthwise filter, depthwise bias, pointwise filter, pointwise
+# bias), the pointwise conv's outputs, index and options, and the two original ops under "depthwise" and
+# "pointwise" (what its generator falls back to, and what the CPU runs)
+SEPARABLE_CONV = "TFLGPU_SEPARABLE_CONV"
 
 
 @dataclass
@@ -144,6 +154,63 @@ def merge_pad(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], 
         steps[j] = PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
         drop.add(i)
     return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+
+
+def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, pw: True) -> tuple[list[PassStep], int]:
+    """Merge each device DEPTHWISE_CONV_2D whose only reader is a device pointwise CONV_2D into one
+    ``SEPARABLE_CONV`` step at the pointwise conv's place (``allowed(dw_op, pw_op)``: the caller's veto, e.g.
+    two ops of different storage precision)."""
+    graph_out = set(sg.outputs)
+    readers = _readers(steps)
+    steps = list(steps)
+    drop: set[int] = set()
+    for i, s in enumerate(steps):
+        dw = s.op
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and dw.name == "DEPTHWISE_CONV_2D"
+                and len(dw.outputs) == 1 and dw.outputs[0] not in graph_out and _separable_depthwise(dw, sg, consts)):
+            continue
+        (t,) = dw.outputs
+        rs = readers.get(t, [])
+        if len(rs) != 1 or rs[0] in drop:
+            continue
+        j = rs[0]
+        nxt = steps[j]
+        pw = nxt.op
+        if not (nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue and pw.name == "CONV_2D"
+                and pw.inputs[:1] == (t,) and t not in pw.inputs[1:] and _pointwise(pw, sg, consts)
+                and allowed(dw, pw)):
+            continue
+        bias = lambda op: op.inputs[2] if len(op.inputs) > 2 else -1
+        op = replace(pw, name=SEPARABLE_CONV, builtin_code=-1,
+                     inputs=(dw.inputs[0], dw.inputs[1], bias(dw), pw.inputs[1], bias(pw)),
+                     options={**pw.options, "depthwise": dw, "pointwise": pw})
+        steps[j] = PassStep(op, s.members + nxt.members, [], True)
+        drop.add(i)
+    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+
+
+def _float4d(sg, *tensors: int) -> bool:
+    return all(t >= 0 and sg.tensors[t].dtype == np.float32 and len(sg.tensors[t].shape) == 4 for t in tensors)
+
+
+def _separable_depthwise(op, sg, consts: dict) -> bool:
+    """A float depthwise conv of channel multiplier 1 with constant filter and bias."""
+    if len(op.inputs) < 2 or not _float4d(sg, op.inputs[0], op.inputs[1], op.outputs[0]):
+        return False
+    w = sg.tensors[op.inputs[1]].shape
+    bias_ok = len(op.inputs) < 3 or op.inputs[2] < 0 or op.inputs[2] in consts
+    return op.inputs[1] in consts and bias_ok and w[0] == 1 and w[3] == sg.tensors[op.inputs[0]].shape[3]
+
+
+def _pointwise(op, sg, consts: dict) -> bool:
+    """A float 1x1, stride-1, unpadded CONV_2D with constant filter and bias."""
+    if len(op.inputs) < 2 or not _float4d(sg, op.inputs[0], op.inputs[1], op.outputs[0]) or len(op.outputs) != 1:
+        return False
+    o = op.options
+    bias_ok = len(op.inputs) < 3 or op.inputs[2] < 0 or op.inputs[2] in consts
+    return (op.inputs[1] in consts and bias_ok and sg.tensors[op.inputs[1]].shape[1:3] == (1, 1)
+            and o.get("stride_h", 1) == o.get("stride_w", 1) == 1 and not any(o.get("explicit_padding", ()))
+            and sg.tensors[op.inputs[1]].shape[3] == sg.tensors[op.inputs[0]].shape[3])
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

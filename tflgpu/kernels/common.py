@@ -145,12 +145,13 @@ def pad_lanes_mask(c: int, slice_expr: str, var: str) -> str:
     return f"if ({slice_expr} == {last}) {{ {zero} }}"
 
 
-def activation(code: int | None, var: str) -> str:
-    """A fused activation's clamp of ``var`` (ops.attributes gives the bounds; "" where it clamps nothing)."""
+def activation(code: int | None, var: str, vt: str = "float4") -> str:
+    """A fused activation's clamp of ``var``, a ``vt`` (ops.attributes gives the bounds; "" where it clamps
+    nothing)."""
     lo, hi = activation_bounds(code)
     if hi == np.inf:
-        return "" if lo == -np.inf else f"{var} = fmax({var}, (float4)({lo!r}f));"
-    return f"{var} = clamp({var}, (float4)({lo!r}f), (float4)({hi!r}f));"
+        return "" if lo == -np.inf else f"{var} = fmax({var}, ({vt})({lo!r}f));"
+    return f"{var} = clamp({var}, ({vt})({lo!r}f), ({vt})({hi!r}f));"
 
 
 _RELAYOUTS: ContextVar[dict | None] = ContextVar("tflgpu_relayouts", default=None)

@@ -9,6 +9,7 @@ work-item and ~400 GFLOP/s with 16 pixels per work-item.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -282,6 +283,17 @@ class ConvKnobs(Knobs):
         return bad
 
 
+@dataclass(frozen=True)
+class GroupStage:
+    """How a group tile stages its input when it does not read the conv's input tensor: ``load(slice, pixel,
+    var)`` is the code setting the float4 ``var`` to input slice ``slice`` of pixel ``pixel`` (C expressions;
+    ``b`` is the image), and ``params`` the kernel parameters that code reads besides ``src`` (a fused depthwise
+    conv, kernels.separable)."""
+
+    params: str
+    load: Callable[[str, str, str], str]
+
+
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None) -> str:
@@ -380,7 +392,19 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     return "\n".join(lines)
 
 
-def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None) -> str:
+def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None) -> list[str]:
+    """The group tile's statement staging input slice ``k0 + kc`` of pixel ``p`` into ``xs[e]`` (zeros past the
+    slices or pixels): read from ``src``, or computed by ``stage``."""
+    if stage is None:
+        return [(f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? LD4(src, (b * {sin} + k0 + kc) * {pixels} + p)"
+                 " : (float4)(0.0f);")]
+    return ["      float4 xv = (float4)(0.0f);",
+            f"      if (k0 + kc < {sin} && p < {pixels}) {{ {stage.load('k0 + kc', 'p', 'xv')} }}",
+            "      xs[e] = xv;"]
+
+
+def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
+                       stage: GroupStage | None = None) -> str:
     """The pointwise conv as a GEMM with local memory (``ConvKnobs.group_tile``): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
     the matching weights (``weights_oi4`` padded to ls*ts output slices) in local memory, every work-item loading
@@ -389,7 +413,7 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     lines = [f"__attribute__((reqd_work_group_size({lx}, 1, {ls})))",
-             f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+             f"__kernel void {name}(__global const STORE_T* src, {stage.params if stage else ''}__global const STORE_T* wts,",
              f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
              f"  __local float4 xs[{kc * px}];",
              f"  __local float4 ws[{so * kc * 4}];",
@@ -403,8 +427,7 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {kc}) {{",
               f"    for (int e = lid; e < {kc * px}; e += {nt}) {{",
               f"      const int kc = e / {px}; const int p = p0 + e % {px};",
-              (f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? LD4(src, (b * {sin} + k0 + kc) * {pixels} + p)"
-               " : (float4)(0.0f);"),
+              *_group_stage_lines(sin, pixels, stage),
               "    }",
               f"    for (int e = lid; e < {so * kc * 4}; e += {nt}) {{",
               f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};",
@@ -569,6 +592,16 @@ class DepthwiseShape:
     gpu: bool = Target.gpu
 
 
+def depthwise_weights(w: np.ndarray, per: int) -> np.ndarray:
+    """A depthwise filter [1, kh, kw, cout] as [S / per][kh][kw] float4 (float8 / float16 for ``per`` 2 / 4 slices:
+    the slices' lanes side by side), the slices padded to a multiple of ``per``."""
+    _, kh, kw, cout = w.shape
+    groups = -(-cout // (4 * per))
+    wk = np.zeros((groups * 4 * per, kh, kw), np.float32)
+    wk[:cout] = w[0].transpose(2, 0, 1)
+    return np.ascontiguousarray(wk.reshape(groups, 4 * per, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
+
+
 @generator("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
@@ -586,10 +619,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     tx, per = knobs.tile_x, knobs.slices
     bias = _bias_const(ctx, 2, cout)
     groups = (sout + per - 1) // per
-    # weights [1, kh, kw, cout] -> [S / per][kh][kw] float4 (float8 / float16: the slices' lanes side by side)
-    wk = np.zeros((groups * 4 * per, kh, kw), np.float32)
-    wk[:cout] = w[0].transpose(2, 0, 1)
-    wk = np.ascontiguousarray(wk.reshape(groups, 4 * per, kh, kw).transpose(0, 2, 3, 1)).reshape(-1)
+    wk = depthwise_weights(w, per)
     ep = ctx.epilogue_code(cout)
     head = [(f"__attribute__((vec_type_hint({knobs.vec_hint}))) " if knobs.vec_hint else "")
             + f"__kernel void {ctx.name}(__global const STORE_T* src, __global const STORE_T* wts,",

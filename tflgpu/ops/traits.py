@@ -68,7 +68,8 @@ _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM", fusable="unary")
 _add("ADD SUB MUL MAXIMUM MINIMUM", fusable="binary")
-_add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTransposeBias", takes_epilogue=True)
+_add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTransposeBias TFLGPU_SEPARABLE_CONV",
+     takes_epilogue=True)
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED", bias_input=2)
 _add("TRANSPOSE_CONV", bias_input=3)
 

@@ -10,7 +10,8 @@ The graph transforms, in the one order they run:
 3b. ``conv_arg`` (graph.conv_arg): a CONV_2D and the ARG_MAX / ARG_MIN over its channels, one op; before the
    precision choice, which may keep it FP32 for its index while its sums stay half.
 4. placement: an op goes to the device where a generator makes its kernels.
-5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_elementwise`` (graph.passes), in that order.
+5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise`` (graph.passes), in
+   that order.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
    its output's buffer, and it launches nothing.
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
@@ -31,7 +32,7 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..graph.conv_arg import CONV_ARG, merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
-from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
+from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, fuse_separable, merge_pad
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
@@ -186,8 +187,9 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[lis
         if generator_for(op.name) is None:
             reasons[op.index] = "no OpenCL kernel"
         else:
-            try:
-                generated[op.index] = (op, make(op, [], params.get(op.index, {})))
+            try:  # (whether a generator takes the op; an op's parameters are applied when its step is made, since
+                # a pass may merge it into another op of its index: fuse_separable)
+                generated[op.index] = (op, make(op, [], {}))
             except Unsupported as e:
                 reasons[op.index] = str(e)
         base.append(PassStep(op, [(op, fn)], [], op.index in generated))
@@ -195,19 +197,26 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[lis
     steps, counts["cull_dead"] = cull_dead(base, sg)
     steps, counts["drop_identities"] = drop_identities(steps, sg, consts)
     steps, counts["merge_pad"] = merge_pad(steps, sg, consts)
+    # (two convs of one storage precision; neither one that casts its own output)
+    same_storage = lambda dw, pw: (make.op_fp16(dw) == make.op_fp16(pw)
+                                   and not make.half_outputs(dw) and not make.half_outputs(pw))
+    steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     out = []
     for ps in steps:
         if not ps.gpu:
             out.append(Step(ps.op, "cpu", members=ps.members, reason=reasons.get(ps.op.index, "")))
             continue
-        first = generated.get(ps.op.index)
-        if first is not None and first[0] is ps.op and not ps.epilogue:
+        first, own = generated.get(ps.op.index), params.get(ps.op.index, {})
+        if first is not None and first[0] is ps.op and not ps.epilogue and not own:
             specs = first[1]  # no pass changed this op: the check's kernels are the kernels
         else:
-            specs = make(ps.op, ps.epilogue, params.get(ps.op.index, {}))
-        out.append(Step(ps.op, "gpu", specs, members=ps.members, epilogue=ps.epilogue,
-                        params=params.get(ps.op.index, {})))
+            try:
+                specs = make(ps.op, ps.epilogue, own)
+            except Unsupported as e:  # (parameters this op does not take)
+                out.append(Step(ps.op, "cpu", members=ps.members, reason=str(e)))
+                continue
+        out.append(Step(ps.op, "gpu", specs, members=ps.members, epilogue=ps.epilogue, params=own))
     return out, counts
 
 

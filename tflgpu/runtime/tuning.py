@@ -87,7 +87,10 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                        "record", flops=sum(sp.flops for sp in group[0].specs)))
             continue
         s = group[0]
+        # (every tensor of the step's ops: a candidate may store a value the default keeps in registers)
         layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
+        layouts.update({t: lay for op, _ in s.members for t in op.inputs + op.outputs
+                        if t >= 0 and t not in layouts and (lay := bhwc(make.sg.tensors[t].shape)) is not None})
         family, shape = kernel_family(s.op.name, s.specs, s.specs[0].fp16), kernel_shape(s.specs, layouts)
         found = nearest.find(key, family, shape) if nearest is not None else None
         if found is not None:

@@ -1,0 +1,181 @@
+"""A depthwise conv and the pointwise conv reading it as one op (graph.passes.fuse_separable) and one kernel
+(kernels.separable): the pass's conditions, and every variant against LiteRT at FP32 and FP16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.cpu.executor import ModelRunner
+from tflgpu.graph.passes import SEPARABLE_CONV, PassStep, fuse_separable
+from tflgpu.model import read_model
+from tflgpu.model.builder import ModelBuilder
+from tflgpu.runtime.config import PlanConfig
+
+from .conftest import assert_close, litert, run_model
+
+PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
+
+
+def _out_hw(size: int, k: int, stride: int, dil: int, pad: str) -> int:
+    eff = (k - 1) * dil + 1
+    return -(-size // stride) if pad == "SAME" else (size - eff) // stride + 1
+
+
+def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pad="SAME", act_dw="RELU6",
+                    act_pw="NONE", residual=False, pw_k=1, mult=1, extra_reader=False):
+    """x -> DEPTHWISE_CONV_2D -> CONV_2D (pw_k x pw_k) [-> ADD x]: a MobileNet block; (model bytes, feeds)."""
+    n, h, w, c = shape
+    oh, ow = _out_hw(h, k, stride, dil, pad), _out_hw(w, k, stride, dil, pad)
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    dw = b.tensor("dw", (n, oh, ow, c * mult))
+    b.op("DEPTHWISE_CONV_2D", [x, b.const("dw_w", rng.standard_normal((1, k, k, c * mult)).astype(np.float32)),
+                               b.const("dw_b", rng.standard_normal(c * mult).astype(np.float32))], [dw],
+         padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+         depth_multiplier=mult, fused_activation_function=act_dw)
+    pw = b.tensor("pw", (n, oh, ow, cout))
+    scale = 1 / np.sqrt(c * mult)
+    b.op("CONV_2D", [dw, b.const("pw_w", (rng.standard_normal((cout, pw_k, pw_k, c * mult)) * scale).astype(np.float32)),
+                     b.const("pw_b", rng.standard_normal(cout).astype(np.float32))], [pw],
+         padding="SAME", stride_w=1, stride_h=1, fused_activation_function=act_pw)
+    outs = [pw]
+    if residual:
+        y = b.tensor("y", (n, oh, ow, cout))
+        b.op("ADD", [pw, x], [y])
+        outs = [y]
+    if extra_reader:
+        r = b.tensor("r", (n, oh, ow, c * mult))
+        b.op("RELU", [dw], [r])
+        outs.append(r)
+    b.output(*outs)
+    return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
+
+
+def _passes(model: bytes):
+    runner = ModelRunner(read_model(model)).runner(0)
+    return runner, [PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps]
+
+
+def test_pass_merges_a_block_into_one_step(rng):
+    runner, steps = _passes(separable_model(rng)[0])
+    merged, n = fuse_separable(steps, runner.sg, runner.consts)
+    assert n == 1 and len(merged) == 1
+    (s,) = merged
+    assert s.op.name == SEPARABLE_CONV and [op.name for op, _ in s.members] == ["DEPTHWISE_CONV_2D", "CONV_2D"]
+    assert s.op.outputs == steps[1].op.outputs and s.op.inputs[0] == steps[0].op.inputs[0]
+
+
+@pytest.mark.parametrize("why", ["3x3 pointwise", "multiplier 2", "two readers", "vetoed"])
+def test_pass_leaves_what_it_cannot_fuse(rng, why):
+    kw = {"3x3 pointwise": {"pw_k": 3}, "multiplier 2": {"mult": 2}, "two readers": {"extra_reader": True},
+          "vetoed": {}}[why]
+    runner, steps = _passes(separable_model(rng, **kw)[0])
+    allowed = (lambda dw, pw: False) if why == "vetoed" else (lambda dw, pw: True)
+    merged, n = fuse_separable(steps, runner.sg, runner.consts, allowed)
+    assert n == 0 and len(merged) == len(steps)
+
+
+def _plan(model: bytes, fp16: bool, params: dict | None):
+    from tflgpu.runtime.executor import GpuPlan
+
+    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
+                                                               tuning_db=False))
+    if params is None:
+        return it, it.gpu_plan
+    index = next(s.op.index for s in it.gpu_plan.steps if s.op.name == SEPARABLE_CONV)
+    return it, GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+                       params={index: params})
+
+
+POINTS = {  # knobs -> kernels launched for the block
+    "direct 4x8 16 lanes, 4 slices": ({"fused": True, "tile_x": 4, "tile_s": 8, "lanes": 16, "per": 4}, 1),
+    "direct 2x2 8 lanes, 2 slices": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 8, "per": 2,
+                                      "whole": False}, 1),
+    "direct 1x1 float4": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False}, 1),
+    "whole 8x4": ({"fused": True, "tile_x": 8, "tile_s": 4, "lanes": 16, "per": 1, "whole": True}, 1),
+    "whole 2x1": ({"fused": True, "tile_x": 2, "tile_s": 1, "lanes": 4, "per": 2, "whole": True}, 1),
+    "group tile 32x8": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False,
+                         "group_tile": (32, 8), "k_chunk": 8}, 1),
+    "group tile 8x8 by 2x2": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1, "whole": False,
+                               "group_tile": (8, 8), "k_chunk": 4}, 1),
+    "unfused": ({"fused": False}, 2),
+}
+
+BLOCKS = {  # separable_model arguments
+    "stride 1 SAME": {},
+    "stride 2 VALID, batch 2, 37 out": {"shape": (2, 10, 9, 8), "cout": 37, "stride": 2, "pad": "VALID"},
+    "dilated 5x5, relu out": {"shape": (1, 12, 10, 16), "cout": 24, "k": 5, "dil": 2, "act_pw": "RELU6"},
+    "residual add": {"shape": (1, 7, 7, 16), "cout": 16, "residual": True, "act_dw": "RELU"},
+}
+
+
+@pytest.mark.parametrize("fp16", PRECISIONS)
+@pytest.mark.parametrize("point", sorted(POINTS))
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block):
+    """Every variant computes the block LiteRT computes (FP32 within 1e-4, FP16 within 1e-2 of the output's
+    scale), with strides, padding, dilation, batches, padded output slices and a fused residual ADD."""
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    params, kernels = POINTS[point]
+    kw = dict(BLOCKS[block])
+    if "per" in params and (kw.get("shape", (1, 9, 11, 12))[3] // 4) % params["per"]:
+        pytest.skip("per does not divide this block's depthwise slices")
+    model, feeds = separable_model(rng, **kw)
+    it, plan = _plan(model, fp16, params)
+    (step,) = [s for s in plan.steps if s.device == "gpu"]
+    assert step.op.name == SEPARABLE_CONV and len(step.specs) == kernels and plan.cpu_op_count == 0
+    assert {k: step.specs[0].params[k] for k in params} == params
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
+def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu):
+    """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices) and for a
+    GPU (the group tile) compute what LiteRT does, here on whatever device there is."""
+    from tflgpu.kernels.base import Target
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16 if not gpu else 1,
+                                                                                   gpu=gpu)))
+    for kw, fused in (({"shape": (1, 14, 14, 32), "cout": 24}, True), ({"shape": (1, 7, 7, 32), "cout": 160}, gpu)):
+        model, feeds = separable_model(rng, **kw)
+        it, plan = _plan(model, False, None)
+        (step,) = [s for s in plan.steps if s.device == "gpu"]
+        assert step.specs[0].params["fused"] is fused and len(step.specs) == (1 if fused else 2)
+        if gpu:
+            assert step.specs[0].params["group_tile"] == (32, 8)
+        assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-4)
+
+
+def test_invalid_points_are_refused():
+    from tflgpu.kernels.knobs import InvalidKnobs
+    from tflgpu.kernels.separable import SeparableKnobs, SeparableShape
+
+    shape = SeparableShape(sin=6, sout=10, ow=7, float_lanes=16)
+    for bad in ({"per": 4}, {"lanes": 16, "tile_s": 2}, {"fused": False, "tile_x": 1},
+                {"group_tile": (32, 8), "lanes": 16}, {"group_tile": (64, 8), "lanes": 4, "per": 1, "whole": False}):
+        with pytest.raises(InvalidKnobs):
+            SeparableKnobs.resolve(shape, bad)
+    space = SeparableKnobs.space(shape)
+    assert space["per"] == [1, 2] and max(space["tile_x"]) == 8
+
+
+def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tmp_path):
+    """A search of a separable block times the unfused pair among its first trials (one knob from the default),
+    so fusion is a per-layer choice the tuner turns off where it measures slower; the tuned plan matches LiteRT."""
+    from tflgpu.autotune.tuner import KernelTuner
+
+    seen = []
+    evaluate = KernelTuner.evaluate
+    monkeypatch.setattr(KernelTuner, "evaluate", lambda self, params: seen.append(dict(params)) or
+                        evaluate(self, params))
+    model, feeds = separable_model(rng, shape=(1, 14, 14, 16), cout=24)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=tmp_path / "records.json",
+                                                               tuning_budget_s=20, cache=False))
+    (result,) = it.gpu_plan.tuning_results
+    assert result.op == SEPARABLE_CONV and result.source == "tuned"
+    assert {p["fused"] for p in seen} == {True, False}
+    assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])

@@ -1,0 +1,312 @@
+"""SEPARABLE_CONV (graph.passes.fuse_separable): a depthwise conv and the pointwise conv reading it, as one
+kernel that computes each depthwise value where the pointwise conv reads it, so the intermediate tensor is
+never stored and a launch goes.
+
+Two fused variants, and the unfused pair:
+
+- direct: a work-item takes ``tile_x`` adjacent output pixels of a row by ``tile_s`` output slices (``lanes``
+  output channels per accumulator, as CONV_2D's direct kernel); per step it computes ``per`` depthwise slices of
+  its pixels side by side in one float4 / float8 / float16 (as DEPTHWISE_CONV_2D's ``slices``) and adds each of
+  their channels into its accumulators. A work-item recomputes the depthwise values its pixels need, so the
+  work-items of one pixel compute them ``sout / tile_s`` times: cheap next to the pointwise sum
+  (``kh*kw`` multiply-adds a value against ``4 * tile_s`` of the pointwise conv per work-item).
+- group tile (a GPU's way): CONV_2D's local-memory GEMM (``ConvKnobs.group_tile``) whose input tile, staged
+  ``k_chunk`` slices at a time, is the depthwise conv computed by the work-group's work-items.
+- ``fused=False``: the two convs' own kernels at their own defaults, as before the pass; what the tuner falls
+  back to where fusing measures slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..graph.passes import SEPARABLE_CONV
+from .base import GenContext, Target, Unsupported, generator
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, slice_part, vec_slices, weights_oi
+from .conv import (
+    LOCAL_TILE_BYTES,
+    MAX_GROUP,
+    GroupStage,
+    _bias_const,
+    _float_const,
+    _geometry,
+    _group_tile_source,
+    _store,
+    conv2d,
+    depthwise_conv2d,
+    depthwise_weights,
+)
+from .knobs import Knobs, one_of, positive_int
+
+SEPARABLE_SPACE = {
+    "fused": [False, True],
+    "tile_x": [1, 2, 4, 8],
+    "tile_s": [1, 2, 4, 8],
+    "lanes": [4, 8, 16],
+    "per": [1, 2, 4],  # depthwise slices computed together (float4 / float8 / float16 math)
+    "whole": [False, True],  # a work-item runs over every output slice of its pixels (direct variant)
+    "group_tile": [None, (32, 8), (16, 4), (8, 8), (64, 4)],
+    "k_chunk": [4, 8],
+}
+
+
+@dataclass(frozen=True)
+class SeparableShape:
+    """What the separable conv's knobs depend on."""
+
+    sin: int  # depthwise slices (the pointwise conv's input slices)
+    sout: int  # pointwise output slices
+    ow: int  # output row width
+    float_lanes: int = Target.float_lanes
+    gpu: bool = Target.gpu
+
+
+@dataclass(frozen=True)
+class SeparableKnobs(Knobs):
+    fused: bool = True
+    tile_x: int = 4  # adjacent output pixels of a row per work-item (direct variant)
+    tile_s: int = 4  # output slices per work-item
+    lanes: int = 4  # output channels per accumulator vector (tile_s a multiple of lanes / 4)
+    per: int = 1  # depthwise slices per step, side by side in one vector (a divisor of the depthwise slices)
+    # a work-item runs over every output slice of its pixels, its depthwise values computed once (a private array
+    # of sin x tile_x float4): no work-item recomputes another's
+    whole: bool = False
+    # (LX, LS): the group-tile variant (kernels.conv.ConvKnobs.group_tile), staging k_chunk depthwise slices a step
+    group_tile: tuple | None = None
+    k_chunk: int = 8
+
+    @classmethod
+    def default(cls, shape: SeparableShape) -> SeparableKnobs:
+        """On a GPU the group tile of CONV_2D's pointwise default (32 px x 8 slices, 8 slices a step): one launch
+        fewer per block where launches cost most (not yet measured on a GPU; the tuner turns it off per layer).
+
+        On a CPU device the direct variant with CONV_2D's tile for the device's vector width (16 lanes, 4 pixels
+        x 8 slices, on a 16-wide device), four depthwise slices a step, fused only where one or two work-items
+        cover a pixel's output slices (the second with ``whole``). Per layer on the Intel CPU device (Zen 5, A/B
+        in one process), MobileNet v2's 17 separable blocks took 1.24 ms fused by this rule vs 1.39 unfused, the
+        layers of up to 8 output slices 0.74-0.92x, of 16 0.85-0.95x; where more work-items share a pixel, their
+        recomputed depthwise values (or, ``whole``, each work-item streaming the whole pointwise filter) cost
+        more than the stored intermediate: MobileNet v1's 512 -> 512 layers ran 375 us fused (whole) vs 281."""
+        if shape.gpu:
+            return cls(tile_x=1, tile_s=1, lanes=4, per=1, group_tile=(32, 8), k_chunk=8)
+        per = max(p for p in SEPARABLE_SPACE["per"] if shape.sin % p == 0 and p <= max(1, shape.float_lanes // 4))
+        if shape.float_lanes >= 16 and shape.sout >= 4:
+            tx, ts, lanes = (8, 4, 16) if shape.sout == 4 else (4, 8, 16)
+        elif shape.sout >= 2:
+            tx, ts, lanes = 2, (8 if shape.sout >= 8 else 2), 8
+        else:
+            tx, ts, lanes = 4, 1, 4
+        return cls(fused=shape.sout <= 2 * ts, tile_x=tx, tile_s=ts, lanes=lanes, per=per, whole=shape.sout > ts)
+
+    @classmethod
+    def space(cls, shape: SeparableShape) -> dict[str, list]:
+        space = dict(SEPARABLE_SPACE)
+        space["tile_x"] = [v for v in SEPARABLE_SPACE["tile_x"] if v == 1 or v < 2 * shape.ow]
+        space["tile_s"] = [v for v in SEPARABLE_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
+        space["per"] = [v for v in SEPARABLE_SPACE["per"] if shape.sin % v == 0]
+        return space
+
+    def local_bytes(self) -> int:
+        if self.group_tile is None:
+            return 0
+        lx, ls = self.group_tile
+        return 16 * self.k_chunk * (lx * self.tile_x + 4 * ls * self.tile_s)
+
+    def problems(self, shape: SeparableShape) -> list[str]:
+        bad = positive_int("tile_x", self.tile_x) + positive_int("tile_s", self.tile_s)
+        bad += one_of("fused", self.fused, (False, True)) + one_of("whole", self.whole, (False, True))
+        bad += one_of("lanes", self.lanes, SEPARABLE_SPACE["lanes"])
+        bad += one_of("per", self.per, SEPARABLE_SPACE["per"]) + one_of("k_chunk", self.k_chunk,
+                                                                        SEPARABLE_SPACE["k_chunk"])
+        if bad:
+            return bad
+        if not self.fused:
+            if replace(self, fused=True) != replace(self.default(shape), fused=True):
+                bad.append("fused=False launches the two convs at their own defaults: the other knobs do not apply")
+            return bad
+        if self.tile_s % (self.lanes // 4):
+            bad.append(f"{self.lanes}-lane accumulators need a tile_s that is a multiple of {self.lanes // 4}, "
+                       f"got {self.tile_s}")
+        if shape.sin % self.per:
+            bad.append(f"per={self.per} does not divide the {shape.sin} depthwise slices")
+        if self.group_tile is not None:
+            if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
+                    and not any(positive_int("", v) for v in self.group_tile)):
+                return bad + [f"group_tile={self.group_tile!r} is not None or 2 positive ints"]
+            if self.lanes != 4 or self.per != 1 or self.whole:
+                bad.append("a group tile stages float4 slices: lanes 4, per 1, not whole")
+            if self.group_tile[0] * self.group_tile[1] > MAX_GROUP:
+                bad.append(f"a group tile of {self.group_tile[0] * self.group_tile[1]} work-items is over {MAX_GROUP}")
+            if self.local_bytes() > LOCAL_TILE_BYTES:
+                bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over {LOCAL_TILE_BYTES}")
+        return bad
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    n: int
+    ih: int
+    iw: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+    pt: int
+    pl: int
+
+
+def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, tx: int, ts: int, lanes: int,
+                   per: int, act_dw: int, act_pw: int, epilogue, whole: bool) -> str:
+    """The direct fused kernel (see the module's docstring): work-item (X, Y, Z) takes pixels X*tx.. of output row Y
+    and output slices Z*ts.. (``whole``: every output slice, ts at a time, its depthwise values computed once into
+    a private array); its depthwise input is ``src`` ([B][sin][ih][iw][4]), filter ``dww`` / ``dwb``
+    (``depthwise_weights`` with ``per``), the pointwise filter ``wts`` (``weights_oi`` with ``lanes``)."""
+    vt, vd = f"float{lanes}", f"float{4 * per}"
+    nacc, out_per = ts // (lanes // 4), lanes // 4
+    plane = g.ih * g.iw
+    cols = (tx - 1) * g.sw + (g.kw - 1) * g.dw + 1
+    hint = f"__attribute__((vec_type_hint({vt}))) "
+    ep_code, ep_params = epilogue.code, epilogue.params
+    extra = "".join(f"{p}, " for p in ep_params)
+    L = [f"{hint}__kernel void {name}(__global const STORE_T* src, __global const STORE_T* dww,",
+         "                     __global const STORE_T* dwb, __global const STORE_T* wts,",
+         f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+         f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1);",
+         f"  if (X >= {g.ow} || Y >= {g.n * g.oh}) return;",
+         f"  const int b = Y / {g.oh}; const int oy = Y % {g.oh};",
+         f"  const int ix0 = X * {g.sw} - {g.pl};"]
+    parts = ", ".join("LD4(src, at)" if j == 0 else f"LD4(src, at + {j * plane})" for j in range(per))
+
+    def depthwise(indent: str) -> list[str]:  # d0.. = the depthwise values of step P's slices at the tile's pixels
+        D = [f"const int src0 = (b * {sin} + P * {per}) * {plane};"]
+        D += [f"{vd} d{t} = LD{4 * per}(dwb, P);" for t in range(tx)]
+        D += [f"for (int ky = 0; ky < {g.kh}; ++ky) {{",
+              f"  const int iy = oy * {g.sh} - {g.pt} + ky * {g.dh};",
+              f"  if (iy < 0 || iy >= {g.ih}) continue;",
+              f"  const int row = src0 + iy * {g.iw};"]
+        for c in range(cols):
+            D += [f"  {vd} x{c} = ({vd})(0.0f);",
+                  f"  if (ix0 + {c} >= 0 && ix0 + {c} < {g.iw}) {{ const int at = row + ix0 + {c}; x{c} = ({vd})({parts}); }}"]
+        for k in range(g.kw):
+            D.append(f"  {{ const {vd} w = LD{4 * per}(dww, (P * {g.kh} + ky) * {g.kw} + {k});")
+            D += [f"    d{t} = mad(x{t * g.sw + k * g.dw}, w, d{t});" for t in range(tx)]
+            D.append("  }")
+        D.append("}")
+        D += [activation(act_dw, f"d{t}", vd) for t in range(tx) if activation(act_dw, f"d{t}", vd)]
+        return [indent + line for line in D]
+
+    def pointwise(indent: str) -> list[str]:  # the pointwise sum over step P's 4*per channels (lane c: slice c/4)
+        D = []
+        for c in range(4 * per):
+            lane = f".s{'0123456789abcdef'[c]}"
+            for a in range(nacc):
+                grp = f"S + {a}" if out_per == 1 else f"S / {out_per} + {a}"
+                D.append(f"{{ const {vt} w = LD{lanes}(wts, (({grp}) * {sin} + P * {per} + {c // 4}) * 4 + {c % 4});")
+                D += [f"  acc{a}_{t} = mad(({vt})(d{t}{lane}), w, acc{a}_{t});" for t in range(tx)]
+                D.append("}")
+        return [indent + line for line in D]
+
+    steps = sin // per
+    if whole:
+        L.append(f"  {vd} dv[{steps * tx}];")
+        L.append(f"  for (int P = 0; P < {steps}; ++P) {{")
+        L += depthwise("    ")
+        L += [f"    dv[P * {tx} + {t}] = d{t};" for t in range(tx)]
+        L.append("  }")
+        L.append(f"  for (int S = 0; S < {sout}; S += {ts}) {{")
+    else:
+        L.append(f"  {{ const int S = get_global_id(2) * {ts};")
+    L += [f"  {vt} acc{a}_{t} = ({vt})(0.0f);" for a in range(nacc) for t in range(tx)]
+    L.append(f"  for (int P = 0; P < {steps}; ++P) {{")
+    if whole:
+        L += [f"    const {vd} d{t} = dv[P * {tx} + {t}];" for t in range(tx)]
+    else:
+        L += depthwise("    ")
+    L += pointwise("    ")
+    L.append("  }")
+    for s in range(ts):
+        part = "" if out_per == 1 else slice_part(s % out_per)
+        L.append(f"  if (S + {s} < {sout}) {{")
+        L.append(f"    const float4 bv = LD4(bias, S + {s});")
+        for t in range(tx):
+            L.append(f"    if (X + {t} < {g.ow}) {{")
+            L.append(f"      float4 v = acc{s // out_per}_{t}{part} + bv;")
+            L.append("      " + activation(act_pw, "v"))
+            L.append("      " + _store(f"((b * {sout} + S + {s}) * {g.oh} + oy) * {g.ow} + X + {t}", f"(S + {s})",
+                                       ep_code, pad_lanes_mask(cout, f"(S + {s})", "v")))
+            L.append("    }")
+        L.append("  }")
+    L += ["  }", "}"]
+    return "\n".join(L)
+
+
+def _depthwise_stage(g: _Geometry, sin: int, act_dw: int) -> GroupStage:
+    """The group tile's staging code computing depthwise slice ``slice`` of output pixel ``pixel`` (float4)."""
+
+    def load(slice_: str, pixel: str, var: str) -> str:
+        return (f"const int sl_ = {slice_}; const int oy_ = ({pixel}) / {g.ow}; const int ox_ = ({pixel}) % {g.ow}; "
+                f"const int base_ = (b * {sin} + sl_) * {g.ih * g.iw}; {var} = LD4(dwb, sl_); "
+                f"for (int ky = 0; ky < {g.kh}; ++ky) {{ const int iy = oy_ * {g.sh} - {g.pt} + ky * {g.dh}; "
+                f"if (iy < 0 || iy >= {g.ih}) continue; "
+                f"for (int kx = 0; kx < {g.kw}; ++kx) {{ const int ix = ox_ * {g.sw} - {g.pl} + kx * {g.dw}; "
+                f"if (ix >= 0 && ix < {g.iw}) {var} = mad(LD4(src, base_ + iy * {g.iw} + ix), "
+                f"LD4(dww, (sl_ * {g.kh} + ky) * {g.kw} + kx), {var}); }} }} " + activation(act_dw, var))
+
+    return GroupStage("__global const STORE_T* dww, __global const STORE_T* dwb, ", load)
+
+
+def _renamed(spec: KernelSpec, old: str, new: str) -> KernelSpec:
+    return replace(spec, name=spec.name.replace(old, new, 1), source=spec.source.replace(old, new))
+
+
+@generator(SEPARABLE_CONV)
+def separable_conv(ctx: GenContext) -> list[KernelSpec]:
+    dw_op, pw_op = ctx.opt("depthwise"), ctx.opt("pointwise")
+    x_t = ctx.input_tensor(0)
+    n, ih, iw, cin = ctx.layout(x_t).dims
+    wd, wp = _float_const(ctx, 1), _float_const(ctx, 3)
+    _, kh, kw, cdw = wd.shape
+    cout = wp.shape[0]
+    if cdw != cin or wp.shape[1:] != (1, 1, cin):
+        raise Unsupported("not a depthwise conv of channel multiplier 1 read by a pointwise conv")
+    dw_ctx = replace(ctx, op=dw_op, epilogue=[], params={})
+    sh, sw, dh, dw, oh, ow, pt, pl = _geometry(dw_ctx, ih, iw, kh, kw)
+    g = _Geometry(n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
+    sin, sout = (cin + 3) // 4, (cout + 3) // 4
+    shape = SeparableShape(sin, sout, ow, ctx.target.float_lanes, ctx.target.gpu)
+    knobs = SeparableKnobs.resolve(shape, ctx.params)
+    space, params = SeparableKnobs.space(shape), knobs.params()
+    if not knobs.fused:  # the two convs' own kernels, named after this op (kernels.program.shared_names)
+        pw_ctx = replace(ctx, op=pw_op, params={})
+        specs = [_renamed(s, dw_ctx.name, f"{ctx.name}_dw") for s in depthwise_conv2d(dw_ctx)]
+        specs += [_renamed(s, pw_ctx.name, f"{ctx.name}_pw") for s in conv2d(pw_ctx)]
+        return [replace(s, params=params, space=space) for s in specs]
+    act_dw = dw_op.options.get("fused_activation_function", 0)
+    act_pw = ctx.opt("fused_activation_function", 0)
+    ep = ctx.epilogue_code(cout)
+    dwb, pwb = _bias_const(ctx, 2, cin), _bias_const(ctx, 4, cout)
+    flops = 2 * n * oh * ow * (cin * kh * kw + cout * cin)
+    inputs = [ctx.op.inputs[0], *ep.inputs]
+    if knobs.group_tile is not None:
+        lx, ls = knobs.group_tile
+        tx, ts = knobs.tile_x, knobs.tile_s
+        src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
+                                 kc=knobs.k_chunk, act=act_pw, cout=cout, epilogue=ep,
+                                 stage=_depthwise_stage(g, sin, act_dw))
+        gsize, local, pad = (-(-oh * ow // (lx * tx)) * lx, n, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
+        dw_per = 1
+    else:
+        tx, ts, dw_per = knobs.tile_x, knobs.tile_s, knobs.per
+        src = _direct_source(ctx.name, g, sin=sin, sout=sout, cout=cout, tx=tx, ts=ts, lanes=knobs.lanes, per=dw_per,
+                             act_dw=act_dw, act_pw=act_pw, epilogue=ep, whole=knobs.whole)
+        gsize, local, pad = (-(-ow // tx), n * oh, 1 if knobs.whole else -(-sout // ts)), None, ts
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", depthwise_weights(wd, dw_per)),
+            Arg("const", vec_slices(dwb, cin, dw_per)), Arg("const", weights_oi(wp, knobs.lanes, pad)),
+            Arg("const", vec_slices(pwb, cout, pad)), *ep.args, Arg("tensor", ctx.final_output)]
+    return [KernelSpec(ctx.name, src, gsize, local, args, inputs, [ctx.final_output], params, space=space,
+                       flops=flops)]
+
