@@ -81,12 +81,13 @@ class SeparableKnobs(Knobs):
         fewer per block where launches cost most (not yet measured on a GPU; the tuner turns it off per layer).
 
         On a CPU device the direct variant with CONV_2D's tile for the device's vector width (16 lanes, 4 pixels
-        x 8 slices, on a 16-wide device), four depthwise slices a step, fused only where one or two work-items
-        cover a pixel's output slices (the second with ``whole``). Per layer on the Intel CPU device (Zen 5, A/B
-        in one process), MobileNet v2's 17 separable blocks took 1.24 ms fused by this rule vs 1.39 unfused, the
-        layers of up to 8 output slices 0.74-0.92x, of 16 0.85-0.95x; where more work-items share a pixel, their
-        recomputed depthwise values (or, ``whole``, each work-item streaming the whole pointwise filter) cost
-        more than the stored intermediate: MobileNet v1's 512 -> 512 layers ran 375 us fused (whole) vs 281."""
+        x 8 slices, on a 16-wide device), four depthwise slices a step, ``whole`` where one tile does not cover a
+        pixel's output slices; fused where one does, or where the depthwise output is at least twice the
+        pointwise output (a projection, whose large intermediate the fusion never stores). Per layer on the
+        Intel CPU device (Zen 5, heuristics only, one process): MobileNet v2 (its 17 blocks all fused by this rule) ran
+        2.51 ms of kernel time vs 2.67 unfused, its first block 92 vs 143 us; MobileNet v1's blocks (sin =
+        sout, none fused) ran 1.0-1.3x slower fused: a 512 -> 512 block 350 us vs 280, its work-items either
+        recomputing each other's depthwise values or each streaming the whole pointwise filter (``whole``)."""
         if shape.gpu:
             return cls(tile_x=1, tile_s=1, lanes=4, per=1, group_tile=(32, 8), k_chunk=8)
         per = max(p for p in SEPARABLE_SPACE["per"] if shape.sin % p == 0 and p <= max(1, shape.float_lanes // 4))
@@ -96,7 +97,8 @@ class SeparableKnobs(Knobs):
             tx, ts, lanes = 2, (8 if shape.sout >= 8 else 2), 8
         else:
             tx, ts, lanes = 4, 1, 4
-        return cls(fused=shape.sout <= 2 * ts, tile_x=tx, tile_s=ts, lanes=lanes, per=per, whole=shape.sout > ts)
+        return cls(fused=shape.sout <= ts or shape.sin >= 2 * shape.sout, tile_x=tx, tile_s=ts, lanes=lanes, per=per,
+                   whole=shape.sout > ts)
 
     @classmethod
     def space(cls, shape: SeparableShape) -> dict[str, list]:
