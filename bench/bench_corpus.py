@@ -14,6 +14,10 @@ A second table breaks the OpenCL FP32 invoke down (profiling on, in its own inte
 their summed device time, the host's time per launch ((wall - kernel time - CPU ops) / launches), and the
 three slowest kernels with the GFLOP/s their generators' flop counts give, else the GB/s of the bytes their
 tensors and constants take (``tflgpu.benchmark.launch_stats``).
+
+A third table (``--rss``) gives each model's resident memory after loading it and five invokes, one fresh
+process per model and runtime (RSS is a process's): LiteRT, the CPU kernels, and the OpenCL device at FP32
+with tuning off (``tflgpu.benchmark.rss_after_invokes``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sys
 from pathlib import Path
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs
+from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs, rss_after_invokes
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
 
@@ -39,6 +43,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--no-gpu", action="store_true", help="only the CPU kernels")
     p.add_argument("--write-readme", type=Path, metavar="README", help="write the table into this README too")
+    p.add_argument("--rss", action="store_true", help="also each model's resident memory per runtime (subprocesses)")
     args = p.parse_args()
     models = [Path(m) for m in args.models] or sorted(args.models_dir.glob("*.tflite"))
     if not models:
@@ -96,6 +101,15 @@ def main() -> int:
                                                               f"{k.gbps:.3g} GB/s") for k in st.top)
             print(f"| {m.name} | {st.launches} | {st.kernel_us / 1e3:.2f} | {st.host_us_per_launch:.1f} | {top} |",
                   flush=True)
+    if args.rss:
+        runtimes = ["litert", "cpu"] + ([] if args.no_gpu else ["opencl"])
+        print("\n| model | " + " | ".join(f"{r} RSS MiB" for r in runtimes) + " | ratios to LiteRT |\n|---|"
+              + "---:|" * len(runtimes) + "---|")
+        for m in models:
+            rss = {r: rss_after_invokes(m, r, args.threads) for r in runtimes}
+            ratio = ", ".join(f"{r} {rss[r] / rss['litert']:.1f}x" for r in runtimes[1:] if rss[r] and rss["litert"])
+            print(f"| {m.name} | " + " | ".join(f"{rss[r]:.0f}" if rss[r] else "-" for r in runtimes)
+                  + f" | {ratio} |", flush=True)
     if args.write_readme:
         from readme_section import measured_on, replace_section
 

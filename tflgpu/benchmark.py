@@ -275,6 +275,46 @@ def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+_RSS_PROBE = """
+import sys, numpy as np
+path, runtime, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if runtime == "litert":
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_path=path, num_threads=threads)
+else:
+    from tflgpu import GpuDelegate, Interpreter
+    it = Interpreter(model_path=path, num_threads=threads,
+                     **({"delegate": GpuDelegate(tuning="none")} if runtime == "opencl" else {}))
+it.allocate_tensors()
+for _ in range(5):  # (inputs as reference_inputs makes them; LiteRT's process does not import tflgpu)
+    rng = np.random.default_rng(0)
+    for d in it.get_input_details():
+        shape, dtype = tuple(int(s) for s in d["shape"]), np.dtype(d["dtype"])
+        x = (rng.uniform(-1, 1, shape) if dtype.kind == "f" else rng.integers(0, 2, shape)).astype(dtype)
+        it.set_tensor(d["index"], x)
+    it.invoke()
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")))
+"""
+
+
+def rss_after_invokes(path: str | Path, runtime: str, threads: int = 2, timeout_s: float = 600) -> float | None:
+    """Resident MiB of a fresh Python process after loading ``path`` and five invokes, with ``runtime`` "litert",
+    "cpu" (tflgpu's CPU kernels) or "opencl" (GpuDelegate, tuning off), on a warm cache (the second of two such
+    processes: a first start's compiler, loaded for the build, would count otherwise); None where that process
+    fails (no LiteRT, no /proc)."""
+    import subprocess
+
+    rss = None
+    for _ in range(2 if runtime == "opencl" else 1):
+        try:
+            done = subprocess.run([sys.executable, "-c", _RSS_PROBE, str(path), runtime, str(threads)],
+                                  capture_output=True, text=True, timeout=timeout_s, check=False)
+            rss = int(done.stdout.split()[-1]) / 1024 if done.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+            rss = None
+    return rss
+
+
 def fma_peak_gflops(device=None, fp16: bool = False, repeats: int = 7) -> float:
     """This OpenCL device's FP32 multiply-add throughput, measured: every work-item runs 16 independent
     float8 mad chains (enough to hide FMA latency), timed with profiling events (best of ``repeats``)."""
