@@ -235,3 +235,33 @@ def test_a_shipped_record_of_the_family_is_the_start_where_nothing_nearer_is(ope
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=MemoryTuningDB(),
                                                                cache=False))
     assert not it.gpu_plan.tuning_results and it.gpu_plan.steps[0].params == step.params
+
+
+def test_a_stored_plan_started_from_the_database_is_still_searched(opencl_device, rng, tmp_path, monkeypatch):
+    """A plan stored with a kernel's parameters from the fallback chain (a start, not a decision of this device)
+    runs them at its next start, and a background search still takes that kernel up: the stored plan's
+    parameters are not the caller's explicit ones. Once searched, the next start finds its record and searches
+    nothing."""
+    from tflgpu.autotune import exchange
+
+    model, feeds = conv_model(rng)
+    step = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False, cache=False)).gpu_plan.steps[0]
+    key = kernel_key(step.op.name, step.specs, False, shared_base(step.specs))
+    params = {**step.params, "tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}
+    shipped, cache = tmp_path / "shipped", tmp_path / "cache"
+    shipped.mkdir()
+    write_records(shipped / "this.json", [DeviceRecords(opencl_device.identity.as_dict(), {key: _rec(params)})])
+    monkeypatch.setattr(exchange, "SHIPPED_DIR", shipped)
+    # (a first start that searches nothing: a background budget of 0)
+    first = Interpreter(model_content=model, delegate=GpuDelegate(tuning="background", serialization_dir=cache,
+                                                                  tuning_budget_s=0))
+    assert first.gpu_plan.tuning_results[0].source.startswith("database: shipped database, this device")
+    first.wait_background(60)
+    del first
+    again = Interpreter(model_content=model, delegate=GpuDelegate(tuning="background", serialization_dir=cache,
+                                                                  tuning_budget_s=10))
+    assert again.gpu_plan.build_stats["plan"] == "cache" and again.gpu_plan.steps[0].params == params
+    assert again.tuning_status() is not None and again.wait_background(300)
+    status = again.tuning_status()
+    assert status.kernels_done == status.kernels_searched == 1 and not status.last_error
+    assert_close(run_model(lambda **kw: again, model, feeds)[0], run_model(litert(), model, feeds)[0])

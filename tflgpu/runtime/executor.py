@@ -121,6 +121,7 @@ class GpuPlan:
         import pyopencl as cl
 
         config = config or PlanConfig()
+        explicit = set(params or {})  # (the caller's; a stored plan's parameters are decisions tuning may revisit)
         self.cl, self.runner, self.device, self.config = cl, runner, device, config
         self.fp16, self.profile, self.device_outputs = config.fp16, profile, device_outputs
         quant_io = quant_io or {}
@@ -182,7 +183,7 @@ class GpuPlan:
                 clock.phase("tuning", f"searching kernels without a record ({tuning.mode})")
             if tuning is not None and (record is None or tuning.mode == "background"):
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
-                    self.steps, make, tuning, dev, explicit=set(params or {}), bench=bench,
+                    self.steps, make, tuning, dev, explicit=explicit, bench=bench,
                     identity=device.identity.as_dict())
         if config.link_concat:
             align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)

@@ -43,7 +43,9 @@ class TunedKernel:
 
 
 def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, list[Step]]:
-    """The tunable device steps by kernel identity (identical layers share one)."""
+    """The tunable device steps by kernel identity (identical layers share one). A step a stored plan restored
+    with parameters is keyed by its default's code like any other: its parameters may be a record of this device
+    (then found again) or only a start from the database's fallback chain (then still searched)."""
     groups: dict[str, list[Step]] = {}
     for s in steps:
         if s.device != "gpu" or s.op.index in explicit or not s.specs:
@@ -52,7 +54,11 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
             continue
         if any(bhwc(make.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
             continue
-        key = kernel_key(s.op.name, s.specs, s.specs[0].fp16, shared_base(s.specs))
+        try:
+            default = make(s.op, s.epilogue, {}) if s.params else s.specs
+        except Unsupported:  # (cannot happen for a step the generator made; kept out of tuning if it does)
+            continue
+        key = kernel_key(s.op.name, default, default[0].fp16, shared_base(default))
         groups.setdefault(key, []).append(s)
     return groups
 
