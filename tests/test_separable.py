@@ -179,3 +179,4 @@ def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tm
     assert result.op == SEPARABLE_CONV and result.source == "tuned"
     assert {p["fused"] for p in seen} == {True, False}
     assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+

@@ -238,3 +238,34 @@ def test_deferred_kernels_compile_as_numba_kernels():
     x = np.arange(-40, 40, dtype=np.int64)  # (_mbqm_ufunc's body calls the _mbqm kernel)
     got = quantized.multiply_by_quantized_multiplier(x, np.int64(1 << 30), np.int64(1))
     np.testing.assert_array_equal(got, x)  # x * 2 * 0.5
+
+
+def test_a_plan_keeps_no_host_copy_of_its_weights(opencl_device, rng, tmp_path):
+    """Once uploaded, a plan's kernels keep only their constants' sizes (kernels.common.Uploaded), and the model
+    file's pages are released; a CPU op (FLOOR_DIV: no OpenCL kernel) reading a constant afterwards reads it back
+    from the file, and the model still matches LiteRT."""
+    from tflgpu.kernels.common import Uploaded
+    from tflgpu.model.builder import ModelBuilder
+
+    from .test_separable import separable_model
+
+    model, _ = separable_model(rng)
+    path = tmp_path / "block.tflite"
+    path.write_bytes(model)
+    it = Interpreter(model_path=str(path), delegate=GpuDelegate(cache=False, tuning_db=False))
+    consts = [a.value for s in it.gpu_plan.steps for sp in s.specs for a in sp.args if a.kind in ("const", "const32")]
+    assert consts and all(isinstance(v, Uploaded) and v.size > 0 for v in consts)
+    assert all(it.gpu_plan.spec_bytes(sp) > 0 for s in it.gpu_plan.steps for sp in s.specs)
+
+    b = ModelBuilder()
+    x = b.input("x", (2, 8))
+    y, z = b.tensor("y", (2, 8)), b.tensor("z", (2, 8))
+    b.op("RELU", [x], [y])
+    b.op("FLOOR_DIV", [y, b.const("d", rng.uniform(1, 3, (2, 8)).astype(np.float32))], [z])
+    b.output(z)
+    path.write_bytes(b.build())
+    feeds = [rng.uniform(-10, 10, (2, 8)).astype(np.float32)]
+    it = Interpreter(model_path=str(path), delegate=GpuDelegate(cache=False, tuning_db=False))
+    assert it.gpu_plan.cpu_op_count == 1
+    got = run_model(Interpreter, path, feeds, delegate=GpuDelegate(cache=False, tuning_db=False))
+    assert_close(got[0], run_model(litert(), path, feeds)[0])

@@ -338,6 +338,7 @@ class Interpreter:
             session.gpu_plan = build_plan(runner, request, token=token, model_name=name)  # at construction, as TFLite
             if session.gpu_plan is not None:
                 session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
+                source.release_pages()  # (the weights are on the device now)
 
     # -- internals ----------------------------------------------------------
 

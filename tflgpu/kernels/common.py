@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,14 @@ class Arg:
     value: Any
 
 
+@dataclass(frozen=True)
+class Uploaded:
+    """A constant argument once its plan has uploaded it: the device holds the values, the spec keeps their count
+    (``KernelSpec.uploaded``)."""
+
+    size: int
+
+
 @dataclass
 class KernelSpec:
     """One launch: everything a generator decides, as data."""
@@ -105,6 +113,13 @@ class KernelSpec:
     input_fp16: bool | None = None
     # outputs an FP32 kernel stores as half (``ops.traits``' casts_own_output: only FP16 ops read them)
     half_outputs: frozenset = frozenset()
+
+    def uploaded(self) -> KernelSpec:
+        """This spec with its constant arrays dropped (``Uploaded``): what a plan keeps after uploading them, so a
+        model's weights are not held twice (the re-laid-out host copy besides the device buffer)."""
+        return replace(self, args=[Arg(a.kind, Uploaded(int(np.asarray(a.value).size)))
+                                   if a.kind in ("const", "const32") and not isinstance(a.value, Uploaded) else a
+                                   for a in self.args])
 
     def tensor_fp16(self, t: int) -> bool:
         """Whether tensor ``t`` (one of this kernel's) is stored as half."""

@@ -63,6 +63,16 @@ class ModelBytes:
     def __len__(self) -> int:
         return len(self.data)
 
+    def release_pages(self) -> None:
+        """Drop the file's pages from this process's resident memory (an mmap only): after a device plan has
+        uploaded its weights, the host reads few of them again, and those that a CPU kernel does read come back
+        from the file (the page cache) on first touch. Caller-given bytes are left as they are."""
+        if isinstance(self.data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                self.data.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # (a closed map, or a platform refusing the advice: only memory is at stake)
+                pass
+
 
 def read_model(
     source: ModelBytes | bytes | str | os.PathLike,

@@ -327,7 +327,7 @@ class GpuPlan:
                 (2 if spec.tensor_fp16(t) else 4)
         for a in spec.args:
             if a.kind in ("const", "const32"):
-                n += np.asarray(a.value).size * (2 if spec.fp16 and a.kind == "const" else 4)
+                n += a.value.size * (2 if spec.fp16 and a.kind == "const" else 4)  # (an array, or Uploaded)
         return n
 
     def profile_report(self) -> list[tuple[str, str, float]]:

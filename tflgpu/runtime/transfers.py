@@ -128,6 +128,7 @@ class DeviceTensors:
             if s.device == "gpu":
                 self.args[i], self.const_buffers[i] = self.upload_args(s.specs)
                 s.kernels[:] = self.kernels(program, i, s.specs)
+                s.specs[:] = [spec.uploaded() for spec in s.specs]  # (the device holds the constants now)
         self.const_bytes = sum(b.size for bufs in self.const_buffers.values() for b in bufs)
         consts = runner.consts
         # Every tensor a CPU step reads that no step produces and the caller does not set: a constant, or

@@ -47,6 +47,7 @@ def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None
         args, consts = plan.io.upload_args(swap.specs[i])
         swap.args[i] = (args, consts)
         swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(swap.specs[i], args)]
+        swap.specs[i] = [sp.uploaded() for sp in swap.specs[i]]  # (the device holds the constants now)
     plan.swaps.post(swap)
 
 
