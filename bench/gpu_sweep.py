@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TFLGPU_SEPARABLE_CONV")
 GEMM = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None}
 POINTS = {
     "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts)
@@ -28,10 +28,19 @@ POINTS = {
             + [dict(GEMM, local_size=(32, 1, 1))],
     "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],
     "fully_connected": [{"split": sp, "tile_s": ts, "wide": False} for sp in (1, 8, 16, 32, 64) for ts in (1, 2)],
+    # a depthwise + pointwise block (kernels.separable): unfused, the group tile's shapes, the direct variant
+    "separable": [{"fused": False}]
+                 + [{"fused": True, "group_tile": g, "k_chunk": kc, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1,
+                     "whole": False} for g, tx, ts, kc in (((32, 8), 1, 1, 8), ((16, 4), 1, 1, 8), ((8, 8), 1, 1, 8),
+                                                           ((64, 4), 1, 1, 8), ((32, 8), 1, 1, 4), ((16, 4), 2, 2, 4))]
+                 + [{"fused": True, "group_tile": None, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1, "whole": False}
+                    for tx, ts in ((1, 1), (2, 1), (1, 2))],
 }
 
 
 def points(task) -> list[dict]:
+    if task.op == "TFLGPU_SEPARABLE_CONV":
+        return POINTS["separable"]
     if task.op == "DEPTHWISE_CONV_2D":
         return POINTS["depthwise"]
     if task.op == "FULLY_CONNECTED":
