@@ -149,8 +149,39 @@ class ConvShape:
         return (self.kh, self.kw, self.sh, self.sw, self.dh, self.dw) == (3, 3, 1, 1, 1, 1)
 
 
+class GroupTiled:
+    """What knobs with register tiles (``tile_x``, ``tile_s``, ``lanes``) and an optional group tile (``group_tile``,
+    ``k_chunk``: kernels.conv's local-memory GEMM) check alike: CONV_2D's and the separable conv's."""
+
+    def local_bytes(self) -> int:
+        """The local memory a group tile stages: k_chunk input slices of its pixels, and of its output slices'
+        weights (float4 each)."""
+        if self.group_tile is None:
+            return 0
+        lx, ls = self.group_tile
+        return 16 * self.k_chunk * (lx * self.tile_x + 4 * ls * self.tile_s)
+
+    def lane_problems(self) -> list[str]:
+        if self.lanes in (8, 16) and not positive_int("tile_s", self.tile_s) and self.tile_s % (self.lanes // 4):
+            return [(f"{self.lanes}-lane accumulators need a tile_s that is a multiple of {self.lanes // 4}, "
+                     f"got {self.tile_s}")]
+        return []
+
+    def group_tile_problems(self) -> list[str] | None:
+        """Why the group tile is invalid whatever the shape (None: not even a pair of positive ints)."""
+        if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
+                and not any(positive_int("", v) for v in self.group_tile)):
+            return None
+        bad = []
+        if self.group_tile[0] * self.group_tile[1] > MAX_GROUP:
+            bad.append(f"a group tile of {self.group_tile[0] * self.group_tile[1]} work-items is over {MAX_GROUP}")
+        if self.local_bytes() > LOCAL_TILE_BYTES and not positive_int("", self.k_chunk):
+            bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over {LOCAL_TILE_BYTES}")
+        return bad
+
+
 @dataclass(frozen=True)
-class ConvKnobs(Knobs):
+class ConvKnobs(GroupTiled, Knobs):
     """The register-tiled conv's knobs (also the FC-free CONV_2D's Winograd switch)."""
 
     tile_x: int = 4  # adjacent (or strided) output pixels per work-item
@@ -231,23 +262,13 @@ class ConvKnobs(Knobs):
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.sin]
         return space
 
-    def local_bytes(self) -> int:
-        """The local memory a group tile stages: k_chunk input slices of its pixels, and of its output slices'
-        weights (float4 each)."""
-        if self.group_tile is None:
-            return 0
-        lx, ls = self.group_tile
-        return 16 * self.k_chunk * (lx * self.tile_x + 4 * ls * self.tile_s)
-
     def problems(self, shape: ConvShape) -> list[str]:
         bad = positive_int("tile_x", self.tile_x) + positive_int("tile_s", self.tile_s)
         bad += one_of("vec_hint", self.vec_hint, CONV_SPACE["vec_hint"]) + work_group(self.local_size)
         bad += one_of("lanes", self.lanes, CONV_SPACE["lanes"])
         for name in ("strided", "const_weights", "winograd"):
             bad += one_of(name, getattr(self, name), (False, True))
-        if self.lanes in (8, 16) and not positive_int("tile_s", self.tile_s) and self.tile_s % (self.lanes // 4):
-            bad.append(f"{self.lanes}-lane accumulators need a tile_s that is a multiple of {self.lanes // 4}, "
-                       f"got {self.tile_s}")
+        bad += self.lane_problems()
         if self.vec_hint in ("float8", "float16") and self.vec_hint != f"float{self.lanes}":
             bad.append(f"vec_hint {self.vec_hint} needs {self.vec_hint[5:]}-lane accumulators")
         if self.const_weights and shape.w_bytes > CONST_WEIGHT_BYTES:
@@ -266,8 +287,8 @@ class ConvKnobs(Knobs):
                 bad.append(f"a split sum sets its own work-group and float4 accumulators: not with "
                            f"{others or ['lanes / group_tile / local_size']}")
         if self.group_tile is not None:
-            if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
-                    and not any(positive_int("", v) for v in self.group_tile)):
+            tile_bad = self.group_tile_problems()
+            if tile_bad is None:
                 return bad + [f"group_tile={self.group_tile!r} is not None or 2 positive ints"]
             if not shape.pointwise:
                 bad.append("a group tile needs a pointwise conv (1x1, stride 1, unpadded)")
@@ -275,11 +296,7 @@ class ConvKnobs(Knobs):
             others += ["lanes"] if self.lanes != 4 else []
             if others or self.local_size is not None or self.vec_hint in ("float8", "float16"):
                 bad.append(f"a group tile sets its own work-group and layout: not with {others or ['local_size']}")
-            if self.group_tile[0] * self.group_tile[1] > MAX_GROUP:
-                bad.append(f"a group tile of {self.group_tile[0] * self.group_tile[1]} work-items is over {MAX_GROUP}")
-            if self.local_bytes() > LOCAL_TILE_BYTES and not positive_int("", self.k_chunk):
-                bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over "
-                           f"{LOCAL_TILE_BYTES}")
+            bad += tile_bad
         return bad
 
 
@@ -292,6 +309,30 @@ class GroupStage:
 
     params: str
     load: Callable[[str, str, str], str]
+
+
+def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: int, oh: int, ow: int, act: int,
+                ep_code: str, cout: int, st: str = "ST4(dst, oi, v);",
+                after: Callable[[int, int], str] | None = None) -> list[str]:
+    """A register tile's stores: for each of its ``ts`` output slices from ``S`` (``per`` slices an accumulator
+    ``acc{a}_{t}``) and ``tx`` pixels (``px(t)``: a pixel's C expression in the output row ``oy`` of image ``b``),
+    bias, the fused activation, the epilogue and the store (``st``); ``after(s, t)``: a line after each store."""
+    lines = []
+    for s in range(ts):
+        part = "" if per == 1 else slice_part(s % per)
+        lines.append(f"  if (S + {s} < {sout}) {{")
+        lines.append(f"    const float4 bv = LD4(bias, S + {s});")
+        for t in range(tx):
+            lines.append(f"    if ({px(t)} < {ow}) {{")
+            lines.append(f"      float4 v = acc{s // per}_{t}{part} + bv;")
+            lines.append("      " + activation(act, "v"))
+            lines.append("      " + _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}", f"(S + {s})",
+                                           ep_code, pad_lanes_mask(cout, f"(S + {s})", "v"), st))
+            if after is not None:
+                lines.append(after(s, t))
+            lines.append("    }")
+        lines.append("  }")
+    return lines
 
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
@@ -368,21 +409,10 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             lines.append(f"        acc{a}_{t} = mad(({vt})(x{t}.x), w{a}_0, mad(({vt})(x{t}.y), w{a}_1, "
                          f"mad(({vt})(x{t}.z), w{a}_2, mad(({vt})(x{t}.w), w{a}_3, acc{a}_{t}))));")
     lines += ["      }", "    }", "  }"]
-    for s in range(ts):
-        part = "" if per == 1 else slice_part(s % per)
-        accexpr = lambda t, s=s, part=part: f"acc{s // per}_{t}{part}"
-        lines.append(f"  if (S + {s} < {sout}) {{")
-        lines.append(f"    const float4 bv = LD4(bias, S + {s});")
-        for t in range(tx):
-            lines.append(f"    if ({px(t)} < {ow}) {{")
-            lines.append(f"      float4 v = {accexpr(t)} + bv;")
-            lines.append("      " + activation(act, "v"))
-            lines.append("      " + _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}", f"(S + {s})",
-                                           ep_code, pad_lanes_mask(cout, f"(S + {s})", "v"), st))
-            if arg is not None:
-                lines.append("      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
-            lines.append("    }")
-        lines.append("  }")
+    after = None if arg is None else (
+        lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
+    lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
+                         st=st, after=after)
     if arg is not None:
         lines.append("  }")
         for t in range(tx):

@@ -22,19 +22,18 @@ from dataclasses import dataclass, replace
 
 from ..graph.passes import SEPARABLE_CONV
 from .base import GenContext, Target, Unsupported, generator
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, slice_part, vec_slices, weights_oi
+from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
 from .conv import (
-    LOCAL_TILE_BYTES,
-    MAX_GROUP,
     GroupStage,
+    GroupTiled,
     _bias_const,
     _float_const,
     _geometry,
     _group_tile_source,
-    _store,
     conv2d,
     depthwise_conv2d,
     depthwise_weights,
+    tile_stores,
 )
 from .knobs import Knobs, one_of, positive_int
 
@@ -62,7 +61,7 @@ class SeparableShape:
 
 
 @dataclass(frozen=True)
-class SeparableKnobs(Knobs):
+class SeparableKnobs(GroupTiled, Knobs):
     fused: bool = True
     tile_x: int = 4  # adjacent output pixels of a row per work-item (direct variant)
     tile_s: int = 4  # output slices per work-item
@@ -108,12 +107,6 @@ class SeparableKnobs(Knobs):
         space["per"] = [v for v in SEPARABLE_SPACE["per"] if shape.sin % v == 0]
         return space
 
-    def local_bytes(self) -> int:
-        if self.group_tile is None:
-            return 0
-        lx, ls = self.group_tile
-        return 16 * self.k_chunk * (lx * self.tile_x + 4 * ls * self.tile_s)
-
     def problems(self, shape: SeparableShape) -> list[str]:
         bad = positive_int("tile_x", self.tile_x) + positive_int("tile_s", self.tile_s)
         bad += one_of("fused", self.fused, (False, True)) + one_of("whole", self.whole, (False, True))
@@ -126,21 +119,16 @@ class SeparableKnobs(Knobs):
             if replace(self, fused=True) != replace(self.default(shape), fused=True):
                 bad.append("fused=False launches the two convs at their own defaults: the other knobs do not apply")
             return bad
-        if self.tile_s % (self.lanes // 4):
-            bad.append(f"{self.lanes}-lane accumulators need a tile_s that is a multiple of {self.lanes // 4}, "
-                       f"got {self.tile_s}")
+        bad += self.lane_problems()
         if shape.sin % self.per:
             bad.append(f"per={self.per} does not divide the {shape.sin} depthwise slices")
         if self.group_tile is not None:
-            if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
-                    and not any(positive_int("", v) for v in self.group_tile)):
+            tile_bad = self.group_tile_problems()
+            if tile_bad is None:
                 return bad + [f"group_tile={self.group_tile!r} is not None or 2 positive ints"]
             if self.lanes != 4 or self.per != 1 or self.whole:
                 bad.append("a group tile stages float4 slices: lanes 4, per 1, not whole")
-            if self.group_tile[0] * self.group_tile[1] > MAX_GROUP:
-                bad.append(f"a group tile of {self.group_tile[0] * self.group_tile[1]} work-items is over {MAX_GROUP}")
-            if self.local_bytes() > LOCAL_TILE_BYTES:
-                bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over {LOCAL_TILE_BYTES}")
+            bad += tile_bad
         return bad
 
 
@@ -230,18 +218,8 @@ def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, t
         L += depthwise("    ")
     L += pointwise("    ")
     L.append("  }")
-    for s in range(ts):
-        part = "" if out_per == 1 else slice_part(s % out_per)
-        L.append(f"  if (S + {s} < {sout}) {{")
-        L.append(f"    const float4 bv = LD4(bias, S + {s});")
-        for t in range(tx):
-            L.append(f"    if (X + {t} < {g.ow}) {{")
-            L.append(f"      float4 v = acc{s // out_per}_{t}{part} + bv;")
-            L.append("      " + activation(act_pw, "v"))
-            L.append("      " + _store(f"((b * {sout} + S + {s}) * {g.oh} + oy) * {g.ow} + X + {t}", f"(S + {s})",
-                                       ep_code, pad_lanes_mask(cout, f"(S + {s})", "v")))
-            L.append("    }")
-        L.append("  }")
+    L += tile_stores(tx=tx, ts=ts, per=out_per, px=lambda t: f"X + {t}", sout=sout, oh=g.oh, ow=g.ow, act=act_pw,
+                     ep_code=ep_code, cout=cout)
     L += ["  }", "}"]
     return "\n".join(L)
 
