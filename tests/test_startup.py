@@ -269,3 +269,42 @@ def test_a_plan_keeps_no_host_copy_of_its_weights(opencl_device, rng, tmp_path):
     assert it.gpu_plan.cpu_op_count == 1
     got = run_model(Interpreter, path, feeds, delegate=GpuDelegate(cache=False, tuning_db=False))
     assert_close(got[0], run_model(litert(), path, feeds)[0])
+
+
+_RESIDENCY_PROBE = """
+import sys, numpy as np
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.runtime.device import list_devices
+from tflgpu.runtime.residency import runtime_resident_kib
+list_devices()
+before = runtime_resident_kib()
+it = Interpreter(model_path=sys.argv[1], delegate=GpuDelegate(tuning="none", cache=False, tuning_db=False))
+it.allocate_tensors()
+it.wait_background()
+x = np.load(sys.argv[2])
+it.set_tensor(it.get_input_details()[0]["index"], x)
+it.invoke()
+np.save(sys.argv[3], it.get_tensor(it.get_output_details()[0]["index"]))
+print(before, runtime_resident_kib())
+"""
+
+
+def test_a_built_plan_gives_back_the_runtime_librarys_startup_pages(opencl_device, rng, tmp_path):
+    """The OpenCL runtime's libraries (those the first platform query maps) leave pages resident that only
+    their start-up touched; once a plan is built and its background work done, those read-only pages are
+    released (runtime.residency), and the runtime, reading back what it needs, still computes the model right."""
+    from .test_separable import separable_model
+
+    model, feeds = separable_model(rng)
+    path = tmp_path / "block.tflite"
+    path.write_bytes(model)
+    x = feeds[0]
+    np.save(tmp_path / "x.npy", x)
+    env = {**os.environ, "TFLGPU_DEVICE": str(opencl_device.index)}
+    done = subprocess.run([sys.executable, "-c", _RESIDENCY_PROBE, str(path), str(tmp_path / "x.npy"),
+                           str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = (int(v) for v in done.stdout.split()[-2:])
+    assert before > 1024, "the first platform query mapped no runtime library with resident read-only pages"
+    assert after < before / 2, (before, after)
+    assert_close(np.load(tmp_path / "y.npy"), run_model(litert(), path, [x])[0])

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..autotune.measure import Interrupted
+from .residency import release_startup_memory
 
 log = logging.getLogger("tflgpu")
 
@@ -216,9 +217,11 @@ class Background:
         finally:
             self.status.finished = True
             self.status.seconds = time.monotonic() - self.started
+            _LIVE.discard(self)
+            if not _LIVE:  # no worker will compile again: the runtime's read-only pages may go
+                release_startup_memory()
             self._optimized.set()
             self._done.set()
-            _LIVE.discard(self)
 
     def current(self) -> BackgroundStatus:
         if not self.status.finished:

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from ..cache.records import device_key
 from .icd import ensure_icd_vendors
+from .residency import mapped_files, note_runtime_libraries
 
 log = logging.getLogger("tflgpu")
 
@@ -101,7 +102,9 @@ def list_devices() -> tuple[DeviceInfo, ...]:
     ensure_icd_vendors()
     try:
         cl = import_pyopencl()
+        before = mapped_files()
         platforms = cl.get_platforms()
+        note_runtime_libraries(before, mapped_files())  # (whose read-only pages a built plan may release)
     except Exception as e:  # no loader, no platform (pyopencl raises LogicError/RuntimeError)
         log.info("no OpenCL platform: %s", e)
         return ()
