@@ -873,3 +873,40 @@ def test_conv_arg_tiles(opencl_device, rng, params):
     for t in plan.sg.outputs:
         np.testing.assert_allclose(got[t], want[t], rtol=1e-4, atol=1e-5)
     assert (got[plan.sg.outputs[0]] == want[plan.sg.outputs[0]]).all()
+
+
+@pytest.mark.parametrize("dims", [(1, 5, 7, 3), (2, 3, 4, 9), (1, 1, 1, 1001), (1, 6, 2, 8)])
+@pytest.mark.parametrize("loop_slices", [True, False])
+def test_boundary_kernels_convert_both_ways(opencl_device, rng, dims, loop_slices):
+    """The dense NHWC <-> slice layout kernels at the device boundary, in both grids (a CPU runtime's pixel per
+    work-item looping over slices; a GPU's pixel and slice per work-item): what goes in comes back, and the
+    slice-layout side is ``to_slices`` of it, padding lanes zero."""
+    import pyopencl as cl
+
+    from tflgpu.kernels.common import PREAMBLE, boundary_grid, boundary_kernels, fp32_region, to_slices
+    from tflgpu.kernels.program import build
+    from tflgpu.ops.layout import Layout
+
+    lay = Layout(*dims)
+    ctx = cl.Context([opencl_device.cl_device])
+    q = cl.CommandQueue(ctx)
+    prog = build(cl.Program(ctx, PREAMBLE + fp32_region(boundary_kernels("io", lay, loop_slices))), [])
+    x = rng.standard_normal(dims).astype(np.float32)
+    mf = cl.mem_flags
+    dense = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x)
+    slices = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.full(lay.elements, 7.0, np.float32))
+    back = cl.Buffer(ctx, mf.READ_WRITE, x.nbytes)
+    grid = boundary_grid(lay, loop_slices)
+    cl.enqueue_nd_range_kernel(q, _kernel(cl, prog, "io_in", dense, slices), grid, None)
+    cl.enqueue_nd_range_kernel(q, _kernel(cl, prog, "io_out", slices, back), grid, None)
+    got_slices, got_back = np.empty(lay.elements, np.float32), np.empty_like(x)
+    cl.enqueue_copy(q, got_slices, slices)
+    cl.enqueue_copy(q, got_back, back)
+    np.testing.assert_array_equal(got_slices, to_slices(x, lay, np.float32))
+    np.testing.assert_array_equal(got_back, x)
+
+
+def _kernel(cl, prog, name, *args):
+    k = cl.Kernel(prog, name)
+    k.set_args(*args)
+    return k

@@ -228,20 +228,33 @@ def vec_slices(v: np.ndarray, c: int, pad_slices_to: int = 1) -> np.ndarray:
     return out
 
 
-def boundary_kernels(name: str, lay: Layout) -> str:
+def boundary_kernels(name: str, lay: Layout, loop_slices: bool) -> str:
     """Two kernels converting a dense NHWC float32 buffer to the slice layout and back.
 
-    Used at the graph/partition boundary so the host copies plain NHWC data and never transposes.
+    Used at the graph/partition boundary so the host copies plain NHWC data and never transposes. Their grid is
+    ``boundary_grid``: with ``loop_slices`` a work-item takes one pixel and all its slices in turn (its dense
+    side one contiguous run; a CPU runtime, vectorizing over pixels, writes each line of the dense buffer once,
+    where a pass per slice rewrote the whole buffer per slice: 25-30% faster on the Intel CPU runtime, and 8x
+    on a 1x1x1001 classifier output), else one (pixel, slice) each (a GPU's parallel form for a small tensor).
     """
-    grid = (f"  const int x = get_global_id(0); const int Y = get_global_id(1); const int S = get_global_id(2);\n"
-            f"  if (x >= {lay.w} || Y >= {lay.b * lay.h} || S >= {lay.s}) return;\n"
-            f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n"
-            f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n"
-            f"  const int d = ((b * {lay.h} + y) * {lay.w} + x) * {lay.c} + S * 4;\n")
+    head = (f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
+            f"  if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;\n"
+            f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n")
+    if loop_slices:
+        head, tail = head + f"  for (int S = 0; S < {lay.s}; ++S) {{\n", "  }\n"
+    else:
+        head, tail = head + f"  const int S = get_global_id(2); if (S >= {lay.s}) return;\n", ""
+    head += (f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n"
+             f"  const int d = ((b * {lay.h} + y) * {lay.w} + x) * {lay.c} + S * 4;\n")
     lanes = "xyzw"
     load = "\n".join(f"  if (S * 4 + {j} < {lay.c}) v.{lanes[j]} = dense[d + {j}];" for j in range(4))
     store = "\n".join(f"  if (S * 4 + {j} < {lay.c}) dense[d + {j}] = v.{lanes[j]};" for j in range(4))
-    return (f"__kernel void {name}_in(__global const float* dense, __global STORE_T* dst) {{\n{grid}"
-            f"  float4 v = (float4)(0.0f);\n{load}\n  ST4(dst, o, v);\n}}\n\n"
-            f"__kernel void {name}_out(__global const STORE_T* src, __global float* dense) {{\n{grid}"
-            f"  const float4 v = LD4(src, o);\n{store}\n}}\n")
+    return (f"__kernel void {name}_in(__global const float* dense, __global STORE_T* dst) {{\n{head}"
+            f"  float4 v = (float4)(0.0f);\n{load}\n  ST4(dst, o, v);\n{tail}}}\n\n"
+            f"__kernel void {name}_out(__global const STORE_T* src, __global float* dense) {{\n{head}"
+            f"  const float4 v = LD4(src, o);\n{store}\n{tail}}}\n")
+
+
+def boundary_grid(lay: Layout, loop_slices: bool) -> tuple[int, ...]:
+    """The global size of ``boundary_kernels``."""
+    return (lay.w, lay.b * lay.h) if loop_slices else (lay.w, lay.b * lay.h, lay.s)

@@ -271,8 +271,8 @@ class GpuPlan:
             values[t] = x if p is None else dequantize_values(x, p)
         for t in io.input_uploads:
             if t in io.bound:  # zero-copy: the data is already on the device, just convert the layout
-                _, k_in, _, gsize = io.staging[t]
-                cl.enqueue_nd_range_kernel(q, k_in, gsize, None)
+                st = io.staging[t]
+                cl.enqueue_nd_range_kernel(q, st.to_device, st.grid, None)
             else:
                 with span("upload", "input tensor {}", t):
                     io.upload(q, t, values[t], keep)
@@ -300,8 +300,8 @@ class GpuPlan:
             np.copyto(self.runner.variables[t], io.download(q, t).reshape(self.runner.variables[t].shape))
         for t in io.output_downloads:
             if t in io.bound and self.device_outputs:
-                _, _, k_out, gsize = io.staging[t]
-                cl.enqueue_nd_range_kernel(q, k_out, gsize, None)
+                st = io.staging[t]
+                cl.enqueue_nd_range_kernel(q, st.from_device, st.grid, None)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
                 with span("download", "output tensor {}", t):

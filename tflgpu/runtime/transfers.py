@@ -9,16 +9,32 @@ buffer be that staging buffer (zero-copy I/O).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
-from ..kernels.common import boundary_kernels, fp32_region
+from ..kernels.common import boundary_grid, boundary_kernels, fp32_region
 from ..kernels.program import kernel_args, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
 from .selection import Step
+
+
+# a GPU's boundary kernels take one pixel and all its slices per work-item from this many pixels up (a CPU's always)
+LOOP_SLICES_PIXELS = 4096
+
+
+@dataclass
+class Staging:
+    """A tensor crossing the device boundary: its dense NHWC float32 buffer (the caller's, once bound) and the
+    kernels converting it to the slice layout and back, on ``grid``."""
+
+    dense: object  # a pyopencl Buffer
+    to_device: object  # kernel: dense -> slice layout
+    from_device: object  # kernel: slice layout -> dense
+    grid: tuple[int, ...]
 
 
 class DeviceTensors:
@@ -162,19 +178,23 @@ class DeviceTensors:
         crossing = set(self.input_uploads) | set(self.output_downloads) | set(self.state_tensors)
         for ts in list(self.uploads_after.values()) + list(self.downloads_before.values()):
             crossing.update(ts)
-        self.staging: dict[int, tuple] = {}
+        self.staging: dict[int, Staging] = {}
         self.bound: set[int] = set()
         if not crossing:
             return
-        sources = [boundary_kernels(f"io_{t}", self._layout(t)) if self.half[t] == self.fp16
-                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t))) for t in sorted(crossing)]
+        gpu = bool(self.ctx.devices[0].type & cl.device_type.GPU)
+        # one work-item per pixel and its slices in turn, but for a GPU's small tensors (too few pixels to fill it)
+        loops = {t: not gpu or self._layout(t).b * self._layout(t).h * self._layout(t).w >= LOOP_SLICES_PIXELS
+                 for t in crossing}
+        sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if self.half[t] == self.fp16
+                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t])) for t in sorted(crossing)]
         prog = build(sources)
         for t in sorted(crossing):
             lay = self._layout(t)
             dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
-            k_in = make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]])
-            k_out = make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense])
-            self.staging[t] = (dense, k_in, k_out, (lay.w, lay.b * lay.h, lay.s))
+            self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
+                                      make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),
+                                      boundary_grid(lay, loops[t]))
 
     def bind(self, t: int, buffer) -> None:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
@@ -193,32 +213,32 @@ class DeviceTensors:
         need = 4 * int(np.prod(self.sg.tensors[t].shape))
         if buf.size < need:
             raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
-        _, k_in, k_out, gsize = self.staging[t]
-        k_in.set_arg(0, buf)
-        k_out.set_arg(1, buf)
-        self.staging[t] = (buf, k_in, k_out, gsize)
+        st = self.staging[t]
+        st.to_device.set_arg(0, buf)
+        st.from_device.set_arg(1, buf)
+        st.dense = buf
         self.bound.add(t)
 
     def read_bound(self, queue, t: int) -> np.ndarray:
         """The current value of a bound output, copied from its device buffer."""
-        dense = self.staging[t][0]
+        dense = self.staging[t].dense
         host = np.empty(self.sg.tensors[t].shape, np.float32)
         self.cl.enqueue_copy(queue, host, dense, is_blocking=True)
         return host
 
     def upload(self, queue, t: int, value: np.ndarray, keep: list) -> None:
-        dense, k_in, _, gsize = self.staging[t]
+        st = self.staging[t]
         data = np.ascontiguousarray(value, dtype=np.float32)
-        self.cl.enqueue_copy(queue, dense, data, is_blocking=False)
-        self.cl.enqueue_nd_range_kernel(queue, k_in, gsize, None)
+        self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
+        self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
         keep.append(data)  # (until the queue is finished)
 
     def download(self, queue, t: int) -> np.ndarray:
-        dense, _, k_out, gsize = self.staging[t]
-        self.cl.enqueue_nd_range_kernel(queue, k_out, gsize, None)
+        st = self.staging[t]
+        self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
         tensor = self.sg.tensors[t]
         host = np.empty(tensor.shape, np.float32)
-        self.cl.enqueue_copy(queue, host, dense, is_blocking=True)
+        self.cl.enqueue_copy(queue, host, st.dense, is_blocking=True)
         if tensor.dtype == np.float32:
             return host
         return (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
