@@ -21,7 +21,6 @@ from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
 from .selection import Step
 
-
 # a GPU's boundary kernels take one pixel and all its slices per work-item from this many pixels up (a CPU's always)
 LOOP_SLICES_PIXELS = 4096
 
