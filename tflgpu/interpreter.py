@@ -339,10 +339,6 @@ class Interpreter:
             if session.gpu_plan is not None:
                 session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
                 source.release_pages()  # (the weights are on the device now)
-                if session.gpu_plan.background is None:  # (else when its work is done: it may compile)
-                    from .runtime.residency import release_startup_memory
-
-                    release_startup_memory()
 
     # -- internals ----------------------------------------------------------
 

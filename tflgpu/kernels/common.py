@@ -228,6 +228,16 @@ def vec_slices(v: np.ndarray, c: int, pad_slices_to: int = 1) -> np.ndarray:
     return out
 
 
+# a GPU's boundary kernels take one pixel and all its slices per work-item from this many pixels up (a CPU's always)
+LOOP_SLICES_PIXELS = 4096
+
+
+def boundary_loops_slices(lay: Layout, gpu: bool) -> bool:
+    """Whether ``boundary_kernels`` loop over a pixel's slices in one work-item: always on a CPU runtime, and on a
+    GPU where there are pixels enough to fill it without a work-item per slice."""
+    return not gpu or lay.b * lay.h * lay.w >= LOOP_SLICES_PIXELS
+
+
 def boundary_kernels(name: str, lay: Layout, loop_slices: bool) -> str:
     """Two kernels converting a dense NHWC float32 buffer to the slice layout and back.
 

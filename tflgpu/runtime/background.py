@@ -218,8 +218,7 @@ class Background:
             self.status.finished = True
             self.status.seconds = time.monotonic() - self.started
             _LIVE.discard(self)
-            if not _LIVE:  # no worker will compile again: the runtime's read-only pages may go
-                release_startup_memory()
+            release_when_idle()
             self._optimized.set()
             self._done.set()
 
@@ -240,6 +239,13 @@ class Background:
 _LIVE: set[Background] = set()
 EXIT_WAIT_S = 600.0
 _HOOKED: list[bool] = []
+
+
+def release_when_idle() -> None:
+    """Give back start-up memory (``residency.release_startup_memory``) unless a worker may still compile: a
+    plan with no background work calls it once built, a worker when it is done."""
+    if not _LIVE:
+        release_startup_memory()
 
 
 def _register_exit_hook() -> None:

@@ -196,7 +196,8 @@ class GpuPlan:
         self.gpu_op_count, self.cpu_op_count = report_placement(self.steps, self.partitions)
         self.io = DeviceTensors(cl, self.ctx, self.steps, self.sg, runner, self.program, self.fp16,
                                 lambda sources: build_program(cl, self.ctx, sources, self.fp16, self.store, device,
-                                                              self.build_stats, options=[]))
+                                                              self.build_stats, options=[]),
+                                make.target)
         if cache is not None and record is None:
             self.save_record()
         clock.stop()

@@ -63,6 +63,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     if fp16 and not device.identity.fp16:
         log.warning("GpuDelegate: %s has no cl_khr_fp16; running in FP32", device.identity.device)
         fp16 = False
+    from .background import release_when_idle
     from .executor import GpuPlan
 
     token = options.model_token or token
@@ -87,4 +88,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
                         "quantized ops run on the CPU integer kernels", e)
             return plan(False)
 
-    return plan(options.quantized_models_allowed)
+    built = plan(options.quantized_models_allowed)
+    if built.background is None:  # (else its worker does, when done: it may compile)
+        release_when_idle()
+    return built

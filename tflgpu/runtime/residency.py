@@ -22,10 +22,12 @@ import ctypes
 import logging
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 log = logging.getLogger("tflgpu")
 
 SMAPS = "/proc/self/smaps"
+MAPS = "/proc/self/maps"  # (the same mappings without their page counts: cheap enough to read around a call)
 MADV_DONTNEED = 4  # (Linux; Python's mmap module offers it for its own maps only)
 
 _runtime_dirs: set[str] = set()
@@ -82,8 +84,13 @@ def read_mappings(smaps: str = SMAPS) -> list[Mapping]:
     return found
 
 
-def mapped_files() -> frozenset[str]:
-    return frozenset(m.path for m in read_mappings() if m.path.startswith("/"))
+def mapped_files(maps: str = MAPS) -> frozenset[str]:
+    """The files this process maps (empty where /proc is missing)."""
+    try:
+        with open(maps) as f:
+            return frozenset(p[5] for p in (line.split() for line in f) if len(p) > 5 and p[5].startswith("/"))
+    except OSError:
+        return frozenset()
 
 
 def note_runtime_libraries(before: frozenset[str], after: frozenset[str]) -> None:
@@ -108,22 +115,33 @@ def release_startup_memory() -> int:
     droppable pages (madvise), and the C heap's free memory at its top and in its free lists (glibc's
     ``malloc_trim``: a compile's temporaries, freed, stay in the heap otherwise). Returns the bytes of runtime
     mappings advised (0 where nothing is known or the platform has neither call)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
+    libc = _libc()
+    if libc is None:
         return 0
     advised = 0
     madvise = getattr(libc, "madvise", None)
     if madvise is not None and _runtime_files:
-        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        madvise.restype = ctypes.c_int
         for m in runtime_mappings(read_mappings()):
             if m.droppable and madvise(m.start, m.end - m.start, MADV_DONTNEED) == 0:
                 advised += m.end - m.start
     trim = getattr(libc, "malloc_trim", None)  # (glibc only)
     if trim is not None:
-        trim.argtypes = [ctypes.c_size_t]
         trim(0)
     log.debug("released the OpenCL runtime's read-only pages (%.0f MiB of mappings) and the heap's free memory",
               advised / 2**20)
     return advised
+
+
+@lru_cache(maxsize=1)
+def _libc():
+    """The C library with ``madvise`` / ``malloc_trim`` typed where it has them, or None."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    for name, args, res in (("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int),
+                            ("malloc_trim", [ctypes.c_size_t], ctypes.c_int)):
+        fn = getattr(libc, name, None)
+        if fn is not None:
+            fn.argtypes, fn.restype = args, res
+    return libc

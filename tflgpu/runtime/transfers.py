@@ -14,15 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
-from ..kernels.common import boundary_grid, boundary_kernels, fp32_region
+from ..kernels.base import Target
+from ..kernels.common import boundary_grid, boundary_kernels, boundary_loops_slices, fp32_region
 from ..kernels.program import kernel_args, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
 from .selection import Step
-
-# a GPU's boundary kernels take one pixel and all its slices per work-item from this many pixels up (a CPU's always)
-LOOP_SLICES_PIXELS = 4096
 
 
 @dataclass
@@ -40,7 +38,7 @@ class DeviceTensors:
     """The buffers of one plan, bound to its compiled kernels, and the host/device transfers."""
 
     def __init__(self, cl, ctx, steps: list[Step], sg: Subgraph, runner: SubgraphRunner, program, fp16: bool,
-                 build: Callable):
+                 build: Callable, target: Target):
         self.cl, self.ctx, self.sg, self.fp16 = cl, ctx, sg, fp16
         mf = cl.mem_flags
         n = len(steps)
@@ -153,7 +151,7 @@ class DeviceTensors:
                             for op, _ in s.members for t in op.inputs if t >= 0 and t not in ready}
         # graph outputs that folded to constants (e.g. an unrolled loop's counter)
         self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
-        self._boundary(build)
+        self._boundary(build, target)
 
     def upload_args(self, specs: list) -> tuple[list[list], list]:
         """Each spec's argument values on this plan's buffers (its constants uploaded), and the constant buffers."""
@@ -171,7 +169,7 @@ class DeviceTensors:
     def _layout(self, idx: int) -> Layout:
         return bhwc(self.sg.tensors[idx].shape)
 
-    def _boundary(self, build: Callable) -> None:
+    def _boundary(self, build: Callable, target: Target) -> None:
         """A dense NHWC float32 staging buffer and conversion kernels for each tensor crossing the boundary."""
         cl = self.cl
         crossing = set(self.input_uploads) | set(self.output_downloads) | set(self.state_tensors)
@@ -181,10 +179,7 @@ class DeviceTensors:
         self.bound: set[int] = set()
         if not crossing:
             return
-        gpu = bool(self.ctx.devices[0].type & cl.device_type.GPU)
-        # one work-item per pixel and its slices in turn, but for a GPU's small tensors (too few pixels to fill it)
-        loops = {t: not gpu or self._layout(t).b * self._layout(t).h * self._layout(t).w >= LOOP_SLICES_PIXELS
-                 for t in crossing}
+        loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in crossing}
         sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if self.half[t] == self.fp16
                    else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t])) for t in sorted(crossing)]
         prog = build(sources)
