@@ -67,7 +67,7 @@ def test_three_machines_share_one_postgres_study(postgres, opencl_device, rng, t
     model.write_bytes(conv_model(rng)[0])
     machines = [tmp_path / f"machine{i}" for i in range(3)]
     cmd = [sys.executable, "-m", "tflgpu.cli", "tune", str(model), "--mode", "fast", "--trials", "12",
-           "--storage", postgres, "--repeat", "5", "-q", "--json"]
+           "--storage", postgres, "--repeat", "30", "-q", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(m))
              for m in machines]
     outs = []
