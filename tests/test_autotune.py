@@ -218,7 +218,7 @@ def test_tune_cli_prints_the_table(rng, tmp_path, opencl_device):
     path = tmp_path / "conv.tflite"
     path.write_bytes(model)
     r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "tune", str(path), "--mode", "fast", "--trials", "2",
-                        "--repeat", "3", "-q", "--json"], capture_output=True, text=True, timeout=600)
+                        "--repeat", "30", "-q", "--json"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "heuristic us" in r.stdout and "conv_2d" in r.stdout
     doc = json.loads(r.stdout[r.stdout.index("["):])

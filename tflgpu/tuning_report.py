@@ -14,6 +14,7 @@ from .cache.plans import model_token
 from .cache.store import CacheStore
 from .delegate import GpuDelegate
 from .interpreter import Interpreter
+from .runtime.residency import pages_kept
 
 
 @dataclass
@@ -51,6 +52,7 @@ class ModelTuning:
         return self.heuristic_ms / self.tuned_ms if self.tuned_ms > 0 else 1.0
 
 
+@pages_kept()  # (a measuring job: its end-to-end check compares few timings)
 def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32", budget_s: float | None = None,
                trials: int | None = None, storage: str | None = None, db=None, device=None,
                retune: bool = False, progress=None, rounds: int = 30, fetch: bool = False) -> ModelTuning:
