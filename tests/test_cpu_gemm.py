@@ -82,3 +82,33 @@ def test_a_blas_giving_other_numbers_is_not_used(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="tflgpu"):
         assert gemm._find() is None
     assert "gives numbers unlike numpy's" in caplog.text
+
+
+@pytest.mark.parametrize("geometry", [(3, 3, 2, 2, "SAME"), (1, 1, 1, 1, "VALID"), (5, 3, 1, 2, "SAME")])
+@pytest.mark.parametrize("xdtype,odtype,wdtype", [(np.int8, np.int8, np.float32), (np.uint8, np.uint8, np.float32),
+                                                  (np.int16, np.int16, np.float64)])
+def test_conv_requantize_is_the_product_then_the_requantization(geometry, xdtype, odtype, wdtype, threads):
+    """The fused integer convolution (input offset while im2col is built, requantized per block) gives exactly
+    what the product of the offset input and XNNPACK's fp32 requantization of the sums give, padding included."""
+    from tflgpu.cpu.quantized import requantize_fp32
+    from tflgpu.ops.attributes import conv_padding
+
+    kh, kw, sh, sw, pad = geometry
+    rng = np.random.default_rng(kh * 7 + sh)
+    info = np.iinfo(xdtype)
+    x = rng.integers(info.min, info.max, (2, 21, 17, 5), endpoint=True).astype(xdtype)
+    xz = int(rng.integers(info.min // 2, info.max // 2)) if xdtype != np.int16 else 0
+    wm = rng.integers(-127, 127, (kh * kw * 5, 19), endpoint=True).astype(wdtype)
+    bias = rng.integers(-5000, 5000, 19).astype(np.float64)
+    scale = rng.uniform(1e-4, 2e-2, 19).astype(np.float32) / (256 if xdtype == np.int16 else 1)
+    oinfo = np.iinfo(odtype)
+    oz, lo, hi = (3 if odtype != np.int16 else 0), oinfo.min + 5, oinfo.max
+    code = 0 if pad == "SAME" else 1
+    oh, pt = conv_padding(21, kh, sh, 1, code)
+    ow, pl = conv_padding(17, kw, sw, 1, code)
+    got = gemm.conv_requantize(x, xz, wm, bias, scale, oz, lo, hi, odtype, kh, kw, sh, sw, 1, 1, pt, pl, oh, ow)
+    acc = conv_product(x.astype(wdtype) - wdtype(xz), wm, kh, kw, sh, sw, 1, 1, pt, pl, oh, ow)
+    want = requantize_fp32(acc, bias, scale, oz, lo, hi, odtype)
+    assert got.dtype == odtype and got.shape == want.shape
+    assert np.unique(got).size > 20  # (not all clamped)
+    np.testing.assert_array_equal(got, want)

@@ -493,3 +493,33 @@ def test_qd8_row_quantization_kernel_is_the_numpy_reference():
             want_q, want_s = _qd8_reference(x)
         got_q, got_s = _quantize_rows_qd8(x)
         assert np.array_equal(got_q, want_q, equal_nan=True) and np.array_equal(got_s, want_s, equal_nan=True)
+
+
+@pytest.mark.parametrize("geometry", [(3, 3, 1, 1, 1, "SAME"), (3, 3, 2, 2, 2, "SAME"), (5, 3, 1, 2, 1, "VALID")])
+@pytest.mark.parametrize("xdtype", [np.int8, np.uint8])
+def test_fused_integer_depthwise_is_the_sums_then_the_requantization(geometry, xdtype):
+    """The integer depthwise kernel (offset on the fly, requantized per pixel) gives exactly what int32 sums of
+    the offset input and XNNPACK's fp32 requantization give, channel multipliers and padding included."""
+    from tflgpu.cpu.conv import _depthwise
+    from tflgpu.cpu.quantized import INT32_MAX, INT32_MIN, _depthwise_requantize, requantize_fp32
+    from tflgpu.ops.attributes import conv_padding
+
+    kh, kw, sh, sw, mult, pad = geometry
+    rng = np.random.default_rng(kh + sh + mult)
+    info = np.iinfo(xdtype)
+    x = rng.integers(info.min, info.max, (2, 15, 13, 6), endpoint=True).astype(xdtype)
+    xz = np.int32(rng.integers(info.min // 2, info.max // 2))
+    w = rng.integers(-127, 127, (1, kh, kw, 6 * mult), endpoint=True).astype(np.int32)
+    bias = rng.integers(-3000, 3000, 6 * mult).astype(np.int32)
+    scale = rng.uniform(1e-3, 1e-2, 6 * mult).astype(np.float32)
+    oz, lo, hi = -4, info.min + 3, info.max - 2
+    code = 0 if pad == "SAME" else 1
+    oh, pt = conv_padding(15, kh, sh, 1, code)
+    ow, pl = conv_padding(13, kw, sw, 1, code)
+    out = np.empty((2, oh, ow, 6 * mult), xdtype)
+    got = _depthwise_requantize(x, xz, w, bias, scale, oz, lo, hi, sh, sw, 1, 1, pt, pl, oh, ow, mult, out)
+    acc = _depthwise(np.ascontiguousarray(x.astype(np.int32) - xz), w, bias, sh, sw, 1, 1, pt, pl, oh, ow, mult,
+                     INT32_MIN, INT32_MAX)
+    want = requantize_fp32(acc, np.zeros(6 * mult, np.int32), scale, oz, lo, hi, xdtype)
+    assert np.unique(got).size > 20
+    np.testing.assert_array_equal(got, want)

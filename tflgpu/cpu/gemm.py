@@ -26,7 +26,11 @@ from ..ops.jit import njit, prange
 
 log = logging.getLogger("tflgpu")
 
-ROWS_PER_BLOCK = 64  # output rows per sgemm call: the block's outputs and im2col rows stay in L2
+ROWS_PER_BLOCK = 64  # output rows per sgemm call: the block's outputs and im2col rows stay in L2 ...
+WIDE_ROWS_PER_BLOCK = 128  # ... or, for weights of WIDE_WEIGHTS values or more, twice that: sgemm packs the
+WIDE_WEIGHTS = 1 << 14  # weights at every call, so fewer calls (Xeon, 196x512x512: 230 -> 280 GFLOP/s)
+COLUMN_SPLIT_ROWS = 64  # below this many rows, weights of COLUMN_SPLIT_WEIGHTS values or more are split between
+COLUMN_SPLIT_WEIGHTS = 1 << 19  # the threads by columns: each reads half of them (49x1024x1024: 140 -> 180)
 MIN_PARALLEL_FLOPS = 1 << 17  # smaller products run on the calling thread (a parallel region costs ~5 us)
 
 
@@ -93,7 +97,7 @@ def _agrees(s: Blas, dtype) -> bool:
     b = rng.standard_normal((19, 23)).astype(dtype)
     bias = rng.standard_normal(23).astype(dtype)
     got = np.empty((37, 23), dtype)
-    _gemm_bias_clamp(a, b, bias, dtype(-1.0), dtype(1.0), got, s.gemm(dtype), s.ilp64, 1, 7)
+    _gemm_bias_clamp(a, b, bias, dtype(-1.0), dtype(1.0), got, s.gemm(dtype), s.ilp64, 1, 7, False)
     return bool(np.allclose(got, np.clip(a @ b + bias, -1.0, 1.0), rtol=1e-4, atol=1e-4))
 
 
@@ -170,16 +174,27 @@ def _bias_clamp(out, r0, r1, c0, c1, bias, lo, hi):
             row[j] = v
 
 
+@njit(cache=True, inline="always")
+def _row_blocks(m, threads, rows_per_block):
+    """(rows per block, blocks, blocks per thread) for ``m`` rows in blocks of at most ``rows_per_block``: as
+    many blocks for every thread, of as many rows as can be (196 rows in 64s on two threads left one thread
+    128 rows and the other 68)."""
+    blocks = (m + rows_per_block - 1) // rows_per_block
+    blocks = ((blocks + threads - 1) // threads) * threads
+    rows = max(1, (m + blocks - 1) // blocks)
+    blocks = (m + rows - 1) // rows
+    return rows, blocks, (blocks + threads - 1) // threads
+
+
 @njit(cache=True, parallel=True)
-def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block):
+def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block, split_columns):
     """out = clamp(a @ b + bias, lo, hi); a [m, k], b [k, n], out [m, n], all C-contiguous, of one dtype
-    (float32: sgemm at ``fn``; float64: dgemm)."""
+    (float32: sgemm at ``fn``; float64: dgemm). The threads split the rows, or with ``split_columns`` the
+    columns (runs of 16, a cache line of floats)."""
     m, k = a.shape
     n = b.shape[1]
-    if m >= 2 * threads:  # blocks of rows, a contiguous run of blocks per thread
-        rows_per_block = min(rows_per_block, (m + threads - 1) // threads)  # (every thread gets a block)
-        blocks = (m + rows_per_block - 1) // rows_per_block
-        per = (blocks + threads - 1) // threads
+    if not split_columns:  # blocks of rows, a contiguous run of blocks per thread
+        rows_per_block, blocks, per = _row_blocks(m, threads, rows_per_block)
         for t in prange(threads):
             for blk in range(t * per, min(blocks, (t + 1) * per)):
                 r0 = blk * rows_per_block
@@ -187,7 +202,7 @@ def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block
                 _gemm(fn, ilp64, r1 - r0, n, k, a, r0 * k, k, b, 0, n, out, r0 * n, n)
                 _bias_clamp(out, r0, r1, 0, n, bias, lo, hi)
     else:  # a few rows (a fully connected layer): blocks of columns
-        per = (n + threads - 1) // threads
+        per = (((n + threads - 1) // threads + 15) // 16) * 16
         for t in prange(threads):
             c0 = t * per
             c1 = min(n, c0 + per)
@@ -197,42 +212,77 @@ def _gemm_bias_clamp(a, b, bias, lo, hi, out, fn, ilp64, threads, rows_per_block
     return out
 
 
+@njit(cache=True, inline="always")
+def _im2col_rows(x, xz, cols, r0, r1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow):
+    """Rows [r0, r1) of im2col(x - xz) into ``cols`` (from its first row); padding is zero (an integer input's
+    real zero: TFLite's input offset)."""
+    _, h, w, c = x.shape
+    for r in range(r0, r1):
+        row = cols[r - r0]
+        b = r // (oh * ow)
+        oy = (r // ow) % oh
+        ox = r % ow
+        for ky in range(kh):
+            iy = oy * sh - pt + ky * dh
+            for kx in range(kw):
+                ix = ox * sw - pl + kx * dw
+                base = (ky * kw + kx) * c
+                if iy < 0 or iy >= h or ix < 0 or ix >= w:
+                    for ch in range(c):
+                        row[base + ch] = 0.0
+                else:
+                    src = x[b, iy, ix]
+                    for ch in range(c):
+                        row[base + ch] = src[ch] - xz
+
+
 @njit(cache=True, parallel=True)
 def _conv_bias_clamp(x, wm, bias, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, out, fn, ilp64, threads,
                      rows_per_block):
     """out [n*oh*ow, oc] = clamp(im2col(x) @ wm + bias, lo, hi), the im2col built one block of output pixels at a
     time into each thread's own buffer."""
-    nb, h, w, c = x.shape
+    nb, _, _, c = x.shape
     kdim = kh * kw * c
     oc = wm.shape[1]
     m = nb * oh * ow
-    rows_per_block = max(1, min(rows_per_block, (m + threads - 1) // threads))
-    blocks = (m + rows_per_block - 1) // rows_per_block
-    per = (blocks + threads - 1) // threads
+    rows_per_block, blocks, per = _row_blocks(m, threads, rows_per_block)
+    zero = x.dtype.type(0)
     for t in prange(threads):
-        cols = np.zeros((rows_per_block, kdim), dtype=x.dtype)
+        cols = np.empty((rows_per_block, kdim), dtype=x.dtype)
         for blk in range(t * per, min(blocks, (t + 1) * per)):
             r0 = blk * rows_per_block
             r1 = min(m, r0 + rows_per_block)
-            for r in range(r0, r1):
-                row = cols[r - r0]
-                b = r // (oh * ow)
-                oy = (r // ow) % oh
-                ox = r % ow
-                for ky in range(kh):
-                    iy = oy * sh - pt + ky * dh
-                    for kx in range(kw):
-                        ix = ox * sw - pl + kx * dw
-                        base = (ky * kw + kx) * c
-                        if iy < 0 or iy >= h or ix < 0 or ix >= w:
-                            for ch in range(c):
-                                row[base + ch] = 0.0
-                        else:
-                            src = x[b, iy, ix]
-                            for ch in range(c):
-                                row[base + ch] = src[ch]
+            _im2col_rows(x, zero, cols, r0, r1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
             _gemm(fn, ilp64, r1 - r0, oc, kdim, cols, 0, kdim, wm, 0, oc, out, r0 * oc, oc)
             _bias_clamp(out, r0, r1, 0, oc, bias, lo, hi)
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _conv_requantize(x, xz, wm, bias, scale, oz, lo, hi, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, out, fn, ilp64,
+                     threads, rows_per_block):
+    """An integer convolution: out [n*oh*ow, oc] (8- or 16-bit) = XNNPACK's fp32 requantization of
+    im2col(x - xz) @ wm + bias (``wm``'s float dtype holds its sums exactly), block by block: the input converted
+    while its im2col rows are built, the sums requantized while hot; nothing the size of the tensor in between."""
+    nb, _, _, c = x.shape
+    kdim = kh * kw * c
+    oc = wm.shape[1]
+    m = nb * oh * ow
+    rows_per_block, blocks, per = _row_blocks(m, threads, rows_per_block)
+    vlo, vhi = np.float32(lo - oz), np.float32(hi - oz)
+    for t in prange(threads):
+        cols = np.empty((rows_per_block, kdim), dtype=wm.dtype)
+        acc = np.empty((rows_per_block, oc), dtype=wm.dtype)
+        for blk in range(t * per, min(blocks, (t + 1) * per)):
+            r0 = blk * rows_per_block
+            r1 = min(m, r0 + rows_per_block)
+            _im2col_rows(x, xz, cols, r0, r1, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+            _gemm(fn, ilp64, r1 - r0, oc, kdim, cols, 0, kdim, wm, 0, oc, acc, 0, oc)
+            for r in range(r1 - r0):
+                arow, orow = acc[r], out[r0 + r]
+                for j in range(oc):
+                    v = np.float32(arow[j] + bias[j]) * scale[j]
+                    orow[j] = np.int32(np.rint(min(max(v, vlo), vhi))) + oz
     return out
 
 
@@ -258,8 +308,15 @@ def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: f
     dt = a.dtype.type
     out = np.empty((m, n), dt)
     bias = np.zeros(n, dt) if bias is None else bias
-    return _gemm_bias_clamp(a, b, bias, dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, _threads(),
-                            ROWS_PER_BLOCK)
+    threads = _threads()
+    split_columns = m < 2 * threads or (m < COLUMN_SPLIT_ROWS and k * n >= COLUMN_SPLIT_WEIGHTS)
+    return _gemm_bias_clamp(a, b, bias, dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, threads, rows_per_block(k, n),
+                            split_columns)
+
+
+def rows_per_block(k: int, n: int) -> int:
+    """Output rows per sgemm call for [k, n] weights."""
+    return WIDE_ROWS_PER_BLOCK if k * n >= WIDE_WEIGHTS else ROWS_PER_BLOCK
 
 
 def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, lo: float, hi: float, kh: int, kw: int,
@@ -276,4 +333,21 @@ def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, lo: 
     bias = np.zeros(oc, dt) if bias is None else bias
     threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
     return _conv_bias_clamp(x, wm, bias, dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                            out, s.gemm(dt), s.ilp64, threads, ROWS_PER_BLOCK)
+                            out, s.gemm(dt), s.ilp64, threads, rows_per_block(*wm.shape))
+
+
+def conv_requantize(x: np.ndarray, xz: int, wm: np.ndarray, bias: np.ndarray, scale: np.ndarray, oz: int, lo: int,
+                    hi: int, dtype, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, oh: int,
+                    ow: int) -> np.ndarray | None:
+    """An integer convolution's output [n*oh*ow, oc] of ``dtype``: clamp(rint(float32(im2col(x - xz) @ wm + bias)
+    * scale), lo - oz, hi - oz) + oz, for integer NHWC ``x``, ``wm`` [kh*kw*c, oc] (float32 or float64, whose sums
+    are exact), float64 ``bias`` and float32 ``scale`` per output channel; None where there is no usable BLAS."""
+    s = find_blas()
+    if s is None:
+        return None
+    m, oc = x.shape[0] * oh * ow, wm.shape[1]
+    out = np.empty((m, oc), dtype)
+    threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
+    return _conv_requantize(np.ascontiguousarray(x), wm.dtype.type(xz), wm, bias, scale, int(oz), int(lo), int(hi),
+                            kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, out, s.gemm(wm.dtype), s.ilp64, threads,
+                            rows_per_block(*wm.shape))

@@ -34,7 +34,7 @@ from ..ops.quantization import QParams, dequantize_values, qparams, quantize_val
 from ..ops.traits import traits
 from .conv import _bias, _depthwise, conv_product
 from .elementwise import dequantize, quantize
-from .gemm import gemm_bias_clamp
+from .gemm import conv_requantize, gemm_bias_clamp
 from .registry import KernelError, OpContext, check_geometry, factory_for, once
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)
@@ -285,12 +285,54 @@ def conv2d_q(ctx: OpContext):
         if oh <= 0 or ow <= 0:
             raise KernelError(f"CONV_2D: empty output for input {x.shape}")
         wm = w_mat()
-        exact = wm.dtype.type
-        xf = x.astype(exact) - exact(pi.z)  # padding then holds real zero, as TFLite's input offset does
-        acc = conv_product(xf, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)  # exact integers (see _exact_dtype)
-        return [requantize_fp32(acc, bias_f, mult, po.z, lo, hi, po.dtype).reshape(n, oh, ow, oc)]
+        y = conv_requantize(x, pi.z, wm, bias_f, mult, po.z, lo, hi, po.dtype, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+        if y is None:  # (no usable BLAS)
+            exact = wm.dtype.type
+            xf = x.astype(exact) - exact(pi.z)  # padding then holds real zero, as TFLite's input offset does
+            acc = conv_product(xf, wm, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)  # exact integers (see _exact_dtype)
+            y = requantize_fp32(acc, bias_f, mult, po.z, lo, hi, po.dtype)
+        return [y.reshape(n, oh, ow, oc)]
 
     return run
+
+
+@njit(cache=True, parallel=True)
+def _depthwise_requantize(x, xz, w, bias, scale, oz, lo, hi, sh, sw, dh, dw, pt, pl, oh, ow, mult, out):
+    """An integer depthwise convolution into ``out`` [n, oh, ow, oc] (8- or 16-bit): int32 sums of
+    (x - xz) * w from ``bias`` on, then XNNPACK's fp32 requantization, one output pixel at a time (the input is
+    read as it is, no converted copy; no int32 tensor of sums)."""
+    n, h, wd, c = x.shape
+    kh, kw, oc = w.shape[1], w.shape[2], w.shape[3]
+    vlo, vhi = np.float32(lo - oz), np.float32(hi - oz)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        acc = np.empty(oc, np.int32)
+        for ox in range(ow):
+            for o in range(oc):
+                acc[o] = bias[o]
+            for ky in range(kh):
+                iy = oy * sh - pt + ky * dh
+                if iy < 0 or iy >= h:
+                    continue
+                for kx in range(kw):
+                    ix = ox * sw - pl + kx * dw
+                    if ix < 0 or ix >= wd:
+                        continue
+                    src, wk = x[b, iy, ix], w[0, ky, kx]
+                    if mult == 1:
+                        for ch in range(c):
+                            acc[ch] += (np.int32(src[ch]) - xz) * wk[ch]
+                    else:
+                        for ch in range(c):
+                            xv = np.int32(src[ch]) - xz
+                            for m in range(mult):
+                                acc[ch * mult + m] += xv * wk[ch * mult + m]
+            dst = out[b, oy, ox]
+            for o in range(oc):
+                v = np.float32(acc[o]) * scale[o]
+                dst[o] = np.int32(np.rint(min(max(v, vlo), vhi))) + oz
+    return out
 
 
 @register_int("DEPTHWISE_CONV_2D")
@@ -308,7 +350,6 @@ def depthwise_q(ctx: OpContext):
     bias = _int_bias(ctx, 2, oc).astype(np.int32)  # int32 sums, as TFLite's (|sums| < 2^31 for 8-bit values)
     mult = _multipliers(pi, pw, po, oc)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
-    zero_bias = np.zeros(oc, np.int32)
 
     def run(xs):
         x = np.asarray(xs[0])
@@ -318,9 +359,9 @@ def depthwise_q(ctx: OpContext):
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
-        xi = np.ascontiguousarray(x.astype(np.int32) - np.int32(pi.z))
-        acc = _depthwise(xi, w_i, bias, sh, sw, dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, INT32_MIN, INT32_MAX)
-        return [requantize_fp32(acc, zero_bias, mult, po.z, lo, hi, po.dtype)]
+        out = np.empty((x.shape[0], max(oh, 0), max(ow, 0), oc), po.dtype)
+        return [_depthwise_requantize(np.ascontiguousarray(x), np.int32(pi.z), w_i, bias, mult, po.z, lo, hi, sh, sw,
+                                      dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, out)]
 
     return run
 
@@ -346,7 +387,7 @@ def fully_connected_q(ctx: OpContext):
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
         wt = w_t()
         exact = wt.dtype.type
-        acc = (x.reshape(-1, depth).astype(exact) - exact(pi.z)) @ wt
+        acc = gemm_bias_clamp(x.reshape(-1, depth).astype(exact) - exact(pi.z), wt, None, -np.inf, np.inf)
         y = requantize_fp32(acc, bias, mult, po.z, lo, hi, po.dtype)
         return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
 
