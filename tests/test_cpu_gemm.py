@@ -112,3 +112,19 @@ def test_conv_requantize_is_the_product_then_the_requantization(geometry, xdtype
     assert got.dtype == odtype and got.shape == want.shape
     assert np.unique(got).size > 20  # (not all clamped)
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_invoke_runs_blas_on_one_thread_and_puts_the_users_setting_back():
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from tflgpu.cpu.threads import cpu_threads
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    if not blas_threads():
+        pytest.skip("numpy has no BLAS threadpoolctl can see")
+    with threadpool_limits(2, user_api="blas"):
+        with cpu_threads(2):
+            assert blas_threads() == [1] * len(blas_threads())
+        assert blas_threads() == [2] * len(blas_threads())
