@@ -24,6 +24,13 @@ def test_reductions(op, shape, keep, data):
     check_op(op, [In(rand(rng, tuple(shape), lo, hi)), np.array(axes, I32)], keep_dims=keep)
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_mean_over_the_pixels(keep, rng):
+    """A global average pool (MEAN over axes 1, 2 of NHWC: the CPU path's one-pass kernel) against LiteRT."""
+    check_op("MEAN", [In(rand(rng, (2, 7, 9, 80), -2, 3)), np.array([1, 2], I32)], keep_dims=keep)
+    check_op("MEAN", [In(rand(rng, (1, 56, 56, 24), -2, 3)), np.array([2, 1], I32)], keep_dims=keep)
+
+
 @pytest.mark.parametrize("op", ["REDUCE_ANY"])
 def test_bool_reductions(op, rng):
     check_op(op, [In(rng.random((3, 4, 2)) > 0.7), np.array([1], I32)], [Out(np.bool_)], keep_dims=False)

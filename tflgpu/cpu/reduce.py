@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ops.jit import njit, prange
@@ -31,9 +33,32 @@ def _reducer(fn):
     return factory
 
 
+@njit(cache=True)
+def _mean_pixels(x):
+    """The mean over the pixels of NHWC float32 ``x``, per image and channel ([n, c]), summed in float64 one
+    pixel after another (its channels contiguous): a global average pool in one pass, where numpy's mean over
+    two strided axes took ~4x as long."""
+    n, h, w, c = x.shape
+    out = np.empty((n, c), np.float32)
+    acc = np.empty(c, np.float64)
+    for b in range(n):
+        acc[:] = 0.0
+        for i in range(h):
+            for j in range(w):
+                p = x[b, i, j]
+                for k in range(c):
+                    acc[k] += p[k]
+        for k in range(c):
+            out[b, k] = acc[k] / (h * w)
+    return out
+
+
 def _mean(x, axis, keepdims):
     if np.issubdtype(x.dtype, np.integer):  # integer means round toward zero in TFLite
         return np.trunc(np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float64))
+    if axis == (1, 2) and x.dtype == np.float32 and x.ndim == 4 and x.shape[1] * x.shape[2] > 0:
+        m = _mean_pixels(np.ascontiguousarray(x))
+        return m.reshape(m.shape[0], 1, 1, m.shape[1]) if keepdims else m
     return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float32)
 
 
@@ -107,13 +132,37 @@ def l2_norm(ctx: OpContext):
     return run
 
 
-def _arg(fn):
+@njit(cache=True)
+def _arg_rows(x, largest, out):
+    """numpy's argmax / argmin over each row of ``x`` [rows, c] (c > 0): the first extreme, or the first NaN."""
+    rows, c = x.shape
+    for r in range(rows):
+        best, at = x[r, 0], 0
+        if best == best:
+            for j in range(1, c):
+                v = x[r, j]
+                if v != v:
+                    at = j
+                    break
+                if (v > best) if largest else (v < best):
+                    best, at = v, j
+        out[r] = at
+    return out
+
+
+def _arg(largest: bool):
+    fn = np.argmax if largest else np.argmin
+
     def factory(ctx: OpContext):
         dtype = ctx.output_tensor(0).dtype
 
         def run(xs):
             x = xs[0]
             a = normalize_axis(int(np.asarray(xs[1]).reshape(-1)[0]), x.ndim)
+            if a == x.ndim - 1 and x.size and x.dtype.kind == "f":  # (numpy's per-row calls: 1024 rows of 16, 42 us)
+                out = np.empty(x.shape[:-1], dtype)
+                _arg_rows(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), largest, out.reshape(-1))
+                return [out]
             return [fn(x, axis=a).astype(dtype)]
 
         return run
@@ -121,8 +170,8 @@ def _arg(fn):
     return factory
 
 
-register("ARG_MAX")(_arg(np.argmax))
-register("ARG_MIN")(_arg(np.argmin))
+register("ARG_MAX")(_arg(True))
+register("ARG_MIN")(_arg(False))
 
 
 @register("TOPK_V2")
@@ -142,6 +191,27 @@ def topk(ctx: OpContext):
     return run
 
 
+@njit(cache=True)
+def _cumsum_axis(x, exclusive, reverse, out):
+    """TFLite's CUMSUM along the middle axis of ``x`` [outer, n, inner]: a running sum in ``x``'s dtype, from the
+    end with ``reverse``, each output before its own value is added with ``exclusive``."""
+    outer, n, inner = x.shape
+    acc = np.empty(inner, x.dtype)
+    for o in range(outer):
+        acc[:] = 0
+        for k in range(n):
+            j = n - 1 - k if reverse else k
+            src, dst = x[o, j], out[o, j]
+            for i in range(inner):
+                if exclusive:
+                    dst[i] = acc[i]
+                    acc[i] += src[i]
+                else:
+                    acc[i] += src[i]
+                    dst[i] = acc[i]
+    return out
+
+
 @register("CUMSUM")
 def cumsum(ctx: OpContext):
     exclusive, reverse = ctx.opt("exclusive", False), ctx.opt("reverse", False)
@@ -149,6 +219,11 @@ def cumsum(ctx: OpContext):
     def run(xs):
         x = xs[0]
         a = normalize_axis(int(np.asarray(xs[1]).reshape(-1)[0]), x.ndim)
+        if x.size and x.dtype.kind in "fi":  # (numpy's: 32x32x8 along the width, 34 us; this 4 us)
+            out = np.empty(x.shape, x.dtype)
+            three = (math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :]))
+            _cumsum_axis(np.ascontiguousarray(x).reshape(three), exclusive, reverse, out.reshape(three))
+            return [out]
         v = np.flip(x, a) if reverse else x
         c = np.cumsum(v, axis=a, dtype=x.dtype)
         if exclusive:
