@@ -523,3 +523,25 @@ def test_fused_integer_depthwise_is_the_sums_then_the_requantization(geometry, x
     want = requantize_fp32(acc, np.zeros(6 * mult, np.int32), scale, oz, lo, hi, xdtype)
     assert np.unique(got).size > 20
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("xdtype", [np.int8, np.uint8, np.int16])
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_few_row_integer_product_is_the_sums_then_the_requantization(xdtype, rows):
+    """The few-row integer FULLY_CONNECTED (int32 dot products of the offset input and the offset weights,
+    requantized at once) gives exactly what the exact float64 product and XNNPACK's fp32 requantization give."""
+    from tflgpu.cpu.quantized import _rows_requantize, requantize_fp32
+
+    rng = np.random.default_rng(rows)
+    info = np.iinfo(xdtype)
+    x = rng.integers(info.min, info.max, (rows, 301), endpoint=True).astype(xdtype)
+    xz = np.int32(0 if xdtype == np.int16 else rng.integers(info.min // 2, info.max // 2))
+    w = rng.integers(-255 if xdtype == np.uint8 else -127, 127, (37, 301), endpoint=True).astype(np.int16)
+    bias = rng.integers(-30000, 30000, 37).astype(np.int64)
+    scale = rng.uniform(1e-5, 1e-4, 37).astype(np.float32) / (256 if xdtype == np.int16 else 1)
+    oz, lo, hi = -4 if xdtype != np.uint8 else 128, info.min + 3, info.max - 2
+    got = _rows_requantize(x, xz, w, bias, scale, oz, lo, hi, np.empty((rows, 37), xdtype))
+    acc = (x.astype(np.float64) - xz) @ w.T.astype(np.float64)
+    want = requantize_fp32(acc, bias.astype(np.float64), scale, oz, lo, hi, xdtype)
+    assert np.unique(got).size > 10
+    np.testing.assert_array_equal(got, want)

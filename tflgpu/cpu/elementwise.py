@@ -275,13 +275,30 @@ def quantize(ctx: OpContext):
         return requant
 
     inv_scale = (np.float32(1.0) / np.asarray(scale, np.float32)).astype(np.float32)
+    lo, hi = np.float32(info.min), np.float32(info.max)
 
     def run(xs):
         # LiteRT's default (XNNPACK) path multiplies by the reciprocal scale and rounds half to even
-        r = np.rint(xs[0].astype(np.float32) * inv_scale)
+        x = np.asarray(xs[0])
+        if inv_scale.ndim == 0 and x.ndim > 0:  # (one pass, no temporaries; NaN as zero)
+            out = np.empty(x.shape, t_out.dtype)
+            _quantize_rint(np.ascontiguousarray(x, np.float32).reshape(-1), inv_scale, np.float32(zp), lo, hi,
+                           out.reshape(-1))
+            return [out]
+        r = np.rint(x.astype(np.float32) * inv_scale)
         return [np.clip(r + zp, info.min, info.max).astype(t_out.dtype)]
 
     return run
+
+
+@njit(cache=True)
+def _quantize_rint(x, inv_scale, zp, lo, hi, out):
+    """out = clamp(rint(x * inv_scale) + zp, lo, hi) in float32, as LiteRT's float -> 8-bit QUANTIZE; NaN as zp."""
+    for i in range(x.size):
+        v = np.rint(x[i] * inv_scale) + zp
+        if np.isnan(v):
+            v = zp
+        out[i] = min(max(v, lo), hi)
 
 
 @register("QUANT_SIM")

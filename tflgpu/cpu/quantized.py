@@ -365,6 +365,34 @@ def depthwise_q(ctx: OpContext):
     return run
 
 
+FEW_ROWS = 8  # an integer product of at most this many rows is int32 dot products (a classifier's one row: the
+# float product's sgemm packs all of the weights, as float64 where float32 sums could be inexact, at every call)
+
+
+@njit(cache=True, parallel=True)
+def _rows_requantize(x, xz, w, bias, scale, oz, lo, hi, out):
+    """out [m, n] (8- or 16-bit) = XNNPACK's fp32 requantization of int32 sums (x - xz) . w[j] + bias[j], for a
+    few rows of integer ``x`` [m, k] and int16 ``w`` [n, k] (weights minus their zero point); the output
+    channels split between the threads, each row's dot products in int32 (they vectorize)."""
+    m, k = x.shape
+    n = w.shape[0]
+    vlo, vhi = np.float32(lo - oz), np.float32(hi - oz)
+    xs = np.empty((m, k), np.int16)
+    for r in range(m):
+        for i in range(k):
+            xs[r, i] = np.int16(np.int32(x[r, i]) - xz)
+    for j in prange(n):
+        wj = w[j]
+        for r in range(m):
+            xr = xs[r]
+            s = np.int32(0)
+            for i in range(k):
+                s += np.int32(xr[i]) * np.int32(wj[i])
+            v = np.float32(np.int64(s) + bias[j]) * scale[j]
+            out[r, j] = np.int32(np.rint(min(max(v, vlo), vhi))) + oz
+    return out
+
+
 @register_int("FULLY_CONNECTED")
 def fully_connected_q(ctx: OpContext):
     pi, po = _require(ctx, ctx.input_tensor(0), "input"), _require(ctx, ctx.output_tensor(0), "output")
@@ -374,20 +402,30 @@ def fully_connected_q(ctx: OpContext):
     units, depth = w.shape
     _, wz = pw.broadcast(2)
     w_t = once(lambda: _gemm_weights((w.astype(np.float64) - np.asarray(wz, np.float64)).T, pi))
-    bias = _int_bias(ctx, 2, units).astype(np.float64)
+    w_rows = once(lambda: np.ascontiguousarray(w.astype(np.int16) - np.asarray(wz, np.int16).reshape(-1, 1)))
+    int_bias = _int_bias(ctx, 2, units)
+    bias = int_bias.astype(np.float64)
     mult = _multipliers(pi, pw, po, units)
     lo, hi = activation_range(ctx.opt("fused_activation_function", 0), po)
     keep = ctx.opt("keep_num_dims", False)
+    worst_input = max(pi.z - pi.qmin, pi.qmax - pi.z)
+    sums_fit = (np.abs(w.astype(np.int64) - np.asarray(wz, np.int64).reshape(-1, 1)).sum(axis=1).max(initial=0)
+                * worst_input + np.abs(int_bias).max(initial=0)) < 2 ** 31 if w.size else False
 
     def run(xs):
         x = np.asarray(xs[0])
         _check_input(ctx, x, pi)
         if x.size % depth:
             raise KernelError(f"FULLY_CONNECTED: input of {x.size} values is not a multiple of depth {depth}")
-        wt = w_t()
-        exact = wt.dtype.type
-        acc = gemm_bias_clamp(x.reshape(-1, depth).astype(exact) - exact(pi.z), wt, None, -np.inf, np.inf)
-        y = requantize_fp32(acc, bias, mult, po.z, lo, hi, po.dtype)
+        x2 = x.reshape(-1, depth)
+        if sums_fit and x2.shape[0] <= FEW_ROWS:
+            y = np.empty((x2.shape[0], units), po.dtype)
+            _rows_requantize(np.ascontiguousarray(x2), np.int32(pi.z), w_rows(), int_bias, mult, po.z, lo, hi, y)
+        else:
+            wt = w_t()
+            exact = wt.dtype.type
+            acc = gemm_bias_clamp(x2.astype(exact) - exact(pi.z), wt, None, -np.inf, np.inf)
+            y = requantize_fp32(acc, bias, mult, po.z, lo, hi, po.dtype)
         return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
 
     return run
@@ -594,7 +632,7 @@ def _lut_factory(ctx: OpContext):
     real = ((levels - pi.z).astype(np.float32) * np.float32(pi.s)).astype(np.float32)
     with np.errstate(all="ignore"):
         transformed = np.asarray(f([real])[0], np.float32)
-    table = quantize_values(np.nan_to_num(transformed), po)
+    table = quantize_values(transformed, po)  # (NaN as zero)
     offset = -pi.qmin
 
     def run(xs):
@@ -658,7 +696,7 @@ def _emulated(float_factory):
             fx = [dequantize_values(x, p) if p is not None and x is not None else x for x, p in zip(xs, in_q)]
             with np.errstate(all="ignore"):
                 ys = fn(fx)
-            return [quantize_values(np.nan_to_num(np.asarray(y, np.float64)), p) if p is not None else y
+            return [quantize_values(np.asarray(y), p) if p is not None else y  # (NaN as zero)
                     for y, p in zip(ys, out_q)]
 
         return run

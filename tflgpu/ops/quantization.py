@@ -75,31 +75,61 @@ def tfl_round(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+@njit(cache=True, inline="always")
+def _quantize_one(x, scale, zp, lo, hi):
+    v = np.float64(x) / scale
+    if np.isnan(v):  # NaN: as zero
+        v = 0.0
+    r = np.floor(abs(v) + 0.5)
+    q = (r if v >= 0 else -r) + zp
+    return min(max(q, lo), hi)
+
+
 @njit(cache=True, parallel=True)
 def _quantize_flat(x, scale, zp, lo, hi, out):
     for i in prange(x.size):
-        v = np.float64(x[i]) / scale
-        if np.isnan(v):  # NaN: as zero
-            v = 0.0
-        r = np.floor(abs(v) + 0.5)
-        q = (r if v >= 0 else -r) + zp
-        out[i] = min(max(q, lo), hi)
+        out[i] = _quantize_one(x[i], scale, zp, lo, hi)
+
+
+@njit(cache=True)
+def _quantize_flat_serial(x, scale, zp, lo, hi, out):
+    for i in range(x.size):
+        out[i] = _quantize_one(x[i], scale, zp, lo, hi)
+
+
+PARALLEL_VALUES = 1 << 16  # fewer values than this are converted on the calling thread (a parallel region costs
+# several microseconds: a classifier's 1001 outputs took longer to start on two threads than to convert on one)
 
 
 def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
-    """round(real / scale) + zero point (half away from zero, as TfLiteRound), clamped to the type's range."""
+    """round(real / scale) + zero point (half away from zero, as TfLiteRound), clamped to the type's range; NaN
+    as zero."""
     if len(p.scale) == 1 and np.ndim(real) > 0:  # (one pass; the host side of every float-view output)
         x = np.ascontiguousarray(real).reshape(-1)
         if x.dtype not in (np.float32, np.float64):
             x = x.astype(np.float64)
         out = np.empty(x.size, p.dtype)
-        _quantize_flat(x, np.float64(p.scale[0]), np.float64(p.z), np.float64(p.qmin), np.float64(p.qmax), out)
+        run = _quantize_flat if x.size >= PARALLEL_VALUES else _quantize_flat_serial
+        run(x, np.float64(p.scale[0]), np.float64(p.z), np.float64(p.qmin), np.float64(p.qmax), out)
         return out.reshape(np.shape(real))
     scale, zp = p.broadcast(np.ndim(real))
-    q = tfl_round(np.asarray(real, np.float64) / np.asarray(scale, np.float64)) + zp
+    q = tfl_round(np.nan_to_num(np.asarray(real, np.float64)) / np.asarray(scale, np.float64)) + zp
     return np.clip(q, p.qmin, p.qmax).astype(p.dtype)
 
 
+@njit(cache=True)
+def _dequantize_flat(q, zp, scale, out):
+    for i in range(q.size):
+        out[i] = (np.float32(q[i]) - zp) * scale
+
+
 def dequantize_values(q: np.ndarray, p: QParams) -> np.ndarray:
+    """float32((float32(q) - zero point) * scale)."""
+    q = np.asarray(q)
+    if len(p.scale) == 1 and q.ndim > 0 and q.dtype in QTYPES:  # (one pass, no temporaries)
+        out = np.empty(q.shape, np.float32)
+        _dequantize_flat(np.ascontiguousarray(q).reshape(-1), np.float32(p.zero_point[0]), np.float32(p.scale[0]),
+                         out.reshape(-1))
+        return out
     scale, zp = p.broadcast(np.ndim(q))
     return ((np.asarray(q, np.float32) - np.asarray(zp, np.float32)) * np.asarray(scale, np.float32)).astype(np.float32)
