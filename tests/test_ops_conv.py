@@ -147,3 +147,28 @@ def test_batch_matmul(adj_x, adj_y, b1, b2, seed):
 def test_fully_connected_rejects_tanh_like_litert(rng):
     assert both_fail_or_match("FULLY_CONNECTED", [In(rand(rng, (2, 4))), rand(rng, (3, 4)), None],
                               fused_activation_function="TANH") == "both rejected"
+
+
+@pytest.mark.parametrize("geometry", [(3, 3, 1, 1, 1, 1, "SAME"), (3, 3, 2, 2, 1, 1, "SAME"), (3, 3, 1, 1, 2, 2, "SAME"),
+                                      (5, 3, 2, 1, 1, 3, "VALID"), (1, 1, 1, 1, 1, 1, "VALID")])
+@pytest.mark.parametrize("c", [1, 16, 32])
+def test_depthwise_by_rows_is_the_per_pixel_kernel(geometry, c):
+    """The row-at-a-time depthwise kernel (few channels) computes what the per-pixel one does: strides, dilations,
+    both paddings, two images, to float32 rounding (the taps are summed in another order)."""
+    from tflgpu.cpu.conv import _depthwise, _depthwise_rows
+    from tflgpu.ops.attributes import conv_padding
+
+    kh, kw, sh, sw, dh, dw, pad = geometry
+    rng = np.random.default_rng(c + kh + sh)
+    x = rng.standard_normal((2, 17, 13, c)).astype(np.float32)
+    w = rng.standard_normal((1, kh, kw, c)).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
+    code = 0 if pad == "SAME" else 1
+    oh, pt = conv_padding(17, kh, sh, dh, code)
+    ow, pl = conv_padding(13, kw, sw, dw, code)
+    lo, hi = np.float32(-1.5), np.float32(2.0)
+    want = _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, 1, lo, hi)
+    got = _depthwise_rows(x, np.ascontiguousarray(np.tile(w[0], (1, 1, ow))), np.tile(bias, ow), sh, sw, dh, dw, pt,
+                          pl, oh, ow, lo, hi)
+    assert got.shape == want.shape and np.unique(got).size > got.size // 3
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -121,6 +121,54 @@ def _depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi):
     return out
 
 
+@njit(cache=True, parallel=True)
+def _depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi):
+    """Depthwise convolution (multiplier 1, float32) a whole output row at a time: for each tap, the row's
+    outputs += the input row's pixels times the tap's weights tiled along the row (``w_rows`` [kh, kw, ow*c],
+    ``bias_row`` [ow*c]); at stride 1 that is one contiguous loop over (x, channel). For few channels, where the
+    per-pixel loop over the channels is too short for the vector loop (32 channels: 2x as fast)."""
+    n, h, wd, c = x.shape
+    kh, kw = w_rows.shape[0], w_rows.shape[1]
+    length = ow * c
+    out = np.empty((n, oh, length), np.float32)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        orow = out[b, oy]
+        for j in range(length):
+            orow[j] = bias_row[j]
+        for ky in range(kh):
+            iy = oy * sh - pt + ky * dh
+            if iy < 0 or iy >= h:
+                continue
+            xrow = x[b, iy].reshape(-1)
+            for kx in range(kw):
+                x0 = max(0, (pl - kx * dw + sw - 1) // sw)  # the outputs whose input pixel is inside
+                x1 = min(ow, (wd - 1 + pl - kx * dw) // sw + 1)
+                if x1 <= x0:
+                    continue
+                wrow = w_rows[ky, kx]
+                if sw == 1:
+                    run = (x1 - x0) * c
+                    src = xrow[(x0 - pl + kx * dw) * c:]
+                    dst = orow[x0 * c:]
+                    wr = wrow[x0 * c:]
+                    for j in range(run):
+                        dst[j] += src[j] * wr[j]
+                else:
+                    for ox in range(x0, x1):
+                        src = xrow[(ox * sw - pl + kx * dw) * c:]
+                        dst = orow[ox * c:]
+                        for ch in range(c):
+                            dst[ch] += src[ch] * wrow[ch]
+        for j in range(length):
+            orow[j] = min(max(orow[j], lo), hi)
+    return out.reshape(n, oh, ow, c)
+
+
+ROWS_BELOW_CHANNELS = 64  # depthwise convolutions of fewer channels run a row at a time (_depthwise_rows)
+
+
 @njit(cache=True)
 def _col2im(cols, n, h, w, oh, ow, kh, kw, oc, sh, sw, pt, pl, out):
     # cols: [n*h*w, kh*kw*oc]; scatter-add every input pixel's contribution
@@ -251,7 +299,22 @@ def depthwise_conv2d(ctx: OpContext):
         mult = oc // c
         if mult > 1:  # each input channel repeated for its outputs: the loop over channels then vectorizes
             x, mult = np.repeat(x, mult, axis=3), 1  # (32x32x8, multiplier 2: 106 -> 62 us)
+        if oc < ROWS_BELOW_CHANNELS and oh > 0 and ow > 0:
+            w_rows, bias_row = tiled(ow, w)
+            return [_depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
         return [_depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi)]
+
+    tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def tiled(ow: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The weights [kh, kw, ow*oc] and bias [ow*oc] tiled along an output row of ``ow`` pixels (once per
+        width for constant weights)."""
+        if w is not w_c:
+            return np.ascontiguousarray(np.tile(w[0], (1, 1, ow))), np.tile(bias, ow)
+        t = tiles.get(ow)
+        if t is None:
+            t = tiles[ow] = (np.ascontiguousarray(np.tile(w[0], (1, 1, ow))), np.tile(bias, ow))
+        return t
 
     return run
 
