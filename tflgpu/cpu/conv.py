@@ -22,7 +22,7 @@ from .registry import KernelError, OpContext, apply_activation, check_geometry, 
 @njit(cache=True, parallel=True)
 def _im2col(x, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, row0, row1):
     """The im2col rows of output rows [row0, row1) (counted over batch x output height)."""
-    n, h, w, c = x.shape
+    _, h, w, c = x.shape
     cols = np.zeros(((row1 - row0) * ow, kh * kw * c), dtype=x.dtype)
     for i in prange(row1 - row0):
         row = row0 + i
@@ -291,7 +291,7 @@ def depthwise_conv2d(ctx: OpContext):
     def run(xs):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
         w = w_c if w_c is not None else np.ascontiguousarray(xs[1], dtype=np.float32)
-        n, h, wd, c = x.shape
+        _, h, wd, c = x.shape
         if c == 0 or oc % c:
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
         oh, pt = conv_padding(h, kh, sh, dh, pad)
