@@ -135,3 +135,32 @@ def test_bad_custom_options_refused_at_allocate(rng):
     with pytest.raises(RuntimeError, match=r"Node number 0 \(MaxPoolingWithArgmax2D\) failed to prepare: "
                                            r"custom options hold 2 bytes"):
         it.allocate_tensors()
+
+
+def test_lstm_vector_activations_are_within_a_few_ulp():
+    """The LSTM's vectorized exp / sigmoid / tanh (Cephes' polynomials) against float64, from -100 to 100: a few
+    float32 ulp (relative, absolute for tanh near 0 and sigmoid far below 0), saturating to 0 / 1 / +-1 at the
+    ends, NaN kept."""
+    from tflgpu.cpu.recurrent import _exp_into, _sigmoid_into, _tanh_into
+
+    x = np.concatenate([np.linspace(-100, 100, 400001), [np.nan, 0.0, -0.0, 1e-30, -1e-30]]).astype(np.float32)
+    n = x.size
+    e, t, bits = np.empty(n, np.float32), np.empty(n, np.float32), np.empty(n, np.int32)
+    x64 = x.astype(np.float64)
+    exp = np.empty(n, np.float32)
+    _exp_into(x, exp, bits)
+    inside = (x64 > -86.6) & (x64 < 88.7)
+    want = np.exp(x64)
+    assert np.max(np.abs(exp[inside] - want[inside]) / want[inside]) < 3e-7
+    assert np.all(exp[x64 >= 88.7] > 3e38) and np.all(exp[x64 <= -86.6] < 3e-38)
+    sig = x.copy()
+    _sigmoid_into(sig, e, t, bits)
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-x64))
+    assert np.nanmax(np.abs(sig - want) / np.maximum(want, 1e-30)) < 3e-7
+    tanh = x.copy()
+    _tanh_into(tanh, e, t, bits)
+    want = np.tanh(x64)
+    assert np.nanmax(np.abs(tanh - want) / np.maximum(np.abs(want), 1e-7)) < 3e-7
+    assert tanh[-4] == 0 and tanh[-2] == np.float32(1e-30) and tanh[0] == -1 and tanh[400000] == 1
+    assert np.isnan(exp[400001]) and np.isnan(sig[400001]) and np.isnan(tanh[400001])
