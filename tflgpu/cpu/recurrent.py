@@ -64,7 +64,7 @@ def _exp_into(x, out, bits) -> None:
         p = p * r + np.float32(5.0000001201e-1)
         p = p * r * r + r + np.float32(1.0)
         bits[i] = (np.int32(k) + np.int32(126)) << 23  # 2^(k-1): k = 128 at the top
-        out[i] = p if x[i] == x[i] else x[i]
+        out[i] = x[i] if np.isnan(x[i]) else p
     scale = bits.view(np.float32)
     for i in range(n):
         out[i] = out[i] * scale[i] * np.float32(2.0)
@@ -96,7 +96,7 @@ def _tanh_into(v, e, t, bits) -> None:
                  - np.float32(3.33332819422e-1)) * z * x + x
         big = np.float32(1.0) - np.float32(2.0) / (t[i] + np.float32(1.0))
         big = big if x >= 0 else -big
-        v[i] = small if abs(x) < np.float32(0.625) else big if x == x else x
+        v[i] = small if abs(x) < np.float32(0.625) else x if np.isnan(x) else big
 
 
 @njit(cache=True)
