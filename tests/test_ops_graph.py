@@ -141,7 +141,9 @@ def test_lstm_vector_activations_are_within_a_few_ulp():
     """The LSTM's vectorized exp / sigmoid / tanh (Cephes' polynomials) against float64, from -100 to 100: a few
     float32 ulp (relative, absolute for tanh near 0 and sigmoid far below 0), saturating to 0 / 1 / +-1 at the
     ends, NaN kept."""
-    from tflgpu.cpu.recurrent import _exp_into, _sigmoid_into, _tanh_into
+    from tflgpu.cpu.vecmath import exp_into as _exp_into
+    from tflgpu.cpu.vecmath import sigmoid_into as _sigmoid_into
+    from tflgpu.cpu.vecmath import tanh_into as _tanh_into
 
     x = np.concatenate([np.linspace(-100, 100, 400001), [np.nan, 0.0, -0.0, 1e-30, -1e-30]]).astype(np.float32)
     n = x.size

@@ -22,7 +22,18 @@ def _unary(fn):
     return factory
 
 
+@njit(cache=True)
+def _hard_swish_f32(x):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        v = x[i]
+        out[i] = v * min(max(v + np.float32(3.0), np.float32(0.0)), np.float32(6.0)) * np.float32(1.0 / 6.0)
+    return out
+
+
 def _hard_swish(x):
+    if x.dtype == np.float32 and x.ndim:  # (one pass; numpy's takes four)
+        return _hard_swish_f32(np.ascontiguousarray(x).reshape(-1)).reshape(x.shape)
     return x * np.clip(x + 3.0, 0.0, 6.0) * np.float32(1.0 / 6.0)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from ..ops.jit import njit
 from .conv import _float_weights
 from .registry import KernelError, OpContext, register
+from .vecmath import sigmoid_into, tanh_into
 
 LAYER_NORM_EPS = 1e-8
 
@@ -40,72 +41,13 @@ def _act(x: float, code: int) -> float:
     return x
 
 
-# A vectorizable float32 exp (Cephes' expf: a degree-6 polynomial of the remainder, times 2^k built from its
-# bits): numba calls the C library's exp once per value, which took two thirds of a small LSTM's time.
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HI, _LN2_LO = np.float32(0.693359375), np.float32(-2.12194440e-4)
-_EXP_LO, _EXP_HI = np.float32(-86.6), np.float32(88.7)  # (2^(k-1) stays a normal float between these)
-
-
-@njit(cache=True)
-def _exp_into(x, out, bits) -> None:
-    """out = exp(x) for float32 arrays (within 2 ulp; clamped to [exp(-86.6), exp(88.7)], NaN kept); ``bits``:
-    int32 scratch of x's size. ``out`` must not be ``x``: the loops vectorize only for distinct arrays."""
-    n = x.size
-    for i in range(n):
-        v = min(max(x[i], _EXP_LO), _EXP_HI)
-        k = np.floor(v * _LOG2E + np.float32(0.5))
-        r = v - k * _LN2_HI - k * _LN2_LO
-        p = np.float32(1.9875691500e-4)
-        p = p * r + np.float32(1.3981999507e-3)
-        p = p * r + np.float32(8.3334519073e-3)
-        p = p * r + np.float32(4.1665795894e-2)
-        p = p * r + np.float32(1.6666665459e-1)
-        p = p * r + np.float32(5.0000001201e-1)
-        p = p * r * r + r + np.float32(1.0)
-        bits[i] = (np.int32(k) + np.int32(126)) << 23  # 2^(k-1): k = 128 at the top
-        out[i] = x[i] if np.isnan(x[i]) else p
-    scale = bits.view(np.float32)
-    for i in range(n):
-        out[i] = out[i] * scale[i] * np.float32(2.0)
-
-
-@njit(cache=True)
-def _sigmoid_into(v, e, t, bits) -> None:
-    """v = 1 / (1 + exp(-v)), in place; ``e``, ``t``: float32 scratch."""
-    for i in range(v.size):
-        e[i] = -v[i]
-    _exp_into(e, t, bits)
-    for i in range(v.size):
-        v[i] = np.float32(1.0) / (np.float32(1.0) + t[i])
-
-
-@njit(cache=True)
-def _tanh_into(v, e, t, bits) -> None:
-    """v = tanh(v), in place (Cephes' tanhf: an odd polynomial below 0.625, else 1 - 2 / (exp(2|v|) + 1));
-    ``e``, ``t``: float32 scratch."""
-    n = v.size
-    for i in range(n):
-        e[i] = np.float32(2.0) * abs(v[i])
-    _exp_into(e, t, bits)
-    for i in range(n):
-        x = v[i]
-        z = x * x
-        small = ((((np.float32(-5.70498872745e-3) * z + np.float32(2.06390887954e-2)) * z
-                   - np.float32(5.37397155531e-2)) * z + np.float32(1.33314422036e-1)) * z
-                 - np.float32(3.33332819422e-1)) * z * x + x
-        big = np.float32(1.0) - np.float32(2.0) / (t[i] + np.float32(1.0))
-        big = big if x >= 0 else -big
-        v[i] = small if abs(x) < np.float32(0.625) else x if np.isnan(x) else big
-
-
 @njit(cache=True)
 def _act_into(v, code: int, e, t, bits) -> None:
     """_act over a float32 array, in place."""
     if code == 4:
-        _tanh_into(v, e, t, bits)
+        tanh_into(v, e, t, bits)
     elif code == 6:
-        _sigmoid_into(v, e, t, bits)
+        sigmoid_into(v, e, t, bits)
     else:
         for i in range(v.size):
             v[i] = _act(v[i], code)
@@ -170,10 +112,10 @@ def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, 
                 zg[u] = pre[gc + u] + bias[gc + u]
                 if not cifg:
                     zi[u] = pre[gi + u] + bias[gi + u]
-            _sigmoid_into(zf, scratch, scratch2, bits)
+            sigmoid_into(zf, scratch, scratch2, bits)
             _act_into(zg, act, scratch, scratch2, bits)
             if not cifg:
-                _sigmoid_into(zi, scratch, scratch2, bits)
+                sigmoid_into(zi, scratch, scratch2, bits)
             for u in range(units):
                 f = zf[u]
                 i = np.float32(1.0) - f if cifg else zi[u]
@@ -187,7 +129,7 @@ def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, 
             for u in range(units):
                 zo[u] = pre[go + u] + bias[go + u]
                 hid[u] = c[b, u]
-            _sigmoid_into(zo, scratch, scratch2, bits)
+            sigmoid_into(zo, scratch, scratch2, bits)
             _act_into(hid, act, scratch, scratch2, bits)
             for u in range(units):
                 hid[u] *= zo[u]

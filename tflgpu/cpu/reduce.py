@@ -138,10 +138,10 @@ def _arg_rows(x, largest, out):
     rows, c = x.shape
     for r in range(rows):
         best, at = x[r, 0], 0
-        if best == best:
+        if not np.isnan(best):
             for j in range(1, c):
                 v = x[r, j]
-                if v != v:
+                if np.isnan(v):
                     at = j
                     break
                 if (v > best) if largest else (v < best):
