@@ -102,6 +102,9 @@ def test_conv2d_16_lane_tiles(gpu, rng, shape, cout, k, stride, dil, pad, tile):
     ((2, 6, 6, 3), 1, 5, 1, 1, "SAME"),
     ((2, 7, 6, 20), 1, 3, 1, 1, "SAME"),  # an odd slice count: the last pair's second half is padding
     ((1, 6, 5, 18), 1, 3, 2, 1, "VALID"),
+    ((2, 7, 9, 6), 2, 3, 2, 1, "SAME"),  # channel multipliers dividing 4: a shuffle of one input slice
+    ((1, 6, 7, 3), 4, 3, 1, 2, "SAME"),
+    ((1, 6, 6, 5), 3, 3, 1, 1, "SAME"),  # others: each lane's input channel gathered
 ])
 def test_depthwise(gpu, rng, shape, mult, k, stride, dil, pad):
     c = shape[3]
@@ -230,6 +233,10 @@ def test_softmax(gpu, rng, shape):
 
 def test_reshape_transpose_concat(gpu, rng):
     check_op("RESHAPE", [In(rand(rng, (1, 4, 6, 3))), np.array([1, 8, 9], I32)], **gpu)
+    # the same slices in the same order (a float4 copy): pixels' rows regrouped, batch and channels kept
+    check_op("RESHAPE", [In(rand(rng, (2, 4, 6, 5))), np.array([2, 24, 5], I32)], **gpu)
+    check_op("RESHAPE", [In(rand(rng, (1, 6, 10))), np.array([1, 2, 3, 10], I32)], **gpu)
+    check_op("RESHAPE", [In(rand(rng, (3, 7))), np.array([3, 1, 1, 7], I32)], **gpu)
     check_op("TRANSPOSE", [In(rand(rng, (1, 4, 6, 3))), np.array([0, 2, 1, 3], I32)], **gpu)
     for axis in (1, 3, -1):
         shapes = [(1, 3, 4, 5), (1, 3, 4, 5)]

@@ -675,6 +675,14 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
          f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
     for t in range(tx):
         L.append(f"  float4 acc{t} = LD4(bias, S);")
+    if mult > 1 and 4 % mult == 0:  # lane j of output slice S is lane q * (S % mult) + j / mult of the input slice
+        q = 4 // mult
+        lanes = ", ".join(f"{q} * (S % {mult}) + {j // mult}" for j in range(4))
+        L.append(f"  const uint4 pick = (uint4)({lanes});")
+    elif mult > 1:  # each lane's input channel (its slice plane and lane), once
+        for j in range(4):
+            L.append(f"  const int c{j} = min((S * 4 + {j}) / {mult}, {cin - 1});"
+                     f" const int at{j} = (c{j} / 4) * {ih * iw * 4} + c{j} % 4;")
     L.append(f"  for (int ky = 0; ky < {kh}; ++ky) {{")
     L.append(f"    const int iy = oy * {sh} - {pt} + ky * {dh};")
     L.append(f"    if (iy < 0 || iy >= {ih}) continue;")
@@ -685,11 +693,13 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
         L.append(f"        if (ix >= 0 && ix < {iw}) {{")
         if mult == 1:
             L.append(f"          acc{t} = mad(LD4(src, ((b * {sin} + S) * {ih} + iy) * {iw} + ix), w, acc{t});")
+        elif 4 % mult == 0:  # an output slice's channels read 4 / mult channels of input slice S / mult
+            L.append(f"          acc{t} = mad(shuffle(LD4(src, ((b * {sin} + S / {mult}) * {ih} + iy) * {iw} + ix), "
+                     f"pick), w, acc{t});")
         else:  # output channel o reads input channel o / mult: gather the four lanes
             L.append("          float4 xv;")
             for j, lane in enumerate("xyzw"):
-                L.append(f"          {{ const int ci = min((S * 4 + {j}) / {mult}, {cin - 1});")
-                L.append(f"            xv.{lane} = LD1(src, (((b * {sin} + ci / 4) * {ih} + iy) * {iw} + ix) * 4 + ci % 4); }}")
+                L.append(f"          xv.{lane} = LD1(src, (((b * {sin}) * {ih} + iy) * {iw} + ix) * 4 + at{j});")
             L.append(f"          acc{t} = mad(xv, w, acc{t});")
         L.append("        } }")
     L += ["    }", "  }"]

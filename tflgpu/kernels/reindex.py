@@ -63,6 +63,15 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
     _check(ishape, oshape)
     if int(np.prod(ishape)) != int(np.prod(oshape)):
         raise Unsupported("reshape with inferred/dynamic shape")
+    il, ol = bhwc(tuple(ishape)), bhwc(tuple(oshape))
+    if (il.b, il.c, il.h * il.w) == (ol.b, ol.c, ol.h * ol.w):
+        # the same slices in the same order (only the pixels' rows change: [1, 32, 32, 80] -> [1, 1024, 80]): a
+        # float4 copy, where the lane-by-lane index arithmetic below took 158 us for 80K values (CPU device)
+        n4 = ol.b * ol.s * ol.h * ol.w
+        src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global STORE_T* dst) {{\n"
+               f"  const int i = get_global_id(0);\n  if (i < {n4}) ST4(dst, i, LD4(in0, i));\n}}")
+        x, y = ctx.op.inputs[0], ctx.op.outputs[0]
+        return [KernelSpec(ctx.name, src, (n4,), None, [Arg("tensor", x), Arg("tensor", y)], [x], [y])]
 
     def value(coords):
         lin = "0"
