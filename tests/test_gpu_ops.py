@@ -427,6 +427,33 @@ def test_unidirectional_lstm_on_device(gpu, rng, variant):
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("sequence", [True, False])
+@pytest.mark.parametrize("variant", [{}, {"cell_clip": 0.2, "time_major": True, "batch": 3, "steps": 9}])
+def test_lstm_in_one_launch_or_one_per_step(gpu, rng, sequence, variant):
+    """Both forms of the device LSTM (one work-group looping over the steps, or a launch per step) match LiteRT,
+    and the state carries over to the next invoke in each."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert
+    from .oputil import lstm_model
+
+    model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **variant)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+                   params={0: {"sequence": sequence}})
+    (step,) = plan.steps
+    assert step.device == "gpu" and len(step.specs) == (1 if sequence else variant.get("steps", 5) + 1)
+    ref = litert()(model_content=model)
+    ref.allocate_tensors()
+    x_in = ref.get_input_details()[0]["index"]
+    for _ in range(2):  # (the second invoke starts from the first's final state)
+        ref.set_tensor(x_in, feeds[0])
+        ref.invoke()
+        got = plan.run(feeds)[it.model.main.outputs[0]]
+        assert_close(got, ref.get_tensor(ref.get_output_details()[0]["index"]), gpu["rtol_scale"])
+
+
 def test_long_lstm_builds_in_linear_time_and_holds_its_weights_once(opencl_device, rng, monkeypatch):
     """A fuzz finding: a 16,400-step LSTM took 150 s to build (pyopencl generated an invoker module per kernel
     instance, naming each by scanning the others: O(n^2)) and uploaded its weights once per step. Now the
@@ -442,6 +469,9 @@ def test_long_lstm_builds_in_linear_time_and_holds_its_weights_once(opencl_devic
     real = pyopencl.invoker._generate_enqueue_and_set_args_module
     monkeypatch.setattr(pyopencl.invoker, "_generate_enqueue_and_set_args_module",
                         lambda *a: generated.append(a[0]) or real(*a))
+    from tflgpu.kernels import recurrent
+
+    monkeypatch.setattr(recurrent, "SEQUENCE_UNITS", 0)  # (the one-launch-per-step form)
     model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, steps=1500, n_in=5, units=6)
     it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
     plan = it.gpu_plan
