@@ -12,6 +12,7 @@ Plain LSTMs only (optional cell clipping): peephole, CIFG, projection and layer 
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,40 +101,30 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
 
     hs, cs = ctx.tensor(h_idx).shape, ctx.tensor(c_idx).shape
     name = ctx.name
+    # step t's four gates of unit u (both kernels): the input and recurrent products, the bias, the activations
+    gates = f"""float g[4];
+for (int q = 0; q < 4; ++q) {{
+  const int row = q * {units} + u;
+  float s = bias[row];
+  for (int k = 0; k < {n_in}; ++k) s += LD1(x, {seq('t', 'b', 'k', shape)}) * wx[k * {4 * units} + row];
+  for (int k = 0; k < {units}; ++k) {{
+    const float hp = t == 0 ? LD1(hstate, {offset(hs, ['b', 'k'])}) : LD1(y, {seq('(t - 1)', 'b', 'k', out.shape)});
+    s += hp * wh[k * {4 * units} + row];
+  }}
+  g[q] = s;
+}}
+const float ig = 1.0f / (1.0f + exp(-g[0])), fg = 1.0f / (1.0f + exp(-g[1]));
+const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));"""
     body = {"steps": str(steps), "c_at": offset(cs, ["b", "u"]), "h_at": offset(hs, ["b", "u"]),
             "y_at": seq("t", "b", "u", out.shape), "last_at": seq(str(steps - 1), "b", "u", out.shape),
             "clip": f"c = clamp(c, {-clip!r}f, {clip!r}f);" if clip > 0 else "",
-            "gates": f"""    float g[4];
-    for (int q = 0; q < 4; ++q) {{
-      const int row = q * {units} + u;
-      float s = bias[row];
-      for (int k = 0; k < {n_in}; ++k) s += LD1(x, {seq('t', 'b', 'k', shape)}) * wx[k * {4 * units} + row];
-      for (int k = 0; k < {units}; ++k) {{
-        const float hp = t == 0 ? LD1(hstate, {offset(hs, ['b', 'k'])}) : LD1(y, {seq('(t - 1)', 'b', 'k', out.shape)});
-        s += hp * wh[k * {4 * units} + row];
-      }}
-      g[q] = s;
-    }}
-    const float ig = 1.0f / (1.0f + exp(-g[0])), fg = 1.0f / (1.0f + exp(-g[1]));
-    const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));"""}
+            "gates": textwrap.indent(gates, "    ")}
     src = f"""__kernel void {name}(__global const STORE_T* x, __global const float* wx, __global const float* wh,
     __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate, __global STORE_T* y,
     const int t) {{
   const int u = get_global_id(0); const int b = get_global_id(1);
   if (u >= {units} || b >= {batch}) return;
-  float g[4];
-  for (int q = 0; q < 4; ++q) {{
-    const int row = q * {units} + u;
-    float s = bias[row];
-    for (int k = 0; k < {n_in}; ++k) s += LD1(x, {seq('t', 'b', 'k', shape)}) * wx[k * {4 * units} + row];
-    for (int k = 0; k < {units}; ++k) {{
-      const float hp = t == 0 ? LD1(hstate, {offset(hs, ['b', 'k'])}) : LD1(y, {seq('(t - 1)', 'b', 'k', out.shape)});
-      s += hp * wh[k * {4 * units} + row];
-    }}
-    g[q] = s;
-  }}
-  const float ig = 1.0f / (1.0f + exp(-g[0])), fg = 1.0f / (1.0f + exp(-g[1]));
-  const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));
+{textwrap.indent(gates, "  ")}
   float c = fg * LD1(cstate, {offset(cs, ['b', 'u'])}) + ig * gg;
   {f'c = clamp(c, {-clip!r}f, {clip!r}f);' if clip > 0 else ''}
   const float h = og * tanh(c);
