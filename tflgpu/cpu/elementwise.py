@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model import reader
 from ..ops.attributes import activation_bounds
-from ..ops.jit import njit, prange
+from ..ops.jit import PARALLEL_ELEMENTS, njit, prange
 from ..ops.quantization import RAW_MEAN_SNAP
 from .registry import KernelError, OpContext, apply_activation, fits, register
 
@@ -115,9 +115,6 @@ def _prelu_channels(x, alpha):
             v = x[r, j]
             out[r, j] = v if v >= 0 else v * alpha[j]
     return out
-
-
-PARALLEL_ELEMENTS = 1 << 16  # below this, a numba parallel region costs more than numpy's passes
 
 
 def _per_channel(alpha: np.ndarray, x: np.ndarray) -> np.ndarray | None:

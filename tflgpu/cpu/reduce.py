@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 
-from ..ops.jit import njit, prange
-from .elementwise import PARALLEL_ELEMENTS
+from ..ops.jit import PARALLEL_ELEMENTS, njit, prange
 from .registry import KernelError, OpContext, apply_activation, normalize_axis, register
 
 

@@ -68,4 +68,3 @@ def tanh_into(v, e, t, bits) -> None:
         big = np.float32(1.0) - np.float32(2.0) / (t[i] + np.float32(1.0))
         big = big if x >= 0 else -big
         v[i] = small if abs(x) < np.float32(0.625) else x if np.isnan(x) else big
-

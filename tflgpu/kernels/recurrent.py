@@ -115,10 +115,7 @@ for (int q = 0; q < 4; ++q) {{
 }}
 const float ig = 1.0f / (1.0f + exp(-g[0])), fg = 1.0f / (1.0f + exp(-g[1]));
 const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));"""
-    body = {"steps": str(steps), "c_at": offset(cs, ["b", "u"]), "h_at": offset(hs, ["b", "u"]),
-            "y_at": seq("t", "b", "u", out.shape), "last_at": seq(str(steps - 1), "b", "u", out.shape),
-            "clip": f"c = clamp(c, {-clip!r}f, {clip!r}f);" if clip > 0 else "",
-            "gates": textwrap.indent(gates, "    ")}
+    clip_c = f"c = clamp(c, {-clip!r}f, {clip!r}f);" if clip > 0 else ""
     src = f"""__kernel void {name}(__global const STORE_T* x, __global const float* wx, __global const float* wh,
     __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate, __global STORE_T* y,
     const int t) {{
@@ -126,7 +123,7 @@ const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));"""
   if (u >= {units} || b >= {batch}) return;
 {textwrap.indent(gates, "  ")}
   float c = fg * LD1(cstate, {offset(cs, ['b', 'u'])}) + ig * gg;
-  {f'c = clamp(c, {-clip!r}f, {clip!r}f);' if clip > 0 else ''}
+  {clip_c}
   const float h = og * tanh(c);
 #ifdef TFLGPU_FP16
   vstore_half(c, {offset(cs, ['b', 'u'])}, cstate);
@@ -156,7 +153,26 @@ __kernel void {name}_final(__global const STORE_T* y, __global STORE_T* hstate) 
     knobs = LstmKnobs.resolve(lstm_shape, ctx.params)
     flops = 8 * batch * units * (n_in + units)
     if knobs.sequence:
-        return [KernelSpec(f"{name}_seq", _sequence_source(name, body), (units, batch), (units, 1),
+        # every step in one work-group (work-item u: unit u of batch row b): a step's h goes to the output
+        # sequence, then a barrier (global memory: the next step reads every unit's h there); the state is written
+        # after the last step (h was read only at step 0)
+        seq_src = f"""__kernel void {name}_seq(__global const STORE_T* x, __global const float* wx,
+    __global const float* wh, __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate,
+    __global STORE_T* y) {{
+  const int u = get_global_id(0); const int b = get_global_id(1);
+  float c = LD1(cstate, {offset(cs, ['b', 'u'])});
+  for (int t = 0; t < {steps}; ++t) {{
+{textwrap.indent(gates, "    ")}
+    c = fg * c + ig * gg;
+    {clip_c}
+    const float h = og * tanh(c);
+    ST1(y, {seq('t', 'b', 'u', out.shape)}, h);
+    barrier(CLK_GLOBAL_MEM_FENCE);
+  }}
+  ST1(cstate, {offset(cs, ['b', 'u'])}, c);
+  ST1(hstate, {offset(hs, ['b', 'u'])}, LD1(y, {seq(str(steps - 1), 'b', 'u', out.shape)}));
+}}"""
+        return [KernelSpec(f"{name}_seq", seq_src, (units, batch), (units, 1),
                            [Arg("tensor", op.inputs[0]), *consts, Arg("tensor", h_idx), Arg("tensor", c_idx),
                             Arg("tensor", op.outputs[0])],
                            [op.inputs[0], h_idx, c_idx], [op.outputs[0], h_idx, c_idx], knobs.params(),
@@ -173,23 +189,3 @@ __kernel void {name}_final(__global const STORE_T* y, __global STORE_T* hstate) 
                             knobs.params(), space=LstmKnobs.space(lstm_shape), state=[h_idx, c_idx]))
     return specs
 
-
-def _sequence_source(name: str, body: dict[str, str]) -> str:
-    """Every step in one work-group (work-item u: unit u of batch row b): the step's body, its h stored in the
-    output sequence, a barrier (global memory: the next step reads every unit's h from there); the state is
-    written after the last step (h was read only at step 0)."""
-    return f"""__kernel void {name}_seq(__global const STORE_T* x, __global const float* wx, __global const float* wh,
-    __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate, __global STORE_T* y) {{
-  const int u = get_global_id(0); const int b = get_global_id(1);
-  float c = LD1(cstate, {body['c_at']});
-  for (int t = 0; t < {body['steps']}; ++t) {{
-{body['gates']}
-    c = fg * c + ig * gg;
-    {body['clip']}
-    const float h = og * tanh(c);
-    ST1(y, {body['y_at']}, h);
-    barrier(CLK_GLOBAL_MEM_FENCE);
-  }}
-  ST1(cstate, {body['c_at']}, c);
-  ST1(hstate, {body['h_at']}, LD1(y, {body['last_at']}));
-}}"""

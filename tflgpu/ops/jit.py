@@ -14,6 +14,9 @@ import sys
 import threading
 from typing import Any
 
+PARALLEL_ELEMENTS = 1 << 16  # below this many values a numba parallel region (several microseconds to start) costs
+# more than it saves: such a pass runs on the calling thread (or as numpy's passes)
+
 _RECORDED: list[LazyJit] = []
 _THREADS: list[int] = []  # the thread count asked for before numba was imported, applied when it is
 _LOCK = threading.Lock()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .jit import njit, prange
+from .jit import PARALLEL_ELEMENTS, njit, prange
 
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
@@ -97,10 +97,6 @@ def _quantize_flat_serial(x, scale, zp, lo, hi, out):
         out[i] = _quantize_one(x[i], scale, zp, lo, hi)
 
 
-PARALLEL_VALUES = 1 << 16  # fewer values than this are converted on the calling thread (a parallel region costs
-# several microseconds: a classifier's 1001 outputs took longer to start on two threads than to convert on one)
-
-
 def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
     """round(real / scale) + zero point (half away from zero, as TfLiteRound), clamped to the type's range; NaN
     as zero."""
@@ -109,7 +105,7 @@ def quantize_values(real: np.ndarray, p: QParams) -> np.ndarray:
         if x.dtype not in (np.float32, np.float64):
             x = x.astype(np.float64)
         out = np.empty(x.size, p.dtype)
-        run = _quantize_flat if x.size >= PARALLEL_VALUES else _quantize_flat_serial
+        run = _quantize_flat if x.size >= PARALLEL_ELEMENTS else _quantize_flat_serial
         run(x, np.float64(p.scale[0]), np.float64(p.z), np.float64(p.qmin), np.float64(p.qmax), out)
         return out.reshape(np.shape(real))
     scale, zp = p.broadcast(np.ndim(real))
