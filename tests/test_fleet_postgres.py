@@ -99,7 +99,7 @@ def test_three_machines_share_one_postgres_study(postgres, opencl_device, rng, t
     # a fourth machine searches nothing: it takes the decision from the storage, records it, and uses it
     fourth = tmp_path / "machine3"
     r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "tune", str(model), "--fetch", "--storage", postgres,
-                        "--repeat", "3", "-q", "--json"], capture_output=True, text=True, timeout=600,
+                        "--repeat", "30", "-q", "--json"], capture_output=True, text=True, timeout=600,
                        env=_env(fourth), check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout[r.stdout.index("\n[") + 1:])
