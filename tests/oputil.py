@@ -241,3 +241,19 @@ def while_model(rng, static_counter: bool = True, float_cond: bool = False):
 def conv_model(rng):
     return op_model("CONV_2D", [In(rand(rng, (1, 12, 12, 8))), rand(rng, (16, 3, 3, 8)), rand(rng, (16,))],
                     padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+
+
+def interior_conv_model(rng):
+    """``conv_model``'s conv between two pools, so that neither its input nor its output crosses the device
+    boundary (runtime.selection.dense_boundary leaves it every form, Winograd included); (model, feeds)."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 13, 13, 8))
+    pooled, conv, out = b.tensor("pooled", (1, 12, 12, 8)), b.tensor("conv", (1, 12, 12, 16)), b.tensor("out", (1, 6, 6, 16))
+    b.op("AVERAGE_POOL_2D", [x], [pooled], padding="VALID", stride_w=1, stride_h=1, filter_width=2, filter_height=2)
+    b.op("CONV_2D", [pooled, b.const("w", rand(rng, (16, 3, 3, 8))), b.const("b", rand(rng, (16,)))], [conv],
+         padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+    b.op("MAX_POOL_2D", [conv], [out], padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2)
+    b.output(out)
+    return b.build(), [rand(rng, (1, 13, 13, 8))]

@@ -21,7 +21,7 @@ from tflgpu.kernels.common import Arg, KernelSpec
 from tflgpu.ops.layout import Layout
 
 from .conftest import assert_close, litert, run_model
-from .oputil import conv_model
+from .oputil import conv_model, interior_conv_model
 
 N = 1 << 15  # pixels (float4 each) of the synthetic kernel's tensors
 LAYOUTS = {0: Layout(1, 1, N, 4), 1: Layout(1, 1, N, 4)}
@@ -165,16 +165,17 @@ def test_recorded_parameters_are_applied(opencl_device, rng, params):
     """Whatever the record says is what runs, and it still matches LiteRT."""
     from tflgpu.autotune import kernel_key
 
-    model, feeds = conv_model(rng)
+    model, feeds = interior_conv_model(rng)
     plain = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan
-    step = plain.steps[0]
+    step = plain.steps[1]
+    assert step.op.name == "CONV_2D"
     from tflgpu.kernels.program import shared_base
 
     key = kernel_key(step.op.name, step.specs, False, shared_base(step.specs))
     db = MemoryTuningDB()
     db.put(opencl_device.identity.key(), key, TuningRecord(params, 10.0, 5.0, 3, "CONV_2D"))
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
-    assert it.gpu_plan.steps[0].params == params
+    assert it.gpu_plan.steps[1].params == params
     assert_close(invoke(it, feeds), run_model(litert(), model, feeds)[0])
 
 

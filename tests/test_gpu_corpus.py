@@ -61,7 +61,8 @@ def test_corpus_through_gpu_delegate(name, fp16, opencl_device):
 def test_memory_plan_shares_buffers(opencl_device):
     it = Interpreter(str(corpus_model("mobilenet_v2_1.0_224.tflite")), delegate=GpuDelegate())
     plan = it.gpu_plan
-    assert plan.planned_bytes < plan.naive_bytes / 3, (plan.planned_bytes, plan.naive_bytes)
+    # (2.96x since the input and output, read and written densely by their kernels, left the pool: 3.1x before)
+    assert plan.planned_bytes < plan.naive_bytes / 2.5, (plan.planned_bytes, plan.naive_bytes)
 
 
 def test_resize_rebuilds_the_plan(opencl_device, rng):

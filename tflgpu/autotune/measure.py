@@ -53,36 +53,43 @@ class KernelBench:
         # gate(kind), kind "compile" | "launch": called before each, so a background search can wait for idle
         self.gate = None
 
-    def _input(self, t: int, half: bool) -> np.ndarray:
-        if (t, half) not in self._inputs:  # (the same values in either storage)
+    def _input(self, t: int, half: bool, dense: bool = False) -> np.ndarray:
+        """Tensor t's values in the slice layout (as half or float), or ``dense``: as the dense NHWC float32 of a
+        boundary buffer (KernelSpec.dense). The same values in every form."""
+        if (t, half, dense) not in self._inputs:
             lay = self.layouts[t]
             if t not in self._inputs:
-                self._inputs[t] = to_slices(self.rng.uniform(-1, 1, lay.dims).astype(np.float32), lay, np.float32)
-            self._inputs[t, half] = self._inputs[t].astype(np.float16 if half else np.float32)
-        return self._inputs[t, half]
+                self._inputs[t] = self.rng.uniform(-1, 1, lay.dims).astype(np.float32)
+            x = self._inputs[t]
+            self._inputs[t, half, dense] = x.reshape(-1) if dense else \
+                to_slices(x, lay, np.float32).astype(np.float16 if half else np.float32)
+        return self._inputs[t, half, dense]
 
     def _buffers(self, specs: list[KernelSpec]) -> tuple[dict, list[int]]:
         cl, mf = self.cl, self.cl.mem_flags
         produced: set[int] = set()
         bufs, outs = {}, []
         self._out_fp16: dict[int, bool] = {}
+        self._out_elements: dict[int, int] = {}
         for i, spec in enumerate(specs):
             for t in spec.inputs:
                 if t not in bufs and t not in produced:
                     bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR,
-                                        hostbuf=self._input(t, spec.tensor_fp16(t)))
+                                        hostbuf=self._input(t, spec.tensor_fp16(t), t in spec.dense))
             for t in spec.outputs:
                 produced.add(t)
                 if t not in bufs:
-                    dtype = np.float16 if spec.fp16 else np.float32
-                    size = max(self.layouts[t].elements * dtype().itemsize, 16)
+                    dtype = np.float16 if spec.tensor_fp16(t) else np.float32
+                    self._out_elements[t] = int(np.prod(self.layouts[t].dims)) if t in spec.dense \
+                        else self.layouts[t].elements
+                    size = max(self._out_elements[t] * dtype().itemsize, 16)
                     bufs[t] = cl.Buffer(self.ctx, mf.READ_WRITE, size)
                     cl.enqueue_fill_buffer(self.queue, bufs[t], dtype(0), 0, size)
                     # (what a later kernel of the list reads is an intermediate value, not the step's output: a
                     # candidate computing it in registers instead, e.g. a fused separable conv, is as good)
                     if not any(t in later.inputs for later in specs[i + 1:]):
                         outs.append(t)
-                    self._out_fp16[t] = spec.fp16
+                    self._out_fp16[t] = spec.tensor_fp16(t)
         return bufs, outs
 
     def prepare(self, specs: list[KernelSpec]) -> list[tuple[KernelSpec, object]]:
@@ -155,7 +162,7 @@ class KernelBench:
     def read_outputs(self) -> dict[int, np.ndarray]:
         out = {}
         for t in self._outs:
-            host = np.empty(self.layouts[t].elements, np.float16 if self._out_fp16[t] else np.float32)
+            host = np.empty(self._out_elements[t], np.float16 if self._out_fp16[t] else np.float32)
             self.cl.enqueue_copy(self.queue, host, self._bufs[t], is_blocking=True)
             out[t] = host.astype(np.float32)
         return out

@@ -43,6 +43,9 @@ class GenContext(OpView):
     # outputs this kernel stores as half although its op keeps FP32 (KernelSpec.half_outputs)
     half_outputs: frozenset = frozenset()
     target: Target = Target()
+    # tensors the plan would have this kernel read or write as dense NHWC float32 (KernelSpec.dense); a generator
+    # honours what it can and lists it in its specs' ``dense``, the rest keep the slice layout
+    dense: frozenset = frozenset()
 
     def constant(self, tensor: int) -> np.ndarray | None:
         return self.consts.get(tensor)

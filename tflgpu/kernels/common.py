@@ -41,15 +41,20 @@ def storage_macros(fp16: bool) -> str:
         defs = {"STORE_T": "half", "LD4(p, i)": "vload_half4((i), (p))", "ST4(p, i, v)": "vstore_half4((v), (i), (p))",
                 "LD1(p, i)": "vload_half((i), (p))", "LD8(p, i)": "vload_half8((i), (p))",
                 "LD16(p, i)": "vload_half16((i), (p))",
-                "ST1(p, i, v)": "vstore_half((v), (i), (p))"}
+                "ST1(p, i, v)": "vstore_half((v), (i), (p))", "RND4(v)": "tflgpu_round_half4(v)"}
     else:
         defs = {"STORE_T": "float", "LD4(p, i)": "vload4((i), (p))", "ST4(p, i, v)": "vstore4((v), (i), (p))",
                 "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))", "LD16(p, i)": "vload16((i), (p))",
-                "ST1(p, i, v)": "((p)[(i)] = (v))"}
+                "ST1(p, i, v)": "((p)[(i)] = (v))", "RND4(v)": "(v)"}
     return "".join(f"#undef {k.split('(')[0]}\n#define {k} {v}\n" for k, v in defs.items())
 
 
-PREAMBLE = ("#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
+# RND4(v): a float4 rounded as the storage would round it (to half and back in FP16 storage), for a kernel reading
+# or writing a dense float32 boundary buffer (KernelSpec.dense) whose values the slice layout would have stored
+# in its precision: the numbers are the conversion pass's, which the FP16 precision choice simulates
+_ROUND_HALF = ("inline float4 tflgpu_round_half4(float4 v) {\n  ushort h_[4];\n  vstore_half4(v, 0, (half*)h_);\n"
+               "  return vload_half4(0, (const half*)h_);\n}\n")
+PREAMBLE = (_ROUND_HALF + "#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
             + storage_macros(False) + "#endif\n")
 
 
@@ -113,6 +118,10 @@ class KernelSpec:
     input_fp16: bool | None = None
     # outputs an FP32 kernel stores as half (``ops.traits``' casts_own_output: only FP16 ops read them)
     half_outputs: frozenset = frozenset()
+    # tensors it reads or writes as dense NHWC float32 (a graph input or output's boundary buffer, whatever the
+    # storage precision) instead of the slice layout: the plan's boundary conversion merged into this kernel
+    # (runtime.selection.dense_boundary)
+    dense: frozenset = frozenset()
 
     def uploaded(self) -> KernelSpec:
         """This spec with its constant arrays dropped (``Uploaded``): what a plan keeps after uploading them, so a
@@ -123,11 +132,18 @@ class KernelSpec:
 
     def tensor_fp16(self, t: int) -> bool:
         """Whether tensor ``t`` (one of this kernel's) is stored as half."""
+        if t in self.dense:
+            return False
         if t in self.half_outputs:
             return True
         if self.input_fp16 is not None and t in self.inputs and t not in self.outputs:
             return self.input_fp16
         return self.fp16
+
+
+def dense_tensors(specs: list[KernelSpec]) -> frozenset[int]:
+    """The tensors some of ``specs`` read or write as dense boundary buffers (KernelSpec.dense)."""
+    return frozenset(t for sp in specs for t in sp.dense)
 
 
 def store_element(lay: Layout, flat: str, value: str, ptr: str = "dst") -> str:
@@ -143,6 +159,27 @@ def store_element(lay: Layout, flat: str, value: str, ptr: str = "dst") -> str:
         code.append(f"  if (c_ == {c - 1}) {{ " + " ".join(f"ST1({ptr}, e_ + {j}, 0.0f);" for j in range(1, pad + 1))
                     + " }")
     return "\n".join(code) + " }"
+
+
+def dense_load4(ptr: str, at: str, c: int, slice_expr: str) -> str:
+    """A float4 expression: slice ``slice_expr`` of the pixel whose first channel is element ``at`` of the dense
+    NHWC float buffer ``ptr`` with ``c`` channels (lanes past c read as 0), rounded as the kernel's storage
+    rounds (``RND4``)."""
+    if c % 4 == 0:
+        return f"RND4(vload4(0, {ptr} + {at} + 4 * ({slice_expr})))"
+    lanes = ", ".join(f"(4 * ({slice_expr}) + {j} < {c} ? {ptr}[{at} + 4 * ({slice_expr}) + {j}] : 0.0f)"
+                      for j in range(4))
+    return f"RND4((float4)({lanes}))"
+
+
+def dense_store4(ptr: str, at: str, c: int, slice_expr: str, value: str) -> str:
+    """Statements storing the float4 ``value`` as slice ``slice_expr`` of the pixel whose first channel is element
+    ``at`` of the dense NHWC float buffer ``ptr`` with ``c`` channels (lanes past c are not stored), rounded as
+    the kernel's storage rounds (``RND4``)."""
+    if c % 4 == 0:
+        return f"vstore4(RND4({value}), 0, {ptr} + {at} + 4 * ({slice_expr}));"
+    return (f"{{ const float4 dv_ = RND4({value}); const int dc_ = 4 * ({slice_expr}); "
+            + " ".join(f"if (dc_ + {j} < {c}) {ptr}[{at} + dc_ + {j}] = dv_.s{j};" for j in range(4)) + " }")
 
 
 def round_up(v: int, m: int) -> int:

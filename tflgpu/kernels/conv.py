@@ -10,7 +10,7 @@ work-item and ~400 GFLOP/s with 16 pixels per work-item.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,7 +19,18 @@ from ..ops.attributes import conv_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, slice_part, store_element, vec_slices, weights_oi
+from .common import (
+    Arg,
+    KernelSpec,
+    activation,
+    dense_load4,
+    dense_store4,
+    pad_lanes_mask,
+    slice_part,
+    store_element,
+    vec_slices,
+    weights_oi,
+)
 from .knobs import Knobs, one_of, positive_int, work_group
 from .pool import arg_lanes, channel_arg
 
@@ -138,6 +149,9 @@ class ConvShape:
     whole_pixel: bool = False  # a work-item runs over every output slice of its pixels (a CONV_ARG's rank)
     float_lanes: int = Target.float_lanes  # the device's native float vector width (kernels.base.Target)
     gpu: bool = Target.gpu  # (kernels.base.Target)
+    # it reads its input / writes its output as a dense NHWC float32 boundary buffer (KernelSpec.dense): only the
+    # direct kernel does
+    dense: bool = False
 
     @property
     def split_ok(self) -> bool:
@@ -227,9 +241,9 @@ class ConvKnobs(GroupTiled, Knobs):
         over 32 work-items; other convs 2 strided pixels by one slice (MobileNet v1's stem 16.4 -> 11.3 us).
         """
         if shape.gpu:
-            if shape.split_ok:
+            if shape.split_ok and not shape.dense:
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, split=32)
-            if shape.pointwise and not shape.whole_pixel:
+            if shape.pointwise and not shape.whole_pixel and not shape.dense:
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
             return cls(tile_x=2, tile_s=1, lanes=4, vec_hint=None, strided=True)
         if shape.float_lanes >= 16 and shape.sout >= 4:
@@ -250,13 +264,13 @@ class ConvKnobs(GroupTiled, Knobs):
         space = dict(CONV_SPACE)
         space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * shape.row]
         space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
-        if not shape.winograd_ok or shape.whole_pixel:
+        if not shape.winograd_ok or shape.whole_pixel or shape.dense:
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
-        if not shape.split_ok:
+        if not shape.split_ok or shape.dense:
             del space["split"]
-        if not shape.pointwise or shape.whole_pixel:
+        if not shape.pointwise or shape.whole_pixel or shape.dense:
             del space["group_tile"], space["k_chunk"]
         else:
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.sin]
@@ -278,6 +292,9 @@ class ConvKnobs(GroupTiled, Knobs):
             bad.append("Winograd needs a 3x3, stride 1, undilated conv")
         if shape.whole_pixel and (self.winograd or self.group_tile is not None):
             bad.append("a conv ranking its channels (CONV_ARG) runs the direct kernel: no Winograd, no group tile")
+        if shape.dense and (self.winograd or self.group_tile is not None or self.split != 1):
+            bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
+                       "group tile or split sum")
         bad += positive_int("k_chunk", self.k_chunk) + one_of("split", self.split, CONV_SPACE["split"])
         if self.split != 1 and not bad:
             if not shape.split_ok:
@@ -313,10 +330,11 @@ class GroupStage:
 
 def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: int, oh: int, ow: int, act: int,
                 ep_code: str, cout: int, st: str = "ST4(dst, oi, v);",
-                after: Callable[[int, int], str] | None = None) -> list[str]:
+                after: Callable[[int, int], str] | None = None, dense: bool = False) -> list[str]:
     """A register tile's stores: for each of its ``ts`` output slices from ``S`` (``per`` slices an accumulator
     ``acc{a}_{t}``) and ``tx`` pixels (``px(t)``: a pixel's C expression in the output row ``oy`` of image ``b``),
-    bias, the fused activation, the epilogue and the store (``st``); ``after(s, t)``: a line after each store."""
+    bias, the fused activation, the epilogue and the store (``st``; ``dense``: into the dense NHWC float ``dst``
+    instead); ``after(s, t)``: a line after each store."""
     lines = []
     for s in range(ts):
         part = "" if per == 1 else slice_part(s % per)
@@ -326,8 +344,10 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
             lines.append(f"    if ({px(t)} < {ow}) {{")
             lines.append(f"      float4 v = acc{s // per}_{t}{part} + bv;")
             lines.append("      " + activation(act, "v"))
+            store = dense_store4("dst", f"((b * {oh} + oy) * {ow} + {px(t)}) * {cout}", cout, f"S + {s}", "v") \
+                if dense else st
             lines.append("      " + _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}", f"(S + {s})",
-                                           ep_code, pad_lanes_mask(cout, f"(S + {s})", "v"), st))
+                                           ep_code, "" if dense else pad_lanes_mask(cout, f"(S + {s})", "v"), store))
             if after is not None:
                 lines.append(after(s, t))
             lines.append("    }")
@@ -337,7 +357,8 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
-                 const_weights: bool = False, arg: ChannelArg | None = None) -> str:
+                 const_weights: bool = False, arg: ChannelArg | None = None, dense_in: int = 0,
+                 dense_out: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -349,6 +370,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ``strided``: work-item g takes pixels g, g + G, g + 2G... (G = the row's work-item count), so
     neighbouring work-items read neighbouring pixels; otherwise it takes tx adjacent pixels.
     ``arg``: a CONV_ARG's rank (``ChannelArg``): the work-item loops over the output slices ts at a time.
+    ``dense_in`` (the input's channel count): the input is a dense NHWC float32 buffer (a graph input's boundary
+    buffer: no conversion pass before); ``dense_out``: so is the output (a graph output's: none after).
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     if trivial:  # one long row per image: more work-items along dim 0 for small maps
@@ -365,12 +388,13 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     wspace = "__constant" if const_weights else "__global const"
     st = "ST4(dst, oi, v);"
     if arg is None:
-        outs = "__global STORE_T* dst"
+        outs = "__global float* dst" if dense_out else "__global STORE_T* dst"
     else:
         sums = ("__global half* dst, " if arg.half_sums else "__global STORE_T* dst, ") if arg.sums else ""
         outs = sums + "__global STORE_T* idx"
         st = ("vstore_half4(v, oi, dst);" if arg.half_sums else st) if arg.sums else ""
-    lines = [f"{hint}__kernel void {name}(__global const STORE_T* src, {wspace} STORE_T* wts,",
+    src_t = "float" if dense_in else "STORE_T"
+    lines = [f"{hint}__kernel void {name}(__global const {src_t}* src, {wspace} STORE_T* wts,",
              f"                     __global const STORE_T* bias, {extra}{outs}) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
@@ -396,10 +420,15 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             lines.append(f"      const bool ok{t} = {px(t)} < {ow};")
         else:
             lines.append(f"      const bool ok{t} = ix{t} >= 0 && ix{t} < {iw} && {px(t)} < {ow};")
+    if dense_in:
+        lines.append(f"      const int prow = (b * {ih} + iy) * {iw};")
     lines.append(f"      for (int i = 0; i < {sin}; ++i) {{")
-    lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
+    if not dense_in:
+        lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
     for t in range(tx):
-        lines.append(f"        const float4 x{t} = ok{t} ? LD4(src, row + ix{t}) : (float4)(0.0f);")
+        load = dense_load4("src", f"(prow + ix{t}) * {dense_in}", dense_in, "i") if dense_in else \
+            f"LD4(src, row + ix{t})"
+        lines.append(f"        const float4 x{t} = ok{t} ? {load} : (float4)(0.0f);")
     for a in range(nacc):
         group = f"S + {a}" if per == 1 else f"S / {per} + {a}"
         lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
@@ -412,7 +441,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     after = None if arg is None else (
         lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
     lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
-                         st=st, after=after)
+                         st=st, after=after, dense=dense_out)
     if arg is not None:
         lines.append("  }")
         for t in range(tx):
@@ -527,6 +556,13 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu)
+    # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
+    # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG its own store)
+    base = ConvKnobs.default(shape)
+    direct = arg is None and base.group_tile is None and base.split == 1 and not base.winograd
+    dense_in = direct and ctx.op.inputs[0] in ctx.dense
+    dense_out = direct and ctx.final_output in ctx.dense
+    shape = replace(shape, dense=dense_in or dense_out)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -548,7 +584,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
-                           const_weights=knobs.const_weights, arg=arg)
+                           const_weights=knobs.const_weights, arg=arg, dense_in=cin if dense_in else 0,
+                           dense_out=dense_out)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
@@ -558,7 +595,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     return [KernelSpec(ctx.name, src, gsize, local, [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
         *(Arg("tensor", t) for t in outs)], [ctx.op.inputs[0], *ep.inputs], outs,
-        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin)]
+        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin,
+        dense=frozenset([ctx.op.inputs[0]] if dense_in else []) | frozenset(outs if dense_out else []))]
 
 
 DEPTHWISE_SLICES = (1, 2, 4)  # output slices per work-item, in float4 / float8 / float16 math

@@ -15,7 +15,7 @@ import numpy as np
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec
+from .common import Arg, KernelSpec, dense_store4
 from .elementwise import grid, grid_prologue
 
 _ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}
@@ -248,8 +248,13 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
                 f"  const int {var}1 = min((int)ceil(f{var}), {in_size - 1});\n"
                 f"  const float d{var} = f{var} - (float){var}0;\n")
 
-    # one work-item per output pixel, every slice: the coordinates and weights once, not once per slice
-    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n"
+    # one work-item per output pixel, every slice: the coordinates and weights once, not once per slice; a graph
+    # output written as its dense boundary buffer (KernelSpec.dense) where the plan asks
+    dense = ctx.op.outputs[0] in ctx.dense
+    value = "tl * wtl + bl * wbl + tr * wtr + br * wbr"
+    store = (dense_store4("dst", f"((b * {oh} + y) * {ow} + x) * {c}", c, "S", value) if dense else
+             f"ST4(dst, ((b * {s} + S) * {oh} + y) * {ow} + x, {value});")
+    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global {'float' if dense else 'STORE_T'}* dst) {{\n"
            f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
            f"  if (x >= {ow} || Y >= {n * oh}) return;\n"
            f"  const int b = Y / {oh}; const int y = Y % {oh};\n"
@@ -260,11 +265,12 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
            f"    const int base = (b * {s} + S) * {ih};\n"
            f"    const float4 tl = LD4(src, (base + y0) * {iw} + x0), tr = LD4(src, (base + y0) * {iw} + x1);\n"
            f"    const float4 bl = LD4(src, (base + y1) * {iw} + x0), br = LD4(src, (base + y1) * {iw} + x1);\n"
-           f"    ST4(dst, ((b * {s} + S) * {oh} + y) * {ow} + x, tl * wtl + bl * wbl + tr * wtr + br * wbr);\n"
+           f"    {store}\n"
            "  }\n}")
     return [KernelSpec(ctx.name, src, (ow, n * oh, 1), None, [Arg("tensor", ctx.op.inputs[0]),
                                                                Arg("tensor", ctx.op.outputs[0])],
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]],
+                       dense=frozenset(ctx.op.outputs[:1] if dense else []))]
 
 
 @generator("SPLIT", "SPLIT_V")

@@ -135,6 +135,7 @@ class SwapQueue:
                     s.specs, s.params = swap.specs[i], swap.params[i]
                     plan.io.args[i], plan.io.const_buffers[i] = swap.args[i]
                 s.kernels = kernels
+                plan.io.rebind(i)  # (a caller's buffer bound since these were made)
             if swap.program is not None:  # a whole program: the tier-up
                 plan.program, plan.build_stats["tier"] = swap.program, "optimized"
                 if plan.background is not None:

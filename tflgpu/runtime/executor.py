@@ -38,6 +38,7 @@ from .precision import (
 from .programs import PlanProgram
 from .selection import (
     KernelMaker,
+    dense_boundary,
     limit_partitions,
     link_concatenations,
     propagate_shapes,
@@ -170,6 +171,9 @@ class GpuPlan:
                 record, params = None, None
                 self.steps, passes = select(runner, make, {})
             self.pass_counts = {**(earlier_passes or {}), **passes}
+            if config.dense_boundary:
+                make, self.pass_counts["dense_boundary"] = dense_boundary(self.steps, make)
+                self.make = make
             self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
                                          if profile else 0)
             self.tuning_results: list[TunedKernel] = []  # one per tunable kernel identity
@@ -273,7 +277,8 @@ class GpuPlan:
         for t in io.input_uploads:
             if t in io.bound:  # zero-copy: the data is already on the device, just convert the layout
                 st = io.staging[t]
-                cl.enqueue_nd_range_kernel(q, st.to_device, st.grid, None)
+                if st.to_device is not None:  # (else its kernel reads the dense buffer itself)
+                    cl.enqueue_nd_range_kernel(q, st.to_device, st.grid, None)
             else:
                 with span("upload", "input tensor {}", t):
                     io.upload(q, t, values[t], keep)
@@ -302,7 +307,8 @@ class GpuPlan:
         for t in io.output_downloads:
             if t in io.bound and self.device_outputs:
                 st = io.staging[t]
-                cl.enqueue_nd_range_kernel(q, st.from_device, st.grid, None)
+                if st.from_device is not None:
+                    cl.enqueue_nd_range_kernel(q, st.from_device, st.grid, None)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
                 with span("download", "output tensor {}", t):
@@ -324,8 +330,8 @@ class GpuPlan:
         n = 0
         for t in spec.inputs + spec.outputs:
             lay = bhwc(self.sg.tensors[t].shape)
-            n += (lay.elements if lay is not None else int(np.prod(self.sg.tensors[t].shape))) * \
-                (2 if spec.tensor_fp16(t) else 4)
+            elements = int(np.prod(self.sg.tensors[t].shape)) if lay is None or t in spec.dense else lay.elements
+            n += elements * (2 if spec.tensor_fp16(t) else 4)
         for a in spec.args:
             if a.kind in ("const", "const32"):
                 n += a.value.size * (2 if spec.fp16 and a.kind == "const" else 4)  # (an array, or Uploaded)

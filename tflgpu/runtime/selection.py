@@ -12,13 +12,15 @@ The graph transforms, in the one order they run:
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise`` (graph.passes), in
    that order.
+5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
+   dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
    its output's buffer, and it launches nothing.
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 1-3b, ``select`` 3-5, ``link_concatenations`` 6 and ``limit_partitions`` 7; the plan calls
-them in that order, and nothing else transforms the graph.
+``transform_graph`` runs 1-3b, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations`` 6 and
+``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the graph.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwis
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
-from ..kernels.common import fp32_region
+from ..kernels.common import dense_tensors, fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc
@@ -80,6 +82,8 @@ class KernelMaker:
     variables: frozenset
     fp32_ops: frozenset = frozenset()
     target: Target = field(default_factory=Target)
+    # graph inputs / outputs their one kernel reads / writes as the dense boundary buffer (``dense_boundary``)
+    dense: frozenset = frozenset()
 
     def op_fp16(self, op: Operator) -> bool:
         return self.fp16 and op.index not in self.fp32_ops
@@ -98,7 +102,8 @@ class KernelMaker:
         """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
         (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
         half, half_outputs = self.op_fp16(op), self.half_outputs(op)
-        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs, self.target)
+        ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs, self.target,
+                         dense=self.dense)
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
@@ -253,6 +258,54 @@ def link_concatenations(steps: list[Step], make: KernelMaker, align_bytes: int) 
             taken.update(offsets, [out])
             linked += 1
     return linked
+
+
+def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, int]:
+    """Merge the boundary layout conversion into the first and last kernels: a float graph input that one device
+    step reads (and no other), and a graph output that one device step writes and nothing on the device or the
+    CPU reads, is read / written by that step's kernel as the dense NHWC float32 buffer the host copies
+    (``KernelSpec.dense``), where its generator has that form (the direct conv, RESIZE_BILINEAR): no conversion
+    pass and no slice-layout copy of the tensor. Regenerates those steps; returns the maker to generate with from
+    now on (its ``dense`` set: tuning's candidates keep the form) and how many tensors are read or written
+    densely."""
+    sg = make.sg
+    readers: dict[int, set[int]] = {}  # tensor -> device steps reading it
+    writers: dict[int, int] = {}
+    host_reads: set[int] = set()
+    for i, s in enumerate(steps):
+        if s.device == "gpu":
+            for spec in s.specs:
+                for t in spec.inputs:
+                    readers.setdefault(t, set()).add(i)
+                for t in spec.outputs:
+                    writers[t] = i
+        else:
+            host_reads.update(t for op, _ in s.members for t in op.inputs)
+    fixed = set(make.consts) | set(make.variables)
+    dense = lambda t: t not in fixed and sg.tensors[t].dtype == np.float32 and bhwc(sg.tensors[t].shape) is not None
+    wanted: dict[int, int] = {}  # tensor -> the step whose kernel would read / write it densely
+    for t in sg.inputs:
+        if dense(t) and len(readers.get(t, ())) == 1:
+            wanted[t] = next(iter(readers[t]))
+    for t in sg.outputs:
+        i = writers.get(t)
+        if i is not None and dense(t) and t not in sg.inputs and t not in readers and t not in host_reads \
+                and t not in wanted and len(steps[i].specs) == 1:
+            wanted[t] = i
+    if not wanted:
+        return make, 0
+    make = replace(make, dense=frozenset(wanted))
+    for i in sorted(set(wanted.values())):
+        s = steps[i]
+        try:
+            specs = make(s.op, s.epilogue, s.params)
+        except Unsupported:  # (its explicit parameters name a form without a dense read / write: a group tile)
+            continue
+        honoured = dense_tensors(specs)
+        if any(t in honoured for t, at in wanted.items() if at == i):
+            s.specs = specs
+    honoured = frozenset().union(*(dense_tensors(s.specs) for s in steps if s.device == "gpu"))
+    return replace(make, dense=honoured), len(honoured)
 
 
 def restore(steps: list[Step], record) -> bool:

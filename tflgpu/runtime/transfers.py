@@ -26,11 +26,12 @@ from .selection import Step
 @dataclass
 class Staging:
     """A tensor crossing the device boundary: its dense NHWC float32 buffer (the caller's, once bound) and the
-    kernels converting it to the slice layout and back, on ``grid``."""
+    kernels converting it to the slice layout and back, on ``grid``; none where the plan's kernel reads or writes
+    the dense buffer itself (``KernelSpec.dense``)."""
 
     dense: object  # a pyopencl Buffer
-    to_device: object  # kernel: dense -> slice layout
-    from_device: object  # kernel: slice layout -> dense
+    to_device: object | None  # kernel: dense -> slice layout
+    from_device: object | None  # kernel: slice layout -> dense
     grid: tuple[int, ...]
 
 
@@ -39,7 +40,7 @@ class DeviceTensors:
 
     def __init__(self, cl, ctx, steps: list[Step], sg: Subgraph, runner: SubgraphRunner, program, fp16: bool,
                  build: Callable, target: Target):
-        self.cl, self.ctx, self.sg, self.fp16 = cl, ctx, sg, fp16
+        self.cl, self.ctx, self.sg, self.fp16, self.steps = cl, ctx, sg, fp16, steps
         mf = cl.mem_flags
         n = len(steps)
         on_gpu: dict[int, tuple[int, int]] = {}  # tensor -> (first, last) step touching it on the device
@@ -126,12 +127,19 @@ class DeviceTensors:
             a, b = on_gpu.pop(t)
             touch(whole, a)
             touch(whole, b)
-        sizes = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu}
-        assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in on_gpu})
+        # graph inputs / outputs a kernel reads / writes as their dense boundary buffer: no slice-layout copy
+        self.dense_steps: dict[int, list[int]] = {}  # tensor -> the steps whose kernels take its dense buffer
+        for i, s in enumerate(steps):
+            for t in (t for spec in s.specs for t in spec.dense) if s.device == "gpu" else ():
+                self.dense_steps.setdefault(t, []).append(i)
+        sizes = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu if t not in self.dense_steps}
+        assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in sizes})
         self.planned_bytes = sum(buf_sizes)
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
+        self.tensor_buffer.update({t: cl.Buffer(ctx, mf.READ_WRITE, max(4 * int(np.prod(self._layout(t).dims)), 16))
+                                   for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
             self.tensor_buffer[t] = self.tensor_buffer[whole].get_sub_region(at * size, self._layout(t).elements * size)
@@ -181,10 +189,14 @@ class DeviceTensors:
             return
         loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in crossing}
         sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if self.half[t] == self.fp16
-                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t])) for t in sorted(crossing)]
-        prog = build(sources)
+                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t]))
+                   for t in sorted(crossing) if t not in self.dense_steps]
+        prog = build(sources) if any(t not in self.dense_steps for t in crossing) else None
         for t in sorted(crossing):
             lay = self._layout(t)
+            if t in self.dense_steps:
+                self.staging[t] = Staging(self.tensor_buffer[t], None, None, boundary_grid(lay, loops[t]))
+                continue
             dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
             self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
                                       make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),
@@ -208,10 +220,25 @@ class DeviceTensors:
         if buf.size < need:
             raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
         st = self.staging[t]
-        st.to_device.set_arg(0, buf)
-        st.from_device.set_arg(1, buf)
         st.dense = buf
         self.bound.add(t)
+        if t in self.dense_steps:  # (the kernels reading / writing it take the caller's buffer instead)
+            self.tensor_buffer[t] = buf
+            for i in self.dense_steps[t]:
+                self.rebind(i)
+            return
+        st.to_device.set_arg(0, buf)
+        st.from_device.set_arg(1, buf)
+
+    def rebind(self, step: int) -> None:
+        """Give a step's kernels the caller's buffers for the dense boundary tensors it reads or writes that were
+        bound (``bind``): after a bind, and after background work installed new kernel instances."""
+        s = self.steps[step]
+        for spec, k, args in zip(s.specs, s.kernels, self.args[step]):
+            for pos, a in enumerate(spec.args):
+                if a.kind == "tensor" and a.value in spec.dense and a.value in self.bound:
+                    args[pos] = self.tensor_buffer[a.value]
+                    k.set_arg(pos, args[pos])
 
     def read_bound(self, queue, t: int) -> np.ndarray:
         """The current value of a bound output, copied from its device buffer."""
@@ -224,12 +251,14 @@ class DeviceTensors:
         st = self.staging[t]
         data = np.ascontiguousarray(value, dtype=np.float32)
         self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
-        self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
+        if st.to_device is not None:
+            self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
         keep.append(data)  # (until the queue is finished)
 
     def download(self, queue, t: int) -> np.ndarray:
         st = self.staging[t]
-        self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
+        if st.from_device is not None:
+            self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
         tensor = self.sg.tensors[t]
         host = np.empty(tensor.shape, np.float32)
         self.cl.enqueue_copy(queue, host, st.dense, is_blocking=True)

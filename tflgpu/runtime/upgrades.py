@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from ..kernels.common import dense_tensors
 from ..kernels.program import build_program, make_kernel
 from .background import Background, Swap
 
@@ -36,9 +37,17 @@ def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None
     if not steps:
         return
     swap = Swap(f"tuned {what}", None, {})
-    for i in steps:
+    for i in list(steps):
         s = plan.steps[i]
-        swap.specs[i], swap.params[i] = plan.make(s.op, s.epilogue, params), dict(params)
+        specs = plan.make(s.op, s.epilogue, params)
+        if dense_tensors(specs) != dense_tensors(s.specs):  # (the plan's buffers are laid out for the old form)
+            log.info("tuned parameters %s change which boundary tensors %s reads densely: not installed", params,
+                     s.op.name)
+            steps.remove(i)
+            continue
+        swap.specs[i], swap.params[i] = specs, dict(params)
+    if not steps:
+        return
     if wait is not None:
         wait()
     sources = [sp.source for i in steps for sp in swap.specs[i]]

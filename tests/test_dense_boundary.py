@@ -1,0 +1,150 @@
+"""The boundary layout conversion merged into the first and last kernels (runtime.selection.dense_boundary): a
+graph input that one kernel reads, and a graph output that one kernel writes, as the host's dense NHWC float32
+buffer. Against LiteRT at FP32 and FP16, with the pass off for comparison, with bound (zero-copy) buffers kept
+across background kernel swaps, and through a tuning search."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model.builder import ModelBuilder
+from tflgpu.runtime.config import PlanConfig
+from tflgpu.runtime.executor import GpuPlan
+
+from .conftest import assert_close, litert, run_model
+
+PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
+
+
+def _conv(b, rng, name, x, cin, cout, k, stride, out_shape, act="RELU6"):
+    y = b.tensor(name, out_shape)
+    w = (rng.standard_normal((cout, k, k, cin)) / np.sqrt(k * k * cin)).astype(np.float32)
+    b.op("CONV_2D", [x, b.const(f"{name}_w", w), b.const(f"{name}_b", rng.standard_normal(cout).astype(np.float32))],
+         [y], padding="SAME", stride_w=stride, stride_h=stride, fused_activation_function=act)
+    return y
+
+
+def stem_model(rng, cin=3, last="resize", second_reader=False):
+    """x (1x19x23xcin) -> 3x3/s2 CONV_2D -> 1x1 CONV_2D to 21 channels [-> RESIZE_BILINEAR to 37x45]: a
+    segmentation net's two ends. ``second_reader``: an ADD reads x as well."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 19, 23, cin))
+    stem = _conv(b, rng, "stem", x, cin, 12, 3, 2, (1, 10, 12, 12))
+    logits = _conv(b, rng, "logits", stem, 12, 21, 1, 1, (1, 10, 12, 21), act="NONE")
+    outs = [logits]
+    if last == "resize":
+        up = b.tensor("up", (1, 37, 45, 21))
+        b.op("RESIZE_BILINEAR", [logits, b.const("size", np.array([37, 45], np.int32))], [up])
+        outs = [up]
+    if second_reader:
+        y = b.tensor("y", (1, 19, 23, cin))
+        b.op("ADD", [x, x], [y])
+        outs.append(y)
+    b.output(*outs)
+    return b.build(), [rng.uniform(-1, 1, (1, 19, 23, cin)).astype(np.float32)]
+
+
+def _plan(model: bytes, fp16: bool, **config) -> GpuPlan:
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    return GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=fp16, **config))
+
+
+@pytest.fixture(params=PRECISIONS)
+def fp16(request, opencl_device):
+    if request.param and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    return request.param
+
+
+@pytest.mark.parametrize("cin,last,dense", [(3, "resize", 2), (8, "resize", 2), (3, "conv", 2), (5, "conv", 2)])
+def test_first_and_last_kernel_take_the_dense_buffers(opencl_device, rng, fp16, cin, last, dense):
+    """The stem conv reads the input (3 channels: a partial slice; 8: whole slices; 5: one of each) and the
+    last kernel (RESIZE_BILINEAR, or a pointwise conv of 21 channels: a partial last slice) writes the output as
+    dense NHWC; no conversion kernel is left at either end, and the result is LiteRT's, as without the pass."""
+    model, feeds = stem_model(rng, cin, last)
+    want = run_model(litert(), model, feeds)[0]
+    plan = _plan(model, fp16)
+    (x,), (out,) = plan.sg.inputs, plan.sg.outputs
+    assert plan.pass_counts["dense_boundary"] == dense
+    assert plan.io.staging[x].to_device is None and plan.io.staging[out].from_device is None
+    assert x not in plan.io.buffers and out in plan.steps[-1].specs[0].dense
+    tol = 1e-2 if fp16 else 1e-4
+    assert_close(plan.run(feeds)[out], want, tol)
+    assert_close(plan.run(feeds)[out], want, tol)  # (again: nothing of the first run is left to be read)
+    off = _plan(model, fp16, dense_boundary=False)
+    assert "dense_boundary" not in off.pass_counts and off.io.staging[x].to_device is not None
+    assert_close(off.run(feeds)[out], want, tol)
+
+
+def test_a_tensor_with_two_readers_keeps_the_slice_layout(opencl_device, rng):
+    model, feeds = stem_model(rng, second_reader=True)
+    plan = _plan(model, False)
+    x = plan.sg.inputs[0]
+    assert plan.pass_counts["dense_boundary"] == 1  # the resize's output only: x has two readers
+    assert plan.io.staging[x].to_device is not None and not any(x in s.specs[0].dense for s in plan.steps)
+    got = plan.run(feeds)
+    for t, want in zip(plan.sg.outputs, run_model(litert(), model, feeds)):
+        assert_close(got[t], want)
+
+
+def test_explicit_parameters_without_a_dense_form_keep_the_conversion(opencl_device, rng):
+    """A first conv given a group tile (a form that reads the slice layout) keeps it and the conversion pass."""
+    from .oputil import In, op_model, rand
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 6, 7, 8))), rand(rng, (8, 1, 1, 8)), rand(rng, (8,))],
+                            padding="VALID", stride_w=1, stride_h=1)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(),
+                   params={0: {"group_tile": (8, 2), "tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}})
+    assert plan.pass_counts["dense_boundary"] == 0 and plan.steps[0].specs[0].params["group_tile"] == (8, 2)
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+
+
+@pytest.mark.parametrize("device_outputs", [False, True])
+def test_bound_buffers_are_read_and_written_by_the_kernels_across_swaps(opencl_device, rng, device_outputs):
+    """Zero-copy buffers bound to a dense input and output: the stem conv reads the caller's buffer and the resize
+    writes the caller's, also in the optimized kernels the background work made before the binding (new
+    instances, installed at the next invoke)."""
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    model, feeds = stem_model(rng)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(allow_buffer_handle_output=device_outputs,
+                                                                cache=False, tuning="none", tiered_compile=True))
+    assert it.gpu_plan.build_stats["tier"] == "quick"
+    assert it.gpu_plan.pass_counts["dense_boundary"] == 2
+    it.wait_background()  # (the optimized kernels are made on the plan's own buffers, and queued)
+    ctx, q = it.gpu_context, it.gpu_queue
+    in_buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=feeds[0])
+    out_d = it.get_output_details()[0]
+    out_arr = cla.empty(q, tuple(out_d["shape"]), np.float32)
+    it.bind_buffer(it.get_input_details()[0]["index"], in_buf)
+    it.bind_buffer(out_d["index"], out_arr)
+    it.allocate_tensors()
+    it.invoke()  # (the optimized kernels are installed first)
+    assert it.gpu_plan.build_stats["tier"] == "optimized"
+    assert_close(out_arr.get(), run_model(litert(), model, feeds)[0])
+    x2 = rng.uniform(-1, 1, feeds[0].shape).astype(np.float32)
+    cl.enqueue_copy(q, in_buf, x2, is_blocking=True)
+    it.invoke()
+    want = run_model(litert(), model, [x2])[0]
+    assert_close(out_arr.get(), want)
+    assert_close(it.get_tensor(out_d["index"]), want)
+
+
+def test_a_search_keeps_the_dense_form(opencl_device, rng, tmp_path):
+    """Tuning measures the stem conv's candidates on a dense input (KernelBench) and installs one that still
+    reads it densely."""
+    model, feeds = stem_model(rng, last="conv")
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=tmp_path / "r.json",
+                                                                tuning_budget_s=10, cache=False))
+    plan = it.gpu_plan
+    assert plan.pass_counts["dense_boundary"] == 2 and any(k.source == "tuned" for k in plan.tuning_results)
+    x = plan.sg.inputs[0]
+    assert any(x in sp.dense for s in plan.steps for sp in s.specs)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], feeds[0])
+    it.invoke()
+    assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), model, feeds)[0])
