@@ -148,3 +148,24 @@ def test_a_search_keeps_the_dense_form(opencl_device, rng, tmp_path):
     it.set_tensor(it.get_input_details()[0]["index"], feeds[0])
     it.invoke()
     assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), model, feeds)[0])
+
+
+def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
+    """A graph output's dense buffer is made on a page-aligned host array the read maps (zero-copy on a CPU
+    runtime): get_tensor's copies stay what they were when the next invoke rewrites the array."""
+    from tflgpu.runtime.transfers import HOST_ALIGN
+
+    model, feeds = stem_model(rng)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning="none"))
+    it.allocate_tensors()
+    x, out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+    st = it.gpu_plan.io.staging[out]
+    assert st.host is not None and st.host.ctypes.data % HOST_ALIGN == 0
+    x2 = rng.uniform(-1, 1, feeds[0].shape).astype(np.float32)
+    it.set_tensor(x, feeds[0])
+    it.invoke()
+    first = it.get_tensor(out)
+    it.set_tensor(x, x2)
+    it.invoke()
+    assert_close(first, run_model(litert(), model, feeds)[0])
+    assert_close(it.get_tensor(out), run_model(litert(), model, [x2])[0])

@@ -33,6 +33,21 @@ class Staging:
     to_device: object | None  # kernel: dense -> slice layout
     from_device: object | None  # kernel: slice layout -> dense
     grid: tuple[int, ...]
+    # a graph output's: the host array its dense buffer is made on (CL_MEM_USE_HOST_PTR), which a read maps
+    # instead of copying out (zero-copy on a CPU runtime); None once the caller binds a buffer of their own
+    host: np.ndarray | None = None
+
+
+# host arrays a buffer is made on start at a page: where a CPU runtime uses them in place (Intel's needs 4 KiB)
+HOST_ALIGN = 4096
+
+
+def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialized float32 array of ``shape`` whose data starts on a ``HOST_ALIGN`` boundary."""
+    n = max(4 * int(np.prod(shape)), 16)
+    raw = np.empty(n + HOST_ALIGN, np.uint8)
+    at = -raw.ctypes.data % HOST_ALIGN
+    return raw[at:at + n].view(np.float32)[:int(np.prod(shape))].reshape(shape)
 
 
 class DeviceTensors:
@@ -138,8 +153,11 @@ class DeviceTensors:
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
-        self.tensor_buffer.update({t: cl.Buffer(ctx, mf.READ_WRITE, max(4 * int(np.prod(self._layout(t).dims)), 16))
-                                   for t in self.dense_steps})
+        # graph outputs the host reads after the run (not a CPU step's input meanwhile): on host arrays
+        self.host_out = {t: aligned_empty(self.sg.tensors[t].shape) for t in self.output_downloads
+                         if t not in self.state_tensors and self.sg.tensors[t].dtype == np.float32
+                         and not any(t in ts for ts in self.downloads_before.values())}
+        self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
             self.tensor_buffer[t] = self.tensor_buffer[whole].get_sub_region(at * size, self._layout(t).elements * size)
@@ -174,6 +192,13 @@ class DeviceTensors:
         """New kernel instances of ``program`` for a step's specs, on the arguments already uploaded for it."""
         return [make_kernel(self.cl, program, spec.name, a) for spec, a in zip(specs, self.args[step])]
 
+    def _dense_buffer(self, t: int):
+        """Tensor t's dense NHWC float32 buffer: on its host array where it has one (``host_out``)."""
+        mf = self.cl.mem_flags
+        if t in self.host_out:
+            return self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=self.host_out[t])
+        return self.cl.Buffer(self.ctx, mf.READ_WRITE, max(4 * int(np.prod(self._layout(t).dims)), 16))
+
     def _layout(self, idx: int) -> Layout:
         return bhwc(self.sg.tensors[idx].shape)
 
@@ -195,12 +220,13 @@ class DeviceTensors:
         for t in sorted(crossing):
             lay = self._layout(t)
             if t in self.dense_steps:
-                self.staging[t] = Staging(self.tensor_buffer[t], None, None, boundary_grid(lay, loops[t]))
+                self.staging[t] = Staging(self.tensor_buffer[t], None, None, boundary_grid(lay, loops[t]),
+                                          self.host_out.get(t))
                 continue
-            dense = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(4 * int(np.prod(lay.dims)), 16))
+            dense = self._dense_buffer(t)
             self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
                                       make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),
-                                      boundary_grid(lay, loops[t]))
+                                      boundary_grid(lay, loops[t]), self.host_out.get(t))
 
     def bind(self, t: int, buffer) -> None:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
@@ -220,7 +246,7 @@ class DeviceTensors:
         if buf.size < need:
             raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
         st = self.staging[t]
-        st.dense = buf
+        st.dense, st.host = buf, None
         self.bound.add(t)
         if t in self.dense_steps:  # (the kernels reading / writing it take the caller's buffer instead)
             self.tensor_buffer[t] = buf
@@ -260,6 +286,11 @@ class DeviceTensors:
         if st.from_device is not None:
             self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
         tensor = self.sg.tensors[t]
+        if st.host is not None:  # (the buffer's own memory: mapped for the kernels' values to be there, unmapped)
+            mapped, _ = self.cl.enqueue_map_buffer(queue, st.dense, self.cl.map_flags.READ, 0, st.host.shape,
+                                                   np.float32, is_blocking=True)
+            mapped.base.release(queue)
+            return st.host
         host = np.empty(tensor.shape, np.float32)
         self.cl.enqueue_copy(queue, host, st.dense, is_blocking=True)
         if tensor.dtype == np.float32:
