@@ -325,6 +325,42 @@ def test_elementwise_fused_into_producer(gpu, rng, producer, second):
     assert_close(got[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("first", ["ADD", "TANH", "MAXIMUM_BROADCAST"])
+def test_elementwise_chain_is_one_kernel(gpu, rng, first):
+    """An elementwise op's kernel takes the elementwise ops after it (graph.passes.fuse_elementwise): unary, with a
+    per-channel constant, with a tensor read at the output's index, and with its own activation; 6 channels (a
+    padded last slice), at FP32 and FP16 against LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    shape = (2, 5, 3, 6)
+    b = ModelBuilder()
+    x, skip = b.input("x", shape), b.input("skip", shape)
+    y = b.tensor("y", shape)
+    if first == "ADD":
+        b.op("ADD", [x, skip], [y], fused_activation_function="RELU")
+    elif first == "TANH":
+        b.op("TANH", [x], [y])
+    else:
+        b.op("MAXIMUM", [x, b.const("floor", rand(rng, (1, 1, 1, 6)))], [y])
+    chain = [("LOGISTIC", []), ("MUL", [b.const("k", rand(rng, (6,)))]), ("SUB", ["skip"]), ("HARD_SWISH", [])]
+    for name, other in chain:
+        z = b.tensor(f"z_{name}", shape)
+        b.op(name, [y] + [skip if o == "skip" else o for o in other], [z])
+        y = z
+    b.output(y)
+    model = b.build()
+    feeds = [rand(rng, shape, -3, 3), rand(rng, shape)]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    assert plan.pass_counts["fuse_elementwise"] == len(chain) and plan.cpu_op_count == 0
+    assert sum(len(s.specs) for s in plan.steps if s.device == "gpu") == 1
+    got = run_model(lambda **kw: it, model, feeds)
+    assert_close(got[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
 @pytest.mark.parametrize("shape,cout,k,stride,pad,bias", [
     ((1, 5, 4, 3), 6, 3, 2, "SAME", True), ((1, 4, 4, 8), 5, 2, 2, "VALID", False),
     ((2, 3, 5, 4), 8, 4, 3, "SAME", True), ((1, 6, 6, 16), 16, 2, 2, "VALID", True),

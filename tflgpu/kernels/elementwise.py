@@ -9,6 +9,7 @@ import numpy as np
 from ..ops.layout import Layout
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, to_slices
+from .epilogue import Epilogue
 from .expressions import BINARY, LOGIC, UNARY, unary_expr
 
 
@@ -38,18 +39,27 @@ def broadcast_read(var: str, inp: Layout, out: Layout) -> str:
     raise Unsupported(f"channel broadcast {inp.c} -> {out.c}")
 
 
+def _epilogue(ctx: GenContext, c: int) -> tuple[str, str, Epilogue]:
+    """An elementwise kernel's fused ops (graph.passes.fuse_elementwise: a chain of elementwise ops is one kernel):
+    their code over ``v`` at the output's index ``o`` and slice ``S``, and their kernel parameters."""
+    ep = ctx.epilogue_code(c)
+    code = f"  {{ const int oi = o; const int S_ep = S; {ep.code} }}\n" if ep.code else ""
+    return code, "".join(f"{p}, " for p in ep.params), ep
+
+
 @generator(*UNARY)
 def unary(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_bool=ctx.op.name == "LOGICAL_NOT")
     lay = ctx.layout(out)
     expr = unary_expr(ctx.op)
-    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{\n"
-           + grid_prologue(lay) + f"  const float4 v0 = LD4(src, o);\n  float4 v = v0;\n  v = {expr};\n"
+    ep_code, ep_params, ep = _epilogue(ctx, lay.c)
+    src = (f"__kernel void {ctx.name}(__global const STORE_T* src, {ep_params}__global STORE_T* dst) {{\n"
+           + grid_prologue(lay) + f"  const float4 v0 = LD4(src, o);\n  float4 v = v0;\n  v = {expr};\n" + ep_code
            + f"  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")
-    return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]),
-                                                         Arg("tensor", ctx.op.outputs[0])],
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
+    return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]), *ep.args,
+                                                         Arg("tensor", ctx.final_output)],
+                       [ctx.op.inputs[0], *ep.inputs], [ctx.final_output])]
 
 
 def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
@@ -86,10 +96,12 @@ def binary(ctx: GenContext) -> list[KernelSpec]:
     else:
         expr = BINARY[ctx.op.name]
     act = activation(ctx.opt("fused_activation_function", 0), "v")
+    ep_code, ep_params, ep = _epilogue(ctx, lay.c)
     src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global const STORE_T* in1, "
-           f"__global STORE_T* dst) {{\n" + grid_prologue(lay)
+           f"{ep_params}__global STORE_T* dst) {{\n" + grid_prologue(lay)
            + f"  const float4 va = {broadcast_read('in0', la, lay)};\n"
            + f"  const float4 vb = {broadcast_read('in1', lb, lay)};\n"
-           + f"  float4 v = {expr};\n  {act}\n  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")
-    return [KernelSpec(ctx.name, src, grid(lay), None, [arg_a, arg_b, Arg("tensor", ctx.op.outputs[0])],
-                       ia + ib, [ctx.op.outputs[0]])]
+           + f"  float4 v = {expr};\n  {act}\n" + ep_code
+           + f"  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")
+    return [KernelSpec(ctx.name, src, grid(lay), None, [arg_a, arg_b, *ep.args, Arg("tensor", ctx.final_output)],
+                       ia + ib + ep.inputs, [ctx.final_output])]

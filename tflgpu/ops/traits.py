@@ -72,6 +72,8 @@ _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTran
      takes_epilogue=True)
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED", bias_input=2)
 _add("TRANSPOSE_CONV", bias_input=3)
+# an elementwise op's own kernel (kernels.elementwise) takes the elementwise ops after it too: a chain is one launch
+_add(" ".join(name for name, facts in _TABLE.items() if facts.fusable), takes_epilogue=True)
 
 
 def traits(name: str) -> OpTraits:
