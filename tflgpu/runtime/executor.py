@@ -302,8 +302,9 @@ class GpuPlan:
             for t in io.uploads_after.get(i, ()):
                 with span("upload", "tensor {} from the CPU", t):
                     io.upload(q, t, values[t], keep)
-        for t in io.state_tensors:  # variables (LSTM state) carry over to the next invoke
-            np.copyto(self.runner.variables[t], io.download(q, t).reshape(self.runner.variables[t].shape))
+        # the variables (LSTM state, carried over to the next invoke) and the outputs, read with one wait
+        state = {t: io.fetch(q, t) for t in io.state_tensors}
+        outputs = {}
         for t in io.output_downloads:
             if t in io.bound and self.device_outputs:
                 st = io.staging[t]
@@ -311,9 +312,12 @@ class GpuPlan:
                     cl.enqueue_nd_range_kernel(q, st.from_device, st.grid, None)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
-                with span("download", "output tensor {}", t):
-                    values[t] = io.download(q, t)
-        q.finish()
+                outputs[t] = io.fetch(q, t)
+        with span("download", "{} outputs and {} state tensors", len(outputs), len(state)):
+            q.finish()
+            for t, value in state.items():
+                np.copyto(self.runner.variables[t], value().reshape(self.runner.variables[t].shape))
+            values.update({t: value() for t, value in outputs.items()})
         if timeline is not None:
             self.last_run = timeline
         for t, p in self.quant_out.items():  # back to the integers the caller's model declares

@@ -281,18 +281,30 @@ class DeviceTensors:
             self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
         keep.append(data)  # (until the queue is finished)
 
-    def download(self, queue, t: int) -> np.ndarray:
+    def fetch(self, queue, t: int) -> Callable[[], np.ndarray]:
+        """Enqueue reading tensor t to the host, without waiting: the returned function gives its value once the
+        queue is finished (an invoke's outputs and state are read with one wait, not one each)."""
         st = self.staging[t]
         if st.from_device is not None:
             self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
         tensor = self.sg.tensors[t]
         if st.host is not None:  # (the buffer's own memory: mapped for the kernels' values to be there, unmapped)
             mapped, _ = self.cl.enqueue_map_buffer(queue, st.dense, self.cl.map_flags.READ, 0, st.host.shape,
-                                                   np.float32, is_blocking=True)
-            mapped.base.release(queue)
-            return st.host
+                                                   np.float32, is_blocking=False)
+
+            def mapped_value() -> np.ndarray:
+                mapped.base.release(queue)
+                return st.host
+
+            return mapped_value
         host = np.empty(tensor.shape, np.float32)
-        self.cl.enqueue_copy(queue, host, st.dense, is_blocking=True)
+        self.cl.enqueue_copy(queue, host, st.dense, is_blocking=False)
         if tensor.dtype == np.float32:
-            return host
-        return (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
+            return lambda: host
+        return lambda: (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
+
+    def download(self, queue, t: int) -> np.ndarray:
+        """Tensor t's value on the host, now."""
+        value = self.fetch(queue, t)
+        queue.finish()
+        return value()
