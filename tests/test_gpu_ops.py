@@ -39,7 +39,8 @@ def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("tile_x,tile_s,lanes,hint", [(1, 1, 4, None), (2, 4, 4, "float4"), (8, 2, 4, None),
                                                       (4, 4, 8, "float8"), (2, 8, 8, "float8"), (1, 2, 8, None),
-                                                      (4, 8, 16, "float16"), (2, 4, 16, None)])
+                                                      (4, 8, 16, "float16"), (2, 4, 16, None), (7, 4, 16, "float16"),
+                                                      (5, 4, 16, None), (4, 16, 16, "float16")])
 def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, strided):
     """Every register tile the generator offers computes the same conv (10 output channels: a 16-lane
     accumulator's last 6 lanes are padding)."""
