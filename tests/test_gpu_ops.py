@@ -831,6 +831,62 @@ def test_a_channel_concatenation_is_written_by_its_producers(gpu, rng, opencl_de
             np.testing.assert_array_equal(g, outs[t])
 
 
+def _split_model(rng):
+    """x -> 1x1 CONV_2D to 24 channels -> SPLIT into 3 x 8 (linkable: whole slices) -> TANH / LOGISTIC / as is,
+    and the conv's output SPLIT_V into 6 + 18 (not: the first part ends mid-slice) -> RELU each; 4x8 pixels,
+    so each 8-channel part starts on a 512-byte boundary."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 8, 8))
+    y = b.tensor("y", (1, 4, 8, 24))
+    b.op("CONV_2D", [x, b.const("w", rand(rng, (24, 1, 1, 8))), b.const("b", rand(rng, (24,)))], [y],
+         padding="VALID", stride_w=1, stride_h=1)
+    parts = [b.tensor(f"p{k}", (1, 4, 8, 8)) for k in range(3)]
+    b.op("SPLIT", [b.const("axis", np.array(3, np.int32)), y], parts, num_splits=3)
+    t0, t1 = b.tensor("t0", (1, 4, 8, 8)), b.tensor("t1", (1, 4, 8, 8))
+    b.op("TANH", [parts[0]], [t0])
+    b.op("LOGISTIC", [parts[1]], [t1])
+    ragged = [b.tensor("r0", (1, 4, 8, 6)), b.tensor("r1", (1, 4, 8, 18))]
+    b.op("SPLIT_V", [y, b.const("sizes", np.array([6, 18], np.int32)), b.const("axis_v", np.array(-1, np.int32))],
+         ragged, num_splits=2)
+    relus = [b.tensor(f"u{k}", r_shape) for k, r_shape in enumerate([(1, 4, 8, 6), (1, 4, 8, 18)])]
+    for r, u in zip(ragged, relus):
+        b.op("RELU", [r], [u])
+    b.output(t0, t1, parts[2], *relus)
+    return b.build()
+
+
+def test_a_channel_split_is_read_in_place_by_its_readers(gpu, rng, opencl_device):
+    """Linking a split (selection.link_splits): the outputs of a split along channels into whole slices are
+    regions (sub-buffers) of its input's buffer, read in place, and the op launches nothing; one whose part ends
+    mid-slice keeps its kernels. LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    align = opencl_device.cl_device.mem_base_addr_align // 8
+    if 512 % align:
+        pytest.skip(f"the device aligns sub-buffers to {align} bytes")
+    model = _split_model(rng)
+    x = [rand(rng, (1, 4, 8, 8))]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    splits = [s for s in plan.steps if s.op.name in ("SPLIT", "SPLIT_V")]
+    assert plan.pass_counts["link_split"] == 1 and plan.cpu_op_count == 0
+    assert [bool(s.link) for s in splits] == [True, False] and not splits[0].specs and splits[1].specs
+    got = run_model(lambda **kw: it, model, x)
+    for g, w in zip(got, run_model(litert(), model, x)):
+        assert_close(g, w, gpu["rtol_scale"])
+    if not plan.fp16:
+        unlinked = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(link_split=False))
+        assert "link_split" not in unlinked.pass_counts
+        outs = unlinked.run(x)
+        for g, t in zip(got, it.model.main.outputs):
+            np.testing.assert_array_equal(g, outs[t])
+
+
 def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
     """A region made by a CPU step (CUMSUM has no OpenCL kernel) is uploaded into the concatenation's buffer:
     the linked step read nothing, so the upload was never scheduled and the output held whatever the buffer did

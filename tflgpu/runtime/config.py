@@ -44,6 +44,7 @@ class PlanConfig:
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET  # (an FP16 plan's precision choice)
     calibration: str = ""  # a fingerprint of the caller's calibration inputs; "": the default random ones
     link_concat: bool = True  # producers write straight into a channel concatenation's slices (selection)
+    link_split: bool = True  # readers read a channel split's outputs in place in its input (selection)
     # the one kernel reading a graph input / writing a graph output does the layout conversion (selection)
     dense_boundary: bool = True
 

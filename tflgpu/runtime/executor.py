@@ -41,6 +41,7 @@ from .selection import (
     dense_boundary,
     limit_partitions,
     link_concatenations,
+    link_splits,
     propagate_shapes,
     report_placement,
     restore,
@@ -189,9 +190,11 @@ class GpuPlan:
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
                     self.steps, make, tuning, dev, explicit=explicit, bench=bench,
                     identity=device.identity.as_dict())
+        align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)
         if config.link_concat:
-            align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)
             self.pass_counts["link_concat"] = link_concatenations(self.steps, make, align)
+        if config.link_split:
+            self.pass_counts["link_split"] = link_splits(self.steps, make, align)
         self.program = self.programs.compile(self.steps, clock)
         clock.phase("buffers", "device buffers, constants, kernel arguments")
         self.partitions = limit_partitions(self.steps, config.max_partitions)

@@ -15,7 +15,8 @@ The graph transforms, in the one order they run:
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
-   its output's buffer, and it launches nothing.
+   its output's buffer, and it launches nothing; then ``link_split`` (``link_splits``): a channel split's
+   readers read its input's buffer, and it launches nothing.
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
@@ -56,6 +57,24 @@ class ConcatLink:
     offsets: dict[int, int]  # input tensor -> its first element in the output's slice layout
     fp16: bool  # the storage precision of the output and its inputs
 
+    whole = property(lambda self: self.output)  # the tensor whose buffer the regions are in
+    reads = property(lambda self: tuple(self.offsets))  # what the step reads, and writes
+    writes = property(lambda self: (self.output,))
+
+
+@dataclass(frozen=True)
+class SplitLink:
+    """A SPLIT along channels done by its readers: each output tensor is a region of the input's buffer, so the
+    op launches nothing and its readers read their slices in place."""
+
+    input: int
+    offsets: dict[int, int]  # output tensor -> its first element in the input's slice layout
+    fp16: bool  # the storage precision of the input and its outputs
+
+    whole = property(lambda self: self.input)
+    reads = property(lambda self: (self.input,))
+    writes = property(lambda self: tuple(self.offsets))
+
 
 @dataclass
 class Step:
@@ -67,7 +86,7 @@ class Step:
     kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
     epilogue: list = field(default_factory=list)  # fused elementwise ops the kernels apply
     params: dict = field(default_factory=dict)  # generator knobs (explicit or tuned); {} = heuristics
-    link: ConcatLink | None = None  # a concatenation its producers do (no kernels)
+    link: ConcatLink | SplitLink | None = None  # a concatenation its producers do, a split its readers (no kernels)
 
 
 @dataclass(frozen=True)
@@ -306,6 +325,43 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
             s.specs = specs
     honoured = frozenset().union(*(dense_tensors(s.specs) for s in steps if s.device == "gpu"))
     return replace(make, dense=honoured), len(honoured)
+
+
+def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
+    """Link every device SPLIT / SPLIT_V that can be (``SplitLink``): along channels of one image, its input a
+    tensor made or uploaded by the plan (not a region of another link, nor a dense boundary buffer), every output
+    but the last a whole number of 4-channel slices, and each region's start on the device's sub-buffer alignment
+    (``align_bytes``). Returns how many were linked."""
+    sg = make.sg
+    taken = {t for s in steps if s.link is not None for t in (s.link.whole, *s.link.offsets)}
+    fixed = set(make.consts) | set(make.variables) | set(make.dense)
+    linked = 0
+    for s in steps:
+        op = s.op
+        if s.device != "gpu" or op.name not in ("SPLIT", "SPLIT_V") or s.epilogue or len(s.members) != 1 \
+                or s.link is not None:
+            continue
+        x_idx, axis_idx = (1, 0) if op.name == "SPLIT" else (0, 2)
+        x, axis = op.inputs[x_idx], make.consts.get(op.inputs[axis_idx])
+        shape = sg.tensors[x].shape
+        lay = bhwc(shape)
+        if axis is None or lay is None or lay.b != 1 or x in fixed or x in taken or \
+                int(np.asarray(axis).reshape(-1)[0]) % max(len(shape), 1) != len(shape) - 1:
+            continue
+        fp16, outs = make.op_fp16(op), list(op.outputs)
+        offsets, start = {}, 0  # (in elements of the input's slice layout)
+        for k, t in enumerate(outs):
+            ol = bhwc(sg.tensors[t].shape) if t >= 0 else None
+            if ol is None or t in fixed or t in taken or t in offsets or ol.dims[:3] != lay.dims[:3] or \
+                    (k < len(outs) - 1 and ol.c % 4) or (start * (2 if fp16 else 4)) % align_bytes:
+                break
+            offsets[t] = start
+            start += ol.s * lay.h * lay.w * 4
+        else:
+            s.link, s.specs = SplitLink(x, offsets, fp16), []
+            taken.update(offsets, [x])
+            linked += 1
+    return linked
 
 
 def restore(steps: list[Step], record) -> bool:

@@ -75,8 +75,9 @@ class DeviceTensors:
         # each device tensor's storage (True: half), as its kernels declare it (graph.precision keeps every
         # kernel touching a tensor in one precision; a storage cast reads one and writes the other)
         self.half: dict[int, bool] = {}
-        # a linked concatenation's inputs are regions of its output's buffer (selection.ConcatLink): the output
-        # is planned over all their lifetimes, each input a sub-buffer at its offset
+        # a linked concatenation's inputs are regions of its output's buffer (selection.ConcatLink), a linked split's
+        # outputs regions of its input's (selection.SplitLink): the whole is planned over all their lifetimes, each
+        # region a sub-buffer at its offset
         self.regions: dict[int, tuple[int, int]] = {}  # input tensor -> (output tensor, first element)
 
         def read(t, i):
@@ -94,13 +95,15 @@ class DeviceTensors:
         for i, s in enumerate(steps):
             if s.device != "gpu":
                 continue
-            if s.link is not None:  # (an input a CPU step makes is uploaded into its region)
-                touch(s.link.output, i)
-                for t in (s.link.output, *s.link.offsets):
+            if s.link is not None:  # (a concatenation's input a CPU step makes is uploaded into its region)
+                touch(s.link.whole, i)
+                for t in (s.link.whole, *s.link.offsets):
                     self.half.setdefault(t, s.link.fp16)
-                for t in s.link.offsets:
+                for t in s.link.reads:
                     read(t, i)
-                self.regions.update({t: (s.link.output, at) for t, at in s.link.offsets.items()})
+                for t in s.link.writes:
+                    touch(t, i)
+                self.regions.update({t: (s.link.whole, at) for t, at in s.link.offsets.items()})
             for spec in s.specs:
                 for t in spec.inputs + spec.outputs:
                     if self.half.setdefault(t, spec.tensor_fp16(t)) != spec.tensor_fp16(t):
