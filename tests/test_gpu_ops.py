@@ -887,6 +887,51 @@ def test_a_channel_split_is_read_in_place_by_its_readers(gpu, rng, opencl_device
             np.testing.assert_array_equal(g, outs[t])
 
 
+def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl_device):
+    """Linking a reshape (selection.link_reshapes): (1, 4, 8, 8) -> (1, 32, 8) (the same pixels per image) and
+    (1, 1, 1, 24) -> (1, 24) launch nothing, their outputs their inputs' buffers; (1, 4, 8, 8) -> (1, 4, 64)
+    (channels regrouped) keeps its kernel. LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 8, 8))
+    y = b.tensor("y", (1, 4, 8, 8))
+    b.op("CONV_2D", [x, b.const("w", rand(rng, (8, 1, 1, 8))), b.const("b", rand(rng, (8,)))], [y],
+         padding="VALID", stride_w=1, stride_h=1)
+    outs = []
+    for name, shape in [("rows", (1, 32, 8)), ("regroup", (1, 4, 64))]:
+        r, t = b.tensor(name, shape), b.tensor(f"{name}_tanh", shape)
+        b.op("RESHAPE", [y, b.const(f"{name}_shape", np.array(shape, np.int32))], [r], new_shape=list(shape))
+        b.op("TANH", [r], [t])
+        outs.append(t)
+    pooled, flat, z = b.tensor("pooled", (1, 1, 1, 24)), b.tensor("flat", (1, 24)), b.tensor("z", (1, 24))
+    b.op("CONV_2D", [y, b.const("w2", rand(rng, (24, 4, 8, 8))), b.const("b2", rand(rng, (24,)))], [pooled],
+         padding="VALID", stride_w=1, stride_h=1)
+    b.op("RESHAPE", [pooled, b.const("flat_shape", np.array([1, 24], np.int32))], [flat], new_shape=[1, 24])
+    b.op("RELU", [flat], [z])
+    b.output(*outs, z)
+    model = b.build()
+    feeds = [rand(rng, (1, 4, 8, 8))]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    reshapes = [s for s in plan.steps if s.op.name == "RESHAPE"]
+    assert plan.pass_counts["link_reshape"] == 2 and plan.cpu_op_count == 0
+    assert [bool(s.link) for s in reshapes] == [True, False, True] and not reshapes[0].specs
+    got = run_model(lambda **kw: it, model, feeds)
+    for g, w in zip(got, run_model(litert(), model, feeds)):
+        assert_close(g, w, gpu["rtol_scale"])
+    if not plan.fp16:
+        unlinked = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(link_reshape=False))
+        assert "link_reshape" not in unlinked.pass_counts
+        outs = unlinked.run(feeds)
+        for g, t in zip(got, it.model.main.outputs):
+            np.testing.assert_array_equal(g, outs[t])
+
+
 def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
     """A region made by a CPU step (CUMSUM has no OpenCL kernel) is uploaded into the concatenation's buffer:
     the linked step read nothing, so the upload was never scheduled and the output held whatever the buffer did

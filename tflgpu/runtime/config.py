@@ -45,6 +45,7 @@ class PlanConfig:
     calibration: str = ""  # a fingerprint of the caller's calibration inputs; "": the default random ones
     link_concat: bool = True  # producers write straight into a channel concatenation's slices (selection)
     link_split: bool = True  # readers read a channel split's outputs in place in its input (selection)
+    link_reshape: bool = True  # a reshape keeping the slice layout is its input's buffer (selection)
     # the one kernel reading a graph input / writing a graph output does the layout conversion (selection)
     dense_boundary: bool = True
 

@@ -41,6 +41,7 @@ from .selection import (
     dense_boundary,
     limit_partitions,
     link_concatenations,
+    link_reshapes,
     link_splits,
     propagate_shapes,
     report_placement,
@@ -195,6 +196,8 @@ class GpuPlan:
             self.pass_counts["link_concat"] = link_concatenations(self.steps, make, align)
         if config.link_split:
             self.pass_counts["link_split"] = link_splits(self.steps, make, align)
+        if config.link_reshape:
+            self.pass_counts["link_reshape"] = link_reshapes(self.steps, make)
         self.program = self.programs.compile(self.steps, clock)
         clock.phase("buffers", "device buffers, constants, kernel arguments")
         self.partitions = limit_partitions(self.steps, config.max_partitions)

@@ -16,7 +16,8 @@ The graph transforms, in the one order they run:
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
    its output's buffer, and it launches nothing; then ``link_split`` (``link_splits``): a channel split's
-   readers read its input's buffer, and it launches nothing.
+   readers read its input's buffer, and it launches nothing; then ``link_reshape`` (``link_reshapes``): a
+   reshape that keeps the slice layout is its input's buffer.
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
@@ -76,6 +77,21 @@ class SplitLink:
     writes = property(lambda self: tuple(self.offsets))
 
 
+@dataclass(frozen=True)
+class ReshapeLink:
+    """A RESHAPE (SQUEEZE, EXPAND_DIMS) whose output orders its elements as its input does in the slice layout:
+    the output is its input's whole buffer under another shape, and the op launches nothing."""
+
+    input: int
+    output: int
+    fp16: bool
+
+    whole = property(lambda self: self.input)
+    offsets = property(lambda self: {self.output: 0})
+    reads = property(lambda self: (self.input,))
+    writes = property(lambda self: (self.output,))
+
+
 @dataclass
 class Step:
     op: Operator  # the op whose generator made the kernel (a fused group's producer)
@@ -86,7 +102,8 @@ class Step:
     kernels: list = field(default_factory=list)  # bound pyopencl kernels, parallel to specs
     epilogue: list = field(default_factory=list)  # fused elementwise ops the kernels apply
     params: dict = field(default_factory=dict)  # generator knobs (explicit or tuned); {} = heuristics
-    link: ConcatLink | SplitLink | None = None  # a concatenation its producers do, a split its readers (no kernels)
+    # a concatenation its producers do, a split or a reshape its readers (no kernels)
+    link: ConcatLink | SplitLink | ReshapeLink | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +378,32 @@ def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
             s.link, s.specs = SplitLink(x, offsets, fp16), []
             taken.update(offsets, [x])
             linked += 1
+    return linked
+
+
+def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
+    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS whose input and output order their elements alike in the
+    slice layout (``ReshapeLink``: the same images, channels and pixels per image: (1, 256) -> (256,),
+    (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by the plan that is not part of another
+    link nor a dense boundary buffer. Returns how many were linked."""
+    sg = make.sg
+    taken = {t for s in steps if s.link is not None for t in (s.link.whole, *s.link.offsets)}
+    fixed = set(make.consts) | set(make.variables) | set(make.dense)
+    linked = 0
+    for s in steps:
+        op = s.op
+        if s.device != "gpu" or op.name not in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") or s.epilogue \
+                or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        a, b = bhwc(sg.tensors[x].shape), bhwc(sg.tensors[y].shape)
+        # (the slice layout orders a batch's pixels row-major: images of one pixel count share it)
+        if a is None or b is None or (a.b, a.c, a.h * a.w) != (b.b, b.c, b.h * b.w) or {x, y} & (fixed | taken) \
+                or x == y:
+            continue
+        s.link, s.specs = ReshapeLink(x, y, make.op_fp16(op)), []
+        taken.update((x, y))
+        linked += 1
     return linked
 
 
