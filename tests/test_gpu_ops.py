@@ -803,15 +803,33 @@ def _concat_model(rng) -> bytes:
     return bld.build()
 
 
+def _linked_plan_matches(it, model, feeds, gpu, device, switch: str):
+    """The interpreter's plan gives LiteRT's outputs and, at FP32, exactly those of the plan built with the link
+    ``switch`` (a PlanConfig field) off; returns that unlinked plan (None at FP16)."""
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    got = run_model(lambda **kw: it, model, feeds)
+    for g, w in zip(got, run_model(litert(), model, feeds)):
+        assert_close(g, w, gpu["rtol_scale"])
+    if it.gpu_plan.fp16:
+        return None
+    unlinked = GpuPlan(it.cpu_runner(), device, PlanConfig(**{switch: False}))
+    assert switch not in unlinked.pass_counts
+    outs = unlinked.run(feeds)
+    for g, t in zip(got, it.model.main.outputs):
+        np.testing.assert_array_equal(g, outs[t])
+    return unlinked
+
+
 def test_a_channel_concatenation_is_written_by_its_producers(gpu, rng, opencl_device):
     """Linking (selection.link_concatenations): the producers of a concatenation along channels write straight
     into their slices of its output (sub-buffers of its buffer) and the op launches nothing; the plan gives
     LiteRT's outputs, and at FP32 exactly the unlinked plan's. A first input that is not whole slices, and a
     graph input, keep the concatenation's kernel."""
     from tflgpu import Interpreter
-    from tflgpu.runtime.executor import GpuPlan
 
-    from .conftest import assert_close, litert, run_model
 
     model = _concat_model(rng)
     x = [rand(rng, (1, 8, 8, 8))]
@@ -820,15 +838,9 @@ def test_a_channel_concatenation_is_written_by_its_producers(gpu, rng, opencl_de
     concats = [s for s in plan.steps if s.op.name == "CONCATENATION"]
     assert plan.pass_counts["link_concat"] == 1 and plan.cpu_op_count == 0
     assert [bool(s.link) for s in concats] == [True, False, False] and not concats[0].specs
-    got = run_model(lambda **kw: it, model, x)
-    for g, w in zip(got, run_model(litert(), model, x)):
-        assert_close(g, w, gpu["rtol_scale"])
-    if not plan.fp16:
-        unlinked = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(link_concat=False))
-        assert "link_concat" not in unlinked.pass_counts and all(s.specs for s in unlinked.steps)
-        outs = unlinked.run(x)
-        for g, t in zip(got, it.model.main.outputs):
-            np.testing.assert_array_equal(g, outs[t])
+    unlinked = _linked_plan_matches(it, model, x, gpu, opencl_device, "link_concat")
+    if unlinked is not None:
+        assert all(s.specs for s in unlinked.steps)
 
 
 def _split_model(rng):
@@ -862,9 +874,7 @@ def test_a_channel_split_is_read_in_place_by_its_readers(gpu, rng, opencl_device
     regions (sub-buffers) of its input's buffer, read in place, and the op launches nothing; one whose part ends
     mid-slice keeps its kernels. LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
     from tflgpu import Interpreter
-    from tflgpu.runtime.executor import GpuPlan
 
-    from .conftest import assert_close, litert, run_model
 
     align = opencl_device.cl_device.mem_base_addr_align // 8
     if 512 % align:
@@ -876,15 +886,7 @@ def test_a_channel_split_is_read_in_place_by_its_readers(gpu, rng, opencl_device
     splits = [s for s in plan.steps if s.op.name in ("SPLIT", "SPLIT_V")]
     assert plan.pass_counts["link_split"] == 1 and plan.cpu_op_count == 0
     assert [bool(s.link) for s in splits] == [True, False] and not splits[0].specs and splits[1].specs
-    got = run_model(lambda **kw: it, model, x)
-    for g, w in zip(got, run_model(litert(), model, x)):
-        assert_close(g, w, gpu["rtol_scale"])
-    if not plan.fp16:
-        unlinked = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(link_split=False))
-        assert "link_split" not in unlinked.pass_counts
-        outs = unlinked.run(x)
-        for g, t in zip(got, it.model.main.outputs):
-            np.testing.assert_array_equal(g, outs[t])
+    _linked_plan_matches(it, model, x, gpu, opencl_device, "link_split")
 
 
 def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl_device):
@@ -893,9 +895,7 @@ def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl
     (channels regrouped) keeps its kernel. LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
     from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
-    from tflgpu.runtime.executor import GpuPlan
 
-    from .conftest import assert_close, litert, run_model
 
     b = ModelBuilder()
     x = b.input("x", (1, 4, 8, 8))
@@ -921,15 +921,7 @@ def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl
     reshapes = [s for s in plan.steps if s.op.name == "RESHAPE"]
     assert plan.pass_counts["link_reshape"] == 2 and plan.cpu_op_count == 0
     assert [bool(s.link) for s in reshapes] == [True, False, True] and not reshapes[0].specs
-    got = run_model(lambda **kw: it, model, feeds)
-    for g, w in zip(got, run_model(litert(), model, feeds)):
-        assert_close(g, w, gpu["rtol_scale"])
-    if not plan.fp16:
-        unlinked = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(link_reshape=False))
-        assert "link_reshape" not in unlinked.pass_counts
-        outs = unlinked.run(feeds)
-        for g, t in zip(got, it.model.main.outputs):
-            np.testing.assert_array_equal(g, outs[t])
+    _linked_plan_matches(it, model, feeds, gpu, opencl_device, "link_reshape")
 
 
 def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):

@@ -21,8 +21,9 @@ The graph transforms, in the one order they run:
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 1-3b, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations`` 6 and
-``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the graph.
+``transform_graph`` runs 1-3b, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
+``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
+graph.
 """
 
 from __future__ import annotations
@@ -261,13 +262,33 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[lis
     return out, counts
 
 
+def _linked_tensors(steps: list[Step]) -> set[int]:
+    """The tensors already part of a link: each link's whole and its regions (a region is not nested)."""
+    return {t for s in steps if s.link is not None for t in (s.link.whole, *s.link.offsets)}
+
+
+def _channel_regions(sg, parts: list[int], whole, fp16: bool, align_bytes: int, excluded: set) -> dict | None:
+    """Each of ``parts`` (concatenated along channels in order, of one image) as a region of a tensor of layout
+    ``whole``: its first element in that slice layout; None unless each is a distinct tensor not in ``excluded``
+    with the whole's pixels, every one but the last whole 4-channel slices, and each start on ``align_bytes``."""
+    offsets, start = {}, 0
+    for k, t in enumerate(parts):
+        lay = bhwc(sg.tensors[t].shape) if t >= 0 else None
+        if lay is None or t in excluded or t in offsets or lay.dims[:3] != whole.dims[:3] or \
+                (k < len(parts) - 1 and lay.c % 4) or (start * (2 if fp16 else 4)) % align_bytes:
+            return None
+        offsets[t] = start
+        start += lay.s * whole.h * whole.w * 4
+    return offsets
+
+
 def link_concatenations(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
     """Link every device CONCATENATION that can be (``ConcatLink``): along channels of one image, each input a
     distinct tensor made by the plan (not a graph input, a constant or state; not already a region of another
     concatenation, nor itself linked), every input but the last a whole number of 4-channel slices, and each
     region's start on the device's sub-buffer alignment (``align_bytes``). Returns how many were linked."""
     sg = make.sg
-    taken: set[int] = set()  # tensors that are regions, or have regions
+    taken = _linked_tensors(steps)
     fixed = set(sg.inputs) | set(make.consts) | set(make.variables)
     linked = 0
     for s in steps:
@@ -280,16 +301,9 @@ def link_concatenations(steps: list[Step], make: KernelMaker, align_bytes: int) 
         if out in taken or lay is None or lay.b != 1 or \
                 op.options.get("axis", 0) % max(len(shape), 1) != len(shape) - 1:
             continue
-        fp16, ins = make.op_fp16(op), list(op.inputs)
-        offsets, start = {}, 0  # (in elements of the output's slice layout)
-        for k, t in enumerate(ins):
-            il = bhwc(sg.tensors[t].shape)
-            if t in fixed or t in taken or t in offsets or il is None or il.dims[:3] != lay.dims[:3] or \
-                    (k < len(ins) - 1 and il.c % 4) or (start * (2 if fp16 else 4)) % align_bytes:
-                break
-            offsets[t] = start
-            start += il.s * lay.h * lay.w * 4
-        else:
+        fp16 = make.op_fp16(op)
+        offsets = _channel_regions(sg, list(op.inputs), lay, fp16, align_bytes, fixed | taken)
+        if offsets is not None:
             s.link, s.specs = ConcatLink(out, offsets, fp16), []
             taken.update(offsets, [out])
             linked += 1
@@ -350,7 +364,7 @@ def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
     but the last a whole number of 4-channel slices, and each region's start on the device's sub-buffer alignment
     (``align_bytes``). Returns how many were linked."""
     sg = make.sg
-    taken = {t for s in steps if s.link is not None for t in (s.link.whole, *s.link.offsets)}
+    taken = _linked_tensors(steps)
     fixed = set(make.consts) | set(make.variables) | set(make.dense)
     linked = 0
     for s in steps:
@@ -365,16 +379,9 @@ def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
         if axis is None or lay is None or lay.b != 1 or x in fixed or x in taken or \
                 int(np.asarray(axis).reshape(-1)[0]) % max(len(shape), 1) != len(shape) - 1:
             continue
-        fp16, outs = make.op_fp16(op), list(op.outputs)
-        offsets, start = {}, 0  # (in elements of the input's slice layout)
-        for k, t in enumerate(outs):
-            ol = bhwc(sg.tensors[t].shape) if t >= 0 else None
-            if ol is None or t in fixed or t in taken or t in offsets or ol.dims[:3] != lay.dims[:3] or \
-                    (k < len(outs) - 1 and ol.c % 4) or (start * (2 if fp16 else 4)) % align_bytes:
-                break
-            offsets[t] = start
-            start += ol.s * lay.h * lay.w * 4
-        else:
+        fp16 = make.op_fp16(op)
+        offsets = _channel_regions(sg, list(op.outputs), lay, fp16, align_bytes, fixed | taken)
+        if offsets is not None:
             s.link, s.specs = SplitLink(x, offsets, fp16), []
             taken.update(offsets, [x])
             linked += 1
@@ -387,7 +394,7 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
     (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by the plan that is not part of another
     link nor a dense boundary buffer. Returns how many were linked."""
     sg = make.sg
-    taken = {t for s in steps if s.link is not None for t in (s.link.whole, *s.link.offsets)}
+    taken = _linked_tensors(steps)
     fixed = set(make.consts) | set(make.variables) | set(make.dense)
     linked = 0
     for s in steps:

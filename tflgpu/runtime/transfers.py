@@ -75,10 +75,10 @@ class DeviceTensors:
         # each device tensor's storage (True: half), as its kernels declare it (graph.precision keeps every
         # kernel touching a tensor in one precision; a storage cast reads one and writes the other)
         self.half: dict[int, bool] = {}
-        # a linked concatenation's inputs are regions of its output's buffer (selection.ConcatLink), a linked split's
-        # outputs regions of its input's (selection.SplitLink): the whole is planned over all their lifetimes, each
-        # region a sub-buffer at its offset
-        self.regions: dict[int, tuple[int, int]] = {}  # input tensor -> (output tensor, first element)
+        # a link's regions (selection: a linked concatenation's inputs in its output, a linked split's outputs and a
+        # linked reshape's output in its input) share their whole's buffer: the whole is planned over all their
+        # lifetimes, each region a sub-buffer at its offset
+        self.regions: dict[int, tuple[int, int]] = {}  # region tensor -> (whole tensor, first element)
 
         def read(t, i):
             """Device step i reads t: alive from its making (an upload after a CPU step, or the invoke's start)."""
@@ -215,17 +215,15 @@ class DeviceTensors:
         self.bound: set[int] = set()
         if not crossing:
             return
-        loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in crossing}
+        for t in self.dense_steps.keys() & crossing:  # (its kernels convert it themselves)
+            self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t))
+        converted = sorted(crossing - self.dense_steps.keys())
+        loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in converted}
         sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if self.half[t] == self.fp16
-                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t]))
-                   for t in sorted(crossing) if t not in self.dense_steps]
-        prog = build(sources) if any(t not in self.dense_steps for t in crossing) else None
-        for t in sorted(crossing):
+                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t])) for t in converted]
+        prog = build(sources) if sources else None
+        for t in converted:
             lay = self._layout(t)
-            if t in self.dense_steps:
-                self.staging[t] = Staging(self.tensor_buffer[t], None, None, boundary_grid(lay, loops[t]),
-                                          self.host_out.get(t))
-                continue
             dense = self._dense_buffer(t)
             self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
                                       make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),

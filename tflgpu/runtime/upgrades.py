@@ -37,15 +37,15 @@ def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None
     if not steps:
         return
     swap = Swap(f"tuned {what}", None, {})
-    for i in list(steps):
+    for i in steps:
         s = plan.steps[i]
         specs = plan.make(s.op, s.epilogue, params)
         if dense_tensors(specs) != dense_tensors(s.specs):  # (the plan's buffers are laid out for the old form)
             log.info("tuned parameters %s change which boundary tensors %s reads densely: not installed", params,
                      s.op.name)
-            steps.remove(i)
             continue
         swap.specs[i], swap.params[i] = specs, dict(params)
+    steps = list(swap.specs)
     if not steps:
         return
     if wait is not None:
