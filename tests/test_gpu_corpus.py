@@ -160,15 +160,35 @@ def test_lstm_on_device_keeps_state_like_litert(opencl_device, fp16):
     ref = litert()(str(path))
     for it in (ours, ref):
         it.allocate_tensors()
-    for step in range(4):
-        if step == 3:
+    from tflgpu.model.reader import read_model
+
+    h, c = (t.index for t in read_model(str(path)).subgraphs[0].tensors if t.is_variable)
+    close = assert_fp16_close if fp16 else assert_close
+    rng = np.random.default_rng(1)
+    for step in range(6):
+        # the state stays on the device between invokes: what the host writes into it must reach the device,
+        # what it reads must be the device's latest
+        if step == 2:  # one state tensor set, the other kept
+            v = rng.uniform(-1, 1, (1, 64)).astype(np.float32)
+            for it in (ours, ref):
+                it.set_tensor(h, v)
+        if step == 3:  # written through tensor()'s view
+            v = rng.uniform(-1, 1, (1, 64)).astype(np.float32)
+            for it in (ours, ref):
+                view = it.tensor(c)()
+                view[...] = v
+                del view
+        if step == 4:
             ours.reset_all_variables()
             ref.reset_all_variables()
         for it in (ours, ref):
             it.set_tensor(0, x)
             it.invoke()
         idx = ref.get_output_details()[0]["index"]
-        (assert_fp16_close if fp16 else assert_close)(ours.get_tensor(idx), ref.get_tensor(idx), what=f"invoke {step}")
+        close(ours.get_tensor(idx), ref.get_tensor(idx), what=f"invoke {step}")
+        if step % 2:  # (every other invoke: state read back, or left on the device)
+            for t in (h, c):
+                close(ours.get_tensor(t), ref.get_tensor(t), what=f"state tensor {t} after invoke {step}")
 
 
 def test_get_tensor_of_a_constant_after_a_delegated_invoke(opencl_device):

@@ -164,6 +164,8 @@ class _Session:
         if idx in self.buffers:
             np.copyto(self.buffers[idx], value)
         elif idx in self.runner.variables:
+            if self.gpu_plan is not None:
+                self.gpu_plan.state_written()  # (the device may hold the state's latest value)
             np.copyto(self.runner.variables[idx], value)
         else:
             if self.values is None:
@@ -202,12 +204,19 @@ class _Session:
             vals[i] = v
         return vals
 
-    def value(self, idx: int) -> np.ndarray:
+    def value(self, idx: int, writable: bool = True) -> np.ndarray:
+        """Tensor idx's current array; ``writable``: the caller may write into it (``Interpreter.tensor``)."""
         n = len(self.sg.tensors)
         if not 0 <= idx < n:
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
         if not self.allocated:
             raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
+        if idx in self.runner.variables and self.gpu_plan is not None:  # state the device may hold
+            if writable:
+                self.gpu_plan.state_written()  # (read now; uploaded by the next invoke, in case it was written)
+            else:
+                self.gpu_plan.sync_state()
+            return self.runner.variables[idx]
         if idx in self.buffers and idx not in self.bindings:
             return self.buffers[idx]
         if self.values is None:
@@ -395,7 +404,7 @@ class Interpreter:
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """A copy of the tensor's current value."""
-        return np.array(self._session(subgraph_index).value(int(tensor_index)), copy=True)
+        return np.array(self._session(subgraph_index).value(int(tensor_index), writable=False), copy=True)
 
     def tensor(self, tensor_index: int) -> Callable[[], np.ndarray]:
         """A function returning a numpy view of the tensor's current buffer (no copy)."""
@@ -461,6 +470,9 @@ class Interpreter:
     def reset_all_variables(self) -> None:
         """Reset variable tensors (e.g. LSTM state) to their initial values."""
         self._runtime.reset_variables()
+        for s in self._sessions.values():
+            if s.gpu_plan is not None:
+                s.gpu_plan.state_written(reset=True)
 
     def num_subgraphs(self) -> int:
         return len(self._model.subgraphs)

@@ -212,6 +212,7 @@ class GpuPlan:
             self.save_record()
         clock.stop()
         self.last_run = RunTimeline()  # (profiled runs)
+        self._state_at = "host"
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
         if jobs:
@@ -281,6 +282,8 @@ class GpuPlan:
             p = self.quant_in.get(t)
             values[t] = x if p is None else dequantize_values(x, p)
         for t in io.input_uploads:
+            if t in self.runner.variables and io.state_resident and self._state_at != "host":
+                continue  # (the device has the state's latest value)
             if t in io.bound:  # zero-copy: the data is already on the device, just convert the layout
                 st = io.staging[t]
                 if st.to_device is not None:  # (else its kernel reads the dense buffer itself)
@@ -308,8 +311,11 @@ class GpuPlan:
             for t in io.uploads_after.get(i, ()):
                 with span("upload", "tensor {} from the CPU", t):
                     io.upload(q, t, values[t], keep)
-        # the variables (LSTM state, carried over to the next invoke) and the outputs, read with one wait
-        state = {t: io.fetch(q, t) for t in io.state_tensors}
+        # the variables (LSTM state, carried over to the next invoke; where it is not kept on the device) and the
+        # outputs, read with one wait
+        state = {} if io.state_resident else {t: io.fetch(q, t) for t in io.state_tensors}
+        if io.state_resident and io.state_tensors:
+            self._state_at = "device"
         outputs = {}
         for t in io.output_downloads:
             if t in io.bound and self.device_outputs:
@@ -333,6 +339,30 @@ class GpuPlan:
             if t in self.quant_in:
                 values[t] = x  # (the caller's own integers)
         return values
+
+    # -- variables (LSTM state) kept on the device between invokes --------------------------------------------
+    # _state_at: where the state's latest value is: "host" (the runner's arrays: uploaded by the next invoke),
+    # "device" (read into the runner's arrays when the host asks, sync_state) or "both"
+
+    def sync_state(self) -> None:
+        """Bring the runner's variable arrays up to the device's values (after invokes that kept them there)."""
+        if self._state_at != "device":
+            return
+        try:
+            state = {t: self.io.fetch(self.queue, t) for t in self.io.state_tensors}
+            self.queue.finish()
+        except self.cl.Error as e:
+            raise DeviceError(f"OpenCL device error reading the model's state ({e})") from e
+        for t, value in state.items():
+            np.copyto(self.runner.variables[t], value().reshape(self.runner.variables[t].shape))
+        self._state_at = "both"
+
+    def state_written(self, reset: bool = False) -> None:
+        """The host is about to change (or, ``reset``, has reset) the runner's variable arrays: the next invoke
+        uploads them. Without ``reset``, those not written keep the device's values (read first)."""
+        if not reset:
+            self.sync_state()
+        self._state_at = "host"
 
     def spec_bytes(self, spec: KernelSpec) -> int:
         """The bytes a kernel's tensors (slice layout, storage precision) and constant arguments take: what it

@@ -127,6 +127,10 @@ class DeviceTensors:
         for t in self.state_tensors:
             touch(t, -1)
             touch(t, n)
+        # state no CPU step reads or writes stays on the device between invokes: uploaded when the host's value
+        # changed (GpuPlan.state_written), read when the host asks for it (GpuPlan.sync_state); else every invoke
+        cpu_touched = {t for s in steps if s.device == "cpu" for op, _ in s.members for t in op.inputs + op.outputs}
+        self.state_resident = not cpu_touched & set(self.state_tensors)
         self.input_uploads = [t for t in self.sg.inputs if t in on_gpu] + self.state_tensors
         self.output_downloads = [t for t in self.sg.outputs
                                  if t in producer and steps[producer[t]].device == "gpu"]
