@@ -23,7 +23,7 @@ EXPECTED_CPU_OPS = {
     "unet_small_256.tflite": 0,
     "fallback_ops.tflite": 5,  # CAST, TOPK_V2, int STRIDED_SLICE, GATHER, CUMSUM (ARG_MAX joins its conv)
     "lstm_small.tflite": 0,
-    "lstm_small_keras3_while.tflite": 0,  # its WHILE unrolled (16 steps), GATHER of x[t] with constant t
+    "lstm_small_keras3_while.tflite": 0,  # its WHILE (an LSTM cell a step) one UNIDIRECTIONAL_SEQUENCE_LSTM
 }
 CLASSIFIERS = {"mobilenet_v1_1.0_224.tflite", "mobilenet_v2_1.0_224.tflite", "mobilenet_v1_1.0_224_fp16.tflite"}
 

@@ -2,7 +2,9 @@
 layer normalization and clipping, as TFLite's float kernels define them.
 
 State tensors (inputs 18 and 19) are variables: the final state is written
-back into them, so it carries over to the next invoke, as in LiteRT.
+back into them, so it carries over to the next invoke, as in LiteRT. A state
+that is not a variable (graph.lstm_loop's rewrite of a Keras loop: constants)
+is the initial state of every invoke, read and left as it is.
 """
 
 from __future__ import annotations
@@ -206,6 +208,11 @@ def _read_state(xs, batch: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(xs[18], np.float32).reshape(batch, -1), np.array(xs[19], np.float32).reshape(batch, -1)
 
 
+def _stateful(ctx: OpContext) -> bool:
+    """Whether the op's state inputs are variables (written back after a run), not a constant initial state."""
+    return all(ctx.op.inputs[i] >= 0 and ctx.subgraph.tensors[ctx.op.inputs[i]].is_variable for i in (18, 19))
+
+
 def _write_state(xs, h, c):
     for idx, v in ((18, h), (19, c)):
         dst = xs[idx]
@@ -217,6 +224,7 @@ def _write_state(xs, h, c):
 def unidirectional_sequence_lstm(ctx: OpContext):
     cell = _LstmCell(ctx)
     time_major = ctx.opt("time_major", False)
+    stateful = _stateful(ctx)
 
     def run(xs):
         x = np.asarray(xs[0], np.float32)
@@ -228,7 +236,8 @@ def unidirectional_sequence_lstm(ctx: OpContext):
         h, c = _read_state(xs, batch)
         xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
         outs = cell.run(xw, h, c)
-        _write_state(xs, h, c)
+        if stateful:
+            _write_state(xs, h, c)
         if not time_major:
             outs = np.ascontiguousarray(np.swapaxes(outs, 0, 1))
         return [outs]

@@ -38,7 +38,7 @@ def _static_tensors(body: Subgraph, static_inputs: set[int]) -> set[int]:
     return known
 
 
-def _loop_plan(while_op: Operator, cond: Subgraph, body: Subgraph, consts: dict):
+def loop_plan(while_op: Operator, cond: Subgraph, body: Subgraph, consts: dict):
     """The static loop-variable positions, or NotUnrollable."""
     n = len(while_op.inputs)
     if len(body.inputs) != n or len(body.outputs) != n or len(cond.inputs) != n:
@@ -95,12 +95,37 @@ def unroll_static_loops(sg: Subgraph, runtime, consts: dict) -> tuple[Subgraph, 
     return replace(sg, tensors=tensors, operators=ops, outputs=tuple(outputs)), count
 
 
+def static_trips(op: Operator, cond: Subgraph, body: Subgraph, runtime, static: set[int], values: list):
+    """Run a WHILE's static part on the host (the CPU kernels): yields the body's values each iteration (static
+    tensors exact, others from zeros); ``values`` (the loop variables' initial host values, None where not
+    static) holds each static variable's value as the iteration starts, and after the last one, its final value.
+    NotUnrollable past MAX_TRIPS iterations."""
+    cond_runner, body_runner = runtime.runner(cond.index), runtime.runner(body.index)
+    n = len(op.inputs)
+
+    def feed():
+        return [values[j] if j in static else np.zeros(body.tensors[body.inputs[j]].shape,
+                                                        body.tensors[body.inputs[j]].dtype) for j in range(n)]
+
+    for trip in range(MAX_TRIPS + 1):
+        with np.errstate(all="ignore"):
+            go = cond_runner.run(feed())[cond.outputs[0]]
+        if not bool(np.asarray(go).reshape(-1)[0]):
+            return
+        if trip == MAX_TRIPS:
+            raise NotUnrollable(f"more than {MAX_TRIPS} iterations")
+        with np.errstate(all="ignore"):
+            body_vals = body_runner.run(feed())
+        yield body_vals
+        for j in static:
+            values[j] = np.asarray(body_vals[body.outputs[j]])
+
+
 def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) -> list[Operator]:
     model = runtime.model
     cond = model.subgraphs[op.options["cond_subgraph_index"]]
     body = model.subgraphs[op.options["body_subgraph_index"]]
-    static, known = _loop_plan(op, cond, body, consts)
-    cond_runner, body_runner = runtime.runner(cond.index), runtime.runner(body.index)
+    static, known = loop_plan(op, cond, body, consts)
     n = len(op.inputs)
     state = list(op.inputs)  # parent tensor of each loop variable
     values: list = [consts.get(t) for t in op.inputs]  # host values of the static variables
@@ -108,19 +133,9 @@ def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) ->
     new_ops: list[Operator] = []
     dynamic_ops = [b for b in body.operators if not all(o in known for o in b.outputs)]
 
-    def feed(vals):
-        return [vals[j] if j in static else np.zeros(body.tensors[body.inputs[j]].shape,
-                                                      body.tensors[body.inputs[j]].dtype) for j in range(n)]
-
-    for trip in range(MAX_TRIPS + 1):
-        with np.errstate(all="ignore"):
-            go = cond_runner.run(feed(values))[cond.outputs[0]]
-        if not bool(np.asarray(go).reshape(-1)[0]):
-            break
-        if trip == MAX_TRIPS or len(new_ops) + len(dynamic_ops) > MAX_OPS:
-            raise NotUnrollable(f"more than {MAX_TRIPS} iterations or {MAX_OPS} ops")
-        with np.errstate(all="ignore"):
-            body_vals = body_runner.run(feed(values))  # static tensors are exact; others ignored
+    for trip, body_vals in enumerate(static_trips(op, cond, body, runtime, static, values)):
+        if len(new_ops) + len(dynamic_ops) > MAX_OPS:
+            raise NotUnrollable(f"more than {MAX_OPS} ops")
         where: dict[int, int] = {body.inputs[j]: state[j] for j in range(n) if j not in static}
 
         def parent_of(bt: int) -> int:
@@ -148,15 +163,7 @@ def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) ->
                 where[o] = new_tensor(body.tensors[o], shape, suffix=f"@{trip}")
                 outs.append(where[o])
             new_ops.append(replace(b, inputs=ins, outputs=tuple(outs)))
-        new_state = []
-        for j in range(n):
-            bo = body.outputs[j]
-            if j in static:
-                values[j] = np.asarray(body_vals[bo])
-                new_state.append(None)
-            else:
-                new_state.append(parent_of(bo))
-        state = new_state
+        state = [None if j in static else parent_of(body.outputs[j]) for j in range(n)]
     # the WHILE's outputs: constants for static variables, the last iteration's tensors otherwise
     for j, out in enumerate(op.outputs):
         if out < 0:

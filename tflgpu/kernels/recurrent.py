@@ -5,8 +5,10 @@ bias, then c = f*c + i*g (clipped), h = o*tanh(c). The previous h is read from t
 itself (step t-1), so no ping-pong buffer is needed; c is updated in place (one work-item per unit).
 With ``sequence`` (LstmKnobs) one work-group per batch row runs every step, a barrier between steps (c stays
 in a register): one launch instead of one per step, where a small LSTM's launches cost more than its math.
-The state tensors are variables: the executor uploads them before an invoke and writes the final
-state back after it, so state carries over between invokes as on the CPU path.
+The state tensors are variables the kernels update, so state carries over between invokes as on the CPU
+path (the executor keeps them on the device and moves them only when the host reads or writes them). A state
+that is constant instead (graph.lstm_loop's rewrite of a Keras time loop) is each invoke's initial state: the
+one-launch form reads it from constant arguments and writes no state.
 Plain LSTMs only (optional cell clipping): peephole, CIFG, projection and layer norm stay on the CPU.
 """
 
@@ -30,6 +32,7 @@ SEQUENCE_UNITS = 256  # a work-group of one work-item per unit: at most this man
 class LstmShape:
     units: int
     steps: int
+    initial: bool = False  # the state is a constant initial state, not variables: one launch only
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,18 @@ class LstmKnobs(Knobs):
     def default(cls, shape: LstmShape) -> LstmKnobs:
         """One launch where the units fit a work-group: a 16-step, 64-unit LSTM on the Intel CPU device ran its
         16 step launches in 0.25 ms, the math in them ~0.1 ms."""
-        return cls(sequence=shape.steps > 1 and shape.units <= SEQUENCE_UNITS)
+        return cls(sequence=(shape.steps > 1 or shape.initial) and shape.units <= SEQUENCE_UNITS)
 
     @classmethod
     def space(cls, shape: LstmShape) -> dict[str, list]:
+        if shape.initial:
+            return {"sequence": [True]}
         return {"sequence": [False, True] if shape.units <= SEQUENCE_UNITS else [False]}
 
     def problems(self, shape: LstmShape) -> list[str]:
         bad = one_of("sequence", self.sequence, (False, True))
+        if not bad and shape.initial and not self.sequence:
+            bad.append("a constant initial state (no state variables) runs in the one-launch form only")
         if not bad and self.sequence and shape.units > SEQUENCE_UNITS:
             bad.append(f"one launch for the sequence needs at most {SEQUENCE_UNITS} units (a work-group), "
                        f"this LSTM has {shape.units}")
@@ -75,8 +82,13 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
     if any(w is None for w in ws) or any(w.dtype != np.float32 for w in ws):
         raise Unsupported("LSTM weights must be float32 constants")
     h_idx, c_idx = op.inputs[18], op.inputs[19]
-    if h_idx not in ctx.subgraph_variables or c_idx not in ctx.subgraph_variables:
-        raise Unsupported("LSTM state is not a variable tensor")
+    initial = [ctx.const(18), ctx.const(19)]  # (a constant initial state, else variables)
+    if any(v is None for v in initial):
+        if h_idx not in ctx.subgraph_variables or c_idx not in ctx.subgraph_variables:
+            raise Unsupported("LSTM state is neither variable tensors nor constants")
+        initial = None
+    if initial is not None and any(np.asarray(v).dtype != np.float32 for v in initial):
+        raise Unsupported("a constant LSTM state must be float32")
     wx = np.concatenate(ws[0:4], axis=0)  # [4U, In], gates i, f, g, o
     wh = np.concatenate(ws[4:8], axis=0)  # [4U, U]
     bias = np.concatenate(ws[8:12])
@@ -94,6 +106,9 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported(f"a sequence of {steps} steps: one launch each, at most {MAX_STEPS} on the device")
     clip = float(op.options.get("cell_clip", 0.0) or 0.0)
 
+    def state(buf: str, index: str) -> str:  # a state value: from the tensor, or from its constant argument
+        return f"LD1({buf}, {index})" if initial is None else f"{buf}[{index}]"
+
     def seq(t, b, k, tensor_shape):
         if single:
             return offset(tensor_shape, [b, k])
@@ -108,7 +123,7 @@ for (int q = 0; q < 4; ++q) {{
   float s = bias[row];
   for (int k = 0; k < {n_in}; ++k) s += LD1(x, {seq('t', 'b', 'k', shape)}) * wx[k * {4 * units} + row];
   for (int k = 0; k < {units}; ++k) {{
-    const float hp = t == 0 ? LD1(hstate, {offset(hs, ['b', 'k'])}) : LD1(y, {seq('(t - 1)', 'b', 'k', out.shape)});
+    const float hp = t == 0 ? {state('hstate', offset(hs, ['b', 'k']))} : LD1(y, {seq('(t - 1)', 'b', 'k', out.shape)});
     s += hp * wh[k * {4 * units} + row];
   }}
   g[q] = s;
@@ -149,18 +164,22 @@ __kernel void {name}_final(__global const STORE_T* y, __global STORE_T* hstate) 
     consts = [Arg("const32", np.ascontiguousarray(wx.T, np.float32).reshape(-1)),  # [k][gate row]: work-items
               Arg("const32", np.ascontiguousarray(wh.T, np.float32).reshape(-1)),  # (units) read adjacent weights
               Arg("const32", np.ascontiguousarray(bias, np.float32))]
-    lstm_shape = LstmShape(units, steps)
+    lstm_shape = LstmShape(units, steps, initial is not None)
     knobs = LstmKnobs.resolve(lstm_shape, ctx.params)
     flops = 8 * batch * units * (n_in + units)
     if knobs.sequence:
         # every step in one work-group (work-item u: unit u of batch row b): a step's h goes to the output
         # sequence, then a barrier (global memory: the next step reads every unit's h there); the state is written
         # after the last step (h was read only at step 0)
+        state_t = "STORE_T" if initial is None else "const float"
+        final_state = "" if initial is not None else f"""
+  ST1(cstate, {offset(cs, ['b', 'u'])}, c);
+  ST1(hstate, {offset(hs, ['b', 'u'])}, LD1(y, {seq(str(steps - 1), 'b', 'u', out.shape)}));"""
         seq_src = f"""__kernel void {name}_seq(__global const STORE_T* x, __global const float* wx,
-    __global const float* wh, __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate,
+    __global const float* wh, __global const float* bias, __global {state_t}* hstate, __global {state_t}* cstate,
     __global STORE_T* y) {{
   const int u = get_global_id(0); const int b = get_global_id(1);
-  float c = LD1(cstate, {offset(cs, ['b', 'u'])});
+  float c = {state('cstate', offset(cs, ['b', 'u']))};
   for (int t = 0; t < {steps}; ++t) {{
 {textwrap.indent(gates, "    ")}
     c = fg * c + ig * gg;
@@ -168,10 +187,15 @@ __kernel void {name}_final(__global const STORE_T* y, __global STORE_T* hstate) 
     const float h = og * tanh(c);
     ST1(y, {seq('t', 'b', 'u', out.shape)}, h);
     barrier(CLK_GLOBAL_MEM_FENCE);
-  }}
-  ST1(cstate, {offset(cs, ['b', 'u'])}, c);
-  ST1(hstate, {offset(hs, ['b', 'u'])}, LD1(y, {seq(str(steps - 1), 'b', 'u', out.shape)}));
+  }}{final_state}
 }}"""
+        if initial is not None:  # (reads the constants; writes only the sequence)
+            return [KernelSpec(f"{name}_seq", seq_src, (units, batch), (units, 1),
+                               [Arg("tensor", op.inputs[0]), *consts,
+                                *(Arg("const32", np.ascontiguousarray(v, np.float32).reshape(-1)) for v in initial),
+                                Arg("tensor", op.outputs[0])],
+                               [op.inputs[0]], [op.outputs[0]], knobs.params(), space=LstmKnobs.space(lstm_shape),
+                               flops=flops * steps)]
         return [KernelSpec(f"{name}_seq", seq_src, (units, batch), (units, 1),
                            [Arg("tensor", op.inputs[0]), *consts, Arg("tensor", h_idx), Arg("tensor", c_idx),
                             Arg("tensor", op.outputs[0])],

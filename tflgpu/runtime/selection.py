@@ -3,7 +3,9 @@ partition limit. Pure Python over the IR and the generators; nothing is compiled
 
 The graph transforms, in the one order they run:
 
-1. ``unroll_while`` (graph.unroll): WHILE loops with a constant trip count.
+0. ``lstm_loop`` (graph.lstm_loop): a WHILE whose body is one LSTM cell (a Keras 3 LSTM), one
+   UNIDIRECTIONAL_SEQUENCE_LSTM.
+1. ``unroll_while`` (graph.unroll): other WHILE loops with a constant trip count.
 2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
 3. ``fold_constants``: every op whose inputs are all constant. It is evaluated by the CPU kernels, so the
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
@@ -21,7 +23,7 @@ The graph transforms, in the one order they run:
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 1-3b, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
+``transform_graph`` runs 0-3b, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
 ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
 graph.
 """
@@ -37,6 +39,7 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..graph.conv_arg import CONV_ARG, merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
+from ..graph.lstm_loop import fuse_lstm_loops
 from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, fuse_separable, merge_pad
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.unroll import unroll_static_loops
@@ -157,12 +160,13 @@ class TransformedGraph:
 
 
 def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> TransformedGraph:
-    """Unroll counted WHILE loops, then (if allowed) take a quantized subgraph's float view; each new graph's
-    runner folds its constants as it is built."""
-    unrolled = 0
+    """Fuse LSTM time loops, unroll other counted WHILE loops, then (if allowed) take a quantized subgraph's
+    float view; each new graph's runner folds its constants as it is built."""
+    unrolled = lstm_loops = 0
     if not any(t.is_variable for t in runner.sg.tensors):  # (a separate runner must not own state)
-        sg, unrolled = unroll_static_loops(runner.sg, runner.runtime, runner.consts)
-        if unrolled:
+        sg, lstm_loops = fuse_lstm_loops(runner.sg, runner.runtime, runner.consts)
+        sg, unrolled = unroll_static_loops(sg, runner.runtime, runner.consts)
+        if unrolled or lstm_loops:
             runner = SubgraphRunner(runner.runtime, sg)
             runner.build()
     quant_io = None
@@ -173,7 +177,7 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
         kernels = {op.index: fn for op, fn in runner.steps}
         runner = runner.derived(sg, [(op, runner.kernel(op) if op.name == CONV_ARG else kernels[op.index])
                                      for op in sg.operators if op.index in kernels])
-    return TransformedGraph(runner, quant_io, {"unroll_while": unrolled, "conv_arg": merged})
+    return TransformedGraph(runner, quant_io, {"lstm_loop": lstm_loops, "unroll_while": unrolled, "conv_arg": merged})
 
 
 def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
