@@ -924,6 +924,59 @@ def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl
     _linked_plan_matches(it, model, feeds, gpu, opencl_device, "link_reshape")
 
 
+def test_a_slice_taking_every_element_is_linked_as_a_reshape(gpu, rng, opencl_device):
+    """A STRIDED_SLICE / SLICE selecting all of its input in order (unit strides) only changes the shape:
+    (1, 1, 1, 24) -> (1, 24) by shrinking axes (and a reshape of its output), and a SLICE of everything, launch
+    nothing; a slice of every other
+    channel, one of a part and one reversing the channels keep their kernels. LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 8, 8))
+    pooled = b.tensor("pooled", (1, 1, 1, 24))
+    b.op("CONV_2D", [x, b.const("w", rand(rng, (24, 4, 8, 8))), b.const("b", rand(rng, (24,)))], [pooled],
+         padding="VALID", stride_w=1, stride_h=1)
+    outs = []
+
+    def strided(name, begin, end, strides, shape, **masks):
+        r, t = b.tensor(name, shape), b.tensor(f"{name}_tanh", shape)
+        b.op("STRIDED_SLICE", [pooled, *(b.const(f"{name}_{k}", np.array(v, np.int32))
+                                         for k, v in (("begin", begin), ("end", end), ("strides", strides)))], [r],
+             **{"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0, "shrink_axis_mask": 0,
+                **masks})
+        b.op("TANH", [r], [t])
+        outs.append(t)
+        return r
+
+    # (the kept ones first: once linked, a tensor is not linked again)
+    strided("reversed", [0, 0, 0, -1], [1, 1, 1, 0], [1, 1, 1, -1], (1, 1, 1, 24), end_mask=8)
+    strided("every_other", [0, 0, 0, 0], [1, 1, 1, 24], [1, 1, 1, 2], (1, 1, 1, 12))
+    strided("part", [0, 0, 0, 4], [1, 1, 1, 24], [1, 1, 1, 1], (1, 1, 1, 20))
+    whole = strided("whole", [0, 0, 0, 0], [1, 1, 1, 24], [1, 1, 1, 1], (1, 24), shrink_axis_mask=6)
+    chained, chained_relu = b.tensor("chained", (1, 1, 24)), b.tensor("chained_relu", (1, 1, 24))
+    b.op("RESHAPE", [whole, b.const("chained_shape", np.array([1, 1, 24], np.int32))], [chained], new_shape=[1, 1, 24])
+    b.op("RELU", [chained], [chained_relu])  # (a reshape of a linked slice's output: a region of the same whole)
+    outs.append(chained_relu)
+    # (a tensor is the whole of one link at most: the SLICE takes another)
+    p2, r, t = (b.tensor(n, (1, 1, 1, 24)) for n in ("pooled_relu", "sliced", "sliced_tanh"))
+    b.op("RELU", [pooled], [p2])
+    b.op("SLICE", [p2, b.const("s_begin", np.zeros(4, np.int32)), b.const("s_size", np.array([1, 1, 1, -1], np.int32))],
+         [r])
+    b.op("TANH", [r], [t])
+    b.output(*outs, t)
+    model = b.build()
+    feeds = [rand(rng, (1, 4, 8, 8))]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    slices = [s for s in plan.steps if s.op.name in ("STRIDED_SLICE", "SLICE")]
+    assert plan.pass_counts["link_reshape"] == 3 and plan.cpu_op_count == 0
+    assert [bool(s.link) for s in slices] == [False, False, False, True, True]
+    chain = next(s for s in plan.steps if s.op.name == "RESHAPE")
+    assert chain.link is not None and chain.link.whole == next(s for s in slices if s.link).op.inputs[0]
+    _linked_plan_matches(it, model, feeds, gpu, opencl_device, "link_reshape")
+
+
 def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
     """A region made by a CPU step (CUMSUM has no OpenCL kernel) is uploaded into the concatenation's buffer:
     the linked step read nothing, so the upload was never scheduled and the output held whatever the buffer did

@@ -393,29 +393,46 @@ def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
 
 
 def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
-    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS whose input and output order their elements alike in the
+    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS (or SLICE / STRIDED_SLICE taking every element) whose input and output order their elements alike in the
     slice layout (``ReshapeLink``: the same images, channels and pixels per image: (1, 256) -> (256,),
     (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by the plan that is not part of another
-    link nor a dense boundary buffer. Returns how many were linked."""
+    link (but a linked reshape's output: then a region of the same whole) nor a dense boundary buffer. Returns how
+    many were linked."""
     sg = make.sg
     taken = _linked_tensors(steps)
     fixed = set(make.consts) | set(make.variables) | set(make.dense)
+    roots: dict[int, int] = {}  # a linked reshape's output -> its whole: a reshape of it is a region of that too
     linked = 0
     for s in steps:
         op = s.op
-        if s.device != "gpu" or op.name not in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") or s.epilogue \
-                or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
+        if s.device != "gpu" or not (op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") or _whole_slice(op, make)) \
+                or s.epilogue or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
         a, b = bhwc(sg.tensors[x].shape), bhwc(sg.tensors[y].shape)
         # (the slice layout orders a batch's pixels row-major: images of one pixel count share it)
-        if a is None or b is None or (a.b, a.c, a.h * a.w) != (b.b, b.c, b.h * b.w) or {x, y} & (fixed | taken) \
-                or x == y:
+        if a is None or b is None or (a.b, a.c, a.h * a.w) != (b.b, b.c, b.h * b.w) or y in fixed | taken \
+                or (x not in roots and x in fixed | taken) or x == y:
             continue
-        s.link, s.specs = ReshapeLink(x, y, make.op_fp16(op)), []
+        whole = roots.get(x, x)
+        s.link, s.specs = ReshapeLink(whole, y, make.op_fp16(op)), []
         taken.update((x, y))
+        roots[y] = whole
         linked += 1
     return linked
+
+
+def _whole_slice(op, make: KernelMaker) -> bool:
+    """A SLICE / STRIDED_SLICE taking every element of its input in order (unit strides, as many elements out as
+    in): only its shape changes, as a reshape's (e.g. (1, 1, 64) -> (1, 64), shrinking an axis of one)."""
+    if op.name not in ("SLICE", "STRIDED_SLICE") or len(op.outputs) != 1 or op.outputs[0] < 0:
+        return False
+    if op.name == "STRIDED_SLICE":
+        strides = make.consts.get(op.inputs[3]) if len(op.inputs) > 3 else None
+        if strides is None or np.any(np.asarray(strides) != 1) or op.options.get("offset", False):
+            return False
+    x, y = make.sg.tensors[op.inputs[0]], make.sg.tensors[op.outputs[0]]
+    return x.dtype == y.dtype and int(np.prod(x.shape)) == int(np.prod(y.shape))
 
 
 def restore(steps: list[Step], record) -> bool:
