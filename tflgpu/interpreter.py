@@ -13,6 +13,7 @@ code written for LiteRT runs by changing the import::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -171,6 +172,12 @@ class _Session:
             if self.values is None:
                 self.values = self._initial_values()
             self.values[idx] = np.array(value, copy=True)
+
+    def threads(self, num_threads: int | None):
+        """The invoke's CPU thread settings (cpu.threads), or nothing to set where every op runs on the device."""
+        if self.gpu_plan is not None and not self.gpu_plan.cpu_op_count and not self.gpu_failed:
+            return contextlib.nullcontext()
+        return cpu_threads(num_threads)
 
     def invoke(self) -> None:
         if not self.allocated:
@@ -421,8 +428,9 @@ class Interpreter:
                                "an Interpreter is not thread-safe: use one per thread")
         try:
             t0 = time.perf_counter()
-            with cpu_threads(self._num_threads):
-                self._session(0).invoke()
+            session = self._session(0)
+            with session.threads(self._num_threads):
+                session.invoke()
             if self._first_invoke_s is None:
                 self._first_invoke_s = time.perf_counter() - t0
                 log.info("start-up: %s", format_phases(self.startup_report()))
@@ -584,7 +592,7 @@ class SignatureRunner:
             s.allocate()
         for name, value in kwargs.items():
             s.set(sig.inputs[name], value)
-        with cpu_threads(self._interp._num_threads):
+        with s.threads(self._interp._num_threads):
             s.invoke()
         return {name: np.array(s.value(idx), copy=True) for name, idx in sig.outputs.items()}
 
