@@ -16,6 +16,12 @@
    or ADD/SUB/MUL/MAXIMUM/MINIMUM with a same-layout tensor or a constant) joins its CONV_2D /
    DEPTHWISE_CONV_2D / FULLY_CONNECTED producer as a snippet applied before the store.
 
+7. ``fuse_regions`` — elementwise steps (each op with its fused chain) over one layout that read each other's
+   outputs or the same inputs, where every input they read exists at the first one's place, become one
+   ``ELEMENTWISE_REGION`` step: one kernel loads the region's inputs once, computes each step's value in
+   registers (rounded as its storage would round it, so values match the unfused steps'), and stores only what
+   a step outside the region or the caller reads (a branchy activation block: one launch instead of one each).
+
 Each pass is a pure function of (steps, subgraph) returning new steps and how many ops it changed.
 """
 
@@ -32,6 +38,10 @@ from ..ops.traits import traits
 # bias), the pointwise conv's outputs, index and options, and the two original ops under "depthwise" and
 # "pointwise" (what its generator falls back to, and what the CPU runs)
 SEPARABLE_CONV = "TFLGPU_SEPARABLE_CONV"
+# graph.passes.fuse_regions' op: inputs (the tensors its steps read from outside it), outputs (what is read after
+# it), the first step's index, and under "steps" each merged step's (op, fused chain) in order
+ELEMENTWISE_REGION = "TFLGPU_ELEMENTWISE_REGION"
+MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
 
 
 @dataclass
@@ -274,3 +284,87 @@ def _fusable(op, t: int, sg, consts: dict) -> Fused | None:
     if o_lay != out_lay:
         return None
     return Fused(op, other_tensor=other, producer_is_lhs=lhs)
+
+
+def _region_operands(s: PassStep, sg, consts: dict, lay) -> list[int] | None:
+    """The tensors an elementwise step (op and fused chain) reads from outside itself, or None where it cannot
+    join a region: not a unary / binary float op of layout ``lay`` reading same-layout tensors, scalars or
+    per-channel constants."""
+    if not s.gpu or traits(s.op.name).fusable not in ("unary", "binary") or len(s.op.outputs) != 1:
+        return None
+    made, reads = set(), []
+    for op, _ in s.members:
+        if any(t < 0 or sg.tensors[t].dtype != np.float32 for t in (*op.inputs, *op.outputs)) \
+                or bhwc(sg.tensors[op.outputs[0]].shape) != lay:
+            return None
+        if len(op.inputs) != (1 if traits(op.name).fusable == "unary" else 2):
+            return None
+        for t in op.inputs:
+            if t in consts:
+                c = np.asarray(consts[t])
+                if c.size != 1 and (c.size != lay.c or sg.tensors[t].shape[-1:] != (lay.c,)):
+                    return None
+            elif t not in made:
+                if bhwc(sg.tensors[t].shape) != lay:
+                    return None
+                reads.append(t)
+        made.update(op.outputs)
+    return reads
+
+
+def fuse_regions(steps: list[PassStep], sg, consts: dict, allowed=lambda a, b: True) -> tuple[list[PassStep], int]:
+    """Merge elementwise steps into ``ELEMENTWISE_REGION`` steps (7. above) at the first member's place;
+    ``allowed(op_a, op_b)``: the caller's veto on two steps sharing a kernel (e.g. two storage precisions).
+    Returns the steps and how many steps joined another."""
+    graph_out = set(sg.outputs)
+    produced_at = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
+    taken: set[int] = set()
+    regions: dict[int, list[int]] = {}  # first step -> its members
+    for i, s in enumerate(steps):
+        lay = bhwc(sg.tensors[s.outputs[0]].shape) if s.outputs and s.outputs[0] >= 0 else None
+        if i in taken or lay is None:
+            continue
+        first = _region_operands(s, sg, consts, lay)
+        if first is None:
+            continue
+        members, made = [i], {t for op, _ in s.members for t in op.outputs}
+        outside = set(first)  # tensors the region reads from outside it
+        for j in range(i + 1, len(steps)):
+            if len(members) == MAX_REGION_STEPS:
+                break
+            reads = None if j in taken else _region_operands(steps[j], sg, consts, lay)
+            if reads is None or not allowed(s.op, steps[j].op):
+                continue
+            if not any(t in made or t in outside for t in reads):  # (not connected: its own kernel)
+                continue
+            if all(t in made or produced_at.get(t, -1) < i for t in reads):  # (each exists at the first's place)
+                members.append(j)
+                made.update(t for op, _ in steps[j].members for t in op.outputs)
+                outside.update(t for t in reads if t not in made)
+        if len(members) > 1:
+            regions[i] = members
+            taken.update(members)
+    if not regions:
+        return steps, 0
+    read_by: dict[int, set[int]] = {}
+    for k, s in enumerate(steps):
+        for op, _ in s.members:
+            for t in op.inputs:
+                read_by.setdefault(t, set()).add(k)
+    out = []
+    for i, s in enumerate(steps):
+        if i in taken and i not in regions:
+            continue
+        if i not in regions:
+            out.append(s)
+            continue
+        members = regions[i]
+        ops = [op for j in members for op, _ in steps[j].members]
+        made = {t for op in ops for t in op.outputs}
+        inputs = list(dict.fromkeys(t for op in ops for t in op.inputs if t not in made and t not in consts))
+        stored = [t for t in dict.fromkeys(t for op in ops for t in op.outputs)
+                  if t in graph_out or read_by.get(t, set()) - set(members)]
+        region = replace(s.op, name=ELEMENTWISE_REGION, builtin_code=-1, inputs=tuple(inputs), outputs=tuple(stored),
+                         options={"steps": [(steps[j].op, steps[j].epilogue) for j in members]})
+        out.append(PassStep(region, [m for j in members for m in steps[j].members], [], True))
+    return out, sum(len(m) - 1 for m in regions.values())

@@ -6,9 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..graph.passes import ELEMENTWISE_REGION
 from ..ops.layout import Layout
+from ..ops.traits import traits
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, to_slices
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, to_slices, vec_slices
 from .epilogue import Epilogue
 from .expressions import BINARY, LOGIC, UNARY, unary_expr
 
@@ -105,3 +107,48 @@ def binary(ctx: GenContext) -> list[KernelSpec]:
            + f"  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")
     return [KernelSpec(ctx.name, src, grid(lay), None, [arg_a, arg_b, *ep.args, Arg("tensor", ctx.final_output)],
                        ia + ib + ep.inputs, [ctx.final_output])]
+
+
+@generator(ELEMENTWISE_REGION)
+def elementwise_region(ctx: GenContext) -> list[KernelSpec]:
+    """One kernel for a region of elementwise steps (graph.passes.fuse_regions): its inputs loaded once, each op's
+    value a register, each step's value rounded as its storage would round it (RND4: the values the unfused
+    steps store and reload), a chain's intermediate values not (as in the chain's own kernel); only the region's
+    outputs stored."""
+    lay = ctx.layout(ctx.tensor(ctx.op.outputs[0]))
+    lines, args, params = [], [], []
+    reg = {}  # tensor -> its register
+    for k, t in enumerate(ctx.op.inputs):
+        params.append(f"__global const STORE_T* in{k}")
+        args.append(Arg("tensor", t))
+        lines.append(f"  const float4 r{k} = LD4(in{k}, o);")
+        reg[t] = f"r{k}"
+
+    def operand(t: int) -> str:
+        if t in reg:
+            return reg[t]
+        c = np.asarray(ctx.consts[t], np.float32).reshape(-1)
+        if c.size == 1:
+            return f"(float4)({float(c[0])!r}f)"
+        params.append(f"__global const STORE_T* c{len(args)}")
+        args.append(Arg("const", vec_slices(c, lay.c)))
+        return f"LD4(c{len(args) - 1}, S)"
+
+    for first, chain in ctx.op.options["steps"]:
+        ops = [first] + [f.op for f in chain]
+        for n, op in enumerate(ops):
+            q = f"q{len(reg)}"
+            if traits(op.name).fusable == "unary":  # (its expression is written over a float4 named v)
+                code = f"float4 v = {operand(op.inputs[0])}; v = {unary_expr(op)};"
+            else:
+                code = (f"const float4 va = {operand(op.inputs[0])}; const float4 vb = {operand(op.inputs[1])}; "
+                        f"float4 v = {BINARY[op.name]}; {activation(op.options.get('fused_activation_function', 0), 'v')}")
+            rounded = "RND4(v)" if n == len(ops) - 1 else "v"  # (a step's value is stored and reloaded: rounded)
+            lines.append(f"  float4 {q}; {{ {code} {q} = {rounded}; }}")
+            reg[op.outputs[0]] = q
+    for k, t in enumerate(ctx.op.outputs):
+        params.append(f"__global STORE_T* out{k}")
+        args.append(Arg("tensor", t))
+        lines.append(f"  {{ float4 v = {reg[t]}; {pad_lanes_mask(lay.c, 'S', 'v')} ST4(out{k}, o, v); }}")
+    src = (f"__kernel void {ctx.name}({', '.join(params)}) {{\n" + grid_prologue(lay) + "\n".join(lines) + "\n}")
+    return [KernelSpec(ctx.name, src, grid(lay), None, args, list(ctx.op.inputs), list(ctx.op.outputs))]

@@ -12,8 +12,8 @@ The graph transforms, in the one order they run:
 3b. ``conv_arg`` (graph.conv_arg): a CONV_2D and the ARG_MAX / ARG_MIN over its channels, one op; before the
    precision choice, which may keep it FP32 for its index while its sums stay half.
 4. placement: an op goes to the device where a generator makes its kernels.
-5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise`` (graph.passes), in
-   that order.
+5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise``, ``fuse_regions``
+   (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
@@ -40,7 +40,15 @@ from ..cpu.executor import SubgraphRunner
 from ..graph.conv_arg import CONV_ARG, merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
 from ..graph.lstm_loop import fuse_lstm_loops
-from ..graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, fuse_separable, merge_pad
+from ..graph.passes import (
+    PassStep,
+    cull_dead,
+    drop_identities,
+    fuse_elementwise,
+    fuse_regions,
+    fuse_separable,
+    merge_pad,
+)
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
@@ -222,9 +230,10 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
     return replace(sg, tensors=tensors)
 
 
-def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[list[Step], dict[str, int]]:
-    """Place each op, run the graph passes, then generate the kernels of every device step.
-    Returns the steps and how many ops each pass changed."""
+def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: bool = True,
+           ) -> tuple[list[Step], dict[str, int]]:
+    """Place each op, run the graph passes (``regions``: fuse_regions too), then generate the kernels of every
+    device step. Returns the steps and how many ops each pass changed."""
     sg, consts = make.sg, runner.consts
     reasons: dict[int, str] = {}
     generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
@@ -248,6 +257,9 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict) -> tuple[lis
                                    and not make.half_outputs(dw) and not make.half_outputs(pw))
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
+    counts["fuse_regions"] = 0
+    if regions:
+        steps, counts["fuse_regions"] = fuse_regions(steps, sg, consts, same_storage)
     out = []
     for ps in steps:
         if not ps.gpu:
