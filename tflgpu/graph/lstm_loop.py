@@ -193,6 +193,10 @@ def match_cell(body: Subgraph, static: set[int], known: set[int], values: dict) 
         out_slots.append(j)
     if {op.index for op in dynamic} != used:
         raise NotACell("the body computes more than one LSTM cell")
+    floats = {t for op in dynamic for t in (*op.inputs, *op.outputs) if t >= 0 and t not in known}
+    if any(body.tensors[t].dtype != np.float32 for t in floats) \
+            or any(w.dtype != np.float32 for w in (wx, wh, *biases)):
+        raise NotACell("the cell is not float32 (a quantized cell keeps its ops)")
     order = [k_i, k_f, k_g, k_o]
 
     def gate_rows(w: np.ndarray) -> np.ndarray:
