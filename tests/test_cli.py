@@ -285,12 +285,12 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     assert any(n.startswith("OpenCL: ") for n in names) and "host: CPU ops, copies" in names
 
-    b = ModelBuilder()  # a device ADD, a CPU CUMSUM (no OpenCL kernel), a device ADD
+    b = ModelBuilder()  # a device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD
     x = b.input("x", (1, 6, 6, 4))
     one = b.const("one", np.ones((1, 6, 6, 4), np.float32))
     y, z, w = (b.tensor(n, (1, 6, 6, 4)) for n in "yzw")
     b.op("ADD", [x, one], [y])
-    b.op("CUMSUM", [y, b.const("axis", np.array(2, np.int32))], [z])
+    b.op("REVERSE_V2", [y, b.const("axis", np.array([2], np.int32))], [z])
     b.op("ADD", [z, one], [w])
     b.output(w)
     it = Interpreter(model_content=b.build(), delegate=GpuDelegate(profile=True, cache=False))
@@ -304,9 +304,9 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     assert sorted((e["name"], e["args"]["op"]) for e in kernels) == sorted((n, op) for n, op, _ in profile)
     assert sorted(e["dur"] for e in kernels) == pytest.approx(sorted(us for _, _, us in profile))
     host = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu op", "upload", "download")]
-    assert [e["name"] for e in host if e["cat"] == "cpu op"] == ["CUMSUM (node 1)"]
+    assert [e["name"] for e in host if e["cat"] == "cpu op"] == ["REVERSE_V2 (node 1)"]
     assert {e["cat"] for e in host} == {"cpu op", "upload", "download"}
-    idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]  # the device waits for the CPU's CUMSUM
+    idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]  # the device waits for the CPU's REVERSE_V2
     assert len(kernels) == 2 and len(idle) == 1 and idle[0]["args"]["after"] == kernels[0]["name"]
     assert main(["bench", "--delegate", "cpu", "--trace", str(out)]) == 1
     assert "--trace records the OpenCL device's timeline: it needs --delegate gpu" in capsys.readouterr().err

@@ -266,8 +266,8 @@ def test_resize_bilinear(gpu, rng, mode, shape, size):
 
 def test_unsupported_op_falls_back_to_cpu_with_warning(opencl_device, rng, caplog):
     caplog.set_level("WARNING", logger="tflgpu")
-    check_op("CUMSUM", [In(rand(rng, (3, 4))), np.array(1, I32)], delegate=GpuDelegate(), expect_on_device=False)
-    assert "op code #128 (CUMSUM) cannot be handled by this delegate" in caplog.text
+    check_op("REVERSE_V2", [In(rand(rng, (3, 4))), np.array([1], I32)], delegate=GpuDelegate(), expect_on_device=False)
+    assert "op code #105 (REVERSE_V2) cannot be handled by this delegate" in caplog.text
 
 
 def test_kernel_the_compiler_rejects_falls_back_to_cpu(opencl_device, rng, caplog, monkeypatch):
@@ -738,6 +738,39 @@ def test_conv_winograd_variant(gpu, rng, shape, cout, pad):
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("shape,k,axis", [((1, 6, 5, 12), 5, 3), ((9, 4), 2, 0), ((2, 7, 3), 4, 1)])
+def test_gather_by_an_index_tensor_the_cpu_makes(gpu, rng, shape, k, axis):
+    """Indices the CPU makes (TOPK_V2's, which has no OpenCL kernel) are uploaded as floats and read by the
+    device's GATHER: three sets of indices through one plan, against LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    scores = b.input("scores", (shape[axis],))
+    top, order, y = (b.tensor("top", (k,)), b.tensor("order", (k,), np.int32),
+                     b.tensor("y", shape[:axis] + (k,) + shape[axis + 1:]))
+    b.op("TOPK_V2", [scores, b.const("k", np.array(k, np.int32))], [top, order])
+    b.op("GATHER", [x, order], [y], axis=axis, batch_dims=0)
+    b.output(y)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    gather = next(s for s in it.gpu_plan.steps if s.op.name == "GATHER")
+    assert gather.device == "gpu" and it.gpu_plan.cpu_op_count == 1
+    for _ in range(3):
+        feeds = [rand(rng, shape), rng.permutation(shape[axis]).astype(np.float32)]  # (distinct scores: no ties)
+        assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0],
+                     gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 5, 6, 7), 3), ((1, 5, 6, 7), 1), ((4, 9), 0), ((3, 2, 10), -1)])
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+def test_cumsum(gpu, rng, shape, axis, exclusive, reverse):
+    check_op("CUMSUM", [In(rand(rng, shape)), np.array(axis, I32)], exclusive=exclusive, reverse=reverse, **gpu)
+
+
 @pytest.mark.parametrize("shape,idx,axis", [
     ((16, 1, 32), np.array(3, np.int32), 0),
     ((4, 5, 6), np.array([4, 0, 2], np.int32), 1),
@@ -978,7 +1011,7 @@ def test_a_slice_taking_every_element_is_linked_as_a_reshape(gpu, rng, opencl_de
 
 
 def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
-    """A region made by a CPU step (CUMSUM has no OpenCL kernel) is uploaded into the concatenation's buffer:
+    """A region made by a CPU step (REVERSE_V2 has no OpenCL kernel) is uploaded into the concatenation's buffer:
     the linked step read nothing, so the upload was never scheduled and the output held whatever the buffer did
     (4.9e33 in the valid-model fuzz, seed 1201955: an FC on the CPU feeding a concatenation)."""
     from tflgpu import Interpreter
@@ -990,7 +1023,7 @@ def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
     x = bld.input("x", (1, 8, 8, 8))
     a, c, cat = bld.tensor("a", (1, 8, 8, 8)), bld.tensor("c", (1, 8, 8, 8)), bld.tensor("cat", (1, 8, 8, 16))
     bld.op("RELU", [x], [a])
-    bld.op("CUMSUM", [x, bld.const("axis", np.array(3, np.int32))], [c])
+    bld.op("REVERSE_V2", [x, bld.const("axis", np.array([3], np.int32))], [c])
     bld.op("CONCATENATION", [a, c], [cat], axis=3, fused_activation_function="NONE")
     bld.output(cat)
     model, feeds = bld.build(), [rand(rng, (1, 8, 8, 8))]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.conv_arg import HALF_EXACT
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
@@ -367,8 +368,6 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_bool=True)
     idx = ctx.const(1)
-    if idx is None:
-        raise Unsupported("indices are not constant")
     if ctx.opt("batch_dims", 0):
         raise Unsupported("batch_dims != 0")
     ishape, oshape = tuple(x_t.shape), tuple(out.shape)
@@ -376,6 +375,8 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     rank = len(ishape)
     axis = ctx.opt("axis", 0)
     axis = axis + rank if axis < 0 else axis
+    if idx is None:
+        return _gather_by_tensor(ctx, ishape, oshape, axis)
     idx = np.asarray(idx, np.int64)
     if not 0 <= axis < rank or idx.size == 0 or idx.size > 4096:
         raise Unsupported("axis out of range or index table size")
@@ -395,3 +396,56 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
         return f"LD1(in0, {offset(ishape, icoords)})"
 
     return _kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+
+
+def _gather_by_tensor(ctx: GenContext, ishape, oshape, axis: int) -> list[KernelSpec]:
+    """GATHER whose indices are a tensor (made on the CPU, e.g. TOPK_V2's, or on the device): a 1-D int32 tensor
+    held as float values, exact for every valid index (below 2^24 in float32 storage; below 2,048 in half, so an
+    FP16 kernel takes an axis of at most 2,048). An index out of range gives NaN (LiteRT refuses it; a kernel
+    cannot raise)."""
+    t = ctx.input_tensor(1)
+    if t.dtype not in (np.int32, np.int64) or len(t.shape) != 1:
+        raise Unsupported("tensor indices that are not one int32 / int64 vector")
+    n = ishape[axis]
+    if ctx.fp16 and n > HALF_EXACT or n >= 1 << 24:
+        raise Unsupported(f"an axis of {n}: its indices would not be exact in the kernel's storage")
+    if ishape[:axis] + t.shape + ishape[axis + 1:] != oshape:
+        raise Unsupported(f"output shape {oshape}")
+
+    def value(coords):
+        k = f"((int)LD1(in1, {offset(t.shape, [coords[axis]])}))"
+        inside = f"clamp({k}, 0, {n - 1})"  # (read in bounds whatever the index; NaN where it is out)
+        icoords = coords[:axis] + [inside] + coords[axis + 1:]
+        return f"(({k} >= 0 && {k} < {n}) ? LD1(in0, {offset(ishape, icoords)}) : NAN)"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0], ctx.op.inputs[1]], value)
+
+
+MAX_CUMSUM = 1024  # (each output sums its prefix: quadratic in the axis' length)
+
+
+@generator("CUMSUM")
+def cumsum(ctx: GenContext) -> list[KernelSpec]:
+    """CUMSUM along a constant axis of at most MAX_CUMSUM values: each output adds its prefix (or suffix, with
+    ``reverse``; without its own value, ``exclusive``) in TFLite's order, one value after the other."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out)
+    a = ctx.const(1)
+    shape = tuple(x_t.shape)
+    _check(shape)
+    if a is None or np.asarray(a).size != 1 or not shape:
+        raise Unsupported("a non-constant axis")
+    axis = int(np.asarray(a).reshape(-1)[0]) % len(shape)
+    n = shape[axis]
+    if n > MAX_CUMSUM:
+        raise Unsupported(f"an axis of {n} values (at most {MAX_CUMSUM})")
+    exclusive, reverse = bool(ctx.opt("exclusive", False)), bool(ctx.opt("reverse", False))
+    co = [f"c{i}" for i in range(len(shape))]
+    at = co[:axis] + ["k"] + co[axis + 1:]
+    lo, hi = (f"{co[axis]} + {int(exclusive)}", str(n)) if reverse else ("0", f"{co[axis]} + {1 - int(exclusive)}")
+    order = f"for (int j = {hi} - 1; j >= {lo}; --j) {{ const int k = j;" if reverse else \
+        f"for (int k = {lo}; k < {hi}; ++k) {{"
+    helper = (f"float {ctx.name}_sum(__global const STORE_T* in0, " + ", ".join(f"const int {c}" for c in co)
+              + f") {{\n  float s = 0.0f;\n  {order} s += LD1(in0, {offset(shape, at)}); }}\n  return s;\n}}\n\n")
+    return _kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"{ctx.name}_sum(in0, {', '.join(coords)})",
+                   helpers=helper)
