@@ -765,6 +765,40 @@ def test_gather_by_an_index_tensor_the_cpu_makes(gpu, rng, shape, k, axis):
                      gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])
+def test_cast_to_float_on_device(gpu, rng, dtype):
+    """CAST of integers (from ARG_MAX on the device, or a graph input uploaded) and bools to float32; a cast of
+    another kind stays on the CPU."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 6, 9))
+    raw = b.input("raw", (1, 5, 6), dtype)
+    idx, f_idx, f_raw, y = (b.tensor("idx", (1, 5, 6), np.int32), b.tensor("f_idx", (1, 5, 6)),
+                            b.tensor("f_raw", (1, 5, 6)), b.tensor("y", (1, 5, 6)))
+    b.op("ARG_MAX", [x, b.const("axis", np.array([3], np.int32))], [idx], output_type=2)
+    b.op("CAST", [idx], [f_idx])
+    b.op("CAST", [raw], [f_raw])
+    b.op("ADD", [f_idx, f_raw], [y])
+    back = b.tensor("back", (1, 5, 6), np.int32)
+    b.op("CAST", [y], [back])  # (float to int: the CPU's)
+    b.output(y, back)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    casts = [s for s in it.gpu_plan.steps if s.op.name == "CAST"]
+    assert [s.device for s in casts] == ["gpu", "gpu", "cpu"]
+    for _ in range(2):
+        raw_v = rng.integers(0, 2, (1, 5, 6)).astype(dtype) if dtype is np.bool_ else \
+            rng.integers(-1000, 1000, (1, 5, 6)).astype(dtype)
+        feeds = [rand(rng, (1, 5, 6, 9)), raw_v]
+        got, want = run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)
+        assert_close(got[0], want[0], gpu["rtol_scale"])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
 @pytest.mark.parametrize("shape,axis", [((1, 5, 6, 7), 3), ((1, 5, 6, 7), 1), ((4, 9), 0), ((3, 2, 10), -1)])
 @pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
 def test_cumsum(gpu, rng, shape, axis, exclusive, reverse):

@@ -32,7 +32,8 @@ def offset(shape: tuple[int, ...], coords: list[str]) -> str:
 
 def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
             output: int | None = None, helpers: str = "") -> list[KernelSpec]:
-    """lane_value(coords) -> C expression of the output value at original-rank coords."""
+    """lane_value(coords) -> C expression of the output value at original-rank coords. An output in
+    ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half."""
     name = name or ctx.name
     output = ctx.op.outputs[0] if output is None else output
     lay = bhwc(tuple(out_shape))
@@ -44,8 +45,10 @@ def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: 
         decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
         body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
                     f"\n      v.{lane} = {lane_value(coords)}; }} }}")
-    src = (helpers + f"__kernel void {name}({params}, __global STORE_T* dst) {{\n" + grid_prologue(lay)
-           + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n  ST4(dst, o, v);\n}")
+    half = output in ctx.half_outputs
+    src = (helpers + f"__kernel void {name}({params}, __global {'half' if half else 'STORE_T'}* dst) {{\n"
+           + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body)
+           + ("\n  vstore_half4(v, o, dst);\n}" if half else "\n  ST4(dst, o, v);\n}"))
     args = [Arg("tensor", t) for t in inputs] + [Arg("tensor", output)]
     return [KernelSpec(name, src, grid(lay), None, args, list(inputs), [output])]
 
@@ -449,3 +452,19 @@ def cumsum(ctx: GenContext) -> list[KernelSpec]:
               + f") {{\n  float s = 0.0f;\n  {order} s += LD1(in0, {offset(shape, at)}); }}\n  return s;\n}}\n\n")
     return _kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"{ctx.name}_sum(in0, {', '.join(coords)})",
                    helpers=helper)
+
+
+@generator("CAST")
+def cast(ctx: GenContext) -> list[KernelSpec]:
+    """CAST of integers or bools to float32: a device tensor of int32 / int64 / bool holds its values as floats
+    already (an ARG_MAX's index, a comparison's 0 / 1, an upload converted as numpy's float32 does), so the cast
+    copies them; the float32 result is what TFLite's cast gives. Quantized integers keep their CPU kernel. In an
+    FP16 plan the cast reads its input in the storage its maker chose (an index may need FP32) and, where only
+    FP16 ops read its output, stores that half (ops.traits: casts_own_output)."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    if x_t.dtype not in (np.int32, np.int64, np.bool_) or out.dtype != np.float32 \
+            or x_t.quantization is not None or out.quantization is not None:
+        raise Unsupported(f"CAST {x_t.type_name} -> {out.type_name} (integers or bools to float32 only)")
+    shape = tuple(x_t.shape)
+    _check(shape)
+    return _kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"LD1(in0, {offset(shape, coords)})")

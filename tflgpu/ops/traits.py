@@ -63,7 +63,7 @@ _add("MAX_POOL_2D", keeps_quant_grid=True)
 _add("AVERAGE_POOL_2D", rounds_raw_mean=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess QUANT_SIM "
      "TFLGPU_CONV_ARG", ranks=True)
-_add("TFLGPU_CONV_ARG", casts_own_output=True)
+_add("TFLGPU_CONV_ARG CAST", casts_own_output=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM", fusable="unary")

@@ -173,11 +173,18 @@ def _stateful(runner: SubgraphRunner, op) -> bool:
 
 
 def _candidates(runner: SubgraphRunner) -> list:
-    """Ops whose storage the choice weighs: those with float outputs and no state. The others (an index, a
-    mask) follow what they read: FP32 where any of their inputs is (``_Calibration.follow``)."""
+    """Ops whose storage the choice weighs: those with float outputs and no state, reading a float tensor (or
+    only constants). The others (an index, a mask, a CAST of one to float) follow what they read: FP32 where any
+    of their inputs is (``_Calibration.follow``)."""
     sg = runner.sg
+
+    def reads_float(op) -> bool:
+        ins = [t for t in op.inputs if t >= 0 and t not in runner.consts]
+        return not ins or any(sg.tensors[t].dtype == np.float32 for t in ins)
+
     return [op for op, _ in runner.steps
-            if any(t >= 0 and sg.tensors[t].dtype == np.float32 for t in op.outputs) and not _stateful(runner, op)]
+            if any(t >= 0 and sg.tensors[t].dtype == np.float32 for t in op.outputs) and not _stateful(runner, op)
+            and reads_float(op)]
 
 
 def _answer(sg: Subgraph, op) -> list[int]:
@@ -220,7 +227,7 @@ class _Calibration:
                 continue
             if any(t in self.producer and self.producer[t].index in fp32
                    for t in op.inputs if t >= 0 and t not in self.runner.consts):
-                fp32[op.index] = "reads FP32 storage (it makes no float value of its own)"
+                fp32[op.index] = "reads FP32 storage (it makes no float value of its own, or only from integers)"
         return fp32
 
     def simulate(self, fp32: dict[int, str]) -> list[list]:
