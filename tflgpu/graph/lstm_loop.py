@@ -16,12 +16,12 @@ is). The loop's h results become the last step of the op's output sequence. Pure
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.ir import Operator, Subgraph, Tensor
-from .unroll import NotUnrollable, loop_plan, static_trips
+from ..model.ir import Operator, Subgraph
+from .unroll import LoopEdit, NotUnrollable, loop_plan, rewrite_loops, static_trips
 
 log = logging.getLogger("tflgpu")
 
@@ -29,8 +29,8 @@ LSTM_OP, LSTM_CODE = "UNIDIRECTIONAL_SEQUENCE_LSTM", 44
 TANH_ACTIVATION = 4  # TFLite's fused-activation code of the cell's activation
 
 
-class NotACell(Exception):
-    pass
+class NotACell(NotUnrollable):
+    """A loop that is not one LSTM cell a step (it may still be unrolled)."""
 
 
 @dataclass(frozen=True)
@@ -209,36 +209,19 @@ def match_cell(body: Subgraph, static: set[int], known: set[int], values: dict) 
 def fuse_lstm_loops(sg: Subgraph, runtime, consts: dict) -> tuple[Subgraph, int]:
     """``sg`` with each WHILE that runs one LSTM cell a step replaced by a UNIDIRECTIONAL_SEQUENCE_LSTM (new
     tensors appended, existing indices kept); the count replaced."""
-    if not any(op.name == "WHILE" for op in sg.operators):
-        return sg, 0
-    tensors, outputs = list(sg.tensors), list(sg.outputs)
     readers = {t for op in sg.operators for t in op.inputs} | set(sg.outputs)
-    ops: list[Operator] = []
-    remap: dict[int, int] = {}
     producer = _ops_by_output(sg)
-    count = 0
-    for op in sg.operators:
-        op = replace(op, inputs=tuple(remap.get(i, i) for i in op.inputs))
-        if op.name != "WHILE":
-            ops.append(op)
-            continue
-        try:
-            new_ops = _fuse_one(op, runtime, consts, tensors, readers, outputs, remap, producer)
-        except (NotACell, NotUnrollable) as e:
-            log.info("WHILE at op %d is not an LSTM time loop: %s", op.index, e)
-            ops.append(op)
-            continue
+
+    def fuse(op: Operator, edit: LoopEdit) -> list[Operator]:
+        fused = _fuse_one(op, runtime, consts, edit, readers, producer)
         log.info("WHILE at op %d: an LSTM time loop, one %s", op.index, LSTM_OP)
-        ops.extend(new_ops)
-        count += 1
-    if not count:
-        return sg, 0
-    ops = [replace(o, index=i) for i, o in enumerate(ops)]
-    return replace(sg, tensors=tensors, operators=ops, outputs=tuple(outputs)), count
+        return fused
+
+    return rewrite_loops(sg, fuse, "is not an LSTM time loop")
 
 
-def _fuse_one(op: Operator, runtime, consts: dict, tensors: list[Tensor], readers: set[int], outputs: list[int],
-              remap: dict[int, int], producer: dict[int, Operator]) -> list[Operator]:
+def _fuse_one(op: Operator, runtime, consts: dict, edit: LoopEdit, readers: set[int],
+              producer: dict[int, Operator]) -> list[Operator]:
     model = runtime.model
     cond = model.subgraphs[op.options["cond_subgraph_index"]]
     body = model.subgraphs[op.options["body_subgraph_index"]]
@@ -252,6 +235,7 @@ def _fuse_one(op: Operator, runtime, consts: dict, tensors: list[Tensor], reader
         trips.append(int(np.asarray(body_vals[cell.index]).reshape(-1)[0]))
     if cell is None:
         raise NotACell("the loop runs no iteration")
+    tensors = edit.tensors
     x = op.inputs[cell.x_slot]
     steps, batch, units = len(trips), *tensors[op.inputs[cell.h_slot]].shape[-2:]
     if (trips != list(range(steps)) or tensors[x].shape != (steps, batch, cell.wx.shape[1])
@@ -271,20 +255,20 @@ def _fuse_one(op: Operator, runtime, consts: dict, tensors: list[Tensor], reader
             and tensors[made.inputs[0]].shape == (1, steps, cell.wx.shape[1]):
         source, time_major = made.inputs[0], False
 
-    def new(name: str, shape, data=None, dtype=np.float32) -> int:
-        tensors.append(replace(like, index=len(tensors), name=f"{tensors[op.outputs[cell.h_slot]].name}/{name}",
-                               shape=tuple(shape), shape_signature=tuple(shape), data=data, is_variable=False,
-                               sparsity=None, quantization=None, dtype=np.dtype(dtype),
-                               type_name="INT32" if dtype == np.int32 else "FLOAT32"))
-        return len(tensors) - 1
+    prefix = tensors[op.outputs[cell.h_slot]].name
+
+    def new(name: str, shape) -> int:
+        return edit.add(like, f"{prefix}/{name}", shape, quantization=None)
+
+    def const(name: str, value) -> int:
+        return edit.const(like, f"{prefix}/{name}", value)
 
     def blocks(w: np.ndarray, what: str) -> list[int]:
-        return [new(f"{what}_{g}", w[k * units:(k + 1) * units].shape, np.ascontiguousarray(w[k * units:(k + 1) * units]))
-                for k, g in enumerate("ifgo")]
+        return [const(f"{what}_{g}", np.ascontiguousarray(w[k * units:(k + 1) * units])) for k, g in enumerate("ifgo")]
 
     wx, wh, bias = blocks(cell.wx, "wx"), blocks(cell.wh, "wh"), blocks(cell.bias, "bias")
-    h_init = new("h0", (batch, units), np.asarray(h0, np.float32).reshape(batch, units))
-    c_init = new("c0", (batch, units), np.asarray(c0, np.float32).reshape(batch, units))
+    h_init = const("h0", np.asarray(h0, np.float32).reshape(batch, units))
+    c_init = const("c0", np.asarray(c0, np.float32).reshape(batch, units))
     seq_shape = (steps, batch, units) if time_major else (batch, steps, units)
     seq, last = new("sequence", seq_shape), new("h", (batch, units))
     begin = [steps - 1, 0, 0] if time_major else [0, steps - 1, 0]
@@ -293,23 +277,17 @@ def _fuse_one(op: Operator, runtime, consts: dict, tensors: list[Tensor], reader
                         options={"fused_activation_function": TANH_ACTIVATION, "cell_clip": 0.0, "proj_clip": 0.0,
                                  "time_major": time_major, "asymmetric_quantize_inputs": False}),
                Operator(-1, "STRIDED_SLICE", 45, 1,  # (the last step: its h)
-                        (seq, new("begin", (3,), np.array(begin, np.int32), np.int32),
-                         new("end", (3,), np.array(seq_shape, np.int32), np.int32),
-                         new("strides", (3,), np.array([1, 1, 1], np.int32), np.int32)), (last,),
+                        (seq, const("begin", np.array(begin, np.int32)), const("end", np.array(seq_shape, np.int32)),
+                         const("strides", np.array([1, 1, 1], np.int32))), (last,),
                         options={"begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
                                  "shrink_axis_mask": 1 if time_major else 2, "offset": False})]
     for j, out in enumerate(op.outputs):
         if out < 0 or out not in readers:
             continue
         if j in static:  # (a counter read after the loop: its final value)
-            tensors[out] = replace(tensors[out], data=np.asarray(values[j]).reshape(tensors[out].shape))
+            edit.fix(out, values[j])
         elif j == cell.x_slot:
-            remap[out] = x
-        elif tensors[out].shape == (batch, units) and out not in outputs:
-            remap[out] = last
-        else:  # (h reshaped, or a graph output: keeps its index)
-            shape = tensors[out].shape
-            new_ops.append(Operator(-1, "RESHAPE", 22, 1,
-                                    (last, new("shape", (len(shape),), np.asarray(shape, np.int32), np.int32)),
-                                    (out,), options={"new_shape": list(shape)}))
+            new_ops.extend(edit.result(out, x))
+        else:  # (h, maybe reshaped)
+            new_ops.extend(edit.result(out, last, reshape=tensors[out].shape != (batch, units)))
     return new_ops

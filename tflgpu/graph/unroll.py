@@ -12,7 +12,8 @@ host round trip per iteration. Bounded: at most MAX_TRIPS iterations and MAX_OPS
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -60,31 +61,62 @@ def loop_plan(while_op: Operator, cond: Subgraph, body: Subgraph, consts: dict):
     return static, known
 
 
-def unroll_static_loops(sg: Subgraph, runtime, consts: dict) -> tuple[Subgraph, int]:
-    """``sg`` with every unrollable WHILE inlined (new tensors appended; existing indices kept)."""
+@dataclass
+class LoopEdit:
+    """The parent graph a WHILE rewrite edits: its tensors (new ones appended, existing indices kept), its outputs,
+    and the tensors later ops read instead of a WHILE output (``remap``)."""
+
+    tensors: list[Tensor]
+    outputs: list[int]
+    remap: dict[int, int] = field(default_factory=dict)
+
+    def add(self, like: Tensor, name: str, shape, data=None, **fields) -> int:
+        """A new tensor shaped ``shape`` (constant ``data`` if given), otherwise as ``like``; its index."""
+        self.tensors.append(replace(like, index=len(self.tensors), name=name, shape=tuple(shape),
+                                    shape_signature=tuple(shape), data=data, is_variable=False, sparsity=None,
+                                    **fields))
+        return len(self.tensors) - 1
+
+    def const(self, like: Tensor, name: str, value: np.ndarray) -> int:
+        """A new constant tensor of ``value``'s type (int32 or float32)."""
+        value = np.asarray(value)
+        return self.add(like, name, value.shape, value, dtype=value.dtype, type_name=value.dtype.name.upper(),
+                        quantization=None)
+
+    def fix(self, out: int, value) -> None:
+        """WHILE output ``out`` is the constant ``value`` (a static loop variable's final value)."""
+        self.tensors[out] = replace(self.tensors[out], data=np.asarray(value).reshape(self.tensors[out].shape))
+
+    def result(self, out: int, src: int, reshape: bool = False) -> list[Operator]:
+        """WHILE output ``out`` is now ``src``: its readers read ``src``, or (a graph output keeps its index;
+        ``reshape``: ``src`` has another shape) a RESHAPE copies ``src`` into it."""
+        shape = self.tensors[out].shape
+        if out not in self.outputs and not reshape:
+            self.remap[out] = src
+            return []
+        shape_t = self.const(self.tensors[out], f"{self.tensors[out].name}@shape", np.asarray(shape, np.int32))
+        return [Operator(-1, "RESHAPE", 22, 1, (src, shape_t), (out,), options={"new_shape": list(shape)})]
+
+
+def rewrite_loops(sg: Subgraph, rewrite: Callable[[Operator, LoopEdit], list[Operator]], kept: str
+                  ) -> tuple[Subgraph, int]:
+    """``sg`` with each WHILE that ``rewrite`` takes replaced by the ops it returns (their inputs and outputs in
+    ``LoopEdit``'s tensors); a WHILE it refuses (NotUnrollable) is kept, logged as ``kept`` with the reason.
+    Returns the new subgraph and how many WHILEs were rewritten."""
     if not any(op.name == "WHILE" for op in sg.operators):
         return sg, 0
-    tensors = list(sg.tensors)
+    edit = LoopEdit(list(sg.tensors), list(sg.outputs))
     ops: list[Operator] = []
-    outputs = list(sg.outputs)
     count = 0
-
-    def new_tensor(like: Tensor, shape, data=None, suffix="") -> int:
-        idx = len(tensors)
-        tensors.append(replace(like, index=idx, name=f"{like.name}{suffix}", shape=tuple(shape),
-                               shape_signature=tuple(shape), data=data, is_variable=False, sparsity=None))
-        return idx
-
-    remap: dict[int, int] = {}
     for op in sg.operators:
-        op = replace(op, inputs=tuple(remap.get(i, i) for i in op.inputs))
+        op = replace(op, inputs=tuple(edit.remap.get(i, i) for i in op.inputs))
         if op.name != "WHILE":
             ops.append(op)
             continue
         try:
-            new_ops = _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs)
+            new_ops = rewrite(op, edit)
         except NotUnrollable as e:
-            log.info("WHILE at op %d stays a loop: %s", op.index, e)
+            log.info("WHILE at op %d %s: %s", op.index, kept, e)
             ops.append(op)
             continue
         ops.extend(new_ops)
@@ -92,7 +124,12 @@ def unroll_static_loops(sg: Subgraph, runtime, consts: dict) -> tuple[Subgraph, 
     if not count:
         return sg, 0
     ops = [replace(o, index=i) for i, o in enumerate(ops)]
-    return replace(sg, tensors=tensors, operators=ops, outputs=tuple(outputs)), count
+    return replace(sg, tensors=edit.tensors, operators=ops, outputs=tuple(edit.outputs)), count
+
+
+def unroll_static_loops(sg: Subgraph, runtime, consts: dict) -> tuple[Subgraph, int]:
+    """``sg`` with every unrollable WHILE inlined (new tensors appended; existing indices kept)."""
+    return rewrite_loops(sg, lambda op, edit: _unroll_one(op, runtime, consts, edit), "stays a loop")
 
 
 def static_trips(op: Operator, cond: Subgraph, body: Subgraph, runtime, static: set[int], values: list):
@@ -121,7 +158,7 @@ def static_trips(op: Operator, cond: Subgraph, body: Subgraph, runtime, static: 
             values[j] = np.asarray(body_vals[body.outputs[j]])
 
 
-def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) -> list[Operator]:
+def _unroll_one(op: Operator, runtime, consts: dict, edit: LoopEdit) -> list[Operator]:
     model = runtime.model
     cond = model.subgraphs[op.options["cond_subgraph_index"]]
     body = model.subgraphs[op.options["body_subgraph_index"]]
@@ -132,6 +169,9 @@ def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) ->
     body_consts: dict[int, int] = {}  # body constant tensor -> parent tensor
     new_ops: list[Operator] = []
     dynamic_ops = [b for b in body.operators if not all(o in known for o in b.outputs)]
+
+    def new_tensor(like: Tensor, shape, data=None, suffix="") -> int:
+        return edit.add(like, f"{like.name}{suffix}", shape, data)
 
     for trip, body_vals in enumerate(static_trips(op, cond, body, runtime, static, values)):
         if len(new_ops) + len(dynamic_ops) > MAX_OPS:
@@ -169,15 +209,7 @@ def _unroll_one(op, sg, runtime, consts, tensors, new_tensor, remap, outputs) ->
         if out < 0:
             continue
         if j in static:
-            tensors[out] = replace(tensors[out], data=np.asarray(values[j]).reshape(tensors[out].shape))
-            continue
-        src = state[j]
-        if out in outputs:  # a graph output keeps its index: copy into it
-            shape_t = new_tensor(tensors[out], (len(tensors[out].shape),),
-                                 np.asarray(tensors[out].shape, np.int32), suffix="@shape")
-            tensors[shape_t] = replace(tensors[shape_t], dtype=np.dtype(np.int32), type_name="INT32")
-            new_ops.append(Operator(-1, "RESHAPE", 22, 1, (src, shape_t), (out,),
-                                    options={"new_shape": list(tensors[out].shape)}))
+            edit.fix(out, values[j])
         else:
-            remap[out] = src
+            new_ops.extend(edit.result(out, state[j]))
     return new_ops
