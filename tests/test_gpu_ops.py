@@ -994,8 +994,8 @@ def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl
 def test_a_slice_taking_every_element_is_linked_as_a_reshape(gpu, rng, opencl_device):
     """A STRIDED_SLICE / SLICE selecting all of its input in order (unit strides) only changes the shape:
     (1, 1, 1, 24) -> (1, 24) by shrinking axes (and a reshape of its output), and a SLICE of everything, launch
-    nothing; a slice of every other
-    channel, one of a part and one reversing the channels keep their kernels. LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
+    nothing; a slice of every other channel, one of a part and one reversing the channels keep their kernels.
+    LiteRT's outputs, and at FP32 exactly the unlinked plan's."""
     from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
 

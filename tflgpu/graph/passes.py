@@ -318,22 +318,26 @@ def fuse_regions(steps: list[PassStep], sg, consts: dict, allowed=lambda a, b: T
     Returns the steps and how many steps joined another."""
     graph_out = set(sg.outputs)
     produced_at = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
-    taken: set[int] = set()
-    regions: dict[int, list[int]] = {}  # first step -> its members
+    # each step that could join a region: its layout and the tensors it reads from outside itself
+    joinable: dict[int, tuple] = {}
     for i, s in enumerate(steps):
         lay = bhwc(sg.tensors[s.outputs[0]].shape) if s.outputs and s.outputs[0] >= 0 else None
-        if i in taken or lay is None:
+        reads = _region_operands(s, sg, consts, lay) if lay is not None else None
+        if reads is not None:
+            joinable[i] = (lay, reads)
+    taken: set[int] = set()
+    regions: dict[int, list[int]] = {}  # first step -> its members
+    for i, (lay, first) in joinable.items():
+        if i in taken:
             continue
-        first = _region_operands(s, sg, consts, lay)
-        if first is None:
-            continue
+        s = steps[i]
         members, made = [i], {t for op, _ in s.members for t in op.outputs}
         outside = set(first)  # tensors the region reads from outside it
-        for j in range(i + 1, len(steps)):
+        for j in (j for j in joinable if j > i):
             if len(members) == MAX_REGION_STEPS:
                 break
-            reads = None if j in taken else _region_operands(steps[j], sg, consts, lay)
-            if reads is None or not allowed(s.op, steps[j].op):
+            other, reads = joinable[j]
+            if j in taken or other != lay or not allowed(s.op, steps[j].op):
                 continue
             if not any(t in made or t in outside for t in reads):  # (not connected: its own kernel)
                 continue

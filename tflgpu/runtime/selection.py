@@ -405,11 +405,11 @@ def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
 
 
 def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
-    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS (or SLICE / STRIDED_SLICE taking every element) whose input and output order their elements alike in the
-    slice layout (``ReshapeLink``: the same images, channels and pixels per image: (1, 256) -> (256,),
-    (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by the plan that is not part of another
-    link (but a linked reshape's output: then a region of the same whole) nor a dense boundary buffer. Returns how
-    many were linked."""
+    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS (or SLICE / STRIDED_SLICE taking every element) whose
+    input and output order their elements alike in the slice layout (``ReshapeLink``: the same images, channels and
+    pixels per image: (1, 256) -> (256,), (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by
+    the plan that is not part of another link (but a linked reshape's output: then a region of the same whole) nor
+    a dense boundary buffer. Returns how many were linked."""
     sg = make.sg
     taken = _linked_tensors(steps)
     fixed = set(make.consts) | set(make.variables) | set(make.dense)
