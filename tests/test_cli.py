@@ -69,7 +69,7 @@ def test_inspect_json(capsys):
     path = corpus_model("fallback_ops.tflite")
     assert main(["inspect", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ops"]["TOPK_V2"] == {"count": 1, "cpu": True, "opencl": False}
+    assert report["ops"]["TOPK_V2"] == {"count": 1, "cpu": True, "opencl": True}
     assert report["ops"]["CONV_2D"] == {"count": 3, "cpu": True, "opencl": True}
     assert [o["name"] for o in report["outputs"]] == ["PartitionedCall:2", "PartitionedCall:0", "PartitionedCall:1"]
 

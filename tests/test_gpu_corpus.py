@@ -21,7 +21,7 @@ EXPECTED_CPU_OPS = {
     "opzoo_small.tflite": 0,
     "mobilenet_v1_1.0_224_fp16.tflite": 0,
     "unet_small_256.tflite": 0,
-    "fallback_ops.tflite": 2,  # TOPK_V2, int STRIDED_SLICE (ARG_MAX joins its conv; GATHER reads their indices)
+    "fallback_ops.tflite": 0,  # (ARG_MAX joins its conv; TOPK_V2's indices are sliced and read by GATHER on the device)
     "lstm_small.tflite": 0,
     "lstm_small_keras3_while.tflite": 0,  # its WHILE (an LSTM cell a step) one UNIDIRECTIONAL_SEQUENCE_LSTM
 }
@@ -86,10 +86,22 @@ def test_resize_rebuilds_the_plan(opencl_device, rng):
 
 
 def test_max_delegated_partitions(opencl_device):
-    path = corpus_model("fallback_ops.tflite")
-    full = Interpreter(str(path), delegate=GpuDelegate()).gpu_plan
-    one = Interpreter(str(path), delegate=GpuDelegate(max_delegated_partitions=1)).gpu_plan
-    assert full.partitions > 1 and one.partitions == 1
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()  # device ADDs around two CPU REVERSE_V2s (no OpenCL kernel): three device partitions
+    x = b.input("x", (1, 6, 6, 4))
+    one, axis = b.const("one", np.ones((1, 6, 6, 4), np.float32)), b.const("axis", np.array([2], np.int32))
+    t = [b.tensor(f"t{i}", (1, 6, 6, 4)) for i in range(5)]
+    b.op("ADD", [x, one], [t[0]])
+    b.op("REVERSE_V2", [t[0], axis], [t[1]])
+    b.op("ADD", [t[1], one], [t[2]])
+    b.op("REVERSE_V2", [t[2], axis], [t[3]])
+    b.op("ADD", [t[3], one], [t[4]])
+    b.output(t[4])
+    model = b.build()
+    full = Interpreter(model_content=model, delegate=GpuDelegate()).gpu_plan
+    one = Interpreter(model_content=model, delegate=GpuDelegate(max_delegated_partitions=1)).gpu_plan
+    assert full.partitions == 3 and one.partitions == 1
     assert one.gpu_op_count < full.gpu_op_count
 
 

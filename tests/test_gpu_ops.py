@@ -738,10 +738,11 @@ def test_conv_winograd_variant(gpu, rng, shape, cout, pad):
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("maker", ["TOPK_V2", "input"])
 @pytest.mark.parametrize("shape,k,axis", [((1, 6, 5, 12), 5, 3), ((9, 4), 2, 0), ((2, 7, 3), 4, 1)])
-def test_gather_by_an_index_tensor_the_cpu_makes(gpu, rng, shape, k, axis):
-    """Indices the CPU makes (TOPK_V2's, which has no OpenCL kernel) are uploaded as floats and read by the
-    device's GATHER: three sets of indices through one plan, against LiteRT."""
+def test_gather_by_an_index_tensor(gpu, rng, shape, k, axis, maker):
+    """GATHER reads an index tensor made on the device (TOPK_V2's) or uploaded (an int32 graph input), held as
+    floats: three sets of indices through one plan, against LiteRT."""
     from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
 
@@ -749,20 +750,85 @@ def test_gather_by_an_index_tensor_the_cpu_makes(gpu, rng, shape, k, axis):
 
     b = ModelBuilder()
     x = b.input("x", shape)
-    scores = b.input("scores", (shape[axis],))
-    top, order, y = (b.tensor("top", (k,)), b.tensor("order", (k,), np.int32),
-                     b.tensor("y", shape[:axis] + (k,) + shape[axis + 1:]))
-    b.op("TOPK_V2", [scores, b.const("k", np.array(k, np.int32))], [top, order])
+    y = b.tensor("y", shape[:axis] + (k,) + shape[axis + 1:])
+    if maker == "TOPK_V2":
+        scores = b.input("scores", (shape[axis],))
+        top, order = b.tensor("top", (k,)), b.tensor("order", (k,), np.int32)
+        b.op("TOPK_V2", [scores, b.const("k", np.array(k, np.int32))], [top, order])
+    else:
+        order = b.input("order", (k,), np.int32)
     b.op("GATHER", [x, order], [y], axis=axis, batch_dims=0)
     b.output(y)
     model = b.build()
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    gather = next(s for s in it.gpu_plan.steps if s.op.name == "GATHER")
-    assert gather.device == "gpu" and it.gpu_plan.cpu_op_count == 1
+    assert it.gpu_plan.cpu_op_count == 0
     for _ in range(3):
-        feeds = [rand(rng, shape), rng.permutation(shape[axis]).astype(np.float32)]  # (distinct scores: no ties)
+        perm = rng.permutation(shape[axis])
+        second = perm.astype(np.float32) if maker == "TOPK_V2" else perm[:k].astype(np.int32)  # (no ties)
+        feeds = [rand(rng, shape), second]
         assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0],
                      gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,k", [((1, 32), 8), ((2, 3, 50), 5), ((3, 2, 4, 9), 9), ((5, 1), 1)])
+def test_topk(gpu, rng, shape, k):
+    """TOPK_V2 on the device: values and indices equal LiteRT's, ties (values on a coarse grid, exact in half)
+    ordered by index as TFLite does, twice through one plan."""
+    from tflgpu import Interpreter
+
+    from .conftest import litert, run_model
+    from .oputil import op_model
+
+    def grid():
+        return (rng.integers(-6, 6, shape) / 4).astype(np.float32)
+
+    model, _ = op_model("TOPK_V2", [In(grid()), np.array(k, I32)], [Out(np.float32), Out(np.int32)])
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.cpu_op_count == 0
+    for _ in range(2):
+        feeds = [grid()]
+        for got, want in zip(run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("source", ["TOPK_V2", "input"])
+def test_moving_indices(gpu, rng, source):
+    """TOPK_V2's indices sliced, reshaped and read by a GATHER all run on the device (their values are positions
+    along an axis of 40: exact in any storage); the same moves of an int32 graph input, whose values may be any
+    integer, stay on the CPU. Both against LiteRT, the indices output equal."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 40))
+    if source == "TOPK_V2":
+        scores = b.input("scores", (1, 40))
+        top, order = b.tensor("top", (1, 6)), b.tensor("order", (1, 6), np.int32)
+        b.op("TOPK_V2", [scores, b.const("k", np.array(6, np.int32))], [top, order])
+    else:
+        order = b.input("order", (1, 6), np.int32)
+    part, flat, y = b.tensor("part", (1, 4), np.int32), b.tensor("flat", (4,), np.int32), b.tensor("y", (1, 5, 4))
+    b.op("STRIDED_SLICE", [order, b.const("begin", np.array([0, 1], np.int32)),
+                           b.const("end", np.array([1, 5], np.int32)), b.const("strides", np.array([1, 1], np.int32))],
+         [part], begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0, offset=False)
+    b.op("RESHAPE", [part, b.const("shape", np.array([4], np.int32))], [flat], new_shape=[4])
+    b.op("GATHER", [x, flat], [y], axis=2, batch_dims=0)
+    b.output(y, flat)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    moves = [s.device for s in it.gpu_plan.steps if s.op.name in ("STRIDED_SLICE", "RESHAPE")]
+    assert moves == (["gpu", "gpu"] if source == "TOPK_V2" else ["cpu", "cpu"])
+    for _ in range(2):
+        perm = rng.permutation(40)
+        second = perm.astype(np.float32)[None] if source == "TOPK_V2" else perm[None, :6].astype(np.int32)
+        feeds = [rand(rng, (1, 5, 40)), second]
+        got, want = run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)
+        assert_close(got[0], want[0], gpu["rtol_scale"])
+        assert got[1].dtype == np.int32
+        np.testing.assert_array_equal(got[1], want[1])
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])

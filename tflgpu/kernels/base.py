@@ -46,6 +46,9 @@ class GenContext(OpView):
     # tensors the plan would have this kernel read or write as dense NHWC float32 (KernelSpec.dense); a generator
     # honours what it can and lists it in its specs' ``dense``, the rest keep the slice layout
     dense: frozenset = frozenset()
+    # int32 / int64 tensors whose values are small indices, exact in any storage (graph.indices): an op that only
+    # moves values may move these on the device
+    exact_ints: frozenset = frozenset()
 
     def constant(self, tensor: int) -> np.ndarray | None:
         return self.consts.get(tensor)
@@ -94,9 +97,12 @@ def gpu_ops() -> list[str]:
     return sorted(_GENERATORS)
 
 
-def require_float(ctx: GenContext, *tensors: Tensor | None, allow_bool: bool = False) -> None:
-    """Device tensors are float32 (or bool stored as exact 0/1 where the op allows it)."""
+def require_float(ctx: GenContext, *tensors: Tensor | None, allow_bool: bool = False,
+                  allow_index: bool = False) -> None:
+    """Device tensors are float32 (or bool stored as exact 0/1 where the op allows it, or, where it only moves
+    values, small integer indices: ``GenContext.exact_ints``)."""
     for t in tensors:
-        if t is None or t.dtype == np.float32 or (allow_bool and t.dtype == np.bool_):
+        if t is None or t.dtype == np.float32 or (allow_bool and t.dtype == np.bool_) \
+                or (allow_index and t.index in ctx.exact_ints):
             continue
         raise Unsupported(f"tensor '{t.name}' is {t.type_name}, the OpenCL path runs float32 tensors")

@@ -232,3 +232,47 @@ def max_unpooling(ctx: GenContext) -> list[KernelSpec]:
     return [KernelSpec(ctx.name, src, grid(lay), None, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.inputs[1]),
                                                          Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0], ctx.op.inputs[1]], [ctx.op.outputs[0]])]
+
+
+MAX_TOPK = 1024  # (each element counts the elements ranked before it: quadratic in the axis' length)
+
+
+@generator("TOPK_V2")
+def topk(ctx: GenContext) -> list[KernelSpec]:
+    """TOPK_V2 over the last axis (of at most MAX_TOPK values, a constant k): a work-item per element counts the
+    elements ranked before it (larger, or equal at a lower index: TFLite's order; NaN after every number, as the
+    CPU kernel sorts) and, where that rank is below k, stores its value and index at that place. The ranks are a
+    permutation, so every output is written once, and the rank k - 1 zeroes the lanes past the last."""
+    x_t, vals, idx = ctx.input_tensor(0), ctx.output_tensor(0), ctx.output_tensor(1)
+    require_float(ctx, x_t, vals)
+    k = ctx.const(1)
+    if k is None or np.asarray(k).size != 1:
+        raise Unsupported("a non-constant k")
+    k = int(np.asarray(k).reshape(-1)[0])
+    shape = tuple(x_t.shape)
+    n = shape[-1] if shape else 0
+    if idx.dtype not in (np.int32, np.int64) or not 0 < k <= n or n > MAX_TOPK:
+        raise Unsupported(f"k={k} of {n} values into {idx.type_name} indices (k > 0, at most {MAX_TOPK} values)")
+    if tuple(vals.shape) != shape[:-1] + (k,) or tuple(idx.shape) != tuple(vals.shape):
+        raise Unsupported("output shapes")
+    lay, out_lay = ctx.layout(x_t), ctx.layout(vals)
+    hw, rows = lay.h * lay.w, lay.b * lay.h * lay.w
+    src = f"""inline bool {ctx.name}_before(const float a, const float b) {{ return !isnan(a) && (isnan(b) || a > b); }}
+inline bool {ctx.name}_same(const float a, const float b) {{ return a == b || (isnan(a) && isnan(b)); }}
+__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* values, __global STORE_T* indices) {{
+  const int i = get_global_id(0); const int r = get_global_id(1);
+  if (i >= {n} || r >= {rows}) return;
+  const int base = ((r / {hw}) * {lay.s * hw} + r % {hw}) * 4;
+  const float v = LD1(src, base + (i / 4) * {hw * 4} + i % 4);
+  int rank = 0;
+  for (int j = 0; j < {n}; ++j) {{
+    const float u = LD1(src, base + (j / 4) * {hw * 4} + j % 4);
+    rank += {ctx.name}_before(u, v) || (j < i && {ctx.name}_same(u, v));
+  }}
+  if (rank >= {k}) return;
+  {store_element(out_lay, f"r * {k} + rank", "v", "values")}
+  {store_element(out_lay, f"r * {k} + rank", "(float)i", "indices")}
+}}"""
+    x, (v_t, i_t) = ctx.op.inputs[0], ctx.op.outputs[:2]
+    return [KernelSpec(ctx.name, src, (n, rows), None, [Arg("tensor", x), Arg("tensor", v_t), Arg("tensor", i_t)],
+                       [x], [v_t, i_t])]

@@ -62,7 +62,7 @@ def _check(*shapes) -> None:
 @generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 def reshape(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-    require_float(ctx, x_t, out)
+    require_float(ctx, x_t, out, allow_index=True)
     ishape, oshape = x_t.shape, out.shape
     _check(ishape, oshape)
     if int(np.prod(ishape)) != int(np.prod(oshape)):
@@ -93,7 +93,7 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
 @generator("TRANSPOSE")
 def transpose(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-    require_float(ctx, x_t, out)
+    require_float(ctx, x_t, out, allow_index=True)
     perm = ctx.const(1)
     if perm is None:
         raise Unsupported("non-constant permutation")
@@ -164,7 +164,7 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
 @generator("STRIDED_SLICE", "SLICE")
 def strided_slice(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-    require_float(ctx, x_t, out)
+    require_float(ctx, x_t, out, allow_index=True)
     shape = x_t.shape
     _check(shape)
     consts = [ctx.const(i) for i in range(1, len(ctx.op.inputs))]
@@ -369,7 +369,7 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     """GATHER with constant indices (e.g. a time step picked by an unrolled loop): the indices are a
     ``__constant`` table in the source, so the kernel is a plain reindexing."""
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-    require_float(ctx, x_t, out, allow_bool=True)
+    require_float(ctx, x_t, out, allow_bool=True, allow_index=True)
     idx = ctx.const(1)
     if ctx.opt("batch_dims", 0):
         raise Unsupported("batch_dims != 0")
@@ -443,6 +443,8 @@ def cumsum(ctx: GenContext) -> list[KernelSpec]:
     if n > MAX_CUMSUM:
         raise Unsupported(f"an axis of {n} values (at most {MAX_CUMSUM})")
     exclusive, reverse = bool(ctx.opt("exclusive", False)), bool(ctx.opt("reverse", False))
+    if axis != len(shape) - 1:
+        return _cumsum_scan(ctx, shape, axis, exclusive, reverse)
     co = [f"c{i}" for i in range(len(shape))]
     at = co[:axis] + ["k"] + co[axis + 1:]
     lo, hi = (f"{co[axis]} + {int(exclusive)}", str(n)) if reverse else ("0", f"{co[axis]} + {1 - int(exclusive)}")
@@ -452,6 +454,32 @@ def cumsum(ctx: GenContext) -> list[KernelSpec]:
               + f") {{\n  float s = 0.0f;\n  {order} s += LD1(in0, {offset(shape, at)}); }}\n  return s;\n}}\n\n")
     return _kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"{ctx.name}_sum(in0, {', '.join(coords)})",
                    helpers=helper)
+
+
+def _cumsum_scan(ctx: GenContext, shape: tuple[int, ...], axis: int, exclusive: bool, reverse: bool
+                 ) -> list[KernelSpec]:
+    """CUMSUM along an axis other than the channels: a work-item per line of float4 slices along it keeps the
+    running sum (the same additions in the same order as a sum per output) and stores it at each step."""
+    lay = bhwc(shape)
+    dims = {"b": lay.b, "s": lay.s, "y": lay.h, "x": lay.w}
+    along = _ORIG[len(shape)][axis]
+    stride = {"b": lay.s * lay.h * lay.w, "y": lay.w, "x": 1}[along]
+    n = dims.pop(along)
+    lines = int(np.prod(list(dims.values())))
+    decode, rest = [], "g"
+    for name, d in reversed(dims.items()):
+        decode.append(f"const int {name} = {rest} % {d};")
+        rest = f"({rest} / {d})"
+    co = {k: (k if k in dims else "0") for k in ("b", "s", "y", "x")}
+    step = (f"for (int t = {n - 1}; t >= 0; --t)" if reverse else f"for (int t = 0; t < {n}; ++t)")
+    body = ("{ const int at = base + t * %d; const float4 v = LD4(in0, at); %s }" % (
+        stride, "ST4(dst, at, acc); acc += v;" if exclusive else "acc += v; ST4(dst, at, acc);"))
+    src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global STORE_T* dst) {{\n"
+           f"  const int g = get_global_id(0);\n  if (g >= {lines}) return;\n  " + " ".join(decode)
+           + f"\n  const int base = (({co['b']} * {lay.s} + {co['s']}) * {lay.h} + {co['y']}) * {lay.w} + {co['x']};\n"
+           f"  float4 acc = (float4)(0.0f);\n  {step} {body}\n}}")
+    x, y = ctx.op.inputs[0], ctx.op.outputs[0]
+    return [KernelSpec(ctx.name, src, (lines,), None, [Arg("tensor", x), Arg("tensor", y)], [x], [y])]
 
 
 @generator("CAST")

@@ -42,6 +42,12 @@ class OpTraits:
     # FP16 readers would read, merged into it): an FP32 instance in an FP16 plan stores that output in half where
     # only FP16 ops read it (graph.precision). Its own comparison (a fused ARG_MAX) reads the float sum.
     casts_own_output: bool = False
+    # Its integer outputs are positions along an axis of one of its float inputs (an ARG_MAX's, a TOPK_V2's
+    # indices): bounded by that axis' length (graph.indices).
+    makes_index: bool = False
+    # Its output's values are some of its first input's values, moved or selected (the other inputs are shapes,
+    # positions or axes): an integer output is bounded as that input is (graph.indices).
+    picks_first: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -64,6 +70,8 @@ _add("AVERAGE_POOL_2D", rounds_raw_mean=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess QUANT_SIM "
      "TFLGPU_CONV_ARG", ranks=True)
 _add("TFLGPU_CONV_ARG CAST", casts_own_output=True)
+_add("ARG_MAX ARG_MIN TOPK_V2 TFLGPU_CONV_ARG", makes_index=True)
+_add("RESHAPE SQUEEZE EXPAND_DIMS SLICE STRIDED_SLICE GATHER TRANSPOSE", picks_first=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM", fusable="unary")

@@ -39,6 +39,7 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..graph.conv_arg import CONV_ARG, merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
+from ..graph.indices import exact_indices
 from ..graph.lstm_loop import fuse_lstm_loops
 from ..graph.passes import (
     PassStep,
@@ -140,6 +141,10 @@ class KernelMaker:
     def _stored_fp16(self) -> dict[int, bool]:
         return stored_fp16(self.sg, self.fp32_ops)
 
+    @cached_property
+    def _exact_ints(self) -> frozenset[int]:
+        return exact_indices(self.sg)
+
     def half_outputs(self, op: Operator) -> frozenset[int]:
         """The outputs an FP32 op of an FP16 plan stores as half (graph.precision: one that casts its own)."""
         if not self.fp16 or op.index not in self.fp32_ops:
@@ -151,7 +156,7 @@ class KernelMaker:
         (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
         half, half_outputs = self.op_fp16(op), self.half_outputs(op)
         ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs, self.target,
-                         dense=self.dense)
+                         dense=self.dense, exact_ints=self._exact_ints)
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
