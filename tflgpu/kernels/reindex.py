@@ -472,8 +472,8 @@ def _cumsum_scan(ctx: GenContext, shape: tuple[int, ...], axis: int, exclusive: 
         rest = f"({rest} / {d})"
     co = {k: (k if k in dims else "0") for k in ("b", "s", "y", "x")}
     step = (f"for (int t = {n - 1}; t >= 0; --t)" if reverse else f"for (int t = 0; t < {n}; ++t)")
-    body = ("{ const int at = base + t * %d; const float4 v = LD4(in0, at); %s }" % (
-        stride, "ST4(dst, at, acc); acc += v;" if exclusive else "acc += v; ST4(dst, at, acc);"))
+    update = "ST4(dst, at, acc); acc += v;" if exclusive else "acc += v; ST4(dst, at, acc);"
+    body = f"{{ const int at = base + t * {stride}; const float4 v = LD4(in0, at); {update} }}"
     src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global STORE_T* dst) {{\n"
            f"  const int g = get_global_id(0);\n  if (g >= {lines}) return;\n  " + " ".join(decode)
            + f"\n  const int base = (({co['b']} * {lay.s} + {co['s']}) * {lay.h} + {co['y']}) * {lay.w} + {co['x']};\n"
