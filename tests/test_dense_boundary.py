@@ -169,3 +169,25 @@ def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
     it.invoke()
     assert_close(first, run_model(litert(), model, feeds)[0])
     assert_close(it.get_tensor(out), run_model(litert(), model, [x2])[0])
+
+
+def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(opencl_device, rng, fp16):
+    """A conv whose ARG_MAX over channels joins it (CONV_ARG) reads the graph input as the dense buffer (no
+    conversion kernel), and its int32 class map, a graph output, is read from its buffer's host array and converted
+    to int32: equal to LiteRT's over two invokes (the sums' ties are far apart: 1x1 weights of distinct scales)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 9, 11, 8))
+    logits = _conv(b, rng, "logits", x, 8, 6, 3, 1, (1, 9, 11, 6), act="NONE")
+    idx = b.tensor("idx", (1, 9, 11), np.int32)
+    b.op("ARG_MAX", [logits, b.const("axis", np.array([3], np.int32))], [idx], output_type=2)
+    b.output(idx)
+    model = b.build()
+    plan = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, precision_loss_allowed=fp16)).gpu_plan
+    (xt,), (out,) = plan.sg.inputs, plan.sg.outputs
+    assert [s.op.name for s in plan.steps] == ["TFLGPU_CONV_ARG"] and xt in plan.steps[0].specs[0].dense
+    assert plan.io.staging[xt].to_device is None and plan.io.staging[out].host is not None
+    for _ in range(2):
+        feeds = [rng.uniform(-1, 1, (1, 9, 11, 8)).astype(np.float32)]
+        got = plan.run(feeds)[out]
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, run_model(litert(), model, feeds)[0])

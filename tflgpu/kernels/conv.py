@@ -32,7 +32,7 @@ from .common import (
     weights_oi,
 )
 from .knobs import Knobs, one_of, positive_int, work_group
-from .pool import arg_lanes, channel_arg
+from .pool import arg_init, arg_lanes, arg_pick, channel_arg
 
 
 def _float_const(ctx: GenContext, i: int) -> np.ndarray:
@@ -430,8 +430,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     if arg is None:
         lines.insert(4, f"  const int S = get_global_id(2) * {ts};")
     else:
-        init = "-INFINITY" if arg.greater else "INFINITY"
-        lines += [f"  float best{t} = {init}; int arg{t} = 0;" for t in range(tx)]
+        lines += [f"  {arg_init(arg.greater, f'best{t}', f'arg{t}')}" for t in range(tx)]
         lines.append(f"  for (int S = 0; S < {sout}; S += {ts}) {{")
     for a in range(nacc):
         for t in range(tx):
@@ -472,8 +471,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     if arg is not None:
         lines.append("  }")
         for t in range(tx):
-            lines.append(f"  if ({px(t)} < {ow}) " + store_element(arg.out, f"Y * {ow} + {px(t)}", f"(float)arg{t}",
-                                                                      "idx"))
+            lines.append(f"  if ({px(t)} < {ow}) {{ {arg_pick(arg.greater, f'best{t}', f'arg{t}', 'first')}\n  "
+                         + store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx") + " }")
     lines.append("}")
     return "\n".join(lines)
 
@@ -584,11 +583,12 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
-    # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG its own store)
+    # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
+    # outputs, but reads its input as the direct conv does)
     base = ConvKnobs.default(shape)
-    direct = arg is None and base.group_tile is None and base.split == 1 and not base.winograd
+    direct = base.group_tile is None and base.split == 1 and not base.winograd
     dense_in = direct and ctx.op.inputs[0] in ctx.dense
-    dense_out = direct and ctx.final_output in ctx.dense
+    dense_out = direct and arg is None and ctx.final_output in ctx.dense
     shape = replace(shape, dense=dense_in or dense_out)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)

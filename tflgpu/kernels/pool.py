@@ -111,12 +111,27 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
 
 
+def arg_init(greater: bool, best: str, arg: str) -> str:
+    """Declarations of a running rank (``arg_lanes``): each lane's best value so far and its channel."""
+    return f"float4 {best} = (float4)({'-INFINITY' if greater else 'INFINITY'}); int4 {arg} = (int4)(0);"
+
+
 def arg_lanes(v: str, s_expr: str, c: int, greater: bool, best: str, arg: str) -> str:
-    """Statements folding the float4 ``v`` of slice ``s_expr`` (channels 4S..4S+3, those below ``c``) into the
-    running (``best``, ``arg``): a strictly better value wins, so the first of equal ones is kept (TFLite's)."""
-    cmp = ">" if greater else "<"
-    return " ".join(f"if ({s_expr} * 4 + {j} < {c} && {v}.{lane} {cmp} {best}) {{ {best} = {v}.{lane}; "
-                    f"{arg} = {s_expr} * 4 + {j}; }}" for j, lane in enumerate("xyzw"))
+    """A statement folding the float4 ``v`` of slice ``s_expr`` (channels 4S..4S+3, those below ``c``) into the
+    running (``best``, ``arg``) lane by lane, without branches: a strictly better value wins, so each lane keeps
+    the first of equal ones; ``arg_pick`` then takes the lowest channel among the lanes' best (TFLite's first)."""
+    cmp = "isgreater" if greater else "isless"
+    return (f"{{ const int4 ch_ = (int4)(({s_expr}) * 4) + (int4)(0, 1, 2, 3); "
+            f"const int4 m_ = {cmp}({v}, {best}) & (ch_ < (int4)({c})); "
+            f"{best} = select({best}, {v}, m_); {arg} = select({arg}, ch_, m_); }}")
+
+
+def arg_pick(greater: bool, best: str, arg: str, out: str) -> str:
+    """Statements declaring ``int out``: the first channel holding the best of the lanes' best values."""
+    pick = "fmax" if greater else "fmin"
+    return (f"const float m_{out} = {pick}({pick}({best}.x, {best}.y), {pick}({best}.z, {best}.w)); "
+            f"const int4 c_{out} = select((int4)(INT_MAX), {arg}, isequal({best}, (float4)(m_{out}))); "
+            f"const int {out} = min(min(c_{out}.x, c_{out}.y), min(c_{out}.z, c_{out}.w));")
 
 
 def channel_arg(ctx: GenContext, name: str, out: Tensor, channels: int) -> tuple[bool, Layout]:
@@ -138,17 +153,17 @@ def arg_over_channels(ctx: GenContext) -> list[KernelSpec]:
     greater, out_lay = channel_arg(ctx, ctx.op.name, ctx.output_tensor(), x_t.shape[-1])
     lay = ctx.layout(x_t)
     s = lay.s
-    init = "-INFINITY" if greater else "INFINITY"
     src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
   const int x = get_global_id(0); const int Y = get_global_id(1);
   if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;
   const int b = Y / {lay.h}; const int y = Y % {lay.h};
-  float best = {init}; int arg = 0;
+  {arg_init(greater, "best", "arg")}
   for (int S = 0; S < {s}; ++S) {{
     const float4 v = LD4(src, ((b * {s} + S) * {lay.h} + y) * {lay.w} + x);
     {arg_lanes("v", "S", lay.c, greater, "best", "arg")}
   }}
-  {store_element(out_lay, "Y * " + str(lay.w) + " + x", "(float)arg")}
+  {arg_pick(greater, "best", "arg", "first")}
+  {store_element(out_lay, "Y * " + str(lay.w) + " + x", "(float)first")}
 }}"""
     return [KernelSpec(ctx.name, src, (lay.w, lay.b * lay.h), None, [Arg("tensor", ctx.op.inputs[0]),
                                                                       Arg("tensor", ctx.op.outputs[0])],

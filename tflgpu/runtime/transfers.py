@@ -50,6 +50,13 @@ def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
     return raw[at:at + n].view(np.float32)[:int(np.prod(shape))].reshape(shape)
 
 
+def _as_type(host: np.ndarray, dtype) -> np.ndarray:
+    """A dense float32 read of a tensor as its own dtype (a device holds integers and bools as float values)."""
+    if dtype == np.float32:
+        return host
+    return (host != 0) if dtype == np.bool_ else host.astype(dtype)
+
+
 class DeviceTensors:
     """The buffers of one plan, bound to its compiled kernels, and the host/device transfers."""
 
@@ -161,8 +168,10 @@ class DeviceTensors:
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
         # graph outputs the host reads after the run (not a CPU step's input meanwhile): on host arrays
+        # (an integer or bool output too: its dense buffer holds the values as floats, converted after the read)
         self.host_out = {t: aligned_empty(self.sg.tensors[t].shape) for t in self.output_downloads
-                         if t not in self.state_tensors and self.sg.tensors[t].dtype == np.float32
+                         if t not in self.state_tensors
+                         and self.sg.tensors[t].dtype in (np.float32, np.int32, np.int64, np.bool_)
                          and not any(t in ts for ts in self.downloads_before.values())}
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
@@ -299,14 +308,12 @@ class DeviceTensors:
 
             def mapped_value() -> np.ndarray:
                 mapped.base.release(queue)
-                return st.host
+                return _as_type(st.host, tensor.dtype)
 
             return mapped_value
         host = np.empty(tensor.shape, np.float32)
         self.cl.enqueue_copy(queue, host, st.dense, is_blocking=False)
-        if tensor.dtype == np.float32:
-            return lambda: host
-        return lambda: (host != 0) if tensor.dtype == np.bool_ else host.astype(tensor.dtype)
+        return lambda: _as_type(host, tensor.dtype)
 
     def download(self, queue, t: int) -> np.ndarray:
         """Tensor t's value on the host, now."""
