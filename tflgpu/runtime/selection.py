@@ -19,7 +19,8 @@ The graph transforms, in the one order they run:
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
    its output's buffer, and it launches nothing; then ``link_split`` (``link_splits``): a channel split's
    readers read its input's buffer, and it launches nothing; then ``link_reshape`` (``link_reshapes``): a
-   reshape that keeps the slice layout is its input's buffer.
+   reshape that keeps the slice layout, or a CAST of integers to float32 in the same storage, is its input's
+   buffer.
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
@@ -138,7 +139,9 @@ class KernelMaker:
         return self.fp16 and op.index not in self.fp32_ops
 
     @cached_property
-    def _stored_fp16(self) -> dict[int, bool]:
+    def stored_fp16(self) -> dict[int, bool]:
+        """In an FP16 plan, whether each tensor is stored as half (graph.precision.stored_fp16); an FP32 plan stores
+        every tensor as float32."""
         return stored_fp16(self.sg, self.fp32_ops)
 
     @cached_property
@@ -149,7 +152,7 @@ class KernelMaker:
         """The outputs an FP32 op of an FP16 plan stores as half (graph.precision: one that casts its own)."""
         if not self.fp16 or op.index not in self.fp32_ops:
             return frozenset()
-        return frozenset(t for t in op.outputs if t >= 0 and self._stored_fp16[t])
+        return frozenset(t for t in op.outputs if t >= 0 and self.stored_fp16[t])
 
     def __call__(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
         """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
@@ -422,7 +425,8 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
     linked = 0
     for s in steps:
         op = s.op
-        if s.device != "gpu" or not (op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") or _whole_slice(op, make)) \
+        if s.device != "gpu" or not (op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") or _whole_slice(op, make)
+                                     or _copying_cast(op, make)) \
                 or s.epilogue or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
@@ -437,6 +441,17 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
         roots[y] = whole
         linked += 1
     return linked
+
+
+def _copying_cast(op, make: KernelMaker) -> bool:
+    """A CAST of integers or bools to float32 whose output is stored as its input is (kernels.reindex.cast: the
+    device holds them as float values already, so the cast's kernel only copies); not one that stores its copy in
+    half (an FP32 index read by FP16 ops)."""
+    if op.name != "CAST" or len(op.outputs) != 1 or op.outputs[0] < 0 or not op.inputs:
+        return False
+    x, y = make.sg.tensors[op.inputs[0]], make.sg.tensors[op.outputs[0]]
+    return (x.dtype in (np.int32, np.int64, np.bool_) and y.dtype == np.float32 and x.quantization is None
+            and y.quantization is None and (not make.fp16 or make.stored_fp16[x.index] == make.stored_fp16[y.index]))
 
 
 def _whole_slice(op, make: KernelMaker) -> bool:
