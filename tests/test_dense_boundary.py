@@ -191,3 +191,41 @@ def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(open
         got = plan.run(feeds)[out]
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, run_model(litert(), model, feeds)[0])
+
+
+@pytest.mark.parametrize("bound", [False, True])
+def test_vectors_in_dense_order_need_no_conversion(opencl_device, rng, fp16, bound):
+    """A [2, 8] input and a [2, 12] output (whole slices, one pixel per row) are stored in dense order already in
+    FP32 storage: their buffers are the dense ones, with no conversion kernel, also when the caller binds buffers of
+    their own (the kernels take those). An FP16 plan stores them half and converts. Against LiteRT, twice."""
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    b = ModelBuilder()
+    x = b.input("x", (2, 8))
+    h, y = b.tensor("h", (2, 12)), b.tensor("y", (2, 12))
+    b.op("FULLY_CONNECTED", [x, b.const("w", rng.standard_normal((12, 8)).astype(np.float32)),
+                             b.const("b", rng.standard_normal(12).astype(np.float32))], [h])
+    b.op("TANH", [h], [y])
+    b.output(y)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, precision_loss_allowed=fp16))
+    plan = it.gpu_plan
+    (xt,), (out,) = plan.sg.inputs, plan.sg.outputs
+    converted = [plan.io.staging[t].to_device is not None for t in (xt, out)]
+    assert converted == ([plan.io.half[xt], plan.io.half[out]] if fp16 else [False, False])
+    if bound and fp16:
+        pytest.skip("bound buffers of half-stored tensors are the conversion test's")
+    it.allocate_tensors()
+    for _ in range(2):
+        feeds = [rng.uniform(-1, 1, (2, 8)).astype(np.float32)]
+        if bound:
+            in_buf = cl.Buffer(it.gpu_context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=feeds[0])
+            out_arr = cla.empty(it.gpu_queue, (2, 12), np.float32)
+            it.bind_buffer(xt, in_buf)
+            it.bind_buffer(out, out_arr)
+            it.invoke()
+            got = out_arr.get()
+        else:
+            got = run_model(lambda **kw: it, model, feeds)[0]
+        assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-5)

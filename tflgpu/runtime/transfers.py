@@ -50,6 +50,12 @@ def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
     return raw[at:at + n].view(np.float32)[:int(np.prod(shape))].reshape(shape)
 
 
+def _dense_order(lay: Layout) -> bool:
+    """Whether the slice layout of ``lay`` holds its values in dense NHWC order: no padded lanes, and either one
+    pixel per image or one slice."""
+    return lay.c % 4 == 0 and (lay.h * lay.w == 1 or lay.s == 1)
+
+
 def _as_type(host: np.ndarray, dtype) -> np.ndarray:
     """A dense float32 read of a tensor as its own dtype (a device holds integers and bools as float values)."""
     if dtype == np.float32:
@@ -161,6 +167,16 @@ class DeviceTensors:
         for i, s in enumerate(steps):
             for t in (t for spec in s.specs for t in spec.dense) if s.device == "gpu" else ():
                 self.dense_steps.setdefault(t, []).append(i)
+        # a float32-stored graph input / output whose slice layout orders its values as dense NHWC does (whole slices
+        # of one pixel, or one whole slice: a [1, 8] vector) needs no conversion either: its buffer is the dense one
+        wholes = {w for w, _ in self.regions.values()}
+        for t in sorted((graph_in | graph_out) & on_gpu.keys()):
+            if t in self.dense_steps or t in self.regions or t in wholes or t in self.state_tensors \
+                    or self.half.get(t, True) or self.sg.tensors[t].dtype != np.float32 \
+                    or not _dense_order(self._layout(t)):
+                continue
+            self.dense_steps[t] = [i for i, s in enumerate(steps) if s.device == "gpu"
+                                   and any(t in spec.inputs or t in spec.outputs for spec in s.specs)]
         sizes = {t: self._layout(t).elements * (2 if self.half[t] else 4) for t in on_gpu if t not in self.dense_steps}
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + on_gpu[t] for t in sizes})
         self.planned_bytes = sum(buf_sizes)
@@ -276,7 +292,7 @@ class DeviceTensors:
         s = self.steps[step]
         for spec, k, args in zip(s.specs, s.kernels, self.args[step]):
             for pos, a in enumerate(spec.args):
-                if a.kind == "tensor" and a.value in spec.dense and a.value in self.bound:
+                if a.kind == "tensor" and a.value in self.dense_steps and a.value in self.bound:
                     args[pos] = self.tensor_buffer[a.value]
                     k.set_arg(pos, args[pos])
 
