@@ -1059,6 +1059,34 @@ def test_a_reshape_keeping_the_slice_order_is_its_inputs_buffer(gpu, rng, opencl
     _linked_plan_matches(it, model, feeds, gpu, opencl_device, "link_reshape")
 
 
+def test_a_reshape_of_a_linked_concatenation_is_all_of_its_buffer(gpu, rng, opencl_device):
+    """A concatenation its producers write (linked) reshaped into a graph output (opzoo's [1, 32, 32, 80] ->
+    [1, 1024, 80]) and read by a MEAN: the reshape is linked too, its output the whole concatenation's buffer, with
+    no copy (64 pixels: each region on the sub-buffer alignment). LiteRT's outputs, and at FP32 exactly the plan's without reshape links."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 8, 8))
+    parts = []
+    for k in range(2):
+        p = b.tensor(f"p{k}", (1, 8, 8, 8))
+        b.op("CONV_2D", [x, b.const(f"w{k}", rand(rng, (8, 1, 1, 8))), b.const(f"b{k}", rand(rng, (8,)))], [p],
+             padding="VALID", stride_w=1, stride_h=1)
+        parts.append(p)
+    cat, flat, mean = b.tensor("cat", (1, 8, 8, 16)), b.tensor("flat", (1, 64, 16)), b.tensor("mean", (1, 16))
+    b.op("CONCATENATION", parts, [cat], axis=3)
+    b.op("MEAN", [cat, b.const("axes", np.array([1, 2], np.int32))], [mean], keep_dims=False)
+    b.op("RESHAPE", [cat, b.const("shape", np.array([1, 64, 16], np.int32))], [flat], new_shape=[1, 64, 16])
+    b.output(mean, flat)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    links = {s.op.name: type(s.link).__name__ for s in it.gpu_plan.steps if s.link is not None}
+    assert links == {"CONCATENATION": "ConcatLink", "RESHAPE": "ReshapeLink"}
+    for _ in range(2):
+        _linked_plan_matches(it, model, [rand(rng, (1, 8, 8, 8))], gpu, opencl_device, "link_reshape")
+
+
 def test_a_slice_taking_every_element_is_linked_as_a_reshape(gpu, rng, opencl_device):
     """A STRIDED_SLICE / SLICE selecting all of its input in order (unit strides) only changes the shape:
     (1, 1, 1, 24) -> (1, 24) by shrinking axes (and a reshape of its output), and a SLICE of everything, launch

@@ -416,10 +416,12 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
     """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS (or SLICE / STRIDED_SLICE taking every element) whose
     input and output order their elements alike in the slice layout (``ReshapeLink``: the same images, channels and
     pixels per image: (1, 256) -> (256,), (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by
-    the plan that is not part of another link (but a linked reshape's output: then a region of the same whole) nor
-    a dense boundary buffer. Returns how many were linked."""
+    the plan that is not a region of another link (but a linked reshape's output: then a region of the same whole;
+    a linked concatenation's output or split's input is a whole, so the reshape's output is all of it) nor a dense
+    boundary buffer. Returns how many were linked."""
     sg = make.sg
     taken = _linked_tensors(steps)
+    wholes = {s.link.whole for s in steps if s.link is not None}
     fixed = set(make.consts) | set(make.variables) | set(make.dense)
     roots: dict[int, int] = {}  # a linked reshape's output -> its whole: a reshape of it is a region of that too
     linked = 0
@@ -433,7 +435,7 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
         a, b = bhwc(sg.tensors[x].shape), bhwc(sg.tensors[y].shape)
         # (the slice layout orders a batch's pixels row-major: images of one pixel count share it)
         if a is None or b is None or (a.b, a.c, a.h * a.w) != (b.b, b.c, b.h * b.w) or y in fixed | taken \
-                or (x not in roots and x in fixed | taken) or x == y:
+                or (x not in roots and x in fixed | (taken - wholes)) or x == y:
             continue
         whole = roots.get(x, x)
         s.link, s.specs = ReshapeLink(whole, y, make.op_fp16(op)), []
