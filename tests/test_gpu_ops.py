@@ -1293,3 +1293,48 @@ def _kernel(cl, prog, name, *args):
     k = cl.Kernel(prog, name)
     k.set_args(*args)
     return k
+
+
+def test_moves_store_through_their_fused_ops(gpu, rng):
+    """A move's kernel (kernels.reindex) takes the elementwise ops after it: PAD -> RELU (its pad value too),
+    a regrouping RESHAPE -> MUL by a per-channel constant, TRANSPOSE -> ADD of a tensor, GATHER -> TANH, each
+    one launch with the padded lanes zeroed (an ADD of 0.5 to a 6-channel tensor), against LiteRT; a reshape
+    the plan links keeps its link and its reader's kernel."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 6, 6))
+    other = b.input("other", (1, 6, 5, 6))
+    padded, relu = b.tensor("padded", (1, 7, 8, 6)), b.tensor("relu", (1, 7, 8, 6))
+    b.op("PADV2", [x, b.const("pads", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32)),
+                   b.const("cval", np.array(-0.25, np.float32))], [padded])
+    b.op("RELU", [padded], [relu])
+    regroup, scaled = b.tensor("regroup", (1, 5, 36)), b.tensor("scaled", (1, 5, 36))
+    b.op("RESHAPE", [x, b.const("rshape", np.array([1, 5, 36], np.int32))], [regroup], new_shape=[1, 5, 36])
+    b.op("MUL", [regroup, b.const("scale", rand(rng, (36,)))], [scaled])
+    moved, summed, half = b.tensor("moved", (1, 6, 5, 6)), b.tensor("summed", (1, 6, 5, 6)), \
+        b.tensor("half", (1, 6, 5, 6))
+    b.op("TRANSPOSE", [x, b.const("perm", np.array([0, 2, 1, 3], np.int32))], [moved])
+    b.op("ADD", [moved, other], [summed])
+    b.op("ADD", [summed, b.const("c", np.array(0.5, np.float32))], [half])
+    picked, tanh = b.tensor("picked", (1, 5, 3, 6)), b.tensor("tanh", (1, 5, 3, 6))
+    b.op("GATHER", [x, b.const("idx", np.array([4, 0, 4], np.int32))], [picked], axis=2, batch_dims=0)
+    b.op("TANH", [picked], [tanh])
+    rows, rows_tanh = b.tensor("rows", (1, 30, 6)), b.tensor("rows_tanh", (1, 30, 6))
+    b.op("RESHAPE", [x, b.const("rows_shape", np.array([1, 30, 6], np.int32))], [rows], new_shape=[1, 30, 6])
+    b.op("TANH", [rows], [rows_tanh])
+    b.output(relu, scaled, half, tanh, rows_tanh)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    members = {s.op.name + str(s.op.index): [m.name for m, _ in s.members] for s in it.gpu_plan.steps}
+    assert members["PADV2" + "0"] == ["PADV2", "RELU"] and members["RESHAPE2"] == ["RESHAPE", "MUL"]
+    assert members["TRANSPOSE4"] == ["TRANSPOSE", "ADD", "ADD"] and members["GATHER7"] == ["GATHER", "TANH"]
+    assert members["RESHAPE9"] == ["RESHAPE"] and members["TANH10"] == ["TANH"]
+    assert it.gpu_plan.cpu_op_count == 0
+    for _ in range(2):
+        feeds = [rand(rng, (1, 5, 6, 6)), rand(rng, (1, 6, 5, 6))]
+        for g, w in zip(run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)):
+            assert_close(g, w, gpu["rtol_scale"])

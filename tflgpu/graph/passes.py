@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..ops.layout import bhwc
+from ..ops.layout import bhwc, same_slice_order
 from ..ops.traits import traits
 
 # graph.passes.fuse_separable's op: inputs (x, depthwise filter, depthwise bias, pointwise filter, pointwise
@@ -233,7 +233,7 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     for i, s in enumerate(steps):
         if i in absorbed:
             continue
-        if s.gpu and traits(s.op.name).takes_epilogue:
+        if s.gpu and traits(s.op.name).takes_epilogue and not _linkable_move(s.op, sg):
             while True:
                 (t,) = s.outputs[:1] or (None,)
                 rs = readers.get(t, [])
@@ -252,6 +252,19 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                 fused += 1
         out.append(s)
     return out, fused
+
+
+def _linkable_move(op, sg) -> bool:
+    """A reshape keeping the slice order, or a slice keeping every element: the plan links it (its output its
+    input's buffer, no launch: runtime.selection.link_reshapes), so the elementwise ops after it keep their own
+    kernel instead of making it one."""
+    if op.name not in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SLICE", "STRIDED_SLICE") or not op.inputs \
+            or len(op.outputs) != 1:
+        return False
+    x, y = sg.tensors[op.inputs[0]].shape, sg.tensors[op.outputs[0]].shape
+    if op.name in ("SLICE", "STRIDED_SLICE"):
+        return int(np.prod(x)) == int(np.prod(y))
+    return same_slice_order(x, y)
 
 
 def register_tensors(sg, consts: dict, ops) -> frozenset[int]:

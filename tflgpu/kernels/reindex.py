@@ -16,7 +16,8 @@ from ..graph.conv_arg import HALF_EXACT
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, dense_store4
+from .common import Arg, KernelSpec, dense_store4, pad_lanes_mask
+from .epilogue import Epilogue
 from .elementwise import grid, grid_prologue
 
 _ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}
@@ -30,16 +31,29 @@ def offset(shape: tuple[int, ...], coords: list[str]) -> str:
     return f"((({b} * {lay.s} + {c} / 4) * {lay.h} + {y}) * {lay.w} + {x}) * 4 + {c} % 4"
 
 
+def _epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
+    """The elementwise ops fused after a move (ops.traits: takes_epilogue), applied to the float4 ``v`` stored at
+    slice index ``o`` of slice ``S``, then the lanes past the last channel zeroed (a fused op may make them
+    nonzero: an ADD of a constant)."""
+    ep = ctx.epilogue_code(lay.c)
+    if not ep.code:
+        return "", ep
+    return (f"  {{ const int oi = o; const int S_ep = S; {ep.code} }}\n  {pad_lanes_mask(lay.c, 'S', 'v')}\n",
+            ep)
+
+
 def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
             output: int | None = None, helpers: str = "") -> list[KernelSpec]:
     """lane_value(coords) -> C expression of the output value at original-rank coords. An output in
-    ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half."""
+    ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half. The op's
+    own output (``output`` None) takes its fused elementwise ops (the kernel stores the last one's output)."""
     name = name or ctx.name
-    output = ctx.op.outputs[0] if output is None else output
+    ep_code, ep = _epilogue(ctx, bhwc(tuple(out_shape))) if output is None else ("", Epilogue())
+    output = ctx.final_output if output is None else output
     lay = bhwc(tuple(out_shape))
     coords = [f"o{i}" for i in range(len(out_shape))]
     names = dict(zip(_ORIG[len(out_shape)], coords))
-    params = ", ".join(f"__global const STORE_T* in{i}" for i in range(len(inputs)))
+    params = ", ".join([f"__global const STORE_T* in{i}" for i in range(len(inputs))] + ep.params)
     body = []
     for j, lane in enumerate("xyzw"):
         decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
@@ -47,10 +61,10 @@ def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: 
                     f"\n      v.{lane} = {lane_value(coords)}; }} }}")
     half = output in ctx.half_outputs
     src = (helpers + f"__kernel void {name}({params}, __global {'half' if half else 'STORE_T'}* dst) {{\n"
-           + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body)
-           + ("\n  vstore_half4(v, o, dst);\n}" if half else "\n  ST4(dst, o, v);\n}"))
-    args = [Arg("tensor", t) for t in inputs] + [Arg("tensor", output)]
-    return [KernelSpec(name, src, grid(lay), None, args, list(inputs), [output])]
+           + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
+           + ("  vstore_half4(v, o, dst);\n}" if half else "  ST4(dst, o, v);\n}"))
+    args = [Arg("tensor", t) for t in inputs] + ep.args + [Arg("tensor", output)]
+    return [KernelSpec(name, src, grid(lay), None, args, list(inputs) + ep.inputs, [output])]
 
 
 def _check(*shapes) -> None:
@@ -72,10 +86,14 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
         # the same slices in the same order (only the pixels' rows change: [1, 32, 32, 80] -> [1, 1024, 80]): a
         # float4 copy, where the lane-by-lane index arithmetic below took 158 us for 80K values (CPU device)
         n4 = ol.b * ol.s * ol.h * ol.w
-        src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global STORE_T* dst) {{\n"
-               f"  const int i = get_global_id(0);\n  if (i < {n4}) ST4(dst, i, LD4(in0, i));\n}}")
-        x, y = ctx.op.inputs[0], ctx.op.outputs[0]
-        return [KernelSpec(ctx.name, src, (n4,), None, [Arg("tensor", x), Arg("tensor", y)], [x], [y])]
+        ep_code, ep = _epilogue(ctx, ol)
+        params = "".join(f"{p}, " for p in ep.params)
+        src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, {params}__global STORE_T* dst) {{\n"
+               f"  const int o = get_global_id(0);\n  if (o >= {n4}) return;\n"
+               f"  const int S = (o / {ol.h * ol.w}) % {ol.s};\n  float4 v = LD4(in0, o);\n{ep_code}  ST4(dst, o, v);\n}}")
+        x, y = ctx.op.inputs[0], ctx.final_output
+        return [KernelSpec(ctx.name, src, (n4,), None, [Arg("tensor", x), *ep.args, Arg("tensor", y)],
+                           [x, *ep.inputs], [y])]
 
     def value(coords):
         lin = "0"

@@ -42,3 +42,11 @@ def bhwc(shape: tuple[int, ...]) -> Layout | None:
     if r == 4:
         return Layout(*shape)
     return None
+
+
+def same_slice_order(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether tensors of shapes ``a`` and ``b`` hold the same values in the same slice-layout order (the same images,
+    channels and pixels per image: (1, 256) and (256,), (1, 4, 8, C) and (1, 32, C)): a reshape between them moves
+    nothing."""
+    la, lb = bhwc(tuple(a)), bhwc(tuple(b))
+    return la is not None and lb is not None and (la.b, la.c, la.h * la.w) == (lb.b, lb.c, lb.h * lb.w)

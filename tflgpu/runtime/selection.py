@@ -57,7 +57,7 @@ from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
 from ..kernels.common import dense_tensors, fp32_region
 from ..kernels.program import shared_names
 from ..model.ir import Operator, Subgraph
-from ..ops.layout import bhwc
+from ..ops.layout import bhwc, same_slice_order
 
 log = logging.getLogger("tflgpu")
 
@@ -432,9 +432,8 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
                 or s.epilogue or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
-        a, b = bhwc(sg.tensors[x].shape), bhwc(sg.tensors[y].shape)
         # (the slice layout orders a batch's pixels row-major: images of one pixel count share it)
-        if a is None or b is None or (a.b, a.c, a.h * a.w) != (b.b, b.c, b.h * b.w) or y in fixed | taken \
+        if not same_slice_order(sg.tensors[x].shape, sg.tensors[y].shape) or y in fixed | taken \
                 or (x not in roots and x in fixed | (taken - wholes)) or x == y:
             continue
         whole = roots.get(x, x)
