@@ -17,8 +17,8 @@ from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, dense_store4, pad_lanes_mask
-from .epilogue import Epilogue
 from .elementwise import grid, grid_prologue
+from .epilogue import Epilogue
 
 _ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}
 
