@@ -1338,3 +1338,39 @@ def test_moves_store_through_their_fused_ops(gpu, rng):
         feeds = [rand(rng, (1, 5, 6, 6)), rand(rng, (1, 6, 5, 6))]
         for g, w in zip(run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)):
             assert_close(g, w, gpu["rtol_scale"])
+
+
+def test_an_elementwise_op_before_a_reshape_runs_after_it(gpu, rng):
+    """graph.sink: an input scaled then regrouped ([1, 4, 6] -> [1, 4, 6, 1]) runs as RESHAPE -> MUL, one kernel
+    (the MUL had no kernel before it to join); a TANH its conv takes, and one before a reshape the plan links, stay
+    where they are. FP32/FP16 against LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 6))
+    scaled, grid = b.tensor("scaled", (1, 4, 6)), b.tensor("grid", (1, 4, 6, 1))
+    b.op("MUL", [x, b.const("k", np.array(0.75, np.float32))], [scaled])
+    b.op("RESHAPE", [scaled, b.const("gshape", np.array([1, 4, 6, 1], np.int32))], [grid], new_shape=[1, 4, 6, 1])
+    y = b.input("y", (1, 4, 4, 8))
+    conv, tanh, flat = b.tensor("conv", (1, 4, 4, 8)), b.tensor("tanh", (1, 4, 4, 8)), b.tensor("flat", (1, 2, 64))
+    b.op("CONV_2D", [y, b.const("w", rand(rng, (8, 1, 1, 8))), b.const("b", rand(rng, (8,)))], [conv],
+         padding="VALID", stride_w=1, stride_h=1)
+    b.op("TANH", [conv], [tanh])
+    b.op("RESHAPE", [tanh, b.const("fshape", np.array([1, 2, 64], np.int32))], [flat], new_shape=[1, 2, 64])
+    neg, rows = b.tensor("neg", (1, 4, 4, 8)), b.tensor("rows", (1, 16, 8))
+    b.op("NEG", [y], [neg])
+    b.op("RESHAPE", [neg, b.const("rshape", np.array([1, 16, 8], np.int32))], [rows], new_shape=[1, 16, 8])
+    b.output(grid, flat, rows)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = it.gpu_plan
+    assert plan.pass_counts["sink_elementwise"] == 1 and plan.cpu_op_count == 0
+    members = [[m.name for m, _ in s.members] for s in plan.steps]
+    assert ["RESHAPE", "MUL"] in members and ["CONV_2D", "TANH"] in members and ["NEG"] in members
+    for _ in range(2):
+        feeds = [rand(rng, (1, 4, 6)), rand(rng, (1, 4, 4, 8))]
+        for g, w in zip(run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)):
+            assert_close(g, w, gpu["rtol_scale"])

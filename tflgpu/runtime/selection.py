@@ -11,6 +11,8 @@ The graph transforms, in the one order they run:
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
 3b. ``conv_arg`` (graph.conv_arg): a CONV_2D and the ARG_MAX / ARG_MIN over its channels, one op; before the
    precision choice, which may keep it FP32 for its index while its sums stay half.
+3c. ``sink_elementwise`` (graph.sink): an elementwise op whose one reader is a reshape, and which could not join
+   its input's producer, moved after the reshape, whose kernel then takes it.
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise``, ``fuse_regions``
    (graph.passes), in that order.
@@ -24,7 +26,7 @@ The graph transforms, in the one order they run:
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 0-3b, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
+``transform_graph`` runs 0-3c, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
 ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
 graph.
 """
@@ -52,6 +54,7 @@ from ..graph.passes import (
     merge_pad,
 )
 from ..graph.precision import STORAGE_CAST, stored_fp16
+from ..graph.sink import sink_elementwise
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
 from ..kernels.common import dense_tensors, fp32_region
@@ -193,7 +196,13 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
         kernels = {op.index: fn for op, fn in runner.steps}
         runner = runner.derived(sg, [(op, runner.kernel(op) if op.name == CONV_ARG else kernels[op.index])
                                      for op in sg.operators if op.index in kernels])
-    return TransformedGraph(runner, quant_io, {"lstm_loop": lstm_loops, "unroll_while": unrolled, "conv_arg": merged})
+    sg, sunk = sink_elementwise(runner.sg, runner.consts, [op for op, _ in runner.steps])
+    if sunk:
+        running = {op.index for op, _ in runner.steps}
+        runner = runner.derived(sg, [])
+        runner.steps = [(op, runner.kernel(op)) for op in sg.operators if op.index in running]
+    return TransformedGraph(runner, quant_io, {"lstm_loop": lstm_loops, "unroll_while": unrolled, "conv_arg": merged,
+                                               "sink_elementwise": sunk})
 
 
 def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
