@@ -198,9 +198,10 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
                                      for op in sg.operators if op.index in kernels])
     sg, sunk = sink_elementwise(runner.sg, runner.consts, [op for op, _ in runner.steps])
     if sunk:
-        running = {op.index for op, _ in runner.steps}
+        kept = {op.index: (op, fn) for op, fn in runner.steps}
         runner = runner.derived(sg, [])
-        runner.steps = [(op, runner.kernel(op)) for op in sg.operators if op.index in running]
+        runner.steps = [(op, kept[op.index][1] if kept[op.index][0] is op else runner.kernel(op))
+                        for op in sg.operators if op.index in kept]
     return TransformedGraph(runner, quant_io, {"lstm_loop": lstm_loops, "unroll_while": unrolled, "conv_arg": merged,
                                                "sink_elementwise": sunk})
 
