@@ -57,3 +57,28 @@ def test_driver_probe_reads_the_dynamic_linkers_cache(monkeypatch, tmp_path):
     assert asked == list(icd._DRIVER_LIBRARIES)
 
 
+
+
+def test_pocls_cache_goes_to_a_private_directory_unless_the_process_chose_one(tmp_path, monkeypatch):
+    """PoCL writes into its kernel cache as soon as the loader enumerates it: unless POCL_CACHE_DIR is set, it is
+    pointed at the per-user private directory beside the vendors dir (not the user's cache directory)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(icd, "vendors_dir_contents", lambda: {})  # (nothing to add to the loader)
+    for chosen in (None, str(tmp_path / "mine")):
+        monkeypatch.setattr(icd, "_done", False)
+        monkeypatch.delenv("TFLGPU_NO_ICD_SETUP", raising=False)
+        if chosen is None:
+            monkeypatch.delenv("POCL_CACHE_DIR", raising=False)
+        else:
+            monkeypatch.setenv("POCL_CACHE_DIR", chosen)
+        icd.ensure_icd_vendors()
+        import os
+
+        got = os.environ["POCL_CACHE_DIR"]
+        if chosen is None:
+            base = tmp_path / f"tflgpu-{os.getuid()}"
+            assert got == str(base / "pocl") and base.is_dir() and (base.stat().st_mode & 0o777) == 0o700
+        else:
+            assert got == chosen

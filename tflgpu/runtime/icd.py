@@ -10,6 +10,11 @@ a known GPU driver library that is installed without its .icd (seen in
 containers that mount NVIDIA's driver), and point
 OCL_ICD_VENDORS (and the Khronos loader's OCL_ICD_FILENAMES) at it. This must
 happen before the loader's first platform query in the process.
+
+PoCL, where installed, writes a temporary file into its kernel cache (``$XDG_CACHE_HOME/pocl``) as soon as
+the loader enumerates it, whatever device the process then uses. Unless the process chose a PoCL cache itself
+(``POCL_CACHE_DIR``), it is pointed at a private per-user directory beside the vendors dir, so a tflgpu start
+leaves the user's cache directory alone; tflgpu keeps the binaries it builds in its own cache.
 """
 
 from __future__ import annotations
@@ -134,11 +139,17 @@ def ensure_icd_vendors() -> str | None:
     _done = True
     if os.environ.get("TFLGPU_NO_ICD_SETUP"):
         return None
+    base = Path(tempfile.gettempdir()) / f"tflgpu-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    if "POCL_CACHE_DIR" not in os.environ:
+        try:
+            base.mkdir(mode=0o700, exist_ok=True)  # (PoCL makes its directory in it, not the parents)
+            os.environ["POCL_CACHE_DIR"] = str(base / "pocl")
+        except OSError as e:  # (PoCL keeps its default)
+            log.debug("no private PoCL cache directory in %s: %s", base, e)
     contents = vendors_dir_contents()
     if not any(name.startswith(("tflgpu-pip-", "tflgpu-driver-")) for name in contents):
         return None  # nothing to add: leave the user's loader configuration alone
     digest = hashlib.sha256(repr(sorted(contents.items())).encode()).hexdigest()[:16]
-    base = Path(tempfile.gettempdir()) / f"tflgpu-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     target = base / f"icd-{digest}"
     if not target.is_dir():
         base.mkdir(mode=0o700, exist_ok=True)
