@@ -62,10 +62,11 @@ def test_driver_probe_reads_the_dynamic_linkers_cache(monkeypatch, tmp_path):
 def test_pocls_cache_goes_to_a_private_directory_unless_the_process_chose_one(tmp_path, monkeypatch):
     """PoCL writes into its kernel cache as soon as the loader enumerates it: unless POCL_CACHE_DIR is set, it is
     pointed at the per-user private directory beside the vendors dir (not the user's cache directory)."""
+    import os
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(icd, "vendors_dir_contents", lambda: {})  # (nothing to add to the loader)
+    monkeypatch.setattr(icd, "vendors_dir_contents", dict)  # (nothing to add to the loader)
     for chosen in (None, str(tmp_path / "mine")):
         monkeypatch.setattr(icd, "_done", False)
         monkeypatch.delenv("TFLGPU_NO_ICD_SETUP", raising=False)
@@ -74,8 +75,6 @@ def test_pocls_cache_goes_to_a_private_directory_unless_the_process_chose_one(tm
         else:
             monkeypatch.setenv("POCL_CACHE_DIR", chosen)
         icd.ensure_icd_vendors()
-        import os
-
         got = os.environ["POCL_CACHE_DIR"]
         if chosen is None:
             base = tmp_path / f"tflgpu-{os.getuid()}"
