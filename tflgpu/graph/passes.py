@@ -258,7 +258,7 @@ def _linkable_move(op, sg) -> bool:
     """A reshape keeping the slice order, or a slice keeping every element: the plan links it (its output its
     input's buffer, no launch: runtime.selection.link_reshapes), so the elementwise ops after it keep their own
     kernel instead of making it one."""
-    if op.name not in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SLICE", "STRIDED_SLICE") or not op.inputs \
+    if not (traits(op.name).reshapes or op.name in ("SLICE", "STRIDED_SLICE")) or not op.inputs \
             or len(op.outputs) != 1:
         return False
     x, y = sg.tensors[op.inputs[0]].shape, sg.tensors[op.outputs[0]].shape

@@ -19,8 +19,6 @@ from ..model.ir import Operator, Subgraph, Tensor
 from ..ops.layout import same_slice_order
 from ..ops.traits import traits
 
-MOVES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
-
 
 def _scalar_map(op: Operator, sg: Subgraph, consts: dict) -> int | None:
     """The input ``op`` maps element by element (unary, or binary with a one-element constant), else None."""
@@ -58,7 +56,7 @@ def sink_elementwise(sg: Subgraph, consts: dict, ops: list[Operator]) -> tuple[S
             continue
         (t,) = op.outputs
         rs = readers.get(t, [])
-        if t in graph_out or len(rs) != 1 or rs[0].name not in MOVES or rs[0].inputs[0] != t \
+        if t in graph_out or len(rs) != 1 or not traits(rs[0].name).reshapes or rs[0].inputs[0] != t \
                 or rs[0].index in swapped or len(rs[0].outputs) != 1:
             continue
         move = rs[0]

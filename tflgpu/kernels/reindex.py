@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.conv_arg import HALF_EXACT
+from ..model.ir import Tensor
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
@@ -48,9 +49,9 @@ def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: 
     ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half. The op's
     own output (``output`` None) takes its fused elementwise ops (the kernel stores the last one's output)."""
     name = name or ctx.name
-    ep_code, ep = _epilogue(ctx, bhwc(tuple(out_shape))) if output is None else ("", Epilogue())
-    output = ctx.final_output if output is None else output
     lay = bhwc(tuple(out_shape))
+    ep_code, ep = _epilogue(ctx, lay) if output is None else ("", Epilogue())
+    output = ctx.final_output if output is None else output
     coords = [f"o{i}" for i in range(len(out_shape))]
     names = dict(zip(_ORIG[len(out_shape)], coords))
     params = ", ".join([f"__global const STORE_T* in{i}" for i in range(len(inputs))] + ep.params)
@@ -500,6 +501,14 @@ def _cumsum_scan(ctx: GenContext, shape: tuple[int, ...], axis: int, exclusive: 
     return [KernelSpec(ctx.name, src, (lines,), None, [Arg("tensor", x), Arg("tensor", y)], [x], [y])]
 
 
+def casts_held_values(x: Tensor, y: Tensor) -> bool:
+    """Whether a CAST of ``x`` into ``y`` is one of integers or bools to float32, unquantized: the device holds
+    such values as floats already, so the cast only copies them (``cast``; linked where the storage matches:
+    runtime.selection.link_reshapes)."""
+    return (x.dtype in (np.int32, np.int64, np.bool_) and y.dtype == np.float32 and x.quantization is None
+            and y.quantization is None)
+
+
 @generator("CAST")
 def cast(ctx: GenContext) -> list[KernelSpec]:
     """CAST of integers or bools to float32: a device tensor of int32 / int64 / bool holds its values as floats
@@ -508,8 +517,7 @@ def cast(ctx: GenContext) -> list[KernelSpec]:
     FP16 plan the cast reads its input in the storage its maker chose (an index may need FP32) and, where only
     FP16 ops read its output, stores that half (ops.traits: casts_own_output)."""
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-    if x_t.dtype not in (np.int32, np.int64, np.bool_) or out.dtype != np.float32 \
-            or x_t.quantization is not None or out.quantization is not None:
+    if not casts_held_values(x_t, out):
         raise Unsupported(f"CAST {x_t.type_name} -> {out.type_name} (integers or bools to float32 only)")
     shape = tuple(x_t.shape)
     _check(shape)

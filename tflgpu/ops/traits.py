@@ -48,6 +48,9 @@ class OpTraits:
     # Its output's values are some of its first input's values, moved or selected (the other inputs are shapes,
     # positions or axes): an integer output is bounded as that input is (graph.indices).
     picks_first: bool = False
+    # Its output is its input under another shape, every value in its place (RESHAPE, SQUEEZE, EXPAND_DIMS): where
+    # the slice layout orders both alike the plan links it (runtime.selection.link_reshapes).
+    reshapes: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -72,6 +75,7 @@ _add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLi
 _add("TFLGPU_CONV_ARG CAST", casts_own_output=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 TFLGPU_CONV_ARG", makes_index=True)
 _add("RESHAPE SQUEEZE EXPAND_DIMS SLICE STRIDED_SLICE GATHER TRANSPOSE", picks_first=True)
+_add("RESHAPE SQUEEZE EXPAND_DIMS", reshapes=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM", fusable="unary")

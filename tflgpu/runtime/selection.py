@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
-from ..graph.conv_arg import CONV_ARG, merge_channel_args
+from ..graph.conv_arg import merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
 from ..graph.indices import exact_indices
 from ..graph.lstm_loop import fuse_lstm_loops
@@ -59,8 +59,10 @@ from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
 from ..kernels.common import dense_tensors, fp32_region
 from ..kernels.program import shared_names
+from ..kernels.reindex import casts_held_values
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc, same_slice_order
+from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
 
@@ -193,17 +195,23 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
         runner, quant_io = _float_view(runner)
     sg, merged = merge_channel_args(runner.sg, runner.consts)
     if merged:
-        kernels = {op.index: fn for op, fn in runner.steps}
-        runner = runner.derived(sg, [(op, runner.kernel(op) if op.name == CONV_ARG else kernels[op.index])
-                                     for op in sg.operators if op.index in kernels])
+        runner = _rewired(runner, sg)
     sg, sunk = sink_elementwise(runner.sg, runner.consts, [op for op, _ in runner.steps])
     if sunk:
-        kept = {op.index: (op, fn) for op, fn in runner.steps}
-        runner = runner.derived(sg, [])
-        runner.steps = [(op, kept[op.index][1] if kept[op.index][0] is op else runner.kernel(op))
-                        for op in sg.operators if op.index in kept]
+        runner = _rewired(runner, sg)
     return TransformedGraph(runner, quant_io, {"lstm_loop": lstm_loops, "unroll_while": unrolled, "conv_arg": merged,
                                                "sink_elementwise": sunk})
+
+
+def _rewired(runner: SubgraphRunner, sg: Subgraph) -> SubgraphRunner:
+    """A runner over ``sg``, a rewrite of ``runner``'s graph that keeps each op index: the steps it runs (an op the
+    rewrite removed runs no more) keep their CPU kernels, and an op the rewrite replaced (a CONV_ARG, a swapped
+    reshape) gets a new one."""
+    kept = {op.index: (op, fn) for op, fn in runner.steps}
+    new = runner.derived(sg, [])
+    new.steps = [(op, kept[op.index][1] if kept[op.index][0] is op else new.kernel(op))
+                 for op in sg.operators if op.index in kept]
+    return new
 
 
 def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
@@ -437,7 +445,7 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
     linked = 0
     for s in steps:
         op = s.op
-        if s.device != "gpu" or not (op.name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS") or _whole_slice(op, make)
+        if s.device != "gpu" or not (traits(op.name).reshapes or _whole_slice(op, make)
                                      or _copying_cast(op, make)) \
                 or s.epilogue or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
             continue
@@ -461,8 +469,7 @@ def _copying_cast(op, make: KernelMaker) -> bool:
     if op.name != "CAST" or len(op.outputs) != 1 or op.outputs[0] < 0 or not op.inputs:
         return False
     x, y = make.sg.tensors[op.inputs[0]], make.sg.tensors[op.outputs[0]]
-    return (x.dtype in (np.int32, np.int64, np.bool_) and y.dtype == np.float32 and x.quantization is None
-            and y.quantization is None and (not make.fp16 or make.stored_fp16[x.index] == make.stored_fp16[y.index]))
+    return casts_held_values(x, y) and (not make.fp16 or make.stored_fp16[x.index] == make.stored_fp16[y.index])
 
 
 def _whole_slice(op, make: KernelMaker) -> bool:
