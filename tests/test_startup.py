@@ -308,3 +308,29 @@ def test_a_built_plan_gives_back_the_runtime_librarys_startup_pages(opencl_devic
     assert before > 1024, "the first platform query mapped no runtime library with resident read-only pages"
     assert after < before / 2, (before, after)
     assert_close(np.load(tmp_path / "y.npy"), run_model(litert(), path, [x])[0])
+
+
+def test_a_swap_to_a_form_with_a_new_intermediate_gets_its_buffer(opencl_device, tmp_path):
+    """A background winner may store a value the plan's first form kept inside one kernel: a separable conv tuned to
+    fused=False writes its depthwise output, a tensor the memory plan holds no buffer for. The swap brings a buffer
+    for it (an NVIDIA GPU's background search stopped on a KeyError here), and the model still computes LiteRT's
+    values."""
+    from tflgpu.runtime.upgrades import retune_steps
+
+    from .conftest import corpus_model
+
+    model = corpus_model("mobilenet_v2_1.0_224.tflite")
+    feed = np.random.default_rng(3).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+    reference = run_model(litert(), model.read_bytes(), [feed])[0]
+    it = Interpreter(str(model), delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none"))
+    it.allocate_tensors()
+    plan = it.gpu_plan
+    fused = [s for s in plan.steps if s.op.name == "TFLGPU_SEPARABLE_CONV" and s.specs[0].params.get("fused")]
+    assert fused
+    step = fused[0]
+    held = set(plan.io.tensor_buffer)
+    retune_steps(plan, [step.op.index], {"fused": False}, "TFLGPU_SEPARABLE_CONV")
+    it.set_tensor(it.get_input_details()[0]["index"], feed)
+    it.invoke()
+    assert len(step.kernels) == 2 and set(plan.io.tensor_buffer) - held  # the pair, and their intermediate's buffer
+    assert_close(it.get_tensor(it.get_output_details()[0]["index"]), reference)

@@ -111,6 +111,7 @@ class Swap:
     specs: dict[int, list] = field(default_factory=dict)  # step index -> new specs (tuning)
     params: dict[int, dict] = field(default_factory=dict)  # step index -> their generator parameters
     args: dict[int, tuple] = field(default_factory=dict)  # step index -> (argument values, constant buffers)
+    scratch: dict[int, object] = field(default_factory=dict)  # tensor -> a buffer the memory plan has none of
 
 
 class SwapQueue:
@@ -129,6 +130,7 @@ class SwapQueue:
         """Install every queued swap into ``plan`` (its run calls this first, so never during an invoke)."""
         while self._items:
             swap = self._items.pop(0)
+            plan.io.install_scratch(swap.scratch)
             for i, kernels in swap.kernels.items():
                 s = plan.steps[i]
                 if i in swap.specs:
@@ -215,6 +217,7 @@ class Background:
         except Exception as e:  # noqa: BLE001 -- background work must never take the plan down
             self.status.last_error = f"{type(e).__name__}: {e}"
             log.warning("tflgpu background work stopped: %s", self.status.last_error)
+            log.debug("where the background work stopped", exc_info=True)
         finally:
             self.status.finished = True
             self.status.seconds = time.monotonic() - self.started

@@ -211,14 +211,32 @@ class DeviceTensors:
         self.host_consts.update({t: consts[t] for t in self.sg.outputs if t in consts})
         self._boundary(build, target)
 
-    def upload_args(self, specs: list) -> tuple[list[list], list]:
-        """Each spec's argument values on this plan's buffers (its constants uploaded), and the constant buffers."""
+    def upload_args(self, specs: list, scratch: dict | None = None) -> tuple[list[list], list]:
+        """Each spec's argument values on this plan's buffers (its constants uploaded), and the constant buffers.
+        ``scratch``: buffers of tensors the memory plan does not hold (``scratch_buffers``)."""
         args, consts, uploaded = [], [], {}
+        buffers = {**self.tensor_buffer, **scratch} if scratch else self.tensor_buffer
         for spec in specs:
-            a, c = kernel_args(self.cl, self.ctx, spec, self.tensor_buffer, uploaded)
+            a, c = kernel_args(self.cl, self.ctx, spec, buffers, uploaded)
             args.append(a)
             consts.extend(c)
         return args, consts
+
+    def scratch_buffers(self, specs: list) -> dict:
+        """Buffers for the tensors a step's regenerated specs make that the memory plan holds none of: a form the
+        plan did not start with may store a value its first form kept inside one kernel (a tuned ``fused=False``
+        separable conv's depthwise output), made and read by this step alone. Installed with the step's kernels
+        (``install_scratch``), between invokes."""
+        made = {}
+        for spec in specs:
+            for t in spec.outputs:
+                if t not in self.tensor_buffer and t not in made:
+                    made[t] = self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE,
+                                             max(self._layout(t).elements * (2 if spec.tensor_fp16(t) else 4), 16))
+        return made
+
+    def install_scratch(self, scratch: dict) -> None:
+        self.tensor_buffer.update(scratch)
 
     def kernels(self, program, step: int, specs: list) -> list:
         """New kernel instances of ``program`` for a step's specs, on the arguments already uploaded for it."""

@@ -53,7 +53,9 @@ def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None
     sources = [sp.source for i in steps for sp in swap.specs[i]]
     program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
     for i in steps:
-        args, consts = plan.io.upload_args(swap.specs[i])
+        scratch = plan.io.scratch_buffers(swap.specs[i])
+        swap.scratch.update(scratch)
+        args, consts = plan.io.upload_args(swap.specs[i], scratch)
         swap.args[i] = (args, consts)
         swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(swap.specs[i], args)]
         swap.specs[i] = [sp.uploaded() for sp in swap.specs[i]]  # (the device holds the constants now)
