@@ -212,3 +212,23 @@ def test_get_tensor_of_a_constant_after_a_delegated_invoke(opencl_device):
     ref = litert()(str(path))
     ref.allocate_tensors()
     np.testing.assert_array_equal(it.get_tensor(weights["index"]), ref.get_tensor(weights["index"]))
+
+
+@pytest.mark.parametrize("name", ["fallback_ops.tflite", "opzoo_small.tflite", "mobilenet_v2_1.0_224.tflite",
+                                  "lstm_small.tflite"])
+def test_helper_functions_of_a_program_are_static(opencl_device, name):
+    """Every function a program defines besides its kernels is ``static``: a plain C99 ``inline`` definition
+    provides no symbol where the compiler does not inline it, and NVIDIA's OpenCL then failed the quick build
+    (-cl-opt-disable) of TOPK_V2's kernel, which the Intel and PoCL compilers build. Checked on the sources of
+    every kernel of these models and the preamble they all share."""
+    import re
+
+    from tflgpu.kernels import PREAMBLE
+
+    it = Interpreter(str(corpus_model(name)), delegate=GpuDelegate(cache=False))
+    sources = [PREAMBLE] + [spec.source for s in it.gpu_plan.steps if s.device == "gpu" for spec in s.specs]
+    assert len(sources) > 1
+    defined = re.compile(r"^\s*((?:static\s+)?(?:inline\s+)?)[\w ]+\*?\s+\w+\s*\([^;{]*\)\s*\{", re.MULTILINE)
+    helpers = [(m.group(0), m.group(1)) for src in sources for m in defined.finditer(src)
+               if "__kernel" not in m.group(0) and not re.match(r"\s*(if|for|while|switch)\b", m.group(0))]
+    assert helpers and all("static" in prefix for _, prefix in helpers), helpers

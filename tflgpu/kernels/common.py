@@ -52,7 +52,7 @@ def storage_macros(fp16: bool) -> str:
 # RND4(v): a float4 rounded as the storage would round it (to half and back in FP16 storage), for a kernel reading
 # or writing a dense float32 boundary buffer (KernelSpec.dense) whose values the slice layout would have stored
 # in its precision: the numbers are the conversion pass's, which the FP16 precision choice simulates
-_ROUND_HALF = ("inline float4 tflgpu_round_half4(float4 v) {\n  ushort h_[4];\n  vstore_half4(v, 0, (half*)h_);\n"
+_ROUND_HALF = ("static inline float4 tflgpu_round_half4(float4 v) {\n  ushort h_[4];\n  vstore_half4(v, 0, (half*)h_);\n"
                "  return vload_half4(0, (const half*)h_);\n}\n")
 PREAMBLE = (_ROUND_HALF + "#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
             + storage_macros(False) + "#endif\n")

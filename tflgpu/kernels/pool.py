@@ -272,9 +272,9 @@ def topk(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("output shapes")
     lay, out_lay = ctx.layout(x_t), ctx.layout(vals)
     hw, rows = lay.h * lay.w, lay.b * lay.h * lay.w
-    src = f"""inline bool {ctx.name}_before(const float a, const float b) {{ return !isnan(a) && (isnan(b) || a > b); }}
-inline bool {ctx.name}_same(const float a, const float b) {{ return a == b || (isnan(a) && isnan(b)); }}
-__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* values, __global STORE_T* indices) {{
+    # (no helper functions: NVIDIA's OpenCL failed to build this kernel with two C99 `inline` ones, whose
+    # definitions provide no symbol where the compiler does not inline them, as in the quick build's -cl-opt-disable)
+    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* values, __global STORE_T* indices) {{
   const int i = get_global_id(0); const int r = get_global_id(1);
   if (i >= {n} || r >= {rows}) return;
   const int base = ((r / {hw}) * {lay.s * hw} + r % {hw}) * 4;
@@ -282,7 +282,7 @@ __kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* values, 
   int rank = 0;
   for (int j = 0; j < {n}; ++j) {{
     const float u = LD1(src, base + (j / 4) * {hw * 4} + j % 4);
-    rank += {ctx.name}_before(u, v) || (j < i && {ctx.name}_same(u, v));
+    rank += (!isnan(u) && (isnan(v) || u > v)) || (j < i && (u == v || (isnan(u) && isnan(v))));
   }}
   if (rank >= {k}) return;
   {store_element(out_lay, f"r * {k} + rank", "v", "values")}
