@@ -232,6 +232,24 @@ def test_softmax(gpu, rng, shape):
     check_op("SOFTMAX", [In(rand(rng, shape, -4, 4))], beta=1.0, **gpu)
 
 
+@pytest.mark.parametrize("group", [32, 64, 256])
+@pytest.mark.parametrize("shape", [(1, 1001), (3, 2, 130), (2, 5)])
+def test_softmax_work_group_rows(gpu, rng, shape, group):
+    """A work-group per row (the softmax knob ``group``: each pass shared, max and sum reduced in local memory),
+    rows longer and shorter than the group, against LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("SOFTMAX", [In(rand(rng, shape, -6, 6))], beta=0.7)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: {"group": group}})
+    assert plan.steps[0].specs[0].params["group"] == group and plan.steps[0].specs[0].local_size == (group, 1)
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
 def test_reshape_transpose_concat(gpu, rng):
     check_op("RESHAPE", [In(rand(rng, (1, 4, 6, 3))), np.array([1, 8, 9], I32)], **gpu)
     # the same slices in the same order (a float4 copy): pixels' rows regrouped, batch and channels kept
@@ -698,6 +716,8 @@ GPU_SHAPED = {  # op, inputs (from rng), options, the knobs a GPU's defaults pic
                   {"padding": "SAME", "stride_w": 2, "stride_h": 2, "depth_multiplier": 1}, {"tile_x": 1, "slices": 1}),
     "fully_connected": ("FULLY_CONNECTED", lambda r: [In(rand(r, (1, 200))), rand(r, (70, 200)), rand(r, (70,))],
                         {}, {"split": 32, "tile_s": 1, "wide": False}),
+    "softmax": ("SOFTMAX", lambda r: [In(rand(r, (1, 1001), -4, 4))], {"beta": 1.0}, {"group": 256}),
+    "softmax_rows": ("SOFTMAX", lambda r: [In(rand(r, (2, 3, 70), -4, 4))], {"beta": 0.5}, {"group": 32}),
 }
 
 
