@@ -55,9 +55,9 @@ tests() {
         tests/test_gpu_corpus.py tests/test_layers.py tests/test_precision.py 2>&1 | tail -40
 }
 
-profile() {
-    for m in $M/mobilenet_v1_1.0_224.tflite $M/mobilenet_v2_1.0_224.tflite; do
-        TFLGPU_TUNING=none tflgpu bench "$m" --profile --repeat 30
+profile() {  # (PROFILE_MODELS: names under the models dir)
+    for m in ${PROFILE_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}; do
+        TFLGPU_TUNING=none tflgpu bench "$M/$m" --profile --repeat 30
     done
 }
 
@@ -77,16 +77,17 @@ bench() {
 sweep() {
     # each kernel's best point becomes this device's shipped records (tflgpu/data/tuning), read by later steps
     mkdir -p tflgpu/data/tuning
+    local models=${SWEEP_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite deeplab_mnv2_257.tflite
+                                  posenet_mnv1_257.tflite ssd_mnv2_300.tflite unet_small_256.tflite}
+    # shellcheck disable=SC2046
     python3 bench/gpu_sweep.py --out "$OUT/sweep.jsonl" --deadline-s "${SWEEP_DEADLINE_S:-300}" \
-        --records "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" \
-        $M/mobilenet_v1_1.0_224.tflite $M/mobilenet_v2_1.0_224.tflite $M/deeplab_mnv2_257.tflite \
-        $M/posenet_mnv1_257.tflite $M/ssd_mnv2_300.tflite $M/unet_small_256.tflite
+        --records "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" $(printf "$M/%s " $models)
     cp "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" "$OUT/"
 }
 
-gputests() {
-    python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gpu_ops.py tests/test_gpu_corpus.py 2>&1 | \
-        grep -v "^SKIPPED" | tail -30
+gputests() {  # tiered compiles as a user's start has them (the suite's default is off); TESTS_K: pytest's -k
+    TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
+        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }
@@ -100,7 +101,7 @@ for s in "$@"; do
         probe) step probe 120 probe ;;
         tests) step tests "${TESTS_LIMIT_S:-240}" tests ;;
         gputests) step gputests "${TESTS_LIMIT_S:-240}" gputests ;;
-        profile) step profile 120 profile ;;
+        profile) step profile "${PROFILE_LIMIT_S:-120}" profile ;;
         tune) step tune "${TUNE_LIMIT_S:-330}" tune ;;
         bench) step bench "${BENCH_LIMIT_S:-400}" bench ;;
         torch) step torch 120 torch_peers ;;
