@@ -134,19 +134,26 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
 def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu):
-    """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices) and for a
-    GPU (the group tile) compute what LiteRT does, here on whatever device there is."""
+    """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices, or the
+    depthwise output is at least twice the pointwise one) and for a GPU (the group tile up to 192 input channels,
+    8 x 8 up to 1,024 output pixels; the two kernels above 192 channels) compute what LiteRT does, here on whatever
+    device there is."""
     from tflgpu.kernels.base import Target
 
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16 if not gpu else 1,
                                                                                    gpu=gpu)))
-    for kw, fused in (({"shape": (1, 14, 14, 32), "cout": 24}, True), ({"shape": (1, 7, 7, 32), "cout": 160}, gpu)):
+    cases = [({"shape": (1, 14, 14, 32), "cout": 24}, True, (True, (8, 8))),
+             ({"shape": (1, 7, 7, 32), "cout": 160}, False, (True, (8, 8))),
+             ({"shape": (1, 36, 36, 16), "cout": 8}, True, (True, (32, 8))),
+             ({"shape": (1, 7, 7, 256), "cout": 32}, True, (False, (8, 8)))]
+    for kw, cpu_fused, (gpu_fused, tile) in cases:
         model, feeds = separable_model(rng, **kw)
         it, plan = _plan(model, False, None)
         (step,) = [s for s in plan.steps if s.device == "gpu"]
+        fused = gpu_fused if gpu else cpu_fused
         assert step.specs[0].params["fused"] is fused and len(step.specs) == (1 if fused else 2)
         if gpu:
-            assert step.specs[0].params["group_tile"] == (32, 8)
+            assert step.specs[0].params["group_tile"] == tile
         assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-4)
 
 
