@@ -232,6 +232,25 @@ def test_softmax(gpu, rng, shape):
     check_op("SOFTMAX", [In(rand(rng, shape, -4, 4))], beta=1.0, **gpu)
 
 
+@pytest.mark.parametrize("op", ["MEAN", "SUM"])
+@pytest.mark.parametrize("group", [32, 256])
+@pytest.mark.parametrize("shape", [(2, 5, 6, 7), (1, 32, 32, 9)])
+def test_spatial_mean_work_group(gpu, rng, shape, group, op):
+    """A work-group per (image, slice) sums its pixels (the reduction knob ``group``), fewer pixels than the group
+    and more, against LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model(op, [In(rand(rng, shape)), np.array([1, 2], I32)], keep_dims=True)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: {"group": group}})
+    assert plan.steps[0].specs[0].local_size == (group, 1)
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
 @pytest.mark.parametrize("group", [32, 64, 256])
 @pytest.mark.parametrize("shape", [(1, 1001), (3, 2, 130), (2, 5)])
 def test_softmax_work_group_rows(gpu, rng, shape, group):
@@ -718,6 +737,8 @@ GPU_SHAPED = {  # op, inputs (from rng), options, the knobs a GPU's defaults pic
                         {}, {"split": 32, "tile_s": 1, "wide": False}),
     "softmax": ("SOFTMAX", lambda r: [In(rand(r, (1, 1001), -4, 4))], {"beta": 1.0}, {"group": 256}),
     "softmax_rows": ("SOFTMAX", lambda r: [In(rand(r, (2, 3, 70), -4, 4))], {"beta": 0.5}, {"group": 32}),
+    "mean": ("MEAN", lambda r: [In(rand(r, (2, 32, 32, 12))), np.array([1, 2], I32)], {"keep_dims": False},
+             {"group": 256}),
 }
 
 

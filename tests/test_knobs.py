@@ -15,7 +15,7 @@ from tflgpu.kernels.conv import (
     TransposeConvKnobs,
 )
 from tflgpu.kernels.knobs import InvalidKnobs
-from tflgpu.kernels.pool import SoftmaxKnobs, SoftmaxShape
+from tflgpu.kernels.pool import ReduceKnobs, ReduceShape
 
 CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_bytes=32 * 16 * 9 * 4)
 CONV_1X1_BIG = ConvShape(1, 1, 1, 1, 1, 1, sin=64, sout=64, row=49, pixels=49, w_bytes=256 * 256 * 4)
@@ -29,8 +29,8 @@ FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_S
             (DepthwiseKnobs, DepthwiseShape(7, 6, mult=2)), (FullyConnectedKnobs, FcShape(250)),
             (FullyConnectedKnobs, FcShape(1)), (TransposeConvKnobs, 8), (ConvKnobs, replace(CONV_1X1, **GPU)),
             (ConvKnobs, replace(CONV_1PX, **GPU)), (FullyConnectedKnobs, FcShape(250, gpu=True)),
-            (DepthwiseKnobs, DepthwiseShape(14, 8, **GPU)), (SoftmaxKnobs, SoftmaxShape(251, gpu=True)),
-            (SoftmaxKnobs, SoftmaxShape(3))]
+            (DepthwiseKnobs, DepthwiseShape(14, 8, **GPU)), (ReduceKnobs, ReduceShape(251, gpu=True)),
+            (ReduceKnobs, ReduceShape(3))]
 
 
 @pytest.mark.parametrize("cls,shape", FAMILIES)

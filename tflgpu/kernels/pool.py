@@ -50,6 +50,60 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
 
 
+REDUCE_GROUPS = (1, 32, 64, 128, 256)  # work-items sharing one reduction (a work-group; 1: one work-item alone)
+
+
+def group_default(gpu: bool, length: int) -> int:
+    """The work-items a GPU gives one reduction of ``length`` float4 terms (of at least 16): a power of two up to
+    256, about one term each; one on a CPU device, which keeps a core's loop."""
+    return min(256, 1 << (length - 1).bit_length()) if gpu and length >= 16 else 1
+
+
+def group_space(length: int) -> dict[str, list]:
+    return {"group": [g for g in REDUCE_GROUPS if g == 1 or g < 2 * length]}
+
+
+def group_reduce(g: int, var: str, op: str, red: str = "red") -> str:
+    """Statements that reduce each work-item's ``var`` over a work-group of ``g`` (local id ``l``) with ``op`` (an
+    expression of ``{red}[l]`` and ``{red}[l + k]``) in local memory, leaving the result in every ``var``."""
+    if g == 1:
+        return ""
+    return (f"{red}[l] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"  for (int k = {g // 2}; k > 0; k >>= 1) {{ if (l < k) {red}[l] = {op}; "
+            f"barrier(CLK_LOCAL_MEM_FENCE); }}\n"
+            f"  {var} = {red}[0]; barrier(CLK_LOCAL_MEM_FENCE);")
+
+
+@dataclass(frozen=True)
+class ReduceShape:
+    """What a reduction's knobs depend on: the float4 terms of one reduction, whether the device is a GPU."""
+
+    length: int
+    gpu: bool = Target.gpu
+
+
+@dataclass(frozen=True)
+class ReduceKnobs(Knobs):
+    # work-items per reduction: 1 = one work-item sums its terms alone; more = a work-group shares them (group
+    # apart) and reduces in local memory
+    group: int = 1
+
+    @classmethod
+    def default(cls, shape: ReduceShape) -> ReduceKnobs:
+        """On a GPU a work-group per reduction (``group_default``). On an NVIDIA H200 one work-item alone ran a
+        spatial MEAN of 32 x 32 pixels in 89 us, half of fallback_ops' kernel time, and a classifier's
+        1,001-channel SOFTMAX row in 61 us (three serial passes of 251 float4 loads), a tenth of MobileNet v1's
+        kernel time, which fell by 56 us with the group form."""
+        return cls(group=group_default(shape.gpu, shape.length))
+
+    @classmethod
+    def space(cls, shape: ReduceShape) -> dict[str, list]:
+        return group_space(shape.length)
+
+    def problems(self, shape: ReduceShape) -> list[str]:
+        return one_of("group", self.group, REDUCE_GROUPS)
+
+
 @generator("MEAN", "SUM")
 def mean(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
@@ -64,53 +118,30 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
     lay = ctx.layout(out)
     if lay.dims != (n, 1, 1, c):
         raise Unsupported("MEAN output layout")
-    s = lay.s
-    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
-  const int S = get_global_id(0); const int b = get_global_id(1);
+    s, hw = lay.s, ih * iw
+    shape = ReduceShape(hw, ctx.target.gpu)
+    knobs = ReduceKnobs.resolve(shape, ctx.params)
+    g = knobs.group
+    scale = f" * (1.0f / {hw}.0f)" if ctx.op.name == "MEAN" else ""
+    if g == 1:
+        head = f"""  const int S = get_global_id(0); const int b = get_global_id(1);
   if (S >= {s} || b >= {n}) return;
+  const int l = 0;"""
+        gsize, local = (s, n), None
+    else:  # (a work-group per (image, slice): every work-item reaches every barrier)
+        head = f"""  const int l = get_local_id(0); const int S = get_global_id(1) % {s}; const int b = get_global_id(1) / {s};
+  __local float4 red[{g}];"""
+        gsize, local = (g, s * n), (g, 1)
+    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
+{head}
   float4 acc = (float4)(0.0f);
-  const int base = (b * {s} + S) * {ih * iw};
-  for (int i = 0; i < {ih * iw}; ++i) acc += LD4(src, base + i);
-  float4 v = acc{' * (1.0f / ' + str(ih * iw) + '.0f)' if ctx.op.name == 'MEAN' else ''};
-  ST4(dst, b * {s} + S, v);
+  const int base = (b * {s} + S) * {hw};
+  for (int i = l; i < {hw}; i += {g}) acc += LD4(src, base + i);
+  {group_reduce(g, "acc", "red[l] + red[l + k]")}
+  if (l == 0) {{ float4 v = acc{scale}; ST4(dst, b * {s} + S, v); }}
 }}"""
-    return [KernelSpec(ctx.name, src, (s, n), None, [Arg("tensor", ctx.op.inputs[0]),
-                                                      Arg("tensor", ctx.op.outputs[0])],
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]])]
-
-
-SOFTMAX_GROUPS = (1, 32, 64, 128, 256)
-
-
-@dataclass(frozen=True)
-class SoftmaxShape:
-    """What the softmax knobs depend on: the channel slices of a row, whether the device is a GPU."""
-
-    slices: int
-    gpu: bool = Target.gpu
-
-
-@dataclass(frozen=True)
-class SoftmaxKnobs(Knobs):
-    # work-items per row: 1 = one work-item runs the row's three passes alone; more = a work-group shares each pass
-    # (slices group apart) and reduces its maximum and sum in local memory
-    group: int = 1
-
-    @classmethod
-    def default(cls, shape: SoftmaxShape) -> SoftmaxKnobs:
-        """On a GPU a work-group of up to 256 per row of at least 16 slices: one work-item alone ran a classifier's
-        1,001-channel row in 61 us on an NVIDIA H200 (its three serial passes of 251 float4 loads), a tenth of
-        MobileNet v1's kernel time. On a CPU device one work-item per row, which keeps a core's loop."""
-        if shape.gpu and shape.slices >= 16:
-            return cls(group=min(256, 1 << (shape.slices - 1).bit_length()))
-        return cls()
-
-    @classmethod
-    def space(cls, shape: SoftmaxShape) -> dict[str, list]:
-        return {"group": [g for g in SOFTMAX_GROUPS if g == 1 or g < 2 * shape.slices]}
-
-    def problems(self, shape: SoftmaxShape) -> list[str]:
-        return one_of("group", self.group, SOFTMAX_GROUPS)
+    return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape))]
 
 
 @generator("SOFTMAX")
@@ -120,8 +151,8 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     lay = ctx.layout(x_t)
     beta = float(ctx.opt("beta", 1.0))
     s, c = lay.s, lay.c
-    shape = SoftmaxShape(s, ctx.target.gpu)
-    knobs = SoftmaxKnobs.resolve(shape, ctx.params)
+    shape = ReduceShape(s, ctx.target.gpu)
+    knobs = ReduceKnobs.resolve(shape, ctx.params)
     g, rows = knobs.group, lay.b * lay.h * lay.w
     valid = f"(int4)(S * 4) + (int4)(0, 1, 2, 3) < (int4)({c})"
     at = f"((b * {s} + S) * {lay.h} + y) * {lay.w} + x"
@@ -136,15 +167,6 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   __local float red[{g}];"""
         gsize, local = (g, rows), (g, 1)
     first, step = ("0", "1") if g == 1 else ("l", str(g))
-
-    def reduce(var: str, op: str) -> str:
-        if g == 1:
-            return ""
-        return (f"red[l] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
-                f"  for (int k = {g // 2}; k > 0; k >>= 1) {{ if (l < k) red[l] = {op}; "
-                f"barrier(CLK_LOCAL_MEM_FENCE); }}\n"
-                f"  {var} = red[0]; barrier(CLK_LOCAL_MEM_FENCE);")
-
     src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {head}
   float m = -INFINITY;
@@ -152,13 +174,13 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     const float4 v = select((float4)(-INFINITY), LD4(src, {at}), {valid});
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }}
-  {reduce("m", "fmax(red[l], red[l + k])")}
+  {group_reduce(g, "m", "fmax(red[l], red[l + k])")}
   float sum = 0.0f;
   for (int S = {first}; S < {s}; S += {step}) {{
     const float4 e = select((float4)(0.0f), exp((LD4(src, {at}) - m) * {beta!r}f), {valid});
     sum += e.x + e.y + e.z + e.w;
   }}
-  {reduce("sum", "red[l] + red[l + k]")}
+  {group_reduce(g, "sum", "red[l] + red[l + k]")}
   const float inv = 1.0f / sum;
   for (int S = {first}; S < {s}; S += {step}) {{
     const int o = {at};
@@ -167,7 +189,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   }}
 }}"""
     return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=SoftmaxKnobs.space(shape))]
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape))]
 
 
 def arg_init(greater: bool, best: str, arg: str) -> str:
