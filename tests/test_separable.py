@@ -135,8 +135,8 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
 def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu):
     """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices, or the
-    depthwise output is at least twice the pointwise one) and for a GPU (the group tile up to 192 input channels,
-    8 x 8 up to 1,024 output pixels; the two kernels above 192 channels) compute what LiteRT does, here on whatever
+    depthwise output is at least twice the pointwise one) and for a GPU (the group tile up to 384 input channels,
+    8 x 8 up to 1,024 output pixels; the two kernels above 384 channels) compute what LiteRT does, here on whatever
     device there is."""
     from tflgpu.kernels.base import Target
 
@@ -145,7 +145,8 @@ def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu)
     cases = [({"shape": (1, 14, 14, 32), "cout": 24}, True, (True, (8, 8))),
              ({"shape": (1, 7, 7, 32), "cout": 160}, False, (True, (8, 8))),
              ({"shape": (1, 36, 36, 16), "cout": 8}, True, (True, (32, 8))),
-             ({"shape": (1, 7, 7, 256), "cout": 32}, True, (False, (8, 8)))]
+             ({"shape": (1, 7, 7, 384), "cout": 32}, True, (True, (8, 8))),
+             ({"shape": (1, 5, 5, 388), "cout": 24}, True, (False, (8, 8)))]
     for kw, cpu_fused, (gpu_fused, tile) in cases:
         model, feeds = separable_model(rng, **kw)
         it, plan = _plan(model, False, None)

@@ -77,13 +77,16 @@ class SeparableKnobs(GroupTiled, Knobs):
 
     @classmethod
     def default(cls, shape: SeparableShape) -> SeparableKnobs:
-        """On a GPU the group tile of CONV_2D's pointwise default (8 slices a step) where the block has at most 192
+        """On a GPU the group tile of CONV_2D's pointwise default (8 slices a step) where the block has at most 384
         input channels, and the two convs' own kernels above. The fused kernel's time grows with the depthwise
-        slices each step stages, whatever the pixels; on an NVIDIA H200 (bench/gpu_sweep.py, the 21 blocks of
-        MobileNet v1 / v2) fused ran 11-21 us against 18-20 unfused up to 144 channels, 21-24 against 19 at 192,
-        and 33-85 against 22-50 from 256 on; a launch saved is worth about 3 us there. Its tile is 8 x 8 where an
-        image has at most 1,024 output pixels (the stride-2 blocks to 28 x 28 and below: 15.0 us against 20.1 at
-        144 channels, 19.4 against 24.3 at 192) and 32 px x 8 slices above (19.5 against 22.3 at 112 -> 56).
+        slices each step stages, whatever the pixels. On an NVIDIA H200 (bench/gpu_sweep.py, the 21 blocks of
+        MobileNet v1 / v2, kernel time alone) fused ran 11-21 us against 18-20 unfused up to 144 channels, 21-24
+        against 19 at 192, 30-35 against 22-28 at 256-384, and 44-85 against 31-50 from 512 on. The pair's second
+        launch costs its own gap there: MobileNet v1's invoke took 0.74 ms over 0.53 ms of kernel time in 17
+        launches, so a launch saved is worth up to about 10 us, which keeps 256-384 channels fused. The tile is
+        8 x 8 where an image has at most 1,024 output pixels (the stride-2 blocks to 28 x 28 and below: 15.0 us
+        against 20.1 at 144 channels, 19.4 against 24.3 at 192) and 32 px x 8 slices above (19.5 against 22.3 at
+        112 -> 56).
 
         On a CPU device the direct variant with CONV_2D's tile for the device's vector width (16 lanes, 4 pixels
         x 8 slices, on a 16-wide device), four depthwise slices a step, ``whole`` where one tile does not cover a
@@ -95,7 +98,7 @@ class SeparableKnobs(GroupTiled, Knobs):
         recomputing each other's depthwise values or each streaming the whole pointwise filter (``whole``)."""
         if shape.gpu:
             tile = (8, 8) if 0 < shape.pixels <= 1024 else (32, 8)
-            return cls(fused=shape.sin <= 48, tile_x=1, tile_s=1, lanes=4, per=1, group_tile=tile, k_chunk=8)
+            return cls(fused=shape.sin <= 96, tile_x=1, tile_s=1, lanes=4, per=1, group_tile=tile, k_chunk=8)
         per = max(p for p in SEPARABLE_SPACE["per"] if shape.sin % p == 0 and p <= max(1, shape.float_lanes // 4))
         if shape.float_lanes >= 16 and shape.sout >= 4:
             tx, ts, lanes = (8, 4, 16) if shape.sout == 4 else (4, 8, 16)
