@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -163,10 +165,15 @@ def test_invalid_points_are_refused():
     from tflgpu.kernels.separable import SeparableKnobs, SeparableShape
 
     shape = SeparableShape(sin=6, sout=10, ow=7, float_lanes=16)
-    for bad in ({"per": 4}, {"lanes": 16, "tile_s": 2}, {"fused": False, "tile_x": 1},
-                {"group_tile": (32, 8), "lanes": 16}, {"group_tile": (64, 8), "lanes": 4, "per": 1, "whole": False}):
+    for bad in ({"per": 4}, {"lanes": 16, "tile_s": 2}, {"group_tile": (32, 8), "lanes": 16},
+                {"group_tile": (64, 8), "lanes": 4, "per": 1, "whole": False}):
         with pytest.raises(InvalidKnobs):
-            SeparableKnobs.resolve(shape, bad)
+            SeparableKnobs.resolve(shape, {"fused": True, **bad})
+    with pytest.raises(InvalidKnobs):
+        SeparableKnobs.resolve(shape, {"fused": False, "per": 3})  # (a value no variant has)
+    # the pair takes its convs' own defaults: other knobs beside fused=False (a record of another shape's) are moot
+    pair = SeparableKnobs.resolve(shape, {"fused": False, "tile_x": 1, "group_tile": (8, 8), "k_chunk": 4})
+    assert pair == replace(SeparableKnobs.default(shape), fused=False)
     space = SeparableKnobs.space(shape)
     assert space["per"] == [1, 2] and max(space["tile_x"]) == 8
 

@@ -117,6 +117,14 @@ class SeparableKnobs(GroupTiled, Knobs):
         space["per"] = [v for v in SEPARABLE_SPACE["per"] if shape.sin % v == 0]
         return space
 
+    @classmethod
+    def resolve(cls, shape: SeparableShape, params: dict | None = None) -> SeparableKnobs:
+        """As ``Knobs.resolve``; ``fused=False`` launches the two convs at their own defaults, so its other knobs
+        are the default's whatever ``params`` says: a record of the pair carried to a shape whose fused default
+        differs (another group tile) still applies, and the search's points of the pair are one kernel."""
+        knobs = super().resolve(shape, params)
+        return knobs if knobs.fused else replace(cls.default(shape), fused=False)
+
     def problems(self, shape: SeparableShape) -> list[str]:
         bad = positive_int("tile_x", self.tile_x) + positive_int("tile_s", self.tile_s)
         bad += one_of("fused", self.fused, (False, True)) + one_of("whole", self.whole, (False, True))
@@ -125,9 +133,7 @@ class SeparableKnobs(GroupTiled, Knobs):
                                                                         SEPARABLE_SPACE["k_chunk"])
         if bad:
             return bad
-        if not self.fused:
-            if replace(self, fused=True) != replace(self.default(shape), fused=True):
-                bad.append("fused=False launches the two convs at their own defaults: the other knobs do not apply")
+        if not self.fused:  # (resolve sets the other knobs to the default's)
             return bad
         bad += self.lane_problems()
         if shape.sin % self.per:
