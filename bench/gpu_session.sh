@@ -10,6 +10,15 @@
 # MobileNet v1 / v2 with the heuristics alone), tune (exhaustive search of every float corpus model; the records
 # exported to $OUT/records.json), bench (bench/bench_gpu.py's table), torch (the PyTorch peers alone), sweep
 # (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py).
+#
+# With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
+# This one ran in 144 s on an H200 (carry .gpu and .gl, whose Vulkan loader debs LiteRT's GPU path needs):
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
+#   PROFILE_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite fallback_ops.tflite" PROFILE_LIMIT_S=60
+#   TESTS_K="softmax or topk or gather or gpu_defaults" TESTS_LIMIT_S=60 BENCH_LIMIT_S=80 TUNE_BUDGET_S=5 BG_WAIT_S=20
+#   ROUNDS=20 BENCH_ARGS=--no-torch BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite ..." SWEEP_DEADLINE_S=55
+#   SWEEP_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite" RECORDS_NAME=nvidia-h200
+#   bash bench/gpu_session.sh profile gputests bench sweep
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
