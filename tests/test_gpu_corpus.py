@@ -232,3 +232,31 @@ def test_helper_functions_of_a_program_are_static(opencl_device, name):
     helpers = [(m.group(0), m.group(1)) for src in sources for m in defined.finditer(src)
                if "__kernel" not in m.group(0) and not re.match(r"\s*(if|for|while|switch)\b", m.group(0))]
     assert helpers and all("static" in prefix for _, prefix in helpers), helpers
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", ["mobilenet_v2_1.0_224.tflite", "fallback_ops.tflite", "opzoo_small.tflite"])
+def test_corpus_with_a_gpus_defaults(name, fp16, opencl_device, monkeypatch):
+    """Whole models with the defaults a GPU gets (kernels.base.Target.gpu), here on whatever device there is (CI has
+    no GPU): MobileNet v2's separable blocks fused with both group tiles and as the unfused pair, its classifier's
+    work-group softmax and 7x7 MEAN, fallback_ops' 32x32 MEAN and TOPK_V2 among the rest, against LiteRT."""
+    from tflgpu.kernels.base import Target
+
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    path = corpus_model(name)
+    it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False, tuning_db=False))
+    plan = it.gpu_plan
+    assert plan.cpu_op_count == 0
+    groups = {sp.params.get("group") for s in plan.steps if s.op.name in ("SOFTMAX", "MEAN") for sp in s.specs}
+    assert max(groups) > 1  # (the long reductions took their work-group form)
+    inputs = reference_inputs(it.get_input_details())
+    for i, (g, w) in enumerate(zip(run_model(lambda **kw: it, path, inputs), run_model(litert(), path, inputs))):
+        if fp16 and w.dtype.kind == "f":
+            assert_fp16_close(g, w, what=f"{name} output {i}")
+        elif fp16:
+            np.testing.assert_array_equal(g, w)
+        else:
+            assert_close(g, w, 1e-4, what=f"{name} output {i}")
