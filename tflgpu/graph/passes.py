@@ -233,7 +233,7 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     for i, s in enumerate(steps):
         if i in absorbed:
             continue
-        if s.gpu and traits(s.op.name).takes_epilogue and not _linkable_move(s.op, sg):
+        if s.gpu and traits(s.op.name).takes_epilogue and not moves_in_place(s.op, sg, consts):
             while True:
                 (t,) = s.outputs[:1] or (None,)
                 rs = readers.get(t, [])
@@ -254,17 +254,26 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     return out, fused
 
 
-def _linkable_move(op, sg) -> bool:
-    """A reshape keeping the slice order, or a slice keeping every element: the plan links it (its output its
-    input's buffer, no launch: runtime.selection.link_reshapes), so the elementwise ops after it keep their own
-    kernel instead of making it one."""
-    if not (traits(op.name).reshapes or op.name in ("SLICE", "STRIDED_SLICE")) or not op.inputs \
-            or len(op.outputs) != 1:
+def moves_in_place(op, sg, consts: dict) -> bool:
+    """A move that changes only its tensor's shape, every value staying in its slice-layout place: a RESHAPE /
+    SQUEEZE / EXPAND_DIMS, or a SLICE / STRIDED_SLICE taking every element in order (unit strides, as many
+    elements out as in: (1, 1, 64) -> (1, 64)), between shapes the slice layout orders alike
+    (``ops.layout.same_slice_order``). The plan links such a move (its output its input's buffer, no launch:
+    runtime.selection.link_reshapes), so the elementwise ops after it keep their own kernel rather than make it
+    one, and graph.sink does not swap one."""
+    if len(op.outputs) != 1 or op.outputs[0] < 0 or not op.inputs:
         return False
-    x, y = sg.tensors[op.inputs[0]].shape, sg.tensors[op.outputs[0]].shape
+    x, y = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
     if op.name in ("SLICE", "STRIDED_SLICE"):
-        return int(np.prod(x)) == int(np.prod(y))
-    return same_slice_order(x, y)
+        if op.name == "STRIDED_SLICE":
+            strides = consts.get(op.inputs[3]) if len(op.inputs) > 3 else None
+            if strides is None or np.any(np.asarray(strides) != 1) or op.options.get("offset", False):
+                return False
+        if x.dtype != y.dtype or int(np.prod(x.shape)) != int(np.prod(y.shape)):
+            return False
+    elif not traits(op.name).reshapes:
+        return False
+    return same_slice_order(x.shape, y.shape)
 
 
 def register_tensors(sg, consts: dict, ops) -> frozenset[int]:

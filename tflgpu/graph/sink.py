@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..model.ir import Operator, Subgraph, Tensor
-from ..ops.layout import same_slice_order
 from ..ops.traits import traits
+from .passes import moves_in_place
 
 
 def _scalar_map(op: Operator, sg: Subgraph, consts: dict) -> int | None:
@@ -61,7 +61,7 @@ def sink_elementwise(sg: Subgraph, consts: dict, ops: list[Operator]) -> tuple[S
             continue
         move = rs[0]
         (u,) = move.outputs
-        if same_slice_order(sg.tensors[t].shape, sg.tensors[u].shape):
+        if moves_in_place(move, sg, consts):
             continue  # (linked: no launch to save)
         p = producer.get(x)
         if p is not None and traits(p.name).takes_epilogue and len(readers.get(x, [])) == 1 and x not in graph_out:

@@ -52,6 +52,7 @@ from ..graph.passes import (
     fuse_regions,
     fuse_separable,
     merge_pad,
+    moves_in_place,
 )
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.sink import sink_elementwise
@@ -62,7 +63,6 @@ from ..kernels.program import shared_names
 from ..kernels.reindex import casts_held_values
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc, same_slice_order
-from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
 
@@ -445,8 +445,7 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
     linked = 0
     for s in steps:
         op = s.op
-        if s.device != "gpu" or not (traits(op.name).reshapes or _whole_slice(op, make)
-                                     or _copying_cast(op, make)) \
+        if s.device != "gpu" or not (moves_in_place(op, sg, make.consts) or _copying_cast(op, make)) \
                 or s.epilogue or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
@@ -470,19 +469,6 @@ def _copying_cast(op, make: KernelMaker) -> bool:
         return False
     x, y = make.sg.tensors[op.inputs[0]], make.sg.tensors[op.outputs[0]]
     return casts_held_values(x, y) and (not make.fp16 or make.stored_fp16[x.index] == make.stored_fp16[y.index])
-
-
-def _whole_slice(op, make: KernelMaker) -> bool:
-    """A SLICE / STRIDED_SLICE taking every element of its input in order (unit strides, as many elements out as
-    in): only its shape changes, as a reshape's (e.g. (1, 1, 64) -> (1, 64), shrinking an axis of one)."""
-    if op.name not in ("SLICE", "STRIDED_SLICE") or len(op.outputs) != 1 or op.outputs[0] < 0:
-        return False
-    if op.name == "STRIDED_SLICE":
-        strides = make.consts.get(op.inputs[3]) if len(op.inputs) > 3 else None
-        if strides is None or np.any(np.asarray(strides) != 1) or op.options.get("offset", False):
-            return False
-    x, y = make.sg.tensors[op.inputs[0]], make.sg.tensors[op.outputs[0]]
-    return x.dtype == y.dtype and int(np.prod(x.shape)) == int(np.prod(y.shape))
 
 
 def restore(steps: list[Step], record) -> bool:
