@@ -53,25 +53,15 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
 REDUCE_GROUPS = (1, 32, 64, 128, 256)  # work-items sharing one reduction (a work-group; 1: one work-item alone)
 
 
-def group_default(gpu: bool, length: int) -> int:
-    """The work-items a GPU gives one reduction of ``length`` float4 terms (of at least 16): a power of two up to
-    256, about one term each; one on a CPU device, which keeps a core's loop."""
-    return min(256, 1 << (length - 1).bit_length()) if gpu and length >= 16 else 1
-
-
-def group_space(length: int) -> dict[str, list]:
-    return {"group": [g for g in REDUCE_GROUPS if g == 1 or g < 2 * length]}
-
-
-def group_reduce(g: int, var: str, op: str, red: str = "red") -> str:
-    """Statements that reduce each work-item's ``var`` over a work-group of ``g`` (local id ``l``) with ``op`` (an
-    expression of ``{red}[l]`` and ``{red}[l + k]``) in local memory, leaving the result in every ``var``."""
+def group_reduce(g: int, var: str, op: str) -> str:
+    """Statements that reduce each work-item's ``var`` over a work-group of ``g`` (local id ``l``, a ``__local``
+    array ``red`` of ``g``) with ``op`` (an expression of ``red[l]`` and ``red[l + k]``), leaving the result in
+    every ``var``."""
     if g == 1:
         return ""
-    return (f"{red}[l] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
-            f"  for (int k = {g // 2}; k > 0; k >>= 1) {{ if (l < k) {red}[l] = {op}; "
-            f"barrier(CLK_LOCAL_MEM_FENCE); }}\n"
-            f"  {var} = {red}[0]; barrier(CLK_LOCAL_MEM_FENCE);")
+    return (f"red[l] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"  for (int k = {g // 2}; k > 0; k >>= 1) {{ if (l < k) red[l] = {op}; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
+            f"  {var} = red[0]; barrier(CLK_LOCAL_MEM_FENCE);")
 
 
 @dataclass(frozen=True)
@@ -90,15 +80,18 @@ class ReduceKnobs(Knobs):
 
     @classmethod
     def default(cls, shape: ReduceShape) -> ReduceKnobs:
-        """On a GPU a work-group per reduction (``group_default``). On an NVIDIA H200 one work-item alone ran a
-        spatial MEAN of 32 x 32 pixels in 89 us, half of fallback_ops' kernel time, and a classifier's
-        1,001-channel SOFTMAX row in 61 us (three serial passes of 251 float4 loads), a tenth of MobileNet v1's
-        kernel time, which fell by 56 us with the group form."""
-        return cls(group=group_default(shape.gpu, shape.length))
+        """On a GPU, for at least 16 terms, a work-group of a power of two up to 256, about a term each. On an NVIDIA
+        H200 one work-item alone ran a spatial MEAN of 32 x 32 pixels in 89 us, half of fallback_ops' kernel
+        time, and a classifier's 1,001-channel SOFTMAX row in 61 us (three serial passes of 251 float4 loads), a
+        tenth of MobileNet v1's kernel time, which fell by 56 us with the group form. On a CPU device one
+        work-item, which keeps a core's loop."""
+        if shape.gpu and shape.length >= 16:
+            return cls(group=min(256, 1 << (shape.length - 1).bit_length()))
+        return cls()
 
     @classmethod
     def space(cls, shape: ReduceShape) -> dict[str, list]:
-        return group_space(shape.length)
+        return {"group": [g for g in REDUCE_GROUPS if g == 1 or g < 2 * shape.length]}
 
     def problems(self, shape: ReduceShape) -> list[str]:
         return one_of("group", self.group, REDUCE_GROUPS)
