@@ -26,6 +26,8 @@ POINTS = {
     "conv": [dict(GEMM, tile_x=tx, tile_s=ts, strided=st) for tx, ts, st in
              ((1, 1, False), (1, 2, False), (2, 1, True), (2, 2, True), (4, 1, True), (1, 4, False), (2, 2, False))]
             + [dict(GEMM, local_size=(32, 1, 1))],
+    # a conv with a window as an implicit GEMM over its taps (kernels.conv.im2col_stage), where its space has it
+    "implicit GEMM": [dict(GEMM, group_tile=g, k_chunk=kc) for g, kc in (((32, 8), 8), ((16, 4), 8), ((8, 8), 16))],
     "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],
     "fully_connected": [{"split": sp, "tile_s": ts, "wide": False} for sp in (1, 8, 16, 32, 64) for ts in (1, 2)],
     # a depthwise + pointwise block (kernels.separable): unfused, the group tile's shapes, the direct variant
@@ -47,7 +49,9 @@ def points(task) -> list[dict]:
         return POINTS["fully_connected"]
     if "split" in task.space:
         return POINTS["one pixel"]
-    return POINTS["pointwise" if "group_tile" in task.space else "conv"]
+    if task.default.get("group_tile") is not None:  # (a GPU's pointwise default: the GEMM)
+        return POINTS["pointwise"]
+    return POINTS["conv"] + (POINTS["implicit GEMM"] if "group_tile" in task.space else [])
 
 
 def main() -> int:

@@ -413,6 +413,34 @@ def test_transpose_conv(gpu, rng, shape, cout, k, stride, pad, bias):
              stride_h=stride, version=3 if bias else 1, **gpu)
 
 
+@pytest.mark.parametrize("shape,cout,k,stride,pad,tile", [
+    ((1, 5, 4, 3), 6, 3, 2, "SAME", {"group_tile": (16, 4), "tile_s": 1, "k_chunk": 4}),
+    ((2, 4, 4, 8), 5, 2, 2, "VALID", {"group_tile": (8, 8), "tile_s": 2, "k_chunk": 8}),
+    ((1, 3, 5, 12), 20, 4, 3, "SAME", {"group_tile": (32, 2), "tile_s": 4, "k_chunk": 16}),
+])
+def test_transpose_conv_group_tile_variant(gpu, rng, shape, cout, k, stride, pad, tile):
+    """TRANSPOSE_CONV's gather form as an implicit GEMM through local memory (the taps a stride skips staged as
+    zeros): the same values as LiteRT, with a ragged last group of pixels, slices and output channels."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    n, h, w, cin = shape
+    oh, ow = (h * stride, w * stride) if pad == "SAME" else ((h - 1) * stride + k, (w - 1) * stride + k)
+    model, feeds = op_model("TRANSPOSE_CONV", [np.array([n, oh, ow, cout], I32), rand(rng, (cout, k, k, cin)),
+                                               In(rand(rng, shape)), rand(rng, (cout,))],
+                            [Out(np.float32, (n, oh, ow, cout))], padding=pad, stride_w=stride, stride_h=stride,
+                            version=3)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: tile})
+    (spec,) = plan.steps[0].specs
+    assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
+    assert {key: spec.params[key] for key in tile} == tile and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
 @pytest.mark.parametrize("pad", ["SAME", "VALID"])
 def test_convolution2d_transpose_bias_on_device(gpu, rng, pad):
     """MediaPipe's op on the device against LiteRT's TRANSPOSE_CONV with the same weights and bias."""
@@ -673,24 +701,33 @@ def test_inference_priorities_map_to_precision():
         G(max_delegated_partitions=0)
 
 
-@pytest.mark.parametrize("shape,cout,tile", [
-    ((1, 9, 11, 24), 40, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4}),  # 99 px: a ragged group
-    ((2, 7, 6, 5), 6, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8}),  # 2 images, 2 in slices of 8
-    ((1, 14, 14, 64), 30, {"group_tile": (32, 2), "tile_x": 4, "tile_s": 4, "k_chunk": 4}),
-    ((1, 4, 4, 128), 64, {"group_tile": (64, 1), "tile_x": 1, "tile_s": 8, "k_chunk": 8}),  # more px than the image
+@pytest.mark.parametrize("shape,cout,tile,window", [
+    ((1, 9, 11, 24), 40, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4}, None),  # 99 px: ragged
+    ((2, 7, 6, 5), 6, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8}, None),  # 2 images, 2 slices
+    ((1, 14, 14, 64), 30, {"group_tile": (32, 2), "tile_x": 4, "tile_s": 4, "k_chunk": 4}, None),
+    ((1, 4, 4, 128), 64, {"group_tile": (64, 1), "tile_x": 1, "tile_s": 8, "k_chunk": 8}, None),  # px < the group
+    # a conv with a window as an implicit GEMM over its taps (im2col_stage): a 3-channel stride-2 stem, SAME 3x3
+    # with two images, a dilated 3x3, an unsquare VALID 5x3 whose 15 taps x 2 slices split across chunks of 8
+    ((1, 17, 17, 3), 16, {"group_tile": (32, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8}, (3, 3, 2, 1, "SAME")),
+    ((2, 9, 10, 12), 20, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4}, (3, 3, 1, 1, "SAME")),
+    ((1, 12, 11, 8), 8, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 16}, (3, 3, 1, 2, "SAME")),
+    ((1, 10, 9, 6), 9, {"group_tile": (64, 1), "tile_x": 1, "tile_s": 4, "k_chunk": 8}, (5, 3, 1, 1, "VALID")),
 ])
-def test_conv_group_tile_variant(gpu, rng, shape, cout, tile):
-    """The pointwise conv as a GEMM with local-memory tiles (a work-group stages input and weight tiles; the GPU
-    way) computes the same conv, with its fused activation, where the group overhangs the pixels, the input
-    slices and the output channels."""
+def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
+    """The conv as a GEMM with local-memory tiles (a work-group stages input and weight tiles; the GPU way), a
+    pointwise one over its input slices, one with a window (``window``: kh, kw, stride, dilation, padding) over
+    its taps' input slices, computes the same conv, with its fused activation, where the group overhangs the
+    pixels, the sum's slices and the output channels."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
     from .conftest import assert_close, litert, run_model
     from .oputil import op_model
 
-    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, 1, 1, shape[3])), rand(rng, (cout,))],
-                            padding="VALID", stride_w=1, stride_h=1, fused_activation_function="RELU6")
+    kh, kw, stride, dil, pad = window or (1, 1, 1, 1, "VALID")
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, kh, kw, shape[3])),
+                                        rand(rng, (cout,))], padding=pad, stride_w=stride, stride_h=stride,
+                            dilation_w_factor=dil, dilation_h_factor=dil, fused_activation_function="RELU6")
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
                    params={0: {**tile, "lanes": 4, "vec_hint": "float4"}})

@@ -13,6 +13,7 @@ from tflgpu.kernels.conv import (
     FcShape,
     FullyConnectedKnobs,
     TransposeConvKnobs,
+    TransposeConvShape,
 )
 from tflgpu.kernels.knobs import InvalidKnobs
 from tflgpu.kernels.pool import ReduceKnobs, ReduceShape
@@ -27,7 +28,8 @@ GPU = {"float_lanes": 1, "gpu": True}
 FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (ConvKnobs, CONV_1X1),
             (DepthwiseKnobs, DepthwiseShape(14, 8)), (DepthwiseKnobs, DepthwiseShape(2, 1)),
             (DepthwiseKnobs, DepthwiseShape(7, 6, mult=2)), (FullyConnectedKnobs, FcShape(250)),
-            (FullyConnectedKnobs, FcShape(1)), (TransposeConvKnobs, 8), (ConvKnobs, replace(CONV_1X1, **GPU)),
+            (FullyConnectedKnobs, FcShape(1)), (TransposeConvKnobs, TransposeConvShape(2, 36, gpu=True)),
+            (ConvKnobs, replace(CONV_1X1, **GPU)),
             (ConvKnobs, replace(CONV_1PX, **GPU)), (FullyConnectedKnobs, FcShape(250, gpu=True)),
             (DepthwiseKnobs, DepthwiseShape(14, 8, **GPU)), (ReduceKnobs, ReduceShape(251, gpu=True)),
             (ReduceKnobs, ReduceShape(3))]
@@ -82,15 +84,28 @@ def test_shape_dependent_validity():
 
 
 def test_group_tiles_only_where_they_apply():
-    """The local-memory group tile: pointwise convs only, its own work-group and layout, within the local memory
-    and work-group size every OpenCL 1.2 device offers; the tuner's space has it only for pointwise convs."""
+    """The local-memory group tile: its own work-group and layout, within the local memory and work-group size
+    every OpenCL 1.2 device offers, not where the kernel ranks channels or reads a dense boundary buffer; a conv
+    with a window stages its taps (an implicit GEMM), its chunk no deeper than taps x input slices need."""
     knobs = ConvKnobs.resolve(CONV_1X1, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "lanes": 4,
                                          "vec_hint": "float4"})
     assert knobs.local_bytes() == 16 * 8 * (16 * 2 + 4 * 4 * 2)
-    assert "group_tile" in ConvKnobs.space(CONV_1X1) and "group_tile" not in ConvKnobs.space(CONV_3X3)
+    assert "group_tile" in ConvKnobs.space(CONV_1X1) and "group_tile" not in ConvKnobs.space(CONV_3X3)  # (a CPU)
+    gpu_3x3, gpu_stem = replace(CONV_3X3, **GPU), replace(CONV_STEM, **GPU)
+    assert "group_tile" in ConvKnobs.space(gpu_3x3)
+    assert ConvKnobs.space(gpu_stem)["k_chunk"] == [4, 8, 16]  # 9 taps x 1 slice: a chunk of 16 still < 18
+    assert ConvKnobs.space(replace(gpu_stem, kh=1, kw=2))["k_chunk"] == [4]
+    for shape in (replace(gpu_3x3, whole_pixel=True), replace(gpu_3x3, dense=True)):
+        assert "group_tile" not in ConvKnobs.space(shape)
     plain = {"lanes": 4, "vec_hint": "float4"}
+    assert ConvKnobs.resolve(CONV_3X3, {"group_tile": (16, 4), **plain}).group_tile == (16, 4)  # (asked for)
+    assert "group_tile" not in TransposeConvKnobs.space(TransposeConvShape(sout=3, depth=32))
+    transposed = TransposeConvShape(sout=3, depth=4 * 4 * 2, gpu=True)
+    assert TransposeConvKnobs.resolve(transposed, {"group_tile": (8, 8)}).local_bytes() == 16 * 8 * (8 + 4 * 8)
+    with pytest.raises(InvalidKnobs, match="512 work-items is over 256"):
+        TransposeConvKnobs.resolve(transposed, {"group_tile": (32, 16)})
     for shape, params, why in [
-        (CONV_3X3, {"group_tile": (16, 4), **plain}, "needs a pointwise conv"),
+        (replace(CONV_3X3, whole_pixel=True), {"group_tile": (16, 4), **plain}, "no Winograd, no group tile"),
         (CONV_1X1, {"group_tile": (16, 4), "lanes": 8, "tile_s": 2}, "not with"),
         (CONV_1X1, {"group_tile": (16, 4), "local_size": (16, 1, 1), **plain}, "not with"),
         (CONV_1X1, {"group_tile": (32, 16), **plain}, "512 work-items is over 256"),

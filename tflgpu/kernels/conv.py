@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -117,8 +118,9 @@ CONV_SPACE = {
     "const_weights": [False, True],  # weights in __constant memory (small filters only)
     "winograd": [False, True],  # F(4x4, 3x3): 3x3, stride 1, undilated only
     "local_size": [None, (8, 1, 1), (16, 1, 1), (32, 1, 1), (8, 4, 1), (16, 2, 1)],
-    # a work-group of (pixels, output slices) work-items staging input and weight tiles in local memory
-    # (pointwise convs only: the GPU way to a GEMM), with the input slices it stages per step
+    # a work-group of (pixels, output slices) work-items staging input and weight tiles in local memory (the GPU
+    # way to a GEMM; a conv with a window as an implicit GEMM over its taps), with the sum's slices it stages per
+    # step
     "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
     "k_chunk": [4, 8, 16],
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
@@ -157,6 +159,11 @@ class ConvShape:
     def split_ok(self) -> bool:
         """A pointwise conv of a single pixel (per image): a GEMV, whose sum over the input can be split."""
         return self.pointwise and self.pixels == 1 and not self.whole_pixel
+
+    @property
+    def depth(self) -> int:
+        """The slices a group tile's sum runs over: every tap's input slices."""
+        return self.kh * self.kw * self.sin
 
     @property
     def winograd_ok(self) -> bool:
@@ -233,8 +240,8 @@ class ConvKnobs(GroupTiled, Knobs):
     winograd: bool = False  # F(4x4, 3x3) instead of the direct kernel (3x3/s1 undilated; the other knobs unused)
     local_size: tuple | None = None
     # (LX, LS): a work-group of LX x LS work-items, each tile_x pixels (LX apart: neighbours read neighbours) by
-    # tile_s output slices, stages k_chunk input slices of its pixels and its slices' weights in local memory
-    # per step (pointwise convs only)
+    # tile_s output slices, stages k_chunk slices of its pixels' sum (input slices; a windowed conv's taps times
+    # input slices, kernels.conv.im2col_stage) and its slices' weights in local memory per step
     group_tile: tuple | None = None
     k_chunk: int = 8
     split: int = 1  # work-items summing one output slice together (a one-pixel pointwise conv: ConvShape.split_ok)
@@ -297,10 +304,12 @@ class ConvKnobs(GroupTiled, Knobs):
             del space["const_weights"]
         if not shape.split_ok or shape.dense:
             del space["split"]
-        if not shape.pointwise or shape.whole_pixel or shape.dense:
+        if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
+            # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
+            # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
             del space["group_tile"], space["k_chunk"]
         else:
-            space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.sin]
+            space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]
         return space
 
     def problems(self, shape: ConvShape) -> list[str]:
@@ -334,8 +343,6 @@ class ConvKnobs(GroupTiled, Knobs):
             tile_bad = self.group_tile_problems()
             if tile_bad is None:
                 return bad + [f"group_tile={self.group_tile!r} is not None or 2 positive ints"]
-            if not shape.pointwise:
-                bad.append("a group tile needs a pointwise conv (1x1, stride 1, unpadded)")
             others = [n for n in ("strided", "const_weights", "winograd") if getattr(self, n)]
             others += ["lanes"] if self.lanes != 4 else []
             if others or self.local_size is not None or self.vec_hint in ("float8", "float16"):
@@ -488,9 +495,33 @@ def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None) -> list[
             "      xs[e] = xv;"]
 
 
+def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                 pt: int, pl: int, transposed: bool = False) -> GroupStage:
+    """The group tile's staging of a conv with a window (an implicit GEMM): its sum runs over kh * kw * sin
+    slices ``k = (i * kh + ky) * kw + kx`` (``weights_oi``'s order), and slice ``k`` of output pixel ``p`` is input
+    slice ``i`` at the pixel tap (ky, kx) of ``p`` reads, zeros outside the image. ``transposed``: TRANSPOSE_CONV's
+    gather form, where tap (ky, kx) of output pixel (oy, ox) reads input pixel ((oy + pt - ky) / sh, ...) if the
+    stride divides that offset."""
+
+    def load(slice_: str, pixel: str, var: str) -> str:
+        head = (f"const int k_ = {slice_}; const int i_ = k_ / {kh * kw}; const int ky_ = (k_ / {kw}) % {kh}; "
+                f"const int kx_ = k_ % {kw}; const int oy_ = ({pixel}) / {ow}; const int ox_ = ({pixel}) % {ow}; ")
+        if transposed:
+            tap = (f"const int ny_ = oy_ + {pt} - ky_; const int nx_ = ox_ + {pl} - kx_; "
+                   f"const int iy_ = ny_ / {sh}; const int ix_ = nx_ / {sw}; "
+                   f"if (ny_ >= 0 && nx_ >= 0 && ny_ % {sh} == 0 && nx_ % {sw} == 0 && iy_ < {ih} && ix_ < {iw}) ")
+        else:
+            tap = (f"const int iy_ = oy_ * {sh} - {pt} + ky_ * {dh}; const int ix_ = ox_ * {sw} - {pl} + kx_ * {dw}; "
+                   f"if (iy_ >= 0 && iy_ < {ih} && ix_ >= 0 && ix_ < {iw}) ")
+        return head + tap + f"{var} = LD4(src, ((b * {sin} + i_) * {ih} + iy_) * {iw} + ix_);"
+
+    return GroupStage("", load)
+
+
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
                        stage: GroupStage | None = None) -> str:
-    """The pointwise conv as a GEMM with local memory (``ConvKnobs.group_tile``): a work-group of lx x ls
+    """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
+    input slices of a pointwise conv by default): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
     the matching weights (``weights_oi4`` padded to ls*ts output slices) in local memory, every work-item loading
     its share, and each work-item accumulates tx pixels (lx apart) by ts slices from there."""
@@ -604,8 +635,10 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         gsize, local, pad = (knobs.split, n, -(-sout // ts)), (knobs.split, 1, 1), ts
     elif knobs.group_tile is not None:
         lx, ls = knobs.group_tile
-        src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
-                                 kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep)
+        stage = None if trivial else im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
+                                                  dw=dw, pt=pt, pl=pl)
+        src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
+                                 lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage)
         gsize, local, pad = (-(-oh * ow // (lx * tx)) * lx, n, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
     else:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
@@ -943,19 +976,41 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
 
 
 @dataclass(frozen=True)
-class TransposeConvKnobs(Knobs):
+class TransposeConvShape:
+    """What the transposed conv's knobs depend on."""
+
+    sout: int  # output slices
+    depth: int  # the slices a group tile's sum runs over: every tap's input slices
+    gpu: bool = Target.gpu  # (kernels.base.Target)
+
+
+@dataclass(frozen=True)
+class TransposeConvKnobs(GroupTiled, Knobs):
     tile_s: int = 1  # output slices per work-item
+    # (LX, LS): the gather form as an implicit GEMM through local memory (kernels.conv.im2col_stage, transposed):
+    # a work-group of LX pixels x LS output slice groups stages k_chunk slices of the taps' sum per step
+    group_tile: tuple | None = None
+    k_chunk: int = 8
+    tile_x: ClassVar[int] = 1  # (what GroupTiled's checks read: one pixel, float4 accumulators)
+    lanes: ClassVar[int] = 4
 
     @classmethod
-    def default(cls, sout: int) -> TransposeConvKnobs:
-        return cls(tile_s=4 if sout >= 4 else 1)
+    def default(cls, shape: TransposeConvShape) -> TransposeConvKnobs:
+        return cls(tile_s=4 if shape.sout >= 4 else 1)
 
     @classmethod
-    def space(cls, sout: int) -> dict[str, list]:
-        return {"tile_s": [1, 2, 4]}
+    def space(cls, shape: TransposeConvShape) -> dict[str, list]:
+        if not shape.gpu:  # (the group tile: a GPU's variant, as a windowed CONV_2D's)
+            return {"tile_s": [1, 2, 4]}
+        return {"tile_s": [1, 2, 4], "group_tile": CONV_SPACE["group_tile"],
+                "k_chunk": [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]}
 
-    def problems(self, sout: int) -> list[str]:
-        return positive_int("tile_s", self.tile_s)
+    def problems(self, shape: TransposeConvShape) -> list[str]:
+        bad = positive_int("tile_s", self.tile_s) + positive_int("k_chunk", self.k_chunk)
+        if self.group_tile is not None:
+            tile_bad = self.group_tile_problems()
+            bad += [f"group_tile={self.group_tile!r} is not None or 2 positive ints"] if tile_bad is None else tile_bad
+        return bad
 
 
 def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_hw, pad, sh, sw, act):
@@ -971,10 +1026,24 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     _, pt = conv_padding(oh, kh, sh, 1, pad)
     _, pl = conv_padding(ow, kw, sw, 1, pad)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    knobs = TransposeConvKnobs.resolve(sout, ctx.params)
+    shape = TransposeConvShape(sout, sin * kh * kw, ctx.target.gpu)
+    knobs = TransposeConvKnobs.resolve(shape, ctx.params)
     ts = knobs.tile_s
     bias = _bias_const(ctx, bias_idx, cout)
     ep = ctx.epilogue_code(cout)
+    flops = 2 * n * ih * iw * cin * cout * kh * kw
+    if knobs.group_tile is not None:
+        lx, ls = knobs.group_tile
+        stage = im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=1, dw=1, pt=pt, pl=pl,
+                             transposed=True)
+        src = _group_tile_source(ctx.name, pixels=oh * ow, sin=shape.depth, sout=sout, batch=n, tx=1, ts=ts, lx=lx,
+                                 ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage)
+        pad = ls * ts
+        return [KernelSpec(ctx.name, src, (-(-oh * ow // lx) * lx, n, -(-sout // pad) * ls), (lx, 1, ls), [
+            Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, pad)),
+            Arg("const", vec_slices(bias, cout, pad)), *ep.args, Arg("tensor", ctx.final_output)],
+            [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output], knobs.params(),
+            space=TransposeConvKnobs.space(shape), flops=flops)]
     ep_code, ep_params = ep.code, ep.params
     extra = "".join(f"{p}, " for p in ep_params)
     L = [f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
@@ -1008,7 +1077,7 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
         Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, ts)), Arg("const", vec_slices(bias, cout, ts)),
         *ep.args, Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=TransposeConvKnobs.space(sout), flops=2 * n * ih * iw * cin * cout * kh * kw)]
+        knobs.params(), space=TransposeConvKnobs.space(shape), flops=flops)]
 
 
 @generator("TRANSPOSE_CONV")
