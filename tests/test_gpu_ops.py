@@ -29,6 +29,8 @@ def gpu(request, opencl_device):
     ((1, 7, 7, 16), 12, 1, 1, 1, "SAME", "RELU"),
     ((1, 10, 9, 4), 7, 3, 1, 2, "SAME", "RELU_N1_TO_1"),
     ((1, 5, 6, 9), 3, 5, 2, 1, "SAME", "NONE"),
+    ((1, 8, 7, 1), 5, 3, 2, 1, "SAME", "RELU"),  # one or two channels: the sum takes only those lanes
+    ((2, 6, 6, 2), 9, 3, 1, 1, "VALID", "NONE"),
 ])
 def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
     check_op("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, k, k, shape[3])), rand(rng, (cout,))],

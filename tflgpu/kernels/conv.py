@@ -392,7 +392,7 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: int = 0,
-                 dense_out: bool = False) -> str:
+                 dense_out: bool = False, cin: int = 0) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -408,6 +408,9 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     buffer: no conversion pass before); ``dense_out``: so is the output (a graph output's: none after).
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
+    # the input lanes the sum takes: a single slice of fewer than 4 channels (an RGB stem) leaves the rest out
+    # (they hold zeros): 3 mads per tap instead of 4
+    used = cin if 0 < cin < 4 and sin == 1 else 4
     if trivial:  # one long row per image: more work-items along dim 0 for small maps
         ih, iw, oh, ow = 1, ih * iw, 1, oh * ow
     groups = (ow + tx - 1) // tx
@@ -465,11 +468,13 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     for a in range(nacc):
         group = f"S + {a}" if per == 1 else f"S / {per} + {a}"
         lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
-        for k in range(4):
+        for k in range(used):
             lines.append(f"        const {vt} w{a}_{k} = LD{lanes}(wts, wb{a} + {k});")
         for t in range(tx):
-            lines.append(f"        acc{a}_{t} = mad(({vt})(x{t}.x), w{a}_0, mad(({vt})(x{t}.y), w{a}_1, "
-                         f"mad(({vt})(x{t}.z), w{a}_2, mad(({vt})(x{t}.w), w{a}_3, acc{a}_{t}))));")
+            terms = f"acc{a}_{t}"
+            for k in reversed(range(used)):
+                terms = f"mad(({vt})(x{t}.s{k}), w{a}_{k}, {terms})"
+            lines.append(f"        acc{a}_{t} = {terms};")
     lines += ["      }", "    }", "  }"]
     after = None if arg is None else (
         lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
@@ -645,7 +650,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
                            const_weights=knobs.const_weights, arg=arg, dense_in=cin if dense_in else 0,
-                           dense_out=dense_out)
+                           dense_out=dense_out, cin=cin)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
@@ -968,7 +973,7 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
                            [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(),
                            space=FullyConnectedKnobs.space(shape), flops=2 * n * units * depth)]
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
-                       pt=0, pl=0, batch=n, tx=1, ts=ts, act=act, cout=units, lanes=8 if wide else 4,
+                       pt=0, pl=0, batch=n, cin=depth, tx=1, ts=ts, act=act, cout=units, lanes=8 if wide else 4,
                        vec_hint="float8" if wide else "float4", epilogue=ep)
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, args, [ctx.op.inputs[0], *ep.inputs],
                        [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(shape),
