@@ -171,6 +171,45 @@ def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
     assert_close(it.get_tensor(out), run_model(litert(), model, [x2])[0])
 
 
+def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp16):
+    """A model's outputs the host reads (three: float features written densely by their kernel, an int32 class
+    map converted after its kernel, the top-k values) lie in one host arena, each on the device's base address
+    alignment, and an invoke maps it once instead of once per output; every invoke's values are LiteRT's."""
+    from .conftest import corpus_model
+
+    path = corpus_model("fallback_ops.tflite")
+    it = Interpreter(str(path), delegate=GpuDelegate(cache=False, tuning="none", precision_loss_allowed=fp16))
+    it.allocate_tensors()
+    io = it.gpu_plan.io
+    outs = [o["index"] for o in it.get_output_details()]
+    align = max(opencl_device.cl_device.mem_base_addr_align // 8, 128)
+    assert sorted(io.arena_at) == sorted(outs) and all(at % align == 0 for at in io.arena_at.values())
+    assert len({io.arena_at[t] for t in outs}) == 3
+    maps = []
+
+    class Counting:  # (the plan's pyopencl module, counting the maps an invoke enqueues)
+        def __getattr__(self, name):
+            fn = getattr(real, name)
+            return (lambda *a, **k: maps.append(a[1]) or fn(*a, **k)) if name == "enqueue_map_buffer" else fn
+
+    real, io.cl = io.cl, Counting()
+    x = it.get_input_details()[0]["index"]
+    for seed in (1, 2):
+        feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)]
+        it.set_tensor(x, feeds[0])
+        maps.clear()
+        it.invoke()
+        assert maps == [io.arena]
+        want = run_model(litert(), path.read_bytes(), feeds)
+        for t, w in zip(outs, want):
+            got = it.get_tensor(t)
+            assert got.dtype == w.dtype
+            if w.dtype == np.float32:
+                assert_close(got, w, 1e-2 if fp16 else 1e-5)
+            elif not fp16:  # (half-stored sums may rank near-ties otherwise)
+                np.testing.assert_array_equal(got, w)
+
+
 def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(opencl_device, rng, fp16):
     """A conv whose ARG_MAX over channels joins it (CONV_ARG) reads the graph input as the dense buffer (no
     conversion kernel), and its int32 class map, a graph output, is read from its buffer's host array and converted

@@ -316,7 +316,7 @@ class GpuPlan:
         state = {} if io.state_resident else {t: io.fetch(q, t) for t in io.state_tensors}
         if io.state_resident and io.state_tensors:
             self._state_at = "device"
-        outputs = {}
+        read = []
         for t in io.output_downloads:
             if t in io.bound and self.device_outputs:
                 st = io.staging[t]
@@ -324,7 +324,8 @@ class GpuPlan:
                     cl.enqueue_nd_range_kernel(q, st.from_device, st.grid, None)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
-                outputs[t] = io.fetch(q, t)
+                read.append(t)
+        outputs = io.fetch_outputs(q, read)
         with span("download", "{} outputs and {} state tensors", len(outputs), len(state)):
             q.finish()
             for t, value in state.items():

@@ -185,10 +185,9 @@ class DeviceTensors:
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
         # graph outputs the host reads after the run (not a CPU step's input meanwhile): on host arrays
         # (an integer or bool output too: its dense buffer holds the values as floats, converted after the read)
-        self.host_out = {t: aligned_empty(self.sg.tensors[t].shape) for t in self.output_downloads
-                         if t not in self.state_tensors
-                         and self.sg.tensors[t].dtype in (np.float32, np.int32, np.int64, np.bool_)
-                         and not any(t in ts for ts in self.downloads_before.values())}
+        self.host_out = self._output_arena([t for t in self.output_downloads if t not in self.state_tensors
+                                            and self.sg.tensors[t].dtype in (np.float32, np.int32, np.int64, np.bool_)
+                                            and not any(t in ts for ts in self.downloads_before.values())])
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
@@ -242,11 +241,33 @@ class DeviceTensors:
         """New kernel instances of ``program`` for a step's specs, on the arguments already uploaded for it."""
         return [make_kernel(self.cl, program, spec.name, a) for spec, a in zip(specs, self.args[step])]
 
+    def _output_arena(self, outputs: list[int]) -> dict[int, np.ndarray]:
+        """The host arrays of the graph outputs the host reads after the run: views of one page-aligned host
+        arena, which one buffer is made on (CL_MEM_USE_HOST_PTR), so that an invoke reads every output with one
+        map instead of one each (each command costs several microseconds on a CPU runtime: fallback_ops reads
+        three). Each output's dense buffer is a sub-buffer of the arena (``_dense_buffer``) starting on the
+        device's base address alignment."""
+        self.arena, self.arena_at = None, {}
+        if not outputs:
+            return {}
+        align = max(self.ctx.devices[0].mem_base_addr_align // 8, 128)
+        at, sizes = 0, {}
+        for t in outputs:
+            self.arena_at[t] = at
+            sizes[t] = max(4 * int(np.prod(self.sg.tensors[t].shape)), 16)
+            at += -(-sizes[t] // align) * align
+        host = aligned_empty((at // 4,))
+        mf = self.cl.mem_flags
+        self.arena = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+        return {t: host[self.arena_at[t] // 4:][:int(np.prod(self.sg.tensors[t].shape))]
+                .reshape(self.sg.tensors[t].shape) for t in outputs}
+
     def _dense_buffer(self, t: int):
-        """Tensor t's dense NHWC float32 buffer: on its host array where it has one (``host_out``)."""
+        """Tensor t's dense NHWC float32 buffer: its region of the output arena where it has a host array
+        (``host_out``)."""
         mf = self.cl.mem_flags
         if t in self.host_out:
-            return self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=self.host_out[t])
+            return self.arena.get_sub_region(self.arena_at[t], max(4 * int(np.prod(self.sg.tensors[t].shape)), 16))
         return self.cl.Buffer(self.ctx, mf.READ_WRITE, max(4 * int(np.prod(self._layout(t).dims)), 16))
 
     def _layout(self, idx: int) -> Layout:
@@ -328,6 +349,30 @@ class DeviceTensors:
         if st.to_device is not None:
             self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
         keep.append(data)  # (until the queue is finished)
+
+    def fetch_outputs(self, queue, ts: list[int]) -> dict[int, Callable[[], np.ndarray]]:
+        """``fetch`` for several tensors, those on the output arena's host arrays read with one map of the arena:
+        each returned function gives its value once the queue is finished."""
+        mapped = [t for t in ts if self.staging[t].host is not None]
+        if len(mapped) < 2:
+            return {t: self.fetch(queue, t) for t in ts}
+        getters = {t: self.fetch(queue, t) for t in ts if t not in mapped}
+        for t in mapped:
+            st = self.staging[t]
+            if st.from_device is not None:
+                self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
+        arena = self.arena
+        view, _ = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,), np.float32,
+                                             is_blocking=False)
+        held = [view]
+
+        def value(t: int) -> np.ndarray:
+            if held:  # (the first read after the wait unmaps: the host arrays hold every output by then)
+                held.pop().base.release(queue)
+            return _as_type(self.staging[t].host, self.sg.tensors[t].dtype)
+
+        getters.update({t: (lambda t=t: value(t)) for t in mapped})
+        return getters
 
     def fetch(self, queue, t: int) -> Callable[[], np.ndarray]:
         """Enqueue reading tensor t to the host, without waiting: the returned function gives its value once the
