@@ -172,8 +172,8 @@ def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
 
 
 def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp16):
-    """A model's outputs the host reads (three: float features written densely by their kernel, an int32 class
-    map converted after its kernel, the top-k values) lie in one host arena, each on the device's base address
+    """A model's outputs the host reads (three: float features and an int32 class map written densely by their
+    kernels, the top-k values in their slice layout) lie in one host arena, each on the device's base address
     alignment, and an invoke maps it once instead of once per output; every invoke's values are LiteRT's."""
     from .conftest import corpus_model
 
@@ -211,9 +211,10 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
 
 
 def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(opencl_device, rng, fp16):
-    """A conv whose ARG_MAX over channels joins it (CONV_ARG) reads the graph input as the dense buffer (no
-    conversion kernel), and its int32 class map, a graph output, is read from its buffer's host array and converted
-    to int32: equal to LiteRT's over two invokes (the sums' ties are far apart: 1x1 weights of distinct scales)."""
+    """A conv whose ARG_MAX over channels joins it (CONV_ARG) reads the graph input as the dense buffer, and
+    writes its int32 class map, a graph output, as the dense buffer too (no conversion kernel at either end); the
+    map is read from that buffer's host array and converted to int32: equal to LiteRT's over two invokes (the
+    sums' ties are far apart: 1x1 weights of distinct scales)."""
     b = ModelBuilder()
     x = b.input("x", (1, 9, 11, 8))
     logits = _conv(b, rng, "logits", x, 8, 6, 3, 1, (1, 9, 11, 6), act="NONE")
@@ -225,6 +226,7 @@ def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(open
     (xt,), (out,) = plan.sg.inputs, plan.sg.outputs
     assert [s.op.name for s in plan.steps] == ["TFLGPU_CONV_ARG"] and xt in plan.steps[0].specs[0].dense
     assert plan.io.staging[xt].to_device is None and plan.io.staging[out].host is not None
+    assert out in plan.steps[0].specs[0].dense and plan.io.staging[out].from_device is None
     for _ in range(2):
         feeds = [rng.uniform(-1, 1, (1, 9, 11, 8)).astype(np.float32)]
         got = plan.run(feeds)[out]

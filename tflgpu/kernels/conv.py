@@ -65,6 +65,7 @@ class ChannelArg:
     out: Layout
     sums: bool
     half_sums: bool = False
+    dense: bool = False  # ``idx`` is the graph output's dense float32 boundary buffer (KernelSpec.dense)
 
 
 def _bias_const(ctx: GenContext, idx: int, cout: int) -> np.ndarray:
@@ -428,7 +429,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         outs = "__global float* dst" if dense_out else "__global STORE_T* dst"
     else:
         sums = ("__global half* dst, " if arg.half_sums else "__global STORE_T* dst, ") if arg.sums else ""
-        outs = sums + "__global STORE_T* idx"
+        outs = sums + ("__global float* idx" if arg.dense else "__global STORE_T* idx")
         st = ("vstore_half4(v, oi, dst);" if arg.half_sums else st) if arg.sums else ""
     src_t = "float" if dense_in else "STORE_T"
     lines = [f"{hint}__kernel void {name}(__global const {src_t}* src, {wspace} STORE_T* wts,",
@@ -484,7 +485,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         lines.append("  }")
         for t in range(tx):
             lines.append(f"  if ({px(t)} < {ow}) {{ {arg_pick(arg.greater, f'best{t}', f'arg{t}', 'first')}\n  "
-                         + store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx") + " }")
+                         + (f"idx[Y * {ow} + {px(t)}] = (float)first;" if arg.dense else
+                            store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx")) + " }")
     lines.append("}")
     return "\n".join(lines)
 
@@ -625,7 +627,9 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     direct = base.group_tile is None and base.split == 1 and not base.winograd
     dense_in = direct and ctx.op.inputs[0] in ctx.dense
     dense_out = direct and arg is None and ctx.final_output in ctx.dense
-    shape = replace(shape, dense=dense_in or dense_out)
+    if arg is not None and direct and ctx.op.outputs[1] in ctx.dense:  # (the rank, a graph output: written densely)
+        arg = replace(arg, dense=True)
+    shape = replace(shape, dense=dense_in or dense_out or (arg is not None and arg.dense))
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -661,7 +665,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
         *(Arg("tensor", t) for t in outs)], [ctx.op.inputs[0], *ep.inputs], outs,
         knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin,
-        dense=frozenset([ctx.op.inputs[0]] if dense_in else []) | frozenset(outs if dense_out else []))]
+        dense=frozenset([ctx.op.inputs[0]] if dense_in else []) | frozenset(outs if dense_out else [])
+        | frozenset([ctx.op.outputs[1]] if arg is not None and arg.dense else []))]
 
 
 DEPTHWISE_SLICES = (1, 2, 4)  # output slices per work-item, in float4 / float8 / float16 math

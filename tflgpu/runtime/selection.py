@@ -374,14 +374,16 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
         else:
             host_reads.update(t for op, _ in s.members for t in op.inputs)
     fixed = set(make.consts) | set(make.variables)
-    dense = lambda t: t not in fixed and sg.tensors[t].dtype == np.float32 and bhwc(sg.tensors[t].shape) is not None
+    def dense(t, dtypes=(np.float32,)):
+        return t not in fixed and sg.tensors[t].dtype in dtypes and bhwc(sg.tensors[t].shape) is not None
+
     wanted: dict[int, int] = {}  # tensor -> the step whose kernel would read / write it densely
     for t in sg.inputs:
         if dense(t) and len(readers.get(t, ())) == 1:
             wanted[t] = next(iter(readers[t]))
-    for t in sg.outputs:
+    for t in sg.outputs:  # (an integer output's dense buffer holds its values as floats, as the conversion writes)
         i = writers.get(t)
-        if i is not None and dense(t) and t not in sg.inputs and t not in readers and t not in host_reads \
+        if i is not None and dense(t, (np.float32, np.int32, np.int64, np.bool_)) and t not in sg.inputs and t not in readers and t not in host_reads \
                 and t not in wanted and len(steps[i].specs) == 1:
             wanted[t] = i
     if not wanted:
