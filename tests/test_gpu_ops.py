@@ -234,12 +234,22 @@ def test_softmax(gpu, rng, shape):
     check_op("SOFTMAX", [In(rand(rng, shape, -4, 4))], beta=1.0, **gpu)
 
 
+def _reduction_knobs(device, group: int, subgroups: bool) -> dict:
+    """The reduction knobs asked for; a sub-group form is skipped on a device without sub-group functions."""
+    from tflgpu.kernels.base import Target
+
+    if subgroups and Target.of(device.cl_device, device.identity.device_type).subgroups is None:
+        pytest.skip("the device has neither cl_khr_subgroups nor cl_intel_subgroups")
+    return {"group": group, "subgroups": subgroups}
+
+
+@pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("op", ["MEAN", "SUM"])
 @pytest.mark.parametrize("group", [32, 256])
 @pytest.mark.parametrize("shape", [(2, 5, 6, 7), (1, 32, 32, 9)])
-def test_spatial_mean_work_group(gpu, rng, shape, group, op):
+def test_spatial_mean_work_group(gpu, rng, shape, group, op, subgroups):
     """A work-group per (image, slice) sums its pixels (the reduction knob ``group``), fewer pixels than the group
-    and more, against LiteRT."""
+    and more, reduced in local memory or by sub-groups, against LiteRT."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
@@ -248,16 +258,19 @@ def test_spatial_mean_work_group(gpu, rng, shape, group, op):
 
     model, feeds = op_model(op, [In(rand(rng, shape)), np.array([1, 2], I32)], keep_dims=True)
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: {"group": group}})
-    assert plan.steps[0].specs[0].local_size == (group, 1)
+    knobs = _reduction_knobs(it.gpu_plan.device, group, subgroups)
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: knobs})
+    (spec,) = plan.steps[0].specs
+    assert spec.local_size == (group, 1) and ("sub_group_reduce_add" in spec.source) == subgroups
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("group", [32, 64, 256])
 @pytest.mark.parametrize("shape", [(1, 1001), (3, 2, 130), (2, 5)])
-def test_softmax_work_group_rows(gpu, rng, shape, group):
-    """A work-group per row (the softmax knob ``group``: each pass shared, max and sum reduced in local memory),
-    rows longer and shorter than the group, against LiteRT."""
+def test_softmax_work_group_rows(gpu, rng, shape, group, subgroups):
+    """A work-group per row (the softmax knob ``group``: each pass shared, max and sum reduced in local memory or
+    by sub-groups), rows longer and shorter than the group, against LiteRT."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
@@ -266,8 +279,11 @@ def test_softmax_work_group_rows(gpu, rng, shape, group):
 
     model, feeds = op_model("SOFTMAX", [In(rand(rng, shape, -6, 6))], beta=0.7)
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: {"group": group}})
-    assert plan.steps[0].specs[0].params["group"] == group and plan.steps[0].specs[0].local_size == (group, 1)
+    knobs = _reduction_knobs(it.gpu_plan.device, group, subgroups)
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: knobs})
+    (spec,) = plan.steps[0].specs
+    assert spec.params == knobs and spec.local_size == (group, 1)
+    assert ("sub_group_reduce_max" in spec.source) == subgroups
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 

@@ -32,7 +32,7 @@ FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_S
             (ConvKnobs, replace(CONV_1X1, **GPU)),
             (ConvKnobs, replace(CONV_1PX, **GPU)), (FullyConnectedKnobs, FcShape(250, gpu=True)),
             (DepthwiseKnobs, DepthwiseShape(14, 8, **GPU)), (ReduceKnobs, ReduceShape(251, gpu=True)),
-            (ReduceKnobs, ReduceShape(3))]
+            (ReduceKnobs, ReduceShape(3)), (ReduceKnobs, ReduceShape(40, subgroups=True))]
 
 
 @pytest.mark.parametrize("cls,shape", FAMILIES)
@@ -168,3 +168,16 @@ def test_an_invalid_record_keeps_the_heuristics(opencl_device, rng):
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
     assert it.gpu_plan.steps[0].params == {} and it.gpu_plan.cpu_op_count == 0
     assert it.gpu_plan.steps[0].specs[0].params == step.specs[0].params
+
+
+def test_sub_group_reductions_only_where_the_device_has_them():
+    """The reduction's sub-group form: in the space and valid only on a device with sub-group functions, and only
+    for a work-group (a lone work-item has nothing to reduce with)."""
+    with_sub, without = ReduceShape(40, subgroups=True), ReduceShape(40)
+    assert ReduceKnobs.space(with_sub)["subgroups"] == [False, True] and "subgroups" not in ReduceKnobs.space(without)
+    assert "subgroups" not in ReduceKnobs.space(ReduceShape(1, subgroups=True))  # (one term: no work-group either)
+    assert ReduceKnobs.resolve(with_sub, {"group": 32, "subgroups": True}).subgroups
+    with pytest.raises(InvalidKnobs, match="need a device with"):
+        ReduceKnobs.resolve(without, {"group": 32, "subgroups": True})
+    with pytest.raises(InvalidKnobs, match="group > 1"):
+        ReduceKnobs.resolve(with_sub, {"group": 1, "subgroups": True})

@@ -26,11 +26,20 @@ class Target:
     # a GPU (CL_DEVICE_TYPE_GPU): thousands of work-items in flight, each a SIMD lane; a kernel needs enough of
     # them, and cooperative work-groups (local memory) pay off where a CPU runtime gains nothing
     gpu: bool = False
+    # the OpenCL C extension that names the sub-group functions (sub_group_reduce_add, get_sub_group_id...) on this
+    # device: cl_khr_subgroups, or Intel's cl_intel_subgroups, which has them too; None (NVIDIA's OpenCL 1.2)
+    subgroups: str | None = None
 
     @classmethod
     def of(cls, cl_device, device_type: str) -> Target:
         """``device_type``: the runtime's name of the device's type (``DeviceIdentity.device_type``)."""
-        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=device_type == "GPU")
+        exts = cl_device.extensions.split()
+        sub = next((e for e in SUBGROUP_EXTENSIONS if e in exts), None)
+        return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=device_type == "GPU",
+                   subgroups=sub)
+
+
+SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")  # (in order of preference)
 
 
 @dataclass

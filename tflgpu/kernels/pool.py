@@ -53,15 +53,32 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
 REDUCE_GROUPS = (1, 32, 64, 128, 256)  # work-items sharing one reduction (a work-group; 1: one work-item alone)
 
 
-def group_reduce(g: int, var: str, op: str) -> str:
-    """Statements that reduce each work-item's ``var`` over a work-group of ``g`` (local id ``l``, a ``__local``
-    array ``red`` of ``g``) with ``op`` (an expression of ``red[l]`` and ``red[l + k]``), leaving the result in
-    every ``var``."""
+def group_reduce(g: int, var: str, kind: str, subgroups: bool = False, lanes: int = 1) -> str:
+    """Statements that reduce each work-item's ``var`` (a float, or a float4 where ``lanes`` is 4) over a
+    work-group of ``g`` (local id ``l``, a ``__local`` array ``red`` of ``g``) with ``kind`` ("add" or "max"),
+    leaving the result in every ``var``: a tree in local memory, or (``subgroups``) each sub-group's reduction
+    (sub_group_reduce_*: the work-items of a SIMD unit, no barrier) with one value per sub-group through local
+    memory."""
     if g == 1:
         return ""
+    if subgroups:
+        fn = f"sub_group_reduce_{kind}"
+        red = f"{fn}({var})" if lanes == 1 else f"(float4)({', '.join(f'{fn}({var}.s{j})' for j in range(4))})"
+        merge = f"{var} + red[k]" if kind == "add" else f"fmax({var}, red[k])"
+        return (f"{var} = {red};\n"
+                f"  if (get_sub_group_local_id() == 0) red[get_sub_group_id()] = {var};\n"
+                f"  barrier(CLK_LOCAL_MEM_FENCE);\n"
+                f"  {var} = red[0]; for (uint k = 1; k < get_num_sub_groups(); ++k) {var} = {merge};\n"
+                f"  barrier(CLK_LOCAL_MEM_FENCE);")
+    op = "red[l] + red[l + k]" if kind == "add" else "fmax(red[l], red[l + k])"
     return (f"red[l] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
             f"  for (int k = {g // 2}; k > 0; k >>= 1) {{ if (l < k) red[l] = {op}; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
             f"  {var} = red[0]; barrier(CLK_LOCAL_MEM_FENCE);")
+
+
+def subgroup_pragma(knobs: ReduceKnobs, target: Target) -> str:
+    """The line enabling the sub-group functions a kernel with ``knobs`` calls ("" where it calls none)."""
+    return f"#pragma OPENCL EXTENSION {target.subgroups} : enable\n" if knobs.subgroups else ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,11 @@ class ReduceShape:
 
     length: int
     gpu: bool = Target.gpu
+    subgroups: bool = False  # the device has sub-group functions (Target.subgroups)
+
+    @classmethod
+    def of(cls, length: int, target: Target) -> ReduceShape:
+        return cls(length, target.gpu, target.subgroups is not None)
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,9 @@ class ReduceKnobs(Knobs):
     # work-items per reduction: 1 = one work-item sums its terms alone; more = a work-group shares them (group
     # apart) and reduces in local memory
     group: int = 1
+    # a work-group's reduction through sub-group functions (each SIMD unit's, then one value per sub-group in
+    # local memory) instead of a tree of barriers: where the device has them (cl_khr_subgroups, cl_intel_subgroups)
+    subgroups: bool = False
 
     @classmethod
     def default(cls, shape: ReduceShape) -> ReduceKnobs:
@@ -91,10 +116,18 @@ class ReduceKnobs(Knobs):
 
     @classmethod
     def space(cls, shape: ReduceShape) -> dict[str, list]:
-        return {"group": [g for g in REDUCE_GROUPS if g == 1 or g < 2 * shape.length]}
+        space = {"group": [g for g in REDUCE_GROUPS if g == 1 or g < 2 * shape.length]}
+        if shape.subgroups and len(space["group"]) > 1:
+            space["subgroups"] = [False, True]
+        return space
 
     def problems(self, shape: ReduceShape) -> list[str]:
-        return one_of("group", self.group, REDUCE_GROUPS)
+        bad = one_of("group", self.group, REDUCE_GROUPS) + one_of("subgroups", self.subgroups, (False, True))
+        if self.subgroups and not shape.subgroups:
+            bad.append("sub-group reductions need a device with cl_khr_subgroups or cl_intel_subgroups")
+        elif self.subgroups and self.group == 1:
+            bad.append("sub-group reductions need a work-group (group > 1)")
+        return bad
 
 
 @generator("MEAN", "SUM")
@@ -112,7 +145,7 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
     if lay.dims != (n, 1, 1, c):
         raise Unsupported("MEAN output layout")
     s, hw = lay.s, ih * iw
-    shape = ReduceShape(hw, ctx.target.gpu)
+    shape = ReduceShape.of(hw, ctx.target)
     knobs = ReduceKnobs.resolve(shape, ctx.params)
     g = knobs.group
     scale = f" * (1.0f / {hw}.0f)" if ctx.op.name == "MEAN" else ""
@@ -125,12 +158,12 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
         head = f"""  const int l = get_local_id(0); const int S = get_global_id(1) % {s}; const int b = get_global_id(1) / {s};
   __local float4 red[{g}];"""
         gsize, local = (g, s * n), (g, 1)
-    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
+    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {head}
   float4 acc = (float4)(0.0f);
   const int base = (b * {s} + S) * {hw};
   for (int i = l; i < {hw}; i += {g}) acc += LD4(src, base + i);
-  {group_reduce(g, "acc", "red[l] + red[l + k]")}
+  {group_reduce(g, "acc", "add", knobs.subgroups, lanes=4)}
   if (l == 0) {{ float4 v = acc{scale}; ST4(dst, b * {s} + S, v); }}
 }}"""
     return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
@@ -144,7 +177,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     lay = ctx.layout(x_t)
     beta = float(ctx.opt("beta", 1.0))
     s, c = lay.s, lay.c
-    shape = ReduceShape(s, ctx.target.gpu)
+    shape = ReduceShape.of(s, ctx.target)
     knobs = ReduceKnobs.resolve(shape, ctx.params)
     g, rows = knobs.group, lay.b * lay.h * lay.w
     valid = f"(int4)(S * 4) + (int4)(0, 1, 2, 3) < (int4)({c})"
@@ -160,20 +193,20 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   __local float red[{g}];"""
         gsize, local = (g, rows), (g, 1)
     first, step = ("0", "1") if g == 1 else ("l", str(g))
-    src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
+    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {head}
   float m = -INFINITY;
   for (int S = {first}; S < {s}; S += {step}) {{
     const float4 v = select((float4)(-INFINITY), LD4(src, {at}), {valid});
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }}
-  {group_reduce(g, "m", "fmax(red[l], red[l + k])")}
+  {group_reduce(g, "m", "max", knobs.subgroups)}
   float sum = 0.0f;
   for (int S = {first}; S < {s}; S += {step}) {{
     const float4 e = select((float4)(0.0f), exp((LD4(src, {at}) - m) * {beta!r}f), {valid});
     sum += e.x + e.y + e.z + e.w;
   }}
-  {group_reduce(g, "sum", "red[l] + red[l + k]")}
+  {group_reduce(g, "sum", "add", knobs.subgroups)}
   const float inv = 1.0f / sum;
   for (int S = {first}; S < {s}; S += {step}) {{
     const int o = {at};
