@@ -62,7 +62,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
-                           "k_chunk": 8, "split": 1}
+                           "k_chunk": 8, "split": 1, "image_weights": False}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -752,6 +752,37 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
     assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,cout,k,stride,pad,tile_s", [
+    ((1, 9, 11, 6), 10, 3, 1, "SAME", 2),  # 3 output slices, tiles of 2: the last tile half padding
+    ((2, 8, 8, 5), 6, 3, 2, "VALID", 1),
+    ((1, 17, 17, 3), 16, 3, 2, "SAME", 4),  # an RGB stem reading the dense graph input
+    ((1, 7, 7, 40), 48, 1, 1, "VALID", 4),  # pointwise, as the direct kernel
+])
+def test_conv_image_weights_variant(gpu, rng, shape, cout, k, stride, pad, tile_s):
+    """The direct conv reading its weights from a read-only image (the texture path; ``image_weights``), half
+    texels in an FP16 plan where the device has them: the same conv as LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.kernels.base import Target
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, k, k, shape[3])), rand(rng, (cout,))],
+                            padding=pad, stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    device = it.gpu_plan.device
+    if not Target.of(device.cl_device, device.identity.device_type).images:
+        pytest.skip("the device has no image support")
+    params = {"image_weights": True, "tile_x": 2, "tile_s": tile_s, "lanes": 4, "vec_hint": "float4",
+              "group_tile": None, "split": 1}
+    plan = GpuPlan(it.cpu_runner(), device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
+    (spec,) = plan.steps[0].specs
+    assert {key: spec.params[key] for key in params} == params and "image2d_t wts" in spec.source
+    assert [a.kind for a in spec.args][:2] == ["tensor", "image"] and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 

@@ -181,3 +181,22 @@ def test_sub_group_reductions_only_where_the_device_has_them():
         ReduceKnobs.resolve(without, {"group": 32, "subgroups": True})
     with pytest.raises(InvalidKnobs, match="group > 1"):
         ReduceKnobs.resolve(with_sub, {"group": 1, "subgroups": True})
+
+
+def test_image_weights_only_on_a_device_with_images():
+    """The direct conv's image weights: in a GPU's space where the device reads images, valid with the direct
+    kernel's float4 accumulators only, and refused past the image's texels."""
+    gpu_3x3 = replace(CONV_3X3, **GPU, images=True)
+    assert ConvKnobs.space(gpu_3x3)["image_weights"] == [False, True]
+    assert "image_weights" not in ConvKnobs.space(replace(CONV_3X3, images=True))  # (a CPU runtime)
+    assert "image_weights" not in ConvKnobs.space(replace(gpu_3x3, images=False))
+    plain = {"lanes": 4, "vec_hint": "float4", "tile_s": 2}
+    assert ConvKnobs.resolve(gpu_3x3, {"image_weights": True, **plain}).image_weights
+    for shape, params, why in [
+        (replace(gpu_3x3, images=False), {"image_weights": True, **plain}, "need a device with image support"),
+        (gpu_3x3, {"image_weights": True, "lanes": 8, "tile_s": 2, "vec_hint": "float8"}, "float4 accumulators"),
+        (gpu_3x3, {"image_weights": True, "winograd": True, **plain}, "not with \\['winograd'\\]"),
+        (replace(gpu_3x3, sin=1024, sout=1024), {"image_weights": True, **plain}, "do not fit"),
+    ]:
+        with pytest.raises(InvalidKnobs, match=why):
+            ConvKnobs.resolve(shape, params)

@@ -29,6 +29,8 @@ class Target:
     # the OpenCL C extension that names the sub-group functions (sub_group_reduce_add, get_sub_group_id...) on this
     # device: cl_khr_subgroups, or Intel's cl_intel_subgroups, which has them too; None (NVIDIA's OpenCL 1.2)
     subgroups: str | None = None
+    # the device reads images (CL_DEVICE_IMAGE_SUPPORT): read-only data through the texture path
+    images: bool = False
 
     @classmethod
     def of(cls, cl_device, device_type: str) -> Target:
@@ -36,7 +38,7 @@ class Target:
         exts = cl_device.extensions.split()
         sub = next((e for e in SUBGROUP_EXTENSIONS if e in exts), None)
         return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=device_type == "GPU",
-                   subgroups=sub)
+                   subgroups=sub, images=bool(cl_device.image_support))
 
 
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")  # (in order of preference)

@@ -81,9 +81,21 @@ class Arg:
 
     # "tensor": a device tensor (value: its index); "const": an array uploaded once in the plan's storage
     # precision; "const32": an array kept float32 whatever the storage precision (parameters a kernel
-    # declares ``const float*``: the Winograd and LSTM weights); "int" / "float": a scalar
+    # declares ``const float*``: the Winograd and LSTM weights); "image": an array of float4s uploaded once as a
+    # read-only RGBA image IMAGE_ROW texels wide (``image_load``), half where the plan stores half and the device
+    # has half images; "int" / "float": a scalar
     kind: str
     value: Any
+
+
+CONST_KINDS = ("const", "const32", "image")  # the argument kinds a plan uploads once
+IMAGE_ROW = 2048  # texels per row of an "image" argument (every OpenCL device's images are at least this wide)
+
+
+def image_load(image: str, index: str) -> str:
+    """The float4 at texel ``index`` (a C int expression) of an "image" argument, read without filtering."""
+    return (f"read_imagef({image}, CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST, "
+            f"(int2)(({index}) % {IMAGE_ROW}, ({index}) / {IMAGE_ROW}))")
 
 
 @dataclass(frozen=True)
@@ -127,7 +139,7 @@ class KernelSpec:
         """This spec with its constant arrays dropped (``Uploaded``): what a plan keeps after uploading them, so a
         model's weights are not held twice (the re-laid-out host copy besides the device buffer)."""
         return replace(self, args=[Arg(a.kind, Uploaded(int(np.asarray(a.value).size)))
-                                   if a.kind in ("const", "const32") and not isinstance(a.value, Uploaded) else a
+                                   if a.kind in CONST_KINDS and not isinstance(a.value, Uploaded) else a
                                    for a in self.args])
 
     def tensor_fp16(self, t: int) -> bool:

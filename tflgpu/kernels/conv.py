@@ -21,11 +21,13 @@ from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
 from .common import (
+    IMAGE_ROW,
     Arg,
     KernelSpec,
     activation,
     dense_load4,
     dense_store4,
+    image_load,
     pad_lanes_mask,
     slice_part,
     store_element,
@@ -124,6 +126,7 @@ CONV_SPACE = {
     # step
     "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
     "k_chunk": [4, 8, 16],
+    "image_weights": [False, True],  # the direct kernel's weights in a read-only image (where the device has images)
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
     # output slice's sum over the input slices (FULLY_CONNECTED's split)
     "split": [1, 8, 16, 32, 64],
@@ -155,6 +158,12 @@ class ConvShape:
     # it reads its input / writes its output as a dense NHWC float32 boundary buffer (KernelSpec.dense): only the
     # direct kernel does
     dense: bool = False
+    images: bool = Target.images  # the device reads images (kernels.base.Target)
+
+    @property
+    def weight_texels(self) -> int:
+        """The float4s of the direct kernel's weights, at most (output slices padded to a tile of 16)."""
+        return (self.sout + 16) * self.sin * self.kh * self.kw * 4
 
     @property
     def split_ok(self) -> bool:
@@ -246,6 +255,9 @@ class ConvKnobs(GroupTiled, Knobs):
     group_tile: tuple | None = None
     k_chunk: int = 8
     split: int = 1  # work-items summing one output slice together (a one-pixel pointwise conv: ConvShape.split_ok)
+    # the direct kernel reads its weights from a read-only image (the texture path; float4 accumulators) instead
+    # of a buffer: where the device has images
+    image_weights: bool = False
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -305,6 +317,8 @@ class ConvKnobs(GroupTiled, Knobs):
             del space["const_weights"]
         if not shape.split_ok or shape.dense:
             del space["split"]
+        if not (shape.images and shape.gpu and shape.weight_texels <= IMAGE_ROW * IMAGE_ROW):  # (a GPU's variant)
+            del space["image_weights"]
         if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
@@ -333,6 +347,16 @@ class ConvKnobs(GroupTiled, Knobs):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
         bad += positive_int("k_chunk", self.k_chunk) + one_of("split", self.split, CONV_SPACE["split"])
+        bad += one_of("image_weights", self.image_weights, (False, True))
+        if self.image_weights is True:
+            if not shape.images:
+                bad.append("image weights need a device with image support")
+            elif shape.weight_texels > IMAGE_ROW * IMAGE_ROW:
+                bad.append(f"image weights of up to {shape.weight_texels} texels do not fit {IMAGE_ROW}x{IMAGE_ROW}")
+            others = [n for n in ("const_weights", "winograd") if getattr(self, n)]
+            if others or self.lanes != 4 or self.group_tile is not None or self.split != 1:
+                bad.append(f"image weights are the direct kernel's with float4 accumulators: not with "
+                           f"{others or ['lanes / group_tile / split']}")
         if self.split != 1 and not bad:
             if not shape.split_ok:
                 bad.append("a split sum needs a pointwise conv of one pixel")
@@ -393,7 +417,7 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: int = 0,
-                 dense_out: bool = False, cin: int = 0) -> str:
+                 dense_out: bool = False, cin: int = 0, image_weights: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -423,7 +447,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     vt, nacc = f"float{lanes}", ts // per
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
-    wspace = "__constant" if const_weights else "__global const"
+    wdecl = "__read_only image2d_t wts" if image_weights else \
+        f"{'__constant' if const_weights else '__global const'} STORE_T* wts"
     st = "ST4(dst, oi, v);"
     if arg is None:
         outs = "__global float* dst" if dense_out else "__global STORE_T* dst"
@@ -432,7 +457,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         outs = sums + ("__global float* idx" if arg.dense else "__global STORE_T* idx")
         st = ("vstore_half4(v, oi, dst);" if arg.half_sums else st) if arg.sums else ""
     src_t = "float" if dense_in else "STORE_T"
-    lines = [f"{hint}__kernel void {name}(__global const {src_t}* src, {wspace} STORE_T* wts,",
+    lines = [f"{hint}__kernel void {name}(__global const {src_t}* src, {wdecl},",
              f"                     __global const STORE_T* bias, {extra}{outs}) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
@@ -470,7 +495,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         group = f"S + {a}" if per == 1 else f"S / {per} + {a}"
         lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
         for k in range(used):
-            lines.append(f"        const {vt} w{a}_{k} = LD{lanes}(wts, wb{a} + {k});")
+            load = image_load("wts", f"wb{a} + {k}") if image_weights else f"LD{lanes}(wts, wb{a} + {k})"
+            lines.append(f"        const {vt} w{a}_{k} = {load};")
         for t in range(tx):
             terms = f"acc{a}_{t}"
             for k in reversed(range(used)):
@@ -619,7 +645,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
-                      float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu)
+                      float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)
@@ -654,7 +680,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
                            const_weights=knobs.const_weights, arg=arg, dense_in=cin if dense_in else 0,
-                           dense_out=dense_out, cin=cin)
+                           dense_out=dense_out, cin=cin, image_weights=knobs.image_weights)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
@@ -662,7 +688,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     wts = weights_oi(w, knobs.lanes, pad)
     outs = [ctx.final_output] if arg is None else [t for t in ctx.op.outputs if t >= 0]
     return [KernelSpec(ctx.name, src, gsize, local, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
+        Arg("tensor", ctx.op.inputs[0]), Arg("image" if knobs.image_weights else "const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
         *(Arg("tensor", t) for t in outs)], [ctx.op.inputs[0], *ep.inputs], outs,
         knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin,
         dense=frozenset([ctx.op.inputs[0]] if dense_in else []) | frozenset(outs if dense_out else [])

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import xxhash
 
-from .common import PREAMBLE, KernelSpec
+from .common import CONST_KINDS, IMAGE_ROW, PREAMBLE, KernelSpec
 
 log = logging.getLogger("tflgpu")
 
@@ -135,13 +135,14 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
     for a in spec.args:
         if a.kind == "tensor":
             args.append(tensor_buffer[a.value])
-        elif a.kind in ("const", "const32"):  # const32: float32 whatever the storage precision
-            half = spec.fp16 and a.kind == "const"
-            key = (id(a.value), half)
+        elif a.kind in CONST_KINDS:  # const32: float32 whatever the storage precision
+            half = spec.fp16 and a.kind != "const32"
+            key = (id(a.value), half, a.kind)
             if key not in uploaded:
-                data = np.ascontiguousarray(a.value, dtype=np.float16 if half else np.float32)
                 # (the array is kept with the buffer: its id stays unique while the entry exists)
-                uploaded[key] = (cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=data), a.value)
+                uploaded[key] = (_image(cl, ctx, a.value, half) if a.kind == "image" else cl.Buffer(
+                    ctx, mf.READ_ONLY | mf.COPY_HOST_PTR,
+                    hostbuf=np.ascontiguousarray(a.value, dtype=np.float16 if half else np.float32)), a.value)
                 consts.append(uploaded[key][0])
             args.append(uploaded[key][0])
         elif a.kind == "int":
@@ -149,6 +150,21 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
         else:
             args.append(np.float32(a.value))
     return args, consts
+
+
+def _image(cl, ctx, values: np.ndarray, half: bool):
+    """An "image" argument: ``values`` as float4 texels of a read-only RGBA image IMAGE_ROW wide (rows zero-padded),
+    half where ``half`` and the device has half RGBA images."""
+    formats = cl.get_supported_image_formats(ctx, cl.mem_flags.READ_ONLY, cl.mem_object_type.IMAGE2D)
+    half = half and any(f.channel_order == cl.channel_order.RGBA and f.channel_data_type == cl.channel_type.HALF_FLOAT
+                        for f in formats)
+    texels = np.asarray(values, np.float32).reshape(-1, 4)
+    rows = max(1, -(-len(texels) // IMAGE_ROW))
+    data = np.zeros((rows * IMAGE_ROW, 4), np.float16 if half else np.float32)
+    data[:len(texels)] = texels
+    fmt = cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.HALF_FLOAT if half else cl.channel_type.FLOAT)
+    return cl.Image(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, fmt, shape=(IMAGE_ROW, rows),
+                    hostbuf=data)
 
 
 def make_kernel(cl, program, name: str, args: list):

@@ -19,7 +19,7 @@ from ..autotune.measure import KernelBench
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
 from ..kernels import Target
-from ..kernels.common import KernelSpec, relayout_cache
+from ..kernels.common import CONST_KINDS, KernelSpec, relayout_cache
 from ..kernels.program import build_program, program_key
 from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
@@ -374,8 +374,8 @@ class GpuPlan:
             elements = int(np.prod(self.sg.tensors[t].shape)) if lay is None or t in spec.dense else lay.elements
             n += elements * (2 if spec.tensor_fp16(t) else 4)
         for a in spec.args:
-            if a.kind in ("const", "const32"):
-                n += a.value.size * (2 if spec.fp16 and a.kind == "const" else 4)  # (an array, or Uploaded)
+            if a.kind in CONST_KINDS:
+                n += a.value.size * (2 if spec.fp16 and a.kind != "const32" else 4)  # (an array, or Uploaded)
         return n
 
     def profile_report(self) -> list[tuple[str, str, float]]:
