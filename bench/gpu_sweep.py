@@ -25,7 +25,9 @@ POINTS = {
     "one pixel": [dict(GEMM, split=sp, tile_s=ts) for sp in (8, 16, 32, 64) for ts in (1, 2)],
     "conv": [dict(GEMM, tile_x=tx, tile_s=ts, strided=st) for tx, ts, st in
              ((1, 1, False), (1, 2, False), (2, 1, True), (2, 2, True), (4, 1, True), (1, 4, False), (2, 2, False))]
-            + [dict(GEMM, local_size=(32, 1, 1))],
+            + [dict(GEMM, local_size=(32, 1, 1))]
+            # the direct kernel's weights through the texture path (where the device has images)
+            + [dict(GEMM, tile_x=tx, tile_s=ts, strided=True, image_weights=True) for tx, ts in ((2, 1), (2, 2))],
     # a conv with a window as an implicit GEMM over its taps (kernels.conv.im2col_stage), where its space has it
     "implicit GEMM": [dict(GEMM, group_tile=g, k_chunk=kc) for g, kc in (((32, 8), 8), ((16, 4), 8), ((8, 8), 16))],
     "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What one kernel launch costs the host on an OpenCL device: the wall time per enqueue of an empty kernel
 through pyopencl's ``enqueue_nd_range_kernel``, through a ctypes call of ``clEnqueueNDRangeKernel`` on the
-same queue and kernel, and the device time between back-to-back empty kernels (profiling events).
+same queue and kernel, the device time between back-to-back empty kernels (profiling events), and, where the
+driver offers ``cl_khr_command_buffer`` 1.0, the same launches recorded once and replayed as one command-buffer
+(the extension's entry points through ctypes: pyopencl does not wrap it).
 
     python bench/launch_cost.py [--device D] [--n 5000]
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import glob
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -63,9 +67,6 @@ def main() -> int:
     try:
         fn = lib.clEnqueueNDRangeKernel
     except AttributeError:
-        import glob
-        import os
-
         libs = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
         fn = ctypes.CDLL(libs[0] if libs else "libOpenCL.so.1").clEnqueueNDRangeKernel
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
@@ -75,6 +76,7 @@ def main() -> int:
     qh, kh = q.int_ptr, k.int_ptr
     enq2 = per_call(lambda: fn(qh, kh, 1, None, gsize, None, 0, None, None), q)
     print(f"ctypes clEnqueueNDRangeKernel: {enq2:.2f} us per call")
+    command_buffer(cl, dev.cl_device, q, k, libs_dir=os.path.dirname(cl.__file__))
     evs = [cl.enqueue_nd_range_kernel(qp, k, (32,), None) for _ in range(2000)]
     qp.finish()
     gaps = [(b.profile.start - a_.profile.end) / 1e3 for a_, b in itertools.pairwise(evs[1000:])]
@@ -82,6 +84,56 @@ def main() -> int:
     print(f"device: empty kernel {statistics.median(runs):.2f} us, gap between back-to-back kernels "
           f"{statistics.median(gaps):.2f} us (median)")
     return 0
+
+
+def command_buffer(cl, device, q, k, libs_dir: str) -> None:
+    """n launches of ``k`` recorded into one cl_khr_command_buffer (1.0: earlier versions' entry points have other
+    signatures), each waiting on the one before (a plan's order), replayed then finished, against the same n
+    launches enqueued one by one; both timed in alternation."""
+    versions = {e.name: e.version for e in getattr(device, "extensions_with_version", ())}
+    if versions.get("cl_khr_command_buffer", 0) >> 22 != 1:
+        print("cl_khr_command_buffer 1.x: not offered")
+        return
+    libs = glob.glob(os.path.join(libs_dir, ".libs", "libOpenCL*"))
+    get = ctypes.CDLL(libs[0] if libs else "libOpenCL.so.1").clGetExtensionFunctionAddressForPlatform
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+    vp, u32 = ctypes.c_void_p, ctypes.c_uint32
+
+    def fn(name, *argtypes):
+        return ctypes.CFUNCTYPE(ctypes.c_int if name != "clCreateCommandBufferKHR" else vp, *argtypes)(
+            get(vp(device.platform.int_ptr), name.encode()))
+
+    create = fn("clCreateCommandBufferKHR", ctypes.c_uint, ctypes.POINTER(vp), vp, ctypes.POINTER(ctypes.c_int))
+    record = fn("clCommandNDRangeKernelKHR", vp, vp, vp, vp, ctypes.c_uint, vp, ctypes.POINTER(ctypes.c_size_t), vp,
+                ctypes.c_uint, ctypes.POINTER(u32), ctypes.POINTER(u32), vp)
+    finalize, release = fn("clFinalizeCommandBufferKHR", vp), fn("clReleaseCommandBufferKHR", vp)
+    enqueue = fn("clEnqueueCommandBufferKHR", ctypes.c_uint, ctypes.POINTER(vp), vp, ctypes.c_uint, vp, vp)
+    queues, gsize = (vp * 1)(q.int_ptr), (ctypes.c_size_t * 1)(32)
+    for n in (8, 30):
+        err = ctypes.c_int(0)
+        cb = create(1, queues, None, ctypes.byref(err))
+        last = None
+        for _ in range(n):
+            point = u32(0)
+            wait = None if last is None else (u32 * 1)(last)
+            assert record(cb, None, None, k.int_ptr, 1, None, gsize, None, 0 if last is None else 1, wait,
+                          ctypes.byref(point), None) == 0
+            last = point.value
+        assert err.value == 0 and finalize(cb) == 0
+        replay, direct = [], []
+        for _ in range(200):
+            t = time.perf_counter()
+            enqueue(1, queues, cb, 0, None, None)
+            q.finish()
+            replay.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            for _ in range(n):
+                cl.enqueue_nd_range_kernel(q, k, (32,), None)
+            q.finish()
+            direct.append(time.perf_counter() - t)
+        release(cb)
+        print(f"{n} empty kernels then finish: {statistics.median(replay) * 1e6:.1f} us replayed as one "
+              f"command-buffer, {statistics.median(direct) * 1e6:.1f} us enqueued one by one (median of 200)")
 
 
 if __name__ == "__main__":
