@@ -62,7 +62,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
-                           "k_chunk": 8, "split": 1, "image_weights": False}
+                           "k_chunk": 8, "split": 1, "image_weights": False, "half_math": False}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -784,6 +784,39 @@ def test_conv_image_weights_variant(gpu, rng, shape, cout, k, stride, pad, tile_
     assert {key: spec.params[key] for key in params} == params and "image2d_t wts" in spec.source
     assert [a.kind for a in spec.args][:2] == ["tensor", "image"] and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,cout,k,stride,tile", [
+    ((1, 9, 11, 6), 10, 3, 1, (2, 2, 4)),
+    ((2, 8, 8, 5), 6, 3, 2, (1, 1, 4)),
+    ((1, 17, 17, 3), 16, 3, 2, (4, 2, 8)),  # an RGB stem reading the dense input, rounded to half
+    ((1, 12, 12, 64), 40, 3, 1, (2, 4, 16)),  # 576 terms per sum in half
+])
+@pytest.mark.parametrize("dense", [True, False])
+def test_conv_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile, dense):
+    """FP16 arithmetic in the direct conv (``half_math``: half accumulators over half inputs and weights), in an
+    FP16 plan: within FP16's tolerance of LiteRT, with 4-, 8- and 16-lane half accumulators, reading the graph
+    input's dense buffer or (``dense`` off) its half slice layout."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    w = rand(rng, (cout, k, k, shape[3])) / np.float32(np.sqrt(k * k * shape[3]))
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="SAME",
+                            stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
+    tx, ts, lanes = tile
+    params = {"half_math": True, "tile_x": tx, "tile_s": ts, "lanes": lanes, "vec_hint": None, "group_tile": None}
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=True, dense_boundary=dense),
+                   params={0: params})
+    (spec,) = plan.steps[0].specs
+    assert {key: spec.params[key] for key in params} == params and f"half{lanes} acc" in spec.source
+    assert (it.model.main.inputs[0] in spec.dense) == dense
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
 
 
 @pytest.mark.parametrize("batch,cin,cout,split,ts", [(1, 1024, 1001, 32, 1), (2, 40, 30, 8, 2), (1, 6, 5, 64, 1)])

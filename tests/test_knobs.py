@@ -200,3 +200,16 @@ def test_image_weights_only_on_a_device_with_images():
     ]:
         with pytest.raises(InvalidKnobs, match=why):
             ConvKnobs.resolve(shape, params)
+
+
+def test_half_math_only_in_an_fp16_plan_on_a_gpu():
+    """FP16 arithmetic: in a GPU's space where the kernel stores half, valid in the direct kernel only."""
+    gpu_half = replace(CONV_3X3, **GPU, fp16=True)
+    assert ConvKnobs.space(gpu_half)["half_math"] == [False, True]
+    for shape in (replace(CONV_3X3, fp16=True), replace(CONV_3X3, **GPU), replace(gpu_half, whole_pixel=True)):
+        assert "half_math" not in ConvKnobs.space(shape)
+    assert ConvKnobs.resolve(gpu_half, {"half_math": True}).half_math
+    with pytest.raises(InvalidKnobs, match="needs an FP16 plan"):
+        ConvKnobs.resolve(replace(CONV_3X3, **GPU), {"half_math": True})
+    with pytest.raises(InvalidKnobs, match="not with \\['winograd'\\]"):
+        ConvKnobs.resolve(gpu_half, {"half_math": True, "winograd": True})

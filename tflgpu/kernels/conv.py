@@ -127,6 +127,7 @@ CONV_SPACE = {
     "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
     "k_chunk": [4, 8, 16],
     "image_weights": [False, True],  # the direct kernel's weights in a read-only image (where the device has images)
+    "half_math": [False, True],  # the direct kernel's sums in half (an FP16 plan)
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
     # output slice's sum over the input slices (FULLY_CONNECTED's split)
     "split": [1, 8, 16, 32, 64],
@@ -159,6 +160,7 @@ class ConvShape:
     # direct kernel does
     dense: bool = False
     images: bool = Target.images  # the device reads images (kernels.base.Target)
+    fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
 
     @property
     def weight_texels(self) -> int:
@@ -258,6 +260,10 @@ class ConvKnobs(GroupTiled, Knobs):
     # the direct kernel reads its weights from a read-only image (the texture path; float4 accumulators) instead
     # of a buffer: where the device has images
     image_weights: bool = False
+    # FP16 arithmetic (not only storage): half accumulators over the FP16 plan's half inputs and weights in the
+    # direct kernel, where the device has cl_khr_fp16; the tuner's output check against the default bounds the
+    # error it may add
+    half_math: bool = False
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -319,6 +325,8 @@ class ConvKnobs(GroupTiled, Knobs):
             del space["split"]
         if not (shape.images and shape.gpu and shape.weight_texels <= IMAGE_ROW * IMAGE_ROW):  # (a GPU's variant)
             del space["image_weights"]
+        if not (shape.fp16 and shape.gpu) or shape.whole_pixel:  # (a GPU's variant: a CPU runtime emulates half)
+            del space["half_math"]
         if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
@@ -347,7 +355,15 @@ class ConvKnobs(GroupTiled, Knobs):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
         bad += positive_int("k_chunk", self.k_chunk) + one_of("split", self.split, CONV_SPACE["split"])
-        bad += one_of("image_weights", self.image_weights, (False, True))
+        bad += one_of("image_weights", self.image_weights, (False, True)) + one_of("half_math", self.half_math,
+                                                                                  (False, True))
+        if self.half_math is True:
+            if not shape.fp16:
+                bad.append("FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)")
+            others = [n for n in ("image_weights", "winograd") if getattr(self, n)]
+            if others or shape.whole_pixel or self.group_tile is not None or self.split != 1:
+                bad.append(f"FP16 arithmetic is the direct kernel's: not with "
+                           f"{others or ['a channel rank / group_tile / split']}")
         if self.image_weights is True:
             if not shape.images:
                 bad.append("image weights need a device with image support")
@@ -389,11 +405,13 @@ class GroupStage:
 
 def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: int, oh: int, ow: int, act: int,
                 ep_code: str, cout: int, st: str = "ST4(dst, oi, v);",
-                after: Callable[[int, int], str] | None = None, dense: bool = False) -> list[str]:
+                after: Callable[[int, int], str] | None = None, dense: bool = False,
+                half_acc: bool = False) -> list[str]:
     """A register tile's stores: for each of its ``ts`` output slices from ``S`` (``per`` slices an accumulator
     ``acc{a}_{t}``) and ``tx`` pixels (``px(t)``: a pixel's C expression in the output row ``oy`` of image ``b``),
     bias, the fused activation, the epilogue and the store (``st``; ``dense``: into the dense NHWC float ``dst``
-    instead); ``after(s, t)``: a line after each store."""
+    instead); ``after(s, t)``: a line after each store; ``half_acc``: the accumulators are half vectors
+    (converted to float for the bias and what follows)."""
     lines = []
     for s in range(ts):
         part = "" if per == 1 else slice_part(s % per)
@@ -401,7 +419,8 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
         lines.append(f"    const float4 bv = LD4(bias, S + {s});")
         for t in range(tx):
             lines.append(f"    if ({px(t)} < {ow}) {{")
-            lines.append(f"      float4 v = acc{s // per}_{t}{part} + bv;")
+            acc = f"acc{s // per}_{t}{part}"
+            lines.append(f"      float4 v = {f'convert_float4({acc})' if half_acc else acc} + bv;")
             lines.append("      " + activation(act, "v"))
             store = dense_store4("dst", f"((b * {oh} + oy) * {ow} + {px(t)}) * {cout}", cout, f"S + {s}", "v") \
                 if dense else st
@@ -417,7 +436,7 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: int = 0,
-                 dense_out: bool = False, cin: int = 0, image_weights: bool = False) -> str:
+                 dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -444,7 +463,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     per = lanes // 4  # output slices per accumulator
     if ts % per:
         raise ValueError(f"{lanes}-lane accumulators need a tile_s that is a multiple of {per}")
-    vt, nacc = f"float{lanes}", ts // per
+    # half_math: FP16 arithmetic (an FP16 plan's half tensors and weights read as half vectors, half accumulators)
+    vt, nacc = f"{'half' if half_math else 'float'}{lanes}", ts // per
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wdecl = "__read_only image2d_t wts" if image_weights else \
@@ -487,15 +507,19 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     lines.append(f"      for (int i = 0; i < {sin}; ++i) {{")
     if not dense_in:
         lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
+    xt = "half4" if half_math else "float4"
     for t in range(tx):
         load = dense_load4("src", f"(prow + ix{t}) * {dense_in}", dense_in, "i") if dense_in else \
             f"LD4(src, row + ix{t})"
-        lines.append(f"        const float4 x{t} = ok{t} ? {load} : (float4)(0.0f);")
+        if half_math:  # (an FP16 plan: the tensor is half already; the dense input is rounded to half)
+            load = f"convert_half4({load})" if dense_in else f"vload4(row + ix{t}, src)"
+        lines.append(f"        const {xt} x{t} = ok{t} ? {load} : ({xt})(0.0f);")
     for a in range(nacc):
         group = f"S + {a}" if per == 1 else f"S / {per} + {a}"
         lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
         for k in range(used):
-            load = image_load("wts", f"wb{a} + {k}") if image_weights else f"LD{lanes}(wts, wb{a} + {k})"
+            load = image_load("wts", f"wb{a} + {k}") if image_weights else \
+                f"vload{lanes}(wb{a} + {k}, wts)" if half_math else f"LD{lanes}(wts, wb{a} + {k})"
             lines.append(f"        const {vt} w{a}_{k} = {load};")
         for t in range(tx):
             terms = f"acc{a}_{t}"
@@ -506,7 +530,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     after = None if arg is None else (
         lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
     lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
-                         st=st, after=after, dense=dense_out)
+                         st=st, after=after, dense=dense_out, half_acc=half_math)
     if arg is not None:
         lines.append("  }")
         for t in range(tx):
@@ -514,7 +538,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
                          + (f"idx[Y * {ow} + {px(t)}] = (float)first;" if arg.dense else
                             store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx")) + " }")
     lines.append("}")
-    return "\n".join(lines)
+    return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if half_math else "") + "\n".join(lines)
 
 
 def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None) -> list[str]:
@@ -645,7 +669,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
-                      float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images)
+                      float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images,
+                      fp16=ctx.fp16)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)
@@ -680,7 +705,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
                            const_weights=knobs.const_weights, arg=arg, dense_in=cin if dense_in else 0,
-                           dense_out=dense_out, cin=cin, image_weights=knobs.image_weights)
+                           dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
+                           half_math=knobs.half_math)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
