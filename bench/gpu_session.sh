@@ -19,6 +19,10 @@
 #   ROUNDS=20 BENCH_ARGS=--no-torch BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite ..." SWEEP_DEADLINE_S=55
 #   SWEEP_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite" RECORDS_NAME=nvidia-h200
 #   bash bench/gpu_session.sh profile gputests bench sweep
+# Not yet run on a GPU (added without one): the implicit-GEMM group tile of windowed convs and TRANSPOSE_CONV,
+# image weights, sub-group reductions (not on NVIDIA's OpenCL 1.2), FP16 arithmetic (not without cl_khr_fp16).
+# Their correctness on the GPU: TESTS_K="group_tile or image_weights or work_group or half_math or gpu_defaults";
+# their speed: SWEEP_MODELS="unet_small_256.tflite deeplab_mnv2_257.tflite" (gpu_sweep has points of each).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
