@@ -435,7 +435,7 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
 
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
-                 const_weights: bool = False, arg: ChannelArg | None = None, dense_in: int = 0,
+                 const_weights: bool = False, arg: ChannelArg | None = None, dense_in: bool = False,
                  dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
@@ -448,7 +448,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ``strided``: work-item g takes pixels g, g + G, g + 2G... (G = the row's work-item count), so
     neighbouring work-items read neighbouring pixels; otherwise it takes tx adjacent pixels.
     ``arg``: a CONV_ARG's rank (``ChannelArg``): the work-item loops over the output slices ts at a time.
-    ``dense_in`` (the input's channel count): the input is a dense NHWC float32 buffer (a graph input's boundary
+    ``dense_in``: the input is a dense NHWC float32 buffer of ``cin`` channels (a graph input's boundary
     buffer: no conversion pass before); ``dense_out``: so is the output (a graph output's: none after).
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
@@ -509,7 +509,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
     xt = "half4" if half_math else "float4"
     for t in range(tx):
-        load = dense_load4("src", f"(prow + ix{t}) * {dense_in}", dense_in, "i") if dense_in else \
+        load = dense_load4("src", f"(prow + ix{t}) * {cin}", cin, "i") if dense_in else \
             f"LD4(src, row + ix{t})"
         if half_math:  # (an FP16 plan: the tensor is half already; the dense input is rounded to half)
             load = f"convert_half4({load})" if dense_in else f"vload4(row + ix{t}, src)"
@@ -635,6 +635,12 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     return "\n".join(lines)
 
 
+def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx: int, ts: int) -> tuple:
+    """(global size, work-group, output slices the weights and bias are padded to) of a ``_group_tile_source``
+    kernel: whole work-groups of lx x ls covering the pixels (tx each) and output slices (ts each) of each image."""
+    return (-(-pixels // (lx * tx)) * lx, batch, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
+
+
 def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
     if kh == kw == sh == sw == 1 and pt == pl == 0:
         ow, oh = oh * ow, 1
@@ -699,12 +705,12 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                                                   dw=dw, pt=pt, pl=pl)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
                                  lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage)
-        gsize, local, pad = (-(-oh * ow // (lx * tx)) * lx, n, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
+        gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts)
     else:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
-                           const_weights=knobs.const_weights, arg=arg, dense_in=cin if dense_in else 0,
+                           const_weights=knobs.const_weights, arg=arg, dense_in=dense_in,
                            dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
                            half_math=knobs.half_math)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
@@ -713,12 +719,14 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         local, pad = knobs.local_size, ts
     wts = weights_oi(w, knobs.lanes, pad)
     outs = [ctx.final_output] if arg is None else [t for t in ctx.op.outputs if t >= 0]
+    dense = ([ctx.op.inputs[0]] if dense_in else []) + (outs if dense_out else [])
+    if arg is not None and arg.dense:
+        dense.append(ctx.op.outputs[1])
     return [KernelSpec(ctx.name, src, gsize, local, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("image" if knobs.image_weights else "const", wts), Arg("const", vec_slices(bias, cout, pad)), *ep.args,
-        *(Arg("tensor", t) for t in outs)], [ctx.op.inputs[0], *ep.inputs], outs,
-        knobs.params(), space=ConvKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw * cin,
-        dense=frozenset([ctx.op.inputs[0]] if dense_in else []) | frozenset(outs if dense_out else [])
-        | frozenset([ctx.op.outputs[1]] if arg is not None and arg.dense else []))]
+        Arg("tensor", ctx.op.inputs[0]), Arg("image" if knobs.image_weights else "const", wts),
+        Arg("const", vec_slices(bias, cout, pad)), *ep.args, *(Arg("tensor", t) for t in outs)],
+        [ctx.op.inputs[0], *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape),
+        flops=2 * n * oh * ow * cout * kh * kw * cin, dense=frozenset(dense))]
 
 
 DEPTHWISE_SLICES = (1, 2, 4)  # output slices per work-item, in float4 / float8 / float16 math
@@ -1093,22 +1101,29 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     ts = knobs.tile_s
     bias = _bias_const(ctx, bias_idx, cout)
     ep = ctx.epilogue_code(cout)
-    flops = 2 * n * ih * iw * cin * cout * kh * kw
     if knobs.group_tile is not None:
         lx, ls = knobs.group_tile
         stage = im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=1, dw=1, pt=pt, pl=pl,
                              transposed=True)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=shape.depth, sout=sout, batch=n, tx=1, ts=ts, lx=lx,
                                  ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage)
-        pad = ls * ts
-        return [KernelSpec(ctx.name, src, (-(-oh * ow // lx) * lx, n, -(-sout // pad) * ls), (lx, 1, ls), [
-            Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, pad)),
-            Arg("const", vec_slices(bias, cout, pad)), *ep.args, Arg("tensor", ctx.final_output)],
-            [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output], knobs.params(),
-            space=TransposeConvKnobs.space(shape), flops=flops)]
-    ep_code, ep_params = ep.code, ep.params
-    extra = "".join(f"{p}, " for p in ep_params)
-    L = [f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
+        gsize, local, padded = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=1, ts=ts)
+    else:
+        src = _transpose_conv_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw,
+                                     sh=sh, sw=sw, pt=pt, pl=pl, ts=ts, act=act, cout=cout)
+        gsize, local, padded = (ow, n * oh, (sout + ts - 1) // ts), None, ts
+    return [KernelSpec(ctx.name, src, gsize, local, [
+        Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, padded)),
+        Arg("const", vec_slices(bias, cout, padded)), *ep.args, Arg("tensor", ctx.final_output)],
+        [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output], knobs.params(), space=TransposeConvKnobs.space(shape),
+        flops=2 * n * ih * iw * cin * cout * kh * kw)]
+
+
+def _transpose_conv_source(name: str, ep, *, n, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, pt, pl, ts, act,
+                           cout) -> str:
+    """The gather form's direct kernel: a work-item per output pixel and ``ts`` output slices."""
+    extra = "".join(f"{p}, " for p in ep.params)
+    L = [f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
          "  const int ox = get_global_id(0); const int Y = get_global_id(1);",
          f"  const int S = get_global_id(2) * {ts};",
@@ -1131,15 +1146,12 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
                  f"mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc{s})))); }}")
     L += ["      }", "    }", "  }"]
     for s in range(ts):
-        store = _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox", f"(S + {s})", ep_code,
+        store = _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox", f"(S + {s})", ep.code,
                        pad_lanes_mask(cout, f"(S + {s})", "v"))
         L.append(f"  if (S + {s} < {sout}) {{ float4 v = acc{s} + LD4(bias, S + {s}); {activation(act, 'v')} "
                  f"{store} }}")
     L.append("}")
-    return [KernelSpec(ctx.name, "\n".join(L), (ow, n * oh, (sout + ts - 1) // ts), None, [
-        Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, ts)), Arg("const", vec_slices(bias, cout, ts)),
-        *ep.args, Arg("tensor", ctx.final_output)], [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=TransposeConvKnobs.space(shape), flops=flops)]
+    return "\n".join(L)
 
 
 @generator("TRANSPOSE_CONV")

@@ -33,6 +33,7 @@ from .conv import (
     conv2d,
     depthwise_conv2d,
     depthwise_weights,
+    group_tile_grid,
     tile_stores,
 )
 from .knobs import Knobs, one_of, positive_int
@@ -293,7 +294,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
                                  kc=knobs.k_chunk, act=act_pw, cout=cout, epilogue=ep,
                                  stage=_depthwise_stage(g, sin, act_dw))
-        gsize, local, pad = (-(-oh * ow // (lx * tx)) * lx, n, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
+        gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts)
         dw_per = 1
     else:
         tx, ts, dw_per = knobs.tile_x, knobs.tile_s, knobs.per

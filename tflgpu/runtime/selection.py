@@ -352,6 +352,10 @@ def link_concatenations(steps: list[Step], make: KernelMaker, align_bytes: int) 
     return linked
 
 
+# graph output dtypes a dense boundary buffer holds (as floats; an integer or bool output converted after the read)
+DENSE_OUTPUT_DTYPES = (np.float32, np.int32, np.int64, np.bool_)
+
+
 def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, int]:
     """Merge the boundary layout conversion into the first and last kernels: a float graph input that one device
     step reads (and no other), and a graph output that one device step writes and nothing on the device or the
@@ -381,10 +385,10 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
     for t in sg.inputs:
         if dense(t) and len(readers.get(t, ())) == 1:
             wanted[t] = next(iter(readers[t]))
-    for t in sg.outputs:  # (an integer output's dense buffer holds its values as floats, as the conversion writes)
+    for t in sg.outputs:
         i = writers.get(t)
-        if i is not None and dense(t, (np.float32, np.int32, np.int64, np.bool_)) and t not in sg.inputs and t not in readers and t not in host_reads \
-                and t not in wanted and len(steps[i].specs) == 1:
+        if i is not None and dense(t, DENSE_OUTPUT_DTYPES) and t not in sg.inputs and t not in readers \
+                and t not in host_reads and t not in wanted and len(steps[i].specs) == 1:
             wanted[t] = i
     if not wanted:
         return make, 0

@@ -20,7 +20,7 @@ from ..kernels.program import kernel_args, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
-from .selection import Step
+from .selection import DENSE_OUTPUT_DTYPES, Step
 
 
 @dataclass
@@ -186,7 +186,7 @@ class DeviceTensors:
         # graph outputs the host reads after the run (not a CPU step's input meanwhile): on host arrays
         # (an integer or bool output too: its dense buffer holds the values as floats, converted after the read)
         self.host_out = self._output_arena([t for t in self.output_downloads if t not in self.state_tensors
-                                            and self.sg.tensors[t].dtype in (np.float32, np.int32, np.int64, np.bool_)
+                                            and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
                                             and not any(t in ts for ts in self.downloads_before.values())])
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
@@ -251,11 +251,10 @@ class DeviceTensors:
         if not outputs:
             return {}
         align = max(self.ctx.devices[0].mem_base_addr_align // 8, 128)
-        at, sizes = 0, {}
+        at = 0
         for t in outputs:
             self.arena_at[t] = at
-            sizes[t] = max(4 * int(np.prod(self.sg.tensors[t].shape)), 16)
-            at += -(-sizes[t] // align) * align
+            at += -(-self._dense_bytes(t) // align) * align
         host = aligned_empty((at // 4,))
         mf = self.cl.mem_flags
         self.arena = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
@@ -265,10 +264,13 @@ class DeviceTensors:
     def _dense_buffer(self, t: int):
         """Tensor t's dense NHWC float32 buffer: its region of the output arena where it has a host array
         (``host_out``)."""
-        mf = self.cl.mem_flags
         if t in self.host_out:
-            return self.arena.get_sub_region(self.arena_at[t], max(4 * int(np.prod(self.sg.tensors[t].shape)), 16))
-        return self.cl.Buffer(self.ctx, mf.READ_WRITE, max(4 * int(np.prod(self._layout(t).dims)), 16))
+            return self.arena.get_sub_region(self.arena_at[t], self._dense_bytes(t))
+        return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, self._dense_bytes(t))
+
+    def _dense_bytes(self, t: int) -> int:
+        """The size of tensor t's dense NHWC float32 buffer (at least 16 bytes: no empty buffer)."""
+        return max(4 * int(np.prod(self.sg.tensors[t].shape)), 16)
 
     def _layout(self, idx: int) -> Layout:
         return bhwc(self.sg.tensors[idx].shape)
