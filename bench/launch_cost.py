@@ -63,12 +63,7 @@ def main() -> int:
             q.finish()
             walls.append((time.perf_counter() - t) / n * 1e6)
         print(f"{n} empty kernels then finish: {statistics.median(walls):.2f} us per kernel (median of 50)")
-    lib = ctypes.CDLL(cl._cl.__file__)  # (the extension links the ICD loader; its symbols resolve through it)
-    try:
-        fn = lib.clEnqueueNDRangeKernel
-    except AttributeError:
-        libs = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
-        fn = ctypes.CDLL(libs[0] if libs else "libOpenCL.so.1").clEnqueueNDRangeKernel
+    fn = opencl_function(cl, "clEnqueueNDRangeKernel")
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
                    ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = ctypes.c_int
@@ -76,7 +71,7 @@ def main() -> int:
     qh, kh = q.int_ptr, k.int_ptr
     enq2 = per_call(lambda: fn(qh, kh, 1, None, gsize, None, 0, None, None), q)
     print(f"ctypes clEnqueueNDRangeKernel: {enq2:.2f} us per call")
-    command_buffer(cl, dev.cl_device, q, k, libs_dir=os.path.dirname(cl.__file__))
+    command_buffer(cl, dev.cl_device, q, k)
     evs = [cl.enqueue_nd_range_kernel(qp, k, (32,), None) for _ in range(2000)]
     qp.finish()
     gaps = [(b.profile.start - a_.profile.end) / 1e3 for a_, b in itertools.pairwise(evs[1000:])]
@@ -86,7 +81,17 @@ def main() -> int:
     return 0
 
 
-def command_buffer(cl, device, q, k, libs_dir: str) -> None:
+def opencl_function(cl, name: str):
+    """An OpenCL entry point from the ICD loader pyopencl uses (the extension links it, so its symbols resolve
+    through it; else the loader its wheel bundles, else the system's)."""
+    try:
+        return getattr(ctypes.CDLL(cl._cl.__file__), name)
+    except AttributeError:
+        libs = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
+        return getattr(ctypes.CDLL(libs[0] if libs else "libOpenCL.so.1"), name)
+
+
+def command_buffer(cl, device, q, k) -> None:
     """n launches of ``k`` recorded into one cl_khr_command_buffer (1.0: earlier versions' entry points have other
     signatures), each waiting on the one before (a plan's order), replayed then finished, against the same n
     launches enqueued one by one; both timed in alternation."""
@@ -94,8 +99,7 @@ def command_buffer(cl, device, q, k, libs_dir: str) -> None:
     if versions.get("cl_khr_command_buffer", 0) >> 22 != 1:
         print("cl_khr_command_buffer 1.x: not offered")
         return
-    libs = glob.glob(os.path.join(libs_dir, ".libs", "libOpenCL*"))
-    get = ctypes.CDLL(libs[0] if libs else "libOpenCL.so.1").clGetExtensionFunctionAddressForPlatform
+    get = opencl_function(cl, "clGetExtensionFunctionAddressForPlatform")
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
     vp, u32 = ctypes.c_void_p, ctypes.c_uint32
 
