@@ -2,11 +2,12 @@
 """tflgpu (CPU kernels, and GpuDelegate FP32/FP16 on the OpenCL device) vs LiteRT (XNNPACK, same
 thread count), every corpus model, in one process.
 
-    python bench/bench_corpus.py [--models-dir ../shared/models] [--threads 2] [--repeat 20] [--no-gpu]
+    python bench/bench_corpus.py [--models-dir ../shared/models] [--threads 2] [--repeat 20] [--min-seconds 2] [--no-gpu]
                                  [--write-readme README.md] [MODEL ...]
 
 Prints a markdown table of median latencies and ratios to LiteRT (lower is better for tflgpu). Per
-model, every interpreter is built first, then each is invoked in alternation with LiteRT (--repeat rounds),
+model, every interpreter is built first, then each is invoked in alternation with LiteRT (--repeat rounds, and
+at least --min-seconds of them),
 so the machine's drift hits both alike: the CPU kernels in one rotation, the OpenCL FP32 and FP16 plans in
 another, each ratio against the LiteRT of its own rotation (numba's OpenMP workers spin on after an invoke and
 slow whatever the process runs next). ``--write-readme`` puts the table, with the date, the
@@ -43,6 +44,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--min-seconds", type=float, default=2.0,
+                   help="time each rotation at least this long (more rounds for small models), up to 2000 samples")
     p.add_argument("--no-gpu", action="store_true", help="only the CPU kernels")
     p.add_argument("--write-readme", type=Path, metavar="README", help="write the table into this README too")
     p.add_argument("--rss", action="store_true", help="also each model's resident memory per runtime (subprocesses)")
@@ -87,7 +90,7 @@ def main() -> int:
                 continue
             rotation = keys + (["litert"] if "litert" in its else [])
             ms = dict(zip(rotation, interleaved_ms([its[k] for k in rotation], rounds=args.repeat,
-                                                   warmup=args.warmup)))
+                                                   warmup=args.warmup, min_seconds=args.min_seconds)))
             ref = ms.get("litert")
             cells.append(f"{ref:.2f}" if ref else "-")
             for key in group:

@@ -149,6 +149,23 @@ def test_fully_connected_rejects_tanh_like_litert(rng):
                               fused_activation_function="TANH") == "both rejected"
 
 
+@pytest.mark.parametrize("geometry", [(1, 1, "SAME"), (2, 1, "SAME"), (1, 1, "VALID"), (2, 1, "VALID"), (1, 2, "SAME"),
+                                      (2, 2, "VALID"), (1, 3, "SAME")])
+@pytest.mark.parametrize("size", [(9, 12), (8, 5)])
+@pytest.mark.parametrize("c", [32, 40])
+def test_depthwise_3x3_against_litert(geometry, size, c):
+    """The 3x3 depthwise kernel (32 channels and more: its interior pixels in one pass over the taps, two along a
+    row at a time) against LiteRT: both strides, dilations, paddings, even and odd widths (a single last pixel),
+    an image whose border is all there is (5 wide, dilation 3), two images, a clamp."""
+    stride, dil, pad = geometry
+    h, w = size
+    assert _out(h, 3, stride, dil, pad) > 0 and _out(w, 3, stride, dil, pad) > 0
+    rng = np.random.default_rng(c + 10 * stride + dil)
+    check_op("DEPTHWISE_CONV_2D", [In(rand(rng, (2, h, w, c))), rand(rng, (1, 3, 3, c)), rand(rng, (c,))],
+             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
+             depth_multiplier=1, fused_activation_function="RELU6")
+
+
 @pytest.mark.parametrize("geometry", [(3, 3, 1, 1, 1, 1, "SAME"), (3, 3, 2, 2, 1, 1, "SAME"), (3, 3, 1, 1, 2, 2, "SAME"),
                                       (5, 3, 2, 1, 1, 3, "VALID"), (1, 1, 1, 1, 1, 1, "VALID")])
 @pytest.mark.parametrize("c", [1, 16, 32])

@@ -525,6 +525,34 @@ def test_fused_integer_depthwise_is_the_sums_then_the_requantization(geometry, x
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("geometry", [(1, 1, "SAME"), (2, 1, "SAME"), (1, 2, "VALID"), (2, 3, "SAME")])
+@pytest.mark.parametrize("xdtype", [np.int8, np.uint8, np.int16])
+def test_integer_depthwise_3x3_is_the_general_kernel(geometry, xdtype):
+    """The 3x3 integer depthwise kernel (interior pixels in one int32 pass over the taps) gives exactly what the
+    general one gives: strides, dilations, paddings, two images, 8- and 16-bit activations, a narrow clamp."""
+    from tflgpu.cpu.quantized import _depthwise3x3_requantize, _depthwise_requantize
+    from tflgpu.ops.attributes import conv_padding
+
+    stride, dil, pad = geometry
+    rng = np.random.default_rng(stride + 10 * dil)
+    info = np.iinfo(xdtype)
+    x = rng.integers(info.min, info.max, (2, 14, 11, 24), endpoint=True).astype(xdtype)
+    xz = np.int32(rng.integers(info.min // 2, info.max // 2))
+    w = rng.integers(-127, 127, (1, 3, 3, 24), endpoint=True).astype(np.int32)
+    bias = rng.integers(-3000, 3000, 24).astype(np.int32)
+    scale = rng.uniform(1e-3, 1e-2, 24).astype(np.float32) / (256 if xdtype == np.int16 else 1)
+    oz, lo, hi = -4, info.min + 3, info.max - 2
+    code = 0 if pad == "SAME" else 1
+    oh, pt = conv_padding(14, 3, stride, dil, code)
+    ow, pl = conv_padding(11, 3, stride, dil, code)
+    want = _depthwise_requantize(x, xz, w, bias, scale, oz, lo, hi, stride, stride, dil, dil, pt, pl, oh, ow, 1,
+                                 np.empty((2, oh, ow, 24), xdtype))
+    got = _depthwise3x3_requantize(x, xz, np.ascontiguousarray(w[0]), bias, scale, oz, lo, hi, stride, stride, dil,
+                                   dil, pt, pl, oh, ow, np.empty((2, oh, ow, 24), xdtype))
+    assert np.unique(got).size > 20
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("xdtype", [np.int8, np.uint8, np.int16])
 @pytest.mark.parametrize("rows", [1, 3, 8])
 def test_few_row_integer_product_is_the_sums_then_the_requantization(xdtype, rows):

@@ -50,28 +50,39 @@ def time_invokes(invoke: Callable[[], None], warmup: int = 3, repeats: int = 20,
     return times
 
 
-def interleaved_ms(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4) -> list[float]:
+def interleaved_ms(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4,
+                   min_seconds: float = 0.0) -> list[float]:
     """Median invoke latency of each interpreter, timed in alternation (see ``interleaved_samples``)."""
-    return [statistics.median(ts) * 1e3 for ts in interleaved_samples(interps, rounds, warmup, block)]
+    return [statistics.median(ts) * 1e3 for ts in interleaved_samples(interps, rounds, warmup, block, min_seconds)]
 
 
-def interleaved_samples(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4) -> list[list[float]]:
+MAX_SAMPLES = 2000  # per interpreter: where ``min_seconds`` asks for more rounds of a tiny model
+
+
+def interleaved_samples(interps: list, rounds: int = 30, warmup: int = 3, block: int = 4,
+                        min_seconds: float = 0.0) -> list[list[float]]:
     """Seconds of each timed invoke of each interpreter, timed in alternation so the machine's drift hits all
     alike: rounds in which every interpreter runs ``block`` times in a row, keeping all but the first of
     those (the first may share the CPU with the previous runtime's still-spinning worker threads: XNNPACK,
-    numba and OpenCL CPU runtimes all spin a while after work), until each has ``rounds`` samples."""
+    numba and OpenCL CPU runtimes all spin a while after work), until each has ``rounds`` samples and, with
+    ``min_seconds``, the rounds took that long (at most ``MAX_SAMPLES`` each): twenty samples of a 0.2 ms
+    model span a few milliseconds, where one burst of another process moves the median by half."""
     for it in interps:
         for _ in range(warmup):
             it.invoke()
     times = [[] for _ in interps]
-    per_round = max(1, -(-rounds // max(1, block - 1)))  # enough rounds for ``rounds`` kept samples
-    for _ in range(per_round):
+    kept = max(1, block - 1)
+    per_round = max(1, -(-rounds // kept))  # enough rounds for ``rounds`` kept samples
+    start = time.perf_counter()
+    done = 0
+    while done < per_round or (time.perf_counter() - start < min_seconds and len(times[0]) + kept <= MAX_SAMPLES):
         for ts, it in zip(times, interps):
             it.invoke()
-            for _ in range(max(1, block - 1)):
+            for _ in range(kept):
                 t = time.perf_counter()
                 it.invoke()
                 ts.append(time.perf_counter() - t)
+        done += 1
     return times
 
 

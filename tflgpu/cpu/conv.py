@@ -166,7 +166,72 @@ def _depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)
     return out.reshape(n, oh, ow, c)
 
 
-ROWS_BELOW_CHANNELS = 64  # depthwise convolutions of fewer channels run a row at a time (_depthwise_rows)
+@njit(cache=True, parallel=True)
+def _depthwise3x3(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi):
+    """A 3x3 depthwise convolution (multiplier 1, float32; ``w`` [3, 3, c]): where an output pixel's nine taps
+    are all inside the input, its channels are summed in one pass over them, two pixels along the row at a time
+    (their taps' weights loaded once), instead of nine passes of read-add-write over the pixel's outputs; the
+    same sums in the same order as ``_depthwise``. Border pixels as ``_depthwise``. MobileNet v2's 56x56x144
+    stride-1 layer: 224 -> 138 us, 28x28x192: 68 -> 46 us (2 threads)."""
+    n, h, wd, c = x.shape
+    out = np.empty((n, oh, ow, c), np.float32)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        iy0 = oy * sh - pt
+        rows_in = iy0 >= 0 and iy0 + 2 * dh < h
+        r0, r1, r2 = x[b, max(iy0, 0)], x[b, min(max(iy0 + dh, 0), h - 1)], x[b, min(max(iy0 + 2 * dh, 0), h - 1)]
+        ox = 0
+        while ox < ow:
+            ix0 = ox * sw - pl
+            dst = out[b, oy, ox]
+            if rows_in and ix0 >= 0 and ox + 1 < ow and ix0 + sw + 2 * dw < wd:
+                d2 = out[b, oy, ox + 1]
+                j0, j1, j2 = ix0, ix0 + dw, ix0 + 2 * dw
+                k0, k1, k2 = j0 + sw, j1 + sw, j2 + sw
+                for ch in range(c):
+                    w00, w01, w02 = w[0, 0, ch], w[0, 1, ch], w[0, 2, ch]
+                    w10, w11, w12 = w[1, 0, ch], w[1, 1, ch], w[1, 2, ch]
+                    w20, w21, w22 = w[2, 0, ch], w[2, 1, ch], w[2, 2, ch]
+                    s = (bias[ch] + r0[j0, ch] * w00 + r0[j1, ch] * w01 + r0[j2, ch] * w02
+                         + r1[j0, ch] * w10 + r1[j1, ch] * w11 + r1[j2, ch] * w12
+                         + r2[j0, ch] * w20 + r2[j1, ch] * w21 + r2[j2, ch] * w22)
+                    t = (bias[ch] + r0[k0, ch] * w00 + r0[k1, ch] * w01 + r0[k2, ch] * w02
+                         + r1[k0, ch] * w10 + r1[k1, ch] * w11 + r1[k2, ch] * w12
+                         + r2[k0, ch] * w20 + r2[k1, ch] * w21 + r2[k2, ch] * w22)
+                    dst[ch] = min(max(s, lo), hi)
+                    d2[ch] = min(max(t, lo), hi)
+                ox += 2
+                continue
+            if rows_in and ix0 >= 0 and ix0 + 2 * dw < wd:
+                j0, j1, j2 = ix0, ix0 + dw, ix0 + 2 * dw
+                for ch in range(c):
+                    s = (bias[ch] + r0[j0, ch] * w[0, 0, ch] + r0[j1, ch] * w[0, 1, ch] + r0[j2, ch] * w[0, 2, ch]
+                         + r1[j0, ch] * w[1, 0, ch] + r1[j1, ch] * w[1, 1, ch] + r1[j2, ch] * w[1, 2, ch]
+                         + r2[j0, ch] * w[2, 0, ch] + r2[j1, ch] * w[2, 1, ch] + r2[j2, ch] * w[2, 2, ch])
+                    dst[ch] = min(max(s, lo), hi)
+                ox += 1
+                continue
+            for ch in range(c):
+                dst[ch] = bias[ch]
+            for ky in range(3):
+                iy = iy0 + ky * dh
+                if iy < 0 or iy >= h:
+                    continue
+                for kx in range(3):
+                    ix = ix0 + kx * dw
+                    if ix < 0 or ix >= wd:
+                        continue
+                    src = x[b, iy, ix]
+                    for ch in range(c):
+                        dst[ch] += src[ch] * w[ky, kx, ch]
+            for ch in range(c):
+                dst[ch] = min(max(dst[ch], lo), hi)
+            ox += 1
+    return out
+
+
+ROWS_BELOW_CHANNELS = 32  # depthwise convolutions of fewer channels run a row at a time (_depthwise_rows)
 
 
 @njit(cache=True)
@@ -302,6 +367,8 @@ def depthwise_conv2d(ctx: OpContext):
         if oc < ROWS_BELOW_CHANNELS and oh > 0 and ow > 0:
             w_rows, bias_row = tiled(ow, w)
             return [_depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
+        if kh == kw == 3 and oh > 0 and ow > 0:
+            return [_depthwise3x3(x, w[0], bias, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
         return [_depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi)]
 
     tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
