@@ -97,6 +97,25 @@ def test_concatenation(axis, act, rng):
     check_op("CONCATENATION", [In(rand(rng, s)) for s in shapes], axis=axis, fused_activation_function=act)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.int64, np.bool_])
+def test_thin_row_concatenation_is_numpys(dtype):
+    """The compiled row copy of a concatenation of thin rows (every dtype as bytes) gives np.concatenate's
+    array: several axes, an input with nothing along the axis, rows of 1 byte; wide rows go to numpy."""
+    from tflgpu.cpu.tensor_ops import SMALL_ROW_BYTES, _concat_rows
+
+    rng = np.random.default_rng(3)
+    for shape, axis, sizes in [((2, 3, 0, 5), 2, (1, 4, 0, 2)), ((4, 0, 3), 1, (2, 1)), ((6, 0), 1, (1, 3, 1)),
+                               ((2, 0, 4, 16), 3, (16, 16, 16)), ((3, 0), 1, (SMALL_ROW_BYTES, 1))]:
+        arrs = []
+        for k in sizes:
+            dims = list(shape)
+            dims[axis] = k
+            arrs.append((rng.standard_normal(dims) * 50).astype(dtype))
+        got = _concat_rows(arrs, axis)
+        want = np.concatenate(arrs, axis=axis)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_pack_unpack(axis, rng):
     check_op("PACK", [In(rand(rng, (2, 3))) for _ in range(3)], axis=axis, values_count=3)

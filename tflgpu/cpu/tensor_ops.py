@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ops.attributes import axis_slice
+from ..ops.jit import njit
 from .registry import KernelError, OpContext, check_size_at_prepare, fits, normalize_axis, register, static_shape
 
 
@@ -94,12 +95,53 @@ def concatenation(ctx: OpContext):
     def run(xs):
         arrs = [np.asarray(x) for x in xs]
         try:
-            y = np.concatenate(arrs, axis=normalize_axis(axis, arrs[0].ndim))
+            a = normalize_axis(axis, arrs[0].ndim)
+            outer = math.prod(arrs[0].shape[:a])
+            if outer > 1 and len({x.dtype for x in arrs}) == 1 and arrs[0].dtype.kind in "fiub" \
+                    and all(x.ndim == arrs[0].ndim and x.shape[:a] == arrs[0].shape[:a]
+                            and x.shape[a + 1:] == arrs[0].shape[a + 1:] for x in arrs):
+                return [_concat_rows(arrs, a)]
+            y = np.concatenate(arrs, axis=a)
         except ValueError as e:
             raise KernelError(f"CONCATENATION: {e}") from e
         return [y]
 
     return run
+
+
+SMALL_ROW_BYTES = 1024  # numpy's concatenate copies a row of each input per step: thin rows cost more per byte
+
+
+def _concat_rows(arrs: list[np.ndarray], a: int) -> np.ndarray:
+    """np.concatenate along axis ``a`` of inputs agreeing on every other axis and dtype, the rows before ``a``
+    copied by one compiled loop per input where they are thin (5 inputs of 32x32x16 float32 along the channels:
+    31 -> ~12 us); numpy's own loop otherwise."""
+    first = arrs[0]
+    outer = math.prod(first.shape[:a])
+    size = first.itemsize
+    widths = [math.prod(x.shape[a:]) * size for x in arrs]
+    if max(widths) > SMALL_ROW_BYTES:
+        return np.concatenate(arrs, axis=a)
+    out = np.empty(first.shape[:a] + (sum(x.shape[a] for x in arrs),) + first.shape[a + 1:], first.dtype)
+    flat = out.reshape(-1).view(np.uint8)  # (one compiled loop for every dtype: the rows as bytes)
+    at, stride = 0, sum(widths)
+    for x, width in zip(arrs, widths):
+        if width:
+            _copy_rows(np.ascontiguousarray(x).reshape(-1).view(np.uint8), flat, at, width, stride)
+        at += width
+    return out
+
+
+@njit(cache=True)
+def _copy_rows(src, dst, at, width, stride):
+    """Row r of ``src`` (``width`` bytes each) to ``dst`` from byte ``r * stride + at`` (unsigned indices: no
+    negative-index wrap, so the copy vectorizes)."""
+    for r in range(src.size // width):
+        d = np.uint64(r * stride + at)
+        s = np.uint64(r * width)
+        for i in range(width):
+            u = np.uint64(i)
+            dst[d + u] = src[s + u]
 
 
 @register("PACK")
