@@ -181,6 +181,33 @@ def test_strided_slice_corpus_pattern(rng):
                                np.array([0, 7, 6, 0], I32), np.array([1, 2, 1, 1], I32)], begin_mask=9, end_mask=9)
 
 
+def test_strided_slice_follows_a_resized_input(rng):
+    """A constant slice's index, worked out once per input shape, is worked out again for a new shape: the
+    masks take whole axes, whose extent changes with the input (against LiteRT at both shapes)."""
+    from tflgpu import Interpreter
+
+    from .oputil import litert, op_model, run_model
+
+    for shape in [(1, 8, 8, 4), (2, 11, 6, 4)]:
+        model, _ = op_model("STRIDED_SLICE", [In(rand(rng, (1, 8, 8, 4))), np.array([0, 1, 2, 0], I32),
+                                              np.array([0, 7, 6, 0], I32), np.array([1, 2, 1, 1], I32)],
+                            begin_mask=13, end_mask=13)
+        x = rand(rng, shape)
+        it = Interpreter(model_content=model)
+        it.allocate_tensors()
+        first = it.get_input_details()[0]["index"]
+        it.set_tensor(first, rand(rng, (1, 8, 8, 4)))
+        it.invoke()  # (the index of the first shape is kept)
+        it.resize_tensor_input(first, list(shape))
+        it.allocate_tensors()
+        it.set_tensor(first, x)
+        it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+        want = run_model(litert(), model, [x])[0]
+        assert got.shape == want.shape == (shape[0], 3, shape[2], 4)
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("perm", [(0, 2, 1), (2, 0, 1), (1, 0, 2)])
 def test_transpose(perm, rng):
     check_op("TRANSPOSE", [In(rand(rng, (2, 3, 4))), np.array(perm, I32)])
