@@ -183,8 +183,9 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
     io = it.gpu_plan.io
     outs = [o["index"] for o in it.get_output_details()]
     align = max(opencl_device.cl_device.mem_base_addr_align // 8, 128)
-    assert sorted(io.arena_at) == sorted(outs) and all(at % align == 0 for at in io.arena_at.values())
-    assert len({io.arena_at[t] for t in outs}) == 3
+    placed = {t: at for t, (kind, at) in io.arena_at.items() if kind == "output"}
+    assert sorted(placed) == sorted(outs) and all(at % align == 0 for at in placed.values())
+    assert len(set(placed.values())) == 3
     maps = []
 
     class Counting:  # (the plan's pyopencl module, counting the maps an invoke enqueues)
@@ -199,7 +200,7 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
         it.set_tensor(x, feeds[0])
         maps.clear()
         it.invoke()
-        assert maps == [io.arena]
+        assert maps == [io.arenas["output"]]
         want = run_model(litert(), path.read_bytes(), feeds)
         for t, w in zip(outs, want):
             got = it.get_tensor(t)
@@ -270,3 +271,55 @@ def test_vectors_in_dense_order_need_no_conversion(opencl_device, rng, fp16, bou
         else:
             got = run_model(lambda **kw: it, model, feeds)[0]
         assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-5)
+
+
+@pytest.mark.parametrize("second_reader", [False, True])
+def test_inputs_are_written_into_their_buffers_host_memory(opencl_device, rng, fp16, second_reader):
+    """Where the device reads host memory in place (a CPU runtime; ``host_writes_seen`` checks it), an invoke
+    writes each input into its dense buffer's page-aligned host array and enqueues no copy: the kernel reading it
+    densely (the stem) or the conversion kernel (an input two kernels read) sees each invoke's new values."""
+    from tflgpu.runtime.transfers import HOST_ALIGN, host_writes_seen
+
+    model, _ = stem_model(rng, 3, "conv", second_reader=second_reader)
+    plan = _plan(model, fp16)
+    io, x = plan.io, plan.sg.inputs[0]
+    assert host_writes_seen(io.cl, plan.ctx)  # (the Intel and PoCL CPU runtimes read it in place)
+    st = io.staging[x]
+    assert st.host_in is not None and st.host_in.ctypes.data % HOST_ALIGN == 0
+    assert (st.to_device is not None) == second_reader
+    copies = []
+
+    class Counting:  # (the plan's pyopencl module, counting the copies an invoke enqueues)
+        def __getattr__(self, name):
+            fn = getattr(real, name)
+            return (lambda *a, **k: copies.append(a[1]) or fn(*a, **k)) if name == "enqueue_copy" else fn
+
+    real, io.cl = io.cl, Counting()
+    for seed in (1, 2, 3):
+        feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)]
+        copies.clear()
+        got = plan.run(feeds)
+        assert copies == []
+        for t, want in zip(plan.sg.outputs, run_model(litert(), model, feeds)):
+            assert_close(got[t], want, 1e-2 if fp16 else 1e-4)
+
+
+def test_inputs_are_copied_where_the_device_may_cache_host_memory(opencl_device, rng, monkeypatch):
+    """A device that does not read host memory in place (a GPU's, or a failed check) gets each input by a copy
+    command, as before; the check itself answers no for a GPU without touching it."""
+    from types import SimpleNamespace
+
+    import pyopencl as cl
+
+    from tflgpu.runtime import transfers
+
+    gpu = SimpleNamespace(devices=[SimpleNamespace(type=cl.device_type.GPU)])
+    assert transfers.host_writes_seen(cl, gpu) is False
+    monkeypatch.setattr(transfers, "host_writes_seen", lambda cl, ctx: False)
+    model, _ = stem_model(rng, 3, "conv")
+    plan = _plan(model, False)
+    x = plan.sg.inputs[0]
+    assert plan.io.staging[x].host_in is None and not plan.io.host_in
+    for seed in (1, 2):
+        feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)]
+        assert_close(plan.run(feeds)[plan.sg.outputs[0]], run_model(litert(), model, feeds)[0])

@@ -36,6 +36,9 @@ class Staging:
     # a graph output's: the host array its dense buffer is made on (CL_MEM_USE_HOST_PTR), which a read maps
     # instead of copying out (zero-copy on a CPU runtime); None once the caller binds a buffer of their own
     host: np.ndarray | None = None
+    # a graph input's, where the device reads host memory in place (``host_writes_seen``): the host array its dense
+    # buffer is made on, which an upload writes directly (no command); None once the caller binds a buffer
+    host_in: np.ndarray | None = None
 
 
 # host arrays a buffer is made on start at a page: where a CPU runtime uses them in place (Intel's needs 4 KiB)
@@ -48,6 +51,33 @@ def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
     raw = np.empty(n + HOST_ALIGN, np.uint8)
     at = -raw.ctypes.data % HOST_ALIGN
     return raw[at:at + n].view(np.float32)[:int(np.prod(shape))].reshape(shape)
+
+
+def host_writes_seen(cl, ctx) -> bool:
+    """Whether the context's device (a CPU: one memory with the host) reads a CL_MEM_USE_HOST_PTR buffer's host
+    array in place, so that a write to the array between commands is what its next command sees. The OpenCL spec
+    lets an implementation cache such a buffer on the device (a discrete GPU does; then only a map makes host
+    writes visible), so this is checked, not assumed: the buffer copied once (where a cache would fill), the array
+    written without a map, the buffer copied again."""
+    device = ctx.devices[0]
+    if not device.type & cl.device_type.CPU:
+        return False
+    try:
+        host = aligned_empty((16,))
+        host[:] = 1.0
+        mf = cl.mem_flags
+        shared = cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+        other = cl.Buffer(ctx, mf.READ_WRITE, host.nbytes)
+        queue = cl.CommandQueue(ctx)
+        cl.enqueue_copy(queue, other, shared)
+        queue.finish()
+        host[:] = np.arange(16, dtype=np.float32) + 7
+        cl.enqueue_copy(queue, other, shared)
+        seen = np.empty(16, np.float32)
+        cl.enqueue_copy(queue, seen, other, is_blocking=True)
+        return bool(np.array_equal(seen, np.arange(16, dtype=np.float32) + 7))
+    except cl.Error:
+        return False
 
 
 def _dense_order(lay: Layout) -> bool:
@@ -185,9 +215,15 @@ class DeviceTensors:
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
         # graph outputs the host reads after the run (not a CPU step's input meanwhile): on host arrays
         # (an integer or bool output too: its dense buffer holds the values as floats, converted after the read)
-        self.host_out = self._output_arena([t for t in self.output_downloads if t not in self.state_tensors
-                                            and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
-                                            and not any(t in ts for ts in self.downloads_before.values())])
+        self.arenas: dict[str, object] = {}  # "output" / "input" -> the buffer made on that host arena
+        self.arena_at: dict[int, tuple[str, int]] = {}  # tensor -> (its arena, its byte offset there)
+        self.host_out = self._host_arena("output", [t for t in self.output_downloads if t not in self.state_tensors
+                                                    and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
+                                                    and not any(t in ts for ts in self.downloads_before.values())])
+        # graph inputs the host writes before the run, where the device reads host memory in place: on host arrays
+        self.host_in = self._host_arena("input", [t for t in self.sg.inputs if t in on_gpu and t not in graph_out
+                                                  and t not in self.state_tensors]) \
+            if self.sg.inputs and host_writes_seen(cl, ctx) else {}
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
@@ -241,31 +277,32 @@ class DeviceTensors:
         """New kernel instances of ``program`` for a step's specs, on the arguments already uploaded for it."""
         return [make_kernel(self.cl, program, spec.name, a) for spec, a in zip(specs, self.args[step])]
 
-    def _output_arena(self, outputs: list[int]) -> dict[int, np.ndarray]:
-        """The host arrays of the graph outputs the host reads after the run: views of one page-aligned host
-        arena, which one buffer is made on (CL_MEM_USE_HOST_PTR), so that an invoke reads every output with one
-        map instead of one each (each command costs several microseconds on a CPU runtime: fallback_ops reads
-        three). Each output's dense buffer is a sub-buffer of the arena (``_dense_buffer``) starting on the
-        device's base address alignment."""
-        self.arena, self.arena_at = None, {}
-        if not outputs:
+    def _host_arena(self, kind: str, tensors: list[int]) -> dict[int, np.ndarray]:
+        """Host arrays for ``tensors``' dense buffers: views of one page-aligned host arena, which one buffer is made
+        on (CL_MEM_USE_HOST_PTR), each tensor's dense buffer a sub-buffer of it (``_dense_buffer``) starting on the
+        device's base address alignment. The "output" arena: the graph outputs the host reads after the run, read
+        with one map instead of one copy each (each command costs several microseconds on a CPU runtime:
+        fallback_ops reads three). The "input" arena (a device reading host memory in place): the graph inputs,
+        written by the upload itself, no command (a 2 KiB input's copy cost ~10 us of a 67 us LSTM invoke)."""
+        if not tensors:
             return {}
         align = max(self.ctx.devices[0].mem_base_addr_align // 8, 128)
         at = 0
-        for t in outputs:
-            self.arena_at[t] = at
+        for t in tensors:
+            self.arena_at[t] = (kind, at)
             at += -(-self._dense_bytes(t) // align) * align
         host = aligned_empty((at // 4,))
         mf = self.cl.mem_flags
-        self.arena = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
-        return {t: host[self.arena_at[t] // 4:][:int(np.prod(self.sg.tensors[t].shape))]
-                .reshape(self.sg.tensors[t].shape) for t in outputs}
+        self.arenas[kind] = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
+        return {t: host[self.arena_at[t][1] // 4:][:int(np.prod(self.sg.tensors[t].shape))]
+                .reshape(self.sg.tensors[t].shape) for t in tensors}
 
     def _dense_buffer(self, t: int):
-        """Tensor t's dense NHWC float32 buffer: its region of the output arena where it has a host array
-        (``host_out``)."""
-        if t in self.host_out:
-            return self.arena.get_sub_region(self.arena_at[t], self._dense_bytes(t))
+        """Tensor t's dense NHWC float32 buffer: its region of a host arena where it has a host array
+        (``host_out`` / ``host_in``)."""
+        if t in self.arena_at:
+            kind, at = self.arena_at[t]
+            return self.arenas[kind].get_sub_region(at, self._dense_bytes(t))
         return self.cl.Buffer(self.ctx, self.cl.mem_flags.READ_WRITE, self._dense_bytes(t))
 
     def _dense_bytes(self, t: int) -> int:
@@ -286,7 +323,7 @@ class DeviceTensors:
         if not crossing:
             return
         for t in self.dense_steps.keys() & crossing:  # (its kernels convert it themselves)
-            self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t))
+            self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t), self.host_in.get(t))
         converted = sorted(crossing - self.dense_steps.keys())
         loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in converted}
         sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if self.half[t] == self.fp16
@@ -297,7 +334,7 @@ class DeviceTensors:
             dense = self._dense_buffer(t)
             self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
                                       make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),
-                                      boundary_grid(lay, loops[t]), self.host_out.get(t))
+                                      boundary_grid(lay, loops[t]), self.host_out.get(t), self.host_in.get(t))
 
     def bind(self, t: int, buffer) -> None:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
@@ -317,7 +354,7 @@ class DeviceTensors:
         if buf.size < need:
             raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
         st = self.staging[t]
-        st.dense, st.host = buf, None
+        st.dense, st.host, st.host_in = buf, None, None
         self.bound.add(t)
         if t in self.dense_steps:  # (the kernels reading / writing it take the caller's buffer instead)
             self.tensor_buffer[t] = buf
@@ -345,7 +382,15 @@ class DeviceTensors:
         return host
 
     def upload(self, queue, t: int, value: np.ndarray, keep: list) -> None:
+        """Tensor t's host value to its dense buffer (then its slice layout), without waiting: written into the
+        buffer's host array where the device reads it in place (the previous invoke's commands are done), else
+        copied by a command (``keep`` holds the host array until the queue is finished)."""
         st = self.staging[t]
+        if st.host_in is not None:
+            np.copyto(st.host_in, np.reshape(value, st.host_in.shape), casting="unsafe")
+            if st.to_device is not None:
+                self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
+            return
         data = np.ascontiguousarray(value, dtype=np.float32)
         self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
         if st.to_device is not None:
@@ -363,7 +408,7 @@ class DeviceTensors:
             st = self.staging[t]
             if st.from_device is not None:
                 self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
-        arena = self.arena
+        arena = self.arenas["output"]
         view, _ = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,), np.float32,
                                              is_blocking=False)
         held = [view]
