@@ -36,7 +36,7 @@ class Staging:
     # a graph output's: the host array its dense buffer is made on (CL_MEM_USE_HOST_PTR), which a read maps
     # instead of copying out (zero-copy on a CPU runtime); None once the caller binds a buffer of their own
     host: np.ndarray | None = None
-    # a graph input's, where the device reads host memory in place (``host_writes_seen``): the host array its dense
+    # a graph input's, where the device reads host memory in place (``shares_host_memory``): the host array its dense
     # buffer is made on, which an upload writes directly (no command); None once the caller binds a buffer
     host_in: np.ndarray | None = None
 
@@ -53,12 +53,13 @@ def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
     return raw[at:at + n].view(np.float32)[:int(np.prod(shape))].reshape(shape)
 
 
-def host_writes_seen(cl, ctx) -> bool:
-    """Whether the context's device (a CPU: one memory with the host) reads a CL_MEM_USE_HOST_PTR buffer's host
-    array in place, so that a write to the array between commands is what its next command sees. The OpenCL spec
-    lets an implementation cache such a buffer on the device (a discrete GPU does; then only a map makes host
-    writes visible), so this is checked, not assumed: the buffer copied once (where a cache would fill), the array
-    written without a map, the buffer copied again."""
+def shares_host_memory(cl, ctx) -> bool:
+    """Whether the context's device (a CPU: one memory with the host) reads and writes a CL_MEM_USE_HOST_PTR
+    buffer's host array in place: a write to the array between commands is what the next command sees, and what a
+    finished command wrote is in the array, with no map. The OpenCL spec lets an implementation cache such a
+    buffer on the device (a discrete GPU does; then only a map makes either side's writes visible), so this is
+    checked, not assumed: the buffer copied once (where a cache would fill), the array written without a map and
+    the buffer copied out, then the buffer written by a copy and the array read."""
     device = ctx.devices[0]
     if not device.type & cl.device_type.CPU:
         return False
@@ -71,11 +72,15 @@ def host_writes_seen(cl, ctx) -> bool:
         queue = cl.CommandQueue(ctx)
         cl.enqueue_copy(queue, other, shared)
         queue.finish()
-        host[:] = np.arange(16, dtype=np.float32) + 7
+        written = np.arange(16, dtype=np.float32) + 7
+        host[:] = written
         cl.enqueue_copy(queue, other, shared)
         seen = np.empty(16, np.float32)
         cl.enqueue_copy(queue, seen, other, is_blocking=True)
-        return bool(np.array_equal(seen, np.arange(16, dtype=np.float32) + 7))
+        cl.enqueue_copy(queue, other, -written, is_blocking=True)
+        cl.enqueue_copy(queue, shared, other)
+        queue.finish()
+        return bool(np.array_equal(seen, written) and np.array_equal(host, -written))
     except cl.Error:
         return False
 
@@ -220,10 +225,10 @@ class DeviceTensors:
         self.host_out = self._host_arena("output", [t for t in self.output_downloads if t not in self.state_tensors
                                                     and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
                                                     and not any(t in ts for ts in self.downloads_before.values())])
-        # graph inputs the host writes before the run, where the device reads host memory in place: on host arrays
+        # graph inputs the host writes before the run, where the device uses host memory in place: on host arrays
+        self.shared_memory = shares_host_memory(cl, ctx)
         self.host_in = self._host_arena("input", [t for t in self.sg.inputs if t in on_gpu and t not in graph_out
-                                                  and t not in self.state_tensors]) \
-            if self.sg.inputs and host_writes_seen(cl, ctx) else {}
+                                                  and t not in self.state_tensors]) if self.shared_memory else {}
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
@@ -398,16 +403,20 @@ class DeviceTensors:
         keep.append(data)  # (until the queue is finished)
 
     def fetch_outputs(self, queue, ts: list[int]) -> dict[int, Callable[[], np.ndarray]]:
-        """``fetch`` for several tensors, those on the output arena's host arrays read with one map of the arena:
-        each returned function gives its value once the queue is finished."""
+        """``fetch`` for several tensors, those on the output arena's host arrays read with one map of the arena (or
+        none, where the device shares the host's memory): each returned function gives its value once the queue is
+        finished."""
         mapped = [t for t in ts if self.staging[t].host is not None]
-        if len(mapped) < 2:
+        if len(mapped) < 2 and not self.shared_memory:
             return {t: self.fetch(queue, t) for t in ts}
         getters = {t: self.fetch(queue, t) for t in ts if t not in mapped}
         for t in mapped:
             st = self.staging[t]
             if st.from_device is not None:
                 self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
+        if self.shared_memory:  # (the finished kernels' values are in the host arrays: no map needed)
+            getters.update({t: (lambda t=t: _as_type(self.staging[t].host, self.sg.tensors[t].dtype)) for t in mapped})
+            return getters
         arena = self.arenas["output"]
         view, _ = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,), np.float32,
                                              is_blocking=False)
@@ -428,6 +437,8 @@ class DeviceTensors:
         if st.from_device is not None:
             self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
         tensor = self.sg.tensors[t]
+        if st.host is not None and self.shared_memory:  # (the finished kernels' values are in its host array)
+            return lambda: _as_type(st.host, tensor.dtype)
         if st.host is not None:  # (the buffer's own memory: mapped for the kernels' values to be there, unmapped)
             mapped, _ = self.cl.enqueue_map_buffer(queue, st.dense, self.cl.map_flags.READ, 0, st.host.shape,
                                                    np.float32, is_blocking=False)
