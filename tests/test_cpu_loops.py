@@ -117,6 +117,28 @@ def test_background_compile_serves_interpreted_runs_until_ready(monkeypatch):
         assert_close(g, w)
 
 
+def test_interpreted_runs_hand_the_compile_thread_the_gil(monkeypatch, tmp_path):
+    """While its compile thread runs, each interpreted run of the loop gives up the GIL once (time.sleep(0)), so
+    that a thread invoking back to back does not starve the compile; none once it is compiled."""
+    monkeypatch.setenv("TFLGPU_CPU_LOOPS", "background")
+    monkeypatch.setenv("TFLGPU_CACHE_DIR", str(tmp_path))  # (nothing compiled yet: the compile takes a while)
+    yields, real_sleep = [], loops.time.sleep
+    monkeypatch.setattr(loops.time, "sleep", lambda s: yields.append(s) or real_sleep(s))
+    model, feeds = while_model(np.random.default_rng(7))
+    it = _interp(model, feeds)
+    it.invoke()  # (starts the compile)
+    loop = _slot(it).get()
+    for _ in range(5):  # (a compile from nothing takes seconds, these runs a few milliseconds)
+        it.invoke()
+    assert loop._thread.is_alive() or loop._fn is not None
+    assert yields.count(0) >= 4  # (the last run may find the compile done)
+    assert it.wait_background(timeout=120)
+    it.invoke()
+    done = len(yields)
+    it.invoke()
+    assert len(yields) == done and loop.failed is None
+
+
 def test_off_keeps_every_loop_interpreted(monkeypatch):
     monkeypatch.setenv("TFLGPU_CPU_LOOPS", "off")
     model, feeds = while_model(np.random.default_rng(3))
