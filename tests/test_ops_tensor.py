@@ -181,31 +181,53 @@ def test_strided_slice_corpus_pattern(rng):
                                np.array([0, 7, 6, 0], I32), np.array([1, 2, 1, 1], I32)], begin_mask=9, end_mask=9)
 
 
-def test_strided_slice_follows_a_resized_input(rng):
-    """A constant slice's index, worked out once per input shape, is worked out again for a new shape: the
-    masks take whole axes, whose extent changes with the input (against LiteRT at both shapes)."""
+def _resized_runs_match_litert(model: bytes, first: tuple, shapes: list[tuple], rng) -> list[np.ndarray]:
+    """Invoke ``model`` at its input shape ``first``, then resized to each of ``shapes`` (one interpreter), each
+    result against LiteRT's at that shape; the results."""
     from tflgpu import Interpreter
 
-    from .oputil import litert, op_model, run_model
+    from .oputil import litert, run_model
 
-    for shape in [(1, 8, 8, 4), (2, 11, 6, 4)]:
-        model, _ = op_model("STRIDED_SLICE", [In(rand(rng, (1, 8, 8, 4))), np.array([0, 1, 2, 0], I32),
-                                              np.array([0, 7, 6, 0], I32), np.array([1, 2, 1, 1], I32)],
-                            begin_mask=13, end_mask=13)
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    x_idx = it.get_input_details()[0]["index"]
+    it.set_tensor(x_idx, rand(rng, first))
+    it.invoke()  # (what a constant spec works out for the first shape is kept)
+    got_all = []
+    for shape in shapes:
         x = rand(rng, shape)
-        it = Interpreter(model_content=model)
+        it.resize_tensor_input(x_idx, list(shape))
         it.allocate_tensors()
-        first = it.get_input_details()[0]["index"]
-        it.set_tensor(first, rand(rng, (1, 8, 8, 4)))
-        it.invoke()  # (the index of the first shape is kept)
-        it.resize_tensor_input(first, list(shape))
-        it.allocate_tensors()
-        it.set_tensor(first, x)
+        it.set_tensor(x_idx, x)
         it.invoke()
         got = it.get_tensor(it.get_output_details()[0]["index"])
         want = run_model(litert(), model, [x])[0]
-        assert got.shape == want.shape == (shape[0], 3, shape[2], 4)
+        assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+        got_all.append(got)
+    return got_all
+
+
+def test_strided_slice_follows_a_resized_input(rng):
+    """A constant slice's index, worked out once per input shape, is worked out again for a new shape: the
+    masks take whole axes, whose extent changes with the input (against LiteRT at both shapes)."""
+    from .oputil import op_model
+
+    model, _ = op_model("STRIDED_SLICE", [In(rand(rng, (1, 8, 8, 4))), np.array([0, 1, 2, 0], I32),
+                                          np.array([0, 7, 6, 0], I32), np.array([1, 2, 1, 1], I32)],
+                        begin_mask=13, end_mask=13)
+    (got,) = _resized_runs_match_litert(model, (1, 8, 8, 4), [(2, 11, 6, 4)], rng)
+    assert got.shape == (2, 3, 6, 4)
+
+
+def test_pad_follows_a_resized_input(rng):
+    """Constant paddings' output size and placement, worked out once per input shape, are worked out again for
+    a new shape (against LiteRT at each)."""
+    from .oputil import op_model
+
+    model, _ = op_model("PAD", [In(rand(rng, (1, 3, 4, 2))), np.array([[0, 0], [1, 2], [0, 3], [1, 0]], I32)])
+    got = _resized_runs_match_litert(model, (1, 3, 4, 2), [(2, 5, 1, 3), (1, 3, 4, 2)], rng)
+    assert [g.shape for g in got] == [(2, 8, 4, 4), (1, 6, 7, 3)]
 
 
 @pytest.mark.parametrize("perm", [(0, 2, 1), (2, 0, 1), (1, 0, 2)])
