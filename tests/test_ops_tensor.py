@@ -186,7 +186,7 @@ def _resized_runs_match_litert(model: bytes, first: tuple, shapes: list[tuple], 
     result against LiteRT's at that shape; the results."""
     from tflgpu import Interpreter
 
-    from .oputil import litert, run_model
+    from .oputil import assert_close, litert, run_model
 
     it = Interpreter(model_content=model)
     it.allocate_tensors()
@@ -203,7 +203,7 @@ def _resized_runs_match_litert(model: bytes, first: tuple, shapes: list[tuple], 
         got = it.get_tensor(it.get_output_details()[0]["index"])
         want = run_model(litert(), model, [x])[0]
         assert got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
+        assert_close(got, want)
         got_all.append(got)
     return got_all
 
@@ -228,6 +228,17 @@ def test_pad_follows_a_resized_input(rng):
     model, _ = op_model("PAD", [In(rand(rng, (1, 3, 4, 2))), np.array([[0, 0], [1, 2], [0, 3], [1, 0]], I32)])
     got = _resized_runs_match_litert(model, (1, 3, 4, 2), [(2, 5, 1, 3), (1, 3, 4, 2)], rng)
     assert [g.shape for g in got] == [(2, 8, 4, 4), (1, 6, 7, 3)]
+
+
+@pytest.mark.parametrize("op", ["RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"])
+def test_resize_follows_a_resized_input(op, rng):
+    """A resize to a constant size, its checks made once per input shape, run at one input shape and then at
+    another whose batch and channels differ: LiteRT's results at each."""
+    from .oputil import op_model
+
+    model, _ = op_model(op, [In(rand(rng, (1, 4, 5, 3))), np.array([7, 9], I32)])
+    got = _resized_runs_match_litert(model, (1, 4, 5, 3), [(2, 3, 3, 5)], rng)
+    assert [g.shape for g in got] == [(2, 7, 9, 5)]
 
 
 @pytest.mark.parametrize("perm", [(0, 2, 1), (2, 0, 1), (1, 0, 2)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -67,9 +68,22 @@ def _nearest_axis(in_size, out_size, align, half):
     return idx
 
 
-def _out_size(ctx: OpContext, xs) -> tuple[int, int]:
+def _out_sizes(ctx: OpContext) -> Callable[[list], tuple[int, int]]:
+    """The run's output (height, width), checked: once per input shape where the size is constant (the checks
+    were a third of a small resize's run)."""
     size = ctx.const(1)
-    return _checked_size(ctx, size if size is not None else xs[1], xs[0].shape)
+    if size is None:
+        return lambda xs: _checked_size(ctx, xs[1], xs[0].shape)
+    known: dict[tuple, tuple[int, int]] = {}
+
+    def out_size(xs) -> tuple[int, int]:
+        shape = xs[0].shape
+        hw = known.get(shape)
+        if hw is None:
+            hw = known[shape] = _checked_size(ctx, size, shape)
+        return hw
+
+    return out_size
 
 
 def _checked_size(ctx: OpContext, size, x_shape) -> tuple[int, int]:
@@ -93,10 +107,11 @@ def _check_at_prepare(ctx: OpContext) -> None:
 def resize_bilinear(ctx: OpContext):
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
     _check_at_prepare(ctx)
+    out_size = _out_sizes(ctx)
 
     def run(xs):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
-        oh, ow = _out_size(ctx, xs)
+        oh, ow = out_size(xs)
         y0, y1, fy = _bilinear_axis(x.shape[1], oh, align, half)
         x0, x1, fx = _bilinear_axis(x.shape[2], ow, align, half)
         return [_bilinear(x, y0, y1, fy, x0, x1, fx)]
@@ -108,10 +123,11 @@ def resize_bilinear(ctx: OpContext):
 def resize_nearest(ctx: OpContext):
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
     _check_at_prepare(ctx)
+    out_size = _out_sizes(ctx)
 
     def run(xs):
         x = xs[0]
-        oh, ow = _out_size(ctx, xs)
+        oh, ow = out_size(xs)
         iy = _nearest_axis(x.shape[1], oh, align, half)
         ix = _nearest_axis(x.shape[2], ow, align, half)
         return [np.ascontiguousarray(x[:, iy][:, :, ix])]
