@@ -51,6 +51,20 @@ def _plan(model: bytes, fp16: bool, **config) -> GpuPlan:
     return GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=fp16, **config))
 
 
+def _counted(io, call: str) -> list:
+    """Give the plan's transfers a pyopencl module that records the second argument (the buffer) of each
+    ``call`` (an enqueue function) it makes; the list of them."""
+    seen, real = [], io.cl
+
+    class Counting:
+        def __getattr__(self, name):
+            fn = getattr(real, name)
+            return (lambda *a, **k: seen.append(a[1]) or fn(*a, **k)) if name == call else fn
+
+    io.cl = Counting()
+    return seen
+
+
 @pytest.fixture(params=PRECISIONS)
 def fp16(request, opencl_device):
     if request.param and not opencl_device.identity.fp16:
@@ -178,11 +192,11 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
     alignment, and an invoke maps it once instead of once per output, or not at all where the device shares the
     host's memory (a CPU runtime: the finished kernels' values are in the arena); every invoke's values are
     LiteRT's."""
+    import pyopencl as cl
+
     from tflgpu.runtime import transfers
 
     from .conftest import corpus_model
-
-    import pyopencl as cl
 
     if shared and not opencl_device.cl_device.type & cl.device_type.CPU:
         pytest.skip("a GPU's runtime may cache host memory: the map is its path")
@@ -197,14 +211,7 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
     placed = {t: at for t, (kind, at) in io.arena_at.items() if kind == "output"}
     assert sorted(placed) == sorted(outs) and all(at % align == 0 for at in placed.values())
     assert len(set(placed.values())) == 3
-    maps = []
-
-    class Counting:  # (the plan's pyopencl module, counting the maps an invoke enqueues)
-        def __getattr__(self, name):
-            fn = getattr(real, name)
-            return (lambda *a, **k: maps.append(a[1]) or fn(*a, **k)) if name == "enqueue_map_buffer" else fn
-
-    real, io.cl = io.cl, Counting()
+    maps = _counted(io, "enqueue_map_buffer")
     x = it.get_input_details()[0]["index"]
     for seed in (1, 2):
         feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)]
@@ -289,9 +296,9 @@ def test_inputs_are_written_into_their_buffers_host_memory(opencl_device, rng, f
     """Where the device reads host memory in place (a CPU runtime; ``shares_host_memory`` checks it), an invoke
     writes each input into its dense buffer's page-aligned host array and enqueues no copy: the kernel reading it
     densely (the stem) or the conversion kernel (an input two kernels read) sees each invoke's new values."""
-    from tflgpu.runtime.transfers import HOST_ALIGN, shares_host_memory
-
     import pyopencl as cl
+
+    from tflgpu.runtime.transfers import HOST_ALIGN, shares_host_memory
 
     if not opencl_device.cl_device.type & cl.device_type.CPU:
         pytest.skip("a GPU's runtime may cache host memory: inputs are copied there")
@@ -302,14 +309,7 @@ def test_inputs_are_written_into_their_buffers_host_memory(opencl_device, rng, f
     st = io.staging[x]
     assert st.host_in is not None and st.host_in.ctypes.data % HOST_ALIGN == 0
     assert (st.to_device is not None) == second_reader
-    copies = []
-
-    class Counting:  # (the plan's pyopencl module, counting the copies an invoke enqueues)
-        def __getattr__(self, name):
-            fn = getattr(real, name)
-            return (lambda *a, **k: copies.append(a[1]) or fn(*a, **k)) if name == "enqueue_copy" else fn
-
-    real, io.cl = io.cl, Counting()
+    copies = _counted(io, "enqueue_copy")
     for seed in (1, 2, 3):
         feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)]
         copies.clear()
