@@ -265,3 +265,34 @@ def test_a_stored_plan_started_from_the_database_is_still_searched(opencl_device
     status = again.tuning_status()
     assert status.kernels_done == status.kernels_searched == 1 and not status.last_error
     assert_close(run_model(lambda **kw: again, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+
+@pytest.mark.parametrize("name", ["nvidia-h100.json", "nvidia-h200.json"])
+def test_a_shipped_gpu_file_still_names_the_corpus_kernel_families(opencl_device, monkeypatch, tmp_path, name):
+    """A GPU's shipped records start its kernels only through their families (a record's kernel key holds the
+    generator version it was measured with), and a family is the hash of a kernel's search space, which a new knob
+    changes. With that GPU's target (faked on this OpenCL device) and its identity, every CONV_2D kernel of
+    MobileNet v2's plan finds a start in that file alone: a space change that leaves the file's families behind
+    (as one left 103 of the H100's 104 records) fails here until the records are remapped."""
+    import shutil
+
+    from tflgpu.autotune.exchange import SHIPPED_DIR, NearestRecords
+    from tflgpu.autotune.tuner import kernel_family, kernel_shape
+    from tflgpu.kernels import base
+    from tflgpu.ops.layout import bhwc
+
+    from .conftest import corpus_model
+
+    shutil.copy(SHIPPED_DIR / name, tmp_path / name)
+    identity = json.loads((tmp_path / name).read_text())["devices"][0]["identity"]
+    target = base.Target(float_lanes=1, gpu=True, subgroups=None, images=True)  # (NVIDIA's OpenCL 1.2)
+    monkeypatch.setattr(base.Target, "of", classmethod(lambda cls, device, device_type: target))
+    plan = Interpreter(str(corpus_model("mobilenet_v2_1.0_224.tflite")),
+                       delegate=GpuDelegate(tuning="none", cache=False)).gpu_plan
+    near = NearestRecords(None, identity, shipped_dir=tmp_path)
+    convs = [s for s in plan.steps if s.device == "gpu" and s.op.name == "CONV_2D"]
+    assert len(convs) >= 10
+    for s in convs:
+        layouts = {t: bhwc(plan.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
+        found = near.find("a key of no record", kernel_family(s.op.name, s.specs, False), kernel_shape(s.specs, layouts))
+        assert found is not None and f"this device ({identity['device']})" in found.level, (s.op.index, s.params)
