@@ -122,6 +122,7 @@ def test_interpreted_runs_hand_the_compile_thread_the_gil(monkeypatch, tmp_path)
     that a thread invoking back to back does not starve the compile; none once it is compiled."""
     monkeypatch.setenv("TFLGPU_CPU_LOOPS", "background")
     monkeypatch.setenv("TFLGPU_CACHE_DIR", str(tmp_path))  # (nothing compiled yet: the compile takes a while)
+    _forget_loaded_loops()  # (nor in this process: an earlier test's loop of the same code would load at once)
     yields, real_sleep = [], loops.time.sleep
     monkeypatch.setattr(loops.time, "sleep", lambda s: yields.append(s) or real_sleep(s))
     model, feeds = while_model(np.random.default_rng(7))
