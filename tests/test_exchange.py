@@ -267,13 +267,17 @@ def test_a_stored_plan_started_from_the_database_is_still_searched(opencl_device
     assert_close(run_model(lambda **kw: again, model, feeds)[0], run_model(litert(), model, feeds)[0])
 
 
-@pytest.mark.parametrize("name", ["nvidia-h100.json", "nvidia-h200.json"])
-def test_a_shipped_gpu_file_still_names_the_corpus_kernel_families(opencl_device, monkeypatch, tmp_path, name):
-    """A GPU's shipped records start its kernels only through their families (a record's kernel key holds the
+@pytest.mark.parametrize("name,target", [
+    ("nvidia-h100.json", {"float_lanes": 1, "gpu": True, "images": True}),  # (NVIDIA's OpenCL 1.2)
+    ("nvidia-h200.json", {"float_lanes": 1, "gpu": True, "images": True}),
+    ("intel-opencl-cpu-amd-epyc-zen5.json", {"float_lanes": 16, "subgroups": "cl_intel_subgroups", "images": True})])
+def test_a_shipped_file_still_names_the_corpus_kernel_families(opencl_device, monkeypatch, tmp_path, name, target):
+    """A device's shipped records start its kernels only through their families (a record's kernel key holds the
     generator version it was measured with), and a family is the hash of a kernel's search space, which a new knob
-    changes. With that GPU's target (faked on this OpenCL device) and its identity, every CONV_2D kernel of
+    changes. With that device's target (faked on this OpenCL device) and its identity, every CONV_2D kernel of
     MobileNet v2's plan finds a start in that file alone: a space change that leaves the file's families behind
-    (as one left 103 of the H100's 104 records) fails here until the records are remapped."""
+    (as ones left 103 of the H100's 104 records and the Zen 5's 47 CONV_2D records) fails here until the records
+    are remapped."""
     import shutil
 
     from tflgpu.autotune.exchange import SHIPPED_DIR, NearestRecords
@@ -285,8 +289,7 @@ def test_a_shipped_gpu_file_still_names_the_corpus_kernel_families(opencl_device
 
     shutil.copy(SHIPPED_DIR / name, tmp_path / name)
     identity = json.loads((tmp_path / name).read_text())["devices"][0]["identity"]
-    target = base.Target(float_lanes=1, gpu=True, subgroups=None, images=True)  # (NVIDIA's OpenCL 1.2)
-    monkeypatch.setattr(base.Target, "of", classmethod(lambda cls, device, device_type: target))
+    monkeypatch.setattr(base.Target, "of", classmethod(lambda cls, device, device_type: base.Target(**target)))
     plan = Interpreter(str(corpus_model("mobilenet_v2_1.0_224.tflite")),
                        delegate=GpuDelegate(tuning="none", cache=False)).gpu_plan
     near = NearestRecords(None, identity, shipped_dir=tmp_path)
