@@ -166,6 +166,25 @@ def _depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)
     return out.reshape(n, oh, ow, c)
 
 
+@njit(cache=True, inline="always")
+def border_taps(x, w, b, iy0, ix0, dh, dw, xz, acc):
+    """acc += (x - xz) * w over the taps of a 3x3 window (``w`` [3, 3, c], top-left input pixel (iy0, ix0) of image
+    b) that fall inside the input: a border pixel of the 3x3 depthwise kernels (float, and integer with its zero
+    point; exact in both)."""
+    h, wd, c = x.shape[1], x.shape[2], x.shape[3]
+    for ky in range(3):
+        iy = iy0 + ky * dh
+        if iy < 0 or iy >= h:
+            continue
+        for kx in range(3):
+            ix = ix0 + kx * dw
+            if ix < 0 or ix >= wd:
+                continue
+            src = x[b, iy, ix]
+            for ch in range(c):
+                acc[ch] += (src[ch] - xz) * w[ky, kx, ch]
+
+
 @njit(cache=True, parallel=True)
 def _depthwise3x3(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi):
     """A 3x3 depthwise convolution (multiplier 1, float32; ``w`` [3, 3, c]): where an output pixel's nine taps
@@ -214,17 +233,7 @@ def _depthwise3x3(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi):
                 continue
             for ch in range(c):
                 dst[ch] = bias[ch]
-            for ky in range(3):
-                iy = iy0 + ky * dh
-                if iy < 0 or iy >= h:
-                    continue
-                for kx in range(3):
-                    ix = ix0 + kx * dw
-                    if ix < 0 or ix >= wd:
-                        continue
-                    src = x[b, iy, ix]
-                    for ch in range(c):
-                        dst[ch] += src[ch] * w[ky, kx, ch]
+            border_taps(x, w, b, iy0, ix0, dh, dw, np.float32(0), dst)
             for ch in range(c):
                 dst[ch] = min(max(dst[ch], lo), hi)
             ox += 1

@@ -32,7 +32,7 @@ from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.jit import materialize, njit, prange
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
-from .conv import _bias, _depthwise, conv_product
+from .conv import _bias, _depthwise, border_taps, conv_product
 from .elementwise import dequantize, quantize
 from .gemm import conv_requantize, gemm_bias_clamp
 from .registry import KernelError, OpContext, check_geometry, factory_for, once
@@ -367,17 +367,7 @@ def _depthwise3x3_requantize(x, xz, w, bias, scale, oz, lo, hi, sh, sw, dh, dw, 
             else:
                 for ch in range(c):
                     acc[ch] = bias[ch]
-                for ky in range(3):
-                    iy = iy0 + ky * dh
-                    if iy < 0 or iy >= h:
-                        continue
-                    for kx in range(3):
-                        ix = ix0 + kx * dw
-                        if ix < 0 or ix >= wd:
-                            continue
-                        src = x[b, iy, ix]
-                        for ch in range(c):
-                            acc[ch] = i32(acc[ch] + i32(i32(i32(src[ch]) - xz) * w[ky, kx, ch]))
+                border_taps(x, w, b, iy0, ix0, dh, dw, xz, acc)
             dst = out[b, oy, ox]
             for ch in range(c):
                 v = np.float32(acc[ch]) * scale[ch]
