@@ -7,8 +7,7 @@ thread count), every corpus model, in one process.
 
 Prints a markdown table of median latencies and ratios to LiteRT (lower is better for tflgpu). Per
 model, every interpreter is built first, then each is invoked in alternation with LiteRT (--repeat rounds, and
-at least --min-seconds of them),
-so the machine's drift hits both alike: the CPU kernels in one rotation, the OpenCL FP32 and FP16 plans in
+at least --min-seconds of them), so the machine's drift hits both alike: the CPU kernels in one rotation, the OpenCL FP32 and FP16 plans in
 another, each ratio against the LiteRT of its own rotation (numba's OpenMP workers spin on after an invoke and
 slow whatever the process runs next). ``--write-readme`` puts the table, with the date, the
 machine and the command, into the README's generated section ``bench_corpus``.

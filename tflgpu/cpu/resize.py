@@ -10,7 +10,8 @@ import numpy as np
 
 from ..ops.attributes import resize_scale
 from ..ops.jit import njit, prange
-from .registry import KernelError, OpContext, check_size_at_prepare, fits, register, static_shape
+from .registry import (KernelError, OpContext, check_size_at_prepare, fits, per_input_shape, register,
+                       static_shape)
 
 
 @functools.lru_cache(maxsize=256)
@@ -69,21 +70,10 @@ def _nearest_axis(in_size, out_size, align, half):
 
 
 def _out_sizes(ctx: OpContext) -> Callable[[list], tuple[int, int]]:
-    """The run's output (height, width), checked: once per input shape where the size is constant (the checks
-    were a third of a small resize's run)."""
+    """The run's output (height, width), checked (once per input shape where the size is constant)."""
     size = ctx.const(1)
-    if size is None:
-        return lambda xs: _checked_size(ctx, xs[1], xs[0].shape)
-    known: dict[tuple, tuple[int, int]] = {}
-
-    def out_size(xs) -> tuple[int, int]:
-        shape = xs[0].shape
-        hw = known.get(shape)
-        if hw is None:
-            hw = known[shape] = _checked_size(ctx, size, shape)
-        return hw
-
-    return out_size
+    return per_input_shape(size is not None,
+                           lambda xs: _checked_size(ctx, size if size is not None else xs[1], xs[0].shape))
 
 
 def _checked_size(ctx: OpContext, size, x_shape) -> tuple[int, int]:

@@ -8,7 +8,16 @@ import numpy as np
 
 from ..ops.attributes import axis_slice
 from ..ops.jit import njit
-from .registry import KernelError, OpContext, check_size_at_prepare, fits, normalize_axis, register, static_shape
+from .registry import (
+    KernelError,
+    OpContext,
+    check_size_at_prepare,
+    fits,
+    normalize_axis,
+    per_input_shape,
+    register,
+    static_shape,
+)
 
 
 def _value(ctx: OpContext, xs, i: int) -> np.ndarray:
@@ -228,20 +237,12 @@ def strided_slice(ctx: OpContext):
     if ell & (ell - 1):
         raise ctx.fail(f"Multiple ellipses in slice spec not allowed (ellipsis_mask {ell})")
 
-    constant = all(ctx.const(i) is not None for i in (1, 2, 3))
-    indices: dict[tuple, tuple] = {}  # input shape -> index, where begin / end / strides are constant
-
     def run(xs):
-        x = xs[0]
-        idx = indices.get(x.shape) if constant else None
-        if idx is None:
-            idx = index(x, xs)
-            if constant:
-                indices[x.shape] = idx
-        return [np.array(x[idx])]  # a copy that keeps 0-d results 0-d
+        return [np.array(xs[0][index(xs)])]  # a copy that keeps 0-d results 0-d
 
-    def index(x, xs) -> tuple:
-        """The numpy index of this slice of ``x`` (checked)."""
+    def slice_index(xs) -> tuple:
+        """The numpy index of this slice of ``xs[0]`` (checked)."""
+        x = xs[0]
         begin, end, strides = (_ints(_value(ctx, xs, i)) for i in (1, 2, 3))
         if not len(begin) == len(end) == len(strides):
             raise KernelError("STRIDED_SLICE: begin, end and strides differ in length")
@@ -273,6 +274,7 @@ def strided_slice(ctx: OpContext):
             dim += 1
         return tuple(idx)
 
+    index = per_input_shape(all(ctx.const(i) is not None for i in (1, 2, 3)), slice_index)
     return run
 
 
@@ -417,8 +419,13 @@ def _paddings(ctx: OpContext, xs) -> list[tuple[int, int]]:
 @register("PAD", "PADV2")
 def pad(ctx: OpContext):
     _padded(ctx)
-    constant = ctx.const(1) is not None
-    placed: dict[tuple, tuple] = {}  # input shape -> (output shape, the input's index in it): constant paddings
+
+    def placement(xs) -> tuple[tuple, tuple]:
+        """(the output's shape, the input's index in it), the paddings checked."""
+        pads = _paddings(ctx, xs)
+        return tuple(_padded_shape(xs[0].shape, pads)), tuple(slice(a, a + d) for d, (a, _) in zip(xs[0].shape, pads))
+
+    placed = per_input_shape(ctx.const(1) is not None, placement)
 
     def run(xs):
         x = xs[0]
@@ -427,14 +434,9 @@ def pad(ctx: OpContext):
             value = np.asarray(xs[2]).reshape(-1)[0]
         elif x.dtype != np.float32 and ctx.input_tensor(0).quantization is not None:
             value = int(ctx.input_tensor(0).quantization.zero_points[0])  # quantized zero
-        where = placed.get(x.shape) if constant else None
-        if where is None:  # (checked and sized once per shape where the paddings are constant: ~12 us a run)
-            pads = _paddings(ctx, xs)
-            where = (tuple(_padded_shape(x.shape, pads)), tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, pads)))
-            if constant:
-                placed[x.shape] = where
-        out = np.full(where[0], value, dtype=x.dtype)  # (np.pad costs ~50 us in Python)
-        out[where[1]] = x
+        shape, at = placed(xs)
+        out = np.full(shape, value, dtype=x.dtype)  # (np.pad costs ~50 us in Python)
+        out[at] = x
         return [out]
 
     return run

@@ -393,30 +393,25 @@ class DeviceTensors:
         st = self.staging[t]
         if st.host_in is not None:
             np.copyto(st.host_in, np.reshape(value, st.host_in.shape), casting="unsafe")
-            if st.to_device is not None:
-                self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
-            return
-        data = np.ascontiguousarray(value, dtype=np.float32)
-        self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
+        else:
+            data = np.ascontiguousarray(value, dtype=np.float32)
+            self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
+            keep.append(data)  # (until the queue is finished)
         if st.to_device is not None:
             self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
-        keep.append(data)  # (until the queue is finished)
 
     def fetch_outputs(self, queue, ts: list[int]) -> dict[int, Callable[[], np.ndarray]]:
         """``fetch`` for several tensors, those on the output arena's host arrays read with one map of the arena (or
         none, where the device shares the host's memory): each returned function gives its value once the queue is
         finished."""
         mapped = [t for t in ts if self.staging[t].host is not None]
-        if len(mapped) < 2 and not self.shared_memory:
+        if len(mapped) < 2 or self.shared_memory:  # (shared: ``fetch`` maps nothing)
             return {t: self.fetch(queue, t) for t in ts}
         getters = {t: self.fetch(queue, t) for t in ts if t not in mapped}
         for t in mapped:
             st = self.staging[t]
             if st.from_device is not None:
                 self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
-        if self.shared_memory:  # (the finished kernels' values are in the host arrays: no map needed)
-            getters.update({t: (lambda t=t: _as_type(self.staging[t].host, self.sg.tensors[t].dtype)) for t in mapped})
-            return getters
         arena = self.arenas["output"]
         view, _ = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,), np.float32,
                                              is_blocking=False)
