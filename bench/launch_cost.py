@@ -3,7 +3,9 @@
 through pyopencl's ``enqueue_nd_range_kernel``, through a ctypes call of ``clEnqueueNDRangeKernel`` on the
 same queue and kernel, the device time between back-to-back empty kernels (profiling events), and, where the
 driver offers ``cl_khr_command_buffer`` 1.0, the same launches recorded once and replayed as one command-buffer
-(the extension's entry points through ctypes: pyopencl does not wrap it).
+(the extension's entry points through ctypes: pyopencl does not wrap it), and a plan's worth of busy kernels
+(each running about as long as an enqueue costs) under each flush cadence an invoke may take (runtime.cadence):
+where the driver holds commands until a flush, flushing early overlaps the host's enqueues with the device's work.
 
     python bench/launch_cost.py [--device D] [--n 5000]
 """
@@ -18,6 +20,8 @@ import os
 import statistics
 import sys
 import time
+
+import numpy as np
 
 
 def main() -> int:
@@ -72,6 +76,7 @@ def main() -> int:
     enq2 = per_call(lambda: fn(qh, kh, 1, None, gsize, None, 0, None, None), q)
     print(f"ctypes clEnqueueNDRangeKernel: {enq2:.2f} us per call")
     command_buffer(cl, dev.cl_device, q, k)
+    cadences(cl, ctx, q, qp, buf, enq)
     evs = [cl.enqueue_nd_range_kernel(qp, k, (32,), None) for _ in range(2000)]
     qp.finish()
     gaps = [(b.profile.start - a_.profile.end) / 1e3 for a_, b in itertools.pairwise(evs[1000:])]
@@ -79,6 +84,43 @@ def main() -> int:
     print(f"device: empty kernel {statistics.median(runs):.2f} us, gap between back-to-back kernels "
           f"{statistics.median(gaps):.2f} us (median)")
     return 0
+
+
+def cadences(cl, ctx, q, qp, buf, enqueue_us: float, n: int = 30) -> None:
+    """n busy kernels (one work-group spinning about ``enqueue_us`` on the device) then finish, under each of
+    runtime.cadence's candidates, in alternation; against n x max(enqueue, kernel), the time if host and device
+    overlapped perfectly."""
+    from tflgpu.runtime.cadence import CANDIDATES
+
+    prg = cl.Program(ctx, "__kernel void spin(__global float* x, int n) { float v = x[get_local_id(0)];"
+                          " for (int i = 0; i < n; ++i) v = fma(v, 0.999f, 0.5f);"
+                          " if (v == 12345.0f) x[0] = v; }").build()
+    spin = prg.spin
+    iters, kernel_us = 256, 0.0
+    for _ in range(16):  # (doubling until one kernel takes about an enqueue's time)
+        spin.set_args(buf, np.int32(iters))
+        evs = [cl.enqueue_nd_range_kernel(qp, spin, (64,), (64,)) for _ in range(20)]
+        qp.finish()
+        kernel_us = statistics.median((e.profile.end - e.profile.start) / 1e3 for e in evs)
+        if kernel_us >= enqueue_us:
+            break
+        iters *= 2
+    spin.set_args(buf, np.int32(iters))
+    walls: dict = {c: [] for c in CANDIDATES}
+    for _ in range(100):
+        for c in CANDIDATES:
+            flush = c.flushes(n)
+            t = time.perf_counter()
+            for i in range(1, n + 1):
+                cl.enqueue_nd_range_kernel(q, spin, (64,), (64,))
+                if i in flush:
+                    q.flush()
+            q.finish()
+            walls[c].append((time.perf_counter() - t) / n * 1e6)
+    print(f"{n} busy kernels ({kernel_us:.1f} us each on the device) then finish, per kernel (median of 100; "
+          f"{max(kernel_us, enqueue_us):.1f} if enqueues and kernels overlapped):")
+    for c, w in walls.items():
+        print(f"  {c}: {statistics.median(w):.2f} us")
 
 
 def opencl_function(cl, name: str):

@@ -12,7 +12,6 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,29 @@ def reference_inputs(details: list[dict[str, Any]], seed: int = 0) -> list[np.nd
     return out
 
 
-def time_invokes(invoke: Callable[[], None], warmup: int = 3, repeats: int = 20,
-                 min_time_s: float = 0.0) -> list[float]:
-    """Wall-clock seconds of each of ``repeats`` invokes after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        invoke()
+MAX_SETTLING_INVOKES = 400  # warm-up invokes at most while a plan tries its invoke cadences
+
+
+def settling(it) -> bool:
+    """Whether ``it``'s plan is still trying invoke cadences (runtime.cadence): invokes timed meanwhile mix them."""
+    plan = getattr(it, "gpu_plan", None)
+    return plan is not None and plan.cadence.chosen is None
+
+
+def warm_up(it, invokes: int) -> None:
+    """``invokes`` untimed invokes, and more until the plan has chosen its cadence."""
+    for _ in range(invokes):
+        it.invoke()
+    for _ in range(MAX_SETTLING_INVOKES):
+        if not settling(it):
+            break
+        it.invoke()
+
+
+def time_invokes(it, warmup: int = 3, repeats: int = 20, min_time_s: float = 0.0) -> list[float]:
+    """Wall-clock seconds of each of ``repeats`` invokes of interpreter ``it`` after ``warm_up``."""
+    invoke = it.invoke
+    warm_up(it, warmup)
     times = []
     start = time.perf_counter()
     while len(times) < repeats or time.perf_counter() - start < min_time_s:
@@ -68,8 +85,7 @@ def interleaved_samples(interps: list, rounds: int = 30, warmup: int = 3, block:
     ``min_seconds``, the rounds took that long (at most ``MAX_SAMPLES`` each): twenty samples of a 0.2 ms
     model span a few milliseconds, where one burst of another process moves the median by half."""
     for it in interps:
-        for _ in range(warmup):
-            it.invoke()
+        warm_up(it, warmup)
     times = [[] for _ in interps]
     kept = max(1, block - 1)
     per_round = max(1, -(-rounds // kept))  # enough rounds for ``rounds`` kept samples
@@ -160,7 +176,7 @@ def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats
             pass
     ref_ms = err = None
     if LiteRT is None:
-        times = time_invokes(ours.invoke, warmup, repeats)
+        times = time_invokes(ours, warmup, repeats)
     else:  # timed in alternation with LiteRT, so the machine's drift hits both alike
         ref = _prepare(LiteRT, path, inputs, num_threads=num_threads)
         times, ref_times = interleaved_samples([ours, ref], rounds=repeats, warmup=warmup)
@@ -195,7 +211,7 @@ def format_table(rows: list[BenchRow]) -> str:
 
 
 def _profiled(path: str | Path, delegate):
-    """An interpreter with profiling on after two invokes (reference inputs; the background work done)."""
+    """An interpreter with profiling on after its warm-up invokes (reference inputs; the background work done)."""
     from .interpreter import Interpreter
 
     delegate.profile = True
@@ -203,8 +219,7 @@ def _profiled(path: str | Path, delegate):
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
         it.set_tensor(d["index"], x)
-    it.invoke()
-    it.invoke()
+    warm_up(it, 2)
     return it
 
 

@@ -212,9 +212,12 @@ def cmd_run(args) -> int:
             s = interp.tuning_status()
             print(f"tuning:  {s.kernels_searched} kernels searched in {s.seconds:.1f} s, {s.kernels_improved} "
                   f"faster than their defaults (kernel time {s.speedup:.2f}x)")
-    times = time_invokes(interp.invoke, warmup=1, repeats=args.repeat)
+    times = time_invokes(interp, warmup=1, repeats=args.repeat)
     print(f"latency: median {1e3 * statistics.median(times):.2f} ms, min {1e3 * min(times):.2f} ms "
           f"over {len(times)} invokes (after 1 warm-up)")
+    plan = interp.gpu_plan
+    if plan is not None and plan.cadence.chosen is not None:
+        print(f"         queue: {plan.cadence.chosen} (the fastest of its first invokes' trial)")
     return 0
 
 

@@ -126,9 +126,12 @@ class SwapQueue:
     def pending(self) -> list[Swap]:
         return list(self._items)
 
-    def install(self, plan) -> None:
-        """Install every queued swap into ``plan`` (its run calls this first, so never during an invoke)."""
+    def install(self, plan) -> int:
+        """Install every queued swap into ``plan`` (its run calls this first, so never during an invoke); returns
+        how many."""
+        installed = 0
         while self._items:
+            installed += 1
             swap = self._items.pop(0)
             plan.io.install_scratch(swap.scratch)
             for i, kernels in swap.kernels.items():
@@ -143,6 +146,7 @@ class SwapQueue:
                 if plan.background is not None:
                     plan.background.status.compile_tier = "optimized"
             log.info("installed %s (%d steps)", swap.what, len(swap.kernels))
+        return installed
 
 
 @dataclass

@@ -25,6 +25,7 @@ from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
+from .cadence import CadenceTrial
 from .config import PlanConfig
 from .device import DeviceInfo
 from .precision import (
@@ -213,6 +214,7 @@ class GpuPlan:
         clock.stop()
         self.last_run = RunTimeline()  # (profiled runs)
         self._state_at = "host"
+        self.cadence = CadenceTrial(self.launch_count())  # (when an invoke flushes its queue: runtime.cadence)
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
         if jobs:
@@ -263,13 +265,28 @@ class GpuPlan:
         DeviceError (a RuntimeError)."""
         with self.activity.invoke():
             try:
-                self.swaps.install(self)
-                return self._run(inputs)
+                if self.swaps.install(self):  # (other kernels: their best cadence is measured again)
+                    self.cadence = CadenceTrial(self.launch_count())
+                cadence = self.cadence.next()
+                t0 = time.perf_counter()
+                values = self._run(inputs, self.cadence.flushes(cadence))
+                self.cadence.record(cadence, time.perf_counter() - t0)
+                return values
             except self.cl.Error as e:
                 raise DeviceError(f"OpenCL device error during invoke ({e})") from e
 
-    def _run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+    def flush(self) -> None:
+        """Hand the queued commands to the device (clFlush), not waiting for them."""
+        self.queue.flush()
+
+    def launch_count(self) -> int:
+        """The kernels an invoke launches for its steps."""
+        return sum(len(s.specs) for s in self.steps if s.device == "gpu")
+
+    def _run(self, inputs: list[np.ndarray], flush_after: frozenset[int] = frozenset()) -> dict[int, np.ndarray]:
+        """``flush_after``: the counts of step launches after which the queue is flushed (runtime.cadence)."""
         cl, q, io = self.cl, self.queue, self.io
+        launched = 0
         values: dict[int, np.ndarray] = dict(io.host_consts)  # only what CPU-side ops read
         values.update(self.runner.variables)
         keep: list = []  # host arrays of non-blocking uploads, alive until the queue finishes
@@ -300,6 +317,9 @@ class GpuPlan:
                         at = time.perf_counter_ns()
                         ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
                         timeline.launches.append(KernelLaunch(_layer_name(spec.name, s.op), s.op.name, ev, at, spec))
+                    launched += 1
+                    if launched in flush_after:
+                        self.flush()
                 continue
             for t in io.downloads_before.get(i, ()):
                 if t not in values:

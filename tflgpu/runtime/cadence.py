@@ -1,0 +1,105 @@
+"""When an invoke hands its queued launches to the device: ``clFlush`` after some launches, or only the final wait.
+
+An OpenCL runtime may hold enqueued commands back until a flush or a blocking call, so that the device starts an
+invoke's first kernel only when the host has enqueued its last one: the host's enqueue time and the device's
+kernel time then add up instead of overlapping (on NVIDIA's OpenCL an enqueue costs the host about 8 us, as long
+as a MobileNet's kernel runs). Where the runtime submits each command at once, a flush only costs its call. Which
+holds is the driver's business, so a plan measures it on its own invokes (``CadenceTrial``): the first invokes
+take each cadence in turn, and the plan keeps the fastest, where it beats never flushing by a margin.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+
+log = logging.getLogger("tflgpu")
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """Flush after the invoke's first launch (``first``: the device starts while the host enqueues the rest) and
+    after every ``every``-th launch (0: no more)."""
+
+    first: bool = False
+    every: int = 0
+
+    def flushes(self, launches: int) -> frozenset[int]:
+        """The launch counts (1-based) after which an invoke of ``launches`` launches flushes; never after its last
+        (the final wait submits it)."""
+        at = {1} if self.first else set()
+        if self.every > 0:
+            at.update(range(self.every, launches, self.every))
+        return frozenset(n for n in at if n < launches)
+
+    def __str__(self) -> str:
+        if not self.first and not self.every:
+            return "no flush"
+        parts = (["after the first launch"] if self.first else []) + ([f"every {self.every}"] if self.every else [])
+        return "flush " + " and ".join(parts)
+
+
+NEVER = Cadence()
+# what a trial tries, the baseline first: one flush to start the device early, a few more to keep it fed, one per
+# pair of launches
+CANDIDATES = (NEVER, Cadence(first=True), Cadence(first=True, every=8), Cadence(first=True, every=2))
+MIN_LAUNCHES = 4  # a plan of fewer launches has nothing to overlap: it never flushes
+ROUNDS = 8  # invokes per candidate
+MARGIN = 0.05  # a cadence replaces no flushing where its median invoke is at least this much faster
+
+
+@dataclass
+class CadenceTrial:
+    """Chooses an invoke's cadence: each candidate in turn over the first ``rounds`` x candidates invokes
+    (interleaved, so drift hits all alike), then the one of least median time, kept if it beats the baseline's
+    (the first candidate) by ``margin``. ``restart()`` after the plan's kernels change (a tier-up, a tuning swap).
+    A plan of fewer than MIN_LAUNCHES launches decides at once: the baseline."""
+
+    launches: int
+    candidates: tuple[Cadence, ...] = CANDIDATES
+    rounds: int = ROUNDS
+    margin: float = MARGIN
+    chosen: Cadence | None = None
+    times: dict[Cadence, list[float]] = field(default_factory=dict)
+    _turn: int = 0
+    _flushes: dict[Cadence, frozenset[int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.launches < MIN_LAUNCHES or len(self.candidates) < 2:
+            self.chosen = self.candidates[0]
+
+    def next(self) -> Cadence:
+        """The cadence of the next invoke."""
+        if self.chosen is not None:
+            return self.chosen
+        return self.candidates[self._turn % len(self.candidates)]
+
+    def flushes(self, cadence: Cadence) -> frozenset[int]:
+        if cadence not in self._flushes:
+            self._flushes[cadence] = cadence.flushes(self.launches)
+        return self._flushes[cadence]
+
+    def record(self, cadence: Cadence, seconds: float) -> None:
+        """An invoke run at ``cadence`` took ``seconds`` (ignored once chosen, or if not the candidate asked for)."""
+        if self.chosen is not None or cadence != self.next():
+            return
+        self.times.setdefault(cadence, []).append(seconds)
+        self._turn += 1
+        if self._turn >= self.rounds * len(self.candidates):
+            self._decide()
+
+    def restart(self) -> None:
+        if self.launches >= MIN_LAUNCHES and len(self.candidates) > 1:
+            self.chosen, self.times, self._turn = None, {}, 0
+
+    def medians(self) -> dict[Cadence, float]:
+        return {c: statistics.median(t) for c, t in self.times.items() if t}
+
+    def _decide(self) -> None:
+        med = self.medians()
+        base = self.candidates[0]
+        best = min(med, key=med.get)
+        self.chosen = best if med[best] <= med[base] * (1 - self.margin) else base
+        log.info("invoke cadence: %s (median %s over %d invokes each)", self.chosen,
+                 ", ".join(f"{c}: {m * 1e6:.0f} us" for c, m in med.items()), self.rounds)
