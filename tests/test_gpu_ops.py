@@ -819,6 +819,37 @@ def test_conv_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
 
 
+@pytest.mark.parametrize("shape,cout,k,stride,tile,kc", [
+    ((1, 14, 14, 64), 48, 1, 1, (8, 8), 8),  # a pointwise conv: 64 terms per sum in half
+    ((1, 7, 7, 256), 40, 1, 1, (16, 4), 4),  # 256 terms, a ragged last pixel group
+    ((1, 9, 11, 6), 10, 3, 1, (8, 8), 4),  # a windowed conv as an implicit GEMM over its taps
+    ((2, 8, 8, 5), 6, 3, 2, (16, 4), 8),
+])
+def test_conv_group_tile_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile, kc):
+    """FP16 arithmetic in the group tile (the GPU's GEMM through local memory: half4 tiles and accumulators), in an
+    FP16 plan: within FP16's tolerance of LiteRT for pointwise and windowed convs, one and two images."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    w = rand(rng, (cout, k, k, shape[3])) / np.float32(np.sqrt(k * k * shape[3]))
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="SAME",
+                            stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
+    params = {"half_math": True, "group_tile": tile, "k_chunk": kc, "tile_x": 1, "tile_s": 1, "lanes": 4,
+              "vec_hint": None}
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=True, dense_boundary=False),
+                   params={0: params})
+    (spec,) = plan.steps[0].specs
+    assert {key: spec.params[key] for key in params} == params
+    assert "__local half4 xs" in spec.source and "half4 acc0_0" in spec.source
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
+
+
 @pytest.mark.parametrize("batch,cin,cout,split,ts", [(1, 1024, 1001, 32, 1), (2, 40, 30, 8, 2), (1, 6, 5, 64, 1)])
 def test_one_pixel_conv_split_variant(gpu, rng, batch, cin, cout, split, ts):
     """A pointwise conv of one pixel (a classifier written as a 1x1 conv) with its sum over the input split among

@@ -203,7 +203,8 @@ def test_image_weights_only_on_a_device_with_images():
 
 
 def test_half_math_only_in_an_fp16_plan_on_a_gpu():
-    """FP16 arithmetic: in a GPU's space where the kernel stores half, valid in the direct kernel only."""
+    """FP16 arithmetic: in a GPU's space where the kernel stores half, valid in the direct kernel and the group
+    tile, not with a split sum."""
     gpu_half = replace(CONV_3X3, **GPU, fp16=True)
     assert ConvKnobs.space(gpu_half)["half_math"] == [False, True]
     for shape in (replace(CONV_3X3, fp16=True), replace(CONV_3X3, **GPU), replace(gpu_half, whole_pixel=True)):
@@ -213,3 +214,6 @@ def test_half_math_only_in_an_fp16_plan_on_a_gpu():
         ConvKnobs.resolve(replace(CONV_3X3, **GPU), {"half_math": True})
     with pytest.raises(InvalidKnobs, match="not with \\['winograd'\\]"):
         ConvKnobs.resolve(gpu_half, {"half_math": True, "winograd": True})
+    assert ConvKnobs.resolve(gpu_half, {"half_math": True, "group_tile": (8, 8), "strided": False, "tile_x": 1}).group_tile
+    with pytest.raises(InvalidKnobs, match="not with \\['a channel rank / split'\\]"):
+        ConvKnobs.resolve(replace(gpu_half, pointwise=True, pixels=1), {"half_math": True, "split": 8})

@@ -102,6 +102,8 @@ POINTS = {  # knobs -> kernels launched for the block
                          "group_tile": (32, 8), "k_chunk": 8}, 1),
     "group tile 8x8 by 2x2": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1, "whole": False,
                                "group_tile": (8, 8), "k_chunk": 4}, 1),
+    "group tile 8x8 by 2x2, half math": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1,
+                                          "whole": False, "group_tile": (8, 8), "k_chunk": 4, "half_math": True}, 1),
     "unfused": ({"fused": False}, 2),
 }
 
@@ -118,10 +120,13 @@ BLOCKS = {  # separable_model arguments
 @pytest.mark.parametrize("block", sorted(BLOCKS))
 def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block):
     """Every variant computes the block LiteRT computes (FP32 within 1e-4, FP16 within 1e-2 of the output's
-    scale), with strides, padding, dilation, batches, padded output slices and a fused residual ADD."""
+    scale; FP16 arithmetic too), with strides, padding, dilation, batches, padded output slices and a fused
+    residual ADD."""
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
     params, kernels = POINTS[point]
+    if params.get("half_math") and not fp16:
+        pytest.skip("FP16 arithmetic is an FP16 plan's")
     kw = dict(BLOCKS[block])
     if "per" in params and (kw.get("shape", (1, 9, 11, 12))[3] // 4) % params["per"]:
         pytest.skip("per does not divide this block's depthwise slices")
@@ -130,6 +135,7 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
     (step,) = [s for s in plan.steps if s.device == "gpu"]
     assert step.op.name == SEPARABLE_CONV and len(step.specs) == kernels and plan.cpu_op_count == 0
     assert {k: step.specs[0].params[k] for k in params} == params
+    assert ("__local half4 xs" in step.specs[0].source) == bool(params.get("half_math"))
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
 
@@ -171,6 +177,14 @@ def test_invalid_points_are_refused():
             SeparableKnobs.resolve(shape, {"fused": True, **bad})
     with pytest.raises(InvalidKnobs):
         SeparableKnobs.resolve(shape, {"fused": False, "per": 3})  # (a value no variant has)
+    tile = {"fused": True, "lanes": 4, "per": 1, "whole": False, "group_tile": (8, 8), "half_math": True}
+    with pytest.raises(InvalidKnobs, match="needs an FP16 plan"):
+        SeparableKnobs.resolve(shape, tile)
+    half = replace(shape, fp16=True, gpu=True, float_lanes=1)
+    assert SeparableKnobs.resolve(half, tile).half_math and SeparableKnobs.space(half)["half_math"] == [False, True]
+    assert "half_math" not in SeparableKnobs.space(replace(shape, fp16=True))  # (a CPU runtime emulates half)
+    with pytest.raises(InvalidKnobs, match="not with the direct fused kernel"):
+        SeparableKnobs.resolve(half, {**tile, "group_tile": None})
     # the pair takes its convs' own defaults: other knobs beside fused=False (a record of another shape's) are moot
     pair = SeparableKnobs.resolve(shape, {"fused": False, "tile_x": 1, "group_tile": (8, 8), "k_chunk": 4})
     assert pair == replace(SeparableKnobs.default(shape), fused=False)

@@ -127,7 +127,7 @@ CONV_SPACE = {
     "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
     "k_chunk": [4, 8, 16],
     "image_weights": [False, True],  # the direct kernel's weights in a read-only image (where the device has images)
-    "half_math": [False, True],  # the direct kernel's sums in half (an FP16 plan)
+    "half_math": [False, True],  # the direct kernel's or the group tile's sums in half (an FP16 plan)
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
     # output slice's sum over the input slices (FULLY_CONNECTED's split)
     "split": [1, 8, 16, 32, 64],
@@ -261,8 +261,8 @@ class ConvKnobs(GroupTiled, Knobs):
     # of a buffer: where the device has images
     image_weights: bool = False
     # FP16 arithmetic (not only storage): half accumulators over the FP16 plan's half inputs and weights in the
-    # direct kernel, where the device has cl_khr_fp16; the tuner's output check against the default bounds the
-    # error it may add
+    # direct kernel or the group tile (whose local tiles then hold half), where the device has cl_khr_fp16; the
+    # tuner's output check against the default bounds the error it may add
     half_math: bool = False
 
     @classmethod
@@ -361,9 +361,9 @@ class ConvKnobs(GroupTiled, Knobs):
             if not shape.fp16:
                 bad.append("FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)")
             others = [n for n in ("image_weights", "winograd") if getattr(self, n)]
-            if others or shape.whole_pixel or self.group_tile is not None or self.split != 1:
-                bad.append(f"FP16 arithmetic is the direct kernel's: not with "
-                           f"{others or ['a channel rank / group_tile / split']}")
+            if others or shape.whole_pixel or self.split != 1:
+                bad.append(f"FP16 arithmetic is the direct kernel's and the group tile's: not with "
+                           f"{others or ['a channel rank / split']}")
         if self.image_weights is True:
             if not shape.images:
                 bad.append("image weights need a device with image support")
@@ -541,15 +541,16 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if half_math else "") + "\n".join(lines)
 
 
-def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None) -> list[str]:
+def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None, half: bool = False) -> list[str]:
     """The group tile's statement staging input slice ``k0 + kc`` of pixel ``p`` into ``xs[e]`` (zeros past the
-    slices or pixels): read from ``src``, or computed by ``stage``."""
+    slices or pixels): read from ``src``, or computed by ``stage``; ``half``: as a half4 (``xs`` holds half)."""
     if stage is None:
-        return [(f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? LD4(src, (b * {sin} + k0 + kc) * {pixels} + p)"
-                 " : (float4)(0.0f);")]
+        at = f"(b * {sin} + k0 + kc) * {pixels} + p"
+        load, zero = (f"vload4({at}, src)", "(half4)(0.0f)") if half else (f"LD4(src, {at})", "(float4)(0.0f)")
+        return [f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? {load} : {zero};"]
     return ["      float4 xv = (float4)(0.0f);",
             f"      if (k0 + kc < {sin} && p < {pixels}) {{ {stage.load('k0 + kc', 'p', 'xv')} }}",
-            "      xs[e] = xv;"]
+            f"      xs[e] = {'convert_half4(xv)' if half else 'xv'};"]
 
 
 def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
@@ -576,47 +577,52 @@ def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: i
 
 
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
-                       stage: GroupStage | None = None) -> str:
+                       stage: GroupStage | None = None, half_math: bool = False) -> str:
     """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
     input slices of a pointwise conv by default): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
     the matching weights (``weights_oi4`` padded to ls*ts output slices) in local memory, every work-item loading
-    its share, and each work-item accumulates tx pixels (lx apart) by ts slices from there."""
+    its share, and each work-item accumulates tx pixels (lx apart) by ts slices from there. ``half_math`` (an FP16
+    plan): the tiles are staged as half4 (half the local memory traffic) and the sums are half accumulators;
+    bias, activation and what follows in float."""
     px, so, nt = lx * tx, ls * ts, lx * ls
+    vt = "half4" if half_math else "float4"
+    zero = f"({vt})(0.0f)"
+    wload = (lambda at: f"vload4({at}, wts)") if half_math else (lambda at: f"LD4(wts, {at})")
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     lines = [f"__attribute__((reqd_work_group_size({lx}, 1, {ls})))",
              f"__kernel void {name}(__global const STORE_T* src, {stage.params if stage else ''}__global const STORE_T* wts,",
              f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
-             f"  __local float4 xs[{kc * px}];",
-             f"  __local float4 ws[{so * kc * 4}];",
+             f"  __local {vt} xs[{kc * px}];",
+             f"  __local {vt} ws[{so * kc * 4}];",
              "  const int lx = get_local_id(0); const int ls = get_local_id(2);",
              f"  const int lid = ls * {lx} + lx;",
              f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
              "  const int b = get_global_id(1);"]
     for a in range(ts):
         for t in range(tx):
-            lines.append(f"  float4 acc{a}_{t} = (float4)(0.0f);")
+            lines.append(f"  {vt} acc{a}_{t} = {zero};")
     lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {kc}) {{",
               f"    for (int e = lid; e < {kc * px}; e += {nt}) {{",
               f"      const int kc = e / {px}; const int p = p0 + e % {px};",
-              *_group_stage_lines(sin, pixels, stage),
+              *_group_stage_lines(sin, pixels, stage, half_math),
               "    }",
               f"    for (int e = lid; e < {so * kc * 4}; e += {nt}) {{",
               f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};",
-              f"      ws[e] = k0 + kc < {sin} ? LD4(wts, ((S0 + o) * {sin} + k0 + kc) * 4 + e % 4) : (float4)(0.0f);",
+              f"      ws[e] = k0 + kc < {sin} ? {wload(f'((S0 + o) * {sin} + k0 + kc) * 4 + e % 4')} : {zero};",
               "    }",
               "    barrier(CLK_LOCAL_MEM_FENCE);",
               f"    for (int kc = 0; kc < {kc}; ++kc) {{"]
     for t in range(tx):
-        lines.append(f"      const float4 x{t} = xs[kc * {px} + lx + {t * lx}];")
+        lines.append(f"      const {vt} x{t} = xs[kc * {px} + lx + {t * lx}];")
     for a in range(ts):
         lines.append(f"      const int wb{a} = ((ls * {ts} + {a}) * {kc} + kc) * 4;")
-        lines.append(f"      const float4 w{a}_0 = ws[wb{a}], w{a}_1 = ws[wb{a} + 1], w{a}_2 = ws[wb{a} + 2], "
+        lines.append(f"      const {vt} w{a}_0 = ws[wb{a}], w{a}_1 = ws[wb{a} + 1], w{a}_2 = ws[wb{a} + 2], "
                      f"w{a}_3 = ws[wb{a} + 3];")
         for t in range(tx):
-            lines.append(f"      acc{a}_{t} = mad((float4)(x{t}.x), w{a}_0, mad((float4)(x{t}.y), w{a}_1, "
-                         f"mad((float4)(x{t}.z), w{a}_2, mad((float4)(x{t}.w), w{a}_3, acc{a}_{t}))));")
+            lines.append(f"      acc{a}_{t} = mad(({vt})(x{t}.x), w{a}_0, mad(({vt})(x{t}.y), w{a}_1, "
+                         f"mad(({vt})(x{t}.z), w{a}_2, mad(({vt})(x{t}.w), w{a}_3, acc{a}_{t}))));")
     lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
     for a in range(ts):
         s_expr = f"(S0 + ls * {ts} + {a})"
@@ -625,14 +631,14 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
         for t in range(tx):
             p = f"(p0 + lx + {t * lx})"
             lines.append(f"    if ({p} < {pixels}) {{")
-            lines.append(f"      float4 v = acc{a}_{t} + bv;")
+            lines.append(f"      float4 v = {f'convert_float4(acc{a}_{t})' if half_math else f'acc{a}_{t}'} + bv;")
             lines.append("      " + activation(act, "v"))
             lines.append("      " + _store(f"(b * {sout} + {s_expr}) * {pixels} + {p}", s_expr, ep_code,
                                            pad_lanes_mask(cout, s_expr, "v")))
             lines.append("    }")
         lines.append("  }")
     lines.append("}")
-    return "\n".join(lines)
+    return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if half_math else "") + "\n".join(lines)
 
 
 def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx: int, ts: int) -> tuple:
@@ -704,7 +710,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         stage = None if trivial else im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                                                   dw=dw, pt=pt, pl=pl)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
-                                 lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage)
+                                 lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage,
+                                 half_math=knobs.half_math)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts)
     else:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,

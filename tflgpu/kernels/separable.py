@@ -60,6 +60,7 @@ class SeparableShape:
     float_lanes: int = Target.float_lanes
     gpu: bool = Target.gpu
     pixels: int = 0  # output pixels of an image (oh * ow)
+    fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class SeparableKnobs(GroupTiled, Knobs):
     # (LX, LS): the group-tile variant (kernels.conv.ConvKnobs.group_tile), staging k_chunk depthwise slices a step
     group_tile: tuple | None = None
     k_chunk: int = 8
+    # FP16 arithmetic in the group tile's pointwise sum (kernels.conv.ConvKnobs.half_math): an FP16 plan on a GPU
+    half_math: bool = False
 
     @classmethod
     def default(cls, shape: SeparableShape) -> SeparableKnobs:
@@ -116,6 +119,8 @@ class SeparableKnobs(GroupTiled, Knobs):
         space["tile_x"] = [v for v in SEPARABLE_SPACE["tile_x"] if v == 1 or v < 2 * shape.ow]
         space["tile_s"] = [v for v in SEPARABLE_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
         space["per"] = [v for v in SEPARABLE_SPACE["per"] if shape.sin % v == 0]
+        if shape.fp16 and shape.gpu:  # (a GPU's variant: a CPU runtime emulates half)
+            space["half_math"] = [False, True]
         return space
 
     @classmethod
@@ -132,6 +137,9 @@ class SeparableKnobs(GroupTiled, Knobs):
         bad += one_of("lanes", self.lanes, SEPARABLE_SPACE["lanes"])
         bad += one_of("per", self.per, SEPARABLE_SPACE["per"]) + one_of("k_chunk", self.k_chunk,
                                                                         SEPARABLE_SPACE["k_chunk"])
+        bad += one_of("half_math", self.half_math, (False, True))
+        if self.half_math is True and not shape.fp16:
+            bad.append("FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)")
         if bad:
             return bad
         if not self.fused:  # (resolve sets the other knobs to the default's)
@@ -146,6 +154,8 @@ class SeparableKnobs(GroupTiled, Knobs):
             if self.lanes != 4 or self.per != 1 or self.whole:
                 bad.append("a group tile stages float4 slices: lanes 4, per 1, not whole")
             bad += tile_bad
+        elif self.half_math:
+            bad.append("FP16 arithmetic is the group tile's: not with the direct fused kernel")
         return bad
 
 
@@ -274,7 +284,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(dw_ctx, ih, iw, kh, kw)
     g = _Geometry(n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    shape = SeparableShape(sin, sout, ow, ctx.target.float_lanes, ctx.target.gpu, pixels=oh * ow)
+    shape = SeparableShape(sin, sout, ow, ctx.target.float_lanes, ctx.target.gpu, pixels=oh * ow, fp16=ctx.fp16)
     knobs = SeparableKnobs.resolve(shape, ctx.params)
     space, params = SeparableKnobs.space(shape), knobs.params()
     if not knobs.fused:  # the two convs' own kernels, named after this op (kernels.program.shared_names)
@@ -293,7 +303,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
         tx, ts = knobs.tile_x, knobs.tile_s
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
                                  kc=knobs.k_chunk, act=act_pw, cout=cout, epilogue=ep,
-                                 stage=_depthwise_stage(g, sin, act_dw))
+                                 stage=_depthwise_stage(g, sin, act_dw), half_math=knobs.half_math)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts)
         dw_per = 1
     else:
