@@ -20,8 +20,11 @@
 #   SWEEP_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite" RECORDS_NAME=nvidia-h200
 #   bash bench/gpu_session.sh profile gputests bench sweep
 # Not yet run on a GPU (added without one): the implicit-GEMM group tile of windowed convs and TRANSPOSE_CONV,
-# image weights, sub-group reductions (not on NVIDIA's OpenCL 1.2), FP16 arithmetic (not without cl_khr_fp16).
-# Their correctness on the GPU: TESTS_K="group_tile or image_weights or work_group or half_math or gpu_defaults";
+# image weights, sub-group reductions and the sub-group broadcast GEMM (not on NVIDIA's OpenCL 1.2), FP16
+# arithmetic in the direct kernel and the group tiles (not without cl_khr_fp16), the invoke's flush cadence
+# (runtime.cadence: bench_gpu notes each model's trial; `launch` times 30 busy kernels under each cadence).
+# Their correctness on the GPU: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant
+# or gpu_defaults"; tests/test_cadence.py;
 # their speed: SWEEP_MODELS="unet_small_256.tflite deeplab_mnv2_257.tflite" (gpu_sweep has points of each).
 set -u
 export OUT=${OUT:-/tmp/out}

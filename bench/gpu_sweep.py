@@ -21,7 +21,9 @@ POINTS = {
     "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts)
                   for g, tx, ts, kc in (((32, 8), 1, 1, 8), ((16, 4), 1, 1, 8), ((32, 2), 1, 1, 8), ((16, 4), 2, 2, 16),
                                         ((8, 8), 4, 1, 8), ((16, 16), 1, 1, 8), ((8, 8), 1, 1, 8), ((32, 2), 2, 2, 8),
-                                        ((32, 8), 1, 1, 16), ((32, 8), 1, 1, 4))],
+                                        ((32, 8), 1, 1, 16), ((32, 8), 1, 1, 4))]
+                 # the GEMM sharing its input through sub-group broadcasts (where the device has sub-groups)
+                 + [dict(GEMM, group_tile=None, broadcast=ls, tile_x=tx) for ls in (16, 64) for tx in (1, 4)],
     "one pixel": [dict(GEMM, split=sp, tile_s=ts) for sp in (8, 16, 32, 64) for ts in (1, 2)],
     "conv": [dict(GEMM, tile_x=tx, tile_s=ts, strided=st) for tx, ts, st in
              ((1, 1, False), (1, 2, False), (2, 1, True), (2, 2, True), (4, 1, True), (1, 4, False), (2, 2, False))]

@@ -62,7 +62,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
-                           "k_chunk": 8, "split": 1, "image_weights": False, "half_math": False}
+                           "k_chunk": 8, "split": 1, "image_weights": False, "half_math": False, "broadcast": 0}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -848,6 +848,38 @@ def test_conv_group_tile_half_math_variant(opencl_device, rng, shape, cout, k, s
     assert {key: spec.params[key] for key in params} == params
     assert "__local half4 xs" in spec.source and "half4 acc0_0" in spec.source
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
+
+
+@pytest.mark.parametrize("shape,cout,ls,tx", [
+    ((1, 14, 14, 64), 48, 16, 4),
+    ((2, 5, 7, 20), 37, 16, 2),  # 5 input slices (a partial step), two images, a padded last output slice
+    ((1, 6, 6, 260), 70, 64, 1),  # 65 input slices, more work-items than output slices
+])
+def test_pointwise_conv_broadcast_variant(gpu, rng, shape, cout, ls, tx):
+    """The pointwise conv as a GEMM sharing its input through sub-group broadcasts (``broadcast``: a work-group of
+    ls work-items along the output slices): the same conv, with an epilogue-free RELU6, where the device has
+    sub-group functions."""
+    from tflgpu import Interpreter
+    from tflgpu.kernels.base import Target
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    it0 = Interpreter(model_content=op_model("RELU", [In(rand(rng, (1, 4)))])[0], delegate=gpu["delegate"])
+    if Target.of(it0.gpu_plan.device.cl_device, "").subgroups is None:
+        pytest.skip("device has no sub-group functions")
+    w = rand(rng, (cout, 1, 1, shape[3])) / np.float32(np.sqrt(shape[3]))
+    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="VALID",
+                            stride_w=1, stride_h=1, fused_activation_function="RELU6")
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    params = {"broadcast": ls, "tile_x": tx, "tile_s": 1, "lanes": 4, "vec_hint": None, "group_tile": None}
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16, dense_boundary=False),
+                   params={0: params})
+    (spec,) = plan.steps[0].specs
+    assert spec.local_size == (ls, 1, 1) and {k: spec.params[k] for k in params} == params
+    assert "sub_group_broadcast" in spec.source and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
 @pytest.mark.parametrize("batch,cin,cout,split,ts", [(1, 1024, 1001, 32, 1), (2, 40, 30, 8, 2), (1, 6, 5, 64, 1)])

@@ -217,3 +217,24 @@ def test_half_math_only_in_an_fp16_plan_on_a_gpu():
     assert ConvKnobs.resolve(gpu_half, {"half_math": True, "group_tile": (8, 8), "strided": False, "tile_x": 1}).group_tile
     with pytest.raises(InvalidKnobs, match="not with \\['a channel rank / split'\\]"):
         ConvKnobs.resolve(replace(gpu_half, pointwise=True, pixels=1), {"half_math": True, "split": 8})
+
+
+def test_broadcast_gemm_only_for_a_pointwise_conv_on_a_gpu_with_sub_groups():
+    """The sub-group broadcast GEMM: in the space of a GPU's pointwise conv where the device names sub-group
+    functions (3-5x slower than the default tiles on the Intel CPU runtime, so not in a CPU's), valid with one
+    float4 output slice per work-item and nothing else setting the work-group."""
+    pw = replace(CONV_3X3, kh=1, kw=1, pointwise=True, subgroups="cl_khr_subgroups", **GPU)
+    assert ConvKnobs.space(pw)["broadcast"] == [0, 16, 64]
+    for shape in (replace(pw, subgroups=None), replace(pw, gpu=False, float_lanes=16), CONV_3X3,
+                  replace(pw, whole_pixel=True), replace(pw, dense=True)):
+        assert "broadcast" not in ConvKnobs.space(shape)
+    plain = {"tile_s": 1, "lanes": 4, "vec_hint": None, "strided": False, "group_tile": None}
+    assert ConvKnobs.resolve(pw, {"broadcast": 16, "tile_x": 4, **plain}).broadcast == 16
+    for shape, params, why in [
+        (replace(pw, subgroups=None), {"broadcast": 16, **plain}, "on a device with cl_khr_subgroups"),
+        (pw, {"broadcast": 16, **plain, "tile_s": 2}, "one output slice per work-item"),
+        (pw, {"broadcast": 16, **plain, "group_tile": (8, 8)}, "one output slice per work-item"),
+        (pw, {"broadcast": 32, **plain}, "broadcast"),
+    ]:
+        with pytest.raises(InvalidKnobs, match=why):
+            ConvKnobs.resolve(shape, params)

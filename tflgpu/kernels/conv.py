@@ -131,6 +131,11 @@ CONV_SPACE = {
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
     # output slice's sum over the input slices (FULLY_CONNECTED's split)
     "split": [1, 8, 16, 32, 64],
+    # a pointwise conv as a GEMM whose work-items share their input through sub-group broadcasts instead of local
+    # memory: a work-group of this many work-items along the output slices, one each, every one loading a
+    # different input slice of the tile's pixels and broadcasting it to the others (cl_khr_subgroups or
+    # cl_intel_subgroups; no barrier); 0: off
+    "broadcast": [0, 16, 64],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
 LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage (OpenCL 1.2 guarantees 32 KB per group)
@@ -161,6 +166,7 @@ class ConvShape:
     dense: bool = False
     images: bool = Target.images  # the device reads images (kernels.base.Target)
     fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
+    subgroups: str | None = Target.subgroups  # the extension naming the sub-group functions (kernels.base.Target)
 
     @property
     def weight_texels(self) -> int:
@@ -176,6 +182,11 @@ class ConvShape:
     def depth(self) -> int:
         """The slices a group tile's sum runs over: every tap's input slices."""
         return self.kh * self.kw * self.sin
+
+    @property
+    def broadcast_ok(self) -> bool:
+        """A pointwise conv on a device with sub-group functions: the broadcast GEMM applies."""
+        return self.pointwise and self.subgroups is not None and not self.whole_pixel and not self.dense
 
     @property
     def winograd_ok(self) -> bool:
@@ -264,6 +275,9 @@ class ConvKnobs(GroupTiled, Knobs):
     # direct kernel or the group tile (whose local tiles then hold half), where the device has cl_khr_fp16; the
     # tuner's output check against the default bounds the error it may add
     half_math: bool = False
+    # work-items of a work-group along the output slices sharing the input of tile_x pixels through sub-group
+    # broadcasts (the pointwise conv's GEMM without local memory; CONV_SPACE["broadcast"]); 0: off
+    broadcast: int = 0
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -327,6 +341,8 @@ class ConvKnobs(GroupTiled, Knobs):
             del space["image_weights"]
         if not (shape.fp16 and shape.gpu) or shape.whole_pixel:  # (a GPU's variant: a CPU runtime emulates half)
             del space["half_math"]
+        if not (shape.broadcast_ok and shape.gpu):  # (a GPU's variant)
+            del space["broadcast"]
         if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
@@ -373,6 +389,17 @@ class ConvKnobs(GroupTiled, Knobs):
             if others or self.lanes != 4 or self.group_tile is not None or self.split != 1:
                 bad.append(f"image weights are the direct kernel's with float4 accumulators: not with "
                            f"{others or ['lanes / group_tile / split']}")
+        bad += one_of("broadcast", self.broadcast, CONV_SPACE["broadcast"])
+        if self.broadcast and not bad:
+            if not shape.broadcast_ok:
+                bad.append("sub-group broadcasts need a pointwise conv (no channel rank, no dense boundary) on a "
+                           "device with cl_khr_subgroups or cl_intel_subgroups")
+            others = [n for n in ("strided", "const_weights", "winograd", "image_weights", "half_math")
+                      if getattr(self, n)]
+            if others or self.lanes != 4 or self.tile_s != 1 or self.group_tile is not None or self.split != 1 \
+                    or self.local_size is not None:
+                bad.append(f"a broadcast GEMM sets its own work-group, one output slice per work-item in float4: not "
+                           f"with {others or ['lanes / tile_s / group_tile / split / local_size']}")
         if self.split != 1 and not bad:
             if not shape.split_ok:
                 bad.append("a split sum needs a pointwise conv of one pixel")
@@ -641,6 +668,47 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if half_math else "") + "\n".join(lines)
 
 
+def _broadcast_source(name, *, pixels, sin, sout, batch, tx, ls, act, cout, extension: str, epilogue=None) -> str:
+    """A pointwise conv as a GEMM sharing its input through sub-group broadcasts (``ConvKnobs.broadcast``): a
+    work-group of ls work-items along the output slices (dimension 0, along which runtimes form their sub-groups),
+    one slice each, all at the same tx adjacent pixels of one image. Per step each work-item of a sub-group loads one input slice of those pixels (the sub-group's size
+    of them: a float4 per pixel), and each such slice is broadcast to every work-item in turn, which multiplies it
+    with its own output slice's weights (``weights_oi4`` padded to ls output slices: every work-item, past the
+    output's slices too, takes part in every broadcast)."""
+    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
+    L = [f"#pragma OPENCL EXTENSION {extension} : enable",
+         f"__attribute__((reqd_work_group_size({ls}, 1, 1)))",
+         f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+         f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+         f"  const int S = get_global_id(0); const int X = get_global_id(1) * {tx}; const int b = get_global_id(2);",
+         "  const int lane = (int)get_sub_group_local_id(); const int sg = (int)get_sub_group_size();"]
+    L += [f"  float4 acc{t} = (float4)(0.0f);" for t in range(tx)]
+    L += [f"  for (int k0 = 0; k0 < {sin}; k0 += sg) {{",
+          f"    const int mine = (b * {sin} + k0 + lane) * {pixels} + X;",
+          f"    const bool in = k0 + lane < {sin};"]
+    L += [f"    const float4 x{t} = (in && X + {t} < {pixels}) ? LD4(src, mine + {t}) : (float4)(0.0f);"
+          for t in range(tx)]
+    L += [f"    const int kn = min(sg, {sin} - k0);",
+          "    for (int j = 0; j < kn; ++j) {",
+          f"      const int wb = (S * {sin} + k0 + j) * 4;",
+          "      const float4 w0 = LD4(wts, wb), w1 = LD4(wts, wb + 1), w2 = LD4(wts, wb + 2), w3 = LD4(wts, wb + 3);"]
+    for t in range(tx):
+        L.append(f"      acc{t} = mad((float4)(sub_group_broadcast(x{t}.x, (uint)j)), w0, "
+                 f"mad((float4)(sub_group_broadcast(x{t}.y, (uint)j)), w1, "
+                 f"mad((float4)(sub_group_broadcast(x{t}.z, (uint)j)), w2, "
+                 f"mad((float4)(sub_group_broadcast(x{t}.w, (uint)j)), w3, acc{t}))));")
+    L += ["    }", "  }", f"  if (S >= {sout}) return;", "  const float4 bv = LD4(bias, S);"]
+    for t in range(tx):
+        L += [f"  if (X + {t} < {pixels}) {{",
+              f"    float4 v = acc{t} + bv;",
+              "    " + activation(act, "v"),
+              "    " + _store(f"(b * {sout} + S) * {pixels} + X + {t}", "S", ep_code, pad_lanes_mask(cout, "S", "v")),
+              "  }"]
+    L.append("}")
+    return "\n".join(L)
+
+
 def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx: int, ts: int) -> tuple:
     """(global size, work-group, output slices the weights and bias are padded to) of a ``_group_tile_source``
     kernel: whole work-groups of lx x ls covering the pixels (tx each) and output slices (ts each) of each image."""
@@ -682,7 +750,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images,
-                      fp16=ctx.fp16)
+                      fp16=ctx.fp16, subgroups=ctx.target.subgroups)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)
@@ -705,6 +773,11 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=cout,
                                epilogue=ep)  # (one pixel: the slice layout is FULLY_CONNECTED's [batch, slice])
         gsize, local, pad = (knobs.split, n, -(-sout // ts)), (knobs.split, 1, 1), ts
+    elif knobs.broadcast:
+        ls = knobs.broadcast
+        src = _broadcast_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ls=ls, act=act,
+                                cout=cout, extension=shape.subgroups, epilogue=ep)
+        gsize, local, pad = (-(-sout // ls) * ls, -(-oh * ow // tx), n), (ls, 1, 1), ls
     elif knobs.group_tile is not None:
         lx, ls = knobs.group_tile
         stage = None if trivial else im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
