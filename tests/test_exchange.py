@@ -270,7 +270,8 @@ def test_a_stored_plan_started_from_the_database_is_still_searched(opencl_device
 @pytest.mark.parametrize("name,target", [
     ("nvidia-h100.json", {"float_lanes": 1, "gpu": True, "images": True}),  # (NVIDIA's OpenCL 1.2)
     ("nvidia-h200.json", {"float_lanes": 1, "gpu": True, "images": True}),
-    ("intel-opencl-cpu-amd-epyc-zen5.json", {"float_lanes": 16, "subgroups": "cl_intel_subgroups", "images": True})])
+    ("intel-opencl-cpu-amd-epyc-zen5.json", {"float_lanes": 16, "subgroups": "cl_intel_subgroups", "images": True}),
+    ("pocl-cpu-amd-epyc.json", {"float_lanes": 16, "images": True})])
 def test_a_shipped_file_still_names_the_corpus_kernel_families(opencl_device, monkeypatch, tmp_path, name, target):
     """A device's shipped records start its kernels only through their families (a record's kernel key holds the
     generator version it was measured with), and a family is the hash of a kernel's search space, which a new knob
