@@ -31,7 +31,7 @@ def _settle(trial: CadenceTrial, cost) -> list[Cadence]:
         c = trial.next()
         asked.append(c)
         trial.record(c, cost(c, len(asked)))
-        assert len(asked) <= trial.rounds * len(trial.candidates)
+        assert len(asked) <= trial.warmup + trial.rounds * len(trial.candidates)
     return asked
 
 
@@ -40,7 +40,8 @@ def test_the_trial_interleaves_the_candidates_and_keeps_a_clear_winner():
     trial = CadenceTrial(30)
     asked = _settle(trial, lambda c, i: 1e-3 * (0.8 if c == fast else 1.0) * (1 + 0.01 * (i % 3)))
     n = len(CANDIDATES)
-    assert asked == list(CANDIDATES) * trial.rounds  # in turn, so drift hits every candidate alike
+    # the warm-up at the baseline, then in turn, each round one candidate later (drift and order hit all alike)
+    assert asked == [NEVER] * trial.warmup + [CANDIDATES[(i + r) % n] for r in range(trial.rounds) for i in range(n)]
     assert trial.chosen == fast and trial.next() == fast
     assert all(len(t) == trial.rounds for t in trial.times.values()) and len(trial.times) == n
     trial.record(NEVER, 1e-9)  # (ignored once chosen)
@@ -56,16 +57,26 @@ def test_the_trial_keeps_no_flush_unless_a_cadence_beats_it_by_the_margin():
     assert slow.chosen == NEVER
 
 
-def test_one_outlier_per_candidate_does_not_decide():
-    """Medians: a single slow invoke (another process's burst) does not move the choice."""
+def test_neither_the_warm_up_nor_one_outlier_per_candidate_decides():
+    """The first invokes (slower whatever the cadence) are not timed, and medians keep a single slow invoke
+    (another process's burst) from moving the choice."""
     fast = Cadence(first=True)
     trial = CadenceTrial(30)
-    _settle(trial, lambda c, i: 1.0 if (c == fast and i < len(CANDIDATES)) else (0.8e-3 if c == fast else 1e-3))
-    assert trial.chosen == fast
+    seen = set()
+
+    def cost(c, i):
+        if i <= trial.warmup:
+            return 1.0  # (the baseline's warm-up: ignored, or it would lose to anything)
+        first = c not in seen
+        seen.add(c)
+        return 1.0 if first and c == fast else (0.8e-3 if c == fast else 1e-3)
+
+    _settle(trial, cost)
+    assert trial.chosen == fast and max(max(t) for c, t in trial.times.items() if c != fast) < 1.0
 
 
 def test_a_plan_of_few_launches_never_flushes_and_a_restart_measures_again():
-    assert CadenceTrial(MIN_LAUNCHES - 1).chosen == NEVER
+    assert CadenceTrial(MIN_LAUNCHES - 1).chosen == NEVER and CadenceTrial(30, (NEVER,)).chosen == NEVER
     trial = CadenceTrial(30)
     _settle(trial, lambda c, i: 1e-3 * (0.5 if c == Cadence(first=True, every=2) else 1.0))
     trial.restart()
@@ -93,7 +104,9 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
     it.allocate_tensors()
     plan = it.gpu_plan
     n = plan.launch_count()
-    assert n >= MIN_LAUNCHES and plan.cadence.chosen is None
+    assert n >= MIN_LAUNCHES and plan.cadence.chosen == NEVER  # (a CPU device never flushes: measured on a GPU)
+    plan.cadences = CANDIDATES
+    plan.cadence = CadenceTrial(n, CANDIDATES)
 
     flushed, launches, real_cl, real_flush = [], [0], plan.cl, plan.flush
 
@@ -112,7 +125,7 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
 
     plan.cl, plan.flush = CountingCl(), flush
     x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
-    for _ in range(plan.cadence.rounds * len(plan.cadence.candidates)):
+    for _ in range(plan.cadence.warmup + plan.cadence.rounds * len(plan.cadence.candidates)):
         cadence = plan.cadence.next()
         flushed.clear()
         launches[0] = 0
@@ -129,7 +142,19 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
     it.set_tensor(x, feed)
     it.invoke()
     assert_close(it.get_tensor(y), want)
-    assert plan.cadence.chosen is None and sum(map(len, plan.cadence.times.values())) == 1
+    assert plan.cadence.chosen is None and plan.cadence.candidates == CANDIDATES and plan.cadence._turn == 1
+
+
+def test_a_gpu_plan_tries_the_cadences_and_a_cpu_plan_never_flushes(opencl_device, monkeypatch, tmp_path):
+    from tflgpu.kernels.base import Target
+
+    cpu = Interpreter(str(DEFAULT_MODEL_PATH), delegate=GpuDelegate(serialization_dir=tmp_path / "cpu",
+                                                                    tuning="none", tiered_compile=False))
+    assert cpu.gpu_plan.cadence.chosen == NEVER and cpu.gpu_plan.cadence.next() == NEVER
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    gpu = Interpreter(str(DEFAULT_MODEL_PATH), delegate=GpuDelegate(serialization_dir=tmp_path / "gpu",
+                                                                    tuning="none", tiered_compile=False))
+    assert gpu.gpu_plan.cadence.chosen is None and gpu.gpu_plan.cadence.candidates == CANDIDATES
 
 
 def test_a_benchmark_warms_a_plan_up_until_its_cadence_is_chosen(opencl_device, tmp_path, reference):
@@ -141,6 +166,7 @@ def test_a_benchmark_warms_a_plan_up_until_its_cadence_is_chosen(opencl_device, 
                                                                    tiered_compile=False))
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], feed)
+    it.gpu_plan.cadence = CadenceTrial(it.gpu_plan.launch_count())  # (as a GPU's plan would have it)
     assert settling(it)
     times = time_invokes(it, warmup=1, repeats=3)
     assert len(times) == 3 and not settling(it) and it.gpu_plan.cadence.chosen in CANDIDATES

@@ -216,7 +216,7 @@ def cmd_run(args) -> int:
     print(f"latency: median {1e3 * statistics.median(times):.2f} ms, min {1e3 * min(times):.2f} ms "
           f"over {len(times)} invokes (after 1 warm-up)")
     plan = interp.gpu_plan
-    if plan is not None and plan.cadence.chosen is not None:
+    if plan is not None and len(plan.cadences) > 1 and plan.cadence.chosen is not None:
         print(f"         queue: {plan.cadence.chosen} (the fastest of its first invokes' trial)")
     return 0
 

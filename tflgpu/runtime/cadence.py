@@ -4,8 +4,11 @@ An OpenCL runtime may hold enqueued commands back until a flush or a blocking ca
 invoke's first kernel only when the host has enqueued its last one: the host's enqueue time and the device's
 kernel time then add up instead of overlapping (on NVIDIA's OpenCL an enqueue costs the host about 8 us, as long
 as a MobileNet's kernel runs). Where the runtime submits each command at once, a flush only costs its call. Which
-holds is the driver's business, so a plan measures it on its own invokes (``CadenceTrial``): the first invokes
-take each cadence in turn, and the plan keeps the fastest, where it beats never flushing by a margin.
+holds is the driver's business, so a GPU plan measures it on its own invokes (``CadenceTrial``): after a few
+warm-up invokes, the next ones take each cadence in turn, and the plan keeps the fastest, where it beats never
+flushing by a margin. A CPU device's plan never flushes: the Intel CPU runtime submits at once, and there one
+flush after MobileNet v2's first launch made its invokes 1.4x slower (6.15 vs 4.46 ms; every 8 launches 4.39,
+every 2 4.66), a loss a noisy trial on a busy CPU could pick.
 """
 
 from __future__ import annotations
@@ -45,24 +48,27 @@ NEVER = Cadence()
 # pair of launches
 CANDIDATES = (NEVER, Cadence(first=True), Cadence(first=True, every=8), Cadence(first=True, every=2))
 MIN_LAUNCHES = 4  # a plan of fewer launches has nothing to overlap: it never flushes
+WARMUP = 4  # invokes not timed first (a plan's first invokes are slower whatever the cadence: 0.50 vs 0.28 ms)
 ROUNDS = 8  # invokes per candidate
 MARGIN = 0.05  # a cadence replaces no flushing where its median invoke is at least this much faster
 
 
 @dataclass
 class CadenceTrial:
-    """Chooses an invoke's cadence: each candidate in turn over the first ``rounds`` x candidates invokes
-    (interleaved, so drift hits all alike), then the one of least median time, kept if it beats the baseline's
-    (the first candidate) by ``margin``. ``restart()`` after the plan's kernels change (a tier-up, a tuning swap).
-    A plan of fewer than MIN_LAUNCHES launches decides at once: the baseline."""
+    """Chooses an invoke's cadence: after ``warmup`` invokes at the baseline (the first candidate), each
+    candidate in turn over ``rounds`` x candidates invokes (interleaved, each round starting one candidate later,
+    so drift and order hit all alike), then the one of least median time, kept if it beats the baseline's by
+    ``margin``. ``restart()`` after the plan's kernels change (a tier-up, a tuning swap). A plan of fewer than
+    MIN_LAUNCHES launches, or one candidate, decides at once: the baseline."""
 
     launches: int
     candidates: tuple[Cadence, ...] = CANDIDATES
     rounds: int = ROUNDS
     margin: float = MARGIN
+    warmup: int = WARMUP
     chosen: Cadence | None = None
     times: dict[Cadence, list[float]] = field(default_factory=dict)
-    _turn: int = 0
+    _turn: int = 0  # invokes recorded, warm-up ones included
     _flushes: dict[Cadence, frozenset[int]] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -73,7 +79,11 @@ class CadenceTrial:
         """The cadence of the next invoke."""
         if self.chosen is not None:
             return self.chosen
-        return self.candidates[self._turn % len(self.candidates)]
+        if self._turn < self.warmup:
+            return self.candidates[0]
+        n = len(self.candidates)
+        k = self._turn - self.warmup
+        return self.candidates[(k % n + k // n) % n]
 
     def flushes(self, cadence: Cadence) -> frozenset[int]:
         if cadence not in self._flushes:
@@ -84,9 +94,10 @@ class CadenceTrial:
         """An invoke run at ``cadence`` took ``seconds`` (ignored once chosen, or if not the candidate asked for)."""
         if self.chosen is not None or cadence != self.next():
             return
-        self.times.setdefault(cadence, []).append(seconds)
+        if self._turn >= self.warmup:
+            self.times.setdefault(cadence, []).append(seconds)
         self._turn += 1
-        if self._turn >= self.rounds * len(self.candidates):
+        if self._turn >= self.warmup + self.rounds * len(self.candidates):
             self._decide()
 
     def restart(self) -> None:

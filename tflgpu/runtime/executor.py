@@ -25,7 +25,7 @@ from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
-from .cadence import CadenceTrial
+from .cadence import CANDIDATES, NEVER, CadenceTrial
 from .config import PlanConfig
 from .device import DeviceInfo
 from .precision import (
@@ -214,7 +214,9 @@ class GpuPlan:
         clock.stop()
         self.last_run = RunTimeline()  # (profiled runs)
         self._state_at = "host"
-        self.cadence = CadenceTrial(self.launch_count())  # (when an invoke flushes its queue: runtime.cadence)
+        # when an invoke flushes its queue (runtime.cadence): measured on a GPU, never on a CPU device
+        self.cadences = CANDIDATES if make.target.gpu else (NEVER,)
+        self.cadence = CadenceTrial(self.launch_count(), self.cadences)
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
         if jobs:
@@ -266,7 +268,7 @@ class GpuPlan:
         with self.activity.invoke():
             try:
                 if self.swaps.install(self):  # (other kernels: their best cadence is measured again)
-                    self.cadence = CadenceTrial(self.launch_count())
+                    self.cadence = CadenceTrial(self.launch_count(), self.cadences)
                 cadence = self.cadence.next()
                 t0 = time.perf_counter()
                 values = self._run(inputs, self.cadence.flushes(cadence))
