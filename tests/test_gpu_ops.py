@@ -797,6 +797,17 @@ def test_conv_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile
     """FP16 arithmetic in the direct conv (``half_math``: half accumulators over half inputs and weights), in an
     FP16 plan: within FP16's tolerance of LiteRT, with 4-, 8- and 16-lane half accumulators, reading the graph
     input's dense buffer or (``dense`` off) its half slice layout."""
+    tx, ts, lanes = tile
+    params = {"half_math": True, "tile_x": tx, "tile_s": ts, "lanes": lanes, "vec_hint": None, "group_tile": None}
+    it, plan, check = _half_math_conv(opencl_device, rng, shape, cout, k, stride, params, dense)
+    (spec,) = plan.steps[0].specs
+    assert f"half{lanes} acc" in spec.source and (it.model.main.inputs[0] in spec.dense) == dense
+    check()
+
+
+def _half_math_conv(opencl_device, rng, shape, cout, k, stride, params, dense):
+    """A SAME-padded RELU6 conv's FP16 plan with ``params`` (FP16 arithmetic): the interpreter, the plan, and a
+    check that the plan's kernel took them and computes LiteRT's values within FP16's tolerance."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
@@ -809,14 +820,15 @@ def test_conv_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="SAME",
                             stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
     it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
-    tx, ts, lanes = tile
-    params = {"half_math": True, "tile_x": tx, "tile_s": ts, "lanes": lanes, "vec_hint": None, "group_tile": None}
     plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=True, dense_boundary=dense),
                    params={0: params})
-    (spec,) = plan.steps[0].specs
-    assert {key: spec.params[key] for key in params} == params and f"half{lanes} acc" in spec.source
-    assert (it.model.main.inputs[0] in spec.dense) == dense
-    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
+
+    def check():
+        (spec,) = plan.steps[0].specs
+        assert {key: spec.params[key] for key in params} == params
+        assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
+
+    return it, plan, check
 
 
 @pytest.mark.parametrize("shape,cout,k,stride,tile,kc", [
@@ -828,26 +840,12 @@ def test_conv_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile
 def test_conv_group_tile_half_math_variant(opencl_device, rng, shape, cout, k, stride, tile, kc):
     """FP16 arithmetic in the group tile (the GPU's GEMM through local memory: half4 tiles and accumulators), in an
     FP16 plan: within FP16's tolerance of LiteRT for pointwise and windowed convs, one and two images."""
-    from tflgpu import Interpreter
-    from tflgpu.runtime.executor import GpuPlan
-
-    from .conftest import assert_close, litert, run_model
-    from .oputil import op_model
-
-    if not opencl_device.identity.fp16:
-        pytest.skip("device has no cl_khr_fp16")
-    w = rand(rng, (cout, k, k, shape[3])) / np.float32(np.sqrt(k * k * shape[3]))
-    model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="SAME",
-                            stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
     params = {"half_math": True, "group_tile": tile, "k_chunk": kc, "tile_x": 1, "tile_s": 1, "lanes": 4,
               "vec_hint": None}
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=True, dense_boundary=False),
-                   params={0: params})
+    _, plan, check = _half_math_conv(opencl_device, rng, shape, cout, k, stride, params, dense=False)
     (spec,) = plan.steps[0].specs
-    assert {key: spec.params[key] for key in params} == params
     assert "__local half4 xs" in spec.source and "half4 acc0_0" in spec.source
-    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2)
+    check()
 
 
 @pytest.mark.parametrize("shape,cout,ls,tx", [

@@ -603,6 +603,16 @@ def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: i
     return GroupStage("", load)
 
 
+def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "") -> tuple[str, list[str]]:
+    """A GEMM kernel's epilogue code and first lines: its work-group size and signature (``src``, ``params``: a
+    stage's own, the weights, bias, the epilogue's parameters, ``dst``)."""
+    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
+    return ep_code, [f"__attribute__((reqd_work_group_size({group[0]}, {group[1]}, {group[2]})))",
+                     f"__kernel void {name}(__global const STORE_T* src, {params}__global const STORE_T* wts,",
+                     f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"]
+
+
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
                        stage: GroupStage | None = None, half_math: bool = False) -> str:
     """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
@@ -616,11 +626,8 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     vt = "half4" if half_math else "float4"
     zero = f"({vt})(0.0f)"
     wload = (lambda at: f"vload4({at}, wts)") if half_math else (lambda at: f"LD4(wts, {at})")
-    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
-    extra = "".join(f"{p}, " for p in ep_params)
-    lines = [f"__attribute__((reqd_work_group_size({lx}, 1, {ls})))",
-             f"__kernel void {name}(__global const STORE_T* src, {stage.params if stage else ''}__global const STORE_T* wts,",
-             f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+    ep_code, head = _gemm_head(name, (lx, 1, ls), epilogue, stage.params if stage else "")
+    lines = [*head,
              f"  __local {vt} xs[{kc * px}];",
              f"  __local {vt} ws[{so * kc * 4}];",
              "  const int lx = get_local_id(0); const int ls = get_local_id(2);",
@@ -671,16 +678,12 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
 def _broadcast_source(name, *, pixels, sin, sout, batch, tx, ls, act, cout, extension: str, epilogue=None) -> str:
     """A pointwise conv as a GEMM sharing its input through sub-group broadcasts (``ConvKnobs.broadcast``): a
     work-group of ls work-items along the output slices (dimension 0, along which runtimes form their sub-groups),
-    one slice each, all at the same tx adjacent pixels of one image. Per step each work-item of a sub-group loads one input slice of those pixels (the sub-group's size
-    of them: a float4 per pixel), and each such slice is broadcast to every work-item in turn, which multiplies it
-    with its own output slice's weights (``weights_oi4`` padded to ls output slices: every work-item, past the
+    one slice each, all at the same tx adjacent pixels of one image. Per step each work-item of a sub-group loads
+    one input slice of those pixels (the sub-group's size of them: a float4 per pixel), and each such slice is
+    broadcast to every work-item in turn, which multiplies it with its own output slice's weights (``weights_oi4`` padded to ls output slices: every work-item, past the
     output's slices too, takes part in every broadcast)."""
-    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
-    extra = "".join(f"{p}, " for p in ep_params)
-    L = [f"#pragma OPENCL EXTENSION {extension} : enable",
-         f"__attribute__((reqd_work_group_size({ls}, 1, 1)))",
-         f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
-         f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+    ep_code, head = _gemm_head(name, (ls, 1, 1), epilogue)
+    L = [f"#pragma OPENCL EXTENSION {extension} : enable", *head,
          f"  const int S = get_global_id(0); const int X = get_global_id(1) * {tx}; const int b = get_global_id(2);",
          "  const int lane = (int)get_sub_group_local_id(); const int sg = (int)get_sub_group_size();"]
     L += [f"  float4 acc{t} = (float4)(0.0f);" for t in range(tx)]
