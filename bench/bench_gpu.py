@@ -162,8 +162,8 @@ def main() -> int:
             interps = [heuristic, start, background, exhaustive, *peers] + ([gpu_peer] if gpu_peer else [])
             ms = interleaved_ms(interps, rounds=args.rounds)
             trial = background.gpu_plan.cadence  # (runtime.cadence: settled in the warm-up)
-            notes.append(f"{m.name}: background plan's queue: {trial.chosen}; trial medians " + ", ".join(
-                f"{c}: {t * 1e3:.3f} ms" for c, t in trial.medians().items()))
+            notes.append(f"{m.name}: background plan's queue: {trial.chosen}; trial medians " + (", ".join(
+                f"{c}: {t * 1e3:.3f} ms" for c, t in trial.medians().items()) or "none (no trial on this device)"))
             stats = launch_stats(m, GpuDelegate(**kw, serialization_dir=fresh2))
         h, s, b, e, cpu = ms[:5]
         g = f"{ms[5]:.3f}" if gpu_peer else "n/a"

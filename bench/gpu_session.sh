@@ -9,7 +9,8 @@
 # Steps: probe (device facts, FMA peak), tests (the OpenCL-path tests on the GPU), profile (per-kernel times of
 # MobileNet v1 / v2 with the heuristics alone), tune (exhaustive search of every float corpus model; the records
 # exported to $OUT/records.json), bench (bench/bench_gpu.py's table), torch (the PyTorch peers alone), sweep
-# (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py).
+# (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py),
+# compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program).
 #
 # With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
 # This one ran in 144 s on an H200 (carry .gpu and .gl, whose Vulkan loader debs LiteRT's GPU path needs):
@@ -123,6 +124,7 @@ for s in "$@"; do
         torch) step torch 120 torch_peers ;;
         sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
         launch) step launch 60 python3 bench/launch_cost.py ;;
+        compile) step compile 90 python3 bench/compile_cost.py "$M/mobilenet_v2_1.0_224.tflite" ;;
         *) echo "unknown step $s" ;;
     esac
 done
