@@ -58,8 +58,8 @@ class CadenceTrial:
     """Chooses an invoke's cadence: after ``warmup`` invokes at the baseline (the first candidate), each
     candidate in turn over ``rounds`` x candidates invokes (interleaved, each round starting one candidate later,
     so drift and order hit all alike), then the one of least median time, kept if it beats the baseline's by
-    ``margin``. ``restart()`` after the plan's kernels change (a tier-up, a tuning swap). A plan of fewer than
-    MIN_LAUNCHES launches, or one candidate, decides at once: the baseline."""
+    ``margin``. A plan starts a new trial after its kernels change (a tier-up, a tuning swap: their launches may
+    differ). A plan of fewer than MIN_LAUNCHES launches, or one candidate, decides at once: the baseline."""
 
     launches: int
     candidates: tuple[Cadence, ...] = CANDIDATES
@@ -99,10 +99,6 @@ class CadenceTrial:
         self._turn += 1
         if self._turn >= self.warmup + self.rounds * len(self.candidates):
             self._decide()
-
-    def restart(self) -> None:
-        if self.launches >= MIN_LAUNCHES and len(self.candidates) > 1:
-            self.chosen, self.times, self._turn = None, {}, 0
 
     def medians(self) -> dict[Cadence, float]:
         return {c: statistics.median(t) for c, t in self.times.items() if t}
