@@ -229,3 +229,36 @@ def test_tune_cli_prints_the_table(rng, tmp_path, opencl_device):
     it = Interpreter(model_path=str(path), delegate=GpuDelegate(tuning="fast"))
     assert [k.source for k in it.gpu_plan.tuning_results] == ["record"] and it.gpu_plan.tuning_seconds == 0
     assert json.loads(json.dumps(it.gpu_plan.tuning_results[0].params)) == doc[0]["kernels"][0]["params"]
+
+
+@pytest.mark.parametrize("cin,kept", [(16, True), (256, False)])
+def test_fp16_arithmetic_is_kept_only_where_its_sums_are_short(opencl_device, rng, monkeypatch, cin, kept):
+    """A candidate doing its arithmetic in half (``half_math``) is held to the FP16 budget's share of one kernel
+    (measure.CHECK_BOUND), not to FP16 storage's looser bound: a 3x3 conv's 144 half terms pass, 2,304 do not
+    (their outputs move by about 1%)."""
+    import tflgpu.runtime.tuning as rt
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.autotune.measure import CHECK_BOUND, CandidateRejected, check_outputs
+
+    from .oputil import In, op_model
+
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    tasks = []
+    monkeypatch.setattr(rt, "tune_tasks", lambda found, bench_for, key, config: tasks.extend(
+        (t, bench_for(t)) for t in found) or [])
+    w = rng.uniform(-1, 1, (16, 3, 3, cin)).astype(np.float32) / np.float32(np.sqrt(9 * cin))
+    model, _ = op_model("CONV_2D", [In(rng.uniform(-1, 1, (1, 8, 8, cin)).astype(np.float32)), w,
+                                    rng.uniform(-1, 1, 16).astype(np.float32)], padding="SAME", stride_w=1, stride_h=1)
+    Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True, tuning="exhaustive",
+                                                          cache=False))
+    ((task, bench),) = tasks
+    ref = bench.time(task.make({})).outputs
+    half = task.make({"half_math": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "vec_hint": None, "group_tile": None})
+    assert CHECK_BOUND["half_math"] < CHECK_BOUND["fp16"]
+    if kept:
+        bench.time(half, ref=ref)
+    else:
+        with pytest.raises(CandidateRejected, match="differs from the default"):
+            bench.time(half, ref=ref)
+        check_outputs(bench.read_outputs(), ref, fp16=True)  # (within FP16 storage's bound: only half math is held)

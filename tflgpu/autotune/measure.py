@@ -135,7 +135,8 @@ class KernelBench:
             self._launch(launches)
         outputs = self.read_outputs()
         if ref is not None:
-            check_outputs(outputs, ref, any(s.fp16 for s in specs))
+            check_outputs(outputs, ref, any(s.fp16 for s in specs),
+                          half_math=any(s.params.get("half_math") for s in specs))
         samples: list[float] = []
         t0 = time.perf_counter()
         while len(samples) < self.max_samples:
@@ -171,9 +172,19 @@ class KernelBench:
         return out
 
 
-def check_outputs(got: dict[int, np.ndarray], ref: dict[int, np.ndarray], fp16: bool) -> None:
-    """Raise CandidateRejected unless every output matches the reference within the precision's bound."""
-    tol = 2e-2 if fp16 else 1e-3
+# how far a candidate's outputs may be from the default's, relative to the output's largest value: an FP32 kernel's
+# sums in another order; an FP16 plan's (half storage, each kernel rounding its own float sums); and a candidate
+# doing its arithmetic in half (``half_math``), whose sums round at every term: the FP16 precision budget's share
+# of one kernel, so that half arithmetic goes only where its sums are short enough (on the Intel CPU device, a 3x3
+# conv's half sums moved its outputs by 0.25% at 16 input channels, 0.4% at 64, 0.8-0.9% at 256 and 1,024)
+CHECK_BOUND = {"fp32": 1e-3, "fp16": 2e-2, "half_math": 4e-3}
+
+
+def check_outputs(got: dict[int, np.ndarray], ref: dict[int, np.ndarray], fp16: bool,
+                  half_math: bool = False) -> None:
+    """Raise CandidateRejected unless every output matches the reference within the precision's bound
+    (``CHECK_BOUND``; ``half_math``: the candidate does its arithmetic in half)."""
+    tol = CHECK_BOUND["half_math" if half_math else "fp16" if fp16 else "fp32"]
     for t, r in ref.items():
         g = got.get(t)
         if g is None or g.shape != r.shape:
