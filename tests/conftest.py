@@ -166,6 +166,20 @@ def check_against_litert(model_bytes: bytes, inputs, rtol_scale: float = 1e-4) -
     return got
 
 
+def counted_calls(owner, call: str) -> list:
+    """Give ``owner`` (a plan, or its transfers) a pyopencl module that records the second argument (the buffer,
+    or kernel) of each ``call`` (an enqueue function) made through ``owner.cl``; the list of them."""
+    seen, real = [], owner.cl
+
+    class Counting:
+        def __getattr__(self, name):
+            fn = getattr(real, name)
+            return (lambda *a, **k: seen.append(a[1]) or fn(*a, **k)) if name == call else fn
+
+    owner.cl = Counting()
+    return seen
+
+
 def constant_only_ops(plan) -> list[str]:
     """The ops of a device plan whose every input is a constant (no step, graph input or variable makes it):
     what constant folding should have removed before placement, e.g. a DENSIFY -> DEQUANTIZE weight chain."""

@@ -12,7 +12,7 @@ from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.default_model import DEFAULT_MODEL_PATH, INPUT_SHAPE
 from tflgpu.runtime.cadence import CANDIDATES, MIN_LAUNCHES, NEVER, Cadence, CadenceTrial
 
-from .conftest import assert_close, litert, run_model
+from .conftest import assert_close, counted_calls, litert, run_model
 
 
 def test_flush_positions():
@@ -106,30 +106,22 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
     plan.cadences = CANDIDATES
     plan.cadence = CadenceTrial(n, CANDIDATES)
 
-    flushed, launches, real_cl, real_flush = [], [0], plan.cl, plan.flush
-
-    class CountingCl:  # (pyopencl, counting the plan's kernel launches)
-        def __getattr__(self, name):
-            return getattr(real_cl, name)
-
-        @staticmethod
-        def enqueue_nd_range_kernel(*a, **kw):
-            launches[0] += 1
-            return real_cl.enqueue_nd_range_kernel(*a, **kw)
+    flushed, real_cl, real_flush = [], plan.cl, plan.flush
+    launched = counted_calls(plan, "enqueue_nd_range_kernel")  # (the plan's kernel launches, as they are enqueued)
 
     def flush():
-        flushed.append(launches[0])
+        flushed.append(len(launched))
         real_flush()
 
-    plan.cl, plan.flush = CountingCl(), flush
+    plan.flush = flush
     x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     for _ in range(plan.cadence.warmup + plan.cadence.rounds * len(plan.cadence.candidates)):
         cadence = plan.cadence.next()
         flushed.clear()
-        launches[0] = 0
+        launched.clear()
         it.set_tensor(x, feed)
         it.invoke()
-        assert launches[0] == n
+        assert len(launched) == n
         assert sorted(flushed) == sorted(cadence.flushes(n)), cadence
         assert_close(it.get_tensor(y), want)
     assert plan.cadence.chosen in CANDIDATES

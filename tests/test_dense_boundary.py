@@ -13,7 +13,7 @@ from tflgpu.model.builder import ModelBuilder
 from tflgpu.runtime.config import PlanConfig
 from tflgpu.runtime.executor import GpuPlan
 
-from .conftest import assert_close, litert, run_model
+from .conftest import assert_close, counted_calls, litert, run_model
 
 PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
 
@@ -49,20 +49,6 @@ def stem_model(rng, cin=3, last="resize", second_reader=False):
 def _plan(model: bytes, fp16: bool, **config) -> GpuPlan:
     it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
     return GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=fp16, **config))
-
-
-def _counted(io, call: str) -> list:
-    """Give the plan's transfers a pyopencl module that records the second argument (the buffer) of each
-    ``call`` (an enqueue function) it makes; the list of them."""
-    seen, real = [], io.cl
-
-    class Counting:
-        def __getattr__(self, name):
-            fn = getattr(real, name)
-            return (lambda *a, **k: seen.append(a[1]) or fn(*a, **k)) if name == call else fn
-
-    io.cl = Counting()
-    return seen
 
 
 @pytest.fixture(params=PRECISIONS)
@@ -211,7 +197,7 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
     placed = {t: at for t, (kind, at) in io.arena_at.items() if kind == "output"}
     assert sorted(placed) == sorted(outs) and all(at % align == 0 for at in placed.values())
     assert len(set(placed.values())) == 3
-    maps = _counted(io, "enqueue_map_buffer")
+    maps = counted_calls(io, "enqueue_map_buffer")
     x = it.get_input_details()[0]["index"]
     for seed in (1, 2):
         feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)]
@@ -309,7 +295,7 @@ def test_inputs_are_written_into_their_buffers_host_memory(opencl_device, rng, f
     st = io.staging[x]
     assert st.host_in is not None and st.host_in.ctypes.data % HOST_ALIGN == 0
     assert (st.to_device is not None) == second_reader
-    copies = _counted(io, "enqueue_copy")
+    copies = counted_calls(io, "enqueue_copy")
     for seed in (1, 2, 3):
         feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)]
         copies.clear()

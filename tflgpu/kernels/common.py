@@ -54,6 +54,8 @@ def storage_macros(fp16: bool) -> str:
 # in its precision: the numbers are the conversion pass's, which the FP16 precision choice simulates
 _ROUND_HALF = ("static inline float4 tflgpu_round_half4(float4 v) {\n  ushort h_[4];\n  vstore_half4(v, 0, (half*)h_);\n"
                "  return vload_half4(0, (const half*)h_);\n}\n")
+HALF_ARITHMETIC = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"  # (before a kernel computing in half)
+
 PREAMBLE = (_ROUND_HALF + "#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
             + storage_macros(False) + "#endif\n")
 

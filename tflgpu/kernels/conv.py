@@ -21,6 +21,7 @@ from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
 from .common import (
+    HALF_ARITHMETIC,
     IMAGE_ROW,
     Arg,
     KernelSpec,
@@ -138,6 +139,7 @@ CONV_SPACE = {
     "broadcast": [0, 16, 64],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
+NEEDS_FP16_PLAN = "FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)"  # (half_math)
 LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage (OpenCL 1.2 guarantees 32 KB per group)
 MAX_GROUP = 256  # work-items per group tile (the smallest common CL_DEVICE_MAX_WORK_GROUP_SIZE)
 
@@ -375,7 +377,7 @@ class ConvKnobs(GroupTiled, Knobs):
                                                                                   (False, True))
         if self.half_math is True:
             if not shape.fp16:
-                bad.append("FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)")
+                bad.append(NEEDS_FP16_PLAN)
             others = [n for n in ("image_weights", "winograd") if getattr(self, n)]
             if others or shape.whole_pixel or self.split != 1:
                 bad.append(f"FP16 arithmetic is the direct kernel's and the group tile's: not with "
@@ -565,7 +567,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
                          + (f"idx[Y * {ow} + {px(t)}] = (float)first;" if arg.dense else
                             store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx")) + " }")
     lines.append("}")
-    return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if half_math else "") + "\n".join(lines)
+    return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
 
 
 def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None, half: bool = False) -> list[str]:
@@ -672,7 +674,7 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
             lines.append("    }")
         lines.append("  }")
     lines.append("}")
-    return ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" if half_math else "") + "\n".join(lines)
+    return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
 
 
 def _broadcast_source(name, *, pixels, sin, sout, batch, tx, ls, act, cout, extension: str, epilogue=None) -> str:
@@ -680,8 +682,8 @@ def _broadcast_source(name, *, pixels, sin, sout, batch, tx, ls, act, cout, exte
     work-group of ls work-items along the output slices (dimension 0, along which runtimes form their sub-groups),
     one slice each, all at the same tx adjacent pixels of one image. Per step each work-item of a sub-group loads
     one input slice of those pixels (the sub-group's size of them: a float4 per pixel), and each such slice is
-    broadcast to every work-item in turn, which multiplies it with its own output slice's weights (``weights_oi4`` padded to ls output slices: every work-item, past the
-    output's slices too, takes part in every broadcast)."""
+    broadcast to every work-item in turn, which multiplies it with its own output slice's weights (``weights_oi4``
+    padded to ls output slices: every work-item, past the output's slices too, takes part in every broadcast)."""
     ep_code, head = _gemm_head(name, (ls, 1, 1), epilogue)
     L = [f"#pragma OPENCL EXTENSION {extension} : enable", *head,
          f"  const int S = get_global_id(0); const int X = get_global_id(1) * {tx}; const int b = get_global_id(2);",

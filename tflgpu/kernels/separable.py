@@ -24,6 +24,7 @@ from ..graph.passes import SEPARABLE_CONV
 from .base import GenContext, Target, Unsupported, generator
 from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
 from .conv import (
+    NEEDS_FP16_PLAN,
     GroupStage,
     GroupTiled,
     _bias_const,
@@ -139,7 +140,7 @@ class SeparableKnobs(GroupTiled, Knobs):
                                                                         SEPARABLE_SPACE["k_chunk"])
         bad += one_of("half_math", self.half_math, (False, True))
         if self.half_math is True and not shape.fp16:
-            bad.append("FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)")
+            bad.append(NEEDS_FP16_PLAN)
         if bad:
             return bad
         if not self.fused:  # (resolve sets the other knobs to the default's)

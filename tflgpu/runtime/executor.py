@@ -216,7 +216,7 @@ class GpuPlan:
         self._state_at = "host"
         # when an invoke flushes its queue (runtime.cadence): measured on a GPU, never on a CPU device
         self.cadences = CANDIDATES if make.target.gpu else (NEVER,)
-        self.cadence = CadenceTrial(self.launch_count(), self.cadences)
+        self.cadence = self.cadence_trial()
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
         if jobs:
@@ -268,11 +268,14 @@ class GpuPlan:
         with self.activity.invoke():
             try:
                 if self.swaps.install(self):  # (other kernels: their best cadence is measured again)
-                    self.cadence = CadenceTrial(self.launch_count(), self.cadences)
-                cadence = self.cadence.next()
+                    self.cadence = self.cadence_trial()
+                trial = self.cadence
+                cadence = trial.next()
+                if trial.chosen is not None:  # (decided: nothing to time)
+                    return self._run(inputs, trial.flushes(cadence))
                 t0 = time.perf_counter()
-                values = self._run(inputs, self.cadence.flushes(cadence))
-                self.cadence.record(cadence, time.perf_counter() - t0)
+                values = self._run(inputs, trial.flushes(cadence))
+                trial.record(cadence, time.perf_counter() - t0)
                 return values
             except self.cl.Error as e:
                 raise DeviceError(f"OpenCL device error during invoke ({e})") from e
@@ -280,6 +283,10 @@ class GpuPlan:
     def flush(self) -> None:
         """Hand the queued commands to the device (clFlush), not waiting for them."""
         self.queue.flush()
+
+    def cadence_trial(self) -> CadenceTrial:
+        """A new trial of this plan's flush cadences over its current launches (runtime.cadence)."""
+        return CadenceTrial(self.launch_count(), self.cadences)
 
     def launch_count(self) -> int:
         """The kernels an invoke launches for its steps."""
