@@ -748,7 +748,7 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
                             dilation_w_factor=dil, dilation_h_factor=dil, fused_activation_function="RELU6")
     it = Interpreter(model_content=model, delegate=gpu["delegate"])
     plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
-                   params={0: {**tile, "lanes": 4, "vec_hint": "float4"}})
+                   params={0: {**tile, "lanes": 4, "vec_hint": "float4", "strided": False}})  # (GPU default: True)
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
     assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
@@ -841,7 +841,7 @@ def test_conv_group_tile_half_math_variant(opencl_device, rng, shape, cout, k, s
     """FP16 arithmetic in the group tile (the GPU's GEMM through local memory: half4 tiles and accumulators), in an
     FP16 plan: within FP16's tolerance of LiteRT for pointwise and windowed convs, one and two images."""
     params = {"half_math": True, "group_tile": tile, "k_chunk": kc, "tile_x": 1, "tile_s": 1, "lanes": 4,
-              "vec_hint": None}
+              "vec_hint": None, "strided": False}  # (a GPU's default strides a stride-2 conv's pixels)
     _, plan, check = _half_math_conv(opencl_device, rng, shape, cout, k, stride, params, dense=False)
     (spec,) = plan.steps[0].specs
     assert "__local half4 xs" in spec.source and "half4 acc0_0" in spec.source
