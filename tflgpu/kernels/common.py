@@ -56,7 +56,12 @@ _ROUND_HALF = ("static inline float4 tflgpu_round_half4(float4 v) {\n  ushort h_
                "  return vload_half4(0, (const half*)h_);\n}\n")
 HALF_ARITHMETIC = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"  # (before a kernel computing in half)
 
-PREAMBLE = (_ROUND_HALF + "#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
+# the sampler of ``image_load``: a program-scope constant (an integer literal passed straight to read_imagef is
+# what Intel's compiler takes, but NVIDIA's built conv kernels reading wrong texels from it)
+_TEXEL_SAMPLER = ("#ifdef __IMAGE_SUPPORT__\n__constant sampler_t TFLGPU_TEXEL = CLK_NORMALIZED_COORDS_FALSE | "
+                  "CLK_ADDRESS_NONE | CLK_FILTER_NEAREST;\n#endif\n")
+
+PREAMBLE = (_ROUND_HALF + _TEXEL_SAMPLER + "#ifdef TFLGPU_FP16\n#define TFLGPU_PLAN_FP16\n" + storage_macros(True) + "#else\n"
             + storage_macros(False) + "#endif\n")
 
 
@@ -96,8 +101,7 @@ IMAGE_ROW = 2048  # texels per row of an "image" argument (every OpenCL device's
 
 def image_load(image: str, index: str) -> str:
     """The float4 at texel ``index`` (a C int expression) of an "image" argument, read without filtering."""
-    return (f"read_imagef({image}, CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE | CLK_FILTER_NEAREST, "
-            f"(int2)(({index}) % {IMAGE_ROW}, ({index}) / {IMAGE_ROW}))")
+    return f"read_imagef({image}, TFLGPU_TEXEL, (int2)(({index}) % {IMAGE_ROW}, ({index}) / {IMAGE_ROW}))"
 
 
 @dataclass(frozen=True)
