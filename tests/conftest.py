@@ -166,15 +166,16 @@ def check_against_litert(model_bytes: bytes, inputs, rtol_scale: float = 1e-4) -
     return got
 
 
-def counted_calls(owner, call: str) -> list:
-    """Give ``owner`` (a plan, or its transfers) a pyopencl module that records the second argument (the buffer,
-    or kernel) of each ``call`` (an enqueue function) made through ``owner.cl``; the list of them."""
+def counted_calls(owner, call: str, arg: int = 1) -> list:
+    """Give ``owner`` (a plan, or its transfers) a pyopencl module that records argument ``arg`` (by default the
+    second: the buffer, or kernel; an ``enqueue_copy``'s source is the third) of each ``call`` (an enqueue
+    function) made through ``owner.cl``; the list of them."""
     seen, real = [], owner.cl
 
     class Counting:
         def __getattr__(self, name):
             fn = getattr(real, name)
-            return (lambda *a, **k: seen.append(a[1]) or fn(*a, **k)) if name == call else fn
+            return (lambda *a, **k: seen.append(a[arg]) or fn(*a, **k)) if name == call else fn
 
     owner.cl = Counting()
     return seen

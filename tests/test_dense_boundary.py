@@ -62,14 +62,18 @@ def fp16(request, opencl_device):
 def test_first_and_last_kernel_take_the_dense_buffers(opencl_device, rng, fp16, cin, last, dense):
     """The stem conv reads the input (3 channels: a partial slice; 8: whole slices; 5: one of each) and the
     last kernel (RESIZE_BILINEAR, or a pointwise conv of 21 channels: a partial last slice) writes the output as
-    dense NHWC; no conversion kernel is left at either end, and the result is LiteRT's, as without the pass."""
+    dense NHWC; no conversion kernel is left at either end, and the result is LiteRT's, as without the pass. On a
+    GPU the pointwise conv's default is a group tile, which has no dense form: its output keeps the conversion."""
+    from tflgpu.kernels.base import Target
+
     model, feeds = stem_model(rng, cin, last)
     want = run_model(litert(), model, feeds)[0]
     plan = _plan(model, fp16)
     (x,), (out,) = plan.sg.inputs, plan.sg.outputs
-    assert plan.pass_counts["dense_boundary"] == dense
-    assert plan.io.staging[x].to_device is None and plan.io.staging[out].from_device is None
-    assert x not in plan.io.buffers and out in plan.steps[-1].specs[0].dense
+    tiled = last == "conv" and Target.of(opencl_device.cl_device, opencl_device.identity.device_type).gpu
+    assert plan.pass_counts["dense_boundary"] == dense - tiled
+    assert plan.io.staging[x].to_device is None and (plan.io.staging[out].from_device is None) != tiled
+    assert x not in plan.io.buffers and (out in plan.steps[-1].specs[0].dense) != tiled
     tol = 1e-2 if fp16 else 1e-4
     assert_close(plan.run(feeds)[out], want, tol)
     assert_close(plan.run(feeds)[out], want, tol)  # (again: nothing of the first run is left to be read)
@@ -137,7 +141,7 @@ def test_bound_buffers_are_read_and_written_by_the_kernels_across_swaps(opencl_d
 def test_a_search_keeps_the_dense_form(opencl_device, rng, tmp_path):
     """Tuning measures the stem conv's candidates on a dense input (KernelBench) and installs one that still
     reads it densely."""
-    model, feeds = stem_model(rng, last="conv")
+    model, feeds = stem_model(rng)
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=tmp_path / "r.json",
                                                                 tuning_budget_s=10, cache=False))
     plan = it.gpu_plan
@@ -152,7 +156,8 @@ def test_a_search_keeps_the_dense_form(opencl_device, rng, tmp_path):
 
 def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
     """A graph output's dense buffer is made on a page-aligned host array the read maps (zero-copy on a CPU
-    runtime): get_tensor's copies stay what they were when the next invoke rewrites the array."""
+    runtime), or read into a page-aligned pinned array (a device with memory of its own): get_tensor's copies stay
+    what they were when the next invoke rewrites the array."""
     from tflgpu.runtime.transfers import HOST_ALIGN
 
     model, feeds = stem_model(rng)
@@ -160,7 +165,8 @@ def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
     it.allocate_tensors()
     x, out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     st = it.gpu_plan.io.staging[out]
-    assert st.host is not None and st.host.ctypes.data % HOST_ALIGN == 0
+    host = st.host if it.gpu_plan.io.shared_memory else st.pinned
+    assert host is not None and host.ctypes.data % HOST_ALIGN == 0
     x2 = rng.uniform(-1, 1, feeds[0].shape).astype(np.float32)
     it.set_tensor(x, feeds[0])
     it.invoke()
@@ -171,23 +177,27 @@ def test_outputs_are_read_from_their_buffers_host_memory(opencl_device, rng):
     assert_close(it.get_tensor(out), run_model(litert(), model, [x2])[0])
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["shared_memory", "mapped"])
-def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp16, shared, monkeypatch):
+@pytest.mark.parametrize("memory", ["shared", "pinned", "mapped"])
+def test_the_outputs_are_read_with_one_map_of_their_arena_or_into_pinned_memory(opencl_device, rng, fp16, memory,
+                                                                                 monkeypatch):
     """A model's outputs the host reads (three: float features and an int32 class map written densely by their
-    kernels, the top-k values in their slice layout) lie in one host arena, each on the device's base address
-    alignment, and an invoke maps it once instead of once per output, or not at all where the device shares the
-    host's memory (a CPU runtime: the finished kernels' values are in the arena); every invoke's values are
-    LiteRT's."""
+    kernels, the top-k values in their slice layout): where the device shares the host's memory (a CPU runtime)
+    they lie in one host arena, each on the device's base address alignment, which an invoke reads with no command
+    at all (the finished kernels' values are in it); where the device has memory of its own, each is copied into
+    its pinned host array (one command each, no map); without pinned memory, the arena is mapped once instead of
+    once per output. Every invoke's values are LiteRT's."""
     import pyopencl as cl
 
     from tflgpu.runtime import transfers
 
     from .conftest import corpus_model
 
-    if shared and not opencl_device.cl_device.type & cl.device_type.CPU:
-        pytest.skip("a GPU's runtime may cache host memory: the map is its path")
-    if not shared:
+    if memory == "shared" and not opencl_device.cl_device.type & cl.device_type.CPU:
+        pytest.skip("a GPU's runtime may cache host memory: no arena read in place")
+    if memory != "shared":
         monkeypatch.setattr(transfers, "shares_host_memory", lambda cl, ctx: False)
+    if memory == "mapped":
+        monkeypatch.setattr(transfers.DeviceTensors, "_pinned_arena", lambda self, tensors: {})
     path = corpus_model("fallback_ops.tflite")
     it = Interpreter(str(path), delegate=GpuDelegate(cache=False, tuning="none", precision_loss_allowed=fp16))
     it.allocate_tensors()
@@ -195,16 +205,23 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
     outs = [o["index"] for o in it.get_output_details()]
     align = max(opencl_device.cl_device.mem_base_addr_align // 8, 128)
     placed = {t: at for t, (kind, at) in io.arena_at.items() if kind == "output"}
-    assert sorted(placed) == sorted(outs) and all(at % align == 0 for at in placed.values())
-    assert len(set(placed.values())) == 3
+    if memory == "pinned":
+        assert placed == {} and all(io.staging[t].pinned is not None and io.staging[t].host is None for t in outs)
+    else:
+        assert sorted(placed) == sorted(outs) and all(at % align == 0 for at in placed.values())
+        assert len(set(placed.values())) == 3
     maps = counted_calls(io, "enqueue_map_buffer")
+    copied = counted_calls(io, "enqueue_copy")  # (their destinations)
     x = it.get_input_details()[0]["index"]
     for seed in (1, 2):
         feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)]
         it.set_tensor(x, feeds[0])
         maps.clear()
+        copied.clear()
         it.invoke()
-        assert io.shared_memory == shared and maps == ([] if shared else [io.arenas["output"]])
+        assert io.shared_memory == (memory == "shared")
+        assert maps == ([io.arenas["output"]] if memory == "mapped" else [])
+        assert [sum(d is io.staging[t].pinned for d in copied) for t in outs] == [memory == "pinned"] * 3
         want = run_model(litert(), path.read_bytes(), feeds)
         for t, w in zip(outs, want):
             got = it.get_tensor(t)
@@ -218,8 +235,9 @@ def test_the_outputs_are_read_with_one_map_of_their_arena(opencl_device, rng, fp
 def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(opencl_device, rng, fp16):
     """A conv whose ARG_MAX over channels joins it (CONV_ARG) reads the graph input as the dense buffer, and
     writes its int32 class map, a graph output, as the dense buffer too (no conversion kernel at either end); the
-    map is read from that buffer's host array and converted to int32: equal to LiteRT's over two invokes (the
-    sums' ties are far apart: 1x1 weights of distinct scales)."""
+    map is read from that buffer's host array (into a pinned array, where the device has memory of its own) and
+    converted to int32: equal to LiteRT's over two invokes (the sums' ties are far apart: 1x1 weights of distinct
+    scales)."""
     b = ModelBuilder()
     x = b.input("x", (1, 9, 11, 8))
     logits = _conv(b, rng, "logits", x, 8, 6, 3, 1, (1, 9, 11, 6), act="NONE")
@@ -230,7 +248,8 @@ def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(open
     plan = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, precision_loss_allowed=fp16)).gpu_plan
     (xt,), (out,) = plan.sg.inputs, plan.sg.outputs
     assert [s.op.name for s in plan.steps] == ["TFLGPU_CONV_ARG"] and xt in plan.steps[0].specs[0].dense
-    assert plan.io.staging[xt].to_device is None and plan.io.staging[out].host is not None
+    read = plan.io.staging[out].host if plan.io.shared_memory else plan.io.staging[out].pinned
+    assert plan.io.staging[xt].to_device is None and read is not None
     assert out in plan.steps[0].specs[0].dense and plan.io.staging[out].from_device is None
     for _ in range(2):
         feeds = [rng.uniform(-1, 1, (1, 9, 11, 8)).astype(np.float32)]
@@ -324,3 +343,66 @@ def test_inputs_are_copied_where_the_device_may_cache_host_memory(opencl_device,
     for seed in (1, 2):
         feeds = [np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)]
         assert_close(plan.run(feeds)[plan.sg.outputs[0]], run_model(litert(), model, feeds)[0])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_an_interpreters_input_buffer_is_the_array_its_upload_reads(opencl_device, rng, monkeypatch, shared):
+    """``set_tensor`` writes where the invoke's upload reads: into the host arena a CPU device reads in place (no
+    copy at all), or into pinned memory (a mapped CL_MEM_ALLOC_HOST_PTR buffer) that a device with memory of its
+    own gets one copy command from (a DMA, where from a pageable array the driver copies on the host first); each
+    invoke sees its new values."""
+    import pyopencl as cl
+
+    from tflgpu.runtime import transfers
+
+    if shared and not opencl_device.cl_device.type & cl.device_type.CPU:
+        pytest.skip("a GPU's runtime may cache host memory: no arena read in place")
+    if not shared:
+        monkeypatch.setattr(transfers, "shares_host_memory", lambda cl, ctx: False)
+    model, _ = stem_model(rng, 3, "conv")
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    it.allocate_tensors()
+    io, x = it.gpu_plan.io, it.gpu_plan.sg.inputs[0]
+    st = io.staging[x]
+    host = st.host_in if shared else st.pinned
+    assert host is not None and (st.pinned if shared else st.host_in) is None
+    assert list(it.gpu_plan.input_arrays()) == [x] and it.gpu_plan.input_arrays()[x] is host
+    sources = counted_calls(io, "enqueue_copy", arg=2)
+    for seed in (1, 2, 3):
+        feed = np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], feed)
+        assert np.array_equal(host, feed)  # (written by set_tensor itself)
+        sources.clear()
+        it.invoke()
+        assert sum(s is host for s in sources) == (0 if shared else 1)
+        assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), model, [feed])[0])
+
+
+def test_inputs_are_copied_from_pageable_arrays_where_no_pinned_memory_is_had(opencl_device, rng, monkeypatch, caplog):
+    """A runtime refusing to map an ALLOC_HOST_PTR buffer costs the copies their pinned memory, logged, and nothing
+    else: the Interpreter keeps its own input buffers, each invoke copies from them, and the output is read by a
+    map of the arena it is made on."""
+    import pyopencl as cl
+
+    from tflgpu.runtime import transfers
+
+    monkeypatch.setattr(transfers, "shares_host_memory", lambda cl, ctx: False)
+    real_map = cl.enqueue_map_buffer
+
+    def refuse(queue, buf, flags, *a, **k):
+        if buf.flags & cl.mem_flags.ALLOC_HOST_PTR:
+            raise cl.Error("clEnqueueMapBuffer failed: OUT_OF_HOST_MEMORY")
+        return real_map(queue, buf, flags, *a, **k)
+
+    monkeypatch.setattr(cl, "enqueue_map_buffer", refuse)
+    model, _ = stem_model(rng, 3, "conv")
+    with caplog.at_level("INFO", logger="tflgpu"):
+        it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+        it.allocate_tensors()
+    assert "no pinned host memory" in caplog.text and it.gpu_plan.input_arrays() == {}
+    assert it.gpu_plan.io.arena_at and not it.gpu_plan.io.pinned
+    for seed in (1, 2):
+        feed = np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], feed)
+        it.invoke()
+        assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), model, [feed])[0])

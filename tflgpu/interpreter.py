@@ -129,6 +129,11 @@ class _Session:
                 self.gpu_plan = self.gpu_factory(shapes)
                 for t, buf in self.bindings.items():
                     self.gpu_plan.bind(t, buf)
+            arrays = self.gpu_plan.input_arrays() if self.gpu_plan is not None else {}
+            for t, host in arrays.items():  # (set_tensor writes where the uploads read)
+                if self.buffers.get(t) is not host and host.shape == self.buffers[t].shape:
+                    host[...] = self.buffers[t]
+                    self.buffers[t] = host
         if resized and self.gpu_plan is not None:  # the plan already propagated these shapes
             self.shapes = {t.index: t.shape for t in self.gpu_plan.sg.tensors}
         elif resized:

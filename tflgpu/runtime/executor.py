@@ -255,6 +255,10 @@ class GpuPlan:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
         self.io.bind(t, buffer)
 
+    def input_arrays(self) -> dict[int, np.ndarray]:
+        """Graph input -> the host array its upload reads (``DeviceTensors.input_arrays``)."""
+        return self.io.input_arrays()
+
     def read_bound(self, t: int) -> np.ndarray:
         """The current value of a bound output, copied from its device buffer."""
         return self.io.read_bound(self.queue, t)

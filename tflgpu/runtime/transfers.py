@@ -8,6 +8,7 @@ buffer be that staging buffer (zero-copy I/O).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
 from .selection import DENSE_OUTPUT_DTYPES, Step
+
+log = logging.getLogger("tflgpu")
 
 
 @dataclass
@@ -39,6 +42,10 @@ class Staging:
     # a graph input's, where the device reads host memory in place (``shares_host_memory``): the host array its dense
     # buffer is made on, which an upload writes directly (no command); None once the caller binds a buffer
     host_in: np.ndarray | None = None
+    # a graph input's or output's, where the device has memory of its own: a host array in pinned memory
+    # (``_pinned_arena``) that an upload copies from or a read copies into, a DMA the host does not wait for (with
+    # a pageable array the driver copies on the host as well); None once the caller binds a buffer
+    pinned: np.ndarray | None = None
 
 
 # host arrays a buffer is made on start at a page: where a CPU runtime uses them in place (Intel's needs 4 KiB)
@@ -218,17 +225,22 @@ class DeviceTensors:
         self.naive_bytes = sum(sizes.values())
         self.buffers = [cl.Buffer(ctx, mf.READ_WRITE, max(sz, 16)) for sz in buf_sizes]
         self.tensor_buffer = {t: self.buffers[b] for t, b in assignment.items()}
-        # graph outputs the host reads after the run (not a CPU step's input meanwhile): on host arrays
-        # (an integer or bool output too: its dense buffer holds the values as floats, converted after the read)
+        self.shared_memory = shares_host_memory(cl, ctx)
+        # graph outputs the host reads after the run (not a CPU step's input meanwhile): copied into pinned host
+        # arrays where the device has memory of its own, else (a device reading host memory in place, or no pinned
+        # memory) their dense buffers made on host arrays (an integer or bool output too: its dense buffer holds
+        # the values as floats, converted after the read)
         self.arenas: dict[str, object] = {}  # "output" / "input" -> the buffer made on that host arena
         self.arena_at: dict[int, tuple[str, int]] = {}  # tensor -> (its arena, its byte offset there)
-        self.host_out = self._host_arena("output", [t for t in self.output_downloads if t not in self.state_tensors
-                                                    and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
-                                                    and not any(t in ts for ts in self.downloads_before.values())])
-        # graph inputs the host writes before the run, where the device uses host memory in place: on host arrays
-        self.shared_memory = shares_host_memory(cl, ctx)
-        self.host_in = self._host_arena("input", [t for t in self.sg.inputs if t in on_gpu and t not in graph_out
-                                                  and t not in self.state_tensors]) if self.shared_memory else {}
+        read = [t for t in self.output_downloads if t not in self.state_tensors
+                and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
+                and not any(t in ts for ts in self.downloads_before.values())]
+        self.pinned = {} if self.shared_memory else self._pinned_arena(read)
+        self.host_out = self._host_arena("output", [t for t in read if t not in self.pinned])
+        # graph inputs the host writes before the run: on host arrays the device reads in place, or pinned ones
+        written = [t for t in self.sg.inputs if t in on_gpu and t not in graph_out and t not in self.state_tensors]
+        self.host_in = self._host_arena("input", written) if self.shared_memory else {}
+        self.pinned.update({} if self.shared_memory else self._pinned_arena(written))
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
@@ -302,6 +314,44 @@ class DeviceTensors:
         return {t: host[self.arena_at[t][1] // 4:][:int(np.prod(self.sg.tensors[t].shape))]
                 .reshape(self.sg.tensors[t].shape) for t in tensors}
 
+    def _pinned_arena(self, tensors: list[int]) -> dict[int, np.ndarray]:
+        """Host arrays in pinned memory for ``tensors``' copies to or from the device (a device with its own
+        memory): views of one CL_MEM_ALLOC_HOST_PTR buffer mapped once, for as long as any view is held (an
+        array's base is the map, which unmaps itself when the last view goes). A copy from or into such memory is
+        a DMA the host does not wait for; with a pageable array the driver copies it on the host as well
+        (NVIDIA's OpenCL guide: pinned memory by mapping an ALLOC_HOST_PTR buffer); and an output's read is one
+        copy, not a map and an unmap of a buffer made on host memory. The buffer itself is never a command's
+        argument: only its mapped memory is, as the host pointer of a copy."""
+        if not tensors:
+            return {}
+        at, offsets = 0, {}
+        for t in tensors:
+            offsets[t] = at
+            at += -(-self._dense_bytes(t) // HOST_ALIGN) * HOST_ALIGN
+        mf = self.cl.mem_flags
+        try:
+            buf = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, at)
+            flags = self.cl.map_flags.READ | self.cl.map_flags.WRITE
+            host, _ = self.cl.enqueue_map_buffer(self.cl.CommandQueue(self.ctx), buf, flags, 0, (at // 4,),
+                                                 np.float32, is_blocking=True)
+        except self.cl.Error as e:  # (copies with pageable arrays still work)
+            log.info("no pinned host memory for the graph's inputs and outputs (%s): their copies use pageable "
+                     "arrays", e)
+            return {}
+        return {t: host[offsets[t] // 4:][:int(np.prod(self.sg.tensors[t].shape))].reshape(self.sg.tensors[t].shape)
+                for t in tensors}
+
+    def input_arrays(self) -> dict[int, np.ndarray]:
+        """The host arrays an invoke's uploads read the float32 graph inputs from (in the host arena a CPU device
+        reads in place, or pinned memory): an Interpreter's own input buffers, where these are, spare the upload
+        its copy (``set_tensor`` writes there already)."""
+        found = {}
+        for t, st in self.staging.items():
+            arr = st.host_in if st.host_in is not None else st.pinned
+            if arr is not None and t in self.input_uploads and self.sg.tensors[t].dtype == np.float32:
+                found[t] = arr
+        return found
+
     def _dense_buffer(self, t: int):
         """Tensor t's dense NHWC float32 buffer: its region of a host arena where it has a host array
         (``host_out`` / ``host_in``)."""
@@ -328,7 +378,8 @@ class DeviceTensors:
         if not crossing:
             return
         for t in self.dense_steps.keys() & crossing:  # (its kernels convert it themselves)
-            self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t), self.host_in.get(t))
+            self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t), self.host_in.get(t),
+                                      self.pinned.get(t))
         converted = sorted(crossing - self.dense_steps.keys())
         loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in converted}
         sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if self.half[t] == self.fp16
@@ -339,7 +390,8 @@ class DeviceTensors:
             dense = self._dense_buffer(t)
             self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
                                       make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),
-                                      boundary_grid(lay, loops[t]), self.host_out.get(t), self.host_in.get(t))
+                                      boundary_grid(lay, loops[t]), self.host_out.get(t), self.host_in.get(t),
+                                      self.pinned.get(t))
 
     def bind(self, t: int, buffer) -> None:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
@@ -359,7 +411,7 @@ class DeviceTensors:
         if buf.size < need:
             raise ValueError(f"buffer of {buf.size} bytes is too small for tensor {t} ({need} bytes, NHWC float32)")
         st = self.staging[t]
-        st.dense, st.host, st.host_in = buf, None, None
+        st.dense, st.host, st.host_in, st.pinned = buf, None, None, None
         self.bound.add(t)
         if t in self.dense_steps:  # (the kernels reading / writing it take the caller's buffer instead)
             self.tensor_buffer[t] = buf
@@ -389,10 +441,16 @@ class DeviceTensors:
     def upload(self, queue, t: int, value: np.ndarray, keep: list) -> None:
         """Tensor t's host value to its dense buffer (then its slice layout), without waiting: written into the
         buffer's host array where the device reads it in place (the previous invoke's commands are done), else
-        copied by a command (``keep`` holds the host array until the queue is finished)."""
+        copied by a command, from pinned memory where there is some (``keep`` holds a pageable host array until
+        the queue is finished). No host copy where ``value`` is that array (``input_arrays``)."""
         st = self.staging[t]
         if st.host_in is not None:
-            np.copyto(st.host_in, np.reshape(value, st.host_in.shape), casting="unsafe")
+            if value is not st.host_in:  # (an Interpreter's buffer is this array: ``input_arrays``)
+                np.copyto(st.host_in, np.reshape(value, st.host_in.shape), casting="unsafe")
+        elif st.pinned is not None:
+            if value is not st.pinned:
+                np.copyto(st.pinned, np.reshape(value, st.pinned.shape), casting="unsafe")
+            self.cl.enqueue_copy(queue, st.dense, st.pinned, is_blocking=False)
         else:
             data = np.ascontiguousarray(value, dtype=np.float32)
             self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
@@ -432,6 +490,9 @@ class DeviceTensors:
         if st.from_device is not None:
             self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
         tensor = self.sg.tensors[t]
+        if st.pinned is not None:
+            self.cl.enqueue_copy(queue, st.pinned, st.dense, is_blocking=False)
+            return lambda: _as_type(st.pinned, tensor.dtype)
         if st.host is not None and self.shared_memory:  # (the finished kernels' values are in its host array)
             return lambda: _as_type(st.host, tensor.dtype)
         if st.host is not None:  # (the buffer's own memory: mapped for the kernels' values to be there, unmapped)
