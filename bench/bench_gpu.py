@@ -138,6 +138,7 @@ def main() -> int:
           f"| LiteRT CPU / background |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes, speedups, starts = [], [], []
+    shown = 0
     for m in models:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
         kw = {"device": args.device, "precision_loss_allowed": fp16}
@@ -174,6 +175,9 @@ def main() -> int:
             notes.append(f"{m.name}: background work not finished after {waited:.0f} s")
         print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {cpu:.3f} | {g} "
               f"| {cpu / b:.2f}x |", flush=True)
+        for n in notes[shown:]:  # (as they come, on stderr: a run cut short by a time limit keeps them)
+            print(f"  note: {n}", file=sys.stderr, flush=True)
+        shown = len(notes)
     print(f"\ngeomean: start / exhaustive {geomean(starts):.2f}, LiteRT CPU / background {geomean(speedups):.2f}x")
     for n in notes:
         print(f"- {n}")

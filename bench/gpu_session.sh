@@ -10,7 +10,9 @@
 # MobileNet v1 / v2 with the heuristics alone), tune (exhaustive search of every float corpus model; the records
 # exported to $OUT/records.json), bench (bench/bench_gpu.py's table), torch (the PyTorch peers alone), sweep
 # (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py),
-# compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program).
+# compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), anatomy
+# (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), pytest (python -m pytest $PYTEST_ARGS,
+# its whole output logged: a failure's traceback).
 #
 # With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
 # This one ran in 144 s on an H200 (carry .gpu and .gl, whose Vulkan loader debs LiteRT's GPU path needs):
@@ -20,13 +22,16 @@
 #   ROUNDS=20 BENCH_ARGS=--no-torch BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite ..." SWEEP_DEADLINE_S=55
 #   SWEEP_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite" RECORDS_NAME=nvidia-h200
 #   bash bench/gpu_session.sh profile gputests bench sweep
-# Not yet run on a GPU (added without one): the implicit-GEMM group tile of windowed convs and TRANSPOSE_CONV,
-# image weights, sub-group reductions and the sub-group broadcast GEMM (not on NVIDIA's OpenCL 1.2), FP16
-# arithmetic in the direct kernel and the group tiles (not without cl_khr_fp16), the invoke's flush cadence
-# (runtime.cadence: bench_gpu notes each model's trial; `launch` times 30 busy kernels under each cadence).
-# Their correctness on the GPU: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant
-# or gpu_defaults"; tests/test_cadence.py;
-# their speed: SWEEP_MODELS="unet_small_256.tflite deeplab_mnv2_257.tflite" (gpu_sweep has points of each).
+# On an H100 (2026-11-26, three calls): the group tiles (pointwise, implicit GEMM) and image weights pass the
+# GPU-path tests there (image weights after the sampler fix), as do the cadence and dense-boundary tests; the flush
+# cadence changes nothing on NVIDIA (the driver submits at once: every candidate within 1%). Not yet run on a GPU:
+# sub-group reductions and the broadcast GEMM (no sub-groups in NVIDIA's OpenCL 1.2), FP16 arithmetic (no
+# cl_khr_fp16 there). Next: the speed of the implicit-GEMM group tiles (SWEEP_MODELS="unet_small_256.tflite
+# deeplab_mnv2_257.tflite"), and explicit work-group sizes for the kernels launched without one (NVIDIA's enqueue
+# costs ~5 us more there: `anatomy`'s per-launch table).
+# The third call: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant or
+# gpu_defaults or cadence or dense_boundary" TESTS_LIMIT_S=70 TUNE_BUDGET_S=5 BG_WAIT_S=15 ROUNDS=20
+# BENCH_ARGS=--no-torch BENCH_LIMIT_S=140 BENCH_MODELS="..."; bash bench/gpu_session.sh gputests launch anatomy bench
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -104,7 +109,8 @@ sweep() {
 
 gputests() {  # tiered compiles as a user's start has them (the suite's default is off); TESTS_K: pytest's -k
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
-        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py \
+        tests/test_dense_boundary.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }
@@ -124,6 +130,8 @@ for s in "$@"; do
         torch) step torch 120 torch_peers ;;
         sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
         launch) step launch 60 python3 bench/launch_cost.py ;;
+        anatomy) step anatomy 150 python3 bench/invoke_anatomy.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
+        pytest) step pytest "${TESTS_LIMIT_S:-240}" python3 -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} ;;
         compile) step compile 90 python3 bench/compile_cost.py "$M/mobilenet_v2_1.0_224.tflite" ;;
         *) echo "unknown step $s" ;;
     esac

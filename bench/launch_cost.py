@@ -75,6 +75,7 @@ def main() -> int:
     qh, kh = q.int_ptr, k.int_ptr
     enq2 = per_call(lambda: fn(qh, kh, 1, None, gsize, None, 0, None, None), q)
     print(f"ctypes clEnqueueNDRangeKernel: {enq2:.2f} us per call")
+    arguments(cl, ctx, q, per_call)
     command_buffer(cl, dev.cl_device, q, k)
     cadences(cl, ctx, q, qp, buf, enq)
     evs = [cl.enqueue_nd_range_kernel(qp, k, (32,), None) for _ in range(2000)]
@@ -84,6 +85,42 @@ def main() -> int:
     print(f"device: empty kernel {statistics.median(runs):.2f} us, gap between back-to-back kernels "
           f"{statistics.median(gaps):.2f} us (median)")
     return 0
+
+
+def arguments(cl, ctx, q, per_call) -> None:
+    """An empty kernel's enqueue by what it takes: 1, 4 or 8 buffers (a plan's kernels take 3-6), sub-buffers of one
+    buffer instead, one buffer made on host memory (CL_MEM_USE_HOST_PTR), a work-group size and three dimensions
+    (as the group tiles launch): which of these a driver's per-launch cost grows with."""
+    from tflgpu.runtime.transfers import aligned_empty
+
+    def kernel(n: int):
+        params = ", ".join(f"__global float* a{i}" for i in range(n))
+        body = " + ".join(f"a{i}[1]" for i in range(n))
+        return (cl.Program(ctx, f"__kernel void k({params}) {{ if (get_global_id(0) == 100000) "
+                                       f"a0[0] = {body}; }}").build()).k
+
+    mf = cl.mem_flags
+    whole = cl.Buffer(ctx, mf.READ_WRITE, 8 * 4096)
+    host = aligned_empty((1024,))
+    rows, held = {}, [whole]  # (a kernel holds no reference to its arguments)
+    for n in (1, 4, 8):
+        k = kernel(n)
+        for i in range(n):
+            held.append(cl.Buffer(ctx, mf.READ_WRITE, 4096))
+            k.set_arg(i, held[-1])
+        rows[f"{n} buffers"] = per_call(lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), None), q)
+        if n == 4:
+            rows["4 buffers, work-group (32,)"] = per_call(lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), (32,)), q)
+            rows["4 buffers, 3D (32, 4, 4) by (32, 1, 1)"] = per_call(
+                lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32, 4, 4), (32, 1, 1)), q)
+            held.append(cl.Buffer(ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host))
+            k.set_arg(3, held[-1])
+            rows["4 buffers, one on host memory"] = per_call(lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), None), q)
+            for i in range(n):
+                held.append(whole.get_sub_region(i * 4096, 4096))
+                k.set_arg(i, held[-1])
+            rows["4 sub-buffers of one buffer"] = per_call(lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), None), q)
+    print("empty kernel's enqueue by its arguments, us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in rows.items()))
 
 
 def cadences(cl, ctx, q, qp, buf, enqueue_us: float, n: int = 30) -> None:
