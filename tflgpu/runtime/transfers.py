@@ -235,12 +235,11 @@ class DeviceTensors:
         read = [t for t in self.output_downloads if t not in self.state_tensors
                 and self.sg.tensors[t].dtype in DENSE_OUTPUT_DTYPES
                 and not any(t in ts for ts in self.downloads_before.values())]
-        self.pinned = {} if self.shared_memory else self._pinned_arena(read)
-        self.host_out = self._host_arena("output", [t for t in read if t not in self.pinned])
         # graph inputs the host writes before the run: on host arrays the device reads in place, or pinned ones
         written = [t for t in self.sg.inputs if t in on_gpu and t not in graph_out and t not in self.state_tensors]
+        self.pinned = {} if self.shared_memory else self._pinned_arena(read + written)
+        self.host_out = self._host_arena("output", [t for t in read if t not in self.pinned])
         self.host_in = self._host_arena("input", written) if self.shared_memory else {}
-        self.pinned.update({} if self.shared_memory else self._pinned_arena(written))
         self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_steps})
         for t, (whole, at) in self.regions.items():
             size = 2 if self.half[t] else 4
