@@ -11,7 +11,8 @@
 # exported to $OUT/records.json), bench (bench/bench_gpu.py's table), torch (the PyTorch peers alone), sweep
 # (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py),
 # compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), anatomy
-# (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), pytest (python -m pytest $PYTEST_ARGS,
+# (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), ab (bench/launch_ab.py: fused blocks and
+# given work-groups against the start, whole plans; ANATOMY_MODELS), pytest (python -m pytest $PYTEST_ARGS,
 # its whole output logged: a failure's traceback).
 #
 # With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
@@ -26,9 +27,10 @@
 # GPU-path tests there (image weights after the sampler fix), as do the cadence and dense-boundary tests; the flush
 # cadence changes nothing on NVIDIA (the driver submits at once: every candidate within 1%). Not yet run on a GPU:
 # sub-group reductions and the broadcast GEMM (no sub-groups in NVIDIA's OpenCL 1.2), FP16 arithmetic (no
-# cl_khr_fp16 there). Next: the speed of the implicit-GEMM group tiles (SWEEP_MODELS="unet_small_256.tflite
-# deeplab_mnv2_257.tflite"), and explicit work-group sizes for the kernels launched without one (NVIDIA's enqueue
-# costs ~5 us more there: `anatomy`'s per-launch table).
+# cl_khr_fp16 there). Next: `ab` (fusing the split separable blocks, explicit work-groups for the kernels launched
+# without one: NVIDIA's enqueue costs ~5 us more there, `anatomy`'s per-launch table), the speed of the
+# implicit-GEMM group tiles (SWEEP_MODELS="unet_small_256.tflite deeplab_mnv2_257.tflite"), and bench rows for the
+# float corpus models not timed since pinned I/O.
 # The third call: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant or
 # gpu_defaults or cadence or dense_boundary" TESTS_LIMIT_S=70 TUNE_BUDGET_S=5 BG_WAIT_S=15 ROUNDS=20
 # BENCH_ARGS=--no-torch BENCH_LIMIT_S=140 BENCH_MODELS="..."; bash bench/gpu_session.sh gputests launch anatomy bench
@@ -130,6 +132,7 @@ for s in "$@"; do
         torch) step torch 120 torch_peers ;;
         sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
         launch) step launch 60 python3 bench/launch_cost.py ;;
+        ab) step ab 150 python3 bench/launch_ab.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         anatomy) step anatomy 150 python3 bench/invoke_anatomy.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         pytest) step pytest "${TESTS_LIMIT_S:-240}" python3 -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} ;;
         compile) step compile 90 python3 bench/compile_cost.py "$M/mobilenet_v2_1.0_224.tflite" ;;

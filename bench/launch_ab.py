@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Launch-level choices for a plan bound by the host's enqueues (a GPU behind NVIDIA's OpenCL: 10-16 us to enqueue
+one kernel), each as a whole plan, interleaved in one process (medians of ``--rounds``):
+
+- start: the plan a user gets before any search (``tuning="none"``, the shipped records);
+- fused: that plan with every separable block it splits in two launches (``SeparableKnobs.default``'s rule, from
+  kernel times alone) fused into one;
+- work-groups: that plan with a work-group size for each kernel its generator leaves to the driver (the stem conv,
+  the split blocks' depthwise halves): the largest divisor of each dimension of the global size that keeps the
+  group within 32 along x and 128 work-items in all (``--group``), which the kernels accept as they read no local
+  ids; NVIDIA's enqueue took ~5 us more for a kernel without one;
+- both.
+
+Each variant's outputs are checked against the start's. What it tells: whether fewer launches pay for more kernel
+time (fused), and whether a work-group chosen here costs the kernels more than it saves the host (work-groups).
+
+    python bench/launch_ab.py MODEL... [--device D] [--rounds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+
+def divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def work_group(global_size: tuple[int, ...], x_cap: int = 32, items: int = 128) -> tuple[int, ...]:
+    """A work-group dividing ``global_size``: as wide along x as a divisor within ``x_cap`` allows, then the last
+    dimension, then the middle one, within ``items`` work-items."""
+    gs = list(global_size)
+    local = [1] * len(gs)
+    local[0] = divisor_at_most(gs[0], x_cap)
+    for d in reversed(range(1, len(gs))):
+        local[d] = divisor_at_most(gs[d], max(1, items // int(np.prod(local))))
+    return tuple(local)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+")
+    p.add_argument("--device", default=None)
+    p.add_argument("--rounds", type=int, default=40)
+    a = p.parse_args()
+    from tflgpu.runtime.icd import ensure_icd_vendors
+
+    ensure_icd_vendors()
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.benchmark import interleaved_ms, reference_inputs
+    from tflgpu.runtime.upgrades import retune_steps
+
+    for m in a.models:
+        def made(fused: bool, groups: bool, m=m):
+            it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
+                                                     cache=False))
+            it.allocate_tensors()
+            details = it.get_input_details()
+            for d, x in zip(details, reference_inputs(details)):
+                it.set_tensor(d["index"], x)
+            plan = it.gpu_plan
+            split = [s.op.index for s in plan.steps if s.device == "gpu" and s.op.name == "TFLGPU_SEPARABLE_CONV"
+                     and len(s.specs) == 2]
+            if fused and split:
+                retune_steps(plan, split, {"fused": True}, "TFLGPU_SEPARABLE_CONV")
+                it.invoke()  # (installs them)
+            given = 0
+            if groups:
+                for s in plan.steps:
+                    for spec in s.specs if s.device == "gpu" else ():
+                        if spec.local_size is None:
+                            spec.local_size = work_group(spec.global_size)
+                            given += 1
+            return it, plan.launch_count(), len(split), given
+
+        variants = {"start": made(False, False), "fused": made(True, False), "work-groups": made(False, True),
+                    "both": made(True, True)}
+        outs = {}
+        for name, (it, *_) in variants.items():
+            it.invoke()
+            outs[name] = [it.get_tensor(o["index"]) for o in it.get_output_details()]
+        ms = interleaved_ms([v[0] for v in variants.values()], rounds=a.rounds)
+        base = ms[0]
+        print(f"## {m.split('/')[-1]} ({variants['start'][0].gpu_plan.device.identity.device}), ms, "
+              f"interleaved, median of {a.rounds}")
+        for (name, (_, launches, split, given)), t in zip(variants.items(), ms):
+            err = max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+                      for x, y in zip(outs[name], outs["start"]))
+            print(f"  {name}: {t:.3f} ({base / t:.2f}x the start; {launches} launches, {split} split blocks seen, "
+                  f"{given} work-groups given; outputs within {err:.2g} of the start's)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
