@@ -47,6 +47,11 @@ class Staging:
     # a pageable array the driver copies on the host as well); None once the caller binds a buffer
     pinned: np.ndarray | None = None
 
+    @property
+    def upload_from(self) -> np.ndarray | None:
+        """A graph input's host array its upload reads: ``host_in`` or ``pinned`` (None: the caller's value)."""
+        return self.host_in if self.host_in is not None else self.pinned
+
 
 # host arrays a buffer is made on start at a page: where a CPU runtime uses them in place (Intel's needs 4 KiB)
 HOST_ALIGN = 4096
@@ -302,16 +307,12 @@ class DeviceTensors:
         written by the upload itself, no command (a 2 KiB input's copy cost ~10 us of a 67 us LSTM invoke)."""
         if not tensors:
             return {}
-        align = max(self.ctx.devices[0].mem_base_addr_align // 8, 128)
-        at = 0
-        for t in tensors:
-            self.arena_at[t] = (kind, at)
-            at += -(-self._dense_bytes(t) // align) * align
-        host = aligned_empty((at // 4,))
+        offsets, size = self._arena_layout(tensors, max(self.ctx.devices[0].mem_base_addr_align // 8, 128))
+        self.arena_at.update({t: (kind, at) for t, at in offsets.items()})
+        host = aligned_empty((size // 4,))
         mf = self.cl.mem_flags
         self.arenas[kind] = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host)
-        return {t: host[self.arena_at[t][1] // 4:][:int(np.prod(self.sg.tensors[t].shape))]
-                .reshape(self.sg.tensors[t].shape) for t in tensors}
+        return self._arena_views(host, offsets)
 
     def _pinned_arena(self, tensors: list[int]) -> dict[int, np.ndarray]:
         """Host arrays in pinned memory for ``tensors``' copies to or from the device (a device with its own
@@ -323,22 +324,32 @@ class DeviceTensors:
         argument: only its mapped memory is, as the host pointer of a copy."""
         if not tensors:
             return {}
-        at, offsets = 0, {}
-        for t in tensors:
-            offsets[t] = at
-            at += -(-self._dense_bytes(t) // HOST_ALIGN) * HOST_ALIGN
+        offsets, size = self._arena_layout(tensors, HOST_ALIGN)
         mf = self.cl.mem_flags
         try:
-            buf = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, at)
+            buf = self.cl.Buffer(self.ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, size)
             flags = self.cl.map_flags.READ | self.cl.map_flags.WRITE
-            host, _ = self.cl.enqueue_map_buffer(self.cl.CommandQueue(self.ctx), buf, flags, 0, (at // 4,),
+            host, _ = self.cl.enqueue_map_buffer(self.cl.CommandQueue(self.ctx), buf, flags, 0, (size // 4,),
                                                  np.float32, is_blocking=True)
         except self.cl.Error as e:  # (copies with pageable arrays still work)
             log.info("no pinned host memory for the graph's inputs and outputs (%s): their copies use pageable "
                      "arrays", e)
             return {}
-        return {t: host[offsets[t] // 4:][:int(np.prod(self.sg.tensors[t].shape))].reshape(self.sg.tensors[t].shape)
-                for t in tensors}
+        return self._arena_views(host, offsets)
+
+    def _arena_layout(self, tensors: list[int], align: int) -> tuple[dict[int, int], int]:
+        """Each tensor's byte offset in an arena of their dense buffers one after another, each starting on
+        ``align``; and the arena's size."""
+        at, offsets = 0, {}
+        for t in tensors:
+            offsets[t] = at
+            at += -(-self._dense_bytes(t) // align) * align
+        return offsets, at
+
+    def _arena_views(self, host: np.ndarray, offsets: dict[int, int]) -> dict[int, np.ndarray]:
+        """Each tensor's array in an arena's float32 host memory, at its byte offset, in its shape."""
+        shapes = {t: self.sg.tensors[t].shape for t in offsets}
+        return {t: host[at // 4:][:int(np.prod(shapes[t]))].reshape(shapes[t]) for t, at in offsets.items()}
 
     def input_arrays(self) -> dict[int, np.ndarray]:
         """The host arrays an invoke's uploads read the float32 graph inputs from (in the host arena a CPU device
@@ -346,9 +357,8 @@ class DeviceTensors:
         its copy (``set_tensor`` writes there already)."""
         found = {}
         for t, st in self.staging.items():
-            arr = st.host_in if st.host_in is not None else st.pinned
-            if arr is not None and t in self.input_uploads and self.sg.tensors[t].dtype == np.float32:
-                found[t] = arr
+            if st.upload_from is not None and t in self.input_uploads and self.sg.tensors[t].dtype == np.float32:
+                found[t] = st.upload_from
         return found
 
     def _dense_buffer(self, t: int):
@@ -443,13 +453,12 @@ class DeviceTensors:
         copied by a command, from pinned memory where there is some (``keep`` holds a pageable host array until
         the queue is finished). No host copy where ``value`` is that array (``input_arrays``)."""
         st = self.staging[t]
-        if st.host_in is not None:
-            if value is not st.host_in:  # (an Interpreter's buffer is this array: ``input_arrays``)
-                np.copyto(st.host_in, np.reshape(value, st.host_in.shape), casting="unsafe")
-        elif st.pinned is not None:
-            if value is not st.pinned:
-                np.copyto(st.pinned, np.reshape(value, st.pinned.shape), casting="unsafe")
-            self.cl.enqueue_copy(queue, st.dense, st.pinned, is_blocking=False)
+        host = st.upload_from
+        if host is not None:
+            if value is not host:  # (an Interpreter's buffer is this array: ``input_arrays``)
+                np.copyto(host, np.reshape(value, host.shape), casting="unsafe")
+            if st.pinned is not None:
+                self.cl.enqueue_copy(queue, st.dense, st.pinned, is_blocking=False)
         else:
             data = np.ascontiguousarray(value, dtype=np.float32)
             self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
