@@ -126,6 +126,9 @@ def main() -> int:
     p.add_argument("--background-wait-s", type=float, default=300.0)
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--fuse-expansions", action="store_true",
+                   help="every tflgpu column with GpuDelegate(fuse_expansions=True): one kernel per separable block "
+                        "and the conv expanding its output")
     args = p.parse_args()
     models = [Path(m) for m in args.models] or [args.models_dir / n for n in FLOAT_MODELS
                                                   if (args.models_dir / n).exists()]
@@ -141,7 +144,7 @@ def main() -> int:
     shown = 0
     for m in models:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
-        kw = {"device": args.device, "precision_loss_allowed": fp16}
+        kw = {"device": args.device, "precision_loss_allowed": fp16, "fuse_expansions": args.fuse_expansions}
         with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as fresh2:
             heuristic = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, cache=False, tuning="none",
                                                                               tuning_db=False))

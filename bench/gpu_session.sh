@@ -12,7 +12,7 @@
 # (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py),
 # compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), anatomy
 # (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), ab (bench/launch_ab.py: fused blocks and
-# given work-groups against the start, whole plans; ANATOMY_MODELS), pytest (python -m pytest $PYTEST_ARGS,
+# given work-groups and fused expansions against the start, whole plans; ANATOMY_MODELS), pytest (python -m pytest $PYTEST_ARGS,
 # its whole output logged: a failure's traceback).
 #
 # With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
@@ -28,7 +28,9 @@
 # cadence changes nothing on NVIDIA (the driver submits at once: every candidate within 1%). Not yet run on a GPU:
 # sub-group reductions and the broadcast GEMM (no sub-groups in NVIDIA's OpenCL 1.2), FP16 arithmetic (no
 # cl_khr_fp16 there). Next: `ab` (fusing the split separable blocks, explicit work-groups for the kernels launched
-# without one: NVIDIA's enqueue costs ~5 us more there, `anatomy`'s per-launch table), the speed of the
+# without one: NVIDIA's enqueue costs ~5 us more there, `anatomy`'s per-launch table; and fuse_expansions, one
+# kernel per MobileNet v2 block: 44 launches -> 21; ANATOMY_MODELS may add deeplab_mnv2_257.tflite and
+# ssd_mnv2_300.tflite), `bench` with BENCH_ARGS="--no-torch --fuse-expansions" beside the default's, the speed of the
 # implicit-GEMM group tiles (SWEEP_MODELS="unet_small_256.tflite deeplab_mnv2_257.tflite"), and bench rows for the
 # float corpus models not timed since pinned I/O.
 # The third call: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant or
@@ -112,7 +114,7 @@ sweep() {
 gputests() {  # tiered compiles as a user's start has them (the suite's default is off); TESTS_K: pytest's -k
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py \
-        tests/test_dense_boundary.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_dense_boundary.py tests/test_separable_expand.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }

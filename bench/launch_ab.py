@@ -9,12 +9,18 @@ one kernel), each as a whole plan, interleaved in one process (medians of ``--ro
   the split blocks' depthwise halves): the largest divisor of each dimension of the global size that keeps the
   group within 32 along x and 128 work-items in all (``--group``), which the kernels accept as they read no local
   ids; NVIDIA's enqueue took ~5 us more for a kernel without one;
-- both.
+- both;
+- expansions: the start plan built with ``GpuDelegate(fuse_expansions=True)``: each separable block and the
+  pointwise conv expanding its output (the next MobileNet v2 block's first conv) as one kernel
+  (kernels.separable_expand), one launch per such block instead of two;
+- all: expansions, every split block fused, and the work-groups.
 
 Each variant's outputs are checked against the start's. What it tells: whether fewer launches pay for more kernel
 time (fused), and whether a work-group chosen here costs the kernels more than it saves the host (work-groups).
 
     python bench/launch_ab.py MODEL... [--device D] [--rounds 40]
+
+(a variant whose plan has nothing to change is the start's plan again, timed as itself)
 """
 
 from __future__ import annotations
@@ -54,9 +60,9 @@ def main() -> int:
     from tflgpu.runtime.upgrades import retune_steps
 
     for m in a.models:
-        def made(fused: bool, groups: bool, m=m):
+        def made(fused: bool, groups: bool, expansions: bool = False, m=m):
             it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
-                                                     cache=False))
+                                                     cache=False, fuse_expansions=expansions))
             it.allocate_tensors()
             details = it.get_input_details()
             for d, x in zip(details, reference_inputs(details)):
@@ -77,7 +83,7 @@ def main() -> int:
             return it, plan.launch_count(), len(split), given
 
         variants = {"start": made(False, False), "fused": made(True, False), "work-groups": made(False, True),
-                    "both": made(True, True)}
+                    "both": made(True, True), "expansions": made(False, False, True), "all": made(True, True, True)}
         outs = {}
         for name, (it, *_) in variants.items():
             it.invoke()

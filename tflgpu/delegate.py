@@ -86,6 +86,11 @@ class GpuDelegate:
             in input order (or one array per sample for a one-input model; the model's integers for a
             quantized input). Default: one random sample in each input's range (a quantized input's whole
             integer range, [-1, 1] for a float one).
+        fuse_expansions: a depthwise + pointwise block and the pointwise conv expanding its output (the next
+            MobileNet v2 block's first conv) run as one kernel: one launch per such block instead of two, for a
+            GPU whose launches cost more host time than its kernels take. Off by default: not yet measured on a
+            GPU (``bench/launch_ab.py`` compares both). The tuner still times each fused block against its two
+            kernels.
     """
 
     precision_loss_allowed: bool = False
@@ -109,6 +114,7 @@ class GpuDelegate:
     tiered_compile: bool | None = None
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
     calibration_inputs: object = None
+    fuse_expansions: bool = False
 
     def __post_init__(self):
         self.inference_priority1 = _priority(self.inference_priority1)
@@ -196,4 +202,4 @@ class GpuDelegate:
         return PlanRequest(self.device, self.wants_fp16(), self.max_delegated_partitions, self.profile,
                            self.allow_buffer_handle_output, self.quantized_models_allowed, self.tuning_config(store),
                            self.tuning_db is not False, store, self.model_token, cacheable, self.tiered(),
-                           float(self.fp16_error_budget), self.calibration_inputs)
+                           float(self.fp16_error_budget), self.calibration_inputs, bool(self.fuse_expansions))

@@ -22,6 +22,12 @@
    registers (rounded as its storage would round it, so values match the unfused steps'), and stores only what
    a step outside the region or the caller reads (a branchy activation block: one launch instead of one each).
 
+8. ``fuse_expansions`` (where the plan's config asks: ``GpuDelegate(fuse_expansions=True)``) — a
+   ``SEPARABLE_CONV`` step and a pointwise CONV_2D expanding its output (the next MobileNet v2 block's first conv)
+   become one ``SEPARABLE_EXPAND`` step at the separable conv's place: one kernel, its output stored only where
+   another op reads it (kernels.separable_expand). Its generator's ``fused`` knob falls back to the two ops' own
+   kernels.
+
 Each pass is a pure function of (steps, subgraph) returning new steps and how many ops it changed.
 """
 
@@ -41,6 +47,10 @@ SEPARABLE_CONV = "TFLGPU_SEPARABLE_CONV"
 # graph.passes.fuse_regions' op: inputs (the tensors its steps read from outside it), outputs (what is read after
 # it), the first step's index, and under "steps" each merged step's (op, fused chain) in order
 ELEMENTWISE_REGION = "TFLGPU_ELEMENTWISE_REGION"
+# graph.passes.fuse_expansions' op: inputs (the separable conv's five, the expanding conv's filter and bias), the
+# expanding conv's outputs, the separable op's index, and under "separable" and "expand" the two merged ops and
+# under "keep" whether the separable conv's output (after its epilogue) is read by another op too
+SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
 
 
@@ -197,6 +207,41 @@ def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, p
         steps[j] = PassStep(op, s.members + nxt.members, [], True)
         drop.add(i)
     return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+
+
+def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep, ex: True,
+                    ) -> tuple[list[PassStep], int]:
+    """Merge each device ``SEPARABLE_CONV`` step with a device pointwise CONV_2D (no epilogue) reading its output
+    into one ``SEPARABLE_EXPAND`` step at the separable conv's place (the expansion reads nothing else);
+    ``allowed(sep_op, conv_op)``: the caller's veto."""
+    graph_out = set(sg.outputs)
+    readers = _readers(steps)
+    steps = list(steps)
+    drop: set[int] = set()
+    for i, s in enumerate(steps):
+        if not (s.gpu and s.op.name == SEPARABLE_CONV and len(s.outputs) == 1):
+            continue
+        (t,) = s.outputs
+        rs = list(dict.fromkeys(readers.get(t, [])))
+        j = next((j for j in rs if j > i and j not in drop and _expands(steps[j], t, sg, consts)
+                  and allowed(s.op, steps[j].op)), None)
+        if j is None:
+            continue
+        ex = steps[j].op
+        bias = ex.inputs[2] if len(ex.inputs) > 2 else -1
+        keep = t in graph_out or any(k != j for k in rs)
+        op = replace(s.op, name=SEPARABLE_EXPAND, builtin_code=-1, inputs=s.op.inputs + (ex.inputs[1], bias),
+                     outputs=ex.outputs, options={"separable": s.op, "expand": ex, "keep": keep})
+        steps[i] = PassStep(op, s.members + steps[j].members, s.epilogue, True)
+        drop.add(j)
+    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+
+
+def _expands(step: PassStep, t: int, sg, consts: dict) -> bool:
+    """Whether ``step`` is one device pointwise CONV_2D of tensor ``t`` with no fused ops after it."""
+    op = step.op
+    return (step.gpu and len(step.members) == 1 and not step.epilogue and op.name == "CONV_2D"
+            and op.inputs[:1] == (t,) and t not in op.inputs[1:] and _pointwise(op, sg, consts))
 
 
 def _float4d(sg, *tensors: int) -> bool:

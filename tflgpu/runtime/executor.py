@@ -168,11 +168,11 @@ class GpuPlan:
         self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops,
                                       Target.of(device.cl_device, device.identity.device_type))
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
-            self.steps, passes = select(runner, make, params or {}, config.fuse_regions)
+            self.steps, passes = select(runner, make, params or {}, config.fuse_regions, config.fuse_expansions)
             if record is not None and not restore(self.steps, record):
                 cache.reject(record, dev, "its steps no longer match what the graph passes produce")
                 record, params = None, None
-                self.steps, passes = select(runner, make, {}, config.fuse_regions)
+                self.steps, passes = select(runner, make, {}, config.fuse_regions, config.fuse_expansions)
             self.pass_counts = {**(earlier_passes or {}), **passes}
             if config.dense_boundary:
                 make, self.pass_counts["dense_boundary"] = dense_boundary(self.steps, make)

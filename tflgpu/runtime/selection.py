@@ -15,7 +15,7 @@ The graph transforms, in the one order they run:
    its input's producer, moved after the reshape, whose kernel then takes it.
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise``, ``fuse_regions``
-   (graph.passes), in that order.
+   and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
@@ -49,6 +49,7 @@ from ..graph.passes import (
     cull_dead,
     drop_identities,
     fuse_elementwise,
+    fuse_expansions,
     fuse_regions,
     fuse_separable,
     merge_pad,
@@ -257,9 +258,9 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
 
 
 def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: bool = True,
-           ) -> tuple[list[Step], dict[str, int]]:
-    """Place each op, run the graph passes (``regions``: fuse_regions too), then generate the kernels of every
-    device step. Returns the steps and how many ops each pass changed."""
+           expansions: bool = False) -> tuple[list[Step], dict[str, int]]:
+    """Place each op, run the graph passes (``regions``: fuse_regions too; ``expansions``: fuse_expansions),
+    then generate the kernels of every device step. Returns the steps and how many ops each pass changed."""
     sg, consts = make.sg, runner.consts
     reasons: dict[int, str] = {}
     generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
@@ -286,6 +287,8 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     counts["fuse_regions"] = 0
     if regions:
         steps, counts["fuse_regions"] = fuse_regions(steps, sg, consts, same_storage)
+    if expansions:
+        steps, counts["fuse_expansions"] = fuse_expansions(steps, sg, consts, same_storage)
     out = []
     for ps in steps:
         if not ps.gpu:
