@@ -235,3 +235,22 @@ def test_the_tuner_times_the_fused_block_both_ways(opencl_device, rng, monkeypat
     (result,) = [r for r in it.gpu_plan.tuning_results if r.op == SEPARABLE_EXPAND]
     assert result.source == "tuned" and {p["fused"] for p in seen if "split" in p} == {True, False}
     assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+
+
+def test_the_option_is_part_of_a_stored_plans_identity(opencl_device, rng, monkeypatch, tmp_path):
+    """A plan stored without fuse_expansions is not the one a delegate asking for it gets, nor the reverse; the
+    CLI's --fuse-expansions asks for it."""
+    from tflgpu.cli import _delegate, build_parser
+    from tflgpu.kernels.base import Target
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    model, feeds = expand_model(rng)
+    for fused, plan in ((False, "built"), (True, "built"), (False, "cache"), (True, "cache")):
+        it = Interpreter(model_content=model, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none",
+                                                                   fuse_expansions=fused))
+        assert (SEPARABLE_EXPAND in [s.op.name for s in it.gpu_plan.steps]) is fused
+        assert it.gpu_plan.build_stats["plan"] == plan
+        assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+    args = build_parser().parse_args(["bench", "m.tflite", "--fuse-expansions"])
+    assert _delegate(args).fuse_expansions is True
+    assert PlanConfig(fuse_expansions=True).summary().endswith("fused expansions")

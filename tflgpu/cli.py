@@ -41,6 +41,7 @@ def _delegate(args):
     if getattr(args, "delegate", "gpu") != "gpu":
         ignored = [flag for flag, on in (("--precision fp16", getattr(args, "precision", "fp32") != "fp32"),
                                          ("--profile", getattr(args, "profile", False)),
+                                         ("--fuse-expansions", getattr(args, "fuse_expansions", False)),
                                          ("--device", getattr(args, "device", None) is not None)) if on]
         if ignored:
             print(f"note: with --delegate cpu, {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored "
@@ -49,7 +50,8 @@ def _delegate(args):
     from .delegate import GpuDelegate
 
     return GpuDelegate(precision_loss_allowed=args.precision == "fp16", device=args.device,
-                       profile=getattr(args, "profile", False))
+                       profile=getattr(args, "profile", False),
+                       fuse_expansions=getattr(args, "fuse_expansions", False))
 
 
 class _StartupProgress(logging.Handler):
@@ -770,6 +772,9 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
                         "cpu: the CPU kernels only")
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="with --delegate gpu")
     p.add_argument("--device", help="OpenCL device: index or name substring (default: $TFLGPU_DEVICE or the first)")
+    p.add_argument("--fuse-expansions", action="store_true",
+                   help="with --delegate gpu: a separable block and the conv expanding its output as one kernel "
+                        "(GpuDelegate(fuse_expansions=True))")
 
 
 def _count(least: int):
