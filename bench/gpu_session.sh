@@ -29,7 +29,7 @@
 # sub-group reductions and the broadcast GEMM (no sub-groups in NVIDIA's OpenCL 1.2), FP16 arithmetic (no
 # cl_khr_fp16 there). Next: `ab` (fusing the split separable blocks, explicit work-groups for the kernels launched
 # without one: NVIDIA's enqueue costs ~5 us more there, `anatomy`'s per-launch table; and fuse_expansions, one
-# kernel per MobileNet v2 block: 44 launches -> 21; ANATOMY_MODELS may add deeplab_mnv2_257.tflite and
+# kernel per MobileNet v2 block: 43 launches -> 20; ANATOMY_MODELS may add deeplab_mnv2_257.tflite and
 # ssd_mnv2_300.tflite), `bench` with BENCH_ARGS="--no-torch --fuse-expansions" beside the default's, the speed of the
 # implicit-GEMM group tiles (SWEEP_MODELS="unet_small_256.tflite deeplab_mnv2_257.tflite"), and bench rows for the
 # float corpus models not timed since pinned I/O.
@@ -114,7 +114,7 @@ sweep() {
 gputests() {  # tiered compiles as a user's start has them (the suite's default is off); TESTS_K: pytest's -k
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py \
-        tests/test_dense_boundary.py tests/test_separable_expand.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_dense_boundary.py tests/test_separable_expand.py tests/test_pooled_dense.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }

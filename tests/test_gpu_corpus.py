@@ -8,6 +8,7 @@ import pytest
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.benchmark import reference_inputs
+from tflgpu.graph.passes import POOLED_DENSE
 
 from .conftest import assert_close, assert_fp16_close, constant_only_ops, corpus_model, litert, run_model
 
@@ -240,7 +241,8 @@ def test_helper_functions_of_a_program_are_static(opencl_device, name):
 def test_corpus_with_a_gpus_defaults(name, fp16, opencl_device, monkeypatch):
     """Whole models with the defaults a GPU gets (kernels.base.Target.gpu), here on whatever device there is (CI has
     no GPU): MobileNet v2's separable blocks fused with both group tiles and as the unfused pair, its classifier's
-    work-group softmax and 7x7 MEAN, fallback_ops' 32x32 MEAN and TOPK_V2 among the rest, against LiteRT."""
+    work-group softmax and pooled head (MEAN and FULLY_CONNECTED, one kernel), fallback_ops' 32x32 MEAN and TOPK_V2
+    among the rest, against LiteRT."""
     from tflgpu.kernels.base import Target
 
     if fp16 and not opencl_device.identity.fp16:
@@ -250,8 +252,10 @@ def test_corpus_with_a_gpus_defaults(name, fp16, opencl_device, monkeypatch):
     it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False, tuning_db=False))
     plan = it.gpu_plan
     assert plan.cpu_op_count == 0
-    groups = {sp.params.get("group") for s in plan.steps if s.op.name in ("SOFTMAX", "MEAN") for sp in s.specs}
-    assert max(groups) > 1  # (the long reductions took their work-group form)
+    # (the long reductions took their work-group form: a SOFTMAX's or MEAN's group, a pooled head's work-items)
+    groups = {sp.params["group"][1] if s.op.name == POOLED_DENSE else sp.params.get("group")
+              for s in plan.steps if s.op.name in ("SOFTMAX", "MEAN", POOLED_DENSE) for sp in s.specs}
+    assert max(groups) > 1
     inputs = reference_inputs(it.get_input_details())
     for i, (g, w) in enumerate(zip(run_model(lambda **kw: it, path, inputs), run_model(litert(), path, inputs))):
         if fp16 and w.dtype.kind == "f":

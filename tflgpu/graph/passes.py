@@ -22,7 +22,10 @@
    registers (rounded as its storage would round it, so values match the unfused steps'), and stores only what
    a step outside the region or the caller reads (a branchy activation block: one launch instead of one each).
 
-8. ``fuse_expansions`` (where the plan's config asks: ``GpuDelegate(fuse_expansions=True)``) — a
+8. ``fuse_pooled_dense`` (on a GPU) — a spatial MEAN read only by a FULLY_CONNECTED or pointwise CONV_2D (a
+   classifier's head) becomes one ``POOLED_DENSE`` step at the dense op's place (kernels.pooled_dense); its
+   generator's ``fused`` knob falls back to the two ops' own kernels.
+9. ``fuse_expansions`` (where the plan's config asks: ``GpuDelegate(fuse_expansions=True)``) — a
    ``SEPARABLE_CONV`` step and a pointwise CONV_2D expanding its output (the next MobileNet v2 block's first conv)
    become one ``SEPARABLE_EXPAND`` step at the separable conv's place: one kernel, its output stored only where
    another op reads it (kernels.separable_expand). Its generator's ``fused`` knob falls back to the two ops' own
@@ -51,6 +54,9 @@ ELEMENTWISE_REGION = "TFLGPU_ELEMENTWISE_REGION"
 # expanding conv's outputs, the separable op's index, and under "separable" and "expand" the two merged ops and
 # under "keep" whether the separable conv's output (after its epilogue) is read by another op too
 SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
+# graph.passes.fuse_pooled_dense's op: inputs (the mean's input, the dense op's weights and bias), the dense op's
+# outputs, index and options, and under "mean" and "dense" the two merged ops
+POOLED_DENSE = "TFLGPU_POOLED_DENSE"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
 
 
@@ -235,6 +241,45 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
         steps[i] = PassStep(op, s.members + steps[j].members, s.epilogue, True)
         drop.add(j)
     return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+
+
+def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda mean, dense: True,
+                      ) -> tuple[list[PassStep], int]:
+    """Merge each device MEAN over the spatial axes of a 4-D float tensor (no fused ops after it) whose only reader
+    is a device FULLY_CONNECTED or pointwise CONV_2D of it into one ``POOLED_DENSE`` step at the dense op's
+    place (it keeps the dense op's fused ops); ``allowed(mean_op, dense_op)``: the caller's veto."""
+    graph_out = set(sg.outputs)
+    readers = _readers(steps)
+    steps = list(steps)
+    drop: set[int] = set()
+    for i, s in enumerate(steps):
+        op = s.op
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and op.name == "MEAN" and len(op.inputs) == 2
+                and len(op.outputs) == 1 and op.outputs[0] not in graph_out and _float4d(sg, op.inputs[0])
+                and _spatial_axes(consts.get(op.inputs[1]))):
+            continue
+        (t,) = op.outputs
+        rs = list(dict.fromkeys(readers.get(t, [])))
+        if len(rs) != 1 or rs[0] in drop:
+            continue
+        j = rs[0]
+        dense = steps[j].op
+        if not (steps[j].gpu and len(steps[j].members) == 1 + len(steps[j].epilogue) and dense.inputs[:1] == (t,) and t not in dense.inputs[1:]
+                and len(dense.outputs) == 1 and sg.tensors[t].dtype == np.float32 and allowed(op, dense)
+                and (_pointwise(dense, sg, consts) if dense.name == "CONV_2D" else
+                     dense.name == "FULLY_CONNECTED" and len(dense.inputs) > 1 and dense.inputs[1] in consts
+                     and (len(dense.inputs) < 3 or dense.inputs[2] < 0 or dense.inputs[2] in consts))):
+            continue
+        bias = dense.inputs[2] if len(dense.inputs) > 2 else -1
+        merged = replace(dense, name=POOLED_DENSE, builtin_code=-1, inputs=(op.inputs[0], dense.inputs[1], bias),
+                         options={**dense.options, "mean": op, "dense": dense})
+        steps[j] = PassStep(merged, s.members + steps[j].members, steps[j].epilogue, True)
+        drop.add(i)
+    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+
+
+def _spatial_axes(axes) -> bool:
+    return axes is not None and sorted({int(a) % 4 for a in np.asarray(axes).reshape(-1)}) == [1, 2]
 
 
 def _expands(step: PassStep, t: int, sg, consts: dict) -> bool:

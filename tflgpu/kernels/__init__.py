@@ -1,6 +1,17 @@
 """Per-op OpenCL C generators: op + shapes + precision + params -> KernelSpec (source, sizes, args)."""
 
-from . import attention, conv, elementwise, pool, recurrent, reindex, separable, separable_expand, storage  # noqa: F401  (registers the generators)
+from . import (  # noqa: F401  (registers the generators)
+    attention,
+    conv,
+    elementwise,
+    pool,
+    pooled_dense,
+    recurrent,
+    reindex,
+    separable,
+    separable_expand,
+    storage,
+)
 from .base import GenContext, Target, Unsupported, generator_for, gpu_ops
 from .common import GENERATOR_VERSION, PREAMBLE, KernelSpec
 

@@ -110,8 +110,8 @@ class ReduceKnobs(Knobs):
         time, and a classifier's 1,001-channel SOFTMAX row in 61 us (three serial passes of 251 float4 loads), a
         tenth of MobileNet v1's kernel time, which fell by 56 us with the group form. On a CPU device one
         work-item, which keeps a core's loop."""
-        if shape.gpu and shape.length >= 16:
-            return cls(group=min(256, 1 << (shape.length - 1).bit_length()))
+        if shape.gpu and shape.length >= 16:  # (16 terms: the space's smallest group, 32)
+            return cls(group=min(256, max(REDUCE_GROUPS[1], 1 << (shape.length - 1).bit_length())))
         return cls()
 
     @classmethod

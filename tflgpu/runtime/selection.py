@@ -15,7 +15,8 @@ The graph transforms, in the one order they run:
    its input's producer, moved after the reshape, whose kernel then takes it.
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise``, ``fuse_regions``
-   and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that order.
+   ``fuse_pooled_dense`` on a GPU and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that
+   order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
@@ -50,6 +51,7 @@ from ..graph.passes import (
     drop_identities,
     fuse_elementwise,
     fuse_expansions,
+    fuse_pooled_dense,
     fuse_regions,
     fuse_separable,
     merge_pad,
@@ -287,6 +289,8 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     counts["fuse_regions"] = 0
     if regions:
         steps, counts["fuse_regions"] = fuse_regions(steps, sg, consts, same_storage)
+    if make.target.gpu:  # (a CPU device runs the two ops' own kernels: kernels.pooled_dense)
+        steps, counts["fuse_pooled_dense"] = fuse_pooled_dense(steps, sg, consts, same_storage)
     if expansions:
         steps, counts["fuse_expansions"] = fuse_expansions(steps, sg, consts, same_storage)
     out = []

@@ -1,0 +1,194 @@
+"""A spatial MEAN and the FULLY_CONNECTED / pointwise CONV_2D reading it as one op on a GPU
+(graph.passes.fuse_pooled_dense) and one kernel (kernels.pooled_dense): the pass's conditions, every variant
+against LiteRT at FP32 and FP16, the defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.cpu.executor import ModelRunner
+from tflgpu.graph.passes import POOLED_DENSE, PassStep, fuse_elementwise, fuse_pooled_dense
+from tflgpu.model import read_model
+from tflgpu.model.builder import ModelBuilder
+from tflgpu.runtime.config import PlanConfig
+
+from .conftest import assert_close, litert, run_model
+
+PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
+
+
+def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act="NONE", relu_after=False,
+               second_reader=False, mean_out=False):
+    """x -> MEAN (spatial) -> FULLY_CONNECTED (or a 1x1 CONV_2D on the kept dims) [-> RELU] -> SOFTMAX;
+    (model bytes, feeds)."""
+    n, _, _, c = shape
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    conv = dense == "CONV_2D"
+    mshape = (n, 1, 1, c) if conv else (n, c)
+    m = b.tensor("mean", mshape)
+    b.op("MEAN", [x, b.const("axes", np.int32([1, 2]))], [m], keep_dims=conv)
+    y = b.tensor("logits", (n, 1, 1, units) if conv else (n, units))
+    wts = (rng.standard_normal((units, c)) / np.sqrt(c)).astype(np.float32)
+    if conv:
+        b.op("CONV_2D", [m, b.const("w", wts.reshape(units, 1, 1, c)), b.const("b", rng.standard_normal(units)
+                                                                             .astype(np.float32))], [y],
+             padding="VALID", stride_w=1, stride_h=1, fused_activation_function=act)
+    else:
+        b.op("FULLY_CONNECTED", [m, b.const("w", wts), b.const("b", rng.standard_normal(units).astype(np.float32))],
+             [y], fused_activation_function=act)
+    if relu_after:
+        r = b.tensor("relu", (n, 1, 1, units) if conv else (n, units))
+        b.op("RELU", [y], [r])
+        y = r
+    outs = [y]
+    if second_reader:
+        s = b.tensor("sq", mshape)
+        b.op("RELU", [m], [s])
+        outs.append(s)
+    if mean_out:
+        outs.append(m)
+    b.output(*outs)
+    return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
+
+
+def _passes(model: bytes):
+    runner = ModelRunner(read_model(model)).runner(0)
+    steps, _ = fuse_elementwise([PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps], runner.sg,
+                                runner.consts)
+    return runner, steps
+
+
+@pytest.mark.parametrize("dense", ["FULLY_CONNECTED", "CONV_2D"])
+def test_pass_merges_a_head(rng, dense):
+    runner, steps = _passes(head_model(rng, dense=dense, relu_after=True)[0])
+    merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts)
+    assert n == 1 and len(merged) == len(steps) - 1
+    (s,) = merged
+    assert s.op.name == POOLED_DENSE and [op.name for op, _ in s.members] == ["MEAN", dense, "RELU"]
+    assert s.op.inputs[0] == steps[0].op.inputs[0] and s.op.options["dense"] is steps[1].op and s.epilogue
+    assert s.op.index == steps[1].op.index
+
+
+@pytest.mark.parametrize("why", ["two readers", "mean is an output", "over the channels", "vetoed"])
+def test_pass_leaves_what_it_cannot_fuse(rng, why):
+    kw = {"two readers": {"second_reader": True}, "mean is an output": {"mean_out": True},
+          "over the channels": {}, "vetoed": {}}[why]
+    if why == "over the channels":
+        b = ModelBuilder()
+        x = b.input("x", (1, 4, 4, 8))
+        m = b.tensor("m", (1, 4, 4))
+        b.op("MEAN", [x, b.const("axes", np.int32([3]))], [m], keep_dims=False)
+        y = b.tensor("y", (1, 4, 3))
+        b.op("FULLY_CONNECTED", [m, b.const("w", rng.standard_normal((3, 4)).astype(np.float32))], [y],
+             keep_num_dims=True)
+        b.output(y)
+        model = b.build()
+    else:
+        model = head_model(rng, **kw)[0]
+    runner, steps = _passes(model)
+    allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
+    merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts, allowed)
+    assert n == 0 and len(merged) == len(steps)
+
+
+def _gpu_target(monkeypatch):
+    from tflgpu.kernels.base import Target
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+
+
+POINTS = {
+    "8 slices by 128": ({"fused": True, "group": (8, 128)}, 1),
+    "4 slices by 64": ({"fused": True, "group": (4, 64)}, 1),
+    "32 slices by 256": ({"fused": True, "group": (32, 256)}, 1),
+    "one work-item a slice": ({"fused": True, "group": (16, 16)}, 1),
+    "unfused": ({"fused": False}, 2),
+}
+
+HEADS = {
+    "FC 7x7x64 -> 37": {},
+    "FC batch 2, 30 channels, relu6": {"shape": (2, 5, 3, 30), "units": 10, "act": "RELU6"},
+    "1x1 conv 4x4x300 -> 1001, relu after": {"shape": (1, 4, 4, 300), "units": 1001, "dense": "CONV_2D",
+                                             "relu_after": True},
+}
+
+
+@pytest.mark.parametrize("fp16", PRECISIONS)
+@pytest.mark.parametrize("point", sorted(POINTS))
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_pooled_dense_variants_match_litert(opencl_device, rng, monkeypatch, fp16, point, head):
+    """Every variant computes what LiteRT does (FP32 within 1e-4, FP16 within 1e-2 of the output's scale): batches,
+    padded input and output lanes, fused activations and a fused op after the dense one."""
+    from tflgpu.runtime.executor import GpuPlan
+
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    _gpu_target(monkeypatch)
+    params, kernels = POINTS[point]
+    model, feeds = head_model(rng, **HEADS[head])
+    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
+                                                               tuning_db=False))
+    index = next(s.op.index for s in it.gpu_plan.steps if s.op.name == POOLED_DENSE)
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={index: params})
+    (step,) = [s for s in plan.steps if s.op.name == POOLED_DENSE]
+    assert len(step.specs) == kernels and plan.cpu_op_count == 0
+    assert {k: step.specs[0].params[k] for k in params} == params
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+
+
+def test_defaults_and_invalid_points():
+    from tflgpu.kernels.knobs import InvalidKnobs
+    from tflgpu.kernels.pooled_dense import PooledKnobs, PooledShape
+
+    gpu = PooledShape(sin=320, sout=251, gpu=True)
+    assert PooledKnobs.default(gpu) == PooledKnobs(True, (8, 128))
+    assert not PooledKnobs.default(PooledShape(sin=320, sout=251)).fused  # (a CPU device)
+    assert not PooledKnobs.default(PooledShape(sin=4096, sout=251, gpu=True)).fused  # (the means overflow)
+    for bad, match in (({"group": (8, 96)}, "power-of-two"), ({"group": (8, 512)}, "at most 256"),
+                       ({"group": (3, 8)}, "multiple"), ({"group": 8}, "2 positive ints")):
+        with pytest.raises(InvalidKnobs, match=match):
+            PooledKnobs.resolve(gpu, bad)
+    assert PooledKnobs.resolve(gpu, {"fused": False, "group": (4, 64)}) == PooledKnobs(False, (8, 128))
+
+
+@pytest.mark.parametrize("length", [16, 17, 31, 32, 33, 300])
+def test_a_gpus_reduction_default_is_in_its_space(length):
+    """A GPU's MEAN / SOFTMAX default for 16 terms was a group of 16, which the space (1, 32, ... 256) refuses:
+    the unfused head's MEAN of a 4 x 4 image went to the CPU."""
+    from tflgpu.kernels.pool import ReduceKnobs, ReduceShape
+
+    shape = ReduceShape(length, gpu=True)
+    knobs = ReduceKnobs.default(shape)
+    assert ReduceKnobs.resolve(shape, knobs.params()) == knobs and knobs.group >= 32
+
+
+def test_a_cpu_device_keeps_its_two_kernels(opencl_device, rng):
+    """The pass runs for a GPU's plan only; a CPU device's keeps the MEAN's and the dense op's own kernels."""
+    model, _ = head_model(rng)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False))
+    if it.gpu_plan.make.target.gpu:
+        pytest.skip("the device is a GPU")
+    assert [s.op.name for s in it.gpu_plan.steps if s.device == "gpu"][:2] == ["MEAN", "FULLY_CONNECTED"]
+    assert "fuse_pooled_dense" not in it.gpu_plan.pass_counts
+
+
+def test_mobilenet_heads(opencl_device, monkeypatch):
+    """MobileNet v1's MEAN -> 1x1 CONV_2D and v2's MEAN -> FULLY_CONNECTED are one launch each on a GPU, and the
+    classes' probabilities are LiteRT's."""
+    from .conftest import MODELS_DIR
+
+    _gpu_target(monkeypatch)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+    for name in ("mobilenet_v1_1.0_224.tflite", "mobilenet_v2_1.0_224.tflite"):
+        path = MODELS_DIR / name
+        it = Interpreter(str(path), delegate=GpuDelegate(cache=False, tuning_db=False, tiered_compile=False))
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        (head,) = [s for s in it.gpu_plan.steps if s.op.name == POOLED_DENSE]
+        assert len(head.specs) == 1 and it.gpu_plan.pass_counts["fuse_pooled_dense"] == 1
+        assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), path, [x])[0])

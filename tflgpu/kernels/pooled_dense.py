@@ -1,0 +1,149 @@
+"""POOLED_DENSE (graph.passes.fuse_pooled_dense): a spatial MEAN and the FULLY_CONNECTED (or 1x1 CONV_2D) reading
+it, a classifier's head, as one kernel: one launch instead of two on a GPU, where a launch costs the host more
+than either kernel takes the device (NVIDIA's OpenCL on an H100: 10-16 us to enqueue one).
+
+A work-group of ``L`` work-items computes the mean of every input slice of its image into local memory (each
+group recomputes it: 7 x 7 x 1,280 values of MobileNet v2, 250 KB read from the cache), then ``G`` output slices
+from it, each summed by ``R = L / G`` work-items over every R-th input slice (adjacent work-items reading adjacent
+weights) and reduced in local memory. ``fused=False`` launches the two ops' own kernels at their defaults, the
+form a CPU device keeps (its runtime runs a work-group's barriers on one core).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..graph.passes import POOLED_DENSE
+from .base import GenContext, Target, Unsupported, generator, require_float
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
+from .conv import _bias_const, _float_const, _store, conv2d, fully_connected
+from .knobs import Knobs, one_of
+from .pool import mean
+from .separable import _renamed
+
+POOLED_SPACE = {
+    "fused": [False, True],
+    "group": [(8, 128), (4, 64), (8, 64), (16, 128), (4, 128), (16, 256), (32, 256)],  # (G out slices, L items)
+}
+POOLED_LOCAL_BYTES = 30 * 1024  # (the input's means and the reduction: within OpenCL 1.2's 32 KB)
+
+
+@dataclass(frozen=True)
+class PooledShape:
+    sin: int  # input slices (channels / 4)
+    sout: int  # output slices
+    gpu: bool = Target.gpu
+
+
+@dataclass(frozen=True)
+class PooledKnobs(Knobs):
+    fused: bool = True
+    group: tuple = (8, 128)
+
+    @classmethod
+    def default(cls, shape: PooledShape) -> PooledKnobs:
+        """On a GPU 8 output slices by 128 work-items a group (MobileNet's 1,001 classes: 32 groups, each summing
+        an output slice's 1,024-1,280 terms 16 ways); not measured on a GPU yet. On a CPU device the two ops' own
+        kernels."""
+        return cls(fused=shape.gpu and cls(True).problems(shape) == [])
+
+    @classmethod
+    def space(cls, shape: PooledShape) -> dict[str, list]:
+        return dict(POOLED_SPACE)
+
+    @classmethod
+    def resolve(cls, shape: PooledShape, params: dict | None = None) -> PooledKnobs:
+        """As ``Knobs.resolve``; ``fused=False``'s other knob is the default's."""
+        knobs = super().resolve(shape, params)
+        return knobs if knobs.fused else replace(cls.default(shape), fused=False)
+
+    def problems(self, shape: PooledShape) -> list[str]:
+        bad = one_of("fused", self.fused, (False, True))
+        if not self.fused or bad:
+            return bad
+        g = self.group
+        if not (isinstance(g, tuple) and len(g) == 2 and all(isinstance(v, int) and v >= 1 for v in g)):
+            return [f"group={g!r} is not 2 positive ints"]
+        per, rest = divmod(g[1], g[0])
+        if rest or per & (per - 1) or g[1] > 256:
+            bad.append(f"group={g!r}: the work-items ({g[1]}, at most 256) must be a power-of-two multiple of the "
+                       f"output slices ({g[0]})")
+        if 16 * (shape.sin + g[1]) > POOLED_LOCAL_BYTES:
+            bad.append(f"the means of {shape.sin} input slices do not fit {POOLED_LOCAL_BYTES} bytes of local memory")
+        return bad
+
+
+def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g: int, items: int, act: int,
+                  epilogue) -> str:
+    per = items // g
+    ep_code, ep_params = epilogue.code, epilogue.params
+    extra = "".join(f"{p}, " for p in ep_params)
+    red = [f"  for (int h = {per // 2}; h > 0; h >>= 1) {{",
+           "    if (r < h) red[lid] += red[lid + h];",
+           "    barrier(CLK_LOCAL_MEM_FENCE);",
+           "  }"] if per > 1 else []
+    return "\n".join([
+        f"__attribute__((reqd_work_group_size({items}, 1, 1)))",
+        (f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts, "
+         f"__global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
+        f"  __local float4 xm[{sin}];",
+        f"  __local float4 red[{items}];",
+        "  const int lid = get_local_id(0); const int b = get_global_id(1);",
+        f"  for (int s = lid; s < {sin}; s += {items}) {{",
+        "    float4 acc = (float4)(0.0f);",
+        f"    const int base = (b * {sin} + s) * {n_pixels};",
+        f"    for (int i = 0; i < {n_pixels}; ++i) acc += LD4(src, base + i);",
+        f"    xm[s] = acc * (1.0f / {n_pixels}.0f);",
+        "  }",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        f"  const int o = get_group_id(0) * {g} + lid / {per}; const int r = lid % {per};",
+        "  float4 acc = (float4)(0.0f);",
+        f"  if (o < {sout}) {{",
+        f"    for (int k = r; k < {sin}; k += {per}) {{",
+        "      const float4 x = xm[k];",
+        f"      const int wb = (o * {sin} + k) * 4;",
+        ("      acc = mad((float4)(x.x), LD4(wts, wb), mad((float4)(x.y), LD4(wts, wb + 1), "
+         "mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc))));"),
+        "    }",
+        "  }",
+        "  red[lid] = acc;",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        *red,
+        f"  if (r == 0 && o < {sout}) {{",
+        "    float4 v = red[lid] + LD4(bias, o);",
+        "    " + activation(act, "v"),
+        "    " + _store(f"b * {sout} + o", "o", ep_code, pad_lanes_mask(cout, "o", "v")),
+        "  }",
+        "}"])
+
+
+@generator(POOLED_DENSE)
+def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
+    mean_op, dense_op = ctx.opt("mean"), ctx.opt("dense")
+    x_t = ctx.input_tensor(0)
+    require_float(ctx, x_t, ctx.output_tensor())
+    n, ih, iw, cin = ctx.layout(x_t).dims
+    w = _float_const(ctx, 1)
+    cout = w.shape[0]
+    if w.size != cout * cin:
+        raise Unsupported("the dense op's weights do not take the mean's channels")
+    sin, sout = (cin + 3) // 4, (cout + 3) // 4
+    shape = PooledShape(sin, sout, ctx.target.gpu)
+    knobs = PooledKnobs.resolve(shape, ctx.params)
+    space, params = PooledKnobs.space(shape), knobs.params()
+    if not knobs.fused:  # the two ops' own kernels, named after this op (kernels.program.shared_names)
+        mean_ctx = replace(ctx, op=mean_op, epilogue=[], params={})
+        dense_ctx = replace(ctx, op=dense_op, params={})
+        dense = fully_connected if dense_op.name == "FULLY_CONNECTED" else conv2d
+        specs = [_renamed(s, mean_ctx.name, f"{ctx.name}_mean") for s in mean(mean_ctx)]
+        specs += [_renamed(s, dense_ctx.name, f"{ctx.name}_dense") for s in dense(dense_ctx)]
+        return [replace(s, params=params, space=space) for s in specs]
+    act = ctx.opt("fused_activation_function", 0)
+    ep = ctx.epilogue_code(cout)
+    g, items = knobs.group
+    src = _fused_source(ctx.name, n_pixels=ih * iw, sin=sin, sout=sout, cout=cout, g=g, items=items, act=act,
+                        epilogue=ep)
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(w.reshape(cout, 1, 1, cin))),
+            Arg("const", vec_slices(_bias_const(ctx, 2, cout), cout)), *ep.args, Arg("tensor", ctx.final_output)]
+    return [KernelSpec(ctx.name, src, (-(-sout // g) * items, n), (items, 1), args, [ctx.op.inputs[0], *ep.inputs],
+                       [ctx.final_output], params, space=space, flops=2 * n * (cin * ih * iw + cout * cin))]
