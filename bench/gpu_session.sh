@@ -36,6 +36,12 @@
 # The third call: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant or
 # gpu_defaults or cadence or dense_boundary" TESTS_LIMIT_S=70 TUNE_BUDGET_S=5 BG_WAIT_S=15 ROUNDS=20
 # BENCH_ARGS=--no-torch BENCH_LIMIT_S=140 BENCH_MODELS="..."; bash bench/gpu_session.sh gputests launch anatomy bench
+# The next session's first call (about 8 minutes): the new kernels' GPU tests, then the launch-level A/B of whole
+# plans on the four MobileNet-family models:
+#   TESTS_K="separable_expand or pooled_dense or gpus_defaults" TESTS_LIMIT_S=120
+#   ANATOMY_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite deeplab_mnv2_257.tflite
+#   ssd_mnv2_300.tflite" bash bench/gpu_session.sh gputests ab
+# then, with the variants that won made the default, `bench` over every float corpus model (BENCH_MODELS unset).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -134,7 +140,7 @@ for s in "$@"; do
         torch) step torch 120 torch_peers ;;
         sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
         launch) step launch 60 python3 bench/launch_cost.py ;;
-        ab) step ab 150 python3 bench/launch_ab.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
+        ab) step ab "${AB_LIMIT_S:-240}" python3 bench/launch_ab.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         anatomy) step anatomy 150 python3 bench/invoke_anatomy.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         pytest) step pytest "${TESTS_LIMIT_S:-240}" python3 -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} ;;
         compile) step compile 90 python3 bench/compile_cost.py "$M/mobilenet_v2_1.0_224.tflite" ;;

@@ -5,11 +5,14 @@ one kernel), each as a whole plan, interleaved in one process (medians of ``--ro
 - start: the plan a user gets before any search (``tuning="none"``, the shipped records);
 - fused: that plan with every separable block it splits in two launches (``SeparableKnobs.default``'s rule, from
   kernel times alone) fused into one;
+- fused, 4 slices: the same with each work-item taking 4 output slices (4 depthwise slices a step): a group covers
+  4x the output slices, so each depthwise value is recomputed by 4x fewer groups (a 512-channel block's
+  group tile of 8 slices computes each 16 times);
 - work-groups: that plan with a work-group size for each kernel its generator leaves to the driver (the stem conv,
   the split blocks' depthwise halves): the largest divisor of each dimension of the global size that keeps the
   group within 32 along x and 128 work-items in all (``--group``), which the kernels accept as they read no local
   ids; NVIDIA's enqueue took ~5 us more for a kernel without one;
-- both;
+- both (fused and work-groups);
 - expansions: the start plan built with ``GpuDelegate(fuse_expansions=True)``: each separable block and the
   pointwise conv expanding its output (the next MobileNet v2 block's first conv) as one kernel
   (kernels.separable_expand), one launch per such block instead of two;
@@ -60,7 +63,7 @@ def main() -> int:
     from tflgpu.runtime.upgrades import retune_steps
 
     for m in a.models:
-        def made(fused: bool, groups: bool, expansions: bool = False, m=m):
+        def made(fused: dict | None, groups: bool, expansions: bool = False, m=m):
             it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
                                                      cache=False, fuse_expansions=expansions))
             it.allocate_tensors()
@@ -71,7 +74,7 @@ def main() -> int:
             split = [s.op.index for s in plan.steps if s.device == "gpu" and s.op.name == "TFLGPU_SEPARABLE_CONV"
                      and len(s.specs) == 2]
             if fused and split:
-                retune_steps(plan, split, {"fused": True}, "TFLGPU_SEPARABLE_CONV")
+                retune_steps(plan, split, fused, "TFLGPU_SEPARABLE_CONV")
                 it.invoke()  # (installs them)
             given = 0
             if groups:
@@ -82,8 +85,10 @@ def main() -> int:
                             given += 1
             return it, plan.launch_count(), len(split), given
 
-        variants = {"start": made(False, False), "fused": made(True, False), "work-groups": made(False, True),
-                    "both": made(True, True), "expansions": made(False, False, True), "all": made(True, True, True)}
+        fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
+        variants = {"start": made(None, False), "fused": made(fused, False), "fused, 4 slices": made(wide, False),
+                    "work-groups": made(None, True), "both": made(fused, True), "expansions": made(None, False, True),
+                    "all": made(fused, True, True)}
         outs = {}
         for name, (it, *_) in variants.items():
             it.invoke()
