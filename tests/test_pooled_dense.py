@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cpu.executor import ModelRunner
@@ -192,3 +194,21 @@ def test_mobilenet_heads(opencl_device, monkeypatch):
         (head,) = [s for s in it.gpu_plan.steps if s.op.name == POOLED_DENSE]
         assert len(head.specs) == 1 and it.gpu_plan.pass_counts["fuse_pooled_dense"] == 1
         assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), path, [x])[0])
+
+
+@settings(max_examples=12)
+@given(n=st.integers(1, 3), h=st.integers(1, 9), w=st.integers(1, 9), c=st.integers(1, 70), units=st.integers(1, 90),
+       dense=st.sampled_from(["FULLY_CONNECTED", "CONV_2D"]), act=st.sampled_from(["NONE", "RELU", "RELU6"]),
+       relu_after=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_heads_match_litert(opencl_device, n, h, w, c, units, dense, act, relu_after, seed):
+    """Heads of any shape (one pixel, odd channel counts, batches) under a GPU's defaults, fused: LiteRT's values."""
+    from tflgpu.kernels.base import Target
+
+    model, feeds = head_model(np.random.default_rng(seed), shape=(n, h, w, c), units=units, dense=dense, act=act,
+                              relu_after=relu_after)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+        it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, tiered_compile=False))
+    (step,) = [s for s in it.gpu_plan.steps if s.op.name == POOLED_DENSE]
+    assert it.gpu_plan.cpu_op_count == 0 and step.specs[0].params["fused"] is True
+    assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-4)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cpu.executor import ModelRunner
@@ -254,3 +256,30 @@ def test_the_option_is_part_of_a_stored_plans_identity(opencl_device, rng, monke
     args = build_parser().parse_args(["bench", "m.tflite", "--fuse-expansions"])
     assert _delegate(args).fuse_expansions is True
     assert PlanConfig(fuse_expansions=True).summary().endswith("fused expansions")
+
+
+@settings(max_examples=12)
+@given(n=st.integers(1, 2), h=st.integers(3, 12), w=st.integers(3, 12), c=st.integers(1, 20), cout=st.integers(1, 40),
+       cexp=st.integers(1, 80), k=st.sampled_from([3, 5]), stride=st.integers(1, 2),
+       pad=st.sampled_from(["SAME", "VALID"]), residual=st.booleans(), tap=st.booleans(),
+       expand_act=st.sampled_from(["NONE", "RELU6", "RELU"]), seed=st.integers(0, 2**16))
+def test_random_blocks_match_litert(opencl_device, n, h, w, c, cout, cexp, k, stride, pad, residual, tap, expand_act,
+                                    seed):
+    """Blocks of any shape (odd channel counts, images smaller than a tile, batches, a residual ADD where the shapes
+    allow one, the block's output read by the caller too) under a GPU's defaults, fused: LiteRT's values."""
+    from tflgpu.kernels.base import Target
+
+    if pad == "VALID" and min(h, w) < k:
+        return
+    residual = residual and stride == 1 and pad == "SAME" and cout == c
+    model, feeds = expand_model(np.random.default_rng(seed), shape=(n, h, w, c), cout=cout, cexp=cexp, k=k,
+                                stride=stride, pad=pad, residual=residual, expand_act=expand_act, tap=tap)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+        it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, fuse_expansions=True,
+                                                                   tiered_compile=False))
+    (step,) = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_EXPAND]
+    assert it.gpu_plan.cpu_op_count == 0 and step.specs[0].params["fused"] is True
+    got = it.gpu_plan.run(feeds)
+    for t, want in zip(it.model.main.outputs, run_model(litert(), model, feeds)):
+        assert_close(got[t], want, 1e-4)
