@@ -157,62 +157,80 @@ def drop_identities(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassS
 
 
 def merge_pad(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
-    graph_out = set(sg.outputs)
-    readers = _readers(steps)
-    steps = list(steps)
-    drop: set[int] = set()
-    for i, s in enumerate(steps):
+    def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
-        if not (s.gpu and len(s.members) == 1 and op.name in ("PAD", "PADV2") and op.outputs[0] not in graph_out):
-            continue
+        if not (s.gpu and len(s.members) == 1 and op.name in ("PAD", "PADV2") and op.outputs[0] not in view.graph_out):
+            return None
         p = _paddings(op, consts)
-        rs = readers.get(op.outputs[0], [])
+        rs = view.readers.get(op.outputs[0], [])
         if p is None or len(p) != 4 or p[0].any() or p[3].any() or len(rs) != 1:
-            continue
+            return None
         j = rs[0]
-        conv = steps[j]
+        conv = view.steps[j]
         if not (conv.gpu and len(conv.members) == 1 and conv.op.name in ("CONV_2D", "DEPTHWISE_CONV_2D")
                 and conv.op.inputs[0] == op.outputs[0] and op.outputs[0] not in conv.op.inputs[1:]):
-            continue
+            return None
         explicit = (int(p[1][0]), int(p[1][1]), int(p[2][0]), int(p[2][1]))
         new_op = replace(conv.op, inputs=(op.inputs[0],) + conv.op.inputs[1:],
                          options={**conv.op.options, "explicit_padding": explicit})
-        steps[j] = PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
-        drop.add(i)
-    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+        return j, i, PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
+
+    return _merge_pairs(steps, sg, pair)
+
+
+@dataclass
+class _Pairing:
+    """What a pass merging a step with a step reading its output sees as it goes (``_merge_pairs``): the steps (merged
+    ones in place), each tensor's reading steps, the graph's outputs, and the steps merged away so far."""
+
+    steps: list[PassStep]
+    readers: dict[int, list[int]]
+    graph_out: set[int]
+    drop: set[int]
+
+
+def _merge_pairs(steps: list[PassStep], sg, pair) -> tuple[list[PassStep], int]:
+    """The frame of the passes that merge pairs of steps: ``pair(i, step, view)`` returns None, or (where the merged
+    step goes, which step goes away, the merged step); returns the steps and how many went away."""
+    view = _Pairing(list(steps), _readers(steps), set(sg.outputs), set())
+    for i, s in enumerate(view.steps):
+        found = None if i in view.drop else pair(i, s, view)
+        if found is not None:
+            at, gone, merged = found
+            view.steps[at] = merged
+            view.drop.add(gone)
+    return [s for k, s in enumerate(view.steps) if k not in view.drop], len(view.drop)
 
 
 def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, pw: True) -> tuple[list[PassStep], int]:
     """Merge each device DEPTHWISE_CONV_2D whose only reader is a device pointwise CONV_2D into one
     ``SEPARABLE_CONV`` step at the pointwise conv's place (``allowed(dw_op, pw_op)``: the caller's veto, e.g.
     two ops of different storage precision)."""
-    graph_out = set(sg.outputs)
-    readers = _readers(steps)
-    steps = list(steps)
-    drop: set[int] = set()
-    for i, s in enumerate(steps):
+
+    def pair(i: int, s: PassStep, view: _Pairing):
         dw = s.op
         if not (s.gpu and len(s.members) == 1 and not s.epilogue and dw.name == "DEPTHWISE_CONV_2D"
-                and len(dw.outputs) == 1 and dw.outputs[0] not in graph_out and _separable_depthwise(dw, sg, consts)):
-            continue
+                and len(dw.outputs) == 1 and dw.outputs[0] not in view.graph_out
+                and _separable_depthwise(dw, sg, consts)):
+            return None
         (t,) = dw.outputs
-        rs = readers.get(t, [])
-        if len(rs) != 1 or rs[0] in drop:
-            continue
+        rs = view.readers.get(t, [])
+        if len(rs) != 1 or rs[0] in view.drop:
+            return None
         j = rs[0]
-        nxt = steps[j]
+        nxt = view.steps[j]
         pw = nxt.op
         if not (nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue and pw.name == "CONV_2D"
                 and pw.inputs[:1] == (t,) and t not in pw.inputs[1:] and _pointwise(pw, sg, consts)
                 and allowed(dw, pw)):
-            continue
+            return None
         bias = lambda op: op.inputs[2] if len(op.inputs) > 2 else -1
         op = replace(pw, name=SEPARABLE_CONV, builtin_code=-1,
                      inputs=(dw.inputs[0], dw.inputs[1], bias(dw), pw.inputs[1], bias(pw)),
                      options={**pw.options, "depthwise": dw, "pointwise": pw})
-        steps[j] = PassStep(op, s.members + nxt.members, [], True)
-        drop.add(i)
-    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+        return j, i, PassStep(op, s.members + nxt.members, [], True)
+
+    return _merge_pairs(steps, sg, pair)
 
 
 def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep, ex: True,
@@ -220,27 +238,24 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
     """Merge each device ``SEPARABLE_CONV`` step with a device pointwise CONV_2D (no epilogue) reading its output
     into one ``SEPARABLE_EXPAND`` step at the separable conv's place (the expansion reads nothing else);
     ``allowed(sep_op, conv_op)``: the caller's veto."""
-    graph_out = set(sg.outputs)
-    readers = _readers(steps)
-    steps = list(steps)
-    drop: set[int] = set()
-    for i, s in enumerate(steps):
+
+    def pair(i: int, s: PassStep, view: _Pairing):
         if not (s.gpu and s.op.name == SEPARABLE_CONV and len(s.outputs) == 1):
-            continue
+            return None
         (t,) = s.outputs
-        rs = list(dict.fromkeys(readers.get(t, [])))
-        j = next((j for j in rs if j > i and j not in drop and _expands(steps[j], t, sg, consts)
-                  and allowed(s.op, steps[j].op)), None)
+        rs = list(dict.fromkeys(view.readers.get(t, [])))
+        j = next((j for j in rs if j > i and j not in view.drop and _expands(view.steps[j], t, sg, consts)
+                  and allowed(s.op, view.steps[j].op)), None)
         if j is None:
-            continue
-        ex = steps[j].op
+            return None
+        ex = view.steps[j].op
         bias = ex.inputs[2] if len(ex.inputs) > 2 else -1
-        keep = t in graph_out or any(k != j for k in rs)
+        keep = t in view.graph_out or any(k != j for k in rs)
         op = replace(s.op, name=SEPARABLE_EXPAND, builtin_code=-1, inputs=s.op.inputs + (ex.inputs[1], bias),
                      outputs=ex.outputs, options={"separable": s.op, "expand": ex, "keep": keep})
-        steps[i] = PassStep(op, s.members + steps[j].members, s.epilogue, True)
-        drop.add(j)
-    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+        return i, j, PassStep(op, s.members + view.steps[j].members, s.epilogue, True)
+
+    return _merge_pairs(steps, sg, pair)
 
 
 def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda mean, dense: True,
@@ -248,34 +263,38 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
     """Merge each device MEAN over the spatial axes of a 4-D float tensor (no fused ops after it) whose only reader
     is a device FULLY_CONNECTED or pointwise CONV_2D of it into one ``POOLED_DENSE`` step at the dense op's
     place (it keeps the dense op's fused ops); ``allowed(mean_op, dense_op)``: the caller's veto."""
-    graph_out = set(sg.outputs)
-    readers = _readers(steps)
-    steps = list(steps)
-    drop: set[int] = set()
-    for i, s in enumerate(steps):
+
+    def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
         if not (s.gpu and len(s.members) == 1 and not s.epilogue and op.name == "MEAN" and len(op.inputs) == 2
-                and len(op.outputs) == 1 and op.outputs[0] not in graph_out and _float4d(sg, op.inputs[0])
+                and len(op.outputs) == 1 and op.outputs[0] not in view.graph_out and _float4d(sg, op.inputs[0])
                 and _spatial_axes(consts.get(op.inputs[1]))):
-            continue
+            return None
         (t,) = op.outputs
-        rs = list(dict.fromkeys(readers.get(t, [])))
-        if len(rs) != 1 or rs[0] in drop:
-            continue
+        rs = list(dict.fromkeys(view.readers.get(t, [])))
+        if len(rs) != 1 or rs[0] in view.drop:
+            return None
         j = rs[0]
-        dense = steps[j].op
-        if not (steps[j].gpu and len(steps[j].members) == 1 + len(steps[j].epilogue) and dense.inputs[:1] == (t,) and t not in dense.inputs[1:]
-                and len(dense.outputs) == 1 and sg.tensors[t].dtype == np.float32 and allowed(op, dense)
-                and (_pointwise(dense, sg, consts) if dense.name == "CONV_2D" else
-                     dense.name == "FULLY_CONNECTED" and len(dense.inputs) > 1 and dense.inputs[1] in consts
-                     and (len(dense.inputs) < 3 or dense.inputs[2] < 0 or dense.inputs[2] in consts))):
-            continue
+        nxt = view.steps[j]
+        dense = nxt.op
+        if not (nxt.gpu and len(nxt.members) == 1 + len(nxt.epilogue) and dense.inputs[:1] == (t,)
+                and t not in dense.inputs[1:] and len(dense.outputs) == 1 and sg.tensors[t].dtype == np.float32
+                and allowed(op, dense) and _dense_of(dense, sg, consts)):
+            return None
         bias = dense.inputs[2] if len(dense.inputs) > 2 else -1
         merged = replace(dense, name=POOLED_DENSE, builtin_code=-1, inputs=(op.inputs[0], dense.inputs[1], bias),
                          options={**dense.options, "mean": op, "dense": dense})
-        steps[j] = PassStep(merged, s.members + steps[j].members, steps[j].epilogue, True)
-        drop.add(i)
-    return [s for k, s in enumerate(steps) if k not in drop], len(drop)
+        return j, i, PassStep(merged, s.members + nxt.members, nxt.epilogue, True)
+
+    return _merge_pairs(steps, sg, pair)
+
+
+def _dense_of(op, sg, consts: dict) -> bool:
+    """A pointwise CONV_2D, or a FULLY_CONNECTED with constant weights and bias."""
+    if op.name == "CONV_2D":
+        return _pointwise(op, sg, consts)
+    return (op.name == "FULLY_CONNECTED" and len(op.inputs) > 1 and op.inputs[1] in consts
+            and (len(op.inputs) < 3 or op.inputs[2] < 0 or op.inputs[2] in consts))
 
 
 def _spatial_axes(axes) -> bool:
