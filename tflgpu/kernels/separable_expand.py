@@ -83,11 +83,15 @@ class ExpandKnobs(Knobs):
     def slices_per_item(self, shape: ExpandShape) -> int:
         return -(-shape.sout // self.group_tile[1])
 
+    def block_slices(self, shape: ExpandShape) -> int:
+        """The output slices a group covers (ls work-items of ``slices_per_item``): the padded width of the
+        separable conv's weights and of ``ys``."""
+        return self.group_tile[1] * self.slices_per_item(shape)
+
     def local_bytes(self, shape: ExpandShape) -> int:
         """Local memory: k_chunk depthwise slices of the tile's pixels, their weights for every output slice, and
         every output slice of the pixels (float4 each)."""
-        lx, ls = self.group_tile
-        so = ls * self.slices_per_item(shape)
+        lx, so = self.group_tile[0], self.block_slices(shape)
         return 16 * (self.k_chunk * lx + so * self.k_chunk * 4 + so * lx)
 
     @classmethod
@@ -137,16 +141,17 @@ class ExpandKnobs(Knobs):
         return bad
 
 
-def _fused_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, sexp: int, cexp: int,
-                  knobs: ExpandKnobs, act_dw: int, act_pw: int, act_ex: int, epilogue, keep: bool) -> str:
+def _fused_source(name: str, g: _Geometry, shape: ExpandShape, *, cout: int, cexp: int, knobs: ExpandKnobs,
+                  act_dw: int, act_pw: int, act_ex: int, epilogue, keep: bool) -> str:
     """The fused kernel (see the module's docstring). Arguments: ``src`` (the depthwise conv's input), the
     depthwise filter and bias, the separable conv's pointwise filter ``wts`` (``weights_oi`` padded to
     ``ls * ts`` output slices) and bias, the epilogue's parameters, ``dst`` (its output, where ``keep``), the
     expansion's filter ``wts2`` and bias ``bias2``, and ``dst2`` (the expanded output)."""
     lx, ls = knobs.group_tile
     kc, ts2, split = knobs.k_chunk, knobs.ts2, knobs.split
-    ts = knobs.slices_per_item(ExpandShape(sin, sout, sexp, 0))
-    so, nt, pixels = ls * ts, lx * ls, g.oh * g.ow
+    sin, sout, sexp = shape.sin, shape.sout, shape.sexp
+    ts, so = knobs.slices_per_item(shape), knobs.block_slices(shape)
+    nt, pixels = lx * ls, g.oh * g.ow
     chunk = -(-sexp // split)
     stage = _depthwise_stage(g, sin, act_dw)
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
@@ -249,8 +254,8 @@ def separable_expand(ctx: GenContext) -> list[KernelSpec]:
     keep = bool(ctx.opt("keep"))
     ep = ctx.epilogue_code(cout)
     lx, ls = knobs.group_tile
-    so = ls * knobs.slices_per_item(shape)
-    src = _fused_source(ctx.name, g, sin=sin, sout=sout, cout=cout, sexp=sexp, cexp=cexp, knobs=knobs,
+    so = knobs.block_slices(shape)
+    src = _fused_source(ctx.name, g, shape, cout=cout, cexp=cexp, knobs=knobs,
                         act_dw=dw_op.options.get("fused_activation_function", 0),
                         act_pw=sep_op.options.get("fused_activation_function", 0),
                         act_ex=ex_op.options.get("fused_activation_function", 0), epilogue=ep, keep=keep)
