@@ -26,8 +26,9 @@ def _out_hw(size: int, k: int, stride: int, dil: int, pad: str) -> int:
 
 
 def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pad="SAME", act_dw="RELU6",
-                    act_pw="NONE", residual=False, pw_k=1, mult=1, extra_reader=False):
-    """x -> DEPTHWISE_CONV_2D -> CONV_2D (pw_k x pw_k) [-> ADD x]: a MobileNet block; (model bytes, feeds)."""
+                    act_pw="NONE", residual=False, pw_k=1, mult=1, extra_reader=False, softmax=False):
+    """x -> DEPTHWISE_CONV_2D -> CONV_2D (pw_k x pw_k) [-> ADD x] [-> SOFTMAX]: a MobileNet block; (model bytes,
+    feeds)."""
     n, h, w, c = shape
     oh, ow = _out_hw(h, k, stride, dil, pad), _out_hw(w, k, stride, dil, pad)
     b = ModelBuilder()
@@ -47,6 +48,10 @@ def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pa
         y = b.tensor("y", (n, oh, ow, cout))
         b.op("ADD", [pw, x], [y])
         outs = [y]
+    if softmax:
+        sm = b.tensor("sm", (n, oh, ow, cout))
+        b.op("SOFTMAX", outs, [sm], beta=1.0)
+        outs = [sm]
     if extra_reader:
         r = b.tensor("r", (n, oh, ow, c * mult))
         b.op("RELU", [dw], [r])
@@ -209,3 +214,59 @@ def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tm
     assert {p["fused"] for p in seen} == {True, False}
     assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
 
+
+
+def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
+    """A separable block left unfused (on a 16-lane CPU device the default for 32 -> 160 channels) runs its
+    depthwise and pointwise convs with the tuning records those convs have as steps of their own (here the lone
+    convs of the same block with a second reader), not their heuristics; a record that does not apply to its conv
+    leaves that conv's heuristics, and the block's own record is found as before (its key is its heuristics'
+    code). Each plan computes what LiteRT does. (A SOFTMAX reads the block: a conv writing
+    a graph output would write it in its dense layout, another kernel.)"""
+    import re
+
+    from tflgpu.autotune import MemoryTuningDB, TuningRecord, kernel_key
+    from tflgpu.kernels.base import Target
+    from tflgpu.kernels.program import shared_base
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16)))
+    kw = {"shape": (1, 7, 7, 32), "cout": 160, "softmax": True}
+    lone_model, lone_feeds = separable_model(rng, **kw, extra_reader=True)
+    model, feeds = separable_model(rng, **kw)
+    plan = lambda m, db: Interpreter(model_content=m, delegate=GpuDelegate(tuning_db=db)).gpu_plan
+    lone = {s.op.name: s for s in plan(lone_model, False).steps if s.device == "gpu"}
+    dw, pw = lone["DEPTHWISE_CONV_2D"], lone["CONV_2D"]
+    key = lambda s: kernel_key(s.op.name, s.specs, False, shared_base(s.specs))
+    dev = opencl_device.identity.key()
+    own = {"DEPTHWISE_CONV_2D": {"tile_x": 2, "vec_hint": "float8", "slices": 2},
+           "CONV_2D": {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}}
+
+    def code(spec):  # (a kernel's code whatever its function's name)
+        return re.sub(r"__kernel void \w+", "__kernel void K", spec.source), spec.global_size, spec.local_size
+
+    def block(db):
+        built = plan(model, db)
+        (step,) = [s for s in built.steps if s.op.name == SEPARABLE_CONV]
+        assert step.specs[0].params["fused"] is False and len(step.specs) == 2
+        assert [t.source for t in built.tuning_results if t.op == SEPARABLE_CONV] == (["record"] if db else [])
+        return step
+
+    heuristic = block(False)
+    for bad_pw in (False, True):
+        db = MemoryTuningDB()
+        db.put(dev, key(dw), TuningRecord(own["DEPTHWISE_CONV_2D"], 10.0, 5.0, 3, "DEPTHWISE_CONV_2D"))
+        db.put(dev, key(pw), TuningRecord({"lanes": 3} if bad_pw else own["CONV_2D"], 10.0, 5.0, 3, "CONV_2D"))
+        # (the block's own record, under the key of its heuristics' code: found whatever its convs' records)
+        db.put(dev, key(heuristic), TuningRecord({"fused": False}, 10.0, 9.0, 3, SEPARABLE_CONV))
+        tuned = {s.op.name: s for s in plan(lone_model, db).steps if s.device == "gpu"}
+        assert tuned["DEPTHWISE_CONV_2D"].params == own["DEPTHWISE_CONV_2D"]
+        step = block(db)
+        assert code(step.specs[0]) == code(tuned["DEPTHWISE_CONV_2D"].specs[0]) != code(heuristic.specs[0])
+        if bad_pw:  # (no accumulator of 3 lanes: the pointwise conv keeps its heuristics)
+            assert code(step.specs[1]) == code(heuristic.specs[1])
+        else:
+            assert code(step.specs[1]) == code(tuned["CONV_2D"].specs[0]) != code(heuristic.specs[1])
+        it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
+        assert_close(run_model(lambda **k: it, model, feeds)[0], run_model(litert(), model, feeds)[0], 1e-4)
+        assert_close(run_model(lambda **k: Interpreter(model_content=lone_model, delegate=GpuDelegate(tuning_db=db)),
+                               lone_model, lone_feeds)[0], run_model(litert(), lone_model, lone_feeds)[0], 1e-4)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..model.ir import Tensor
+from ..model.ir import Operator, Tensor
 from ..ops.context import OpView
 from ..ops.layout import Layout, bhwc
 from .common import KernelSpec
@@ -44,6 +44,17 @@ class Target:
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")  # (in order of preference)
 
 
+@dataclass(frozen=True)
+class Part:
+    """One op of a composite op (a pass's merge of several ops into one step: graph.passes) as its unfused form runs
+    it: with its own generator, applying ``epilogue`` (the fused ops that follow it there), its kernels renamed
+    ``<composite>_<suffix>``."""
+
+    op: Operator
+    epilogue: list
+    suffix: str
+
+
 @dataclass
 class GenContext(OpView):
     consts: dict[int, np.ndarray] = field(default_factory=dict)  # folded constants by tensor index
@@ -60,6 +71,9 @@ class GenContext(OpView):
     # int32 / int64 tensors whose values are small indices, exact in any storage (graph.indices): an op that only
     # moves values may move these on the device
     exact_ints: frozenset = frozenset()
+    # the parameters a composite op's unfused form generates each of its parts with, ``part_params(op, epilogue)``
+    # (the runtime's: that op's own tuning record, as if it had a step of its own); None: the parts' heuristics
+    part_params: Callable[[Operator, list], dict] | None = None
 
     def constant(self, tensor: int) -> np.ndarray | None:
         return self.consts.get(tensor)
@@ -89,6 +103,7 @@ class GenContext(OpView):
 
 Generator = Callable[[GenContext], list[KernelSpec]]
 _GENERATORS: dict[str, Generator] = {}
+_PARTS: dict[str, Callable[[Operator, list], list[Part]]] = {}
 
 
 def generator(*names: str):
@@ -102,6 +117,35 @@ def generator(*names: str):
 
 def generator_for(name: str) -> Generator | None:
     return _GENERATORS.get(name)
+
+
+def composite(name: str):
+    """Registers what a composite op's unfused form runs: ``fn(op, epilogue) -> [Part, ...]``."""
+    def deco(fn: Callable[[Operator, list], list[Part]]):
+        _PARTS[name] = fn
+        return fn
+
+    return deco
+
+
+def parts_of(op: Operator, epilogue: list) -> list[Part]:
+    """The parts of a composite op (with the fused ops its step applies) in order; [] for any other op."""
+    fn = _PARTS.get(op.name)
+    return fn(op, epilogue) if fn is not None else []
+
+
+def unfused(ctx: GenContext, params: dict, space: dict) -> list[KernelSpec]:
+    """A composite op's unfused form: each part's own kernels, generated with the part's parameters
+    (``ctx.part_params``) and named after the composite (kernels.program.shared_names); the specs carry the
+    composite's ``params`` and ``space``, which its tuner searches."""
+    specs = []
+    for part in parts_of(ctx.op, ctx.epilogue):
+        own = ctx.part_params(part.op, part.epilogue) if ctx.part_params is not None else {}
+        pctx = replace(ctx, op=part.op, epilogue=part.epilogue, params=dict(own))
+        new = f"{ctx.name}_{part.suffix}"
+        specs += [replace(s, name=s.name.replace(pctx.name, new, 1), source=s.source.replace(pctx.name, new))
+                  for s in _GENERATORS[part.op.name](pctx)]
+    return [replace(s, params=params, space=space) for s in specs]
 
 
 def gpu_ops() -> list[str]:

@@ -5,8 +5,8 @@ than either kernel takes the device (NVIDIA's OpenCL on an H100: 10-16 us to enq
 A work-group of ``L`` work-items computes the mean of every input slice of its image into local memory (each
 group recomputes it: 7 x 7 x 1,280 values of MobileNet v2, 250 KB read from the cache), then ``G`` output slices
 from it, each summed by ``R = L / G`` work-items over every R-th input slice (adjacent work-items reading adjacent
-weights) and reduced in local memory. ``fused=False`` launches the two ops' own kernels at their defaults, the
-form a CPU device keeps (its runtime runs a work-group's barriers on one core).
+weights) and reduced in local memory. ``fused=False`` launches the two ops' own kernels (each with its own record, else
+its heuristics), the form a CPU device keeps (its runtime runs a work-group's barriers on one core).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..graph.passes import POOLED_DENSE
-from .base import GenContext, Target, Unsupported, generator, require_float
+from .base import GenContext, Part, Target, Unsupported, composite, generator, require_float, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
-from .conv import _bias_const, _float_const, _store, conv2d, fully_connected
+from .conv import _bias_const, _float_const, _store
 from .knobs import Knobs, one_of
-from .pool import mean
-from .separable import _renamed
 
 POOLED_SPACE = {
     "fused": [False, True],
@@ -117,9 +115,13 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         "}"])
 
 
+@composite(POOLED_DENSE)
+def _parts(op, epilogue: list) -> list[Part]:
+    return [Part(op.options["mean"], [], "mean"), Part(op.options["dense"], epilogue, "dense")]
+
+
 @generator(POOLED_DENSE)
 def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
-    mean_op, dense_op = ctx.opt("mean"), ctx.opt("dense")
     x_t = ctx.input_tensor(0)
     require_float(ctx, x_t, ctx.output_tensor())
     n, ih, iw, cin = ctx.layout(x_t).dims
@@ -131,13 +133,8 @@ def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
     shape = PooledShape(sin, sout, ctx.target.gpu)
     knobs = PooledKnobs.resolve(shape, ctx.params)
     space, params = PooledKnobs.space(shape), knobs.params()
-    if not knobs.fused:  # the two ops' own kernels, named after this op (kernels.program.shared_names)
-        mean_ctx = replace(ctx, op=mean_op, epilogue=[], params={})
-        dense_ctx = replace(ctx, op=dense_op, params={})
-        dense = fully_connected if dense_op.name == "FULLY_CONNECTED" else conv2d
-        specs = [_renamed(s, mean_ctx.name, f"{ctx.name}_mean") for s in mean(mean_ctx)]
-        specs += [_renamed(s, dense_ctx.name, f"{ctx.name}_dense") for s in dense(dense_ctx)]
-        return [replace(s, params=params, space=space) for s in specs]
+    if not knobs.fused:  # the two ops' own kernels
+        return unfused(ctx, params, space)
     act = ctx.opt("fused_activation_function", 0)
     ep = ctx.epilogue_code(cout)
     g, items = knobs.group

@@ -12,8 +12,9 @@ Two fused variants, and the unfused pair:
   (``kh*kw`` multiply-adds a value against ``4 * tile_s`` of the pointwise conv per work-item).
 - group tile (a GPU's way): CONV_2D's local-memory GEMM (``ConvKnobs.group_tile``) whose input tile, staged
   ``k_chunk`` slices at a time, is the depthwise conv computed by the work-group's work-items.
-- ``fused=False``: the two convs' own kernels at their own defaults, as before the pass; what the tuner falls
-  back to where fusing measures slower.
+- ``fused=False``: the two convs' own kernels, each with the parameters it would have as a step of its own (its
+  tuning record, else its heuristics: kernels.base.unfused), as before the pass; what the tuner falls back to
+  where fusing measures slower.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..graph.passes import SEPARABLE_CONV
-from .base import GenContext, Target, Unsupported, generator
+from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
 from .conv import (
     NEEDS_FP16_PLAN,
@@ -31,8 +32,6 @@ from .conv import (
     _float_const,
     _geometry,
     _group_tile_source,
-    conv2d,
-    depthwise_conv2d,
     depthwise_weights,
     group_tile_grid,
     tile_stores,
@@ -126,8 +125,8 @@ class SeparableKnobs(GroupTiled, Knobs):
 
     @classmethod
     def resolve(cls, shape: SeparableShape, params: dict | None = None) -> SeparableKnobs:
-        """As ``Knobs.resolve``; ``fused=False`` launches the two convs at their own defaults, so its other knobs
-        are the default's whatever ``params`` says: a record of the pair carried to a shape whose fused default
+        """As ``Knobs.resolve``; ``fused=False`` launches the two convs' own kernels (with their own records), so
+        its other knobs are the default's whatever ``params`` says: a record of the pair carried to a shape whose fused default
         differs (another group tile) still applies, and the search's points of the pair are one kernel."""
         knobs = super().resolve(shape, params)
         return knobs if knobs.fused else replace(cls.default(shape), fused=False)
@@ -267,13 +266,14 @@ def _depthwise_stage(g: _Geometry, sin: int, act_dw: int) -> GroupStage:
     return GroupStage("__global const STORE_T* dww, __global const STORE_T* dwb, ", load)
 
 
-def _renamed(spec: KernelSpec, old: str, new: str) -> KernelSpec:
-    return replace(spec, name=spec.name.replace(old, new, 1), source=spec.source.replace(old, new))
+@composite(SEPARABLE_CONV)
+def _parts(op, epilogue: list) -> list[Part]:
+    return [Part(op.options["depthwise"], [], "dw"), Part(op.options["pointwise"], epilogue, "pw")]
 
 
 @generator(SEPARABLE_CONV)
 def separable_conv(ctx: GenContext) -> list[KernelSpec]:
-    dw_op, pw_op = ctx.opt("depthwise"), ctx.opt("pointwise")
+    dw_op = ctx.opt("depthwise")
     x_t = ctx.input_tensor(0)
     n, ih, iw, cin = ctx.layout(x_t).dims
     wd, wp = _float_const(ctx, 1), _float_const(ctx, 3)
@@ -288,11 +288,8 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     shape = SeparableShape(sin, sout, ow, ctx.target.float_lanes, ctx.target.gpu, pixels=oh * ow, fp16=ctx.fp16)
     knobs = SeparableKnobs.resolve(shape, ctx.params)
     space, params = SeparableKnobs.space(shape), knobs.params()
-    if not knobs.fused:  # the two convs' own kernels, named after this op (kernels.program.shared_names)
-        pw_ctx = replace(ctx, op=pw_op, params={})
-        specs = [_renamed(s, dw_ctx.name, f"{ctx.name}_dw") for s in depthwise_conv2d(dw_ctx)]
-        specs += [_renamed(s, pw_ctx.name, f"{ctx.name}_pw") for s in conv2d(pw_ctx)]
-        return [replace(s, params=params, space=space) for s in specs]
+    if not knobs.fused:  # the two convs' own kernels
+        return unfused(ctx, params, space)
     act_dw = dw_op.options.get("fused_activation_function", 0)
     act_pw = ctx.opt("fused_activation_function", 0)
     ep = ctx.epilogue_code(cout)

@@ -18,7 +18,8 @@ pixels, so that a second GEMM can follow in the same work-group:
 
 There is no halo and nothing recomputed between pixels (the expansion is pointwise); the price is parallelism:
 one group computes every output slice of its pixels. ``fused=False`` launches the separable conv's and the
-pointwise conv's own kernels at their defaults, as without the pass.
+pointwise conv's own kernels, each as its own step would have them (its record, else its heuristics), as
+without the pass.
 
 A GPU's launches cost host time (NVIDIA's OpenCL: 10-16 us each on the H100's host, bench/invoke_anatomy.py), so
 fewer of them is what a host-bound plan needs; whether the fused kernel's time costs less than a launch saves
@@ -30,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..graph.passes import SEPARABLE_EXPAND
-from .base import GenContext, Target, Unsupported, generator
+from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
 from .conv import (
     MAX_GROUP,
@@ -39,11 +40,10 @@ from .conv import (
     _geometry,
     _group_stage_lines,
     _store,
-    conv2d,
     depthwise_weights,
 )
 from .knobs import Knobs, one_of, positive_int
-from .separable import _depthwise_stage, _Geometry, _renamed, separable_conv
+from .separable import _depthwise_stage, _Geometry
 
 # local memory a fused kernel may stage (its input and weight tiles and the block's output slices): within the
 # 32 KB OpenCL 1.2 guarantees a work-group
@@ -118,8 +118,8 @@ class ExpandKnobs(Knobs):
 
     @classmethod
     def resolve(cls, shape: ExpandShape, params: dict | None = None) -> ExpandKnobs:
-        """As ``Knobs.resolve``; ``fused=False`` launches the two convs' own kernels at their defaults, so its
-        other knobs are the default's whatever ``params`` says."""
+        """As ``Knobs.resolve``; ``fused=False`` launches the two convs' own kernels (with their own records), so
+        its other knobs are the default's whatever ``params`` says."""
         knobs = super().resolve(shape, params)
         return knobs if knobs.fused else replace(cls.default(shape), fused=False)
 
@@ -227,11 +227,15 @@ def _fused_source(name: str, g: _Geometry, shape: ExpandShape, *, cout: int, cex
     return "\n".join(L)
 
 
+@composite(SEPARABLE_EXPAND)
+def _parts(op, epilogue: list) -> list[Part]:
+    return [Part(op.options["separable"], epilogue, "sep"), Part(op.options["expand"], [], "ex")]
+
+
 @generator(SEPARABLE_EXPAND)
 def separable_expand(ctx: GenContext) -> list[KernelSpec]:
     sep_op, ex_op = ctx.opt("separable"), ctx.opt("expand")
     sep_ctx = replace(ctx, op=sep_op, params={})
-    ex_ctx = replace(ctx, op=ex_op, epilogue=[], params={})
     x_t = ctx.input_tensor(0)
     n, ih, iw, cin = ctx.layout(x_t).dims
     wd, wp, we = _float_const(ctx, 1), _float_const(ctx, 3), _float_const(ctx, 5)
@@ -246,10 +250,8 @@ def separable_expand(ctx: GenContext) -> list[KernelSpec]:
     shape = ExpandShape(sin, sout, sexp, oh * ow, n, ctx.target.gpu)
     knobs = ExpandKnobs.resolve(shape, ctx.params)
     space, params = ExpandKnobs.space(shape), knobs.params()
-    if not knobs.fused:  # the two ops' own kernels, named after this op (kernels.program.shared_names)
-        specs = [_renamed(s, sep_ctx.name, f"{ctx.name}_sep") for s in separable_conv(sep_ctx)]
-        specs += [_renamed(s, ex_ctx.name, f"{ctx.name}_ex") for s in conv2d(ex_ctx)]
-        return [replace(s, params=params, space=space) for s in specs]
+    if not knobs.fused:  # the two ops' own kernels
+        return unfused(ctx, params, space)
     sep_out, ex_out = sep_ctx.final_output, ex_op.outputs[0]
     keep = bool(ctx.opt("keep"))
     ep = ctx.epilogue_code(cout)

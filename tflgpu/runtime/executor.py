@@ -51,7 +51,7 @@ from .selection import (
 )
 from .startup import StartupClock
 from .transfers import DeviceTensors
-from .tuning import TunedKernel, apply_tuning, background_jobs
+from .tuning import PartRecords, TunedKernel, apply_tuning, background_jobs
 from .upgrades import store_tuned_plan, tier_up
 
 log = logging.getLogger("tflgpu")
@@ -165,8 +165,11 @@ class GpuPlan:
             runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
             self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")
+        # (a composite op's unfused form runs its parts with their own records, as their own steps would)
+        parts = (PartRecords(tuning.db, dev, device.identity.as_dict())
+                 if tuning is not None and tuning.db is not None and tuning.reuse_records else None)
         self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops,
-                                      Target.of(device.cl_device, device.identity.device_type))
+                                      Target.of(device.cl_device, device.identity.device_type), part_params=parts)
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
             self.steps, passes = select(runner, make, params or {}, config.fuse_regions, config.fuse_expansions)
             if record is not None and not restore(self.steps, record):

@@ -35,6 +35,7 @@ graph.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -142,6 +143,9 @@ class KernelMaker:
     target: Target = field(default_factory=Target)
     # graph inputs / outputs their one kernel reads / writes as the dense boundary buffer (``dense_boundary``)
     dense: frozenset = frozenset()
+    # what a composite op's unfused form generates each part with, ``part_params(make, op, epilogue)``
+    # (GenContext.part_params; runtime.tuning.PartRecords: the part's own record); None: the parts' heuristics
+    part_params: Callable[[KernelMaker, Operator, list], dict] | None = None
 
     def op_fp16(self, op: Operator) -> bool:
         return self.fp16 and op.index not in self.fp32_ops
@@ -165,9 +169,18 @@ class KernelMaker:
     def __call__(self, op: Operator, epilogue: list, params: dict) -> list[KernelSpec]:
         """The kernels of ``op`` (with its fused ops) for these generator parameters, named by their code
         (``kernels.program.shared_names``: identical layers share one function); raises Unsupported."""
+        own = self.part_params
+        return self._make(op, epilogue, params, (lambda o, e: own(self, o, e)) if own is not None else None)
+
+    def heuristic(self, op: Operator, epilogue: list) -> list[KernelSpec]:
+        """The kernels of ``op`` at its generator's defaults, a composite op's parts' too: what names the kernel
+        (its tuning key), whatever records its parts have."""
+        return self._make(op, epilogue, {}, None)
+
+    def _make(self, op: Operator, epilogue: list, params: dict, part_params) -> list[KernelSpec]:
         half, half_outputs = self.op_fp16(op), self.half_outputs(op)
         ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs, self.target,
-                         dense=self.dense, exact_ints=self._exact_ints)
+                         dense=self.dense, exact_ints=self._exact_ints, part_params=part_params)
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]

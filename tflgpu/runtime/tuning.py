@@ -14,7 +14,9 @@ from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
 from ..autotune.tuner import KernelTuner, kernel_family, kernel_shape, space_size, study_storage
 from ..kernels import KernelSpec, Unsupported
+from ..kernels.base import parts_of
 from ..kernels.program import shared_base
+from ..model.ir import Operator
 from ..ops.layout import bhwc
 from .background import lower_thread_priority
 from .selection import KernelMaker, Step
@@ -54,13 +56,62 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
             continue
         if any(bhwc(make.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
             continue
-        try:
-            default = make(s.op, s.epilogue, {}) if s.params else s.specs
+        try:  # (a composite op's unfused default has its parts' records: its key is its heuristics')
+            default = make.heuristic(s.op, s.epilogue) if s.params or parts_of(s.op, s.epilogue) else s.specs
         except Unsupported:  # (cannot happen for a step the generator made; kept out of tuning if it does)
             continue
-        key = kernel_key(s.op.name, default, default[0].fp16, shared_base(default))
-        groups.setdefault(key, []).append(s)
+        groups.setdefault(_key(s.op, default), []).append(s)
     return groups
+
+
+def _key(op: Operator, default: list[KernelSpec]) -> str:
+    return kernel_key(op.name, default, default[0].fp16, shared_base(default))
+
+
+def _layouts(make: KernelMaker, specs: list[KernelSpec], ops) -> dict:
+    """The BHWC layout of every tensor of the kernels and of their ops (a candidate may store a value the default
+    keeps in registers)."""
+    layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in specs for t in sp.inputs + sp.outputs}
+    layouts.update({t: lay for op in ops for t in op.inputs + op.outputs
+                    if t >= 0 and t not in layouts and (lay := bhwc(make.sg.tensors[t].shape)) is not None})
+    return layouts
+
+
+class PartRecords:
+    """What a composite op's unfused form (kernels.base.unfused) generates each of its parts with: the part's own
+    record of this device, else the nearest device's (``autotune.exchange``), as a step of that op alone would have
+    them; {} where there is none or it does not apply to the part (another shape's work-group size: the rest of
+    it). A KernelMaker's ``part_params``; looked up once per part and plan."""
+
+    def __init__(self, db, device_key: str, identity: dict | None):
+        self.db, self.device_key = db, device_key
+        self.nearest = NearestRecords(db, identity) if identity is not None else None
+        self._found: dict[tuple, tuple[KernelMaker, dict]] = {}  # (the maker held: its id stays its own)
+
+    def __call__(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
+        at = (id(make), op.index, tuple(f.op.index for f in epilogue))
+        if at not in self._found:
+            self._found[at] = (make, self._params(make, op, epilogue))
+        return self._found[at][1]
+
+    def _params(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
+        try:
+            default = make.heuristic(op, epilogue)
+        except Unsupported:
+            return {}
+        if not default or space_size(default[0].space) <= 1:
+            return {}
+        key = _key(op, default)
+        rec = self.db.get(self.device_key, key)
+        if rec is None and self.nearest is not None:
+            layouts = _layouts(make, default, [op, *(f.op for f in epilogue)])
+            found = self.nearest.find(key, kernel_family(op.name, default, default[0].fp16),
+                                      kernel_shape(default, layouts))
+            rec = found.record if found is not None else None
+        if rec is None or not rec.params:
+            return {}
+        applied = _applied(make, op, epilogue, rec.params)
+        return applied[1] if applied is not None else {}
 
 
 @dataclass
@@ -93,10 +144,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                        "record", flops=sum(sp.flops for sp in group[0].specs)))
             continue
         s = group[0]
-        # (every tensor of the step's ops: a candidate may store a value the default keeps in registers)
-        layouts = {t: bhwc(make.sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
-        layouts.update({t: lay for op, _ in s.members for t in op.inputs + op.outputs
-                        if t >= 0 and t not in layouts and (lay := bhwc(make.sg.tensors[t].shape)) is not None})
+        layouts = _layouts(make, s.specs, [op for op, _ in s.members])
         family, shape = kernel_family(s.op.name, s.specs, s.specs[0].fp16), kernel_shape(s.specs, layouts)
         found = nearest.find(key, family, shape) if nearest is not None else None
         if found is not None:
@@ -141,18 +189,27 @@ def set_params(steps: list[Step], make: KernelMaker, params: dict) -> None:
     if not params:
         return
     for s in steps:
-        try:
-            specs = make(s.op, s.epilogue, params)
-            if _uneven_groups(specs) and params.get("local_size") is not None:
-                params = {**params, "local_size": None}
-                specs = make(s.op, s.epilogue, params)
-        except Unsupported as e:  # a record from another shape family: keep the heuristics
-            log.info("tuned parameters %s do not apply to %s: %s", params, s.op.name, e)
-            continue
-        if _uneven_groups(specs):
-            log.info("tuned parameters %s give %s uneven work-groups: kept the heuristics", params, s.op.name)
-            continue
-        s.specs, s.params = specs, dict(params)
+        applied = _applied(make, s.op, s.epilogue, params)
+        if applied is not None:
+            s.specs, s.params = applied[0], dict(applied[1])
+            params = applied[1]
+
+
+def _applied(make: KernelMaker, op: Operator, epilogue: list, params: dict) -> tuple[list[KernelSpec], dict] | None:
+    """``op``'s kernels with these parameters, and the parameters that gave them: without the work-group size
+    where it does not divide the grid; None where they do not apply (logged)."""
+    try:
+        specs = make(op, epilogue, params)
+        if _uneven_groups(specs) and params.get("local_size") is not None:
+            params = {**params, "local_size": None}
+            specs = make(op, epilogue, params)
+    except Unsupported as e:  # a record from another shape family: keep the heuristics
+        log.info("tuned parameters %s do not apply to %s: %s", params, op.name, e)
+        return None
+    if _uneven_groups(specs):
+        log.info("tuned parameters %s give %s uneven work-groups: kept the heuristics", params, op.name)
+        return None
+    return specs, params
 
 
 def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Callable) -> list[Callable]:
