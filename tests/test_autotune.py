@@ -184,6 +184,10 @@ def test_tuning_option_validation():
         GpuDelegate(tuning="fastest")
     with pytest.raises(ValueError, match="tuning_budget_s"):
         GpuDelegate(tuning="fast", tuning_budget_s=0)
+    for bad in (0, -3, 2.5, True, "10"):
+        with pytest.raises(ValueError, match="tuning_trials must be a positive int"):
+            GpuDelegate(tuning="fast", tuning_trials=bad)
+    assert GpuDelegate(tuning="fast", tuning_trials=3).tuning_config(None).kernel_trials() == 3
 
 
 def test_workers_share_one_search(opencl_device, rng, tmp_path):

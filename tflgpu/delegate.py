@@ -62,6 +62,8 @@ class GpuDelegate:
             A ``tflgpu.autotune.TuningConfig`` sets everything at once (the other tuning_* options
             are then ignored).
         tuning_budget_s: wall-clock budget for searching, per model (0 with "background": no search).
+        tuning_trials: candidates a search compiles per kernel (default: 10 in "fast" and "background",
+            every point of the space in "exhaustive").
         tiered_compile: a program the cache does not hold is first built without the compiler's
             optimizations (MobileNet v2 on the Intel CPU runtime: 0.8 s instead of 3.2 s), and the
             optimized program is built on a worker thread, stored, and swapped in between invokes.
@@ -115,6 +117,7 @@ class GpuDelegate:
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
     calibration_inputs: object = None
     fuse_expansions: bool = False
+    tuning_trials: int | None = None
 
     def __post_init__(self):
         self.inference_priority1 = _priority(self.inference_priority1)
@@ -128,6 +131,9 @@ class GpuDelegate:
             check_token(self.model_token)
         if not isinstance(self.max_cache_bytes, int) or self.max_cache_bytes < 1:
             raise ValueError("max_cache_bytes must be a positive int")
+        trials = self.tuning_trials
+        if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+            raise ValueError(f"tuning_trials must be a positive int (candidates per kernel); got {trials!r}")
         self.tuning_config(None)  # validates tuning / tuning_budget_s early
         budget = self.fp16_error_budget
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
@@ -178,7 +184,7 @@ class GpuDelegate:
             db = FileTuningDB(db)
         if self.tuning_progress is not None and not callable(self.tuning_progress):
             raise ValueError("tuning_progress must be callable: tuning_progress(result, done, total)")
-        return TuningConfig(mode=self.tuning_mode(), budget_s=self.tuning_budget_s, db=db,
+        return TuningConfig(mode=self.tuning_mode(), budget_s=self.tuning_budget_s, trials=self.tuning_trials, db=db,
                             storage=self.tuning_storage, progress=self.tuning_progress)
 
     def wants_fp16(self) -> bool:
