@@ -200,7 +200,8 @@ def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
     other = tmp_path / "conv.tflite"
     other.write_bytes(conv_model(rng)[0])
     cache = tmp_path / "cache"
-    cmd = [sys.executable, "-m", "tflgpu.cli", "warmup", str(MODEL), str(other), "--tuning", "fast",
+    # (two candidates a kernel: the three processes share the cache, whatever the search finds)
+    cmd = [sys.executable, "-m", "tflgpu.cli", "warmup", str(MODEL), str(other), "--tuning", "fast", "--trials", "2",
            "--cache-dir", str(cache), "-q"]
     env = {**os.environ, "TFLGPU_TUNING": ""}
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

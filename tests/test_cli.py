@@ -139,11 +139,12 @@ def test_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(tflgpu.interpreter.Interpreter, "__init__", no_work)
     for argv in (["run", "--repeat", "0"], ["bench", "--repeat", "0"], ["bench", "--warmup", "-1"],
-                 ["run", "--threads", "x"]):
+                 ["run", "--threads", "x"], ["warmup", "m.tflite", "--trials", "0"],
+                 ["warmup", "m.tflite", "--budget-s", "0"], ["warmup", "m.tflite", "--budget-s", "x"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         err = capsys.readouterr().err
-        assert e.value.code == 2 and ("must be at least" in err or "is not an integer" in err), err
+        assert e.value.code == 2 and any(w in err for w in ("must be at least", "is not a", "must be positive")), err
     assert main(["bench", str(DEFAULT_MODEL_PATH), str(tmp_path / "missing.tflite")]) == 1
     assert f"model file not found: {tmp_path / 'missing.tflite'}" in capsys.readouterr().err
     (tmp_path / "file").write_text("")
@@ -221,10 +222,12 @@ def test_run_and_bench_share_one_thread_default_and_show_it(capsys):
 
 def test_warmup_shows_kernels_and_names_each_warning(tmp_path, rng, opencl_device, monkeypatch, capsys):
     """The bar moves per kernel tuned (the model and its kernels done of total), and a warning raised while a
-    model warms up is printed after the bar, with the model's name, not in the middle of it."""
+    model warms up is printed after the bar, with the model's name, not in the middle of it; --trials and
+    --budget-s are the search's."""
     import logging
 
     import tflgpu.runtime.plan as plan_mod
+    import tflgpu.runtime.tuning as tuning_mod
 
     from .oputil import conv_model
 
@@ -237,8 +240,17 @@ def test_warmup_shows_kernels_and_names_each_warning(tmp_path, rng, opencl_devic
         return real(*a, **k)
 
     monkeypatch.setattr(plan_mod, "transform_graph", warning_then_transform)
+    searches, real_search = [], tuning_mod.tune_tasks
+
+    def search(tasks, bench, device_key, config):
+        searches.append((config.kernel_trials(), config.model_budget()))
+        return real_search(tasks, bench, device_key, config)
+
+    monkeypatch.setattr(tuning_mod, "tune_tasks", search)
     monkeypatch.setenv("TFLGPU_TUNING", "")
-    assert main(["warmup", str(path), "--tuning", "fast", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert main(["warmup", str(path), "--tuning", "fast", "--trials", "2", "--budget-s", "9",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert searches == [(2, 9.0)]
     out, err = capsys.readouterr()
     assert "conv.tflite [fp32]: kernel 1/1 tuned" in err, err
     assert "something the user should know" not in err

@@ -10,6 +10,7 @@ import statistics
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -557,7 +558,18 @@ class _WarnCollector(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def _warm_one(model: str, precision: str, tuning: str, device, cache_dir, events=None) -> dict:
+@dataclass(frozen=True)
+class WarmOptions:
+    """What ``warmup`` builds each model's plan with (sent to its worker processes with --jobs)."""
+
+    tuning: str
+    device: str | None
+    cache_dir: str | None
+    trials: int | None = None  # candidates per kernel (None: the mode's default)
+    budget_s: float | None = None  # search budget per model (None: the mode's default)
+
+
+def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dict:
     """Build (or load) one model's plan into the cache; runs in a worker process with --jobs. ``events``
     (anything with ``put``) gets (model, precision, kernels done, kernels total) as each kernel is tuned."""
     import time
@@ -576,10 +588,10 @@ def _warm_one(model: str, precision: str, tuning: str, device, cache_dir, events
     t0 = time.perf_counter()
     try:
         # (ahead of time: the optimized build at once, not a quick one first)
-        it = Interpreter(model_path=model, delegate=GpuDelegate(precision_loss_allowed=precision == "fp16",
-                                                                tiered_compile=False, tuning=tuning, device=device,
-                                                                serialization_dir=cache_dir,
-                                                                tuning_progress=progress))
+        it = Interpreter(model_path=model, delegate=GpuDelegate(
+            precision_loss_allowed=precision == "fp16", tiered_compile=False, tuning=opts.tuning, device=opts.device,
+            serialization_dir=opts.cache_dir, tuning_progress=progress, tuning_trials=opts.trials,
+            tuning_budget_s=opts.budget_s))
     finally:
         log.removeHandler(collector)
         log.propagate = propagate
@@ -613,6 +625,7 @@ def cmd_warmup(args) -> int:
 
         usable_cache_dir(Path(args.cache_dir), "--cache-dir")  # checked before the models are warmed
     jobs = [(m, p) for m in args.models for p in args.precision]
+    opts = WarmOptions(args.tuning, args.device, args.cache_dir, args.trials, args.budget_s)
     failed = 0
     results = []
     with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
@@ -621,7 +634,7 @@ def cmd_warmup(args) -> int:
             for m, p in jobs:
                 bar.set_postfix_str(f"{Path(m).name} [{p}]")
                 try:
-                    results.append(((m, p), _warm_one(m, p, args.tuning, args.device, args.cache_dir, shown), None))
+                    results.append(((m, p), _warm_one(m, p, opts, shown), None))
                 except (ValueError, RuntimeError, OSError) as e:
                     results.append(((m, p), None, e))
                 bar.update(1)
@@ -636,7 +649,7 @@ def cmd_warmup(args) -> int:
 
                 relayer = threading.Thread(target=relay, daemon=True)
                 relayer.start()
-                futures = {pool.submit(_warm_one, m, p, args.tuning, args.device, args.cache_dir, events): (m, p)
+                futures = {pool.submit(_warm_one, m, p, opts, events): (m, p)
                            for m, p in jobs}
                 for f in as_completed(futures):
                     try:
@@ -777,6 +790,17 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
                         "(GpuDelegate(fuse_expansions=True))")
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
+
+
 def _count(least: int):
     """An argparse type: an integer of at least ``least`` (checked before any work starts)."""
     def parse(text: str) -> int:
@@ -876,6 +900,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--precision", choices=["fp32", "fp16"], action="append",
                    help="repeat for both (default fp32)")
     w.add_argument("--tuning", choices=["none", "fast", "exhaustive"], default="fast")
+    w.add_argument("--budget-s", type=_seconds, default=None, help="search budget per model (fast: 30 s)")
+    w.add_argument("--trials", type=_count(1), default=None, help="compiled candidates per kernel at most (fast: 10)")
     w.add_argument("--jobs", type=_count(1), default=1, help="models warmed in parallel processes")
     w.add_argument("--device", help="OpenCL device: index or name substring")
     w.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
