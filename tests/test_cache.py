@@ -56,12 +56,12 @@ def files(root, kind):
 
 
 def test_warm_start_loads_everything(tmp_path, opencl_device, reference):
-    cold = build(tmp_path, tuning="fast", tuning_budget_s=15)
+    cold = build(tmp_path, tuning="fast", tuning_budget_s=15, tuning_trials=2)
     assert cold.gpu_plan.build_stats["plan"] == "built" and cold.gpu_plan.build_stats["source_builds"] >= 1
     assert any(k.source == "tuned" for k in cold.gpu_plan.tuning_results)
     first = check(cold, reference)
     size = CacheStore(tmp_path).total_bytes()
-    warm = build(tmp_path, tuning="fast", tuning_budget_s=15)
+    warm = build(tmp_path, tuning="fast", tuning_budget_s=15, tuning_trials=2)
     stats = warm.gpu_plan.build_stats
     assert stats["plan"] == "cache" and stats["source_builds"] == 0 and stats["binary_loads"] >= 1
     assert warm.gpu_plan.tuning_results == [] and warm.gpu_plan.tuning_seconds == 0  # nothing searched
@@ -141,13 +141,13 @@ def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, refer
 
 
 def test_damaged_tuning_record_is_retuned(tmp_path, opencl_device, reference, caplog):
-    build(tmp_path, tuning="fast", tuning_budget_s=10)
+    build(tmp_path, tuning="fast", tuning_budget_s=10, tuning_trials=2)
     records = files(tmp_path, "tuning")
     assert records
     flip_byte(records[0])
     for p in files(tmp_path, "plan"):
         p.unlink()  # so the next construction consults the records
-    it = build(tmp_path, tuning="fast", tuning_budget_s=10)
+    it = build(tmp_path, tuning="fast", tuning_budget_s=10, tuning_trials=2)
     assert "checksum mismatch" in caplog.text
     assert any(k.source == "tuned" for k in it.gpu_plan.tuning_results)  # the lost record was searched again
     check(it, reference)

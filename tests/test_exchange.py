@@ -124,7 +124,7 @@ def test_cli_export_then_import_into_another_cache(opencl_device, tmp_path):
         return subprocess.run([sys.executable, "-m", "tflgpu.cli", *args], capture_output=True, text=True,
                               cwd=REPO, env=env, timeout=600, check=False)
 
-    r = tflgpu("tune", str(DEFAULT_MODEL_PATH), "--mode", "fast", "--budget-s", "10", "--repeat", "3", "-q",
+    r = tflgpu("tune", str(DEFAULT_MODEL_PATH), "--mode", "fast", "--trials", "2", "--repeat", "3", "-q",
                "--export", str(export), cache="a")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "exported" in r.stdout and export.is_file()

@@ -17,8 +17,6 @@ from tflgpu.runtime.config import PlanConfig
 
 from .conftest import assert_close, litert, run_model
 
-PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
-
 
 def _out_hw(size: int, k: int, stride: int, dil: int, pad: str) -> int:
     eff = (k - 1) * dil + 1
@@ -85,15 +83,19 @@ def test_pass_leaves_what_it_cannot_fuse(rng, why):
 
 
 def _plan(model: bytes, fp16: bool, params: dict | None):
+    """The model's plan (an Interpreter's, with ``params=None``), or one whose separable block takes ``params``
+    (built once: over a CPU interpreter's runner)."""
+    from tflgpu.runtime.device import choose_device
     from tflgpu.runtime.executor import GpuPlan
 
-    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
-                                                               tuning_db=False))
     if params is None:
+        it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
+                                                                   tuning_db=False))
         return it, it.gpu_plan
-    index = next(s.op.index for s in it.gpu_plan.steps if s.op.name == SEPARABLE_CONV)
-    return it, GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
-                       params={index: params})
+    it = Interpreter(model_content=model)
+    runner = it.cpu_runner()
+    index = next(op.index for op, _ in runner.steps if op.name == "CONV_2D")  # (the block: at its pointwise conv)
+    return it, GpuPlan(runner, choose_device(), PlanConfig(fp16=fp16), params={index: params})
 
 
 POINTS = {  # knobs -> kernels launched for the block
@@ -111,6 +113,10 @@ POINTS = {  # knobs -> kernels launched for the block
                                           "whole": False, "group_tile": (8, 8), "k_chunk": 4, "half_math": True}, 1),
     "unfused": ({"fused": False}, 2),
 }
+# the points an FP16 plan is checked at: each variant once (the others differ from them in indexing only, which
+# the FP32 cases check) and the half sums
+FP16_POINTS = {"direct 2x2 8 lanes, 2 slices", "whole 8x4", "group tile 8x8 by 2x2", "group tile 8x8 by 2x2, half math",
+               "unfused"}
 
 BLOCKS = {  # separable_model arguments
     "stride 1 SAME": {},
@@ -120,9 +126,21 @@ BLOCKS = {  # separable_model arguments
 }
 
 
-@pytest.mark.parametrize("fp16", PRECISIONS)
-@pytest.mark.parametrize("point", sorted(POINTS))
-@pytest.mark.parametrize("block", sorted(BLOCKS))
+def _cases():
+    """Every block at every point in FP32, and at FP16_POINTS in FP16 (half sums in FP16 only), where the point's
+    depthwise slices per work-item divide the block's."""
+    for block in sorted(BLOCKS):
+        slices = BLOCKS[block].get("shape", (1, 9, 11, 12))[3] // 4
+        for point in sorted(POINTS):
+            params = POINTS[point][0]
+            for fp16 in (False, True):
+                if (fp16 and point not in FP16_POINTS) or (params.get("half_math") and not fp16) or \
+                        slices % params.get("per", 1):
+                    continue
+                yield pytest.param(fp16, point, block, id=f"{block}-{point}-{'fp16' if fp16 else 'fp32'}")
+
+
+@pytest.mark.parametrize(("fp16", "point", "block"), list(_cases()))
 def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block):
     """Every variant computes the block LiteRT computes (FP32 within 1e-4, FP16 within 1e-2 of the output's
     scale; FP16 arithmetic too), with strides, padding, dilation, batches, padded output slices and a fused
@@ -130,11 +148,7 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
     params, kernels = POINTS[point]
-    if params.get("half_math") and not fp16:
-        pytest.skip("FP16 arithmetic is an FP16 plan's")
     kw = dict(BLOCKS[block])
-    if "per" in params and (kw.get("shape", (1, 9, 11, 12))[3] // 4) % params["per"]:
-        pytest.skip("per does not divide this block's depthwise slices")
     model, feeds = separable_model(rng, **kw)
     it, plan = _plan(model, fp16, params)
     (step,) = [s for s in plan.steps if s.device == "gpu"]
@@ -233,8 +247,8 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
     kw = {"shape": (1, 7, 7, 32), "cout": 160, "softmax": True}
     lone_model, lone_feeds = separable_model(rng, **kw, extra_reader=True)
     model, feeds = separable_model(rng, **kw)
-    plan = lambda m, db: Interpreter(model_content=m, delegate=GpuDelegate(tuning_db=db)).gpu_plan
-    lone = {s.op.name: s for s in plan(lone_model, False).steps if s.device == "gpu"}
+    interp = lambda m, db: Interpreter(model_content=m, delegate=GpuDelegate(tuning_db=db, cache=False))
+    lone = {s.op.name: s for s in interp(lone_model, False).gpu_plan.steps if s.device == "gpu"}
     dw, pw = lone["DEPTHWISE_CONV_2D"], lone["CONV_2D"]
     key = lambda s: kernel_key(s.op.name, s.specs, False, shared_base(s.specs))
     dev = opencl_device.identity.key()
@@ -244,11 +258,16 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
     def code(spec):  # (a kernel's code whatever its function's name)
         return re.sub(r"__kernel void \w+", "__kernel void K", spec.source), spec.global_size, spec.local_size
 
+    def checked(m, x, db):  # (the interpreter, having computed what LiteRT does)
+        it = interp(m, db)
+        assert_close(run_model(lambda **_: it, m, x)[0], run_model(litert(), m, x)[0], 1e-4)
+        return it
+
     def block(db):
-        built = plan(model, db)
-        (step,) = [s for s in built.steps if s.op.name == SEPARABLE_CONV]
+        plan = checked(model, feeds, db).gpu_plan
+        (step,) = [s for s in plan.steps if s.op.name == SEPARABLE_CONV]
         assert step.specs[0].params["fused"] is False and len(step.specs) == 2
-        assert [t.source for t in built.tuning_results if t.op == SEPARABLE_CONV] == (["record"] if db else [])
+        assert [t.source for t in plan.tuning_results if t.op == SEPARABLE_CONV] == (["record"] if db else [])
         return step
 
     heuristic = block(False)
@@ -258,7 +277,7 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
         db.put(dev, key(pw), TuningRecord({"lanes": 3} if bad_pw else own["CONV_2D"], 10.0, 5.0, 3, "CONV_2D"))
         # (the block's own record, under the key of its heuristics' code: found whatever its convs' records)
         db.put(dev, key(heuristic), TuningRecord({"fused": False}, 10.0, 9.0, 3, SEPARABLE_CONV))
-        tuned = {s.op.name: s for s in plan(lone_model, db).steps if s.device == "gpu"}
+        tuned = {s.op.name: s for s in checked(lone_model, lone_feeds, db).gpu_plan.steps if s.device == "gpu"}
         assert tuned["DEPTHWISE_CONV_2D"].params == own["DEPTHWISE_CONV_2D"]
         step = block(db)
         assert code(step.specs[0]) == code(tuned["DEPTHWISE_CONV_2D"].specs[0]) != code(heuristic.specs[0])
@@ -266,7 +285,3 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
             assert code(step.specs[1]) == code(heuristic.specs[1])
         else:
             assert code(step.specs[1]) == code(tuned["CONV_2D"].specs[0]) != code(heuristic.specs[1])
-        it = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=db))
-        assert_close(run_model(lambda **k: it, model, feeds)[0], run_model(litert(), model, feeds)[0], 1e-4)
-        assert_close(run_model(lambda **k: Interpreter(model_content=lone_model, delegate=GpuDelegate(tuning_db=db)),
-                               lone_model, lone_feeds)[0], run_model(litert(), lone_model, lone_feeds)[0], 1e-4)
