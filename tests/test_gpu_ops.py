@@ -23,6 +23,18 @@ def gpu(request, opencl_device):
     return {"delegate": GpuDelegate(precision_loss_allowed=fp16), "rtol_scale": 1e-2 if fp16 else 1e-4}
 
 
+def _device():
+    """The device the ``gpu`` fixture's plans run on, for a plan a test builds itself (GpuPlan)."""
+    from tflgpu.runtime.device import choose_device
+
+    return choose_device()
+
+
+def _fp16(gpu) -> bool:
+    """The ``gpu`` fixture's precision, for a plan a test builds itself (PlanConfig(fp16=...))."""
+    return gpu["delegate"].precision_loss_allowed
+
+
 @pytest.mark.parametrize("shape,cout,k,stride,dil,pad,act", [
     ((1, 9, 11, 3), 8, 3, 1, 1, "SAME", "RELU6"),
     ((2, 8, 8, 5), 6, 3, 2, 1, "VALID", "NONE"),
@@ -89,9 +101,9 @@ def test_conv2d_16_lane_tiles(gpu, rng, shape, cout, k, stride, dil, pad, tile):
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, k, k, shape[3])), rand(rng, (cout,))],
                             padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil,
                             dilation_h_factor=dil, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     params = {"tile_x": tile[0], "tile_s": tile[1], "lanes": 16, "vec_hint": "float16", "group_tile": None}
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: params})
     (spec,) = plan.steps[0].specs
     assert {k: spec.params[k] for k in params} == params and "float16 acc" in spec.source
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
@@ -132,8 +144,8 @@ def test_depthwise_variants(gpu, rng, params):
     model, feeds = op_model("DEPTHWISE_CONV_2D", [In(rand(rng, (2, 7, 6, 20))), rand(rng, (1, 3, 3, 20)),
                                                   rand(rng, (20,))], padding="SAME", stride_w=1, stride_h=1,
                             depth_multiplier=1, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: params})
     (spec,) = plan.steps[0].specs
     assert {k: spec.params[k] for k in params} == params
     assert ("float8 acc" in spec.source, "float16 acc" in spec.source) == (params["slices"] == 2, params["slices"] == 4)
@@ -257,9 +269,9 @@ def test_spatial_mean_work_group(gpu, rng, shape, group, op, subgroups):
     from .oputil import op_model
 
     model, feeds = op_model(op, [In(rand(rng, shape)), np.array([1, 2], I32)], keep_dims=True)
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    knobs = _reduction_knobs(it.gpu_plan.device, group, subgroups)
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: knobs})
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    knobs = _reduction_knobs(_device(), group, subgroups)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: knobs})
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (group, 1) and ("sub_group_reduce_add" in spec.source) == subgroups
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
@@ -278,9 +290,9 @@ def test_softmax_work_group_rows(gpu, rng, shape, group, subgroups):
     from .oputil import op_model
 
     model, feeds = op_model("SOFTMAX", [In(rand(rng, shape, -6, 6))], beta=0.7)
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    knobs = _reduction_knobs(it.gpu_plan.device, group, subgroups)
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: knobs})
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    knobs = _reduction_knobs(_device(), group, subgroups)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: knobs})
     (spec,) = plan.steps[0].specs
     assert spec.params == knobs and spec.local_size == (group, 1)
     assert ("sub_group_reduce_max" in spec.source) == subgroups
@@ -451,8 +463,8 @@ def test_transpose_conv_group_tile_variant(gpu, rng, shape, cout, k, stride, pad
                                                In(rand(rng, shape)), rand(rng, (cout,))],
                             [Out(np.float32, (n, oh, ow, cout))], padding=pad, stride_w=stride, stride_h=stride,
                             version=3)
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: tile})
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: tile})
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
     assert {key: spec.params[key] for key in tile} == tile and plan.cpu_op_count == 0
@@ -559,8 +571,8 @@ def test_lstm_in_one_launch_or_one_per_step(gpu, rng, sequence, variant):
     from .oputil import lstm_model
 
     model, feeds = lstm_model("UNIDIRECTIONAL_SEQUENCE_LSTM", rng, **variant)
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
                    params={0: {"sequence": sequence}})
     (step,) = plan.steps
     assert step.device == "gpu" and len(step.specs) == (1 if sequence else variant.get("steps", 5) + 1)
@@ -694,10 +706,10 @@ def test_conv_constant_memory_weights(gpu, rng, const_weights):
 
     model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 7, 6, 4))), rand(rng, (8, 3, 3, 4)), rand(rng, (8,))],
                             padding="SAME", stride_w=1, stride_h=1)
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     from tflgpu.runtime.executor import GpuPlan
 
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
                    params={0: {"const_weights": const_weights}})
     spec = plan.steps[0].specs[0]
     assert spec.params["const_weights"] is const_weights and ("__constant" in spec.source) is const_weights
@@ -746,8 +758,8 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, kh, kw, shape[3])),
                                         rand(rng, (cout,))], padding=pad, stride_w=stride, stride_h=stride,
                             dilation_w_factor=dil, dilation_h_factor=dil, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
                    params={0: {**tile, "lanes": 4, "vec_hint": "float4", "strided": False}})  # (GPU default: True)
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
@@ -773,13 +785,13 @@ def test_conv_image_weights_variant(gpu, rng, shape, cout, k, stride, pad, tile_
 
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, k, k, shape[3])), rand(rng, (cout,))],
                             padding=pad, stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    device = it.gpu_plan.device
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    device = _device()
     if not Target.of(device.cl_device, device.identity.device_type).images:
         pytest.skip("the device has no image support")
     params = {"image_weights": True, "tile_x": 2, "tile_s": tile_s, "lanes": 4, "vec_hint": "float4",
               "group_tile": None, "split": 1}
-    plan = GpuPlan(it.cpu_runner(), device, PlanConfig(fp16=it.gpu_plan.fp16), params={0: params})
+    plan = GpuPlan(it.cpu_runner(), device, PlanConfig(fp16=_fp16(gpu)), params={0: params})
     (spec,) = plan.steps[0].specs
     assert {key: spec.params[key] for key in params} == params and "image2d_t wts" in spec.source
     assert [a.kind for a in spec.args][:2] == ["tensor", "image"] and plan.cpu_op_count == 0
@@ -819,8 +831,8 @@ def _half_math_conv(opencl_device, rng, shape, cout, k, stride, params, dense):
     w = rand(rng, (cout, k, k, shape[3])) / np.float32(np.sqrt(k * k * shape[3]))
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="SAME",
                             stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True))
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=True, dense_boundary=dense),
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=True, dense_boundary=dense),
                    params={0: params})
 
     def check():
@@ -870,9 +882,9 @@ def test_pointwise_conv_broadcast_variant(gpu, rng, shape, cout, ls, tx):
     w = rand(rng, (cout, 1, 1, shape[3])) / np.float32(np.sqrt(shape[3]))
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), w, rand(rng, (cout,))], padding="VALID",
                             stride_w=1, stride_h=1, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     params = {"broadcast": ls, "tile_x": tx, "tile_s": 1, "lanes": 4, "vec_hint": None, "group_tile": None}
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16, dense_boundary=False),
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu), dense_boundary=False),
                    params={0: params})
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (ls, 1, 1) and {k: spec.params[k] for k in params} == params
@@ -894,8 +906,8 @@ def test_one_pixel_conv_split_variant(gpu, rng, batch, cin, cout, split, ts):
     model, feeds = op_model("CONV_2D", [In(rand(rng, (batch, 1, 1, cin))), rand(rng, (cout, 1, 1, cin)),
                                         rand(rng, (cout,))], padding="VALID", stride_w=1, stride_h=1,
                             fused_activation_function="RELU")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
                    params={0: {"split": split, "tile_s": ts, "lanes": 4, "vec_hint": None}})
     (spec,) = plan.steps[0].specs
     assert spec.local_size == (split, 1, 1) and spec.params["split"] == split and plan.cpu_op_count == 0
@@ -952,8 +964,8 @@ def test_conv_winograd_variant(gpu, rng, shape, cout, pad):
 
     model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, 3, 3, shape[3])), rand(rng, (cout,))],
                             padding=pad, stride_w=1, stride_h=1, fused_activation_function="RELU6")
-    it = Interpreter(model_content=model, delegate=gpu["delegate"])
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16),
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
                    params={0: {"winograd": True}})
     assert plan.steps[0].specs[0].params["winograd"] is True and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
