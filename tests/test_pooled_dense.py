@@ -129,10 +129,10 @@ def test_pooled_dense_variants_match_litert(opencl_device, rng, monkeypatch, fp1
     _gpu_target(monkeypatch)
     params, kernels = POINTS[point]
     model, feeds = head_model(rng, **HEADS[head])
-    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
-                                                               tuning_db=False))
-    index = next(s.op.index for s in it.gpu_plan.steps if s.op.name == POOLED_DENSE)
-    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16), params={index: params})
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    runner = it.cpu_runner()
+    index = next(op.index for op, _ in runner.steps if op.name in ("FULLY_CONNECTED", "CONV_2D"))  # (the head's)
+    plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={index: params})
     (step,) = [s for s in plan.steps if s.op.name == POOLED_DENSE]
     assert len(step.specs) == kernels and plan.cpu_op_count == 0
     assert {k: step.specs[0].params[k] for k in params} == params

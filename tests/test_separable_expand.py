@@ -114,15 +114,20 @@ def test_pass_leaves_what_it_cannot_fuse(rng, why):
 
 
 def _plan(model: bytes, fp16: bool, params: dict | None):
+    """The model's plan with fuse_expansions (an Interpreter's, with ``params=None``), or one whose fused block
+    takes ``params`` (built once: over a CPU interpreter's runner)."""
+    from tflgpu.runtime.device import choose_device
     from tflgpu.runtime.executor import GpuPlan
 
-    it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
-                                                               tuning_db=False, fuse_expansions=True))
     if params is None:
+        it = Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=fp16, cache=False,
+                                                                   tuning_db=False, fuse_expansions=True))
         return it, it.gpu_plan
-    index = next(s.op.index for s in it.gpu_plan.steps if s.op.name == SEPARABLE_EXPAND)
-    return it, GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=it.gpu_plan.fp16, fuse_expansions=True),
-                       params={index: params})
+    it = Interpreter(model_content=model)
+    runner = it.cpu_runner()
+    # (the fused block: at the separable conv's place, its pointwise conv's, the model's first CONV_2D)
+    index = next(op.index for op, _ in runner.steps if op.name == "CONV_2D")
+    return it, GpuPlan(runner, choose_device(), PlanConfig(fp16=fp16, fuse_expansions=True), params={index: params})
 
 
 POINTS = {  # knobs -> kernels launched for the two ops (the unfused separable conv: one kernel, or two)
