@@ -275,8 +275,8 @@ def test_a_stored_plan_started_from_the_database_is_still_searched(opencl_device
 def test_a_shipped_file_still_names_the_corpus_kernel_families(opencl_device, tmp_path, name, target):
     """A device's shipped records start its kernels only through their families (a record's kernel key holds the
     generator version it was measured with), and a family is the hash of a kernel's search space, which a new knob
-    changes. With that device's target (its plan selected for that target, nothing compiled) and its identity, every CONV_2D kernel of
-    MobileNet v2's plan finds a start in that file alone: a space change that leaves the file's families behind
+    changes. With that device's target (the plan selected for it, nothing compiled) and its identity, every CONV_2D
+    kernel of MobileNet v2's plan finds a start in that file alone: a space change that leaves the file's families behind
     (as ones left 103 of the H100's 104 records and the Zen 5's 47 CONV_2D records) fails here until the records
     are remapped."""
     import shutil
