@@ -126,11 +126,11 @@ def test_values_past_fp16_range_are_kept_with_their_readers(fp16_device, fragile
 
 def test_fp32_plans_and_well_conditioned_models_have_no_casts(opencl_device, rng):
     path = corpus_model("mobilenet_v2_1.0_224.tflite")
-    plan = Interpreter(str(path), delegate=GpuDelegate(cache=False, tuning="none")).gpu_plan
+    # (the session's cache: test_gpu_corpus's plans of the model, where it ran first, stored with their choices)
+    plan = Interpreter(str(path), delegate=GpuDelegate(tuning="none")).gpu_plan
     assert not plan.precision.fp32 and not any(s.op.name == STORAGE_CAST for s in plan.steps)
     if opencl_device.identity.fp16:
-        plan = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, cache=False,
-                                                           tuning="none")).gpu_plan
+        plan = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, tuning="none")).gpu_plan
         assert not plan.precision.fp32 and plan.io.fp16_share == 1.0 and 0 <= plan.precision.error < 4e-3
 
 
@@ -176,7 +176,7 @@ def test_a_quantized_models_output_step_is_not_an_error(fp16_device):
     edge moves it by one step (LiteRT's own two CPU paths differ by one step on most inputs), which is 1.4%
     of its largest value. That step is not an FP16 error: the plan keeps every tensor FP16, within one step."""
     path = corpus_model("mobilenet_v2_1.0_224_int8.tflite")
-    it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, cache=False, tuning="none"))
+    it = Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=True, tuning="none"))  # (as above)
     assert not it.gpu_plan.precision.fp32 and it.gpu_plan.io.fp16_share == 1.0
     x = [np.random.default_rng(0).uniform(-1, 1, d["shape"]).astype(np.float32) for d in it.get_input_details()]
     got, want = run_model(lambda **kw: it, path, x), run_model(litert(), path, x)

@@ -282,11 +282,12 @@ def test_hybrid_ops(rng, op, path):
 # -- the corpus' quantized models, on every path --------------------------------------------------
 
 def _run_path(path_delegate, model_path, x):
-    from tflgpu import Interpreter
+    from tflgpu import GpuDelegate, Interpreter
 
     if path_delegate is None:
         return run_model(Interpreter, model_path, [x])[0], None
-    it = Interpreter(str(model_path), delegate=path_delegate)
+    # (a corpus model's plan through the session's cache: the one another test built, where it ran first)
+    it = Interpreter(str(model_path), delegate=GpuDelegate(precision_loss_allowed=path_delegate.wants_fp16()))
     return run_model(lambda **kw: it, model_path, [x])[0], it.gpu_plan
 
 
