@@ -126,8 +126,9 @@ class SeparableKnobs(GroupTiled, Knobs):
     @classmethod
     def resolve(cls, shape: SeparableShape, params: dict | None = None) -> SeparableKnobs:
         """As ``Knobs.resolve``; ``fused=False`` launches the two convs' own kernels (with their own records), so
-        its other knobs are the default's whatever ``params`` says: a record of the pair carried to a shape whose fused default
-        differs (another group tile) still applies, and the search's points of the pair are one kernel."""
+        its other knobs are the default's whatever ``params`` says: a record of the pair carried to a shape whose
+        fused default differs (another group tile) still applies, and the search's points of the pair are one
+        kernel."""
         knobs = super().resolve(shape, params)
         return knobs if knobs.fused else replace(cls.default(shape), fused=False)
 

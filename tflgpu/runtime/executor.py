@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..autotune.exchange import NearestRecords
 from ..autotune.measure import KernelBench
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
@@ -165,9 +166,11 @@ class GpuPlan:
             runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
             self.runner = runner
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")
-        # (a composite op's unfused form runs its parts with their own records, as their own steps would)
-        parts = (PartRecords(tuning.db, dev, device.identity.as_dict())
-                 if tuning is not None and tuning.db is not None and tuning.reuse_records else None)
+        # the fallback chain of records (autotune.exchange), for the steps' kernels and a composite op's unfused parts
+        # (no database, GpuDelegate(tuning_db=False): the heuristics alone, the shipped records too left out)
+        reuse = tuning is not None and tuning.db is not None and tuning.reuse_records
+        nearest = NearestRecords(tuning.db, device.identity.as_dict()) if reuse else None
+        parts = PartRecords(tuning.db, dev, nearest) if reuse else None
         self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops,
                                       Target.of(device.cl_device, device.identity.device_type), part_params=parts)
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
@@ -193,8 +196,7 @@ class GpuPlan:
                 clock.phase("tuning", f"searching kernels without a record ({tuning.mode})")
             if tuning is not None and (record is None or tuning.mode == "background"):
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
-                    self.steps, make, tuning, dev, explicit=explicit, bench=bench,
-                    identity=device.identity.as_dict())
+                    self.steps, make, tuning, dev, explicit=explicit, bench=bench, nearest=nearest)
         align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)
         if config.link_concat:
             self.pass_counts["link_concat"] = link_concatenations(self.steps, make, align)

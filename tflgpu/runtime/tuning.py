@@ -81,11 +81,11 @@ class PartRecords:
     """What a composite op's unfused form (kernels.base.unfused) generates each of its parts with: the part's own
     record of this device, else the nearest device's (``autotune.exchange``), as a step of that op alone would have
     them; {} where there is none or it does not apply to the part (another shape's work-group size: the rest of
-    it). A KernelMaker's ``part_params``; looked up once per part and plan."""
+    it). A KernelMaker's ``part_params``; looked up once per part and plan. ``nearest``: the plan's fallback chain,
+    shared with ``apply_tuning`` (None: this device's records only)."""
 
-    def __init__(self, db, device_key: str, identity: dict | None):
-        self.db, self.device_key = db, device_key
-        self.nearest = NearestRecords(db, identity) if identity is not None else None
+    def __init__(self, db, device_key: str, nearest: NearestRecords | None):
+        self.db, self.device_key, self.nearest = db, device_key, nearest
         self._found: dict[tuple, tuple[KernelMaker, dict]] = {}  # (the maker held: its id stays its own)
 
     def __call__(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
@@ -123,18 +123,16 @@ class Untuned:
 
 
 def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, bench: Callable,
-                 explicit: set, identity: dict | None = None) -> tuple[list[TunedKernel], float, list[Untuned]]:
+                 explicit: set, nearest: NearestRecords | None = None) -> tuple[list[TunedKernel], float, list[Untuned]]:
     """Give every tunable device step its recorded parameters; search those without a record now when
     ``config.mode`` is "fast" or "exhaustive" (``bench(task)`` measures candidates), record the results, and
     regenerate the steps' kernels. A kernel without a record of this device starts from the nearest device's
-    (``autotune.exchange``'s fallback chain, given the device's ``identity``), and a search starts there too.
+    (``nearest``: the device's fallback chain, autotune.exchange), and a search starts there too.
     Returns what was decided per identity, the seconds searched, and the kernels left without a record (for a
     background search, with ``config.mode`` "background")."""
     groups = _groups(steps, make, explicit)
     decided, todo = [], []
     reuse = config.db is not None and config.reuse_records
-    # (no database, GpuDelegate(tuning_db=False): the heuristics alone, the shipped records too left out)
-    nearest = NearestRecords(config.db, identity) if reuse and identity is not None else None
     for key, group in groups.items():
         rec = config.db.get(device_key, key) if reuse else None
         if rec is not None:
