@@ -82,6 +82,39 @@ def test_a_candidate_that_fails_to_compile_is_rejected(ctx, opencl_device):
     assert r.params == {} and r.rejected == 1 and "build failed" in r.reasons[0]
 
 
+class SlowEnqueue:
+    """pyopencl, except that enqueueing a kernel without a work-group size takes ``seconds`` more host time (the
+    way NVIDIA's OpenCL takes ~5 us more for one)."""
+
+    def __init__(self, seconds: float):
+        import pyopencl
+
+        self._cl, self.seconds = pyopencl, seconds
+
+    def __getattr__(self, name):
+        return getattr(self._cl, name)
+
+    def enqueue_nd_range_kernel(self, queue, kernel, global_size, local_size, *args, **kwargs):
+        if local_size is None:
+            time.sleep(self.seconds)
+        return self._cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size, *args, **kwargs)
+
+
+def test_a_candidate_costing_the_host_more_loses(ctx, opencl_device):
+    """The same kernel, with and without a work-group size: the same device time, but the one without costs 3 ms of
+    host time per enqueue. A sample costs the longer of the two, so the tuner picks the explicit work-group, which
+    device times alone (a tie) would not."""
+    def make(params):
+        spec = scale_kernel({"slow": False})[0]
+        spec.local_size = params.get("wg")
+        return [spec]
+
+    slow = SlowEnqueue(0.003)
+    t = TuneTask("test-host", "TEST", make, {"wg": [None, (64,)]}, {"wg": None}, LAYOUTS)
+    r = KernelTuner(t, KernelBench(slow, ctx, opencl_device, False, LAYOUTS), "dev", mode="exhaustive",
+                    trials=None).run(None)
+    assert r.params == {"wg": (64,)} and r.default_us >= 3000 > r.best_us, r
+
 def test_trial_and_time_budgets(ctx, opencl_device):
     space = {"n": list(range(60)), "slow": [True]}  # 60 distinct kernels: optuna TPE
     b = bench(ctx, opencl_device)

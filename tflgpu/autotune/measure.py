@@ -1,4 +1,13 @@
-"""Timing one step's kernels on the device with OpenCL profiling events, on real buffers.
+"""Timing one step's kernels on the device with OpenCL profiling events and the host's clock, on real buffers.
+
+A sample's cost is the longer of two times: the device's, from the first kernel's start to the last one's end; and
+the host's, enqueueing the step's launches. A plan on a GPU runs as fast as the slower of the two lets it: on the
+H100 behind NVIDIA's OpenCL an enqueue takes 10-16 us of host time, longer than most of MobileNet's kernels run, and
+about 5 us more for a kernel launched without a work-group size (bench/invoke_anatomy.py). A candidate with fewer
+launches, or with an explicit work-group, can win there on host time alone, which kernel times never show. On the
+CPU OpenCL device an enqueue takes ~6 us against kernels of tens of us and more: the device's time decides there.
+(Where a plan's neighbouring kernels keep the device busy, a step's enqueues are hidden behind them, so the longer
+of the two overstates a step's host cost there by at most its enqueues.)
 
 Every candidate of a step reads the same random inputs (slice layout, pad lanes 0) and writes
 fresh output buffers of the right sizes; its outputs are compared with the heuristic default's,
@@ -16,6 +25,13 @@ import numpy as np
 from ..kernels.common import KernelSpec, to_slices
 from ..kernels.program import bind_kernel, build_program
 from ..ops.layout import Layout
+
+
+def device_span_us(events) -> float:
+    """From the first kernel's start to the last one's end: a form of more launches pays the gaps between them
+    (on NVIDIA's OpenCL a kernel started 7.5 us after the one before it ended), which a sum of kernel times would
+    leave out of the comparison with a fused form."""
+    return (events[-1].profile.end - events[0].profile.start) / 1e3
 
 
 class Interrupted(Exception):  # noqa: N818 -- not an error: the caller asked the measurement to stop
@@ -112,18 +128,19 @@ class KernelBench:
         return launches
 
     def _launch(self, launches) -> float:
+        """One sample of the candidate's cost, in us: the longer of the device's span (``device_span_us``) and the
+        host's time enqueueing the launches (``host_us``)."""
         cl, q = self.cl, self.queue
         if self.gate is not None:
             self.gate("launch")
         try:
+            t0 = time.perf_counter_ns()
             evs = [cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size) for spec, k, *_ in launches]
+            host = (time.perf_counter_ns() - t0) / 1e3
             q.finish()
         except cl.Error as e:
             raise CandidateRejected(f"launch failed: {str(e).splitlines()[0][:160]}") from e
-        # from the first kernel's start to the last one's end: a form of more launches pays the gaps between them
-        # (on NVIDIA's OpenCL a kernel started 7.5 us after the one before it ended), which a sum of kernel times
-        # would leave out of the comparison with a fused form
-        return (evs[-1].profile.end - evs[0].profile.start) / 1e3
+        return max(host, device_span_us(evs))
 
     def time(self, specs: list[KernelSpec], best_us: float | None = None,
              ref: dict[int, np.ndarray] | None = None) -> Timing:
