@@ -114,6 +114,38 @@ def test_a_plan_starts_from_the_nearest_devices_record(opencl_device, rng, tmp_p
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
 
 
+def test_a_search_that_keeps_the_nearest_start_records_it(opencl_device, rng, tmp_path, monkeypatch):
+    """A kernel that started from another driver's record and whose search finds nothing faster (every candidate
+    costs the same here) keeps that record's parameters, and this device's record says so: a later plan without a
+    stored plan (another model with the kernel) runs them too, not the heuristics ({} would name those)."""
+    from tflgpu.autotune.measure import KernelBench
+
+    launch = KernelBench._launch
+
+    def same_cost(self, launches):
+        launch(self, launches)
+        return 100.0
+
+    monkeypatch.setattr(KernelBench, "_launch", same_cost)
+    model, feeds = conv_model(rng)
+    step = Interpreter(model_content=model, delegate=GpuDelegate(tuning_db=False)).gpu_plan.steps[0]
+    key = kernel_key(step.op.name, step.specs, False, shared_base(step.specs))
+    params = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}
+    path = tmp_path / "other_driver.json"
+    write_records(path, [DeviceRecords({**opencl_device.identity.as_dict(), "driver_version": "an older driver"},
+                                       {key: _rec(params)})])
+    db = MemoryTuningDB()
+    import_records(path, db)
+    searched = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=db, cache=False,
+                                                                     tuning_trials=3))
+    assert searched.gpu_plan.steps[0].params == params
+    assert db.get(opencl_device.identity.key(), key).params == params
+    later = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
+    (tk,) = later.gpu_plan.tuning_results
+    assert tk.source == "record" and later.gpu_plan.steps[0].params == params
+    assert_close(run_model(lambda **kw: later, model, feeds)[0], run_model(litert(), model, feeds)[0])
+
+
 def test_cli_export_then_import_into_another_cache(opencl_device, tmp_path):
     from tflgpu.model.default_model import DEFAULT_MODEL_PATH
 

@@ -285,3 +285,57 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
             assert code(step.specs[1]) == code(heuristic.specs[1])
         else:
             assert code(step.specs[1]) == code(tuned["CONV_2D"].specs[0]) != code(heuristic.specs[1])
+
+
+@pytest.mark.parametrize("mode", ["fast", "background"])
+def test_an_unfused_blocks_convs_are_searched_as_its_parts(opencl_device, rng, monkeypatch, mode):
+    """The convs of a block left unfused (as in the test above) are kernels of the plan like any other: a search
+    (before the plan is built, or in the background) takes each up under the key a step of that conv alone has,
+    records what it decides, and the block runs its convs with it (in the background: from the next invoke on).
+    Synthetic costs decide: the depthwise conv is fastest at ``tile_x=2``, the pointwise conv at ``tile_x=1`` (the
+    heuristics: 4 and 7), the block's own candidates all cost the same (it stays unfused)."""
+    import re
+
+    from tflgpu.autotune import MemoryTuningDB, kernel_key
+    from tflgpu.autotune.measure import KernelBench
+    from tflgpu.kernels.base import Target
+    from tflgpu.kernels.program import shared_base
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16)))
+    favoured = {"DEPTHWISE_CONV_2D": 2, "CONV_2D": 1}
+    launch = KernelBench._launch
+
+    def kind(spec):  # (by its space: the block's own kernels have a "fused" knob)
+        return None if "fused" in spec.space else "DEPTHWISE_CONV_2D" if "slices" in spec.space else "CONV_2D"
+
+    def synthetic(self, launches):
+        launch(self, launches)  # (its outputs are checked)
+        fast = all(s.params.get("tile_x") == favoured.get(kind(s)) for s, *_ in launches)
+        return 10.0 if fast else 100.0
+
+    monkeypatch.setattr(KernelBench, "_launch", synthetic)
+    kw = {"shape": (1, 7, 7, 32), "cout": 160, "softmax": True}
+    model, feeds = separable_model(rng, **kw)
+    lone_model, _ = separable_model(rng, **kw, extra_reader=True)
+    lone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=GpuDelegate(
+        tuning_db=False, cache=False)).gpu_plan.steps if s.device == "gpu"}
+    keys = {name: kernel_key(s.op.name, s.specs, False, shared_base(s.specs)) for name, s in lone.items()
+            if name in ("DEPTHWISE_CONV_2D", "CONV_2D")}
+    db = MemoryTuningDB()
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning=mode, tuning_db=db, cache=False,
+                                                               tuning_trials=4))
+    if mode == "background":
+        assert it.wait_background(300) and not it.tuning_status().last_error
+    expected = run_model(litert(), model, feeds)[0]
+    assert_close(run_model(lambda **_: it, model, feeds)[0], expected, 1e-4)  # (a background swap installed)
+    dev = opencl_device.identity.key()
+    for name, key in keys.items():
+        assert db.get(dev, key).params["tile_x"] == favoured[name], name
+    (step,) = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_CONV]
+    assert step.specs[0].params["fused"] is False
+    # the block's kernels are its convs' as steps of their own with those records (their sources, renamed)
+    alone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=GpuDelegate(
+        tuning="none", tuning_db=db, cache=False)).gpu_plan.steps if s.device == "gpu"}
+    code = lambda spec: (re.sub(r"__kernel void \w+", "K", spec.source), spec.global_size, spec.local_size)
+    assert [code(sp) for sp in step.specs] == [code(alone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
+    assert [code(sp) for sp in step.specs] != [code(lone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]

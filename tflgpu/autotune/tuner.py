@@ -92,10 +92,19 @@ class TuneTask:
     layouts: dict[int, Layout]
     family: str = ""  # kernel_family: the records a new kernel of this family may start from
     shape: tuple[int, ...] = ()  # kernel_shape: how near another kernel of the family is
+    # the parameters the default was generated with where they are not the heuristics (another device's record,
+    # autotune.exchange): what the kernel keeps where no candidate beats it
+    start: dict = field(default_factory=dict)
+
+    def kept(self, r: TuneResult) -> dict:
+        """The parameters the kernel runs with after search ``r``: the winner's, else the start's."""
+        return r.params or self.start
 
     def record(self, r: TuneResult) -> TuningRecord:
-        """The tuning record of this kernel's search result."""
-        return TuningRecord(r.params, r.default_us, r.best_us, r.trials, r.op, family=self.family, shape=self.shape)
+        """The tuning record of this kernel's search result (a default started from another device's record keeps
+        that record's parameters: {} would name the heuristics)."""
+        return TuningRecord(self.kept(r), r.default_us, r.best_us, r.trials, r.op, family=self.family,
+                            shape=self.shape)
 
 
 @dataclass

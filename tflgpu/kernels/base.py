@@ -120,7 +120,8 @@ def generator_for(name: str) -> Generator | None:
 
 
 def composite(name: str):
-    """Registers what a composite op's unfused form runs: ``fn(op, epilogue) -> [Part, ...]``."""
+    """Registers what a composite op's unfused form runs: ``fn(op, epilogue) -> [Part, ...]``. A composite
+    generator has a ``fused`` knob: its unfused form (``unfused``) is the one generated with it False."""
     def deco(fn: Callable[[Operator, list], list[Part]]):
         _PARTS[name] = fn
         return fn
@@ -132,6 +133,12 @@ def parts_of(op: Operator, epilogue: list) -> list[Part]:
     """The parts of a composite op (with the fused ops its step applies) in order; [] for any other op."""
     fn = _PARTS.get(op.name)
     return fn(op, epilogue) if fn is not None else []
+
+
+def runs_parts(op: Operator, epilogue: list, specs: list[KernelSpec]) -> list[Part]:
+    """The parts whose own kernels ``specs`` (``op``'s, as generated) launch: a composite op's in its unfused form;
+    [] for its fused form or any other op."""
+    return parts_of(op, epilogue) if specs and specs[0].params.get("fused") is False else []
 
 
 def unfused(ctx: GenContext, params: dict, space: dict) -> list[KernelSpec]:

@@ -196,7 +196,7 @@ class GpuPlan:
                 clock.phase("tuning", f"searching kernels without a record ({tuning.mode})")
             if tuning is not None and (record is None or tuning.mode == "background"):
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
-                    self.steps, make, tuning, dev, explicit=explicit, bench=bench, nearest=nearest)
+                    self.steps, make, tuning, dev, explicit=explicit, bench=bench, nearest=nearest, parts=parts)
         align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)
         if config.link_concat:
             self.pass_counts["link_concat"] = link_concatenations(self.steps, make, align)

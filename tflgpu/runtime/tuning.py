@@ -7,14 +7,14 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..autotune import TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
 from ..autotune.tuner import KernelTuner, kernel_family, kernel_shape, space_size, study_storage
 from ..kernels import KernelSpec, Unsupported
-from ..kernels.base import parts_of
+from ..kernels.base import Part, parts_of, runs_parts
 from ..kernels.program import shared_base
 from ..model.ir import Operator
 from ..ops.layout import bhwc
@@ -44,11 +44,32 @@ class TunedKernel:
         return self.default_us / self.best_us if self.best_us > 0 else 1.0
 
 
-def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, list[Step]]:
+@dataclass
+class Identity:
+    """One tunable kernel identity of a plan: the steps that launch it as their own kernels (``steps``) and the
+    composite steps whose unfused form launches it as one of their parts (``hosts``: kernels.base.unfused, each
+    part generated with its ``PartRecords``), with the op, fused ops and kernels that stand for it."""
+
+    op: Operator
+    epilogue: list
+    specs: list[KernelSpec]  # as the plan generates it now
+    ops: list  # every op the kernels compute (their tensors' layouts)
+    steps: list[Step]
+    hosts: list[Step]
+
+    @property
+    def layers(self) -> int:
+        return len(self.steps) + len(self.hosts)
+
+
+def _identities(steps: list[Step], make: KernelMaker, explicit: set,
+                parts: PartRecords | None) -> dict[str, Identity]:
     """The tunable device steps by kernel identity (identical layers share one). A step a stored plan restored
     with parameters is keyed by its default's code like any other: its parameters may be a record of this device
-    (then found again) or only a start from the database's fallback chain (then still searched)."""
-    groups: dict[str, list[Step]] = {}
+    (then found again) or only a start from the database's fallback chain (then still searched). With ``parts``,
+    the parts a composite step runs unfused are identities too, keyed as a step of that op alone would be (so
+    a record serves both)."""
+    found: dict[str, Identity] = {}
     for s in steps:
         if s.device != "gpu" or s.op.index in explicit or not s.specs:
             continue
@@ -60,8 +81,42 @@ def _groups(steps: list[Step], make: KernelMaker, explicit: set) -> dict[str, li
             default = make.heuristic(s.op, s.epilogue) if s.params or parts_of(s.op, s.epilogue) else s.specs
         except Unsupported:  # (cannot happen for a step the generator made; kept out of tuning if it does)
             continue
-        groups.setdefault(_key(s.op, default), []).append(s)
-    return groups
+        key = _key(s.op, default)
+        if key not in found:
+            found[key] = Identity(s.op, s.epilogue, s.specs, [op for op, _ in s.members], [], [])
+        found[key].steps.append(s)
+    if parts is not None:
+        for s in steps:
+            if s.device == "gpu" and s.op.index not in explicit:
+                for part in runs_parts(s.op, s.epilogue, s.specs):
+                    _add_part(found, make, parts, part, s)
+    return found
+
+
+def _add_part(found: dict[str, Identity], make: KernelMaker, parts: PartRecords, part: Part, host: Step) -> None:
+    """The part (and, where it is a composite running unfused too, its parts) as an identity ``host`` launches."""
+    key = parts.key(make, part.op, part.epilogue)
+    if key is None:
+        return
+    try:
+        specs = make(part.op, part.epilogue, parts(make, part.op, part.epilogue))
+    except Unsupported:
+        return
+    if any(sp.state for sp in specs) or \
+            any(bhwc(make.sg.tensors[t].shape) is None for sp in specs for t in sp.inputs + sp.outputs):
+        return
+    if key not in found:
+        found[key] = Identity(part.op, part.epilogue, specs, _part_ops(part), [], [])
+    if host not in found[key].hosts:
+        found[key].hosts.append(host)
+    for inner in runs_parts(part.op, part.epilogue, specs):
+        _add_part(found, make, parts, inner, host)
+
+
+def _part_ops(part: Part) -> list[Operator]:
+    """Every op a part computes, a composite part's parts' too (a candidate of it may store their values)."""
+    return [part.op, *(f.op for f in part.epilogue)] + [op for inner in parts_of(part.op, part.epilogue)
+                                                         for op in _part_ops(inner)]
 
 
 def _key(op: Operator, default: list[KernelSpec]) -> str:
@@ -79,100 +134,160 @@ def _layouts(make: KernelMaker, specs: list[KernelSpec], ops) -> dict:
 
 class PartRecords:
     """What a composite op's unfused form (kernels.base.unfused) generates each of its parts with: the part's own
-    record of this device, else the nearest device's (``autotune.exchange``), as a step of that op alone would have
-    them; {} where there is none or it does not apply to the part (another shape's work-group size: the rest of
-    it). A KernelMaker's ``part_params``; looked up once per part and plan. ``nearest``: the plan's fallback chain,
-    shared with ``apply_tuning`` (None: this device's records only)."""
+    record of this device (or what a search of it decided: ``learn``), else the nearest device's
+    (``autotune.exchange``), as a step of that op alone would have them; {} where there is none or it does not
+    apply to the part (another shape's work-group size: the rest of it). A KernelMaker's ``part_params``; looked
+    up once per part and plan. ``nearest``: the plan's fallback chain, shared with ``apply_tuning`` (None: this
+    device's records only)."""
 
     def __init__(self, db, device_key: str, nearest: NearestRecords | None):
         self.db, self.device_key, self.nearest = db, device_key, nearest
-        self._found: dict[tuple, tuple[KernelMaker, dict]] = {}  # (the maker held: its id stays its own)
+        # (the maker held: its id stays its own)
+        self._keys: dict[tuple, tuple[KernelMaker, str | None]] = {}
+        self._params: dict[tuple, dict] = {}
+        self._learned: dict[str, dict] = {}
 
     def __call__(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
         at = (id(make), op.index, tuple(f.op.index for f in epilogue))
-        if at not in self._found:
-            self._found[at] = (make, self._params(make, op, epilogue))
-        return self._found[at][1]
+        if at not in self._params:
+            self._params[at] = self._lookup(make, op, epilogue)
+        return self._params[at]
 
-    def _params(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
-        try:
-            default = make.heuristic(op, epilogue)
-        except Unsupported:
+    def key(self, make: KernelMaker, op: Operator, epilogue: list) -> str | None:
+        """The part's kernel identity (its heuristics' key, as a step of the op alone has it); None where it has
+        nothing to tune."""
+        at = (id(make), op.index, tuple(f.op.index for f in epilogue))
+        if at not in self._keys:
+            try:
+                default = make.heuristic(op, epilogue)
+            except Unsupported:
+                default = []
+            tunable = bool(default) and space_size(default[0].space) > 1
+            self._keys[at] = (make, _key(op, default) if tunable else None)
+        return self._keys[at][1]
+
+    def learn(self, key: str, params: dict) -> None:
+        """What a search of part kernel ``key`` decided (this device's record now): the parts of that identity
+        are generated with it from here on."""
+        self._learned[key] = params
+        for at, (_, k) in self._keys.items():
+            if k == key:
+                self._params.pop(at, None)
+
+    def _lookup(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
+        key = self.key(make, op, epilogue)
+        if key is None:
             return {}
-        if not default or space_size(default[0].space) <= 1:
+        if key in self._learned:
+            params = self._learned[key]
+        else:
+            rec = self.db.get(self.device_key, key)
+            if rec is None and self.nearest is not None:
+                default = make.heuristic(op, epilogue)
+                layouts = _layouts(make, default, [op, *(f.op for f in epilogue)])
+                found = self.nearest.find(key, kernel_family(op.name, default, default[0].fp16),
+                                          kernel_shape(default, layouts))
+                rec = found.record if found is not None else None
+            params = rec.params if rec is not None else {}
+        if not params:
             return {}
-        key = _key(op, default)
-        rec = self.db.get(self.device_key, key)
-        if rec is None and self.nearest is not None:
-            layouts = _layouts(make, default, [op, *(f.op for f in epilogue)])
-            found = self.nearest.find(key, kernel_family(op.name, default, default[0].fp16),
-                                      kernel_shape(default, layouts))
-            rec = found.record if found is not None else None
-        if rec is None or not rec.params:
-            return {}
-        applied = _applied(make, op, epilogue, rec.params)
+        applied = _applied(make, op, epilogue, params)
         return applied[1] if applied is not None else {}
 
 
 @dataclass
 class Untuned:
-    """A kernel identity of the plan with no record: what a search needs, and the steps that share it."""
+    """A kernel identity of the plan with no record: what a search needs, the steps that launch it, and the
+    composite steps whose unfused form does (``hosts``: regenerated once ``parts`` has learned the decision)."""
 
     task: TuneTask
     steps: list[Step]
+    hosts: list[Step] = field(default_factory=list)
+    parts: PartRecords | None = None
+
+    @property
+    def layers(self) -> int:
+        return len(self.steps) + len(self.hosts)
+
+    def decided(self, params: dict) -> bool:
+        """Tell the plan's part records what the search decided (the hosts' unfused forms take it); whether any
+        host is to be regenerated."""
+        if not self.hosts or self.parts is None:
+            return False
+        self.parts.learn(self.task.key, params)
+        return True
 
 
 def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, bench: Callable,
-                 explicit: set, nearest: NearestRecords | None = None) -> tuple[list[TunedKernel], float, list[Untuned]]:
+                 explicit: set, nearest: NearestRecords | None = None,
+                 parts: PartRecords | None = None) -> tuple[list[TunedKernel], float, list[Untuned]]:
     """Give every tunable device step its recorded parameters; search those without a record now when
     ``config.mode`` is "fast" or "exhaustive" (``bench(task)`` measures candidates), record the results, and
     regenerate the steps' kernels. A kernel without a record of this device starts from the nearest device's
-    (``nearest``: the device's fallback chain, autotune.exchange), and a search starts there too.
+    (``nearest``: the device's fallback chain, autotune.exchange), and a search starts there too. With ``parts``
+    (the plan's KernelMaker's part records), the kernels composite steps launch unfused are searched as well,
+    their records found there, and the steps regenerated with a search's decision.
     Returns what was decided per identity, the seconds searched, and the kernels left without a record (for a
     background search, with ``config.mode`` "background")."""
-    groups = _groups(steps, make, explicit)
+    found = _identities(steps, make, explicit, parts)
     decided, todo = [], []
     reuse = config.db is not None and config.reuse_records
-    for key, group in groups.items():
+    for key, ident in found.items():
+        flops = sum(sp.flops for sp in ident.specs)
         rec = config.db.get(device_key, key) if reuse else None
-        if rec is not None:
-            if any(s.params != rec.params for s in group):  # (a stored plan may have them already)
-                set_params(group, make, rec.params)
-            decided.append(TunedKernel(key, group[0].op.name, len(group), rec.default_us, rec.best_us, rec.params,
-                                       "record", flops=sum(sp.flops for sp in group[0].specs)))
+        if rec is not None:  # (the hosts' part records found it too)
+            if any(s.params != rec.params for s in ident.steps):  # (a stored plan may have them already)
+                set_params(ident.steps, make, rec.params)
+            decided.append(TunedKernel(key, ident.op.name, ident.layers, rec.default_us, rec.best_us, rec.params,
+                                       "record", flops=flops))
             continue
-        s = group[0]
-        layouts = _layouts(make, s.specs, [op for op, _ in s.members])
-        family, shape = kernel_family(s.op.name, s.specs, s.specs[0].fp16), kernel_shape(s.specs, layouts)
-        found = nearest.find(key, family, shape) if nearest is not None else None
-        if found is not None:
-            set_params(group, make, found.record.params)
+        layouts = _layouts(make, ident.specs, ident.ops)
+        family = kernel_family(ident.op.name, ident.specs, ident.specs[0].fp16)
+        shape = kernel_shape(ident.specs, layouts)
+        near = nearest.find(key, family, shape) if nearest is not None else None
+        if near is not None:
+            set_params(ident.steps, make, near.record.params)
             if config.mode in ("none", "background"):  # (a search now reports its own result)
-                decided.append(TunedKernel(key, group[0].op.name, len(group), found.record.default_us,
-                                           found.record.best_us, found.record.params, f"database: {found.level}",
-                                           flops=sum(sp.flops for sp in group[0].specs)))
+                decided.append(TunedKernel(key, ident.op.name, ident.layers, near.record.default_us,
+                                           near.record.best_us, near.record.params, f"database: {near.level}",
+                                           flops=flops))
         if config.mode != "none":
-            space = s.specs[0].space
-            default = {k: s.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
-            todo.append(Untuned(TuneTask(key, s.op.name, lambda p, s=s: make(s.op, s.epilogue, p), space, default,
-                                         layouts, family, shape), group))
+            space = ident.specs[0].space
+            default = {k: ident.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
+            start = ident.steps[0].params if ident.steps else parts(make, ident.op, ident.epilogue)
+            task = TuneTask(key, ident.op.name, lambda p, i=ident: make(i.op, i.epilogue, p), space, default,
+                            layouts, family, shape, dict(start))
+            todo.append(Untuned(task, ident.steps, ident.hosts, parts))
     if not todo or config.mode == "background":
         return decided, 0.0, todo
     t0 = time.perf_counter()
     results = tune_tasks([u.task for u in todo], bench, device_key, config)
-    tasks = {u.task.key: u.task for u in todo}
-    records = {}
+    untuned = {u.task.key: u for u in todo}
+    records, hosts = {}, {}
     for r in results:
-        set_params(groups[r.key], make, r.params)
-        decided.append(TunedKernel(r.key, r.op, len(groups[r.key]), r.default_us, r.best_us, r.params, "tuned", r,
-                                   flops=sum(sp.flops for sp in groups[r.key][0].specs)))
+        u = untuned[r.key]
+        set_params(u.steps, make, r.params)
+        u.decided(u.task.kept(r))
+        hosts.update({id(h): h for h in u.hosts})
+        decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, r.params, "tuned", r,
+                                   flops=sum(sp.flops for sp in found[r.key].specs)))
         if r.decided:
-            records[r.key] = tasks[r.key].record(r)
+            records[r.key] = u.task.record(r)
+    for h in hosts.values():  # (their parts' decisions, whatever their own)
+        regenerate(h, make)
     if records and config.db is not None:
         config.db.put_many(device_key, records)
     seconds = time.perf_counter() - t0
     log.info("tuned %d kernels in %.1f s", len(results), seconds)
     return decided, seconds, []
+
+
+def regenerate(step: Step, make: KernelMaker) -> None:
+    """The step's kernels generated again with its parameters (a composite's parts with what their records say
+    now)."""
+    applied = _applied(make, step.op, step.epilogue, step.params)
+    if applied is not None:
+        step.specs = applied[0]
 
 
 def _uneven_groups(specs: list[KernelSpec]) -> bool:
@@ -239,7 +354,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
             finally:
                 spent[0] += time.perf_counter() - t0
             tuners.append((tuner, u))
-        tuners.sort(key=lambda tu: -tu[0].default_us * len(tu[1].steps))
+        tuners.sort(key=lambda tu: -tu[0].default_us * tu[1].layers)
 
     def search(bg) -> None:
         for i, (tuner, u) in enumerate(tuners):
@@ -261,6 +376,9 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                      r.params)
             if r.params:
                 retune_steps(bg.plan(), [s.op.index for s in u.steps], r.params, r.op, wait=bg.wait_idle)
+                if u.decided(r.params):  # (each host with its own parameters, its parts with their records)
+                    retune_steps(bg.plan(), [h.op.index for h in u.hosts], None, f"{r.op}'s hosts",
+                                 wait=bg.wait_idle)
             bg.tuned(r.default_us, r.best_us, bool(r.params))
 
     return [measure_defaults, search]

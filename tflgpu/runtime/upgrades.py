@@ -28,23 +28,29 @@ def tier_up(bg: Background) -> None:
     log.info("optimized program ready (%s)", "loaded" if stats.get("binary_loads") else "built")
 
 
-def retune_steps(plan, op_indices: list[int], params: dict, what: str, wait=None) -> None:
-    """Queue the device steps of these ops regenerated with ``params``: their program built (and stored; after
-    ``wait()``, the idle gate of a background search), their constants uploaded, their kernels bound to the
-    plan's buffers."""
+def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wait=None) -> None:
+    """Queue the device steps of these ops regenerated with ``params`` (None: each with its own, the latest a
+    queued swap gives it; a composite step's parts with what their records say now, and only where that changes
+    its kernels): their program built (and stored; after ``wait()``, the idle gate of a background search), their
+    constants uploaded, their kernels bound to the plan's buffers."""
     index = {s.op.index: i for i, s in enumerate(plan.steps) if s.device == "gpu"}
     steps = [index[op] for op in op_indices if op in index]
     if not steps:
         return
     swap = Swap(f"tuned {what}", None, {})
+    queued = {i: (sw.specs[i], sw.params[i]) for sw in plan.swaps.pending() for i in sw.specs}
     for i in steps:
         s = plan.steps[i]
-        specs = plan.make(s.op, s.epilogue, params)
+        now, own = queued.get(i, (s.specs, s.params))
+        specs = plan.make(s.op, s.epilogue, own if params is None else params)
+        if params is None and [(sp.source, sp.global_size, sp.local_size) for sp in specs] == \
+                [(sp.source, sp.global_size, sp.local_size) for sp in now]:
+            continue
         if dense_tensors(specs) != dense_tensors(s.specs):  # (the plan's buffers are laid out for the old form)
             log.info("tuned parameters %s change which boundary tensors %s reads densely: not installed", params,
                      s.op.name)
             continue
-        swap.specs[i], swap.params[i] = specs, dict(params)
+        swap.specs[i], swap.params[i] = specs, dict(own if params is None else params)
     steps = list(swap.specs)
     if not steps:
         return
