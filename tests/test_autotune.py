@@ -115,6 +115,23 @@ def test_a_candidate_costing_the_host_more_loses(ctx, opencl_device):
                     trials=None).run(None)
     assert r.params == {"wg": (64,)} and r.default_us >= 3000 > r.best_us, r
 
+def test_a_host_bound_default_tries_its_launch_first(ctx, opencl_device):
+    """A default whose enqueue takes longer than its kernel runs (3 ms more without a work-group size, as above)
+    can only gain from being launched differently: its search tries the work-group sizes before the knobs listed
+    ahead of them (here 5 variants of a comment), so a budget of two candidates finds the explicit work-group."""
+    def make(params):
+        spec = scale_kernel({"slow": False, "n": params.get("n", 0)})[0]
+        spec.local_size = params.get("local_size")
+        return [spec]
+
+    t = TuneTask("test-host-bound", "TEST", make, {"n": [0, 1, 2, 3, 4, 5], "local_size": [None, (64,)]},
+                 {"n": 0, "local_size": None}, LAYOUTS)
+    tuner = KernelTuner(t, KernelBench(SlowEnqueue(0.003), ctx, opencl_device, False, LAYOUTS), "dev", mode="fast",
+                        trials=2)
+    r = tuner.run(None)
+    assert tuner.host_bound and r.params.get("local_size") == (64,), r
+
+
 def test_trial_and_time_budgets(ctx, opencl_device):
     space = {"n": list(range(60)), "slow": [True]}  # 60 distinct kernels: optuna TPE
     b = bench(ctx, opencl_device)

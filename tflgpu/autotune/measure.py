@@ -44,9 +44,17 @@ class CandidateRejected(Exception):
 
 @dataclass
 class Timing:
-    us: float  # median over the kept samples (sum over the step's launches)
+    us: float  # median cost over the kept samples (the longer of host and device time, per sample)
     samples: list[float]
     outputs: dict[int, np.ndarray] | None = None
+    host_us: float = 0.0  # median over the kept samples: the host's enqueues
+    device_us: float = 0.0  # ...: the device's span
+
+    @property
+    def host_bound(self) -> bool:
+        """The host's enqueues take longer than the device runs the kernels: only launching them differently (fewer
+        of them, another work-group) can make the step faster."""
+        return self.host_us >= self.device_us
 
 
 class KernelBench:
@@ -66,6 +74,7 @@ class KernelBench:
         self.max_seconds, self.stable_rel, self.discard_ratio = max_seconds, stable_rel, discard_ratio
         self._inputs: dict[int, np.ndarray] = {}
         self.compiles = 0
+        self.last = (0.0, 0.0)  # the last sample's (host, device) time, us
         # gate(kind), kind "compile" | "launch": called before each, so a background search can wait for idle
         self.gate = None
 
@@ -129,7 +138,12 @@ class KernelBench:
 
     def _launch(self, launches) -> float:
         """One sample of the candidate's cost, in us: the longer of the device's span (``device_span_us``) and the
-        host's time enqueueing the launches (``host_us``)."""
+        host's time enqueueing the launches (both kept in ``last``)."""
+        self.last = self._sample(launches)
+        return max(self.last)
+
+    def _sample(self, launches) -> tuple[float, float]:
+        """Run the launches once: the host's time enqueueing them and the device's span, in us."""
         cl, q = self.cl, self.queue
         if self.gate is not None:
             self.gate("launch")
@@ -140,7 +154,7 @@ class KernelBench:
             q.finish()
         except cl.Error as e:
             raise CandidateRejected(f"launch failed: {str(e).splitlines()[0][:160]}") from e
-        return max(host, device_span_us(evs))
+        return host, device_span_us(evs)
 
     def time(self, specs: list[KernelSpec], best_us: float | None = None,
              ref: dict[int, np.ndarray] | None = None) -> Timing:
@@ -155,9 +169,11 @@ class KernelBench:
             check_outputs(outputs, ref, any(s.fp16 for s in specs),
                           half_math=any(s.params.get("half_math") for s in specs))
         samples: list[float] = []
+        parts: list[tuple[float, float]] = []  # (host, device) of each sample
         t0 = time.perf_counter()
         while len(samples) < self.max_samples:
             samples.append(self._launch(launches))
+            parts.append(self.last)
             if best_us is not None and len(samples) >= 2 and min(samples) > self.discard_ratio * best_us:
                 raise CandidateRejected(f"discarded early: {min(samples):.0f} us vs best {best_us:.0f} us")
             if len(samples) >= self.k:
@@ -167,7 +183,9 @@ class KernelBench:
                     break
             if len(samples) >= 3 and time.perf_counter() - t0 > self.max_seconds:
                 break
-        return Timing(statistics.median(samples[-self.k:]), samples, outputs)
+        kept = parts[-self.k:]
+        return Timing(statistics.median(samples[-self.k:]), samples, outputs,
+                      statistics.median(h for h, _ in kept), statistics.median(d for _, d in kept))
 
     def compare(self, a: list[KernelSpec], b: list[KernelSpec], rounds: int = 9) -> tuple[float, float]:
         """Medians of a and b timed in alternation (so drifting machine speed hits both alike)."""

@@ -24,6 +24,7 @@ import xxhash
 from ..cache.records import TuningRecord
 from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
+from ..kernels.knobs import LAUNCH_KNOBS
 from ..ops.layout import Layout
 from .measure import CandidateRejected, Interrupted, KernelBench
 
@@ -216,6 +217,7 @@ class KernelTuner:
         self.rejected, self.reasons = 0, []
         self.ref = None
         self.default_us = None
+        self.host_bound = False  # the default's host enqueues take longer than its kernels run (measure_default)
         self.trial_s = 0.0
 
     def study_name(self) -> str:
@@ -310,6 +312,7 @@ class KernelTuner:
         timing = self.bench.time(specs)
         self.trial_s = time.perf_counter() - t0  # what one candidate costs (compile and timing): budgets use it
         self.ref, self.default_us = timing.outputs, timing.us
+        self.host_bound = timing.host_bound
         self.measured[_fingerprint(specs)] = timing.us
         self.best_us = timing.us
         return timing.us
@@ -332,9 +335,13 @@ class KernelTuner:
     def neighbors(self) -> list[dict]:
         """The default with one knob changed, each distinct kernel once, in the space's knob order:
         the first trials of every search (a hill-climbing step from the heuristic, as tinygrad's
-        beam search starts), so a small budget is spent where the heuristic is most likely improvable."""
+        beam search starts), so a small budget is spent where the heuristic is most likely improvable. Where the
+        default is bound by the host's enqueues, the knobs that change its launches (``LAUNCH_KNOBS``) come
+        first: nothing else can make it faster."""
         out, seen = [], set(self.measured)
-        for k, vals in self.values.items():
+        order = sorted(self.values, key=lambda k: k not in LAUNCH_KNOBS) if self.host_bound else list(self.values)
+        for k in order:
+            vals = self.values[k]
             for v in vals:
                 if v == self.task.default.get(k):
                     continue

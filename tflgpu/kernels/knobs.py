@@ -20,6 +20,11 @@ from typing import Any
 
 from .errors import Unsupported
 
+# the knobs that change how a kernel is launched rather than what each work-item computes: how many launches
+# (a composite op's ``fused``) and the work-group (``local_size``, a ``group_tile``'s own); all a step bound by its
+# host's enqueues can gain from (autotune.tuner.KernelTuner.neighbors tries them first there)
+LAUNCH_KNOBS = ("fused", "local_size", "group_tile")
+
 
 class InvalidKnobs(Unsupported):
     """A point a generator family does not take for this shape (or a knob it does not have)."""
