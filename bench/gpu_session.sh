@@ -2,9 +2,8 @@
 # One call on a lent GPU machine (the workplace's device tool), which has no package registry: set up from
 # carried files, then run the named steps in order, each under its own time limit, each logging to $OUT.
 #
-#   here, once:  pip download the wheels into .whl/, unzip them into one tree, tar -cJ it to .gpu/site.tar.xz;
-#                python bench/standin_models.py pack ../shared/models .gpu/models
-#   there:       bash bench/gpu_session.sh probe tests profile tune bench   (carry: .gpu)
+#   here, once:  bash bench/gpu_prepare.sh   (.gpu/site.tar.xz, .gpu/models, .gl/*.deb; about a minute)
+#   there:       bash bench/gpu_session.sh probe tests profile tune bench   (carry: .gpu, .gl)
 #
 # Steps: probe (device facts, FMA peak), tests (the OpenCL-path tests on the GPU), profile (per-kernel times of
 # MobileNet v1 / v2 with the heuristics alone), tune (exhaustive search of every float corpus model; the records
@@ -36,6 +35,10 @@
 # The third call: TESTS_K="group_tile or image_weights or work_group or half_math or broadcast_variant or
 # gpu_defaults or cadence or dense_boundary" TESTS_LIMIT_S=70 TUNE_BUDGET_S=5 BG_WAIT_S=15 ROUNDS=20
 # BENCH_ARGS=--no-torch BENCH_LIMIT_S=140 BENCH_MODELS="..."; bash bench/gpu_session.sh gputests launch anatomy bench
+# Since then (no GPU): the tuner costs a candidate the longer of its device span and its host enqueues, tries the
+# launch knobs (fused, local_size, group_tile) first where the default is host-bound, and searches the convs of
+# an unfused block as kernels of their own; so `bench`'s background column is where a host-bound GPU plan should
+# now gain (BG_WAIT_S=60 lets MobileNet's search finish: ~20 kernels x 10 candidates x ~0.13 s compile on NVIDIA).
 # The next session's first call (about 8 minutes): the new kernels' GPU tests, then the launch-level A/B of whole
 # plans on the four MobileNet-family models:
 #   TESTS_K="separable or pooled_dense or gpus_defaults" TESTS_LIMIT_S=120
