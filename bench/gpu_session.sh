@@ -41,7 +41,7 @@
 # now gain (BG_WAIT_S=60 lets MobileNet's search finish: ~20 kernels x 10 candidates x ~0.13 s compile on NVIDIA).
 # The next session's first call (about 8 minutes): the new kernels' GPU tests, then the launch-level A/B of whole
 # plans on the four MobileNet-family models:
-#   TESTS_K="separable or pooled_dense or gpus_defaults" TESTS_LIMIT_S=120
+#   TESTS_K="separable or pooled_dense or gpus_defaults or host" TESTS_LIMIT_S=120
 #   ANATOMY_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite deeplab_mnv2_257.tflite
 #   ssd_mnv2_300.tflite" bash bench/gpu_session.sh gputests ab
 # then, with the variants that won made the default, `bench` over every float corpus model (BENCH_MODELS unset).
@@ -124,7 +124,7 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py \
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
-        2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_autotune.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }
