@@ -247,22 +247,65 @@ def test_the_tuner_times_the_fused_block_both_ways(opencl_device, rng, monkeypat
 
 
 def test_the_option_is_part_of_a_stored_plans_identity(opencl_device, rng, monkeypatch, tmp_path):
-    """A plan stored without fuse_expansions is not the one a delegate asking for it gets, nor the reverse; the
-    CLI's --fuse-expansions asks for it."""
+    """A plan stored with one fuse_expansions (False: no blocks; True: blocks starting fused; None, the default:
+    on a GPU, blocks starting unfused) is not the one a delegate asking for another gets; the CLI's
+    --fuse-expansions asks for True, its default is the delegate's; a value of another type is refused."""
     from tflgpu.cli import _delegate, build_parser
     from tflgpu.kernels.base import Target
 
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
     model, feeds = expand_model(rng)
-    for fused, plan in ((False, "built"), (True, "built"), (False, "cache"), (True, "cache")):
+    for fused, plan in ((False, "built"), (True, "built"), (None, "built"), (False, "cache"), (True, "cache"),
+                        (None, "cache")):
         it = Interpreter(model_content=model, delegate=GpuDelegate(serialization_dir=tmp_path, tuning="none",
                                                                    fuse_expansions=fused))
-        assert (SEPARABLE_EXPAND in [s.op.name for s in it.gpu_plan.steps]) is fused
+        blocks = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_EXPAND]
+        assert len(blocks) == (0 if fused is False else 1), fused
+        assert all(b.specs[0].params["fused"] is bool(fused) for b in blocks)
         assert it.gpu_plan.build_stats["plan"] == plan
         assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
     args = build_parser().parse_args(["bench", "m.tflite", "--fuse-expansions"])
     assert _delegate(args).fuse_expansions is True
+    assert _delegate(build_parser().parse_args(["bench", "m.tflite"])).fuse_expansions is None
     assert PlanConfig(fuse_expansions=True).summary().endswith("fused expansions")
+    assert PlanConfig(fuse_expansions=False).summary().endswith("no expansion blocks")
+    assert PlanConfig().summary() == "fp32, tuning none"
+    with pytest.raises(ValueError, match="fuse_expansions must be None"):
+        GpuDelegate(fuse_expansions="yes")
+
+
+def test_a_gpus_default_starts_each_block_unfused(opencl_device, rng, monkeypatch):
+    """Under a GPU's defaults (fuse_expansions=None) every block is a step whose kernels are, at the start, exactly
+    what the plan without the pass launches (the same code, grids and work-groups, FP32 and FP16), a tunable
+    kernel whose search times it fused first; a CPU device's defaults have no such step."""
+    import re
+
+    import pyopencl as cl
+
+    from tflgpu.autotune.measure import KernelBench
+    from tflgpu.autotune.tuner import KernelTuner, TuneTask
+    from tflgpu.kernels.base import Target
+    from tflgpu.runtime.tuning import _identities
+
+    model, _ = expand_model(rng)
+    delegate = lambda fused, fp16=False: GpuDelegate(cache=False, tuning_db=False, tuning="none",
+                                                      fuse_expansions=fused, precision_loss_allowed=fp16)
+    plan = lambda fused, fp16=False: Interpreter(model_content=model, delegate=delegate(fused, fp16)).gpu_plan
+    assert SEPARABLE_EXPAND not in [s.op.name for s in plan(None).steps]  # (this CPU device's target)
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    code = lambda p: [(re.sub(r"\bk[0-9a-f]{16}\w*", "K", sp.source), sp.global_size, sp.local_size)
+                      for s in p.steps if s.device == "gpu" for sp in s.specs]
+    for fp16 in (False, True):
+        default, without = plan(None, fp16), plan(False, fp16)
+        assert default.pass_counts["fuse_expansions"] == 1 and code(default) == code(without)
+    blocks = [s for s in default.steps if s.op.name == SEPARABLE_EXPAND]
+    found = _identities(default.steps, default.make, set(), None)
+    ident = next(i for i in found.values() if i.steps[0] is blocks[0])
+    space = ident.specs[0].space
+    task = TuneTask("k", SEPARABLE_EXPAND, lambda p: default.make(ident.op, ident.epilogue, p), space,
+                    {k: ident.specs[0].params[k] for k in space}, {})
+    bench = KernelBench(cl, cl.Context([opencl_device.cl_device]), opencl_device, False, {})
+    assert KernelTuner(task, bench, "dev", mode="fast", trials=4).neighbors()[0]["fused"] is True
 
 
 @settings(max_examples=12)
@@ -290,3 +333,27 @@ def test_random_blocks_match_litert(opencl_device, n, h, w, c, cout, cexp, k, st
     got = it.gpu_plan.run(feeds)
     for t, want in zip(it.model.main.outputs, run_model(litert(), model, feeds)):
         assert_close(got[t], want, 1e-4)
+
+
+def test_a_nested_parts_records_are_its_own(opencl_device, rng, monkeypatch):
+    """An unfused block's separable conv is itself a composite op (its depthwise and pointwise convs) and shares
+    its op index with its pointwise conv: each of the two gets its own record (the separable conv's knobs, the
+    pointwise conv's), never the other's; before, the second looked up was handed the first's, a CONV_2D given
+    the separable conv's knobs (``fused``, ``per``, ``whole``), and the block fell back to the CPU kernels."""
+    from tflgpu.autotune import MemoryTuningDB, TuningRecord, kernel_key
+    from tflgpu.kernels.base import Target
+    from tflgpu.kernels.program import shared_base
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    model, feeds = expand_model(rng, shape=(1, 14, 14, 16), cout=16, cexp=48, second=False)
+    plain = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False,
+                                                                  fuse_expansions=False)).gpu_plan
+    (sep,) = [s for s in plain.steps if s.op.name == SEPARABLE_CONV]
+    db = MemoryTuningDB()
+    # (the separable conv split in two: its convs' kernels, the pointwise conv's own knobs then asked for)
+    db.put(opencl_device.identity.key(), kernel_key(sep.op.name, sep.specs, False, shared_base(sep.specs)),
+           TuningRecord({**sep.params, "fused": False}, 10.0, 9.0, 3, SEPARABLE_CONV))
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=db, tuning="none"))
+    (block,) = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_EXPAND]
+    assert all(s.device == "gpu" for s in it.gpu_plan.steps) and len(block.specs) == 3
+    assert_close(run_model(lambda **_: it, model, feeds)[0], run_model(litert(), model, feeds)[0], 1e-4)

@@ -42,7 +42,7 @@ def _delegate(args):
     if getattr(args, "delegate", "gpu") != "gpu":
         ignored = [flag for flag, on in (("--precision fp16", getattr(args, "precision", "fp32") != "fp32"),
                                          ("--profile", getattr(args, "profile", False)),
-                                         ("--fuse-expansions", getattr(args, "fuse_expansions", False)),
+                                         ("--fuse-expansions", getattr(args, "fuse_expansions", None)),
                                          ("--device", getattr(args, "device", None) is not None)) if on]
         if ignored:
             print(f"note: with --delegate cpu, {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored "
@@ -52,7 +52,7 @@ def _delegate(args):
 
     return GpuDelegate(precision_loss_allowed=args.precision == "fp16", device=args.device,
                        profile=getattr(args, "profile", False),
-                       fuse_expansions=getattr(args, "fuse_expansions", False))
+                       fuse_expansions=getattr(args, "fuse_expansions", None))
 
 
 class _StartupProgress(logging.Handler):
@@ -785,9 +785,9 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
                         "cpu: the CPU kernels only")
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="with --delegate gpu")
     p.add_argument("--device", help="OpenCL device: index or name substring (default: $TFLGPU_DEVICE or the first)")
-    p.add_argument("--fuse-expansions", action="store_true",
+    p.add_argument("--fuse-expansions", action="store_const", const=True, default=None,
                    help="with --delegate gpu: a separable block and the conv expanding its output as one kernel "
-                        "(GpuDelegate(fuse_expansions=True))")
+                        "from the start (GpuDelegate(fuse_expansions=True); by default a GPU's tuner decides)")
 
 
 def _seconds(text: str) -> float:

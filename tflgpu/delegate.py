@@ -89,10 +89,11 @@ class GpuDelegate:
             quantized input). Default: one random sample in each input's range (a quantized input's whole
             integer range, [-1, 1] for a float one).
         fuse_expansions: a depthwise + pointwise block and the pointwise conv expanding its output (the next
-            MobileNet v2 block's first conv) run as one kernel: one launch per such block instead of two, for a
-            GPU whose launches cost more host time than its kernels take. Off by default: not yet measured on a
-            GPU (``bench/launch_ab.py`` compares both). The tuner still times each fused block against its two
-            kernels.
+            MobileNet v2 block's first conv) as one step, which one kernel can run: one launch per such block
+            instead of two, for a GPU whose launches cost more host time than its kernels take. None (default): on
+            a GPU each such step starts as the two convs' own kernels (what runs without it) and the tuner fuses
+            a block where that measures faster, host time included; on a CPU device, no such steps. True: every
+            block starts fused, on any device (the tuner still times it against its two kernels). False: none.
     """
 
     precision_loss_allowed: bool = False
@@ -116,7 +117,7 @@ class GpuDelegate:
     tiered_compile: bool | None = None
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
     calibration_inputs: object = None
-    fuse_expansions: bool = False
+    fuse_expansions: bool | None = None
     tuning_trials: int | None = None
 
     def __post_init__(self):
@@ -134,6 +135,9 @@ class GpuDelegate:
         trials = self.tuning_trials
         if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
             raise ValueError(f"tuning_trials must be a positive int (candidates per kernel); got {trials!r}")
+        if not (self.fuse_expansions is None or isinstance(self.fuse_expansions, bool)):
+            raise ValueError(f"fuse_expansions must be None (the tuner decides, on a GPU), True or False; "
+                             f"got {self.fuse_expansions!r}")
         self.tuning_config(None)  # validates tuning / tuning_budget_s early
         budget = self.fp16_error_budget
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
@@ -208,4 +212,4 @@ class GpuDelegate:
         return PlanRequest(self.device, self.wants_fp16(), self.max_delegated_partitions, self.profile,
                            self.allow_buffer_handle_output, self.quantized_models_allowed, self.tuning_config(store),
                            self.tuning_db is not False, store, self.model_token, cacheable, self.tiered(),
-                           float(self.fp16_error_budget), self.calibration_inputs, bool(self.fuse_expansions))
+                           float(self.fp16_error_budget), self.calibration_inputs, self.fuse_expansions)

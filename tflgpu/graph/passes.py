@@ -234,10 +234,11 @@ def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, p
 
 
 def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep, ex: True,
-                    ) -> tuple[list[PassStep], int]:
+                    fused_start: bool = True) -> tuple[list[PassStep], int]:
     """Merge each device ``SEPARABLE_CONV`` step with a device pointwise CONV_2D (no epilogue) reading its output
     into one ``SEPARABLE_EXPAND`` step at the separable conv's place (the expansion reads nothing else);
-    ``allowed(sep_op, conv_op)``: the caller's veto."""
+    ``allowed(sep_op, conv_op)``: the caller's veto; ``fused_start``: whether its kernel starts fused (an option
+    of the merged op, kernels.separable_expand), else as the two ops' own kernels."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         if not (s.gpu and s.op.name == SEPARABLE_CONV and len(s.outputs) == 1):
@@ -252,7 +253,8 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
         bias = ex.inputs[2] if len(ex.inputs) > 2 else -1
         keep = t in view.graph_out or any(k != j for k in rs)
         op = replace(s.op, name=SEPARABLE_EXPAND, builtin_code=-1, inputs=s.op.inputs + (ex.inputs[1], bias),
-                     outputs=ex.outputs, options={"separable": s.op, "expand": ex, "keep": keep})
+                     outputs=ex.outputs, options={"separable": s.op, "expand": ex, "keep": keep,
+                                                     "fused_start": fused_start})
         return i, j, PassStep(op, s.members + view.steps[j].members, s.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)

@@ -23,7 +23,10 @@ without the pass.
 
 A GPU's launches cost host time (NVIDIA's OpenCL: 10-16 us each on the H100's host, bench/invoke_anatomy.py), so
 fewer of them is what a host-bound plan needs; whether the fused kernel's time costs less than a launch saves
-has not been measured on a GPU yet: the pass runs where ``GpuDelegate(fuse_expansions=True)`` asks.
+has not been measured on a GPU yet. So a GPU's default plan has the pass with every block starting unfused (the
+two convs' own kernels, their records: what the plan ran without the pass), and the tuner, which costs a
+candidate its host enqueues too (autotune.measure), fuses a block where that measures faster;
+``GpuDelegate(fuse_expansions=True)`` starts each block fused (on any device), ``False`` leaves the pass out.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ class ExpandShape:
     pixels: int  # output pixels of an image
     batch: int = 1
     gpu: bool = Target.gpu
+    # the plan asked for the fused kernel (GpuDelegate(fuse_expansions=True)); False: a GPU's default, which starts
+    # from the two convs' own kernels and leaves fusing a block to the tuner
+    fused_start: bool = True
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,8 @@ class ExpandKnobs(Knobs):
         output slices, 8 depthwise slices a step (4 where local memory needs it), and as many groups sharing the
         expansion as give an image at least 32 groups (up to 4). Unfused where no tile fits local memory, and on
         a CPU device, whose runtime runs a group tile's barriers slowly (MobileNet v2 with every block fused: 47
-        ms against 5.3 with the CPU's own kernels, Intel CPU runtime, 2 Zen 5 cores)."""
+        ms against 5.3 with the CPU's own kernels, Intel CPU runtime, 2 Zen 5 cores), and where the plan did not
+        ask for it (``fused_start``: a GPU's default plan, whose tuner fuses a block where it measures faster)."""
         lx = 32 if shape.pixels > 1024 else 8 if shape.pixels > 256 else 4
         tiles = -(-shape.pixels // lx) * shape.batch
         split = next((s for s in EXPAND_SPACE["split"] if tiles * s >= MIN_GROUPS), EXPAND_SPACE["split"][-1])
@@ -109,7 +116,7 @@ class ExpandKnobs(Knobs):
         for kc in (8, 4):
             knobs = cls(True, (lx, 8), kc, 2, split)
             if knobs.local_bytes(shape) <= CHAIN_LOCAL_BYTES:
-                return replace(knobs, fused=shape.gpu)
+                return replace(knobs, fused=shape.gpu and shape.fused_start)
         return cls(False, (lx, 8), 4, 2, split)
 
     @classmethod
@@ -247,7 +254,7 @@ def separable_expand(ctx: GenContext) -> list[KernelSpec]:
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(replace(ctx, op=dw_op, epilogue=[], params={}), ih, iw, kh, kw)
     g = _Geometry(n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
     sin, sout, sexp = (cin + 3) // 4, (cout + 3) // 4, (cexp + 3) // 4
-    shape = ExpandShape(sin, sout, sexp, oh * ow, n, ctx.target.gpu)
+    shape = ExpandShape(sin, sout, sexp, oh * ow, n, ctx.target.gpu, bool(ctx.opt("fused_start", True)))
     knobs = ExpandKnobs.resolve(shape, ctx.params)
     space, params = ExpandKnobs.space(shape), knobs.params()
     if not knobs.fused:  # the two ops' own kernels

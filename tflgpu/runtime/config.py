@@ -28,7 +28,7 @@ class PlanRequest:
     tiered: bool = True  # quick build first, optimized build and "background" tuning on a worker thread
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
     calibration_inputs: Any = None  # the caller's samples for the FP16 precision choice; None: random ones
-    fuse_expansions: bool = False  # graph.passes.fuse_expansions
+    fuse_expansions: bool | None = None  # graph.passes.fuse_expansions (PlanConfig's)
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ class PlanConfig:
     link_reshape: bool = True  # a reshape keeping the slice layout is its input's buffer (selection)
     # the one kernel reading a graph input / writing a graph output does the layout conversion (selection)
     dense_boundary: bool = True
-    # a separable conv and the pointwise conv expanding its output share one kernel (graph.passes.fuse_expansions)
-    fuse_expansions: bool = False
+    # a separable conv and the pointwise conv expanding its output as one step (graph.passes.fuse_expansions): True,
+    # its kernel fused; None, on a GPU, starting as the two convs' kernels for the tuner to fuse; False, no such step
+    fuse_expansions: bool | None = None
 
     def key(self) -> str:
         return ";".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
@@ -85,8 +86,8 @@ class PlanConfig:
             words.append(f"max {self.max_partitions} partitions")
         if not self.records:
             words.append("no tuning records")
-        if self.fuse_expansions:
-            words.append("fused expansions")
+        if self.fuse_expansions is not None:
+            words.append("fused expansions" if self.fuse_expansions else "no expansion blocks")
         if not self.quantized_models_allowed:
             words.append("quantized models not allowed")
         return ", ".join(words)

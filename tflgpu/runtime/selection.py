@@ -273,9 +273,10 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
 
 
 def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: bool = True,
-           expansions: bool = False) -> tuple[list[Step], dict[str, int]]:
-    """Place each op, run the graph passes (``regions``: fuse_regions too; ``expansions``: fuse_expansions),
-    then generate the kernels of every device step. Returns the steps and how many ops each pass changed."""
+           expansions: bool | None = False) -> tuple[list[Step], dict[str, int]]:
+    """Place each op, run the graph passes (``regions``: fuse_regions too; ``expansions``: fuse_expansions, its
+    blocks starting fused; None: on a GPU, its blocks starting unfused for the tuner to fuse), then generate the
+    kernels of every device step. Returns the steps and how many ops each pass changed."""
     sg, consts = make.sg, runner.consts
     reasons: dict[int, str] = {}
     generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
@@ -304,8 +305,8 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
         steps, counts["fuse_regions"] = fuse_regions(steps, sg, consts, same_storage)
     if make.target.gpu:  # (a CPU device runs the two ops' own kernels: kernels.pooled_dense)
         steps, counts["fuse_pooled_dense"] = fuse_pooled_dense(steps, sg, consts, same_storage)
-    if expansions:
-        steps, counts["fuse_expansions"] = fuse_expansions(steps, sg, consts, same_storage)
+    if expansions or (expansions is None and make.target.gpu):
+        steps, counts["fuse_expansions"] = fuse_expansions(steps, sg, consts, same_storage, expansions is True)
     out = []
     for ps in steps:
         if not ps.gpu:

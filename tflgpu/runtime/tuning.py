@@ -132,6 +132,12 @@ def _layouts(make: KernelMaker, specs: list[KernelSpec], ops) -> dict:
     return layouts
 
 
+def _at(make: KernelMaker, op: Operator, epilogue: list) -> tuple:
+    """Where a part is in a plan: its op and fused ops (by name too: a composite op takes the index of one of its
+    parts, a separable conv its pointwise conv's), for the maker that generates it."""
+    return id(make), op.name, op.index, tuple(f.op.index for f in epilogue)
+
+
 class PartRecords:
     """What a composite op's unfused form (kernels.base.unfused) generates each of its parts with: the part's own
     record of this device (or what a search of it decided: ``learn``), else the nearest device's
@@ -148,7 +154,7 @@ class PartRecords:
         self._learned: dict[str, dict] = {}
 
     def __call__(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
-        at = (id(make), op.index, tuple(f.op.index for f in epilogue))
+        at = _at(make, op, epilogue)
         if at not in self._params:
             self._params[at] = self._lookup(make, op, epilogue)
         return self._params[at]
@@ -156,7 +162,7 @@ class PartRecords:
     def key(self, make: KernelMaker, op: Operator, epilogue: list) -> str | None:
         """The part's kernel identity (its heuristics' key, as a step of the op alone has it); None where it has
         nothing to tune."""
-        at = (id(make), op.index, tuple(f.op.index for f in epilogue))
+        at = _at(make, op, epilogue)
         if at not in self._keys:
             try:
                 default = make.heuristic(op, epilogue)
