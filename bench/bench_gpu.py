@@ -126,9 +126,10 @@ def main() -> int:
     p.add_argument("--background-wait-s", type=float, default=300.0)
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--fuse-expansions", action="store_true",
+    p.add_argument("--fuse-expansions", action="store_const", const=True, default=None,
                    help="every tflgpu column with GpuDelegate(fuse_expansions=True): one kernel per separable block "
-                        "and the conv expanding its output")
+                        "and the conv expanding its output from the start (default: the delegate's, a GPU's tuner "
+                        "fusing a block where it measures faster)")
     args = p.parse_args()
     models = [Path(m) for m in args.models] or [args.models_dir / n for n in FLOAT_MODELS
                                                   if (args.models_dir / n).exists()]
