@@ -212,10 +212,10 @@ def test_a_new_kernel_starts_from_its_nearest_tuned_neighbour(opencl_device, rng
     assert shape == (1, 20, 20, 8, 1, 20, 20, 16)
 
 
-def test_a_neighbours_work_group_size_that_does_not_fit_is_dropped(opencl_device, rng):
+def test_a_neighbours_work_group_size_that_does_not_divide_the_grid_is_fitted(opencl_device, rng):
     """A transferred record's work-group size need not divide this kernel's grid (OpenCL 1.2 refuses such a
-    launch: INVALID_WORK_GROUP_SIZE at invoke, found by bench_tuning's transfer column): its other parameters
-    apply and the runtime picks the work-group size."""
+    launch: INVALID_WORK_GROUP_SIZE at invoke, found by bench_tuning's transfer column): the record applies whole,
+    the kernel launching the largest group within it that divides its grid (kernels.knobs.fitted)."""
     from tflgpu.autotune.tuner import kernel_family, kernel_shape
     from tflgpu.ops.layout import bhwc
 
@@ -230,7 +230,9 @@ def test_a_neighbours_work_group_size_that_does_not_fit_is_dropped(opencl_device
     db.put(opencl_device.identity.key(), "a-neighbour", replace(
         _rec(params), family=kernel_family("CONV_2D", step.specs, False), shape=kernel_shape(step.specs, layouts)))
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=db, cache=False))
-    assert it.gpu_plan.steps[0].params == {**params, "local_size": None}
+    got = it.gpu_plan.steps[0]
+    assert got.params == params and got.specs[0].local_size != uneven
+    assert all(g % w == 0 and w <= u for g, w, u in zip(got.specs[0].global_size, got.specs[0].local_size, uneven))
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
 
 

@@ -35,7 +35,7 @@ from .common import (
     vec_slices,
     weights_oi,
 )
-from .knobs import Knobs, one_of, positive_int, work_group
+from .knobs import Knobs, fitted, one_of, positive_int, work_group
 from .pool import arg_init, arg_lanes, arg_pick, channel_arg
 
 
@@ -801,7 +801,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
-        local, pad = knobs.local_size, ts
+        local, pad = fitted(gsize, knobs.local_size), ts
     wts = weights_oi(w, knobs.lanes, pad)
     outs = [ctx.final_output] if arg is None else [t for t in ctx.op.outputs if t >= 0]
     dense = ([ctx.op.inputs[0]] if dense_in else []) + (outs if dense_out else [])
@@ -913,7 +913,8 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
                 "act": ctx.opt("fused_activation_function", 0)}
     body = (_depthwise_groups(per=per, **geometry) if per > 1 else
             _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry))
-    return [KernelSpec(ctx.name, "\n".join(head + body), ((ow + tx - 1) // tx, n * oh, groups), knobs.local_size, [
+    grid = ((ow + tx - 1) // tx, n * oh, groups)
+    return [KernelSpec(ctx.name, "\n".join(head + body), grid, fitted(grid, knobs.local_size), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, per)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
         knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw)]

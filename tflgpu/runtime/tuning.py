@@ -304,7 +304,8 @@ def _uneven_groups(specs: list[KernelSpec]) -> bool:
 def set_params(steps: list[Step], make: KernelMaker, params: dict) -> None:
     """Regenerate ``steps`` with these generator parameters (those they do not apply to keep theirs). Parameters
     from another kernel (a neighbour's, another device's) may name a work-group size that does not divide this
-    kernel's grid: the rest of them apply, with the runtime choosing the work-group size."""
+    kernel's grid: a conv fits it to its grid (kernels.knobs.fitted); for any other kernel the rest of them apply,
+    with the runtime choosing the work-group size."""
     if not params:
         return
     for s in steps:
