@@ -111,7 +111,8 @@ _CHILD = r"""
 import json, sys, time, numpy as np
 from tflgpu import GpuDelegate, Interpreter
 it = Interpreter(sys.argv[1], delegate=GpuDelegate(serialization_dir=sys.argv[2], tiered_compile=True,
-                                                   tuning="background", tuning_budget_s=120))
+                                                   tuning="background", tuning_budget_s=120,
+                                                   tuning_trials=2))  # (resuming is tested, not search depth)
 it.allocate_tensors(); it.invoke()
 stop_after = int(sys.argv[3])
 while it.tuning_status().kernels_done < stop_after and not it.wait_background(0.05):
