@@ -73,9 +73,7 @@ def _identities(steps: list[Step], make: KernelMaker, explicit: set,
     for s in steps:
         if s.device != "gpu" or s.op.index in explicit or not s.specs:
             continue
-        if space_size(s.specs[0].space) <= 1 or any(sp.state for sp in s.specs):
-            continue
-        if any(bhwc(make.sg.tensors[t].shape) is None for sp in s.specs for t in sp.inputs + sp.outputs):
+        if not _searchable(make, s.specs):
             continue
         try:  # (a composite op's unfused default has its parts' records: its key is its heuristics')
             default = make.heuristic(s.op, s.epilogue) if s.params or parts_of(s.op, s.epilogue) else s.specs
@@ -102,8 +100,7 @@ def _add_part(found: dict[str, Identity], make: KernelMaker, parts: PartRecords,
         specs = make(part.op, part.epilogue, parts(make, part.op, part.epilogue))
     except Unsupported:
         return
-    if any(sp.state for sp in specs) or \
-            any(bhwc(make.sg.tensors[t].shape) is None for sp in specs for t in sp.inputs + sp.outputs):
+    if not _searchable(make, specs):
         return
     if key not in found:
         found[key] = Identity(part.op, part.epilogue, specs, _part_ops(part), [], [])
@@ -111,6 +108,13 @@ def _add_part(found: dict[str, Identity], make: KernelMaker, parts: PartRecords,
         found[key].hosts.append(host)
     for inner in runs_parts(part.op, part.epilogue, specs):
         _add_part(found, make, parts, inner, host)
+
+
+def _searchable(make: KernelMaker, specs: list[KernelSpec]) -> bool:
+    """Whether a search can time these kernels: more than one point to try, no state kept between invokes, and
+    every tensor of a BHWC shape (the bench's inputs)."""
+    return space_size(specs[0].space) > 1 and not any(sp.state for sp in specs) and \
+        all(bhwc(make.sg.tensors[t].shape) is not None for sp in specs for t in sp.inputs + sp.outputs)
 
 
 def _part_ops(part: Part) -> list[Operator]:
@@ -148,8 +152,8 @@ class PartRecords:
 
     def __init__(self, db, device_key: str, nearest: NearestRecords | None):
         self.db, self.device_key, self.nearest = db, device_key, nearest
-        # (the maker held: its id stays its own)
-        self._keys: dict[tuple, tuple[KernelMaker, str | None]] = {}
+        # where -> (the maker, held: its id stays its own; the part's key, None: nothing to tune; its heuristics)
+        self._keys: dict[tuple, tuple[KernelMaker, str | None, list[KernelSpec]]] = {}
         self._params: dict[tuple, dict] = {}
         self._learned: dict[str, dict] = {}
 
@@ -162,6 +166,9 @@ class PartRecords:
     def key(self, make: KernelMaker, op: Operator, epilogue: list) -> str | None:
         """The part's kernel identity (its heuristics' key, as a step of the op alone has it); None where it has
         nothing to tune."""
+        return self._heuristic(make, op, epilogue)[0]
+
+    def _heuristic(self, make: KernelMaker, op: Operator, epilogue: list) -> tuple[str | None, list[KernelSpec]]:
         at = _at(make, op, epilogue)
         if at not in self._keys:
             try:
@@ -169,19 +176,19 @@ class PartRecords:
             except Unsupported:
                 default = []
             tunable = bool(default) and space_size(default[0].space) > 1
-            self._keys[at] = (make, _key(op, default) if tunable else None)
-        return self._keys[at][1]
+            self._keys[at] = (make, _key(op, default) if tunable else None, default)
+        return self._keys[at][1:]
 
     def learn(self, key: str, params: dict) -> None:
         """What a search of part kernel ``key`` decided (this device's record now): the parts of that identity
         are generated with it from here on."""
         self._learned[key] = params
-        for at, (_, k) in self._keys.items():
+        for at, (_, k, _) in self._keys.items():
             if k == key:
                 self._params.pop(at, None)
 
     def _lookup(self, make: KernelMaker, op: Operator, epilogue: list) -> dict:
-        key = self.key(make, op, epilogue)
+        key, default = self._heuristic(make, op, epilogue)
         if key is None:
             return {}
         if key in self._learned:
@@ -189,7 +196,6 @@ class PartRecords:
         else:
             rec = self.db.get(self.device_key, key)
             if rec is None and self.nearest is not None:
-                default = make.heuristic(op, epilogue)
                 layouts = _layouts(make, default, [op, *(f.op for f in epilogue)])
                 found = self.nearest.find(key, kernel_family(op.name, default, default[0].fp16),
                                           kernel_shape(default, layouts))

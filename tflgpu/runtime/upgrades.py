@@ -42,7 +42,8 @@ def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wa
     for i in steps:
         s = plan.steps[i]
         now, own = queued.get(i, (s.specs, s.params))
-        specs = plan.make(s.op, s.epilogue, own if params is None else params)
+        given = own if params is None else params
+        specs = plan.make(s.op, s.epilogue, given)
         if params is None and [(sp.source, sp.global_size, sp.local_size) for sp in specs] == \
                 [(sp.source, sp.global_size, sp.local_size) for sp in now]:
             continue
@@ -50,7 +51,7 @@ def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wa
             log.info("tuned parameters %s change which boundary tensors %s reads densely: not installed", params,
                      s.op.name)
             continue
-        swap.specs[i], swap.params[i] = specs, dict(own if params is None else params)
+        swap.specs[i], swap.params[i] = specs, dict(given)
     steps = list(swap.specs)
     if not steps:
         return
