@@ -99,12 +99,16 @@ def _plan(model: bytes, fp16: bool, params: dict | None):
 
 
 POINTS = {  # knobs -> kernels launched for the block
-    "direct 4x8 16 lanes, 4 slices": ({"fused": True, "tile_x": 4, "tile_s": 8, "lanes": 16, "per": 4}, 1),
+    "direct 4x8 16 lanes, 4 slices": ({"fused": True, "tile_x": 4, "tile_s": 8, "lanes": 16, "per": 4,
+                                       "group_tile": None}, 1),
     "direct 2x2 8 lanes, 2 slices": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 8, "per": 2,
-                                      "whole": False}, 1),
-    "direct 1x1 float4": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False}, 1),
-    "whole 8x4": ({"fused": True, "tile_x": 8, "tile_s": 4, "lanes": 16, "per": 1, "whole": True}, 1),
-    "whole 2x1": ({"fused": True, "tile_x": 2, "tile_s": 1, "lanes": 4, "per": 2, "whole": True}, 1),
+                                      "whole": False, "group_tile": None}, 1),
+    "direct 1x1 float4": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False,
+                           "group_tile": None}, 1),
+    "whole 8x4": ({"fused": True, "tile_x": 8, "tile_s": 4, "lanes": 16, "per": 1, "whole": True,
+                  "group_tile": None}, 1),
+    "whole 2x1": ({"fused": True, "tile_x": 2, "tile_s": 1, "lanes": 4, "per": 2, "whole": True,
+                  "group_tile": None}, 1),
     "group tile 32x8": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False,
                          "group_tile": (32, 8), "k_chunk": 8}, 1),
     "group tile 8x8 by 2x2": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1, "whole": False,
