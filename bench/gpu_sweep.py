@@ -22,6 +22,11 @@ POINTS = {
                   for g, tx, ts, kc in (((32, 8), 1, 1, 8), ((16, 4), 1, 1, 8), ((32, 2), 1, 1, 8), ((16, 4), 2, 2, 16),
                                         ((8, 8), 4, 1, 8), ((16, 16), 1, 1, 8), ((8, 8), 1, 1, 8), ((32, 2), 2, 2, 8),
                                         ((32, 8), 1, 1, 16), ((32, 8), 1, 1, 4))]
+                 # the sum shared by k_split work-items per output (ConvKnobs.k_split): more, shorter sums
+                 + [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts, k_split=ks)
+                    for g, tx, ts, kc, ks in (((8, 8), 1, 1, 8, 4), ((8, 8), 1, 1, 4, 4), ((16, 4), 1, 1, 8, 4),
+                                              ((32, 2), 1, 1, 8, 4), ((16, 4), 1, 2, 8, 4), ((8, 8), 1, 1, 8, 2),
+                                              ((16, 4), 1, 1, 16, 4))]
                  # the GEMM sharing its input through sub-group broadcasts (where the device has sub-groups)
                  + [dict(GEMM, group_tile=None, broadcast=ls, tile_x=tx) for ls in (16, 64) for tx in (1, 4)],
     "one pixel": [dict(GEMM, split=sp, tile_s=ts) for sp in (8, 16, 32, 64) for ts in (1, 2)],
@@ -31,7 +36,8 @@ POINTS = {
             # the direct kernel's weights through the texture path (where the device has images)
             + [dict(GEMM, tile_x=tx, tile_s=ts, strided=True, image_weights=True) for tx, ts in ((2, 1), (2, 2))],
     # a conv with a window as an implicit GEMM over its taps (kernels.conv.im2col_stage), where its space has it
-    "implicit GEMM": [dict(GEMM, group_tile=g, k_chunk=kc) for g, kc in (((32, 8), 8), ((16, 4), 8), ((8, 8), 16))],
+    "implicit GEMM": [dict(GEMM, group_tile=g, k_chunk=kc, k_split=ks)
+                      for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 1), ((8, 8), 16, 1), ((8, 8), 8, 4), ((16, 4), 8, 4))],
     "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],
     "fully_connected": [{"split": sp, "tile_s": ts, "wide": False} for sp in (1, 8, 16, 32, 64) for ts in (1, 2)],
     # a depthwise + pointwise block (kernels.separable): unfused, the group tile's shapes, the direct variant

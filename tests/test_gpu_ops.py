@@ -74,7 +74,8 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     spec = plan.steps[0].specs[0]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
-                           "k_chunk": 8, "split": 1, "image_weights": False, "half_math": False, "broadcast": 0}
+                           "k_chunk": 8, "k_split": 1, "split": 1, "image_weights": False, "half_math": False,
+                           "broadcast": 0}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -771,12 +772,19 @@ def test_inference_priorities_map_to_precision():
     ((2, 9, 10, 12), 20, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4}, (3, 3, 1, 1, "SAME")),
     ((1, 12, 11, 8), 8, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 16}, (3, 3, 1, 2, "SAME")),
     ((1, 10, 9, 6), 9, {"group_tile": (64, 1), "tile_x": 1, "tile_s": 4, "k_chunk": 8}, (5, 3, 1, 1, "VALID")),
+    # the sum split among k_split work-items per output (k_split): 24 slices in steps of 4 x 4 (the last step's
+    # second half zeros), two images of 9 slices by 2 x 2 tiles, and an implicit GEMM whose 18 slices leave two of
+    # four shares nothing to sum
+    ((1, 7, 7, 96), 40, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 4, "k_split": 4}, None),
+    ((2, 5, 6, 36), 20, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4, "k_split": 2}, None),
+    ((1, 12, 11, 8), 8, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8, "k_split": 4},
+     (3, 3, 1, 1, "SAME")),
 ])
 def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     """The conv as a GEMM with local-memory tiles (a work-group stages input and weight tiles; the GPU way), a
     pointwise one over its input slices, one with a window (``window``: kh, kw, stride, dilation, padding) over
     its taps' input slices, computes the same conv, with its fused activation, where the group overhangs the
-    pixels, the sum's slices and the output channels."""
+    pixels, the sum's slices and the output channels, and with its sum split among work-items."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
@@ -791,7 +799,9 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
                    params={0: {**tile, "lanes": 4, "vec_hint": "float4", "strided": False}})  # (GPU default: True)
     (spec,) = plan.steps[0].specs
-    assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
+    split = tile.get("k_split", 1)
+    assert spec.local_size == (tile["group_tile"][0], split, tile["group_tile"][1]) and "__local" in spec.source
+    assert spec.global_size[1] == shape[0] * split
     assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 

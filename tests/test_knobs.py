@@ -111,9 +111,34 @@ def test_group_tiles_only_where_they_apply():
         (CONV_1X1, {"group_tile": (32, 16), **plain}, "512 work-items is over 256"),
         (CONV_1X1, {"group_tile": (64, 4), "tile_x": 8, "k_chunk": 16, **plain}, "bytes of local memory"),
         (CONV_1X1, {"group_tile": (16,), **plain}, "2 positive ints"),
+        (CONV_1X1, {"group_tile": (32, 8), "k_split": 2, **plain}, "512 work-items is over 256"),
+        (CONV_1X1, {"group_tile": (8, 8), "k_split": 4, "k_chunk": 16, "tile_x": 1, "tile_s": 1, **plain},
+         "4 shares use 40960 bytes"),
+        (CONV_1X1, {"k_split": 2, **plain}, "it needs a group_tile"),
+        (CONV_1X1, {"group_tile": (8, 8), "k_split": 3, **plain}, "k_split"),
     ]:
         with pytest.raises(InvalidKnobs, match=why):
             ConvKnobs.resolve(shape, params)
+
+
+def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
+    """``k_split`` (a group tile's sum shared by k_split work-items per output): in a GPU's space wherever the group
+    tile is, not a CPU's; it counts the shares' local memory and work-items; and it is a knob added after records
+    were shipped, so a kernel's family, which finds them, is what it was without it."""
+    from tflgpu.autotune.tuner import kernel_family
+    from tflgpu.kernels.common import KernelSpec
+
+    gpu_1x1 = replace(CONV_1X1, **GPU)
+    assert ConvKnobs.space(gpu_1x1)["k_split"] == [1, 2, 4] and "k_split" in ConvKnobs.space(replace(CONV_3X3, **GPU))
+    assert "k_split" not in ConvKnobs.space(CONV_1X1) and "k_split" not in ConvKnobs.space(replace(gpu_1x1, dense=True))
+    knobs = ConvKnobs.resolve(gpu_1x1, {"group_tile": (8, 8), "k_split": 4, "k_chunk": 8, "tile_x": 1, "tile_s": 1,
+                                        "lanes": 4, "vec_hint": None})
+    assert knobs.group_bytes() == 4 * 16 * 8 * (8 + 4 * 8) and ConvKnobs.default(gpu_1x1).k_split == 1
+    space = ConvKnobs.space(gpu_1x1)
+    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
+    without = {k: v for k, v in space.items() if k != "k_split"}
+    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+    assert kernel_family("CONV_2D", [spec(space)], False) != kernel_family("CONV_2D", [spec(without)], True)
 
 
 def test_defaults_follow_the_measured_heuristic():

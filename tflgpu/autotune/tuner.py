@@ -24,7 +24,7 @@ import xxhash
 from ..cache.records import TuningRecord
 from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
-from ..kernels.knobs import LAUNCH_KNOBS
+from ..kernels.knobs import ADDED_KNOBS, LAUNCH_KNOBS
 from ..ops.layout import Layout
 from .measure import CandidateRejected, Interrupted, KernelBench
 
@@ -153,8 +153,10 @@ def kernel_family(op_name: str, specs: list[KernelSpec], fp16: bool) -> str:
     """Kernels whose parameters transfer to each other: the same op, precision and search space (the variants
     the generator offers them), whatever their shapes and fused ops. Not the generator version: a record says
     which version it was measured with, and whether another version's knobs are still a fair start is the
-    reader's call (a shipped database outlives generator changes; this device's own records do not)."""
-    space = sorted((k, list(v)) for k, v in (specs[0].space if specs else {}).items())
+    reader's call (a shipped database outlives generator changes; this device's own records do not). Knobs added
+    to a space since (``kernels.knobs.ADDED_KNOBS``) do not split it: a record without them means their old
+    value."""
+    space = sorted((k, list(v)) for k, v in (specs[0].space if specs else {}).items() if k not in ADDED_KNOBS)
     return xxhash.xxh64(f"{op_name}|{int(fp16)}|{space!r}".encode()).hexdigest()
 
 

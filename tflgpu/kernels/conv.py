@@ -127,6 +127,10 @@ CONV_SPACE = {
     # step
     "group_tile": [None, (16, 4), (32, 2), (8, 8), (64, 1), (16, 16), (32, 8)],
     "k_chunk": [4, 8, 16],
+    # a group tile's sum split among this many work-items per output (each its share of every staged step's
+    # slices, summed in local memory at the end): a GPU's variant for deep, narrow GEMMs, whose few work-groups
+    # otherwise each run the whole sum serially (on an H100, 7x7 960 -> 160 took as long as 17x17 960 -> 320)
+    "k_split": [1, 2, 4],
     "image_weights": [False, True],  # the direct kernel's weights in a read-only image (where the device has images)
     "half_math": [False, True],  # the direct kernel's or the group tile's sums in half (an FP16 plan)
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
@@ -140,7 +144,8 @@ CONV_SPACE = {
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
 NEEDS_FP16_PLAN = "FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)"  # (half_math)
-LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage (OpenCL 1.2 guarantees 32 KB per group)
+LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage per step of its sum
+LOCAL_GROUP_BYTES = 32 * 1024  # local memory a group tile may use in all (OpenCL 1.2's guaranteed minimum)
 MAX_GROUP = 256  # work-items per group tile (the smallest common CL_DEVICE_MAX_WORK_GROUP_SIZE)
 
 
@@ -199,13 +204,22 @@ class GroupTiled:
     """What knobs with register tiles (``tile_x``, ``tile_s``, ``lanes``) and an optional group tile (``group_tile``,
     ``k_chunk``: kernels.conv's local-memory GEMM) check alike: CONV_2D's and the separable conv's."""
 
+    k_split = 1  # (ConvKnobs.k_split: the separable conv's group tile does not split its sum)
+
     def local_bytes(self) -> int:
-        """The local memory a group tile stages: k_chunk input slices of its pixels, and of its output slices'
-        weights (float4 each)."""
+        """The local memory a group tile stages per share of its sum: k_chunk input slices of its pixels, and of
+        its output slices' weights (float4 each)."""
         if self.group_tile is None:
             return 0
         lx, ls = self.group_tile
         return 16 * self.k_chunk * (lx * self.tile_x + 4 * ls * self.tile_s)
+
+    def group_bytes(self) -> int:
+        """All the local memory a group tile uses: ``k_split`` shares staged, or the shares' sums it adds up."""
+        if self.group_tile is None:
+            return 0
+        lx, ls = self.group_tile
+        return self.k_split * max(self.local_bytes(), 16 * lx * ls * self.tile_x * self.tile_s)
 
     def lane_problems(self) -> list[str]:
         if self.lanes in (8, 16) and not positive_int("tile_s", self.tile_s) and self.tile_s % (self.lanes // 4):
@@ -219,10 +233,15 @@ class GroupTiled:
                 and not any(positive_int("", v) for v in self.group_tile)):
             return None
         bad = []
-        if self.group_tile[0] * self.group_tile[1] > MAX_GROUP:
-            bad.append(f"a group tile of {self.group_tile[0] * self.group_tile[1]} work-items is over {MAX_GROUP}")
-        if self.local_bytes() > LOCAL_TILE_BYTES and not positive_int("", self.k_chunk):
-            bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over {LOCAL_TILE_BYTES}")
+        items = self.group_tile[0] * self.group_tile[1] * self.k_split
+        if items > MAX_GROUP:
+            bad.append(f"a group tile of {items} work-items is over {MAX_GROUP}")
+        if not positive_int("", self.k_chunk):
+            if self.local_bytes() > LOCAL_TILE_BYTES:
+                bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over {LOCAL_TILE_BYTES}")
+            elif self.group_bytes() > LOCAL_GROUP_BYTES:
+                bad.append(f"the group tile's {self.k_split} shares use {self.group_bytes()} bytes of local memory, "
+                           f"over {LOCAL_GROUP_BYTES}")
         return bad
 
 
@@ -269,6 +288,10 @@ class ConvKnobs(GroupTiled, Knobs):
     # input slices, kernels.conv.im2col_stage) and its slices' weights in local memory per step
     group_tile: tuple | None = None
     k_chunk: int = 8
+    # the group tile's sum split among k_split work-items per output (the work-group's dimension 1): each sums
+    # its k_chunk of the k_split * k_chunk slices staged per step, and the shares are added in local memory
+    # before the stores
+    k_split: int = 1
     split: int = 1  # work-items summing one output slice together (a one-pixel pointwise conv: ConvShape.split_ok)
     # the direct kernel reads its weights from a read-only image (the texture path; float4 accumulators) instead
     # of a buffer: where the device has images
@@ -348,9 +371,11 @@ class ConvKnobs(GroupTiled, Knobs):
         if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
-            del space["group_tile"], space["k_chunk"]
+            del space["group_tile"], space["k_chunk"], space["k_split"]
         else:
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]
+            if not shape.gpu:  # (a GPU's variant: a CPU runtime's work-items are not what its sum waits on)
+                del space["k_split"]
         return space
 
     def problems(self, shape: ConvShape) -> list[str]:
@@ -373,6 +398,9 @@ class ConvKnobs(GroupTiled, Knobs):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
         bad += positive_int("k_chunk", self.k_chunk) + one_of("split", self.split, CONV_SPACE["split"])
+        bad += one_of("k_split", self.k_split, CONV_SPACE["k_split"])
+        if self.k_split != 1 and self.group_tile is None:
+            bad.append("k_split splits a group tile's sum: it needs a group_tile")
         bad += one_of("image_weights", self.image_weights, (False, True)) + one_of("half_math", self.half_math,
                                                                                   (False, True))
         if self.half_math is True:
@@ -616,50 +644,78 @@ def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "
 
 
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
-                       stage: GroupStage | None = None, half_math: bool = False) -> str:
+                       stage: GroupStage | None = None, half_math: bool = False, ks: int = 1) -> str:
     """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
     input slices of a pointwise conv by default): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
     the matching weights (``weights_oi4`` padded to ls*ts output slices) in local memory, every work-item loading
     its share, and each work-item accumulates tx pixels (lx apart) by ts slices from there. ``half_math`` (an FP16
     plan): the tiles are staged as half4 (half the local memory traffic) and the sums are half accumulators;
-    bias, activation and what follows in float."""
+    bias, activation and what follows in float. ``ks`` (``ConvKnobs.k_split``): ks work-items (the work-group's
+    dimension 1) share each output's sum, the group staging ks * kc slices per step and share z summing slices
+    z*kc.. of them; at the end each adds its sums to local memory, and share 0 adds them up and stores."""
     px, so, nt = lx * tx, ls * ts, lx * ls
     vt = "half4" if half_math else "float4"
     zero = f"({vt})(0.0f)"
     wload = (lambda at: f"vload4({at}, wts)") if half_math else (lambda at: f"LD4(wts, {at})")
-    ep_code, head = _gemm_head(name, (lx, 1, ls), epilogue, stage.params if stage else "")
-    lines = [*head,
-             f"  __local {vt} xs[{kc * px}];",
-             f"  __local {vt} ws[{so * kc * 4}];",
-             "  const int lx = get_local_id(0); const int ls = get_local_id(2);",
-             f"  const int lid = ls * {lx} + lx;",
-             f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
-             "  const int b = get_global_id(1);"]
+    ep_code, head = _gemm_head(name, (lx, ks, ls), epilogue, stage.params if stage else "")
+    if ks == 1:
+        lines = [*head,
+                 f"  __local {vt} xs[{kc * px}];",
+                 f"  __local {vt} ws[{so * kc * 4}];",
+                 "  const int lx = get_local_id(0); const int ls = get_local_id(2);",
+                 f"  const int lid = ls * {lx} + lx;",
+                 f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
+                 "  const int b = get_global_id(1);"]
+        kz = ""
+    else:
+        staged = ks * kc * (px + so * 4)
+        lines = [*head,
+                 f"  __local {vt} lm[{max(staged, ks * nt * ts * tx)}];",
+                 f"  __local {vt}* xs = lm; __local {vt}* ws = lm + {ks * kc * px};",
+                 "  const int lx = get_local_id(0); const int kz = get_local_id(1); const int ls = get_local_id(2);",
+                 f"  const int lid = (kz * {ls} + ls) * {lx} + lx;",
+                 f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
+                 "  const int b = get_group_id(1);"]
+        kz = f"kz * {kc} + "
     for a in range(ts):
         for t in range(tx):
             lines.append(f"  {vt} acc{a}_{t} = {zero};")
-    lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {kc}) {{",
-              f"    for (int e = lid; e < {kc * px}; e += {nt}) {{",
+    step, items, wsize = ks * kc, nt * ks, so * kc * 4
+    lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {step}) {{",
+              f"    for (int e = lid; e < {step * px}; e += {items}) {{",
               f"      const int kc = e / {px}; const int p = p0 + e % {px};",
               *_group_stage_lines(sin, pixels, stage, half_math),
               "    }",
-              f"    for (int e = lid; e < {so * kc * 4}; e += {nt}) {{",
-              f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};",
-              f"      ws[e] = k0 + kc < {sin} ? {wload(f'((S0 + o) * {sin} + k0 + kc) * 4 + e % 4')} : {zero};",
+              f"    for (int e = lid; e < {ks * wsize}; e += {items}) {{"]
+    if ks == 1:
+        lines.append(f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};")
+    else:  # (share z's weights: ws[z * wsize..], each output slice's kc slices in a row as without shares)
+        lines.append(f"      const int o = (e % {wsize}) / {kc * 4}; const int kc = e / {wsize} * {kc} + (e / 4) % {kc};")
+    lines += [f"      ws[e] = k0 + kc < {sin} ? {wload(f'((S0 + o) * {sin} + k0 + kc) * 4 + e % 4')} : {zero};",
               "    }",
               "    barrier(CLK_LOCAL_MEM_FENCE);",
               f"    for (int kc = 0; kc < {kc}; ++kc) {{"]
     for t in range(tx):
-        lines.append(f"      const {vt} x{t} = xs[kc * {px} + lx + {t * lx}];")
+        lines.append(f"      const {vt} x{t} = xs[({kz}kc) * {px} + lx + {t * lx}];" if ks > 1 else
+                     f"      const {vt} x{t} = xs[kc * {px} + lx + {t * lx}];")
     for a in range(ts):
-        lines.append(f"      const int wb{a} = ((ls * {ts} + {a}) * {kc} + kc) * 4;")
+        lines.append(f"      const int wb{a} = ((ls * {ts} + {a}) * {kc} + kc) * 4;" if ks == 1 else
+                     f"      const int wb{a} = kz * {wsize} + ((ls * {ts} + {a}) * {kc} + kc) * 4;")
         lines.append(f"      const {vt} w{a}_0 = ws[wb{a}], w{a}_1 = ws[wb{a} + 1], w{a}_2 = ws[wb{a} + 2], "
                      f"w{a}_3 = ws[wb{a} + 3];")
         for t in range(tx):
             lines.append(f"      acc{a}_{t} = mad(({vt})(x{t}.x), w{a}_0, mad(({vt})(x{t}.y), w{a}_1, "
                          f"mad(({vt})(x{t}.z), w{a}_2, mad(({vt})(x{t}.w), w{a}_3, acc{a}_{t}))));")
     lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
+    if ks > 1:  # the shares' sums: each its own, then share 0 adds the others' (the staging is done with)
+        mine = f"(lid * {ts * tx}"
+        lines += [f"  lm[{mine} + {a * tx + t})] = acc{a}_{t};" for a in range(ts) for t in range(tx)]
+        lines += ["  barrier(CLK_LOCAL_MEM_FENCE);", "  if (kz != 0) return;",
+                  f"  for (int z = 1; z < {ks}; ++z) {{"]
+        lines += [f"    acc{a}_{t} += lm[((z * {nt} + lid) * {ts * tx}) + {a * tx + t}];"
+                  for a in range(ts) for t in range(tx)]
+        lines.append("  }")
     for a in range(ts):
         s_expr = f"(S0 + ls * {ts} + {a})"
         lines.append(f"  if ({s_expr} < {sout}) {{")
@@ -714,10 +770,11 @@ def _broadcast_source(name, *, pixels, sin, sout, batch, tx, ls, act, cout, exte
     return "\n".join(L)
 
 
-def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx: int, ts: int) -> tuple:
+def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx: int, ts: int, ks: int = 1) -> tuple:
     """(global size, work-group, output slices the weights and bias are padded to) of a ``_group_tile_source``
-    kernel: whole work-groups of lx x ls covering the pixels (tx each) and output slices (ts each) of each image."""
-    return (-(-pixels // (lx * tx)) * lx, batch, -(-sout // (ls * ts)) * ls), (lx, 1, ls), ls * ts
+    kernel: whole work-groups of lx x ks x ls covering the pixels (tx each) and output slices (ts each) of each
+    image (ks: the shares of each sum, ``ConvKnobs.k_split``)."""
+    return (-(-pixels // (lx * tx)) * lx, batch * ks, -(-sout // (ls * ts)) * ls), (lx, ks, ls), ls * ts
 
 
 def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
@@ -789,8 +846,9 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                                                   dw=dw, pt=pt, pl=pl)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
                                  lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage,
-                                 half_math=knobs.half_math)
-        gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts)
+                                 half_math=knobs.half_math, ks=knobs.k_split)
+        gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
+                                            ks=knobs.k_split)
     else:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
