@@ -112,11 +112,13 @@ bench() {
 sweep() {
     # each kernel's best point becomes this device's shipped records (tflgpu/data/tuning), read by later steps
     mkdir -p tflgpu/data/tuning
-    local models=${SWEEP_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite deeplab_mnv2_257.tflite
+    # (SWEEP_POINTWISE: lone 1x1 convs, HxWxCINxCOUT, swept too; SWEEP_MODELS= none of the models)
+    local models=${SWEEP_MODELS-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite deeplab_mnv2_257.tflite
                                   posenet_mnv1_257.tflite ssd_mnv2_300.tflite unet_small_256.tflite}
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046,SC2086
     python3 bench/gpu_sweep.py --out "$OUT/sweep.jsonl" --deadline-s "${SWEEP_DEADLINE_S:-300}" \
-        --records "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" $(printf "$M/%s " $models)
+        --records "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" $(for m in $models; do echo "$M/$m"; done) \
+        ${SWEEP_POINTWISE:+--pointwise $SWEEP_POINTWISE}
     cp "tflgpu/data/tuning/${RECORDS_NAME:-gpu}.json" "$OUT/"
 }
 

@@ -5,6 +5,10 @@ is fitted from, gathered in one run (on a lent GPU, where time is short and a bu
 points). Prints one line per kernel (shape, default, best point) and writes every timing as JSON lines.
 
     python bench/gpu_sweep.py MODEL... [--out sweep.jsonl] [--deadline-s 300] [--device D]
+    python bench/gpu_sweep.py --pointwise 7x7x960x160 14x14x576x96 ...   (lone 1x1 convs: HxWxCINxCOUT)
+
+(``--pointwise``: convs a model's plan launches inside composite steps, which the sweep does not time, as
+one-conv models: the pointwise GEMM points, the sum's splits among them, at the shapes given.)
 """
 
 from __future__ import annotations
@@ -64,9 +68,27 @@ def points(task) -> list[dict]:
     return POINTS["conv"] + (POINTS["implicit GEMM"] if "group_tile" in task.space else [])
 
 
+def pointwise_model(h: int, w: int, cin: int, cout: int) -> bytes:
+    """A model of one 1x1 CONV_2D (seeded weights) on an h x w x cin input."""
+    import numpy as np
+
+    from tflgpu.model.builder import ModelBuilder
+
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, h, w, cin))
+    wts = b.const("w", rng.standard_normal((cout, 1, 1, cin)).astype(np.float32) / np.sqrt(cin))
+    bias = b.const("b", rng.standard_normal(cout).astype(np.float32))
+    y = b.tensor("y", (1, h, w, cout))
+    b.op("CONV_2D", [x, wts, bias], [y], padding="VALID", stride_w=1, stride_h=1, fused_activation_function="RELU6")
+    b.output(y)
+    return b.build()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs="+")
+    p.add_argument("models", nargs="*")
+    p.add_argument("--pointwise", nargs="*", default=[], metavar="HxWxCINxCOUT")
     p.add_argument("--out", default="sweep.jsonl")
     p.add_argument("--deadline-s", type=float, default=300.0)
     p.add_argument("--device", default=None)
@@ -121,7 +143,15 @@ def main() -> int:
         return []
 
     rt.tune_tasks = sweep
-    for m in args.models:
+    models = list(args.models)
+    if args.pointwise:
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="gpu_sweep_"))
+        for dims in args.pointwise:
+            models.append(tmp / f"pointwise_{dims}.tflite")
+            models[-1].write_bytes(pointwise_model(*map(int, dims.split("x"))))
+    for m in models:
         if time.perf_counter() > end:
             break
         print(f"# {Path(m).name}", flush=True)
