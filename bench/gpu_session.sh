@@ -45,6 +45,11 @@
 #   ANATOMY_MODELS="mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite deeplab_mnv2_257.tflite
 #   ssd_mnv2_300.tflite" bash bench/gpu_session.sh gputests ab
 # then, with the variants that won made the default, `bench` over every float corpus model (BENCH_MODELS unset).
+# That call (2026-11-27, H100): neither fused blocks (0.73x) nor fused expansions (0.34x) nor work-groups (1.00x)
+# paid; the deep pointwise convs' serial sums did (k_split: 7x7 960 -> 160 39 -> 14 us, SWEEP_MODELS=
+# SWEEP_POINTWISE="7x7x960x160 ..." RECORDS_NAME=pointwise-split, 68 s). Next: `bench` of MobileNet v1 / v2 with
+# the split default and records (its effect end to end), then a sweep of the other models' deep pointwise shapes
+# (DeepLab, SSD, PoseNet) into the shipped records, whose older entries there still hold unsplit tiles.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

@@ -161,6 +161,10 @@ def test_defaults_follow_the_measured_heuristic():
     assert [(k.group_tile, k.split, k.tile_x, k.tile_s, k.strided, k.lanes) for k in gpu] == [
         ((32, 8), 1, 1, 1, False, 4), (None, 32, 1, 1, False, 4),
         (None, 1, 2, 1, True, 4), (None, 1, 2, 1, True, 4)]
+    # from 128 input channels the GEMM's sum in 4 shares, 16 px x 4 slices a group
+    deep = [ConvKnobs.default(replace(CONV_1X1, sin=sin, **GPU)) for sin in (31, 32)]
+    assert [(k.group_tile, k.k_split, k.k_chunk) for k in deep] == [((32, 8), 1, 8), ((16, 4), 4, 8)]
+    assert ConvKnobs.resolve(replace(CONV_1X1, sin=240, **GPU)).group_bytes() <= 32 * 1024
     assert FullyConnectedKnobs.default(FcShape(250, gpu=True)).split == 32
     assert (DepthwiseKnobs.default(DepthwiseShape(14, 8, **GPU)).tile_x, DepthwiseKnobs.default(
         DepthwiseShape(14, 8, **GPU)).slices) == (1, 1)

@@ -245,6 +245,9 @@ class GroupTiled:
         return bad
 
 
+# a GPU's pointwise GEMM shares each output's sum among work-items (ConvKnobs.k_split) from this many input slices
+DEEP_GEMM_SLICES = 32
+
 # a 16-lane device's pointwise tiles: 4 px by 16 or 8 slices from this many input slices and pixels, else 4 slices
 # by 4-8 pixels
 DEEP_POINTWISE_SLICES = 16
@@ -328,11 +331,19 @@ class ConvKnobs(GroupTiled, Knobs):
         point in geomean (1.25x at worst), where the CPU tiles above ran 3-10x slower (7x7 1024->1024: 439 vs
         43 us) for lack of work-items; a one-pixel pointwise conv (MobileNet v1's classifier) splits its sum
         over 32 work-items; other convs 2 strided pixels by one slice (MobileNet v1's stem 16.4 -> 11.3 us).
+        From 128 input channels the GEMM's sum is shared by 4 work-items per output in groups of 16 pixels x 4
+        slices (``k_split``): in a sweep of 15 MobileNet v1 / v2 pointwise shapes on an H100 (bench/gpu_sweep.py
+        --pointwise, 17 points each) that point came within 1.07x of each shape's best in geomean (1.23x at worst)
+        where the unsplit 32 x 8 tile was 1.53x off (2.76x): 7x7 960 -> 160 39.0 -> 16.5 us, 7x7 1024 -> 1024 42.0
+        -> 21.9, 14x14 576 -> 96 26.8 -> 12.8; at 96 channels (14x14 96 -> 576) the unsplit tile stays ahead,
+        12.8 against 14.4.
         """
         if shape.gpu:
             if shape.split_ok and not shape.dense:
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, split=32)
             if shape.pointwise and not shape.whole_pixel and not shape.dense:
+                if shape.sin >= DEEP_GEMM_SLICES:
+                    return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(16, 4), k_chunk=8, k_split=4)
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
             return cls(tile_x=2, tile_s=1, lanes=4, vec_hint=None, strided=True)
         if shape.float_lanes >= 16 and shape.sout >= 4:
