@@ -22,7 +22,7 @@ from pathlib import Path
 OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TFLGPU_SEPARABLE_CONV")
 GEMM = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None, "strided": False}  # (GPU default: strided)
 POINTS = {
-    "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts)
+    "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts, k_split=1)  # (the default may split)
                   for g, tx, ts, kc in (((32, 8), 1, 1, 8), ((16, 4), 1, 1, 8), ((32, 2), 1, 1, 8), ((16, 4), 2, 2, 16),
                                         ((8, 8), 4, 1, 8), ((16, 16), 1, 1, 8), ((8, 8), 1, 1, 8), ((32, 2), 2, 2, 8),
                                         ((32, 8), 1, 1, 16), ((32, 8), 1, 1, 4))]
