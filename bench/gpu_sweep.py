@@ -49,6 +49,9 @@ POINTS = {
                  + [{"fused": True, "group_tile": g, "k_chunk": kc, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1,
                      "whole": False} for g, tx, ts, kc in (((32, 8), 1, 1, 8), ((16, 4), 1, 1, 8), ((8, 8), 1, 1, 8),
                                                            ((64, 4), 1, 1, 8), ((32, 8), 1, 1, 4), ((16, 4), 2, 2, 4))]
+                 + [{"fused": True, "group_tile": g, "k_chunk": kc, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1,
+                     "whole": False, "k_split": ks} for g, kc, ks in (((16, 4), 8, 4), ((8, 8), 8, 4), ((8, 8), 4, 4),
+                                                                      ((16, 4), 4, 2))]
                  + [{"fused": True, "group_tile": None, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1, "whole": False}
                     for tx, ts in ((1, 1), (2, 1), (1, 2))],
 }

@@ -139,6 +139,15 @@ def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
     without = {k: v for k, v in space.items() if k != "k_split"}
     assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
     assert kernel_family("CONV_2D", [spec(space)], False) != kernel_family("CONV_2D", [spec(without)], True)
+    # the separable block's group tile (its sum over the depthwise slices) alike; not its direct kernel
+    from tflgpu.kernels.separable import SeparableKnobs, SeparableShape
+
+    block = SeparableShape(sin=64, sout=64, ow=14, float_lanes=1, gpu=True, pixels=196)
+    assert SeparableKnobs.space(block)["k_split"] == [1, 2, 4]
+    assert "k_split" not in SeparableKnobs.space(replace(block, gpu=False, float_lanes=16))
+    assert SeparableKnobs.resolve(block, {"group_tile": (8, 8), "k_split": 4}).group_bytes() <= 32 * 1024
+    with pytest.raises(InvalidKnobs, match="not with the direct fused kernel"):
+        SeparableKnobs.resolve(block, {"group_tile": None, "k_split": 2})
 
 
 def test_defaults_follow_the_measured_heuristic():

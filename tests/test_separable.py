@@ -115,12 +115,14 @@ POINTS = {  # knobs -> kernels launched for the block
                                "group_tile": (8, 8), "k_chunk": 4}, 1),
     "group tile 8x8 by 2x2, half math": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1,
                                           "whole": False, "group_tile": (8, 8), "k_chunk": 4, "half_math": True}, 1),
+    "group tile 8x8, sum in 4 shares": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False,
+                                         "group_tile": (8, 8), "k_chunk": 4, "k_split": 4}, 1),
     "unfused": ({"fused": False}, 2),
 }
 # the points an FP16 plan is checked at: each variant once (the others differ from them in indexing only, which
 # the FP32 cases check) and the half sums
 FP16_POINTS = {"direct 2x2 8 lanes, 2 slices", "whole 8x4", "group tile 8x8 by 2x2", "group tile 8x8 by 2x2, half math",
-               "unfused"}
+               "group tile 8x8, sum in 4 shares", "unfused"}
 
 BLOCKS = {  # separable_model arguments
     "stride 1 SAME": {},

@@ -25,6 +25,7 @@ from ..graph.passes import SEPARABLE_CONV
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
 from .conv import (
+    CONV_SPACE,
     NEEDS_FP16_PLAN,
     GroupStage,
     GroupTiled,
@@ -76,6 +77,9 @@ class SeparableKnobs(GroupTiled, Knobs):
     # (LX, LS): the group-tile variant (kernels.conv.ConvKnobs.group_tile), staging k_chunk depthwise slices a step
     group_tile: tuple | None = None
     k_chunk: int = 8
+    # the group tile's sum (the block's depthwise slices) shared by k_split work-items per output
+    # (kernels.conv.ConvKnobs.k_split): a GPU's variant
+    k_split: int = 1
     # FP16 arithmetic in the group tile's pointwise sum (kernels.conv.ConvKnobs.half_math): an FP16 plan on a GPU
     half_math: bool = False
 
@@ -121,6 +125,8 @@ class SeparableKnobs(GroupTiled, Knobs):
         space["per"] = [v for v in SEPARABLE_SPACE["per"] if shape.sin % v == 0]
         if shape.fp16 and shape.gpu:  # (a GPU's variant: a CPU runtime emulates half)
             space["half_math"] = [False, True]
+        if shape.gpu:  # (a GPU's variant, as CONV_2D's)
+            space["k_split"] = list(CONV_SPACE["k_split"])
         return space
 
     @classmethod
@@ -138,7 +144,8 @@ class SeparableKnobs(GroupTiled, Knobs):
         bad += one_of("lanes", self.lanes, SEPARABLE_SPACE["lanes"])
         bad += one_of("per", self.per, SEPARABLE_SPACE["per"]) + one_of("k_chunk", self.k_chunk,
                                                                         SEPARABLE_SPACE["k_chunk"])
-        bad += one_of("half_math", self.half_math, (False, True))
+        bad += one_of("half_math", self.half_math, (False, True)) + one_of("k_split", self.k_split,
+                                                                           CONV_SPACE["k_split"])
         if self.half_math is True and not shape.fp16:
             bad.append(NEEDS_FP16_PLAN)
         if bad:
@@ -155,8 +162,8 @@ class SeparableKnobs(GroupTiled, Knobs):
             if self.lanes != 4 or self.per != 1 or self.whole:
                 bad.append("a group tile stages float4 slices: lanes 4, per 1, not whole")
             bad += tile_bad
-        elif self.half_math:
-            bad.append("FP16 arithmetic is the group tile's: not with the direct fused kernel")
+        elif self.half_math or self.k_split != 1:
+            bad.append("FP16 arithmetic and a split sum are the group tile's: not with the direct fused kernel")
         return bad
 
 
@@ -302,8 +309,9 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
         tx, ts = knobs.tile_x, knobs.tile_s
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
                                  kc=knobs.k_chunk, act=act_pw, cout=cout, epilogue=ep,
-                                 stage=_depthwise_stage(g, sin, act_dw), half_math=knobs.half_math)
-        gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts)
+                                 stage=_depthwise_stage(g, sin, act_dw), half_math=knobs.half_math, ks=knobs.k_split)
+        gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
+                                            ks=knobs.k_split)
         dw_per = 1
     else:
         tx, ts, dw_per = knobs.tile_x, knobs.tile_s, knobs.per
