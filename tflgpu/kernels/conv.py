@@ -204,7 +204,7 @@ class GroupTiled:
     """What knobs with register tiles (``tile_x``, ``tile_s``, ``lanes``) and an optional group tile (``group_tile``,
     ``k_chunk``: kernels.conv's local-memory GEMM) check alike: CONV_2D's and the separable conv's."""
 
-    k_split = 1  # (ConvKnobs.k_split: the separable conv's group tile does not split its sum)
+    k_split = 1  # (a knob of CONV_2D's and the separable conv's: TRANSPOSE_CONV's group tile does not split its sum)
 
     def local_bytes(self) -> int:
         """The local memory a group tile stages per share of its sum: k_chunk input slices of its pixels, and of
@@ -678,7 +678,6 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
                  f"  const int lid = ls * {lx} + lx;",
                  f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
                  "  const int b = get_global_id(1);"]
-        kz = ""
     else:
         staged = ks * kc * (px + so * 4)
         lines = [*head,
@@ -688,11 +687,12 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
                  f"  const int lid = (kz * {ls} + ls) * {lx} + lx;",
                  f"  const int p0 = get_group_id(0) * {px}; const int S0 = get_group_id(2) * {so};",
                  "  const int b = get_group_id(1);"]
-        kz = f"kz * {kc} + "
     for a in range(ts):
         for t in range(tx):
             lines.append(f"  {vt} acc{a}_{t} = {zero};")
     step, items, wsize = ks * kc, nt * ks, so * kc * 4
+    # (share kz's slice kc of a step, in the staged input and weights; ks == 1: the code from before there were shares)
+    k_at, w_at = ("kc", "") if ks == 1 else (f"(kz * {kc} + kc)", f"kz * {wsize} + ")
     lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {step}) {{",
               f"    for (int e = lid; e < {step * px}; e += {items}) {{",
               f"      const int kc = e / {px}; const int p = p0 + e % {px};",
@@ -708,11 +708,9 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
               "    barrier(CLK_LOCAL_MEM_FENCE);",
               f"    for (int kc = 0; kc < {kc}; ++kc) {{"]
     for t in range(tx):
-        lines.append(f"      const {vt} x{t} = xs[({kz}kc) * {px} + lx + {t * lx}];" if ks > 1 else
-                     f"      const {vt} x{t} = xs[kc * {px} + lx + {t * lx}];")
+        lines.append(f"      const {vt} x{t} = xs[{k_at} * {px} + lx + {t * lx}];")
     for a in range(ts):
-        lines.append(f"      const int wb{a} = ((ls * {ts} + {a}) * {kc} + kc) * 4;" if ks == 1 else
-                     f"      const int wb{a} = kz * {wsize} + ((ls * {ts} + {a}) * {kc} + kc) * 4;")
+        lines.append(f"      const int wb{a} = {w_at}((ls * {ts} + {a}) * {kc} + kc) * 4;")
         lines.append(f"      const {vt} w{a}_0 = ws[wb{a}], w{a}_1 = ws[wb{a} + 1], w{a}_2 = ws[wb{a} + 2], "
                      f"w{a}_3 = ws[wb{a} + 3];")
         for t in range(tx):
@@ -720,11 +718,10 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
                          f"mad(({vt})(x{t}.z), w{a}_2, mad(({vt})(x{t}.w), w{a}_3, acc{a}_{t}))));")
     lines += ["    }", "    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
     if ks > 1:  # the shares' sums: each its own, then share 0 adds the others' (the staging is done with)
-        mine = f"(lid * {ts * tx}"
-        lines += [f"  lm[{mine} + {a * tx + t})] = acc{a}_{t};" for a in range(ts) for t in range(tx)]
+        lines += [f"  lm[lid * {ts * tx} + {a * tx + t}] = acc{a}_{t};" for a in range(ts) for t in range(tx)]
         lines += ["  barrier(CLK_LOCAL_MEM_FENCE);", "  if (kz != 0) return;",
                   f"  for (int z = 1; z < {ks}; ++z) {{"]
-        lines += [f"    acc{a}_{t} += lm[((z * {nt} + lid) * {ts * tx}) + {a * tx + t}];"
+        lines += [f"    acc{a}_{t} += lm[(z * {nt} + lid) * {ts * tx} + {a * tx + t}];"
                   for a in range(ts) for t in range(tx)]
         lines.append("  }")
     for a in range(ts):
