@@ -7,8 +7,9 @@ points). Prints one line per kernel (shape, default, best point) and writes ever
     python bench/gpu_sweep.py MODEL... [--out sweep.jsonl] [--deadline-s 300] [--device D]
     python bench/gpu_sweep.py --pointwise 7x7x960x160 14x14x576x96 ...   (lone 1x1 convs: HxWxCINxCOUT)
 
-(``--pointwise``: convs a model's plan launches inside composite steps, which the sweep does not time, as
-one-conv models: the pointwise GEMM points, the sum's splits among them, at the shapes given.)
+(``--pointwise``: 1x1 convs at the shapes given, each as a one-conv model, at the pointwise GEMM's points and
+the sum's splits among them; a model's own pointwise convs, which a GPU plan launches inside composite steps,
+are swept as those steps' parts.)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -146,8 +148,6 @@ def main() -> int:
         return []
 
     rt.tune_tasks = sweep
-    import tempfile
-
     tmp = Path(tempfile.mkdtemp(prefix="gpu_sweep_"))
     models = list(args.models)
     if args.pointwise:
