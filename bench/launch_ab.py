@@ -16,7 +16,10 @@ one kernel), each as a whole plan, interleaved in one process (medians of ``--ro
 - expansions: the start plan built with ``GpuDelegate(fuse_expansions=True)``: each separable block and the
   pointwise conv expanding its output (the next MobileNet v2 block's first conv) as one kernel
   (kernels.separable_expand), one launch per such block instead of two;
-- all: expansions, every split block fused, and the work-groups.
+- all: expansions, every split block fused, and the work-groups;
+- unpacked: the start plan with each constant array its own buffer, as generated (kernels.program.PACK_CONSTANTS
+  off): a launch then takes 2-3 more buffers (a separable block's, 7 instead of 4), which NVIDIA's enqueue
+  charges for (11.4 us at 4 buffers, 13.0 at 7 on an H100).
 
 Each variant's outputs are checked against the start's. What it tells: whether fewer launches pay for more kernel
 time (fused), and whether a work-group chosen here costs the kernels more than it saves the host (work-groups).
@@ -58,14 +61,21 @@ def main() -> int:
     from tflgpu.runtime.icd import ensure_icd_vendors
 
     ensure_icd_vendors()
+    import pyopencl as cl
+
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.benchmark import interleaved_ms, reference_inputs
+    from tflgpu.kernels import program
     from tflgpu.runtime.upgrades import retune_steps
 
     for m in a.models:
-        def made(fused: dict | None, groups: bool, expansions: bool = False, m=m):
-            it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
-                                                     cache=False, fuse_expansions=expansions))
+        def made(fused: dict | None, groups: bool, expansions: bool = False, packed: bool = True, m=m):
+            program.PACK_CONSTANTS = packed  # (read where a plan compiles and binds its kernels)
+            try:
+                it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
+                                                         cache=False, fuse_expansions=expansions))
+            finally:
+                program.PACK_CONSTANTS = True
             it.allocate_tensors()
             details = it.get_input_details()
             for d, x in zip(details, reference_inputs(details)):
@@ -83,12 +93,14 @@ def main() -> int:
                         if spec.local_size is None:
                             spec.local_size = work_group(spec.global_size)
                             given += 1
-            return it, plan.launch_count(), len(split), given
+            buffers = [sum(isinstance(v, cl.MemoryObjectHolder) for v in args) for step in plan.io.args.values()
+                       for args in step]
+            return it, plan.launch_count(), len(split), given, sum(buffers) / max(len(buffers), 1)
 
         fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
         variants = {"start": made(None, False), "fused": made(fused, False), "fused, 4 slices": made(wide, False),
                     "work-groups": made(None, True), "both": made(fused, True), "expansions": made(None, False, True),
-                    "all": made(fused, True, True)}
+                    "all": made(fused, True, True), "unpacked": made(None, False, packed=False)}
         outs = {}
         for name, (it, *_) in variants.items():
             it.invoke()
@@ -97,11 +109,11 @@ def main() -> int:
         base = ms[0]
         print(f"## {m.split('/')[-1]} ({variants['start'][0].gpu_plan.device.identity.device}), ms, "
               f"interleaved, median of {a.rounds}")
-        for (name, (_, launches, split, given)), t in zip(variants.items(), ms):
+        for (name, (_, launches, split, given, buffers)), t in zip(variants.items(), ms):
             err = max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
                       for x, y in zip(outs[name], outs["start"]))
-            print(f"  {name}: {t:.3f} ({base / t:.2f}x the start; {launches} launches, {split} split blocks seen, "
-                  f"{given} work-groups given; outputs within {err:.2g} of the start's)")
+            print(f"  {name}: {t:.3f} ({base / t:.2f}x the start; {launches} launches, {buffers:.1f} buffers each, "
+                  f"{split} split blocks seen, {given} work-groups given; outputs within {err:.2g} of the start's)")
     return 0
 
 

@@ -90,7 +90,9 @@ def main() -> int:
 def arguments(cl, ctx, q, per_call) -> None:
     """An empty kernel's enqueue by what it takes: 1, 4 or 8 buffers (a plan's kernels take 3-6), sub-buffers of one
     buffer instead, one buffer made on host memory (CL_MEM_USE_HOST_PTR), a work-group size and three dimensions
-    (as the group tiles launch): which of these a driver's per-launch cost grows with."""
+    (as the group tiles launch), and one buffer with an int offset per array instead of 4 or 8 buffers (what
+    binding a plan's tensors as offsets into one arena would make of its launches; its constants are one buffer
+    already, kernels.program.const_pack): which of these a driver's per-launch cost grows with."""
     from tflgpu.runtime.transfers import aligned_empty
 
     def kernel(n: int):
@@ -120,6 +122,17 @@ def arguments(cl, ctx, q, per_call) -> None:
                 held.append(whole.get_sub_region(i * 4096, 4096))
                 k.set_arg(i, held[-1])
             rows["4 sub-buffers of one buffer"] = per_call(lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), None), q)
+    for n in (4, 8):  # the same reads through one buffer and n int offsets
+        params = ", ".join(["__global uchar* m"] + [f"int o{i}" for i in range(n)])
+        body = " + ".join(f"((__global float*)(m + o{i}))[1]" for i in range(n))
+        k = cl.Program(ctx, f"__kernel void k({params}) {{ if (get_global_id(0) == 100000) "
+                            f"((__global float*)(m + o0))[0] = {body}; }}").build().k
+        k.set_arg(0, whole)
+        for i in range(n):
+            k.set_arg(i + 1, np.int32(i * 4096))
+        rows[f"1 buffer + {n} int offsets"] = per_call(lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), None), q)
+        rows[f"1 buffer + {n} int offsets, work-group (32,)"] = per_call(
+            lambda k=k: cl.enqueue_nd_range_kernel(q, k, (32,), (32,)), q)
     print("empty kernel's enqueue by its arguments, us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in rows.items()))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.common import KernelSpec, to_slices
-from ..kernels.program import bind_kernel, build_program
+from ..kernels.program import bind_kernel, build_program, compiled_sources
 from ..ops.layout import Layout
 
 
@@ -125,7 +125,7 @@ class KernelBench:
             self.gate("compile")
         try:
             self.compiles += 1
-            program = build_program(cl, self.ctx, [s.source for s in specs], self.fp16)
+            program = build_program(cl, self.ctx, compiled_sources(specs), self.fp16)
         except cl.Error as e:
             raise CandidateRejected(f"build failed: {str(e).splitlines()[0][:160]}") from e
         bufs, outs = self._buffers(specs)

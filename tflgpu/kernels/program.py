@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import threading
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import xxhash
 
-from .common import CONST_KINDS, IMAGE_ROW, PREAMBLE, KernelSpec
+from .common import CONST_KINDS, IMAGE_ROW, PREAMBLE, KernelSpec, Uploaded
 
 log = logging.getLogger("tflgpu")
 
@@ -124,6 +126,141 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     return prg
 
 
+# A kernel's constant arrays (weights, biases) as one buffer. A driver's cost to enqueue a launch grows with the
+# memory objects it takes: on an NVIDIA H100 a plan's launches took 11.4 us at 4 buffers and 13.0 at 7
+# (bench/invoke_anatomy.py), and a host-bound plan pays that per launch. So a kernel with two or more constant
+# arrays takes one buffer holding them all and declares the pointers it had as parameters at the top of its body,
+# each at its array's byte offset in the buffer, a constant of the code (no argument takes their place: the
+# launch has fewer arguments in all). Only the argument list and those declarations change: spec.source
+# (and so each kernel's identity, tuning records, names) is the generated code; what a program holds is
+# ``compiled_sources``, what is bound ``kernel_args`` and ``kernel_name``, all three from ``const_pack``.
+PACK_CONSTANTS = True  # (bench/launch_ab.py times plans without it)
+PACK_ALIGN = 64  # bytes: each array starts on a multiple (any vector load's alignment)
+PACK_LIMIT = 128 << 20  # bytes: packed only below OpenCL's least allowed maximum allocation
+_PACKABLE = re.compile(r"^__global\s+const\s+(STORE_T|float)\s*\*\s*(?:restrict\s+)?(\w+)$")
+_TYPES = {"const": "STORE_T", "const32": "float"}
+
+
+@dataclass(frozen=True)
+class ConstPack:
+    """Which of a kernel's arguments go into its one constant buffer, and the function that takes it instead."""
+
+    args: tuple[int, ...]  # indices in spec.args of the packed arrays
+    offsets: tuple[int, ...]  # their byte offsets in the buffer (each on PACK_ALIGN)
+    size: int  # the buffer's bytes
+    # the packed function's name: one per packing, as launches sharing code may differ in which arguments are
+    # constants (an LSTM's first step reading its initial state from constant arrays) or in their sizes
+    name: str
+    generated: str  # the generated function's text in spec.source
+    function: str  # the packed function's text
+
+
+def const_pack(spec: KernelSpec) -> ConstPack | None:
+    """The packing of ``spec``'s constant arrays, or None where it has fewer than two that its code declares as
+    ``__global const STORE_T*`` ("const") or ``__global const float*`` ("const32"), or they are too large
+    together (``PACK_LIMIT``): such a kernel is compiled and bound as generated."""
+    if not PACK_CONSTANTS or sum(a.kind in _TYPES for a in spec.args) < 2:
+        return None
+    # (what the packing depends on: a step's launches share code, a long LSTM's 16,400 of them)
+    sizes = tuple((a.kind, _elements(a.value) * _stored_bytes(spec, a)) if a.kind in _TYPES else (a.kind, 0)
+                  for a in spec.args)
+    return _pack(spec.source, spec.name, sizes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pack(src: str, kernel: str, sizes: tuple[tuple[str, int], ...]) -> ConstPack | None:
+    """const_pack of a kernel function ``kernel`` in ``src`` whose arguments are of these kinds and bytes."""
+    if sum(n for _, n in sizes) + PACK_ALIGN * len(sizes) > PACK_LIMIT:
+        return None
+    m = re.search(r"\bvoid\s+" + re.escape(kernel) + r"\s*\(", src)
+    start = src.rfind("__kernel", 0, m.start()) if m is not None else -1
+    if start < 0:
+        return None
+    open_at = m.end() - 1
+    close_at, body_at = _closing(src, open_at, "()"), -1
+    if close_at > 0:
+        body_at = src.find("{", close_at)
+    end = _closing(src, body_at, "{}") if body_at > 0 and not src[close_at + 1:body_at].strip() else -1
+    params = [p.strip() for p in src[open_at + 1:close_at].split(",")]
+    if end < 0 or len(params) != len(sizes):
+        return None
+    packed, offsets, declared, at = [], [], [], 0
+    for i, (p, (kind, n)) in enumerate(zip(params, sizes)):
+        found = _PACKABLE.match(p) if kind in _TYPES else None
+        if found is None or found.group(1) != _TYPES[kind]:
+            continue
+        t, var = found.groups()
+        declared.append(f"__global const {t}* {var} = (__global const {t}*)(tflgpu_consts + {at});")
+        packed.append(i)
+        offsets.append(at)
+        at += -(-max(n, 1) // PACK_ALIGN) * PACK_ALIGN
+    if len(packed) < 2:
+        return None
+    name = f"{kernel}_c{xxhash.xxh32_hexdigest(repr((packed, offsets)).encode())}"
+    params = [p for i, p in enumerate(params) if i not in packed] + ["__global const uchar* tflgpu_consts"]
+    function = (src[start:m.start()] + f"void {name}(" + ", ".join(params) + ")" + src[close_at + 1:body_at + 1]
+                + "\n  " + "\n  ".join(declared) + src[body_at + 1:end + 1])
+    return ConstPack(tuple(packed), tuple(offsets), at, name, src[start:end + 1], function)
+
+
+def _stored_bytes(spec: KernelSpec, a) -> int:
+    """Bytes per element of a constant argument as uploaded: half for "const" in an FP16 kernel."""
+    return 2 if spec.fp16 and a.kind == "const" else 4
+
+
+def _closing(src: str, at: int, pair: str) -> int:
+    """The index of the bracket closing the one at ``at`` (generated code: no brackets in comments or strings), or
+    -1."""
+    depth = 0
+    for m in re.finditer("[" + re.escape(pair) + "]", src[at:]):
+        depth += 1 if m.group() == pair[0] else -1
+        if depth == 0:
+            return at + m.start()
+    return -1
+
+
+def _elements(value) -> int:
+    return value.size if isinstance(value, Uploaded) else int(np.asarray(value).size)
+
+
+def compiled_sources(specs: list[KernelSpec]) -> list[str]:
+    """The code a program of ``specs`` holds: each distinct source once, with a packed kernel's function
+    (``const_pack``) in place of the generated one, or beside it where one of ``specs`` launches that one as
+    generated (or where a source's other kernels call it)."""
+    sources: dict[str, tuple[dict[str, list[ConstPack]], set[str]]] = {}
+    for spec in specs:
+        packs, plain = sources.setdefault(spec.source, ({}, set()))
+        pack = const_pack(spec)
+        if pack is None:
+            plain.add(spec.name)
+        elif all(p.name != pack.name for p in packs.get(spec.name, [])):
+            packs.setdefault(spec.name, []).append(pack)
+    out = []
+    for src, (packs, plain) in sources.items():
+        for name, ps in packs.items():
+            keep = name in plain or re.search(r"\b" + re.escape(name) + r"\s*\(", src.replace(ps[0].generated, ""))
+            src = src.replace(ps[0].generated, (ps[0].generated + "\n\n" if keep else "")
+                              + "\n\n".join(p.function for p in ps), 1)
+        out.append(src)
+    return out
+
+
+def kernel_name(spec: KernelSpec) -> str:
+    """The name of ``spec``'s kernel function in a program built from ``compiled_sources``."""
+    pack = const_pack(spec)
+    return spec.name if pack is None else pack.name
+
+
+def _packed_buffer(cl, ctx, spec: KernelSpec, pack: ConstPack):
+    """One read-only buffer of ``pack``'s arrays in their storage precision, each at its offset."""
+    host = np.zeros(pack.size, np.uint8)
+    for i, at in zip(pack.args, pack.offsets):
+        a = spec.args[i]
+        values = np.ascontiguousarray(a.value, dtype=np.float16 if _stored_bytes(spec, a) == 2 else np.float32)
+        host[at:at + values.nbytes] = values.reshape(-1).view(np.uint8)
+    return cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+
+
 def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict | None = None) -> tuple[list, list]:
     """The argument values of ``spec`` (its constants uploaded in its storage precision, ``spec.fp16``);
     returns them and the constant buffers made.
@@ -132,7 +269,11 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
     mf = cl.mem_flags
     args, consts = [], []
     uploaded = {} if uploaded is None else uploaded
-    for a in spec.args:
+    pack = const_pack(spec)
+    packed = frozenset(pack.args if pack is not None else ())
+    for i, a in enumerate(spec.args):
+        if i in packed:
+            continue
         if a.kind == "tensor":
             args.append(tensor_buffer[a.value])
         elif a.kind in CONST_KINDS:  # const32: float32 whatever the storage precision
@@ -149,6 +290,12 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
             args.append(np.int32(a.value))
         else:
             args.append(np.float32(a.value))
+    if pack is not None:
+        key = ("packed", pack.name) + tuple(id(spec.args[i].value) for i in pack.args)
+        if key not in uploaded:  # (the arrays are kept with the buffer: their ids stay unique while it exists)
+            uploaded[key] = (_packed_buffer(cl, ctx, spec, pack), [spec.args[i].value for i in pack.args])
+            consts.append(uploaded[key][0])
+        args.append(uploaded[key][0])
     return args, consts
 
 
@@ -178,4 +325,4 @@ def make_kernel(cl, program, name: str, args: list):
 def bind_kernel(cl, ctx, program, spec: KernelSpec, tensor_buffer: dict) -> tuple[object, list]:
     """A kernel instance of ``spec`` with every argument set; returns it and the constant buffers it made."""
     args, consts = kernel_args(cl, ctx, spec, tensor_buffer)
-    return make_kernel(cl, program, spec.name, args), consts
+    return make_kernel(cl, program, kernel_name(spec), args), consts

@@ -21,7 +21,7 @@ from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
 from ..kernels import Target
 from ..kernels.common import CONST_KINDS, KernelSpec, relayout_cache
-from ..kernels.program import build_program, program_key
+from ..kernels.program import build_program, compiled_sources, program_key
 from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
@@ -234,8 +234,8 @@ class GpuPlan:
         tuned = tuned or {}
         steps = [StepRecord(s.op.index, s.device == "gpu", tuned[i][1] if i in tuned else s.params, s.reason)
                  for i, s in enumerate(self.steps)]
-        sources = [spec.source for i, s in enumerate(self.steps) if s.device == "gpu"
-                   for spec in (tuned[i][0] if i in tuned else s.specs)]
+        sources = compiled_sources([spec for i, s in enumerate(self.steps) if s.device == "gpu"
+                                    for spec in (tuned[i][0] if i in tuned else s.specs)])
         self.cache.save(steps, self.input_shapes, [t.shape for t in self.sg.tensors[:self.base_tensors]],
                         program_key(sources, self.fp16), self.device.identity.key(), self.precision)
         return sources

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..kernels.program import QUICK_BUILD_OPTIONS, build_program, load_binary, program_key
+from ..kernels.program import QUICK_BUILD_OPTIONS, build_program, compiled_sources, load_binary, program_key
 from .selection import Step
 from .startup import StartupClock
 
@@ -15,7 +15,7 @@ log = logging.getLogger("tflgpu")
 
 
 def step_sources(steps: list[Step]) -> list[str]:
-    return [spec.source for s in steps if s.device == "gpu" for spec in s.specs]
+    return compiled_sources([spec for s in steps if s.device == "gpu" for spec in s.specs])
 
 
 class PlanProgram:

@@ -17,7 +17,7 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..kernels.base import Target
 from ..kernels.common import boundary_grid, boundary_kernels, boundary_loops_slices, fp32_region
-from ..kernels.program import kernel_args, make_kernel
+from ..kernels.program import kernel_args, kernel_name, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
@@ -296,7 +296,7 @@ class DeviceTensors:
 
     def kernels(self, program, step: int, specs: list) -> list:
         """New kernel instances of ``program`` for a step's specs, on the arguments already uploaded for it."""
-        return [make_kernel(self.cl, program, spec.name, a) for spec, a in zip(specs, self.args[step])]
+        return [make_kernel(self.cl, program, kernel_name(spec), a) for spec, a in zip(specs, self.args[step])]
 
     def _host_arena(self, kind: str, tensors: list[int]) -> dict[int, np.ndarray]:
         """Host arrays for ``tensors``' dense buffers: views of one page-aligned host arena, which one buffer is made

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from ..kernels.common import dense_tensors
-from ..kernels.program import build_program, make_kernel
+from ..kernels.program import build_program, compiled_sources, kernel_name, make_kernel
 from .background import Background, Swap
 
 log = logging.getLogger("tflgpu")
@@ -19,7 +19,7 @@ def tier_up(bg: Background) -> None:
     instances of it for every device step. Runs at once: until it is done, the plan runs unoptimized code."""
     plan = bg.plan()
     steps = {i: list(s.specs) for i, s in enumerate(plan.steps) if s.device == "gpu"}
-    sources = [spec.source for specs in steps.values() for spec in specs]
+    sources = compiled_sources([spec for specs in steps.values() for spec in specs])
     stats: dict = {}
     program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device, stats)
     kernels = {i: plan.io.kernels(program, i, specs) for i, specs in steps.items()}
@@ -57,14 +57,14 @@ def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wa
         return
     if wait is not None:
         wait()
-    sources = [sp.source for i in steps for sp in swap.specs[i]]
+    sources = compiled_sources([sp for i in steps for sp in swap.specs[i]])
     program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
     for i in steps:
         scratch = plan.io.scratch_buffers(swap.specs[i])
         swap.scratch.update(scratch)
         args, consts = plan.io.upload_args(swap.specs[i], scratch)
         swap.args[i] = (args, consts)
-        swap.kernels[i] = [make_kernel(plan.cl, program, sp.name, a) for sp, a in zip(swap.specs[i], args)]
+        swap.kernels[i] = [make_kernel(plan.cl, program, kernel_name(sp), a) for sp, a in zip(swap.specs[i], args)]
         swap.specs[i] = [sp.uploaded() for sp in swap.specs[i]]  # (the device holds the constants now)
     plan.swaps.post(swap)
 
