@@ -50,6 +50,16 @@
 # SWEEP_POINTWISE="7x7x960x160 ..." RECORDS_NAME=pointwise-split, 68 s). Next: `bench` of MobileNet v1 / v2 with
 # the split default and records (its effect end to end), then a sweep of the other models' deep pointwise shapes
 # (DeepLab, SSD, PoseNet) into the shipped records, whose older entries there still hold unsplit tiles.
+# Since then (no GPU): a kernel's constant arrays are one buffer (kernels.program.const_pack: MobileNet v2's GPU plan
+# 4.7 -> 3.2 buffers a launch); `ab`'s "unpacked" variant times the plan without it, `launch` an empty kernel through
+# one buffer and int offsets against 4 / 8 buffers (would tensors bound as offsets into one arena pay too?). The
+# next session's first call (about 9 minutes; carry .gpu and .gl):
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; TESTS_K="shares or group_tile_variant or const_pack or
+#   packed" TESTS_LIMIT_S=90 BG_WAIT_S=60 TUNE_BUDGET_S=10 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=260
+#   BENCH_MODELS="/tmp/models/mobilenet_v1_1.0_224.tflite /tmp/models/mobilenet_v2_1.0_224.tflite" AB_LIMIT_S=150
+#   bash bench/gpu_session.sh gputests launch bench ab
+# and the second: BENCH_MODELS over the other float corpus models with BG_WAIT_S=20, then the deep pointwise sweep
+# (SWEEP_MODELS="deeplab_mnv2_257.tflite ssd_mnv2_300.tflite posenet_mnv1_257.tflite" RECORDS_NAME=more).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -131,7 +141,7 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py \
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
-        tests/test_autotune.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_autotune.py tests/test_const_pack.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }
