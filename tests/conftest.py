@@ -86,6 +86,20 @@ def corpus_model(name: str) -> Path:
     unavailable(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)", "TFLGPU_REQUIRE_CORPUS")
 
 
+def selected_steps(path, target, fp16: bool = False, fuse_expansions: bool | None = None) -> list:
+    """The device steps of a model's plan as the runtime selects them for ``target`` (a kernels.base.Target; the
+    graph transforms, shapes and placement), with the generators' defaults: nothing compiled."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.selection import KernelMaker, propagate_shapes, select, transform_graph
+
+    it = Interpreter(str(path))
+    runner = transform_graph(it.cpu_runner(), True).runner
+    sg = propagate_shapes(runner, [tuple(d["shape"]) for d in it.get_input_details()])
+    make = KernelMaker(sg, runner.consts, fp16, frozenset(runner.variables), target=target)
+    steps, _ = select(runner, make, {}, True, fuse_expansions)
+    return [s for s in steps if s.device == "gpu"]
+
+
 def litert():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -132,19 +132,13 @@ def test_every_kernel_with_two_constant_arrays_is_packed(name, gpu, opencl_devic
     import re
 
     from tflgpu.kernels import base, program
-    from tflgpu.runtime.selection import KernelMaker, propagate_shapes, select, transform_graph
 
-    from .conftest import corpus_model
+    from .conftest import corpus_model, selected_steps
 
-    it = Interpreter(str(corpus_model(name)))
-    runner = transform_graph(it.cpu_runner(), True).runner
-    sg = propagate_shapes(runner, [tuple(d["shape"]) for d in it.get_input_details()])
     target = base.Target(float_lanes=1, gpu=True, images=True) if gpu else base.Target(float_lanes=16)
     seen = 0
     for fp16 in (False, True):
-        make = KernelMaker(sg, runner.consts, fp16, frozenset(runner.variables), target=target)
-        steps, _ = select(runner, make, {}, True, gpu or None)
-        specs = [sp for s in steps if s.device == "gpu" for sp in s.specs]
+        specs = [sp for s in selected_steps(corpus_model(name), target, fp16, gpu or None) for sp in s.specs]
         for sp in specs:
             if sum(a.kind in ("const", "const32") for a in sp.args) >= 2 and "__constant " not in sp.source:
                 assert program.const_pack(sp) is not None, (sp.name, sp.source[:400])

@@ -221,14 +221,17 @@ def test_helper_functions_of_a_program_are_static(opencl_device, name):
     """Every function a program defines besides its kernels is ``static``: a plain C99 ``inline`` definition
     provides no symbol where the compiler does not inline it, and NVIDIA's OpenCL then failed the quick build
     (-cl-opt-disable) of TOPK_V2's kernel, which the Intel and PoCL compilers build. Checked on the sources of
-    every kernel of these models as a program holds them (constants packed) and the preamble they all share."""
+    every kernel of these models (as this device's target selects them, nothing compiled) as a program holds them
+    (constants packed) and the preamble they all share."""
     import re
 
-    from tflgpu.kernels import PREAMBLE
+    from tflgpu.kernels import PREAMBLE, Target
     from tflgpu.kernels.program import compiled_sources
 
-    it = Interpreter(str(corpus_model(name)), delegate=GpuDelegate(cache=False))
-    sources = [PREAMBLE] + compiled_sources([spec for s in it.gpu_plan.steps if s.device == "gpu" for spec in s.specs])
+    from .conftest import selected_steps
+
+    steps = selected_steps(corpus_model(name), Target.of(opencl_device.cl_device, opencl_device.identity.device_type))
+    sources = [PREAMBLE] + compiled_sources([spec for s in steps for spec in s.specs])
     assert len(sources) > 1
     defined = re.compile(r"^\s*((?:static\s+)?(?:inline\s+)?)[\w ]+\*?\s+\w+\s*\([^;{]*\)\s*\{", re.MULTILINE)
     helpers = [(m.group(0), m.group(1)) for src in sources for m in defined.finditer(src)
