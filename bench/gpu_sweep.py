@@ -32,7 +32,10 @@ POINTS = {
                  + [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts, k_split=ks)
                     for g, tx, ts, kc, ks in (((8, 8), 1, 1, 8, 4), ((8, 8), 1, 1, 4, 4), ((16, 4), 1, 1, 8, 4),
                                               ((32, 2), 1, 1, 8, 4), ((16, 4), 1, 2, 8, 4), ((8, 8), 1, 1, 8, 2),
-                                              ((16, 4), 1, 1, 16, 4))]
+                                              ((16, 4), 1, 1, 16, 4),
+                                              # 8 shares: where the device's work-groups take 512 work-items
+                                              ((16, 4), 1, 1, 8, 8), ((16, 4), 1, 1, 4, 8), ((8, 8), 1, 1, 4, 8),
+                                              ((32, 2), 1, 1, 4, 8))]
                  # the GEMM sharing its input through sub-group broadcasts (where the device has sub-groups)
                  + [dict(GEMM, group_tile=None, broadcast=ls, tile_x=tx) for ls in (16, 64) for tx in (1, 4)],
     "one pixel": [dict(GEMM, split=sp, tile_s=ts) for sp in (8, 16, 32, 64) for ts in (1, 2)],

@@ -779,6 +779,10 @@ def test_inference_priorities_map_to_precision():
     ((2, 5, 6, 36), 20, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4, "k_split": 2}, None),
     ((1, 12, 11, 8), 8, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8, "k_split": 4},
      (3, 3, 1, 1, "SAME")),
+    # 8 shares (a device whose work-groups take 512 work-items): 40 slices in steps of 8 x 4, six of the second step's
+    # shares past the sum; two images of 17 slices in one step of 8 x 4
+    ((1, 7, 7, 160), 40, {"group_tile": (16, 4), "tile_x": 1, "tile_s": 1, "k_chunk": 4, "k_split": 8}, None),
+    ((2, 5, 3, 68), 20, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 4, "k_split": 8}, None),
 ])
 def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     """The conv as a GEMM with local-memory tiles (a work-group stages input and weight tiles; the GPU way), a

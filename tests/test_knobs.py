@@ -123,8 +123,9 @@ def test_group_tiles_only_where_they_apply():
 
 def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
     """``k_split`` (a group tile's sum shared by k_split work-items per output): in a GPU's space wherever the group
-    tile is, not a CPU's; it counts the shares' local memory and work-items; and it is a knob added after records
-    were shipped, so a kernel's family, which finds them, is what it was without it."""
+    tile is, not a CPU's, with as many shares as the device's work-groups take; it counts the shares' local memory
+    and work-items; and it is a knob added after records were shipped, so a kernel's family, which finds them, is
+    what it was without it."""
     from tflgpu.autotune.tuner import kernel_family
     from tflgpu.kernels.common import KernelSpec
 
@@ -134,6 +135,13 @@ def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
     knobs = ConvKnobs.resolve(gpu_1x1, {"group_tile": (8, 8), "k_split": 4, "k_chunk": 8, "tile_x": 1, "tile_s": 1,
                                         "lanes": 4, "vec_hint": None})
     assert knobs.group_bytes() == 4 * 16 * 8 * (8 + 4 * 8) and ConvKnobs.default(gpu_1x1).k_split == 1
+    # 8 shares where the device's work-groups take 512 work-items or more (an H100's: 1024), not at 256
+    wide = replace(gpu_1x1, max_group=1024)
+    assert ConvKnobs.space(wide)["k_split"] == [1, 2, 4, 8]
+    eight = {"group_tile": (16, 4), "k_split": 8, "k_chunk": 8, "tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None}
+    assert ConvKnobs.resolve(wide, eight).group_bytes() == 32 * 1024
+    with pytest.raises(InvalidKnobs, match="512 work-items is over 256, the most this device's work-groups take"):
+        ConvKnobs.resolve(gpu_1x1, eight)
     space = ConvKnobs.space(gpu_1x1)
     spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
     without = {k: v for k, v in space.items() if k != "k_split"}

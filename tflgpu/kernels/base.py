@@ -31,6 +31,9 @@ class Target:
     subgroups: str | None = None
     # the device reads images (CL_DEVICE_IMAGE_SUPPORT): read-only data through the texture path
     images: bool = False
+    # the work-items a work-group may have (CL_DEVICE_MAX_WORK_GROUP_SIZE, at most 1024: what a group tile may take);
+    # the default is the smallest common one
+    max_group: int = 256
 
     @classmethod
     def of(cls, cl_device, device_type: str) -> Target:
@@ -38,7 +41,8 @@ class Target:
         exts = cl_device.extensions.split()
         sub = next((e for e in SUBGROUP_EXTENSIONS if e in exts), None)
         return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=device_type == "GPU",
-                   subgroups=sub, images=bool(cl_device.image_support))
+                   subgroups=sub, images=bool(cl_device.image_support),
+                   max_group=max(1, min(int(cl_device.max_work_group_size), 1024)))
 
 
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")  # (in order of preference)

@@ -129,8 +129,10 @@ CONV_SPACE = {
     "k_chunk": [4, 8, 16],
     # a group tile's sum split among this many work-items per output (each its share of every staged step's
     # slices, summed in local memory at the end): a GPU's variant for deep, narrow GEMMs, whose few work-groups
-    # otherwise each run the whole sum serially (on an H100, 7x7 960 -> 160 took as long as 17x17 960 -> 320)
-    "k_split": [1, 2, 4],
+    # otherwise each run the whole sum serially (on an H100, 7x7 960 -> 160 took as long as 17x17 960 -> 320).
+    # 8 only where the device's work-groups take 512 work-items (Target.max_group: an H100's take 1024): in the
+    # H100's sweep the best split point had 4 shares, the most it offered, on 13 of 15 shapes
+    "k_split": [1, 2, 4, 8],
     "image_weights": [False, True],  # the direct kernel's weights in a read-only image (where the device has images)
     "half_math": [False, True],  # the direct kernel's or the group tile's sums in half (an FP16 plan)
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
@@ -146,7 +148,7 @@ CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device
 NEEDS_FP16_PLAN = "FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)"  # (half_math)
 LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage per step of its sum
 LOCAL_GROUP_BYTES = 32 * 1024  # local memory a group tile may use in all (OpenCL 1.2's guaranteed minimum)
-MAX_GROUP = 256  # work-items per group tile (the smallest common CL_DEVICE_MAX_WORK_GROUP_SIZE)
+MAX_GROUP = 256  # work-items per group tile where the device's limit is not known (kernels.base.Target.max_group)
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,7 @@ class ConvShape:
     images: bool = Target.images  # the device reads images (kernels.base.Target)
     fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
     subgroups: str | None = Target.subgroups  # the extension naming the sub-group functions (kernels.base.Target)
+    max_group: int = Target.max_group  # the work-items a work-group may have (kernels.base.Target)
 
     @property
     def weight_texels(self) -> int:
@@ -227,15 +230,17 @@ class GroupTiled:
                      f"got {self.tile_s}")]
         return []
 
-    def group_tile_problems(self) -> list[str] | None:
-        """Why the group tile is invalid whatever the shape (None: not even a pair of positive ints)."""
+    def group_tile_problems(self, max_group: int = MAX_GROUP) -> list[str] | None:
+        """Why the group tile is invalid whatever the shape (None: not even a pair of positive ints), on a device
+        whose work-groups take ``max_group`` work-items."""
         if not (isinstance(self.group_tile, tuple) and len(self.group_tile) == 2
                 and not any(positive_int("", v) for v in self.group_tile)):
             return None
         bad = []
         items = self.group_tile[0] * self.group_tile[1] * self.k_split
-        if items > MAX_GROUP:
-            bad.append(f"a group tile of {items} work-items is over {MAX_GROUP}")
+        if items > max_group:
+            bad.append(f"a group tile of {items} work-items is over {max_group}, the most this device's "
+                       f"work-groups take")
         if not positive_int("", self.k_chunk):
             if self.local_bytes() > LOCAL_TILE_BYTES:
                 bad.append(f"the group tile stages {self.local_bytes()} bytes of local memory, over {LOCAL_TILE_BYTES}")
@@ -387,6 +392,9 @@ class ConvKnobs(GroupTiled, Knobs):
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]
             if not shape.gpu:  # (a GPU's variant: a CPU runtime's work-items are not what its sum waits on)
                 del space["k_split"]
+            else:  # (shares a group of the space's fewest work-items can take on this device)
+                fewest = min(g[0] * g[1] for g in CONV_SPACE["group_tile"] if g)
+                space["k_split"] = [v for v in CONV_SPACE["k_split"] if fewest * v <= shape.max_group]
         return space
 
     def problems(self, shape: ConvShape) -> list[str]:
@@ -449,7 +457,7 @@ class ConvKnobs(GroupTiled, Knobs):
                 bad.append(f"a split sum sets its own work-group and float4 accumulators: not with "
                            f"{others or ['lanes / group_tile / local_size']}")
         if self.group_tile is not None:
-            tile_bad = self.group_tile_problems()
+            tile_bad = self.group_tile_problems(shape.max_group)
             if tile_bad is None:
                 return bad + [f"group_tile={self.group_tile!r} is not None or 2 positive ints"]
             others = [n for n in ("strided", "const_weights", "winograd") if getattr(self, n)]
@@ -820,7 +828,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images,
-                      fp16=ctx.fp16, subgroups=ctx.target.subgroups)
+                      fp16=ctx.fp16, subgroups=ctx.target.subgroups, max_group=ctx.target.max_group)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)

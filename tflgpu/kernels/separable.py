@@ -25,7 +25,6 @@ from ..graph.passes import SEPARABLE_CONV
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
 from .conv import (
-    CONV_SPACE,
     NEEDS_FP16_PLAN,
     GroupStage,
     GroupTiled,
@@ -49,6 +48,9 @@ SEPARABLE_SPACE = {
     "group_tile": [None, (32, 8), (16, 4), (8, 8), (64, 4)],
     "k_chunk": [4, 8],
 }
+# the shares of its group tile's sum (ConvKnobs.k_split's, as many as a group tile of 64 work-items may take within
+# the 256 it checks for)
+SEPARABLE_SHARES = [1, 2, 4]
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ class SeparableKnobs(GroupTiled, Knobs):
         if shape.fp16 and shape.gpu:  # (a GPU's variant: a CPU runtime emulates half)
             space["half_math"] = [False, True]
         if shape.gpu:  # (a GPU's variant, as CONV_2D's)
-            space["k_split"] = list(CONV_SPACE["k_split"])
+            space["k_split"] = list(SEPARABLE_SHARES)
         return space
 
     @classmethod
@@ -145,7 +147,7 @@ class SeparableKnobs(GroupTiled, Knobs):
         bad += one_of("per", self.per, SEPARABLE_SPACE["per"]) + one_of("k_chunk", self.k_chunk,
                                                                         SEPARABLE_SPACE["k_chunk"])
         bad += one_of("half_math", self.half_math, (False, True)) + one_of("k_split", self.k_split,
-                                                                           CONV_SPACE["k_split"])
+                                                                           SEPARABLE_SHARES)
         if self.half_math is True and not shape.fp16:
             bad.append(NEEDS_FP16_PLAN)
         if bad:
