@@ -147,3 +147,33 @@ def test_every_kernel_with_two_constant_arrays_is_packed(name, gpu, opencl_devic
                              "\n".join(program.compiled_sources(specs)))
         assert len(defined) == len(set(defined)) and {program.kernel_name(sp) for sp in specs} <= set(defined)
     assert seen
+
+
+def test_the_packing_reads_only_a_kernel_function_it_can_delimit():
+    """On hand-written sources: a kernel with three constant arrays (one declared ``restrict``, one float32) packs
+    them at 64-byte offsets in storage bytes (half in an FP16 kernel) and keeps its other parameters in order; a
+    function not qualified ``__kernel`` right before its name (here ``kernel``, after another kernel) is not
+    packed, nor is one whose parameters do not match its arguments."""
+    from tflgpu.kernels import program
+    from tflgpu.kernels.common import Arg, KernelSpec
+
+    src = ("__kernel void other(__global float* y) { y[0] = 1.0f; }\n"
+           "__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void k(__global const STORE_T* x, "
+           "__global const STORE_T* restrict w, int n, __global const float* u, __global const STORE_T* b, "
+           "__global STORE_T* y) { y[0] = x[n] + w[0] + u[0] + b[0]; }\n")
+    args = [Arg("tensor", 0), Arg("const", np.ones(40)), Arg("int", 3), Arg("const32", np.ones(3)),
+            Arg("const", np.ones(17)), Arg("tensor", 1)]
+    for fp16, offsets, size in ((False, (0, 192, 256), 384), (True, (0, 128, 192), 256)):
+        spec = KernelSpec("k", src, (1,), (1,), args, fp16=fp16)
+        pack = program.const_pack(spec)
+        assert pack.args == (1, 3, 4) and pack.offsets == offsets and pack.size == size
+        assert ("__attribute__((reqd_work_group_size(1, 1, 1))) void " + pack.name + "(__global const STORE_T* x, "
+                "int n, __global STORE_T* y, __global const uchar* tflgpu_consts)") in pack.function
+        assert f"__global const float* u = (__global const float*)(tflgpu_consts + {offsets[1]});" in pack.function
+        assert program.argument_positions(spec) == [0, None, 1, None, None, 2]  # (the buffer last: 3)
+        (compiled,) = program.compiled_sources([spec])
+        assert compiled.startswith("__kernel void other(") and "void k(" not in compiled
+    plain = src.replace("__kernel __attribute__((reqd_work_group_size(1, 1, 1))) void k", "kernel void k")
+    assert program.const_pack(KernelSpec("k", plain, (1,), (1,), args)) is None
+    fewer = src.replace("int n, ", "")  # (a parameter list that does not match the arguments)
+    assert program.const_pack(KernelSpec("k", fewer, (1,), (1,), args)) is None

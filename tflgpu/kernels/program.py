@@ -174,7 +174,7 @@ def _pack(src: str, kernel: str, sizes: tuple[tuple[str, int], ...]) -> ConstPac
         return None
     m = re.search(r"\bvoid\s+" + re.escape(kernel) + r"\s*\(", src)
     start = src.rfind("__kernel", 0, m.start()) if m is not None else -1
-    if start < 0:
+    if start < 0 or any(c in src[start:m.start()] for c in "{};"):  # (qualifiers and attributes only between)
         return None
     open_at = m.end() - 1
     close_at, body_at = _closing(src, open_at, "()"), -1
@@ -243,6 +243,18 @@ def compiled_sources(specs: list[KernelSpec]) -> list[str]:
                               + "\n\n".join(p.function for p in ps), 1)
         out.append(src)
     return out
+
+
+def argument_positions(spec: KernelSpec) -> list[int | None]:
+    """Where each of ``spec.args`` is among its bound kernel's arguments (``kernel_args``): None for an array packed
+    into its constant buffer (which comes last), the others in order."""
+    pack = const_pack(spec)
+    packed = frozenset(pack.args if pack is not None else ())
+    positions, at = [], 0
+    for i in range(len(spec.args)):
+        positions.append(None if i in packed else at)
+        at += i not in packed
+    return positions
 
 
 def kernel_name(spec: KernelSpec) -> str:

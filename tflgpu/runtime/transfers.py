@@ -17,7 +17,7 @@ import numpy as np
 from ..cpu.executor import SubgraphRunner
 from ..kernels.base import Target
 from ..kernels.common import boundary_grid, boundary_kernels, boundary_loops_slices, fp32_region
-from ..kernels.program import kernel_args, kernel_name, make_kernel
+from ..kernels.program import argument_positions, kernel_args, kernel_name, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
 from .memory import plan_memory
@@ -435,7 +435,7 @@ class DeviceTensors:
         bound (``bind``): after a bind, and after background work installed new kernel instances."""
         s = self.steps[step]
         for spec, k, args in zip(s.specs, s.kernels, self.args[step]):
-            for pos, a in enumerate(spec.args):
+            for a, pos in zip(spec.args, argument_positions(spec)):  # (a tensor is never packed: pos is an int)
                 if a.kind == "tensor" and a.value in self.dense_steps and a.value in self.bound:
                     args[pos] = self.tensor_buffer[a.value]
                     k.set_arg(pos, args[pos])
