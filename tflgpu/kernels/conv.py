@@ -250,6 +250,13 @@ class GroupTiled:
         return bad
 
 
+def group_shares(tiles: list, max_group: int) -> list[int]:
+    """The ``k_split`` values a group of the fewest work-items among ``tiles`` (a space's group tiles) can take on a
+    device whose work-groups take ``max_group``."""
+    fewest = min(g[0] * g[1] for g in tiles if g)
+    return [v for v in CONV_SPACE["k_split"] if fewest * v <= max_group]
+
+
 # a GPU's pointwise GEMM shares each output's sum among work-items (ConvKnobs.k_split) from this many input slices
 DEEP_GEMM_SLICES = 32
 
@@ -392,9 +399,8 @@ class ConvKnobs(GroupTiled, Knobs):
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]
             if not shape.gpu:  # (a GPU's variant: a CPU runtime's work-items are not what its sum waits on)
                 del space["k_split"]
-            else:  # (shares a group of the space's fewest work-items can take on this device)
-                fewest = min(g[0] * g[1] for g in CONV_SPACE["group_tile"] if g)
-                space["k_split"] = [v for v in CONV_SPACE["k_split"] if fewest * v <= shape.max_group]
+            else:
+                space["k_split"] = group_shares(CONV_SPACE["group_tile"], shape.max_group)
         return space
 
     def problems(self, shape: ConvShape) -> list[str]:

@@ -177,10 +177,11 @@ def _pack(src: str, kernel: str, sizes: tuple[tuple[str, int], ...]) -> ConstPac
     if start < 0 or any(c in src[start:m.start()] for c in "{};"):  # (qualifiers and attributes only between)
         return None
     open_at = m.end() - 1
-    close_at, body_at = _closing(src, open_at, "()"), -1
-    if close_at > 0:
-        body_at = src.find("{", close_at)
-    end = _closing(src, body_at, "{}") if body_at > 0 and not src[close_at + 1:body_at].strip() else -1
+    close_at = _closing(src, open_at, "()")
+    body_at = src.find("{", close_at) if close_at > 0 else -1
+    if body_at < 0 or src[close_at + 1:body_at].strip():
+        return None
+    end = _closing(src, body_at, "{}")
     params = [p.strip() for p in src[open_at + 1:close_at].split(",")]
     if end < 0 or len(params) != len(sizes):
         return None
@@ -282,9 +283,8 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
     args, consts = [], []
     uploaded = {} if uploaded is None else uploaded
     pack = const_pack(spec)
-    packed = frozenset(pack.args if pack is not None else ())
-    for i, a in enumerate(spec.args):
-        if i in packed:
+    for a, at in zip(spec.args, argument_positions(spec)):
+        if at is None:  # (in the packed buffer, the last argument)
             continue
         if a.kind == "tensor":
             args.append(tensor_buffer[a.value])

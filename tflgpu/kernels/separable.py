@@ -25,6 +25,7 @@ from ..graph.passes import SEPARABLE_CONV
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
 from .conv import (
+    MAX_GROUP,
     NEEDS_FP16_PLAN,
     GroupStage,
     GroupTiled,
@@ -33,6 +34,7 @@ from .conv import (
     _geometry,
     _group_tile_source,
     depthwise_weights,
+    group_shares,
     group_tile_grid,
     tile_stores,
 )
@@ -48,9 +50,8 @@ SEPARABLE_SPACE = {
     "group_tile": [None, (32, 8), (16, 4), (8, 8), (64, 4)],
     "k_chunk": [4, 8],
 }
-# the shares of its group tile's sum (ConvKnobs.k_split's, as many as a group tile of 64 work-items may take within
-# the 256 it checks for)
-SEPARABLE_SHARES = [1, 2, 4]
+# the shares of its group tile's sum (ConvKnobs.k_split's, within the work-items its group tile checks for)
+SEPARABLE_SHARES = group_shares(SEPARABLE_SPACE["group_tile"], MAX_GROUP)
 
 
 @dataclass(frozen=True)
