@@ -11,7 +11,7 @@
 # (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py),
 # compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), anatomy
 # (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), ab (bench/launch_ab.py: fused blocks and
-# given work-groups and fused expansions against the start, whole plans; ANATOMY_MODELS), pytest (python -m pytest $PYTEST_ARGS,
+# given work-groups and fused expansions against the start, whole plans; ANATOMY_MODELS, AB_VARIANTS), pytest (python -m pytest $PYTEST_ARGS,
 # its whole output logged: a failure's traceback).
 #
 # With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
@@ -161,7 +161,7 @@ for s in "$@"; do
         torch) step torch 120 torch_peers ;;
         sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
         launch) step launch 60 python3 bench/launch_cost.py ;;
-        ab) step ab "${AB_LIMIT_S:-240}" python3 bench/launch_ab.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
+        ab) step ab "${AB_LIMIT_S:-240}" python3 bench/launch_ab.py ${AB_VARIANTS:+--variants "$AB_VARIANTS"} $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         anatomy) step anatomy 150 python3 bench/invoke_anatomy.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         pytest) step pytest "${TESTS_LIMIT_S:-240}" python3 -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} ;;
         compile) step compile 90 python3 bench/compile_cost.py "$M/mobilenet_v2_1.0_224.tflite" ;;

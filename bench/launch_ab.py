@@ -57,6 +57,8 @@ def main() -> int:
     p.add_argument("models", nargs="+")
     p.add_argument("--device", default=None)
     p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--variants", default=None, help="comma-separated names of the variants to time (default: all; "
+                                                    "the start is always timed, as the base)")
     a = p.parse_args()
     from tflgpu.runtime.icd import ensure_icd_vendors
 
@@ -98,9 +100,15 @@ def main() -> int:
             return it, plan.launch_count(), len(split), given, sum(buffers) / max(len(buffers), 1)
 
         fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
-        variants = {"start": made(None, False), "fused": made(fused, False), "fused, 4 slices": made(wide, False),
-                    "work-groups": made(None, True), "both": made(fused, True), "expansions": made(None, False, True),
-                    "all": made(fused, True, True), "unpacked": made(None, False, packed=False)}
+        recipes = {"start": lambda: made(None, False), "fused": lambda: made(fused, False),
+                   "fused, 4 slices": lambda: made(wide, False), "work-groups": lambda: made(None, True),
+                   "both": lambda: made(fused, True), "expansions": lambda: made(None, False, True),
+                   "all": lambda: made(fused, True, True), "unpacked": lambda: made(None, False, packed=False)}
+        wanted = recipes if a.variants is None else ["start", *(v.strip() for v in a.variants.split(","))]
+        unknown = [v for v in wanted if v not in recipes]
+        if unknown:
+            p.error(f"unknown variant(s) {unknown}; choose among {list(recipes)}")
+        variants = {name: recipes[name]() for name in dict.fromkeys(wanted)}
         outs = {}
         for name, (it, *_) in variants.items():
             it.invoke()
