@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What one kernel launch costs the host on an OpenCL device: the wall time per enqueue of an empty kernel
 through pyopencl's ``enqueue_nd_range_kernel``, through a ctypes call of ``clEnqueueNDRangeKernel`` on the
-same queue and kernel, the device time between back-to-back empty kernels (profiling events), and, where the
+same queue and kernel, the device time between back-to-back empty kernels (profiling events) and per kernel when
+they are all queued before the device starts (a user event's gate), and, where the
 driver offers ``cl_khr_command_buffer`` 1.0, the same launches recorded once and replayed as one command-buffer
 (the extension's entry points through ctypes: pyopencl does not wrap it), and a plan's worth of busy kernels
 (each running about as long as an enqueue costs) under each flush cadence an invoke may take (runtime.cadence):
@@ -75,6 +76,7 @@ def main() -> int:
     qh, kh = q.int_ptr, k.int_ptr
     enq2 = per_call(lambda: fn(qh, kh, 1, None, gsize, None, 0, None, None), q)
     print(f"ctypes clEnqueueNDRangeKernel: {enq2:.2f} us per call")
+    gated(cl, ctx, q, k)
     arguments(cl, ctx, q, per_call)
     command_buffer(cl, dev.cl_device, q, k)
     cadences(cl, ctx, q, qp, buf, enq)
@@ -85,6 +87,25 @@ def main() -> int:
     print(f"device: empty kernel {statistics.median(runs):.2f} us, gap between back-to-back kernels "
           f"{statistics.median(gaps):.2f} us (median)")
     return 0
+
+
+def gated(cl, ctx, q, k, rounds: int = 30) -> None:
+    """The device's own cost per launch, with no host in the way: n empty kernels enqueued behind a user event,
+    then released and finished (the wall time from the release, per kernel; medians of ``rounds``). What a plan
+    pays the device per launch however fast its kernels are, beside what its enqueues cost the host."""
+    for n in (1, 10, 40, 100):
+        walls = []
+        for _ in range(rounds):
+            gate = cl.UserEvent(ctx)
+            cl.enqueue_barrier(q, wait_for=[gate])
+            for _ in range(n):
+                cl.enqueue_nd_range_kernel(q, k, (32,), (32,))
+            t = time.perf_counter()
+            gate.set_status(cl.command_execution_status.COMPLETE)
+            q.finish()
+            walls.append((time.perf_counter() - t) * 1e6)
+        med = statistics.median(walls)
+        print(f"{n} empty kernels behind a gate, released then finished: {med:.1f} us, {med / n:.2f} per kernel")
 
 
 def arguments(cl, ctx, q, per_call) -> None:

@@ -258,6 +258,32 @@ def test_a_class_map_head_reads_the_input_densely_and_maps_its_index_output(open
         np.testing.assert_array_equal(got, run_model(litert(), model, feeds)[0])
 
 
+@pytest.mark.parametrize("shape,group", [((1, 1001), None), ((1, 1001), 64), ((2, 3, 5, 10), None),
+                                         ((2, 3, 5, 10), 32)])
+def test_a_softmax_writes_the_probabilities_densely(opencl_device, rng, fp16, shape, group):
+    """A classifier's last op, SOFTMAX, writes the graph output as its dense boundary buffer (no conversion kernel
+    after it): 1,001 classes (a partial last slice) and rows of 10 channels over 2 x 3 x 5 pixels, a work-item per
+    row and a work-group per row (``group``: a GPU's default form); LiteRT's values over two invokes, FP16
+    storage rounding them as the slice layout would."""
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    h, y = b.tensor("h", shape), b.tensor("y", shape)
+    b.op("MUL", [x, b.const("k", rng.uniform(0.5, 2, shape[-1:]).astype(np.float32))], [h])
+    b.op("SOFTMAX", [h], [y], beta=0.7)
+    b.output(y)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    plan = GpuPlan(it.cpu_runner(), it.gpu_plan.device, PlanConfig(fp16=fp16),
+                   params={} if group is None else {1: {"group": group}})
+    (out,) = plan.sg.outputs
+    last = plan.steps[-1].specs[0]
+    assert last.dense == {out} and plan.io.staging[out].from_device is None
+    assert group is None or last.local_size == (group, 1)
+    for _ in range(2):
+        feeds = [rng.uniform(-4, 4, shape).astype(np.float32)]
+        assert_close(plan.run(feeds)[out], run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-5)
+
+
 @pytest.mark.parametrize("bound", [False, True])
 def test_vectors_in_dense_order_need_no_conversion(opencl_device, rng, fp16, bound):
     """A [2, 8] input and a [2, 12] output (whole slices, one pixel per row) are stored in dense order already in

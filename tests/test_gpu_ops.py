@@ -801,7 +801,8 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
                             dilation_w_factor=dil, dilation_h_factor=dil, fused_activation_function="RELU6")
     it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
-                   params={0: {**tile, "lanes": 4, "vec_hint": "float4", "strided": False}})  # (GPU default: True)
+                   params={0: {"k_split": 1, **tile, "lanes": 4, "vec_hint": "float4", "strided": False}})
+    # (k_split: the tile as given, where a GPU's default would share a deep sum; strided: a GPU's default is True)
     (spec,) = plan.steps[0].specs
     split = tile.get("k_split", 1)
     assert spec.local_size == (tile["group_tile"][0], split, tile["group_tile"][1]) and "__local" in spec.source

@@ -12,7 +12,7 @@ from ..ops.attributes import conv_padding
 from ..ops.custom_options import pool_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, store_element
+from .common import Arg, KernelSpec, activation, dense_store4, pad_lanes_mask, store_element
 from .elementwise import grid, grid_prologue
 from .knobs import Knobs, one_of
 
@@ -182,6 +182,11 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     g, rows = knobs.group, lay.b * lay.h * lay.w
     valid = f"(int4)(S * 4) + (int4)(0, 1, 2, 3) < (int4)({c})"
     at = f"((b * {s} + S) * {lay.h} + y) * {lay.w} + x"
+    # a graph output (a classifier's probabilities) written as its dense boundary buffer (KernelSpec.dense) where
+    # the plan asks: no conversion kernel after it
+    dense = ctx.op.outputs[0] in ctx.dense
+    store = (dense_store4("dst", f"((b * {lay.h} + y) * {lay.w} + x) * {c}", c, "S", "e") if dense
+             else "ST4(dst, o, e);")
     if g == 1:
         head = f"""  const int x = get_global_id(0); const int Y = get_global_id(1);
   if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;
@@ -193,7 +198,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   __local float red[{g}];"""
         gsize, local = (g, rows), (g, 1)
     first, step = ("0", "1") if g == 1 else ("l", str(g))
-    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
+    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global {"float" if dense else "STORE_T"}* dst) {{
 {head}
   float m = -INFINITY;
   for (int S = {first}; S < {s}; S += {step}) {{
@@ -211,11 +216,12 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   for (int S = {first}; S < {s}; S += {step}) {{
     const int o = {at};
     const float4 e = select((float4)(0.0f), exp((LD4(src, o) - m) * {beta!r}f) * inv, {valid});
-    ST4(dst, o, e);
+    {store}
   }}
 }}"""
     return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape))]
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape),
+                       dense=frozenset(ctx.op.outputs[:1] if dense else []))]
 
 
 def arg_init(greater: bool, best: str, arg: str) -> str:
