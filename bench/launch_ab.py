@@ -70,6 +70,7 @@ def main() -> int:
     from tflgpu.kernels import program
     from tflgpu.runtime.upgrades import retune_steps
 
+    fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
     for m in a.models:
         def made(fused: dict | None, groups: bool, expansions: bool = False, packed: bool = True, m=m):
             program.PACK_CONSTANTS = packed  # (read where a plan compiles and binds its kernels)
@@ -99,7 +100,6 @@ def main() -> int:
                        for args in step]
             return it, plan.launch_count(), len(split), given, sum(buffers) / max(len(buffers), 1)
 
-        fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
         recipes = {"start": lambda: made(None, False), "fused": lambda: made(fused, False),
                    "fused, 4 slices": lambda: made(wide, False), "work-groups": lambda: made(None, True),
                    "both": lambda: made(fused, True), "expansions": lambda: made(None, False, True),
