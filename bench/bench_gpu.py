@@ -17,7 +17,8 @@ A second table, where PyTorch with CUDA is importable: torchvision's MobileNet v
 the same GPU, eager and replayed as a CUDA graph (what a Python user with an NVIDIA GPU would otherwise pick).
 
     python bench/bench_gpu.py [--device D] [--models-dir ../shared/models] [--exhaustive-budget-s 120]
-                              [--background-wait-s 300] [--rounds 30] [--precision fp32] [MODEL ...]
+                              [--background-wait-s 300] [--rounds 30] [--precision fp32]
+                              [--export-background FILE] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.autotune.exchange import cache_records, merge_records, write_records
 from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
@@ -130,6 +132,10 @@ def main() -> int:
                    help="every tflgpu column with GpuDelegate(fuse_expansions=True): one kernel per separable block "
                         "and the conv expanding its output from the start (default: the delegate's, a GPU's tuner "
                         "fusing a block where it measures faster)")
+    p.add_argument("--export-background", metavar="FILE",
+                   help="write the records each model's background search left in its fresh cache to FILE (one "
+                        "export file, every model's kernels; bench/merge_records.py folds it into a shipped "
+                        "database, so that a fresh cache starts where the background search ended)")
     args = p.parse_args()
     models = [Path(m) for m in args.models] or [args.models_dir / n for n in FLOAT_MODELS
                                                   if (args.models_dir / n).exists()]
@@ -142,6 +148,8 @@ def main() -> int:
           f"| LiteRT CPU / background |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes, speedups, starts = [], [], []
+    background_records: list = []  # (--export-background)
+    exported = 0
     shown = 0
     for m in models:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
@@ -170,6 +178,10 @@ def main() -> int:
             notes.append(f"{m.name}: background plan's queue: {trial.chosen}; trial medians " + (", ".join(
                 f"{c}: {t * 1e3:.3f} ms" for c, t in trial.medians().items()) or "none (no trial on this device)"))
             stats = launch_stats(m, GpuDelegate(**kw, serialization_dir=fresh2))
+            if args.export_background:
+                found = cache_records(fresh2, background.gpu_plan.device.identity.as_dict())
+                exported += merge_records(background_records, [found])
+                write_records(args.export_background, background_records)  # (after each model: a cut run keeps it)
         h, s, b, e, cpu = ms[:5]
         g = f"{ms[5]:.3f}" if gpu_peer else "n/a"
         host = f"{stats.host_us_per_launch:.1f} ({stats.launches})" if stats else "n/a"
@@ -183,6 +195,8 @@ def main() -> int:
             print(f"  note: {n}", file=sys.stderr, flush=True)
         shown = len(notes)
     print(f"\ngeomean: start / exhaustive {geomean(starts):.2f}, LiteRT CPU / background {geomean(speedups):.2f}x")
+    if args.export_background:
+        print(f"background searches' records: {exported} written to {args.export_background}")
     for n in notes:
         print(f"- {n}")
     if not args.no_torch:

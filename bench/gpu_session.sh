@@ -60,6 +60,14 @@
 #   bash bench/gpu_session.sh gputests launch bench ab
 # and the second: BENCH_MODELS over the other float corpus models with BG_WAIT_S=20, then the deep pointwise sweep
 # (SWEEP_MODELS="deeplab_mnv2_257.tflite ssd_mnv2_300.tflite posenet_mnv1_257.tflite" RECORDS_NAME=more).
+# This session's three H100 calls (2026-11-27, 15 minutes): packed constants pass the GPU tests and change nothing
+# end to end (ab "unpacked" 1.00x: MobileNet v2's plan is bound by the device, not the host: anatomy's gated device
+# time 582 us of a 728 us invoke, its enqueues 452 us); launch: 5.6 us of device time per launch even for an empty
+# kernel queued behind a gate (100 in a row), so each launch a plan saves is worth that much of the device; bench
+# rows for MobileNet v1 / v2, DeepLab, SSD and UNet (PoseNet was cut by the step's limit twice: give it a call of
+# its own). The next call: BENCH_MODELS="/tmp/models/posenet_mnv1_257.tflite ..." bash bench/gpu_session.sh bench,
+# then fold its background-records.json into tflgpu/data/tuning/nvidia-h100.json (bench/merge_records.py): on
+# the H100 the background search took MobileNet v2 0.757 -> 0.631 ms and UNet 1.206 -> 0.896 over the start.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -120,8 +128,10 @@ tune() {  # (bench_gpu's float corpus models)
 
 bench() {
     # shellcheck disable=SC2086
+    # (the background searches' records come back as one export file: bench/merge_records.py folds them into
+    # the shipped database, tflgpu/data/tuning, so a fresh cache on this device starts where they ended)
     python3 bench/bench_gpu.py --exhaustive-budget-s "${TUNE_BUDGET_S:-25}" --background-wait-s "${BG_WAIT_S:-60}" \
-        --rounds "${ROUNDS:-30}" ${BENCH_ARGS:-} ${BENCH_MODELS:-}
+        --rounds "${ROUNDS:-30}" --export-background "$OUT/background-records.json" ${BENCH_ARGS:-} ${BENCH_MODELS:-}
 }
 
 sweep() {

@@ -16,7 +16,9 @@ from tflgpu.autotune import MemoryTuningDB, TuningRecord, kernel_key
 from tflgpu.autotune.exchange import (
     DeviceRecords,
     NearestRecords,
+    cache_records,
     import_records,
+    merge_records,
     read_records,
     write_records,
 )
@@ -93,6 +95,59 @@ def test_bad_files_are_refused_by_name(tmp_path, content, why):
     path.write_bytes(content)
     with pytest.raises(ValueError, match=f"{path}.*{why}|{why}.*"):
         read_records(path)
+
+
+def test_merging_records_keeps_the_better_of_two_and_adds_what_is_new():
+    """A shipped file's records merged with an export's: a record drawn from more trials replaces the held one,
+    a slower one from as many trials does not, a new kernel and a new device are added, and a record of another
+    generator version is left out (it names a kernel this tflgpu does not make)."""
+    a, b, new, theirs = _rec({"tile_x": 1}), _rec({"tile_x": 2}), _rec({}), _rec({"tile_x": 2})
+    held = [DeviceRecords(THIS, {"a": a, "b": b})]
+    more_trials = replace(_rec({"tile_x": 4}, speedup=1.1), trials=9)
+    slower = replace(_rec({"tile_x": 8}), best_us=11.0)
+    stale = replace(_rec({"tile_x": 16}), generator_version=1)
+    other = _device(device="Xeon")
+    changed = merge_records(held, [DeviceRecords(THIS, {"a": more_trials, "b": slower, "c": new, "d": stale}),
+                                   DeviceRecords(other, {"a": theirs})])
+    assert changed == 3 and [d.identity for d in held] == [THIS, other]
+    assert held[0].records == {"a": more_trials, "b": b, "c": new} and held[1].records == {"a": theirs}
+
+
+def test_a_runs_search_exported_from_its_cache_is_where_a_fresh_start_begins(opencl_device, rng, tmp_path,
+                                                                             monkeypatch):
+    """What a search left in a cache directory (bench_gpu.py --export-background's source) exported, folded into
+    a shipped database file by bench/merge_records.py, is the start of a fresh plan on this device (no cache, no
+    search: ``tuning="none"``), reported as the shipped database's record of this device; the plan matches
+    LiteRT. A file that is not a records file is refused by name and the database is left as it was."""
+    from tflgpu.autotune import exchange
+
+    model, feeds = _conv(rng, 13)
+    searched = Interpreter(model_content=model, delegate=GpuDelegate(serialization_dir=tmp_path / "cache",
+                                                                     tuning="fast", tuning_trials=3))
+    (tuned,) = searched.gpu_plan.tuning_results
+    found = cache_records(tmp_path / "cache", opencl_device.identity.as_dict())
+    assert list(found.records) == [tuned.key] and found.records[tuned.key].params == tuned.params
+    write_records(tmp_path / "run.json", [found])
+    shipped = tmp_path / "shipped" / "this-device.json"
+    shipped.parent.mkdir()
+    write_records(shipped, [])
+
+    def merge(*files):
+        return subprocess.run([sys.executable, "bench/merge_records.py", str(shipped), *map(str, files)], cwd=REPO,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    r = merge(tmp_path / "run.json")
+    assert r.returncode == 0 and "1 records added or replaced (0 -> 1 records, 1 devices)" in r.stdout, r.stderr
+    (tmp_path / "bad.json").write_text("{}")
+    kept = shipped.read_bytes()
+    r = merge(tmp_path / "bad.json")
+    assert r.returncode == 1 and "bad.json is not a tuning-records file" in r.stderr and shipped.read_bytes() == kept
+    monkeypatch.setattr(exchange, "SHIPPED_DIR", shipped.parent)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=MemoryTuningDB(),
+                                                               cache=False))
+    (tk,) = it.gpu_plan.tuning_results
+    assert tk.source.startswith("database: shipped database, this device") and tk.params == tuned.params
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
 
 
 def test_a_plan_starts_from_the_nearest_devices_record(opencl_device, rng, tmp_path):

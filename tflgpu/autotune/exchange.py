@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cache.records import TuningRecord, device_key, split_device_key
+from ..cache.store import CacheStore
 from ..kernels.common import GENERATOR_VERSION
-from .records import TuningDB
+from .records import CacheTuningDB, TuningDB, replaces
 from .tuner import shape_distance
 
 log = logging.getLogger("tflgpu")
@@ -84,6 +85,35 @@ def read_records(path: str | Path) -> list[DeviceRecords]:
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: a device entry is malformed ({type(e).__name__}: {e})") from None
     return out
+
+
+def cache_records(root: str | Path, identity: dict) -> DeviceRecords:
+    """Every record of this device (``identity``) that the cache directory ``root`` holds for the current kernel
+    generators: what a run's tuning (a background search in a fresh cache) found there, for an export."""
+    out = DeviceRecords(dict(identity))
+    for dev, key, rec in CacheTuningDB(CacheStore(Path(root))).items():
+        if dev == out.key and _valid(rec):
+            out.records[key] = rec
+    return out
+
+
+def merge_records(into: list[DeviceRecords], new: Iterable[DeviceRecords]) -> int:
+    """Merge ``new``'s records into ``into`` (a shipped file's devices, say), device by device (a device ``into``
+    does not hold is added): a kernel's record replaces the held one as a database put would (``records.replaces``:
+    drawn from more trials, else faster); records of another generator version are left out, since they name
+    kernels this tflgpu no longer makes. Returns how many records were added or replaced."""
+    held = {d.key: d for d in into}
+    changed = 0
+    for d in new:
+        mine = held.get(d.key)
+        if mine is None:
+            mine = held[d.key] = DeviceRecords(dict(d.identity))
+            into.append(mine)
+        for k, rec in d.records.items():
+            if _valid(rec) and replaces(rec, mine.records.get(k)):
+                mine.records[k] = rec
+                changed += 1
+    return changed
 
 
 @dataclass

@@ -79,7 +79,7 @@ _CLAIMS: set[tuple[str, str]] = set()
 _CLAIMS_LOCK = threading.Lock()
 
 
-def _better(new: TuningRecord, old: TuningRecord | None) -> bool:
+def replaces(new: TuningRecord, old: TuningRecord | None) -> bool:
     """Whether ``new`` replaces ``old``. Workers sharing one optuna study each write the decision
     they drew from it; the one drawn from more trials wins (the last worker to finish saw them all),
     so the final record is the same whichever worker found the best trial."""
@@ -97,7 +97,7 @@ class MemoryTuningDB(TuningDB):
     def put_many(self, device_key, records):
         recs = self._data.setdefault(device_key, {})
         for k, r in records.items():
-            if _better(r, recs.get(k)):
+            if replaces(r, recs.get(k)):
                 recs[k] = r
 
     def _records(self):
@@ -193,7 +193,7 @@ class FileTuningDB(TuningDB):
             data = self._load()
             recs = data.setdefault(device_key, {})
             for k, r in records.items():
-                if _better(r, recs.get(k)):
+                if replaces(r, recs.get(k)):
                     recs[k] = r
             doc = {"format": FORMAT, "records": {dev: {k: r.to_json() for k, r in rs.items()}
                                                 for dev, rs in data.items()}}
@@ -241,7 +241,7 @@ class CacheTuningDB(TuningDB):
 
         with FileLock(str(self.store.root / ".tuning.lock"), timeout=30, mode=0o600):  # read-compare-write per key
             for k, r in records.items():
-                if _better(r, self.get(device_key, k)):
+                if replaces(r, self.get(device_key, k)):
                     self.store.put("tuning", k, device_key, encode_tuning(r))
 
     def _records(self):
