@@ -6,7 +6,8 @@ alternation so the machine's drift hits every column alike:
 - start: default options in a fresh cache before any search (records of this device, the shipped database
   and the nearest device's records through the fallback chain; ``tuning="none"``);
 - background: default options in a fresh cache once the background work (optimized build, background
-  tuning) is done;
+  tuning) is done, or stopped after ``--background-wait-s`` (a note says so; the column is then what it had
+  installed by then);
 - exhaustive: after an ``exhaustive`` search (``--exhaustive-budget-s`` per model);
 - host us/launch: (wall - kernel time - CPU ops) / launches of the background plan, profiled;
 - LiteRT CPU with every core, and LiteRT's own GPU path (``CompiledModel`` with the GPU accelerator: WebGPU
@@ -154,17 +155,32 @@ def main() -> int:
     for m in models:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
         kw = {"device": args.device, "precision_loss_allowed": fp16, "fuse_expansions": args.fuse_expansions}
+        laps: dict[str, float] = {}  # seconds by phase: where a model's row goes (a step's time limit cuts rows)
+        at = [time.perf_counter()]
+
+        def lap(name: str, laps=laps, at=at) -> None:
+            now = time.perf_counter()
+            laps[name], at[0] = now - at[0], now
+
         with tempfile.TemporaryDirectory() as fresh, tempfile.TemporaryDirectory() as fresh2:
             heuristic = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, cache=False, tuning="none",
                                                                               tuning_db=False))
+            lap("heuristic plan")
             start = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, serialization_dir=fresh,
                                                                           tuning="none"))
-            background = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**kw, serialization_dir=fresh2))
-            t0 = time.perf_counter()
+            lap("start plan")
+            background = _prepare(Interpreter, m, inputs, settle=False,
+                                  delegate=GpuDelegate(**kw, serialization_dir=fresh2))
+            lap("background plan")
             done = background.wait_background(args.background_wait_s)
-            waited = time.perf_counter() - t0
+            waited = time.perf_counter() - at[0]
+            if not done:  # (what it found so far is installed by the next invoke; nothing searches while timed)
+                background.gpu_plan.background.stop()
+                background.wait_background()
+            lap("background wait")
             exhaustive = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(
                 **kw, cache=False, tuning="exhaustive", tuning_budget_s=args.exhaustive_budget_s))
+            lap("exhaustive plan")
             peers = [LiteRT(model_path=str(m), num_threads=cores)]
             peers[0].allocate_tensors()
             for d, x in zip(peers[0].get_input_details(), inputs):
@@ -172,23 +188,32 @@ def main() -> int:
             gpu_peer, why = LiteRTGpu.make(m, inputs)
             if gpu_peer is None:
                 notes.append(f"{m.name}: LiteRT GPU: {why}")
+            lap("LiteRT")
             interps = [heuristic, start, background, exhaustive, *peers] + ([gpu_peer] if gpu_peer else [])
             ms = interleaved_ms(interps, rounds=args.rounds)
+            lap("timing")
             trial = background.gpu_plan.cadence  # (runtime.cadence: settled in the warm-up)
             notes.append(f"{m.name}: background plan's queue: {trial.chosen}; trial medians " + (", ".join(
                 f"{c}: {t * 1e3:.3f} ms" for c, t in trial.medians().items()) or "none (no trial on this device)"))
-            stats = launch_stats(m, GpuDelegate(**kw, serialization_dir=fresh2))
+            # (the background plan again, from the records its search left: no second search)
+            stats = launch_stats(m, GpuDelegate(**kw, serialization_dir=fresh2, tuning="none"), top=8)
+            lap("host time per launch")
+            if stats:
+                notes.append(f"{m.name}: the background plan's slowest kernels (profiled): " + ", ".join(
+                    f"{k.layer} ({k.op}) {k.us:.1f} us" for k in stats.top))
             if args.export_background:
                 found = cache_records(fresh2, background.gpu_plan.device.identity.as_dict())
                 exported += merge_records(background_records, [found])
                 write_records(args.export_background, background_records)  # (after each model: a cut run keeps it)
+        notes.append(f"{m.name}: seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in laps.items()))
         h, s, b, e, cpu = ms[:5]
         g = f"{ms[5]:.3f}" if gpu_peer else "n/a"
         host = f"{stats.host_us_per_launch:.1f} ({stats.launches})" if stats else "n/a"
         speedups.append(cpu / b)
         starts.append(s / e)
         if not done:
-            notes.append(f"{m.name}: background work not finished after {waited:.0f} s")
+            notes.append(f"{m.name}: background work not finished after {waited:.0f} s: stopped there, the column "
+                         f"is what it had installed")
         print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {cpu:.3f} | {g} "
               f"| {cpu / b:.2f}x |", flush=True)
         for n in notes[shown:]:  # (as they come, on stderr: a run cut short by a time limit keeps them)

@@ -145,8 +145,12 @@ def _native_stderr_quiet(quiet: bool):
         os.close(saved)
 
 
-def _prepare(interp_cls, path: Path, inputs, **kw):
-    it = settled(interp_cls(model_path=str(path), **kw))
+def _prepare(interp_cls, path: Path, inputs, settle: bool = True, **kw):
+    """An interpreter of ``path`` with ``inputs`` set, its tensors allocated; ``settle``: once its background work
+    is done (``settled``; else the caller waits as it sees fit)."""
+    it = interp_cls(model_path=str(path), **kw)
+    if settle:
+        settled(it)
     with _native_stderr_quiet(not interp_cls.__module__.startswith("tflgpu")):
         it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
