@@ -3,7 +3,8 @@ it, a classifier's head, as one kernel: one launch instead of two on a GPU, wher
 than either kernel takes the device (NVIDIA's OpenCL on an H100: 10-16 us to enqueue one).
 
 A work-group of ``L`` work-items computes the mean of every input slice of its image into local memory (each
-group recomputes it: 7 x 7 x 1,280 values of MobileNet v2, 250 KB read from the cache), then ``G`` output slices
+group recomputes it: 7 x 7 x 1,280 values of MobileNet v2, 250 KB read from the cache; ``MEAN_LANES`` work-items a
+slice, adjacent ones reading adjacent pixels, their sums added in local memory), then ``G`` output slices
 from it, each summed by ``R = L / G`` work-items over every R-th input slice (adjacent work-items reading adjacent
 weights) and reduced in local memory. ``fused=False`` launches the two ops' own kernels (each with its own record, else
 its heuristics), the form a CPU device keeps (its runtime runs a work-group's barriers on one core).
@@ -23,6 +24,11 @@ POOLED_SPACE = {
     "fused": [False, True],
     "group": [(8, 128), (4, 64), (8, 64), (16, 128), (4, 128), (16, 256), (32, 256)],  # (G out slices, L items)
 }
+# the means are taken ``MEAN_LANES`` work-items a slice, each summing every MEAN_LANES-th pixel (at most, and a power
+# of two: fewer for fewer pixels), adjacent work-items reading adjacent pixels of the slice: on a GPU a warp's loads
+# then fall in a few runs of memory, where a work-item a slice (each walking its 49 pixels alone) spread them
+# over as many runs as work-items
+MEAN_LANES = 8
 POOLED_LOCAL_BYTES = 30 * 1024  # (the input's means and the reduction: within OpenCL 1.2's 32 KB)
 
 
@@ -74,6 +80,8 @@ class PooledKnobs(Knobs):
 def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g: int, items: int, act: int,
                   epilogue) -> str:
     per = items // g
+    lanes = min(MEAN_LANES, 1 << (n_pixels.bit_length() - 1))  # (a power of two: it divides the group's items)
+    rows = items // lanes
     ep_code, ep_params = epilogue.code, epilogue.params
     extra = "".join(f"{p}, " for p in ep_params)
     red = [f"  for (int h = {per // 2}; h > 0; h >>= 1) {{",
@@ -87,13 +95,19 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         f"  __local float4 xm[{sin}];",
         f"  __local float4 red[{items}];",
         "  const int lid = get_local_id(0); const int b = get_global_id(1);",
-        f"  for (int s = lid; s < {sin}; s += {items}) {{",
+        f"  for (int s0 = 0; s0 < {sin}; s0 += {rows}) {{",
+        f"    const int s = s0 + lid / {lanes}; const int p = lid % {lanes};",
         "    float4 acc = (float4)(0.0f);",
-        f"    const int base = (b * {sin} + s) * {n_pixels};",
-        f"    for (int i = 0; i < {n_pixels}; ++i) acc += LD4(src, base + i);",
-        f"    xm[s] = acc * (1.0f / {n_pixels}.0f);",
+        f"    if (s < {sin}) for (int i = p; i < {n_pixels}; i += {lanes}) acc += LD4(src, (b * {sin} + s) * "
+        f"{n_pixels} + i);",
+        "    red[lid] = acc;",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        f"    if (p == 0 && s < {sin}) {{",
+        f"      for (int j = 1; j < {lanes}; ++j) acc += red[lid + j];",
+        f"      xm[s] = acc * (1.0f / {n_pixels}.0f);",
+        "    }",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
         "  }",
-        "  barrier(CLK_LOCAL_MEM_FENCE);",
         f"  const int o = get_group_id(0) * {g} + lid / {per}; const int r = lid % {per};",
         "  float4 acc = (float4)(0.0f);",
         f"  if (o < {sout}) {{",
