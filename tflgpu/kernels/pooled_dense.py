@@ -98,8 +98,8 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         f"  for (int s0 = 0; s0 < {sin}; s0 += {rows}) {{",
         f"    const int s = s0 + lid / {lanes}; const int p = lid % {lanes};",
         "    float4 acc = (float4)(0.0f);",
-        f"    if (s < {sin}) for (int i = p; i < {n_pixels}; i += {lanes}) acc += LD4(src, (b * {sin} + s) * "
-        f"{n_pixels} + i);",
+        f"    const int base = (b * {sin} + s) * {n_pixels};",
+        f"    if (s < {sin}) for (int i = p; i < {n_pixels}; i += {lanes}) acc += LD4(src, base + i);",
         "    red[lid] = acc;",
         "    barrier(CLK_LOCAL_MEM_FENCE);",
         f"    if (p == 0 && s < {sin}) {{",
