@@ -12,7 +12,8 @@
 # compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), anatomy
 # (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), ab (bench/launch_ab.py: fused blocks and
 # given work-groups and fused expansions against the start, whole plans; ANATOMY_MODELS, AB_VARIANTS), pytest (python -m pytest $PYTEST_ARGS,
-# its whole output logged: a failure's traceback).
+# its whole output logged: a failure's traceback), ship (bench's background records folded into the shipped
+# database, tflgpu/data/tuning/$RECORDS_NAME.json, for the steps after it; the file copied to $OUT).
 #
 # With 15 minutes of device time, two calls fit: a machine starts in about 30 s and a call's set-up takes 20 s.
 # This one ran in 144 s on an H200 (carry .gpu and .gl, whose Vulkan loader debs LiteRT's GPU path needs):
@@ -68,6 +69,10 @@
 # its own). The next call: BENCH_MODELS="/tmp/models/posenet_mnv1_257.tflite ..." bash bench/gpu_session.sh bench,
 # then fold its background-records.json into tflgpu/data/tuning/nvidia-h100.json (bench/merge_records.py): on
 # the H100 the background search took MobileNet v2 0.757 -> 0.631 ms and UNet 1.206 -> 0.896 over the start.
+# In one call (bench's row per model also notes its seconds by phase and its 8 slowest kernels):
+#   BG_WAIT_S=120 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=330 BENCH_MODELS="...MobileNet v1 / v2,
+#   UNet, PoseNet" bash bench/gpu_session.sh bench ship, then a second call: BENCH_LIMIT_S=... bench (the start
+#   column from the merged records; copy $OUT/nvidia-h100.json over the shipped file and commit it).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -154,6 +159,12 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
         tests/test_autotune.py tests/test_const_pack.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
+ship() {  # the last bench step's background records folded into the shipped database (RECORDS_NAME), which
+    # later steps of this call read: a second bench's start column then shows what a fresh cache gets from them
+    local db="tflgpu/data/tuning/${RECORDS_NAME:-nvidia-h100}.json"
+    python3 bench/merge_records.py "$db" "$OUT/background-records.json" && cp "$db" "$OUT/"
+}
+
 torch_peers() { python3 -c "import sys; sys.argv=['x']; sys.path.insert(0, 'bench'); import bench_gpu; print('\n'.join(bench_gpu.torch_table(30)))"; }
 
 if [ "${1:-}" = --inner ]; then
@@ -171,6 +182,7 @@ for s in "$@"; do
         torch) step torch 120 torch_peers ;;
         sweep) step sweep "$(( ${SWEEP_DEADLINE_S:-300} + 60 ))" sweep ;;
         launch) step launch 60 python3 bench/launch_cost.py ;;
+        ship) step ship 60 ship ;;
         ab) step ab "${AB_LIMIT_S:-240}" python3 bench/launch_ab.py ${AB_VARIANTS:+--variants "$AB_VARIANTS"} $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         anatomy) step anatomy 150 python3 bench/invoke_anatomy.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         pytest) step pytest "${TESTS_LIMIT_S:-240}" python3 -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} ;;

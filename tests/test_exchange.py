@@ -100,7 +100,7 @@ def test_bad_files_are_refused_by_name(tmp_path, content, why):
 def test_merging_records_keeps_the_better_of_two_and_adds_what_is_new():
     """A shipped file's records merged with an export's: a record drawn from more trials replaces the held one,
     a slower one from as many trials does not, a new kernel and a new device are added, and a record of another
-    generator version is left out (it names a kernel this tflgpu does not make)."""
+    generator version is left out (it names a kernel this tflgpu does not make), a device with nothing else too."""
     a, b, new, theirs = _rec({"tile_x": 1}), _rec({"tile_x": 2}), _rec({}), _rec({"tile_x": 2})
     held = [DeviceRecords(THIS, {"a": a, "b": b})]
     more_trials = replace(_rec({"tile_x": 4}, speedup=1.1), trials=9)
@@ -108,7 +108,8 @@ def test_merging_records_keeps_the_better_of_two_and_adds_what_is_new():
     stale = replace(_rec({"tile_x": 16}), generator_version=1)
     other = _device(device="Xeon")
     changed = merge_records(held, [DeviceRecords(THIS, {"a": more_trials, "b": slower, "c": new, "d": stale}),
-                                   DeviceRecords(other, {"a": theirs})])
+                                   DeviceRecords(other, {"a": theirs}),
+                                   DeviceRecords(_device(device="stale only"), {"a": stale})])
     assert changed == 3 and [d.identity for d in held] == [THIS, other]
     assert held[0].records == {"a": more_trials, "b": b, "c": new} and held[1].records == {"a": theirs}
 

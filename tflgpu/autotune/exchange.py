@@ -99,18 +99,19 @@ def cache_records(root: str | Path, identity: dict) -> DeviceRecords:
 
 def merge_records(into: list[DeviceRecords], new: Iterable[DeviceRecords]) -> int:
     """Merge ``new``'s records into ``into`` (a shipped file's devices, say), device by device (a device ``into``
-    does not hold is added): a kernel's record replaces the held one as a database put would (``records.replaces``:
+    does not hold is added, where it brings a record): a kernel's record replaces the held one as a database put would (``records.replaces``:
     drawn from more trials, else faster); records of another generator version are left out, since they name
     kernels this tflgpu no longer makes. Returns how many records were added or replaced."""
     held = {d.key: d for d in into}
     changed = 0
     for d in new:
+        fresh = {k: rec for k, rec in d.records.items() if _valid(rec)}
         mine = held.get(d.key)
-        if mine is None:
+        if mine is None and fresh:
             mine = held[d.key] = DeviceRecords(dict(d.identity))
             into.append(mine)
-        for k, rec in d.records.items():
-            if _valid(rec) and replaces(rec, mine.records.get(k)):
+        for k, rec in fresh.items():
+            if replaces(rec, mine.records.get(k)):
                 mine.records[k] = rec
                 changed += 1
     return changed
