@@ -178,8 +178,9 @@ def main() -> int:
             lap("background plan")
             done = background.wait_background(args.background_wait_s)
             waited = time.perf_counter() - at[0]
-            if not done:  # (what it found so far is installed by the next invoke; nothing searches while timed)
-                background.gpu_plan.background.stop()
+            work = background.gpu_plan.background if background.gpu_plan is not None else None
+            if not done and work is not None:  # (what it found is installed by the next invoke; none runs while timed)
+                work.stop()
                 background.wait_background()
             lap("background wait")
             exhaustive = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(
