@@ -6,7 +6,7 @@
 #                     tree for PYTHONPATH (wheels for that machine's CPython 3.12, manylinux x86-64)
 #   .gpu/models/      the corpus as stand-ins (bench/standin_models.py: graphs and small constants; the weights
 #                     regenerated there)
-#   .gl/*.deb         the Vulkan loader LiteRT's GPU path (WebGPU over Vulkan) opens
+#   .gl/*.deb         the Vulkan loader LiteRT's GPU path (WebGPU over Vulkan) opens, and the GL dispatch libraries
 #
 #   bash bench/gpu_prepare.sh [MODELS_DIR]      (default ../shared/models; about a minute; prints the sizes)
 #
@@ -33,7 +33,9 @@ tar -C "$work/site" -cJf .gpu/site.tar.xz .
 rm -rf .gpu/models
 "$py" bench/standin_models.py pack "$models" .gpu/models >/dev/null
 mkdir -p .gl
-(cd .gl && rm -f ./*.deb && apt-get download libvulkan1 >/dev/null)
+# (with the GL vendor-neutral dispatch libraries: on an H100 the NVIDIA Vulkan ICD, libGLX_nvidia, failed to load
+# without them, "No adapters found")
+(cd .gl && rm -f ./*.deb && apt-get download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
 for d in .gpu .gl; do
     grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude
 done

@@ -82,6 +82,8 @@ if [ "${1:-}" != --inner ]; then
     export TFLGPU_CACHE_DIR=/tmp/tflgpu-cache TFLGPU_DEVICE=${TFLGPU_DEVICE:-NVIDIA}
     icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json  # (LiteRT's GPU path: WebGPU over Vulkan)
     [ -f $icd ] && export VK_DRIVER_FILES=$icd
+    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    [ -f $egl ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
     python3 bench/standin_models.py unpack .gpu/models /tmp/models >/dev/null || exit 1
 fi
 M=/tmp/models
