@@ -214,8 +214,7 @@ def main() -> int:
         h, s, b, e, cpu = ms[:5]
         g = f"{ms[5]:.3f}" if gpu_peer else "n/a"
         host = f"{stats.host_us_per_launch:.1f} ({stats.launches})" if stats else "n/a"
-        plain = (f"{(b * 1e3 - stats.kernel_us - stats.cpu_ops_us) / max(1, stats.launches):.1f}"
-                 if stats else "n/a")
+        plain = f"{stats.host_us_per_launch_at(b * 1e3):.1f}" if stats else "n/a"
         speedups.append(cpu / b)
         starts.append(s / e)
         if not done:

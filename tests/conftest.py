@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,18 +87,26 @@ def corpus_model(name: str) -> Path:
     unavailable(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)", "TFLGPU_REQUIRE_CORPUS")
 
 
-def selected_steps(path, target, fp16: bool = False, fuse_expansions: bool | None = None) -> list:
+@dataclass
+class Selected:
+    steps: list  # the plan's device steps
+    sg: object  # the subgraph with every tensor's shape (model.ir.Subgraph)
+
+
+def selected_steps(path, target, fp16: bool = False, fuse_expansions: bool | None = None) -> Selected:
     """The device steps of a model's plan as the runtime selects them for ``target`` (a kernels.base.Target; the
-    graph transforms, shapes and placement), with the generators' defaults: nothing compiled."""
+    graph transforms, shapes, placement and the dense boundary), with the generators' defaults: nothing
+    compiled."""
     from tflgpu import Interpreter
-    from tflgpu.runtime.selection import KernelMaker, propagate_shapes, select, transform_graph
+    from tflgpu.runtime.selection import KernelMaker, dense_boundary, propagate_shapes, select, transform_graph
 
     it = Interpreter(str(path))
     runner = transform_graph(it.cpu_runner(), True).runner
     sg = propagate_shapes(runner, [tuple(d["shape"]) for d in it.get_input_details()])
     make = KernelMaker(sg, runner.consts, fp16, frozenset(runner.variables), target=target)
     steps, _ = select(runner, make, {}, True, fuse_expansions)
-    return [s for s in steps if s.device == "gpu"]
+    dense_boundary(steps, make)
+    return Selected([s for s in steps if s.device == "gpu"], sg)
 
 
 def litert():

@@ -138,7 +138,7 @@ def test_every_kernel_with_two_constant_arrays_is_packed(name, gpu, opencl_devic
     target = base.Target(float_lanes=1, gpu=True, images=True) if gpu else base.Target(float_lanes=16)
     seen = 0
     for fp16 in (False, True):
-        specs = [sp for s in selected_steps(corpus_model(name), target, fp16, gpu or None) for sp in s.specs]
+        specs = [sp for s in selected_steps(corpus_model(name), target, fp16, gpu or None).steps for sp in s.specs]
         for sp in specs:
             if sum(a.kind in ("const", "const32") for a in sp.args) >= 2 and "__constant " not in sp.source:
                 assert program.const_pack(sp) is not None, (sp.name, sp.source[:400])

@@ -375,21 +375,17 @@ def test_a_shipped_file_still_names_the_corpus_kernel_families(opencl_device, tm
     from tflgpu.autotune.tuner import kernel_family, kernel_shape
     from tflgpu.kernels import base
     from tflgpu.ops.layout import bhwc
-    from tflgpu.runtime.selection import KernelMaker, dense_boundary, propagate_shapes, select, transform_graph
 
-    from .conftest import corpus_model
+    from .conftest import corpus_model, selected_steps
 
     shutil.copy(SHIPPED_DIR / name, tmp_path / name)
     identity = json.loads((tmp_path / name).read_text())["devices"][0]["identity"]
     # (the plan's steps as the runtime selects them for that target, nothing compiled)
-    it = Interpreter(str(corpus_model("mobilenet_v2_1.0_224.tflite")))
-    runner = transform_graph(it.cpu_runner(), True).runner
-    sg = propagate_shapes(runner, [tuple(d["shape"]) for d in it.get_input_details()])
-    make = KernelMaker(sg, runner.consts, False, frozenset(runner.variables), target=base.Target(**target))
-    steps, _ = select(runner, make, {})
-    dense_boundary(steps, make)
+    selected = selected_steps(corpus_model("mobilenet_v2_1.0_224.tflite"), base.Target(**target),
+                              fuse_expansions=False)
+    sg = selected.sg
     near = NearestRecords(None, identity, shipped_dir=tmp_path)
-    convs = [s for s in steps if s.device == "gpu" and s.op.name == "CONV_2D"]
+    convs = [s for s in selected.steps if s.op.name == "CONV_2D"]
     assert len(convs) >= 10
     for s in convs:
         layouts = {t: bhwc(sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}

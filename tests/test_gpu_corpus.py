@@ -231,7 +231,7 @@ def test_helper_functions_of_a_program_are_static(opencl_device, name):
     from .conftest import selected_steps
 
     steps = selected_steps(corpus_model(name), Target.of(opencl_device.cl_device, opencl_device.identity.device_type))
-    sources = [PREAMBLE] + compiled_sources([spec for s in steps for spec in s.specs])
+    sources = [PREAMBLE] + compiled_sources([spec for s in steps.steps for spec in s.specs])
     assert len(sources) > 1
     defined = re.compile(r"^\s*((?:static\s+)?(?:inline\s+)?)[\w ]+\*?\s+\w+\s*\([^;{]*\)\s*\{", re.MULTILINE)
     helpers = [(m.group(0), m.group(1)) for src in sources for m in defined.finditer(src)

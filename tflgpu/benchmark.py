@@ -258,7 +258,12 @@ class LaunchStats:
 
     @property
     def host_us_per_launch(self) -> float:
-        return max(0.0, self.wall_us - self.kernel_us - self.cpu_ops_us) / max(1, self.launches)
+        return max(0.0, self.host_us_per_launch_at(self.wall_us))
+
+    def host_us_per_launch_at(self, wall_us: float) -> float:
+        """(``wall_us`` - kernel time - CPU ops) / launches: the host's cost per launch of an invoke taking
+        ``wall_us`` (an unprofiled one's, say: negative where the events make the kernels look longer)."""
+        return (wall_us - self.kernel_us - self.cpu_ops_us) / max(1, self.launches)
 
 
 def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) -> LaunchStats | None:

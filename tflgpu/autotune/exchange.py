@@ -99,9 +99,10 @@ def cache_records(root: str | Path, identity: dict) -> DeviceRecords:
 
 def merge_records(into: list[DeviceRecords], new: Iterable[DeviceRecords]) -> int:
     """Merge ``new``'s records into ``into`` (a shipped file's devices, say), device by device (a device ``into``
-    does not hold is added, where it brings a record): a kernel's record replaces the held one as a database put would (``records.replaces``:
-    drawn from more trials, else faster); records of another generator version are left out, since they name
-    kernels this tflgpu no longer makes. Returns how many records were added or replaced."""
+    does not hold is added, where it brings a record): a kernel's record replaces the held one as a database put
+    would (``records.replaces``: drawn from more trials, else faster); records of another generator version are
+    left out, since they name kernels this tflgpu no longer makes. Returns how many records were added or
+    replaced."""
     held = {d.key: d for d in into}
     changed = 0
     for d in new:
@@ -129,7 +130,7 @@ def import_records(path: str | Path, db: TuningDB) -> ImportSummary:
     it: by one drawn from more trials, else by a faster one)."""
     summary = ImportSummary()
     for d in read_records(path):
-        fresh = {k: r for k, r in d.records.items() if r.generator_version == GENERATOR_VERSION}
+        fresh = {k: r for k, r in d.records.items() if _valid(r)}
         summary.devices += 1
         summary.stale += len(d.records) - len(fresh)
         before = {k: _as_json(db.get(d.key, k)) for k in fresh}

@@ -249,10 +249,13 @@ def compiled_sources(specs: list[KernelSpec]) -> list[str]:
 def argument_positions(spec: KernelSpec) -> list[int | None]:
     """Where each of ``spec.args`` is among its bound kernel's arguments (``kernel_args``): None for an array packed
     into its constant buffer (which comes last), the others in order."""
-    pack = const_pack(spec)
+    return _positions(len(spec.args), const_pack(spec))
+
+
+def _positions(n: int, pack: ConstPack | None) -> list[int | None]:
     packed = frozenset(pack.args if pack is not None else ())
     positions, at = [], 0
-    for i in range(len(spec.args)):
+    for i in range(n):
         positions.append(None if i in packed else at)
         at += i not in packed
     return positions
@@ -283,7 +286,7 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
     args, consts = [], []
     uploaded = {} if uploaded is None else uploaded
     pack = const_pack(spec)
-    for a, at in zip(spec.args, argument_positions(spec)):
+    for a, at in zip(spec.args, _positions(len(spec.args), pack)):
         if at is None:  # (in the packed buffer, the last argument)
             continue
         if a.kind == "tensor":
