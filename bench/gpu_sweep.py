@@ -36,6 +36,11 @@ POINTS = {
                                               # 8 shares: where the device's work-groups take 512 work-items
                                               ((16, 4), 1, 1, 8, 8), ((16, 4), 1, 1, 4, 8), ((8, 8), 1, 1, 4, 8),
                                               ((32, 2), 1, 1, 4, 8))]
+                 # each step read one step ahead into registers (ConvKnobs.prefetch): the default's tile and the
+                 # sweeps' best split points
+                 + [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=1, tile_s=1, k_split=ks, prefetch=True)
+                    for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 4), ((16, 4), 16, 4), ((8, 8), 8, 4),
+                                      ((16, 4), 4, 8))]
                  # the GEMM sharing its input through sub-group broadcasts (where the device has sub-groups)
                  + [dict(GEMM, group_tile=None, broadcast=ls, tile_x=tx) for ls in (16, 64) for tx in (1, 4)],
     "one pixel": [dict(GEMM, split=sp, tile_s=ts) for sp in (8, 16, 32, 64) for ts in (1, 2)],
@@ -46,7 +51,9 @@ POINTS = {
             + [dict(GEMM, tile_x=tx, tile_s=ts, strided=True, image_weights=True) for tx, ts in ((2, 1), (2, 2))],
     # a conv with a window as an implicit GEMM over its taps (kernels.conv.im2col_stage), where its space has it
     "implicit GEMM": [dict(GEMM, group_tile=g, k_chunk=kc, k_split=ks)
-                      for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 1), ((8, 8), 16, 1), ((8, 8), 8, 4), ((16, 4), 8, 4))],
+                      for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 1), ((8, 8), 16, 1), ((8, 8), 8, 4), ((16, 4), 8, 4))]
+                     + [dict(GEMM, group_tile=g, k_chunk=kc, k_split=ks, prefetch=True)
+                        for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 4))],
     "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],
     "fully_connected": [{"split": sp, "tile_s": ts, "wide": False} for sp in (1, 8, 16, 32, 64) for ts in (1, 2)],
     # a depthwise + pointwise block (kernels.separable): unfused, the group tile's shapes, the direct variant
@@ -57,6 +64,9 @@ POINTS = {
                  + [{"fused": True, "group_tile": g, "k_chunk": kc, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1,
                      "whole": False, "k_split": ks} for g, kc, ks in (((16, 4), 8, 4), ((8, 8), 8, 4), ((8, 8), 4, 4),
                                                                       ((16, 4), 4, 2))]
+                 + [{"fused": True, "group_tile": g, "k_chunk": kc, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1,
+                     "whole": False, "k_split": ks, "prefetch": True} for g, kc, ks in (((32, 8), 8, 1), ((8, 8), 8, 1),
+                                                                                        ((16, 4), 8, 4), ((8, 8), 8, 4))]
                  + [{"fused": True, "group_tile": None, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1, "whole": False}
                     for tx, ts in ((1, 1), (2, 1), (1, 2))],
 }

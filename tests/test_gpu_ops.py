@@ -75,7 +75,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
                            "k_chunk": 8, "k_split": 1, "split": 1, "image_weights": False, "half_math": False,
-                           "broadcast": 0}
+                           "broadcast": 0, "prefetch": False}
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space
@@ -783,6 +783,17 @@ def test_inference_priorities_map_to_precision():
     # shares past the sum; two images of 17 slices in one step of 8 x 4
     ((1, 7, 7, 160), 40, {"group_tile": (16, 4), "tile_x": 1, "tile_s": 1, "k_chunk": 4, "k_split": 8}, None),
     ((2, 5, 3, 68), 20, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 4, "k_split": 8}, None),
+    # each step read one step ahead into registers (prefetch): 99 px by 2 x 2 tiles, 6 slices in steps of 4 (the
+    # second half zeros); a sum of one step; 4 shares staging 16 slices of 8 px a step, so that half the group's 256
+    # work-items have no input value to read; implicit GEMMs (taps computed ahead), alone and in 4 shares
+    ((1, 9, 11, 24), 40, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4, "prefetch": True}, None),
+    ((2, 7, 6, 5), 6, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8, "prefetch": True}, None),
+    ((1, 7, 7, 96), 40, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 4, "k_split": 4,
+                         "prefetch": True}, None),
+    ((2, 9, 10, 12), 20, {"group_tile": (16, 4), "tile_x": 2, "tile_s": 2, "k_chunk": 4, "prefetch": True},
+     (3, 3, 1, 1, "SAME")),
+    ((1, 12, 11, 8), 8, {"group_tile": (8, 8), "tile_x": 1, "tile_s": 1, "k_chunk": 8, "k_split": 4,
+                         "prefetch": True}, (3, 3, 1, 2, "SAME")),
 ])
 def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     """The conv as a GEMM with local-memory tiles (a work-group stages input and weight tiles; the GPU way), a
@@ -808,6 +819,7 @@ def test_conv_group_tile_variant(gpu, rng, shape, cout, tile, window):
     assert spec.local_size == (tile["group_tile"][0], split, tile["group_tile"][1]) and "__local" in spec.source
     assert spec.global_size[1] == shape[0] * split
     assert {k: spec.params[k] for k in tile} == tile and plan.cpu_op_count == 0
+    assert ("const int knext" in spec.source) == tile.get("prefetch", False)
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 

@@ -158,6 +158,37 @@ def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
         SeparableKnobs.resolve(block, {"group_tile": None, "k_split": 2})
 
 
+def test_prefetch_is_a_gpus_group_tile_variant_in_the_same_family():
+    """``prefetch`` (a group tile reading each step one step ahead, into registers): in a GPU's space wherever the
+    group tile is (a pointwise GEMM, an implicit one, a separable block's), not a CPU's; off by default; only with a
+    group tile; a knob added after records were shipped, so it leaves a kernel's family as it was."""
+    from tflgpu.autotune.tuner import kernel_family
+    from tflgpu.kernels.common import KernelSpec
+    from tflgpu.kernels.separable import SeparableKnobs, SeparableShape
+
+    gpu_1x1, gpu_3x3 = replace(CONV_1X1, **GPU), replace(CONV_3X3, **GPU)
+    assert ConvKnobs.space(gpu_1x1)["prefetch"] == [False, True] and "prefetch" in ConvKnobs.space(gpu_3x3)
+    assert "prefetch" not in ConvKnobs.space(CONV_1X1) and "prefetch" not in ConvKnobs.space(replace(gpu_1x1, dense=True))
+    assert not ConvKnobs.default(gpu_1x1).prefetch and not ConvKnobs.default(replace(gpu_1x1, sin=64)).prefetch
+    plain = {"lanes": 4, "vec_hint": None, "tile_x": 1, "tile_s": 1}
+    assert ConvKnobs.resolve(gpu_1x1, {"group_tile": (16, 4), "k_split": 4, "k_chunk": 8, "prefetch": True,
+                                       **plain}).prefetch
+    for params, why in [({"group_tile": None, "prefetch": True, **plain}, "it needs a group_tile"),
+                        ({"group_tile": (16, 4), "prefetch": "yes", **plain}, "prefetch=.yes. is not one of")]:
+        with pytest.raises(InvalidKnobs, match=why):
+            ConvKnobs.resolve(gpu_1x1, params)
+    space = ConvKnobs.space(gpu_1x1)
+    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
+    without = {k: v for k, v in space.items() if k not in ("prefetch", "k_split")}
+    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+    block = SeparableShape(sin=64, sout=64, ow=14, float_lanes=1, gpu=True, pixels=196)
+    assert SeparableKnobs.space(block)["prefetch"] == [False, True]
+    assert "prefetch" not in SeparableKnobs.space(replace(block, gpu=False, float_lanes=16))
+    assert SeparableKnobs.resolve(block, {"group_tile": (8, 8), "prefetch": True}).prefetch
+    with pytest.raises(InvalidKnobs, match="it needs a group_tile"):
+        SeparableKnobs.resolve(block, {"group_tile": None, "prefetch": True})
+
+
 def test_defaults_follow_the_measured_heuristic():
     assert ConvKnobs.default(CONV_3X3).params() == {**ConvKnobs().params(), "tile_x": 4, "tile_s": 4, "lanes": 8,
                                                      "vec_hint": "float8"}

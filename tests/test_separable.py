@@ -117,12 +117,23 @@ POINTS = {  # knobs -> kernels launched for the block
                                           "whole": False, "group_tile": (8, 8), "k_chunk": 4, "half_math": True}, 1),
     "group tile 8x8, sum in 4 shares": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1, "whole": False,
                                          "group_tile": (8, 8), "k_chunk": 4, "k_split": 4}, 1),
+    # the group tile reading (here: computing) each step's depthwise values one step ahead (prefetch), with 2 x 2
+    # tiles of 16 depthwise slices a step (a step ragged where the block has 3 or 4), and in 4 shares
+    "group tile 8x8 by 2x2, prefetch": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1,
+                                         "whole": False, "group_tile": (8, 8), "k_chunk": 4, "prefetch": True}, 1),
+    "group tile 8x8 by 2x2, half math, prefetch": ({"fused": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "per": 1,
+                                                    "whole": False, "group_tile": (8, 8), "k_chunk": 4,
+                                                    "half_math": True, "prefetch": True}, 1),
+    "group tile 8x8, sum in 4 shares, prefetch": ({"fused": True, "tile_x": 1, "tile_s": 1, "lanes": 4, "per": 1,
+                                                   "whole": False, "group_tile": (8, 8), "k_chunk": 4, "k_split": 4,
+                                                   "prefetch": True}, 1),
     "unfused": ({"fused": False}, 2),
 }
 # the points an FP16 plan is checked at: each variant once (the others differ from them in indexing only, which
 # the FP32 cases check) and the half sums
 FP16_POINTS = {"direct 2x2 8 lanes, 2 slices", "whole 8x4", "group tile 8x8 by 2x2", "group tile 8x8 by 2x2, half math",
-               "group tile 8x8, sum in 4 shares", "unfused"}
+               "group tile 8x8, sum in 4 shares", "group tile 8x8 by 2x2, prefetch",
+               "group tile 8x8 by 2x2, half math, prefetch", "unfused"}
 
 BLOCKS = {  # separable_model arguments
     "stride 1 SAME": {},

@@ -133,6 +133,9 @@ CONV_SPACE = {
     # 8 only where the device's work-groups take 512 work-items (Target.max_group: an H100's take 1024): in the
     # H100's sweep the best split point had 4 shares, the most it offered, on 13 of 15 shapes
     "k_split": [1, 2, 4, 8],
+    # a group tile reading each step's share of its input and weights into registers one step ahead (a GPU's
+    # variant: where a conv has few work-groups, none other hides a step's reads from global memory)
+    "prefetch": [False, True],
     "image_weights": [False, True],  # the direct kernel's weights in a read-only image (where the device has images)
     "half_math": [False, True],  # the direct kernel's or the group tile's sums in half (an FP16 plan)
     # a pointwise conv of one pixel (a classifier written as a 1x1 conv): work-items of a work-group sharing each
@@ -208,6 +211,16 @@ class GroupTiled:
     ``k_chunk``: kernels.conv's local-memory GEMM) check alike: CONV_2D's and the separable conv's."""
 
     k_split = 1  # (a knob of CONV_2D's and the separable conv's: TRANSPOSE_CONV's group tile does not split its sum)
+    prefetch = False  # (likewise)
+
+    def prefetch_problems(self) -> list[str]:
+        """Why ``prefetch`` does not go with the rest of the point. (The registers a work-item holds for the next
+        step are its share of what the step stages, at most LOCAL_TILE_BYTES over a group tile's 64 or more
+        work-items: 16 float4 values and a rounding, which the local-memory check already bounds.)"""
+        bad = one_of("prefetch", self.prefetch, (False, True))
+        if not bad and self.prefetch and self.group_tile is None:
+            bad.append("prefetch reads a group tile's next step ahead: it needs a group_tile")
+        return bad
 
     def local_bytes(self) -> int:
         """The local memory a group tile stages per share of its sum: k_chunk input slices of its pixels, and of
@@ -318,6 +331,8 @@ class ConvKnobs(GroupTiled, Knobs):
     # work-items of a work-group along the output slices sharing the input of tile_x pixels through sub-group
     # broadcasts (the pointwise conv's GEMM without local memory; CONV_SPACE["broadcast"]); 0: off
     broadcast: int = 0
+    # the group tile reads each step one step ahead, into registers (GroupTiled.prefetch_problems): a GPU's variant
+    prefetch: bool = False
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -394,11 +409,11 @@ class ConvKnobs(GroupTiled, Knobs):
         if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
-            del space["group_tile"], space["k_chunk"], space["k_split"]
+            del space["group_tile"], space["k_chunk"], space["k_split"], space["prefetch"]
         else:
             space["k_chunk"] = [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]
             if not shape.gpu:  # (a GPU's variant: a CPU runtime's work-items are not what its sum waits on)
-                del space["k_split"]
+                del space["k_split"], space["prefetch"]
             else:
                 space["k_split"] = group_shares(CONV_SPACE["group_tile"], shape.max_group)
         return space
@@ -471,7 +486,7 @@ class ConvKnobs(GroupTiled, Knobs):
             if others or self.local_size is not None or self.vec_hint in ("float8", "float16"):
                 bad.append(f"a group tile sets its own work-group and layout: not with {others or ['local_size']}")
             bad += tile_bad
-        return bad
+        return bad + self.prefetch_problems()
 
 
 @dataclass(frozen=True)
@@ -623,16 +638,17 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
 
 
-def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None, half: bool = False) -> list[str]:
-    """The group tile's statement staging input slice ``k0 + kc`` of pixel ``p`` into ``xs[e]`` (zeros past the
+def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None, half: bool = False, dest: str = "xs[e]",
+                       k0: str = "k0") -> list[str]:
+    """The group tile's statement staging input slice ``k0 + kc`` of pixel ``p`` into ``dest`` (zeros past the
     slices or pixels): read from ``src``, or computed by ``stage``; ``half``: as a half4 (``xs`` holds half)."""
     if stage is None:
-        at = f"(b * {sin} + k0 + kc) * {pixels} + p"
+        at = f"(b * {sin} + {k0} + kc) * {pixels} + p"
         load, zero = (f"vload4({at}, src)", "(half4)(0.0f)") if half else (f"LD4(src, {at})", "(float4)(0.0f)")
-        return [f"      xs[e] = (k0 + kc < {sin} && p < {pixels}) ? {load} : {zero};"]
+        return [f"      {dest} = ({k0} + kc < {sin} && p < {pixels}) ? {load} : {zero};"]
     return ["      float4 xv = (float4)(0.0f);",
-            f"      if (k0 + kc < {sin} && p < {pixels}) {{ {stage.load('k0 + kc', 'p', 'xv')} }}",
-            f"      xs[e] = {'convert_half4(xv)' if half else 'xv'};"]
+            f"      if ({k0} + kc < {sin} && p < {pixels}) {{ {stage.load(f'{k0} + kc', 'p', 'xv')} }}",
+            f"      {dest} = {'convert_half4(xv)' if half else 'xv'};"]
 
 
 def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
@@ -669,7 +685,8 @@ def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "
 
 
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
-                       stage: GroupStage | None = None, half_math: bool = False, ks: int = 1) -> str:
+                       stage: GroupStage | None = None, half_math: bool = False, ks: int = 1,
+                       prefetch: bool = False) -> str:
     """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
     input slices of a pointwise conv by default): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
@@ -678,7 +695,10 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     plan): the tiles are staged as half4 (half the local memory traffic) and the sums are half accumulators;
     bias, activation and what follows in float. ``ks`` (``ConvKnobs.k_split``): ks work-items (the work-group's
     dimension 1) share each output's sum, the group staging ks * kc slices per step and share z summing slices
-    z*kc.. of them; at the end each adds its sums to local memory, and share 0 adds them up and stores."""
+    z*kc.. of them; at the end each adds its sums to local memory, and share 0 adds them up and stores.
+    ``prefetch`` (``ConvKnobs.prefetch``): each work-item reads its share of the next step into registers before it
+    sums the staged one, and stores them into local memory after the step's second barrier, so that a step's reads
+    from global memory (or its stage's computation) overlap the sums instead of preceding them."""
     px, so, nt = lx * tx, ls * ts, lx * ls
     vt = "half4" if half_math else "float4"
     zero = f"({vt})(0.0f)"
@@ -707,20 +727,53 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     step, items, wsize = ks * kc, nt * ks, so * kc * 4
     # (share kz's slice kc of a step, in the staged input and weights; ks == 1: the code from before there were shares)
     k_at, w_at = ("kc", "") if ks == 1 else (f"(kz * {kc} + kc)", f"kz * {wsize} + ")
-    lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {step}) {{",
-              f"    for (int e = lid; e < {step * px}; e += {items}) {{",
-              f"      const int kc = e / {px}; const int p = p0 + e % {px};",
-              *_group_stage_lines(sin, pixels, stage, half_math),
-              "    }",
-              f"    for (int e = lid; e < {ks * wsize}; e += {items}) {{"]
     if ks == 1:
-        lines.append(f"      const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};")
+        w_index = f"const int o = e / {kc * 4}; const int kc = (e / 4) % {kc};"
     else:  # (share z's weights: ws[z * wsize..], each output slice's kc slices in a row as without shares)
-        lines.append(f"      const int o = (e % {wsize}) / {kc * 4}; const int kc = e / {wsize} * {kc} + (e / 4) % {kc};")
-    lines += [f"      ws[e] = k0 + kc < {sin} ? {wload(f'((S0 + o) * {sin} + k0 + kc) * 4 + e % 4')} : {zero};",
-              "    }",
-              "    barrier(CLK_LOCAL_MEM_FENCE);",
-              f"    for (int kc = 0; kc < {kc}; ++kc) {{"]
+        w_index = f"const int o = (e % {wsize}) / {kc * 4}; const int kc = e / {wsize} * {kc} + (e / 4) % {kc};"
+
+    def w_stage(dest: str, k0: str) -> str:
+        return f"      {dest} = {k0} + kc < {sin} ? {wload(f'((S0 + o) * {sin} + {k0} + kc) * 4 + e % 4')} : {zero};"
+
+    if not prefetch:
+        lines += [f"  for (int k0 = 0; k0 < {sin}; k0 += {step}) {{",
+                  f"    for (int e = lid; e < {step * px}; e += {items}) {{",
+                  f"      const int kc = e / {px}; const int p = p0 + e % {px};",
+                  *_group_stage_lines(sin, pixels, stage, half_math),
+                  "    }",
+                  f"    for (int e = lid; e < {ks * wsize}; e += {items}) {{",
+                  f"      {w_index}",
+                  w_stage("ws[e]", "k0"),
+                  "    }",
+                  "    barrier(CLK_LOCAL_MEM_FENCE);"]
+    else:  # (a step's share of each work-item in registers rx* / rw*: read one step ahead)
+        nx, nw = -(-step * px // items), -(-ks * wsize // items)
+
+        def each(n: int, total: int, body) -> list[str]:
+            out = []
+            for i in range(n):
+                guard = f"if (e < {total}) " if (i + 1) * items > total else ""
+                out += [f"    {{ const int e = lid + {i * items}; {guard}{{", *body(i), "    } }"]
+            return out
+
+        def reads(k0: str) -> list[str]:
+            return (each(nx, step * px, lambda i: [f"      const int kc = e / {px}; const int p = p0 + e % {px};",
+                                                   *_group_stage_lines(sin, pixels, stage, half_math, f"rx{i}", k0)])
+                    + each(nw, ks * wsize, lambda i: [f"      {w_index}", w_stage(f"rw{i}", k0)]))
+
+        lines += [f"  {vt} " + ", ".join(f"rx{i} = {zero}" for i in range(nx)) + ";",
+                  f"  {vt} " + ", ".join(f"rw{i} = {zero}" for i in range(nw)) + ";",
+                  "  const int kfirst = 0;",
+                  *reads("kfirst"),
+                  f"  for (int k0 = 0; k0 < {sin}; k0 += {step}) {{",
+                  *each(nx, step * px, lambda i: [f"      xs[e] = rx{i};"]),
+                  *each(nw, ks * wsize, lambda i: [f"      ws[e] = rw{i};"]),
+                  "    barrier(CLK_LOCAL_MEM_FENCE);",
+                  f"    const int knext = k0 + {step};",
+                  f"    if (knext < {sin}) {{",
+                  *reads("knext"),
+                  "    }"]
+    lines.append(f"    for (int kc = 0; kc < {kc}; ++kc) {{")
     for t in range(tx):
         lines.append(f"      const {vt} x{t} = xs[{k_at} * {px} + lx + {t * lx}];")
     for a in range(ts):
@@ -868,7 +921,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                                                   dw=dw, pt=pt, pl=pl)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
                                  lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage,
-                                 half_math=knobs.half_math, ks=knobs.k_split)
+                                 half_math=knobs.half_math, ks=knobs.k_split, prefetch=knobs.prefetch)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
                                             ks=knobs.k_split)
     else:

@@ -49,6 +49,7 @@ SEPARABLE_SPACE = {
     "whole": [False, True],  # a work-item runs over every output slice of its pixels (direct variant)
     "group_tile": [None, (32, 8), (16, 4), (8, 8), (64, 4)],
     "k_chunk": [4, 8],
+    "prefetch": [False, True],  # (ConvKnobs.prefetch: the group tile's next depthwise step computed ahead)
 }
 # the shares of its group tile's sum (ConvKnobs.k_split's, within the work-items its group tile checks for)
 SEPARABLE_SHARES = group_shares(SEPARABLE_SPACE["group_tile"], MAX_GROUP)
@@ -85,6 +86,9 @@ class SeparableKnobs(GroupTiled, Knobs):
     k_split: int = 1
     # FP16 arithmetic in the group tile's pointwise sum (kernels.conv.ConvKnobs.half_math): an FP16 plan on a GPU
     half_math: bool = False
+    # the group tile computes each step's depthwise values one step ahead, into registers (ConvKnobs.prefetch): a
+    # GPU's variant
+    prefetch: bool = False
 
     @classmethod
     def default(cls, shape: SeparableShape) -> SeparableKnobs:
@@ -128,8 +132,10 @@ class SeparableKnobs(GroupTiled, Knobs):
         space["per"] = [v for v in SEPARABLE_SPACE["per"] if shape.sin % v == 0]
         if shape.fp16 and shape.gpu:  # (a GPU's variant: a CPU runtime emulates half)
             space["half_math"] = [False, True]
-        if shape.gpu:  # (a GPU's variant, as CONV_2D's)
+        if shape.gpu:  # (GPU's variants, as CONV_2D's)
             space["k_split"] = list(SEPARABLE_SHARES)
+        else:
+            del space["prefetch"]
         return space
 
     @classmethod
@@ -167,7 +173,7 @@ class SeparableKnobs(GroupTiled, Knobs):
             bad += tile_bad
         elif self.half_math or self.k_split != 1:
             bad.append("FP16 arithmetic and a split sum are the group tile's: not with the direct fused kernel")
-        return bad
+        return bad + self.prefetch_problems()
 
 
 @dataclass(frozen=True)
@@ -312,7 +318,8 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
         tx, ts = knobs.tile_x, knobs.tile_s
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
                                  kc=knobs.k_chunk, act=act_pw, cout=cout, epilogue=ep,
-                                 stage=_depthwise_stage(g, sin, act_dw), half_math=knobs.half_math, ks=knobs.k_split)
+                                 stage=_depthwise_stage(g, sin, act_dw), half_math=knobs.half_math, ks=knobs.k_split,
+                                 prefetch=knobs.prefetch)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
                                             ks=knobs.k_split)
         dw_per = 1
