@@ -77,6 +77,12 @@ def main() -> int:
     enq2 = per_call(lambda: fn(qh, kh, 1, None, gsize, None, 0, None, None), q)
     print(f"ctypes clEnqueueNDRangeKernel: {enq2:.2f} us per call")
     gated(cl, ctx, q, k)
+    # the same with no event asked of each launch (pyopencl asks one of every enqueue): whether the device's cost
+    # per launch is the driver's bookkeeping of those events
+    local = (ctypes.c_size_t * 1)(32)
+    no_events = (ctypes.c_void_p(qh), ctypes.c_void_p(kh), ctypes.c_uint(1), None, gsize, local, ctypes.c_uint(0),
+                 None, None)
+    gated(cl, ctx, q, k, launch=lambda: fn(*no_events), what="with no event each")
     arguments(cl, ctx, q, per_call)
     command_buffer(cl, dev.cl_device, q, k)
     cadences(cl, ctx, q, qp, buf, enq)
@@ -89,23 +95,26 @@ def main() -> int:
     return 0
 
 
-def gated(cl, ctx, q, k, rounds: int = 30) -> None:
+def gated(cl, ctx, q, k, rounds: int = 30, launch=None, what: str = "") -> None:
     """The device's own cost per launch, with no host in the way: n empty kernels enqueued behind a user event,
     then released and finished (the wall time from the release, per kernel; medians of ``rounds``). What a plan
-    pays the device per launch however fast its kernels are, beside what its enqueues cost the host."""
+    pays the device per launch however fast its kernels are, beside what its enqueues cost the host. ``launch``:
+    how each kernel is enqueued (pyopencl's call by default)."""
+    launch = launch or (lambda: cl.enqueue_nd_range_kernel(q, k, (32,), (32,)))
     for n in (1, 10, 40, 100):
         walls = []
         for _ in range(rounds):
             gate = cl.UserEvent(ctx)
             cl.enqueue_barrier(q, wait_for=[gate])
             for _ in range(n):
-                cl.enqueue_nd_range_kernel(q, k, (32,), (32,))
+                launch()
             t = time.perf_counter()
             gate.set_status(cl.command_execution_status.COMPLETE)
             q.finish()
             walls.append((time.perf_counter() - t) * 1e6)
         med = statistics.median(walls)
-        print(f"{n} empty kernels behind a gate, released then finished: {med:.1f} us, {med / n:.2f} per kernel")
+        print(f"{n} empty kernels behind a gate{', ' + what if what else ''}, released then finished: {med:.1f} us, "
+              f"{med / n:.2f} per kernel")
 
 
 def arguments(cl, ctx, q, per_call) -> None:
