@@ -73,6 +73,12 @@
 #   BG_WAIT_S=120 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=330 BENCH_MODELS="...MobileNet v1 / v2,
 #   UNet, PoseNet" bash bench/gpu_session.sh bench ship, then a second call: BENCH_LIMIT_S=... bench (the start
 #   column from the merged records; copy $OUT/nvidia-h100.json over the shipped file and commit it).
+# Since (2026-11-27, no GPU): the group tiles' `prefetch` knob and launch_cost's gated rows with no event per launch,
+# both untimed. First call: TESTS_K=prefetch SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240
+# RECORDS_NAME=sweep-h100 bash bench/gpu_session.sh gputests launch sweep (the variant on the GPU, then whether
+# prefetching or an event per launch costs what it saves; the sweep's best points are a file of their own, which
+# the later steps of the call read and bench/merge_records.py folds into nvidia-h100.json: the sweep writes only
+# what it found); then the bench / ship calls above on the same warm machine.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
