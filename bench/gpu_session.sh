@@ -73,9 +73,11 @@
 #   BG_WAIT_S=120 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=330 BENCH_MODELS="...MobileNet v1 / v2,
 #   UNet, PoseNet" bash bench/gpu_session.sh bench ship, then a second call: BENCH_LIMIT_S=... bench (the start
 #   column from the merged records; copy $OUT/nvidia-h100.json over the shipped file and commit it).
-# Since (2026-11-27, no GPU): the group tiles' `prefetch` knob and launch_cost's gated rows with no event per launch,
-# both untimed. First call: TESTS_K=prefetch SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240
-# RECORDS_NAME=sweep-h100 bash bench/gpu_session.sh gputests launch sweep (the variant on the GPU, then whether
+# Since (2026-11-27, no GPU): the group tiles' `prefetch` knob, and a GPU plan's cadence trial also trying launches
+# with no event each (runtime.enqueue), both untimed. First call: TESTS_K="prefetch or cadence or enqueue"
+# SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 AB_VARIANTS=queued,direct
+# ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite RECORDS_NAME=sweep-h100
+# bash bench/gpu_session.sh gputests launch ab sweep (the variants on the GPU, then whether
 # prefetching or an event per launch costs what it saves; the sweep's best points are a file of their own, which
 # the later steps of the call read and bench/merge_records.py folds into nvidia-h100.json: the sweep writes only
 # what it found); then the bench / ship calls above on the same warm machine.
@@ -162,7 +164,7 @@ sweep() {
 
 gputests() {  # tiered compiles as a user's start has them (the suite's default is off); TESTS_K: pytest's -k
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
-        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py \
+        ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py tests/test_enqueue.py \
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
         tests/test_autotune.py tests/test_const_pack.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }

@@ -19,7 +19,9 @@ one kernel), each as a whole plan, interleaved in one process (medians of ``--ro
 - all: expansions, every split block fused, and the work-groups;
 - unpacked: the start plan with each constant array its own buffer, as generated (kernels.program.PACK_CONSTANTS
   off): a launch then takes 2-3 more buffers (a separable block's, 7 instead of 4), which NVIDIA's enqueue
-  charges for (11.4 us at 4 buffers, 13.0 at 7 on an H100).
+  charges for (11.4 us at 4 buffers, 13.0 at 7 on an H100);
+- queued / direct: the start plan launching through pyopencl (an event asked of each launch) / with no event each
+  (runtime.enqueue.Launcher), neither flushing: the two a GPU plan's cadence trial chooses between, pinned.
 
 Each variant's outputs are checked against the start's. What it tells: whether fewer launches pay for more kernel
 time (fused), and whether a work-group chosen here costs the kernels more than it saves the host (work-groups).
@@ -68,11 +70,13 @@ def main() -> int:
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.benchmark import interleaved_ms, reference_inputs
     from tflgpu.kernels import program
+    from tflgpu.runtime.cadence import NEVER, Cadence, CadenceTrial
     from tflgpu.runtime.upgrades import retune_steps
 
     fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
     for m in a.models:
-        def made(fused: dict | None, groups: bool, expansions: bool = False, packed: bool = True, m=m):
+        def made(fused: dict | None, groups: bool, expansions: bool = False, packed: bool = True,
+                 cadence: Cadence | None = None, m=m):
             program.PACK_CONSTANTS = packed  # (read where a plan compiles and binds its kernels)
             try:
                 it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
@@ -89,6 +93,8 @@ def main() -> int:
             if fused and split:
                 retune_steps(plan, split, fused, "TFLGPU_SEPARABLE_CONV")
                 it.invoke()  # (installs them)
+            if cadence is not None:  # (pinned: one candidate, chosen at once)
+                plan.cadence = CadenceTrial(plan.launch_count(), (cadence,))
             given = 0
             if groups:
                 for s in plan.steps:
@@ -103,7 +109,9 @@ def main() -> int:
         recipes = {"start": lambda: made(None, False), "fused": lambda: made(fused, False),
                    "fused, 4 slices": lambda: made(wide, False), "work-groups": lambda: made(None, True),
                    "both": lambda: made(fused, True), "expansions": lambda: made(None, False, True),
-                   "all": lambda: made(fused, True, True), "unpacked": lambda: made(None, False, packed=False)}
+                   "all": lambda: made(fused, True, True), "unpacked": lambda: made(None, False, packed=False),
+                   "queued": lambda: made(None, False, cadence=NEVER),
+                   "direct": lambda: made(None, False, cadence=Cadence(direct=True))}
         wanted = recipes if a.variants is None else ["start", *(v.strip() for v in a.variants.split(","))]
         unknown = [v for v in wanted if v not in recipes]
         if unknown:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
 import itertools
-import os
 import statistics
 import sys
 import time
@@ -31,6 +29,7 @@ def main() -> int:
     p.add_argument("--n", type=int, default=5000)
     a = p.parse_args()
     from tflgpu.runtime.device import choose_device
+    from tflgpu.runtime.enqueue import opencl_function
     from tflgpu.runtime.icd import ensure_icd_vendors
 
     ensure_icd_vendors()
@@ -203,16 +202,6 @@ def cadences(cl, ctx, q, qp, buf, enqueue_us: float, n: int = 30) -> None:
         print(f"  {c}: {statistics.median(w):.2f} us")
 
 
-def opencl_function(cl, name: str):
-    """An OpenCL entry point from the ICD loader pyopencl uses (the extension links it, so its symbols resolve
-    through it; else the loader its wheel bundles, else the system's)."""
-    try:
-        return getattr(ctypes.CDLL(cl._cl.__file__), name)
-    except AttributeError:
-        libs = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
-        return getattr(ctypes.CDLL(libs[0] if libs else "libOpenCL.so.1"), name)
-
-
 def command_buffer(cl, device, q, k) -> None:
     """n launches of ``k`` recorded into one cl_khr_command_buffer (1.0: earlier versions' entry points have other
     signatures), each waiting on the one before (a plan's order), replayed then finished, against the same n
@@ -221,6 +210,8 @@ def command_buffer(cl, device, q, k) -> None:
     if versions.get("cl_khr_command_buffer", 0) >> 22 != 1:
         print("cl_khr_command_buffer 1.x: not offered")
         return
+    from tflgpu.runtime.enqueue import opencl_function
+
     get = opencl_function(cl, "clGetExtensionFunctionAddressForPlatform")
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
     vp, u32 = ctypes.c_void_p, ctypes.c_uint32

@@ -10,7 +10,7 @@ import pytest
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.default_model import DEFAULT_MODEL_PATH, INPUT_SHAPE
-from tflgpu.runtime.cadence import CANDIDATES, MIN_LAUNCHES, NEVER, Cadence, CadenceTrial
+from tflgpu.runtime.cadence import CANDIDATES, DIRECT, MIN_LAUNCHES, NEVER, Cadence, CadenceTrial
 
 from .conftest import assert_close, counted_calls, litert, run_model
 
@@ -92,8 +92,9 @@ def reference():
 def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_each(opencl_device, tmp_path,
                                                                                       reference):
     """Through the trial's invokes, each flushes its queue after the launches its cadence names (counted on the
-    plan's queue), every output is LiteRT's, and the plan then keeps one cadence; new kernels installed by a swap
-    start the trial again."""
+    plan's queue) and launches through pyopencl or with no event each (``direct``) as it says, every output is
+    LiteRT's, and the plan then keeps one cadence; new kernels installed by a swap start the trial again (and drop
+    the direct launches' arguments)."""
     from tflgpu.runtime.upgrades import retune_steps
 
     feed, want = reference
@@ -102,30 +103,43 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
     it.allocate_tensors()
     plan = it.gpu_plan
     n = plan.launch_count()
-    gpu = plan.cadences == CANDIDATES  # (a CPU device never flushes: measured on a GPU)
+    every = CANDIDATES + DIRECT
+    gpu = plan.cadences == every  # (a CPU device never flushes, nor launches directly: measured on a GPU)
     assert n >= MIN_LAUNCHES and (plan.cadence.chosen is None if gpu else plan.cadence.chosen == NEVER)
-    plan.cadences = CANDIDATES
-    plan.cadence = CadenceTrial(n, CANDIDATES)
+    assert plan.launch is not None
+    plan.cadences = every
+    plan.cadence = CadenceTrial(n, every)
 
-    flushed, real_cl, real_flush = [], plan.cl, plan.flush
+    flushed, real_cl, real_flush, real_launch = [], plan.cl, plan.flush, plan.launch
     launched = counted_calls(plan, "enqueue_nd_range_kernel")  # (the plan's kernel launches, as they are enqueued)
+    direct, forgotten = [], []
+
+    class Launches:  # (the direct launches, counted)
+        def __call__(self, k, g, l):
+            direct.append(k)
+            real_launch(k, g, l)
+
+        def forget(self):
+            forgotten.append(True)
+            real_launch.forget()
 
     def flush():
-        flushed.append(len(launched))
+        flushed.append(len(launched) + len(direct))
         real_flush()
 
-    plan.flush = flush
+    plan.flush, plan.launch = flush, Launches()
     x, y = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     for _ in range(plan.cadence.warmup + plan.cadence.rounds * len(plan.cadence.candidates)):
         cadence = plan.cadence.next()
         flushed.clear()
         launched.clear()
+        direct.clear()
         it.set_tensor(x, feed)
         it.invoke()
-        assert len(launched) == n
+        assert (len(direct), len(launched)) == ((n, 0) if cadence.direct else (0, n)), cadence
         assert sorted(flushed) == sorted(cadence.flushes(n)), cadence
         assert_close(it.get_tensor(y), want)
-    assert plan.cadence.chosen in CANDIDATES
+    assert plan.cadence.chosen in every and any(c.direct for c in plan.cadence.times)
     plan.cl, plan.flush = real_cl, real_flush
     conv = next(s for s in plan.steps if s.op.name == "CONV_2D" and s.device == "gpu" and s.specs[0].space)
     params = {**conv.specs[0].params, "tile_s": 2, "lanes": 4, "vec_hint": "float4"}
@@ -133,7 +147,8 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
     it.set_tensor(x, feed)
     it.invoke()
     assert_close(it.get_tensor(y), want)
-    assert plan.cadence.chosen is None and plan.cadence.candidates == CANDIDATES and plan.cadence._turn == 1
+    assert plan.cadence.chosen is None and plan.cadence.candidates == every and plan.cadence._turn == 1
+    assert forgotten
 
 
 def test_a_gpu_plan_tries_the_cadences_and_a_cpu_plan_never_flushes(opencl_device, monkeypatch, tmp_path):
@@ -147,7 +162,7 @@ def test_a_gpu_plan_tries_the_cadences_and_a_cpu_plan_never_flushes(opencl_devic
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
     gpu = Interpreter(str(DEFAULT_MODEL_PATH), delegate=GpuDelegate(serialization_dir=tmp_path / "gpu",
                                                                     tuning="none", tiered_compile=False))
-    assert gpu.gpu_plan.cadence.chosen is None and gpu.gpu_plan.cadence.candidates == CANDIDATES
+    assert gpu.gpu_plan.cadence.chosen is None and gpu.gpu_plan.cadence.candidates == CANDIDATES + DIRECT
 
 
 def test_a_benchmark_warms_a_plan_up_until_its_cadence_is_chosen(opencl_device, tmp_path, reference):

@@ -10,6 +10,13 @@ invokes (``CadenceTrial``): after a few warm-up invokes, the next ones take each
 keeps the fastest, where it beats never flushing by a margin. A CPU device's plan never flushes: the Intel CPU
 runtime submits at once, and there one flush after MobileNet v2's first launch made its invokes 1.4x slower (6.15
 vs 4.46 ms; every 8 launches 4.39, every 2 4.66), a loss a noisy trial on a busy CPU could pick.
+
+A GPU plan's trial also tries its launches with no event each (``Cadence.direct``: runtime.enqueue.Launcher),
+without a flush and with one after the first launch. pyopencl asks the runtime for an event with every launch;
+whether a driver's bookkeeping of those costs the device time (NVIDIA's OpenCL costs an H100 ~5.6 us per launch
+even for an empty kernel) is the driver's business too, and on the host the direct call saves NVIDIA's runtime
+about 0.7 us an enqueue (bench/launch_cost.py) but costs the Intel CPU runtime ~1 us more (a Python-side cache
+of each kernel's ctypes arguments against pyopencl's C++ call), so a CPU device's plan never takes it.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ log = logging.getLogger("tflgpu")
 @dataclass(frozen=True)
 class Cadence:
     """Flush after the invoke's first launch (``first``: the device starts while the host enqueues the rest) and
-    after every ``every``-th launch (0: no more)."""
+    after every ``every``-th launch (0: no more); ``direct``: launch with no event each (runtime.enqueue)."""
 
     first: bool = False
     every: int = 0
+    direct: bool = False
 
     def flushes(self, launches: int) -> frozenset[int]:
         """The launch counts (1-based) after which an invoke of ``launches`` launches flushes; never after its last
@@ -39,15 +47,19 @@ class Cadence:
 
     def __str__(self) -> str:
         if not self.first and not self.every:
-            return "no flush"
-        parts = (["after the first launch"] if self.first else []) + ([f"every {self.every}"] if self.every else [])
-        return "flush " + " and ".join(parts)
+            flush = "no flush"
+        else:
+            parts = (["after the first launch"] if self.first else []) + ([f"every {self.every}"] if self.every else [])
+            flush = "flush " + " and ".join(parts)
+        return flush + (", no event per launch" if self.direct else "")
 
 
 NEVER = Cadence()
 # what a trial tries, the baseline first: one flush to start the device early, a few more to keep it fed, one per
 # pair of launches
 CANDIDATES = (NEVER, Cadence(first=True), Cadence(first=True, every=8), Cadence(first=True, every=2))
+# and where the plan can launch with no event each (runtime.enqueue.Launcher): so, with and without the first flush
+DIRECT = (Cadence(direct=True), Cadence(first=True, direct=True))
 MIN_LAUNCHES = 4  # a plan of fewer launches has nothing to overlap: it never flushes
 WARMUP = 4  # invokes not timed first (a plan's first invokes are slower whatever the cadence: 0.50 vs 0.28 ms)
 ROUNDS = 8  # invokes per candidate

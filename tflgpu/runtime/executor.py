@@ -26,9 +26,10 @@ from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
-from .cadence import CANDIDATES, NEVER, CadenceTrial
+from .cadence import CANDIDATES, DIRECT, NEVER, Cadence, CadenceTrial
 from .config import PlanConfig
 from .device import DeviceInfo
+from .enqueue import Launcher
 from .precision import (
     PrecisionChoice,
     check_calibration,
@@ -185,6 +186,8 @@ class GpuPlan:
                 self.make = make
             self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
                                          if profile else 0)
+            # (a profiled plan launches through pyopencl: its timeline is the events)
+            self.launch = None if profile else Launcher.make(cl, self.queue)
             self.tuning_results: list[TunedKernel] = []  # one per tunable kernel identity
             self.tuning_seconds = 0.0
             ctx, fp16 = self.ctx, self.fp16  # (the bench must not hold the plan: background work outlives no plan)
@@ -220,7 +223,7 @@ class GpuPlan:
         self.last_run = RunTimeline()  # (profiled runs)
         self._state_at = "host"
         # when an invoke flushes its queue (runtime.cadence): measured on a GPU, never on a CPU device
-        self.cadences = CANDIDATES if make.target.gpu else (NEVER,)
+        self.cadences = (CANDIDATES + (DIRECT if self.launch is not None else ())) if make.target.gpu else (NEVER,)
         self.cadence = self.cadence_trial()
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
@@ -278,12 +281,14 @@ class GpuPlan:
             try:
                 if self.swaps.install(self):  # (other kernels: their best cadence is measured again)
                     self.cadence = self.cadence_trial()
+                    if self.launch is not None:
+                        self.launch.forget()  # (the kernels swapped out)
                 trial = self.cadence
                 cadence = trial.next()
                 if trial.chosen is not None:  # (decided: nothing to time)
-                    return self._run(inputs, trial.flushes(cadence))
+                    return self._run(inputs, trial.flushes(cadence), cadence)
                 t0 = time.perf_counter()
-                values = self._run(inputs, trial.flushes(cadence))
+                values = self._run(inputs, trial.flushes(cadence), cadence)
                 trial.record(cadence, time.perf_counter() - t0)
                 return values
             except self.cl.Error as e:
@@ -301,8 +306,10 @@ class GpuPlan:
         """The kernels an invoke launches for its steps."""
         return sum(len(s.specs) for s in self.steps if s.device == "gpu")
 
-    def _run(self, inputs: list[np.ndarray], flush_after: frozenset[int] = frozenset()) -> dict[int, np.ndarray]:
-        """``flush_after``: the counts of step launches after which the queue is flushed (runtime.cadence)."""
+    def _run(self, inputs: list[np.ndarray], flush_after: frozenset[int] = frozenset(),
+             cadence: Cadence = NEVER) -> dict[int, np.ndarray]:
+        """``flush_after``: the counts of step launches after which the queue is flushed, ``cadence.direct``: the
+        launches ask no event each (runtime.cadence)."""
         cl, q, io = self.cl, self.queue, self.io
         launched = 0
         values: dict[int, np.ndarray] = dict(io.host_consts)  # only what CPU-side ops read
@@ -326,11 +333,13 @@ class GpuPlan:
             else:
                 with span("upload", "input tensor {}", t):
                     io.upload(q, t, values[t], keep)
+        launch = self.launch if cadence.direct and self.launch is not None else (
+            lambda k, g, l: cl.enqueue_nd_range_kernel(q, k, g, l))
         for i, s in enumerate(self.steps):
             if s.device == "gpu":
                 for spec, k in zip(s.specs, s.kernels):
                     if timeline is None:
-                        cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
+                        launch(k, spec.global_size, spec.local_size)
                     else:
                         at = time.perf_counter_ns()
                         ev = cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
