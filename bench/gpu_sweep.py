@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TFLGPU_SEPARABLE_CONV")
+OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TFLGPU_SEPARABLE_CONV", "TFLGPU_POOLED_DENSE")
 GEMM = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None, "strided": False}  # (GPU default: strided)
 POINTS = {
     "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts, k_split=1)  # (the default may split)
@@ -56,6 +56,10 @@ POINTS = {
                         for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 4))],
     "depthwise": [{"tile_x": tx, "slices": s, "vec_hint": None, "local_size": None} for tx in (1, 2) for s in (1, 2)],
     "fully_connected": [{"split": sp, "tile_s": ts, "wide": False} for sp in (1, 8, 16, 32, 64) for ts in (1, 2)],
+    # a classifier's head (kernels.pooled_dense): unfused, and groups of 128 to 1,024 work-items (where the device's
+    # work-groups take them: the space says)
+    "pooled dense": [{"fused": False}] + [{"fused": True, "group": g} for g in ((8, 128), (8, 256), (16, 256), (4, 256),
+                                                                          (8, 512), (4, 512), (8, 1024), (4, 1024))],
     # a depthwise + pointwise block (kernels.separable): unfused, the group tile's shapes, the direct variant
     "separable": [{"fused": False}]
                  + [{"fused": True, "group_tile": g, "k_chunk": kc, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1,
@@ -75,6 +79,8 @@ POINTS = {
 def points(task) -> list[dict]:
     if task.op == "TFLGPU_SEPARABLE_CONV":
         return POINTS["separable"]
+    if task.op == "TFLGPU_POOLED_DENSE":
+        return POINTS["pooled dense"]
     if task.op == "DEPTHWISE_CONV_2D":
         return POINTS["depthwise"]
     if task.op == "FULLY_CONNECTED":

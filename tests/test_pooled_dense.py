@@ -97,11 +97,16 @@ def test_pass_leaves_what_it_cannot_fuse(rng, why):
 def _gpu_target(monkeypatch):
     from tflgpu.kernels.base import Target
 
-    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True,
+                                                                                      max_group=1024)))
 
 
 POINTS = {
+    "8 slices by 256": ({"fused": True, "group": (8, 256)}, 1),
     "8 slices by 128": ({"fused": True, "group": (8, 128)}, 1),
+    # (a device whose work-groups take 1,024 work-items: the means in 2-3 steps of 128 slices)
+    "4 slices by 1024": ({"fused": True, "group": (4, 1024)}, 1),
+    "8 slices by 512": ({"fused": True, "group": (8, 512)}, 1),
     "4 slices by 64": ({"fused": True, "group": (4, 64)}, 1),
     "32 slices by 256": ({"fused": True, "group": (32, 256)}, 1),
     "one work-item a slice": ({"fused": True, "group": (16, 16)}, 1),
@@ -118,7 +123,7 @@ HEADS = {
 
 @pytest.mark.parametrize(("head", "point", "fp16"), [
     pytest.param(h, p, fp16, id=f"{h}-{p}-{'fp16' if fp16 else 'fp32'}") for h in sorted(HEADS) for p in sorted(POINTS)
-    for fp16 in ((False, True) if p in ("8 slices by 128", "unfused") else (False,))])  # (FP16: default and pair)
+    for fp16 in ((False, True) if p in ("8 slices by 256", "unfused") else (False,))])  # (FP16: default and pair)
 def test_pooled_dense_variants_match_litert(opencl_device, rng, monkeypatch, fp16, point, head):
     """Every variant computes what LiteRT does (FP32 within 1e-4, FP16 within 1e-2 of the output's scale): batches,
     padded input and output lanes, fused activations and a fused op after the dense one."""
@@ -145,14 +150,21 @@ def test_defaults_and_invalid_points():
     from tflgpu.kernels.pooled_dense import PooledKnobs, PooledShape
 
     gpu = PooledShape(sin=320, sout=251, gpu=True)
-    assert PooledKnobs.default(gpu) == PooledKnobs(True, (8, 128))
+    assert PooledKnobs.default(gpu) == PooledKnobs(True, (8, 256))
+    # groups of more than 256 work-items where the device's work-groups take them
+    wide = PooledShape(sin=320, sout=251, gpu=True, max_group=1024)
+    assert max(g[1] for g in PooledKnobs.space(gpu)["group"]) == 256
+    assert (4, 1024) in PooledKnobs.space(wide)["group"] and PooledKnobs.default(wide) == PooledKnobs.default(gpu)
+    assert PooledKnobs.resolve(wide, {"group": (8, 1024)}).group == (8, 1024)
+    with pytest.raises(InvalidKnobs, match="at most 512"):
+        PooledKnobs.resolve(PooledShape(sin=320, sout=251, gpu=True, max_group=512), {"group": (8, 1024)})
     assert not PooledKnobs.default(PooledShape(sin=320, sout=251)).fused  # (a CPU device)
     assert not PooledKnobs.default(PooledShape(sin=4096, sout=251, gpu=True)).fused  # (the means overflow)
     for bad, match in (({"group": (8, 96)}, "power-of-two"), ({"group": (8, 512)}, "at most 256"),
                        ({"group": (3, 8)}, "multiple"), ({"group": 8}, "2 positive ints")):
         with pytest.raises(InvalidKnobs, match=match):
             PooledKnobs.resolve(gpu, bad)
-    assert PooledKnobs.resolve(gpu, {"fused": False, "group": (4, 64)}) == PooledKnobs(False, (8, 128))
+    assert PooledKnobs.resolve(gpu, {"fused": False, "group": (4, 64)}) == PooledKnobs(False, (8, 256))
 
 
 @pytest.mark.parametrize("length", [16, 17, 31, 32, 33, 300])
