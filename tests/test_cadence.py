@@ -115,9 +115,9 @@ def test_a_plan_flushes_where_its_cadence_says_and_computes_litert_values_under_
     direct, forgotten = [], []
 
     class Launches:  # (the direct launches, counted)
-        def __call__(self, k, g, l):
-            direct.append(k)
-            real_launch(k, g, l)
+        def __call__(self, kernel, gsize, lsize):
+            direct.append(kernel)
+            real_launch(kernel, gsize, lsize)
 
         def forget(self):
             forgotten.append(True)

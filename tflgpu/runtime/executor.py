@@ -334,7 +334,7 @@ class GpuPlan:
                 with span("upload", "input tensor {}", t):
                     io.upload(q, t, values[t], keep)
         launch = self.launch if cadence.direct and self.launch is not None else (
-            lambda k, g, l: cl.enqueue_nd_range_kernel(q, k, g, l))
+            lambda kernel, gsize, lsize: cl.enqueue_nd_range_kernel(q, kernel, gsize, lsize))
         for i, s in enumerate(self.steps):
             if s.device == "gpu":
                 for spec, k in zip(s.specs, s.kernels):
