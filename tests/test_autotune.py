@@ -132,6 +132,27 @@ def test_a_host_bound_default_tries_its_launch_first(ctx, opencl_device):
     assert tuner.host_bound and r.params.get("local_size") == (64,), r
 
 
+def test_a_few_trials_try_every_knob_before_a_second_value_of_any(ctx, opencl_device):
+    """The first trials after the default are its one-knob neighbors, a knob at a time round by round: a fast or
+    background search (10 trials) of a conv with a knob of 8 values ahead of its others reaches those others (a GPU
+    conv's tile_x, ahead of its group tile's k_split and prefetch); where the default is bound by the host, every
+    launch knob's value comes first."""
+    t = task({"n": list(range(8)), "slow": [False, True], "wrong": [False]}, {"n": 0, "slow": False, "wrong": False})
+    tuner = KernelTuner(t, bench(ctx, opencl_device), "dev", mode="fast", trials=3)
+    assert [(p["n"], p["slow"]) for p in tuner.neighbors()] == [(1, False), (0, True), *((n, False) for n in range(2, 8))]
+    def make(params):  # (as scale_kernel, launched with the candidate's work-group)
+        spec = scale_kernel({"slow": False, "n": params.get("n", 0)})[0]
+        spec.local_size = params.get("local_size")
+        return [spec]
+
+    t = TuneTask("test-order", "TEST", make, {"n": [0, 1, 2], "local_size": [None, (64,), (32,)]},
+                 {"n": 0, "local_size": None}, LAYOUTS)
+    tuner = KernelTuner(t, bench(ctx, opencl_device), "dev", mode="fast", trials=3)
+    assert [(p["n"], p["local_size"]) for p in tuner.neighbors()] == [(1, None), (0, (64,)), (2, None), (0, (32,))]
+    tuner.host_bound = True
+    assert [(p["n"], p["local_size"]) for p in tuner.neighbors()] == [(0, (64,)), (0, (32,)), (1, None), (2, None)]
+
+
 def test_trial_and_time_budgets(ctx, opencl_device):
     space = {"n": list(range(60)), "slow": [True]}  # 60 distinct kernels: optuna TPE
     b = bench(ctx, opencl_device)

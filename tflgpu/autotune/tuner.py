@@ -335,26 +335,34 @@ class KernelTuner:
         return specs
 
     def neighbors(self) -> list[dict]:
-        """The default with one knob changed, each distinct kernel once, in the space's knob order:
-        the first trials of every search (a hill-climbing step from the heuristic, as tinygrad's
-        beam search starts), so a small budget is spent where the heuristic is most likely improvable. Where the
-        default is bound by the host's enqueues, the knobs that change its launches (``LAUNCH_KNOBS``) come
-        first: nothing else can make it faster."""
-        out, seen = [], set(self.measured)
-        order = sorted(self.values, key=lambda k: k not in LAUNCH_KNOBS) if self.host_bound else list(self.values)
-        for k in order:
-            vals = self.values[k]
+        """The default with one knob changed, each distinct kernel once: the first trials of every search (a
+        hill-climbing step from the heuristic, as tinygrad's beam search starts), so a small budget is spent where
+        the heuristic is most likely improvable. Taken a knob at a time in the space's order, round by round (each
+        knob's first other value, then each one's second...), so that a search of a few trials (``FAST_TRIALS``:
+        fast and background modes) tries every knob once before a second value of any: a GPU conv's first knobs
+        (``tile_x``, 8 values) used to fill its 10 trials before its group tile's knobs (``k_split``,
+        ``prefetch``) came up. Where the default is bound by the host's enqueues, the knobs that change its launches
+        (``LAUNCH_KNOBS``) come first, every value of them: nothing else can make it faster."""
+        seen = set(self.measured)
+        per_knob: dict[str, list[tuple[str, dict]]] = {}
+        for k, vals in self.values.items():
             for v in vals:
                 if v == self.task.default.get(k):
                     continue
                 p = {**self.task.default, k: v}
                 try:
-                    fp = _fingerprint(self._specs(p))
+                    per_knob.setdefault(k, []).append((_fingerprint(self._specs(p)), p))
                 except CandidateRejected:
                     continue
-                if fp not in seen:
-                    seen.add(fp)
-                    out.append(p)
+        launch = [k for k in per_knob if self.host_bound and k in LAUNCH_KNOBS]
+        rest = [per_knob[k] for k in per_knob if k not in launch]
+        order = [c for k in launch for c in per_knob[k]]
+        order += [cands[r] for r in range(max(map(len, rest), default=0)) for cands in rest if r < len(cands)]
+        out = []
+        for fp, p in order:
+            if fp not in seen:
+                seen.add(fp)
+                out.append(p)
         return out
 
     def evaluate(self, params: dict) -> float | None:
