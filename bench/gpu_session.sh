@@ -77,10 +77,11 @@
 # with no event each (runtime.enqueue), both untimed. First call: TESTS_K="prefetch or cadence or enqueue"
 # SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 AB_VARIANTS=queued,direct
 # ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite RECORDS_NAME=sweep-h100
-# bash bench/gpu_session.sh gputests launch ab sweep (the variants on the GPU, then whether
-# prefetching or an event per launch costs what it saves; the sweep's best points are a file of their own, which
-# the later steps of the call read and bench/merge_records.py folds into nvidia-h100.json: the sweep writes only
-# what it found); then the bench / ship calls above on the same warm machine.
+# bash bench/gpu_session.sh gputests launch ab sweep, then in the same command python3 bench/merge_records.py
+# tflgpu/data/tuning/nvidia-h100.json tflgpu/data/tuning/sweep-h100.json && cp tflgpu/data/tuning/nvidia-h100.json
+# $OUT/ (the variants on the GPU, then whether prefetching, the head's groups or an event per launch pay; the sweep
+# writes only what it found, so into a file of its own, merged into the shipped one); commit $OUT's file here, then
+# the bench / ship calls above (their tree has it).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
