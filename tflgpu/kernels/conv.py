@@ -763,8 +763,7 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
 
         lines += [f"  {vt} " + ", ".join(f"rx{i} = {zero}" for i in range(nx)) + ";",
                   f"  {vt} " + ", ".join(f"rw{i} = {zero}" for i in range(nw)) + ";",
-                  "  const int kfirst = 0;",
-                  *reads("kfirst"),
+                  *reads("0"),
                   f"  for (int k0 = 0; k0 < {sin}; k0 += {step}) {{",
                   *each(nx, step * px, lambda i: [f"      xs[e] = rx{i};"]),
                   *each(nw, ks * wsize, lambda i: [f"      ws[e] = rw{i};"]),

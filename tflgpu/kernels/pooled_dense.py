@@ -42,6 +42,12 @@ class PooledShape:
     gpu: bool = Target.gpu
     max_group: int = Target.max_group  # the work-items the device's work-groups take
 
+    @property
+    def most_items(self) -> int:
+        """The most work-items a group may take: 256 (what every GPU's work-groups take), more where the device's
+        do."""
+        return max(256, self.max_group)
+
 
 @dataclass(frozen=True)
 class PooledKnobs(Knobs):
@@ -61,7 +67,7 @@ class PooledKnobs(Knobs):
 
     @classmethod
     def space(cls, shape: PooledShape) -> dict[str, list]:
-        return {**POOLED_SPACE, "group": [g for g in POOLED_SPACE["group"] if g[1] <= max(256, shape.max_group)]}
+        return {**POOLED_SPACE, "group": [g for g in POOLED_SPACE["group"] if g[1] <= shape.most_items]}
 
     @classmethod
     def resolve(cls, shape: PooledShape, params: dict | None = None) -> PooledKnobs:
@@ -77,10 +83,9 @@ class PooledKnobs(Knobs):
         if not (isinstance(g, tuple) and len(g) == 2 and all(isinstance(v, int) and v >= 1 for v in g)):
             return [f"group={g!r} is not 2 positive ints"]
         per, rest = divmod(g[1], g[0])
-        most = max(256, shape.max_group)
-        if rest or per & (per - 1) or g[1] > most:
-            bad.append(f"group={g!r}: the work-items ({g[1]}, at most {most}) must be a power-of-two multiple of "
-                       f"the output slices ({g[0]})")
+        if rest or per & (per - 1) or g[1] > shape.most_items:
+            bad.append(f"group={g!r}: the work-items ({g[1]}, at most {shape.most_items}) must be a power-of-two "
+                       f"multiple of the output slices ({g[0]})")
         if 16 * (shape.sin + g[1]) > POOLED_LOCAL_BYTES:
             bad.append(f"the means of {shape.sin} input slices do not fit {POOLED_LOCAL_BYTES} bytes of local memory")
         return bad
