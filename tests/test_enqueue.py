@@ -12,14 +12,10 @@ from tflgpu.runtime import DeviceError
 from .conftest import assert_close, litert, run_model
 
 
-def _queue():
-    from tflgpu.runtime.device import choose_device
-    from tflgpu.runtime.icd import ensure_icd_vendors
-
-    ensure_icd_vendors()
+def _queue(device):
     import pyopencl as cl
 
-    ctx = cl.Context([choose_device().cl_device])
+    ctx = cl.Context([device.cl_device])
     return cl, ctx, cl.CommandQueue(ctx)
 
 
@@ -28,7 +24,7 @@ def test_a_launch_runs_the_kernel_on_its_sizes(opencl_device):
     change (set on the kernel, not in the launch)."""
     from tflgpu.runtime.enqueue import Launcher
 
-    cl, ctx, q = _queue()
+    cl, ctx, q = _queue(opencl_device)
     k = cl.Program(ctx, "__kernel void k(__global float* x, float v) { x[get_global_id(0)] += v; }").build().k
     host = np.zeros(64, np.float32)
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
@@ -46,7 +42,7 @@ def test_a_launch_runs_the_kernel_on_its_sizes(opencl_device):
 def test_a_failed_launch_is_a_device_error_naming_the_code(opencl_device):
     from tflgpu.runtime.enqueue import Launcher
 
-    cl, ctx, q = _queue()
+    cl, ctx, q = _queue(opencl_device)
     k = cl.Program(ctx, "__attribute__((reqd_work_group_size(8, 1, 1))) __kernel void k(__global float* x) "
                         "{ x[get_global_id(0)] = 1.0f; }").build().k
     k.set_args(cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 256))
