@@ -65,6 +65,8 @@ def test_every_point_is_taken_as_asked_or_rejected(cls, shape):
     ({"vec_hint": "double4"}, "vec_hint"),
     ({"local_size": (8, 1)}, "local_size"),
     ({"tiles": 4}, "no knob tiles"),
+    ({"k_split": True}, "k_split=True is not one of"),  # (True == 1: a count is not a flag)
+    ({"winograd": 1}, "winograd=1 is not one of"),  # (nor a flag a count)
 ])
 def test_invalid_conv_points_are_rejected(params, why):
     with pytest.raises(InvalidKnobs, match=why):

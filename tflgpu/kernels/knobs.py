@@ -87,7 +87,10 @@ def positive_int(name: str, v: Any) -> list[str]:
 
 
 def one_of(name: str, v: Any, allowed) -> list[str]:
-    return [] if v in allowed else [f"{name}={v!r} is not one of {list(allowed)}"]
+    """``v`` is one of ``allowed``, a bool only where a bool is allowed (Python's ``1 == True`` would let a flag
+    take 1 and a count take True)."""
+    ok = any(v == a and isinstance(v, bool) == isinstance(a, bool) for a in allowed)
+    return [] if ok else [f"{name}={v!r} is not one of {list(allowed)}"]
 
 
 def work_group(v: Any, dims: int = 3) -> list[str]:
