@@ -379,15 +379,24 @@ def test_a_shipped_file_still_names_the_corpus_kernel_families(opencl_device, tm
     from .conftest import corpus_model, selected_steps
 
     shutil.copy(SHIPPED_DIR / name, tmp_path / name)
-    identity = json.loads((tmp_path / name).read_text())["devices"][0]["identity"]
+    device = json.loads((tmp_path / name).read_text())["devices"][0]
+    identity = device["identity"]
     # (the plan's steps as the runtime selects them for that target, nothing compiled)
     selected = selected_steps(corpus_model("mobilenet_v2_1.0_224.tflite"), base.Target(**target),
                               fuse_expansions=False)
     sg = selected.sg
     near = NearestRecords(None, identity, shipped_dir=tmp_path)
+    chain = NearestRecords(None, identity)  # (every shipped file)
     convs = [s for s in selected.steps if s.op.name == "CONV_2D"]
     assert len(convs) >= 10
     for s in convs:
         layouts = {t: bhwc(sg.tensors[t].shape) for sp in s.specs for t in sp.inputs + sp.outputs}
-        found = near.find("a key of no record", kernel_family(s.op.name, s.specs, False), kernel_shape(s.specs, layouts))
+        family, shape = kernel_family(s.op.name, s.specs, False), kernel_shape(s.specs, layouts)
+        assert any(r["family"] == family for r in device["records"].values()), (s.op.index, "family left behind")
+        if not any(r["family"] == family and len(r["shape"]) == len(shape) for r in device["records"].values()):
+            # (a kind of kernel this file never held, e.g. a GPU's projection with its residual ADD, which ran as a
+            # separable step's part when the H200's file was made: the chain's other files start it)
+            assert chain.find("a key of no record", family, shape) is not None, s.op.index
+            continue
+        found = near.find("a key of no record", family, shape)
         assert found is not None and f"this device ({identity['device']})" in found.level, (s.op.index, s.params)

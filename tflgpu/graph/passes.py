@@ -7,25 +7,30 @@
    readers read the input instead (kept when the output is a graph output).
 4. ``merge_pad`` — a zero PAD (spatial only) read only by a CONV_2D / DEPTHWISE_CONV_2D becomes that
    conv's explicit padding (not pooling: AVERAGE_POOL_2D must count explicit zeros, not skip them).
-5. ``fuse_separable`` — a DEPTHWISE_CONV_2D (channel multiplier 1) read only by a pointwise CONV_2D (1x1, stride
+5. ``fuse_expand_depthwise`` (on a GPU, where the block's depthwise conv and projection would take two kernels:
+   kernels.expand_depthwise.wanted) — a pointwise CONV_2D whose only reader is a DEPTHWISE_CONV_2D (channel
+   multiplier 1) becomes one ``EXPAND_DEPTHWISE`` op at the depthwise conv's place: one kernel expands the rows its
+   windows read into local memory and takes the depthwise conv there. Its generator's ``fused`` knob falls back
+   to the two ops' own kernels (a GPU plan's start; its tuner fuses a block where that measures faster).
+6. ``fuse_separable`` — a DEPTHWISE_CONV_2D (channel multiplier 1) read only by a pointwise CONV_2D (1x1, stride
    1) becomes one ``SEPARABLE_CONV`` op: one kernel computes the depthwise values of its pixels where the
    pointwise conv reads them, so the intermediate tensor is never stored and one launch goes (MobileNet blocks).
    Whether the kernel fuses or launches the two convs as before is its generator's knob, which the tuner
    turns off per layer where it measures slower.
-6. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
+7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM with a same-layout tensor or a constant) joins its CONV_2D /
    DEPTHWISE_CONV_2D / FULLY_CONNECTED producer as a snippet applied before the store.
 
-7. ``fuse_regions`` — elementwise steps (each op with its fused chain) over one layout that read each other's
+8. ``fuse_regions`` — elementwise steps (each op with its fused chain) over one layout that read each other's
    outputs or the same inputs, where every input they read exists at the first one's place, become one
    ``ELEMENTWISE_REGION`` step: one kernel loads the region's inputs once, computes each step's value in
    registers (rounded as its storage would round it, so values match the unfused steps'), and stores only what
    a step outside the region or the caller reads (a branchy activation block: one launch instead of one each).
 
-8. ``fuse_pooled_dense`` (on a GPU) — a spatial MEAN read only by a FULLY_CONNECTED or pointwise CONV_2D (a
+9. ``fuse_pooled_dense`` (on a GPU) — a spatial MEAN read only by a FULLY_CONNECTED or pointwise CONV_2D (a
    classifier's head) becomes one ``POOLED_DENSE`` step at the dense op's place (kernels.pooled_dense); its
    generator's ``fused`` knob falls back to the two ops' own kernels.
-9. ``fuse_expansions`` (where the plan's config asks: ``GpuDelegate(fuse_expansions=True)``) — a
+10. ``fuse_expansions`` (where the plan's config asks: ``GpuDelegate(fuse_expansions=True)``) — a
    ``SEPARABLE_CONV`` step and a pointwise CONV_2D expanding its output (the next MobileNet v2 block's first conv)
    become one ``SEPARABLE_EXPAND`` step at the separable conv's place: one kernel, its output stored only where
    another op reads it (kernels.separable_expand). Its generator's ``fused`` knob falls back to the two ops' own
@@ -47,6 +52,9 @@ from ..ops.traits import traits
 # bias), the pointwise conv's outputs, index and options, and the two original ops under "depthwise" and
 # "pointwise" (what its generator falls back to, and what the CPU runs)
 SEPARABLE_CONV = "TFLGPU_SEPARABLE_CONV"
+# graph.passes.fuse_expand_depthwise's op: inputs (x, expansion filter, expansion bias, depthwise filter, depthwise
+# bias), the depthwise conv's outputs, index and options, and the two original ops under "expand" and "depthwise"
+EXPAND_DEPTHWISE = "TFLGPU_EXPAND_DEPTHWISE"
 # graph.passes.fuse_regions' op: inputs (the tensors its steps read from outside it), outputs (what is read after
 # it), the first step's index, and under "steps" each merged step's (op, fused chain) in order
 ELEMENTWISE_REGION = "TFLGPU_ELEMENTWISE_REGION"
@@ -228,6 +236,37 @@ def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, p
         op = replace(pw, name=SEPARABLE_CONV, builtin_code=-1,
                      inputs=(dw.inputs[0], dw.inputs[1], bias(dw), pw.inputs[1], bias(pw)),
                      options={**pw.options, "depthwise": dw, "pointwise": pw})
+        return j, i, PassStep(op, s.members + nxt.members, [], True)
+
+    return _merge_pairs(steps, sg, pair)
+
+
+def fuse_expand_depthwise(steps: list[PassStep], sg, consts: dict, allowed=lambda ex, dw: True,
+                          ) -> tuple[list[PassStep], int]:
+    """Merge each device pointwise CONV_2D whose only reader is a device DEPTHWISE_CONV_2D (channel multiplier 1)
+    into one ``EXPAND_DEPTHWISE`` step at the depthwise conv's place (``allowed(conv_op, dw_op)``: the caller's
+    veto)."""
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        ex = s.op
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and ex.name == "CONV_2D"
+                and _pointwise(ex, sg, consts) and ex.outputs[0] not in view.graph_out):
+            return None
+        (t,) = ex.outputs
+        rs = view.readers.get(t, [])
+        if len(rs) != 1 or rs[0] in view.drop:
+            return None
+        j = rs[0]
+        nxt = view.steps[j]
+        dw = nxt.op
+        if not (nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue and dw.name == "DEPTHWISE_CONV_2D"
+                and len(dw.outputs) == 1 and dw.inputs[:1] == (t,) and t not in dw.inputs[1:]
+                and _separable_depthwise(dw, sg, consts) and allowed(ex, dw)):
+            return None
+        bias = lambda op: op.inputs[2] if len(op.inputs) > 2 else -1
+        op = replace(dw, name=EXPAND_DEPTHWISE, builtin_code=-1,
+                     inputs=(ex.inputs[0], ex.inputs[1], bias(ex), dw.inputs[1], bias(dw)),
+                     options={**dw.options, "expand": ex, "depthwise": dw})
         return j, i, PassStep(op, s.members + nxt.members, [], True)
 
     return _merge_pairs(steps, sg, pair)

@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (registers the generators)
     attention,
     conv,
     elementwise,
+    expand_depthwise,
     pool,
     pooled_dense,
     recurrent,

@@ -14,9 +14,9 @@ The graph transforms, in the one order they run:
 3c. ``sink_elementwise`` (graph.sink): an elementwise op whose one reader is a reshape, and which could not join
    its input's producer, moved after the reshape, whose kernel then takes it.
 4. placement: an op goes to the device where a generator makes its kernels.
-5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_separable``, ``fuse_elementwise``, ``fuse_regions``
-   ``fuse_pooled_dense`` on a GPU and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that
-   order.
+5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with fuse_expansions), ``fuse_separable``,
+   ``fuse_elementwise``, ``fuse_regions``, ``fuse_pooled_dense`` on a GPU and, where the plan's config asks,
+   ``fuse_expansions`` (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
@@ -51,6 +51,7 @@ from ..graph.passes import (
     cull_dead,
     drop_identities,
     fuse_elementwise,
+    fuse_expand_depthwise,
     fuse_expansions,
     fuse_pooled_dense,
     fuse_regions,
@@ -61,7 +62,7 @@ from ..graph.passes import (
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.sink import sink_elementwise
 from ..graph.unroll import unroll_static_loops
-from ..kernels import GenContext, KernelSpec, Target, Unsupported, generator_for
+from ..kernels import GenContext, KernelSpec, Target, Unsupported, expand_depthwise, generator_for
 from ..kernels.common import dense_tensors, fp32_region
 from ..kernels.program import shared_names
 from ..kernels.reindex import casts_held_values
@@ -298,6 +299,12 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     # (two convs of one storage precision; neither one that casts its own output)
     same_storage = lambda dw, pw: (make.op_fp16(dw) == make.op_fp16(pw)
                                    and not make.half_outputs(dw) and not make.half_outputs(pw))
+    # (on a GPU, where a block would take three launches: kernels.expand_depthwise; not where the config asks for
+    # separable blocks fused with the next expansion, which this pass would take their depthwise convs from)
+    if make.target.gpu and expansions is not True:
+        blocks = lambda ex, dw: same_storage(ex, dw) and expand_depthwise.wanted(make.target,
+                                                                                 sg.tensors[dw.outputs[0]].shape[3])
+        steps, counts["fuse_expand_depthwise"] = fuse_expand_depthwise(steps, sg, consts, blocks)
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     counts["fuse_regions"] = 0

@@ -1,0 +1,252 @@
+"""EXPAND_DEPTHWISE (graph.passes.fuse_expand_depthwise): a pointwise conv expanding a tensor's channels (a MobileNet
+v2 block's first conv) and the depthwise conv reading it, as one kernel: the expanded tensor lives in a work-group's
+local memory only, and a launch goes.
+
+Where the separable pass's fused form does not pay on a GPU (blocks of more than 384 expanded channels:
+``SeparableKnobs.default``), a block takes three launches: expansion, depthwise, projection. The projection sums
+over every expanded channel, so it needs the whole depthwise output first; the depthwise conv needs only a window
+of each expanded channel. So the cut that costs nothing in parallelism is between the depthwise conv and the
+projection, and this kernel takes the other two:
+
+1. a work-group takes ``rows`` output rows (every column) of one image and ``slices`` expanded slices; it computes
+   the expansion (bias and activation included) of the input rows those output rows' windows read, every column,
+   into local memory (zeros where the window leaves the image: the depthwise conv's zero padding);
+2. then each depthwise output of its rows and slices from local memory, stored.
+
+Neighbouring row tiles recompute the rows their windows share (none where a tile is the whole image: MobileNet v2's
+14x14 and 7x7 blocks, the ones with 576 and 960 expanded channels); no value is recomputed between slices. Its
+work-groups are ``images x row tiles x expanded slices / slices``: a 7x7 block of 960 channels at 2 slices a group
+has 120, at least as many as the expansion's own kernel.
+
+``fused=False`` launches the two convs' own kernels, each as its own step would have them (its record, else its
+heuristics: kernels.base.unfused), as without the pass. A GPU's plan starts every block that way, the code it ran
+before the pass, and its tuner (which times a candidate's host enqueues too, autotune.measure) fuses a block where
+that measures faster; the search tries the fused kernel first. Not yet timed on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..graph.passes import EXPAND_DEPTHWISE
+from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
+from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
+from .conv import MAX_GROUP, _bias_const, _float_const, _geometry, depthwise_weights
+from .knobs import Knobs, one_of, positive_int
+from .separable import SeparableKnobs, SeparableShape
+
+# local memory the expanded rows may take (within the 32 KB OpenCL 1.2 guarantees a work-group)
+EXPANDED_LOCAL_BYTES = 30 * 1024
+EXPAND_DW_SPACE = {
+    "fused": [False, True],
+    "rows": [1, 2, 4, 8, 16],  # output rows a group (at most the image's)
+    "slices": [1, 2, 4, 8],  # expanded slices a group
+    "group": [64, 128, 256],  # work-items a group
+}
+# a default's work-groups at least, where its slices allow (an H100 has 132 multiprocessors)
+MIN_GROUPS = 128
+
+
+def wanted(target: Target, channels: int) -> bool:
+    """Whether the pass merges a block expanding to ``channels`` on ``target``: on a GPU, where the separable pass's
+    default for the depthwise conv and its projection is their own two kernels (SeparableKnobs.default), so the
+    block would take three launches; not on a CPU device, whose separable blocks are fused."""
+    if not target.gpu:
+        return False
+    sin = -(-channels // 4)
+    return not SeparableKnobs.default(SeparableShape(sin, 1, 1, target.float_lanes, True, pixels=1)).fused
+
+
+@dataclass(frozen=True)
+class ExpandDepthwiseShape:
+    """What the fused pair's knobs depend on: the expanded slices, the depthwise conv's output rows and the input
+    rows its window spans (stride, kernel height, dilation), the input's width, and the images."""
+
+    sexp: int
+    oh: int
+    iw: int
+    sh: int = 1
+    kh: int = 3
+    dh: int = 1
+    batch: int = 1
+
+
+@dataclass(frozen=True)
+class ExpandDepthwiseKnobs(Knobs):
+    fused: bool = False
+    rows: int = 8
+    slices: int = 2
+    group: int = 128
+
+    def tile_rows(self, shape: ExpandDepthwiseShape) -> int:
+        """Output rows a group computes (``rows``, at most the image's)."""
+        return min(self.rows, shape.oh)
+
+    def input_rows(self, shape: ExpandDepthwiseShape) -> int:
+        """Input rows a group expands: those its output rows' windows read."""
+        return (self.tile_rows(shape) - 1) * shape.sh + (shape.kh - 1) * shape.dh + 1
+
+    def local_bytes(self, shape: ExpandDepthwiseShape) -> int:
+        return 16 * self.input_rows(shape) * shape.iw * self.slices
+
+    def groups(self, shape: ExpandDepthwiseShape) -> int:
+        return shape.batch * -(-shape.oh // self.tile_rows(shape)) * -(-shape.sexp // self.slices)
+
+    @classmethod
+    def default(cls, shape: ExpandDepthwiseShape) -> ExpandDepthwiseKnobs:
+        """Unfused (the start a GPU's plan had before the pass; its tuner tries the fused kernel first), its fused
+        point: a whole image a group where it has at most 16 rows (no rows expanded twice), else 8 rows; the most
+        slices a group (of 4, 2, 1) that keeps MIN_GROUPS groups and fits local memory; 128 work-items, 64 where
+        a group has fewer outputs than that."""
+        rows = shape.oh if shape.oh <= 16 else 8
+        rows = next((r for r in EXPAND_DW_SPACE["rows"] if r >= rows), EXPAND_DW_SPACE["rows"][-1])
+        point = cls(False, rows, 1, 128)
+        for s in (4, 2):
+            wider = replace(point, slices=s)
+            if wider.groups(shape) >= MIN_GROUPS and wider.local_bytes(shape) <= EXPANDED_LOCAL_BYTES:
+                point = wider
+                break
+        while point.local_bytes(shape) > EXPANDED_LOCAL_BYTES and point.rows > 1:
+            point = replace(point, rows=point.rows // 2)
+        outputs = point.tile_rows(shape) * -(-shape.iw // shape.sh) * point.slices
+        return replace(point, group=64 if outputs < 128 else 128)
+
+    @classmethod
+    def space(cls, shape: ExpandDepthwiseShape) -> dict[str, list]:
+        space = dict(EXPAND_DW_SPACE)
+        # (rows past the image's are the whole image: one value of them)
+        space["rows"] = [r for r in EXPAND_DW_SPACE["rows"] if r == 1 or r // 2 < shape.oh]
+        space["slices"] = [s for s in EXPAND_DW_SPACE["slices"] if s == 1 or s // 2 < shape.sexp]
+        return space
+
+    @classmethod
+    def resolve(cls, shape: ExpandDepthwiseShape, params: dict | None = None) -> ExpandDepthwiseKnobs:
+        """As ``Knobs.resolve``; ``fused=False`` launches the two convs' own kernels (with their own records), so
+        its other knobs are the default's whatever ``params`` says."""
+        knobs = super().resolve(shape, params)
+        return knobs if knobs.fused else cls.default(shape)
+
+    def problems(self, shape: ExpandDepthwiseShape) -> list[str]:
+        bad = one_of("fused", self.fused, (False, True)) + positive_int("rows", self.rows)
+        bad += positive_int("slices", self.slices) + one_of("group", self.group, EXPAND_DW_SPACE["group"])
+        if bad or not self.fused:
+            return bad
+        if self.group > MAX_GROUP:
+            bad.append(f"a group of {self.group} work-items is over {MAX_GROUP}")
+        if self.local_bytes(shape) > EXPANDED_LOCAL_BYTES:
+            bad.append(f"{self.input_rows(shape)} expanded rows of {shape.iw} pixels x {self.slices} slices take "
+                       f"{self.local_bytes(shape)} bytes of local memory, over {EXPANDED_LOCAL_BYTES}")
+        return bad
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """The two convs' geometry: the expansion's input ``[n][sx][ih][iw]`` slices, the depthwise conv's window
+    (kernel, stride, dilation, leading padding) and output ``[n][sexp][oh][ow]``."""
+
+    n: int
+    ih: int
+    iw: int
+    sx: int
+    sexp: int
+    cexp: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+    pt: int
+    pl: int
+
+
+def _fused_source(name: str, g: _Pair, knobs: ExpandDepthwiseKnobs, shape: ExpandDepthwiseShape, *, act_ex: int,
+                  act_dw: int) -> str:
+    """The fused kernel (see the module's docstring). Arguments: ``src`` (the expansion's input), its filter
+    ``wex`` (``weights_oi``) and bias ``bex``, the depthwise filter ``dww`` (``depthwise_weights``) and bias
+    ``dwb``, and ``dst``, the depthwise output."""
+    th, rh, cs, nt = knobs.tile_rows(shape), knobs.input_rows(shape), knobs.slices, knobs.group
+    tiles, cgroups = -(-g.oh // th), -(-g.sexp // cs)
+    region, outs, iplane, oplane = rh * g.iw, th * g.ow, g.ih * g.iw, g.oh * g.ow
+    L = [f"__attribute__((reqd_work_group_size({nt}, 1, 1)))",
+         f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wex,",
+         "    __global const STORE_T* bex, __global const STORE_T* dww, __global const STORE_T* dwb,",
+         "    __global STORE_T* dst) {",
+         f"  __local float4 es[{region * cs}];",
+         "  const int lid = get_local_id(0); const int G = get_group_id(0);",
+         f"  const int c0 = (G % {cgroups}) * {cs}; const int r0 = ((G / {cgroups}) % {tiles}) * {th};",
+         f"  const int b = G / {cgroups * tiles};",
+         f"  const int iy0 = r0 * {g.sh} - {g.pt};",
+         # 1. the expansion of the input rows the tile's windows read, every column, `cs` slices
+         f"  for (int e = lid; e < {region * cs}; e += {nt}) {{",
+         f"    const int c = e / {region}; const int at = e % {region};",
+         f"    const int iy = iy0 + at / {g.iw}; const int s = c0 + c;",
+         "    float4 v = (float4)(0.0f);",
+         f"    if (s < {g.sexp} && iy >= 0 && iy < {g.ih}) {{",
+         "      v = LD4(bex, s);",
+         f"      const int x0 = b * {g.sx * iplane} + iy * {g.iw} + at % {g.iw}; const int w0 = s * {g.sx * 4};",
+         f"      for (int k = 0; k < {g.sx}; ++k) {{",
+         f"        const float4 x = LD4(src, x0 + k * {iplane}); const int w = w0 + k * 4;",
+         ("        v = mad((float4)(x.x), LD4(wex, w), mad((float4)(x.y), LD4(wex, w + 1), "
+          "mad((float4)(x.z), LD4(wex, w + 2), mad((float4)(x.w), LD4(wex, w + 3), v))));"),
+         "      }",
+         "      " + activation(act_ex, "v"),
+         "    }",
+         "    es[e] = v;",
+         "  }",
+         "  barrier(CLK_LOCAL_MEM_FENCE);",
+         # 2. the depthwise conv of the tile's rows from local memory
+         f"  for (int e = lid; e < {outs * cs}; e += {nt}) {{",
+         f"    const int c = e / {outs}; const int at = e % {outs};",
+         f"    const int oyl = at / {g.ow}; const int ox = at % {g.ow};",
+         "    const int oy = r0 + oyl; const int s = c0 + c;",
+         f"    if (oy >= {g.oh} || s >= {g.sexp}) continue;",
+         "    float4 v = LD4(dwb, s);",
+         f"    for (int ky = 0; ky < {g.kh}; ++ky) {{",
+         f"      const int row = (c * {rh} + oyl * {g.sh} + ky * {g.dh}) * {g.iw};",
+         f"      for (int kx = 0; kx < {g.kw}; ++kx) {{",
+         f"        const int ix = ox * {g.sw} - {g.pl} + kx * {g.dw};",
+         f"        if (ix >= 0 && ix < {g.iw}) v = mad(es[row + ix], LD4(dww, (s * {g.kh} + ky) * {g.kw} + kx), v);",
+         "      }",
+         "    }",
+         "    " + activation(act_dw, "v"),
+         "    " + pad_lanes_mask(g.cexp, "s", "v"),
+         f"    ST4(dst, (b * {g.sexp} + s) * {oplane} + oy * {g.ow} + ox, v);",
+         "  }",
+         "}"]
+    return "\n".join(L)
+
+
+@composite(EXPAND_DEPTHWISE)
+def _parts(op, epilogue: list) -> list[Part]:
+    return [Part(op.options["expand"], [], "ex"), Part(op.options["depthwise"], epilogue, "dw")]
+
+
+@generator(EXPAND_DEPTHWISE)
+def expand_depthwise(ctx: GenContext) -> list[KernelSpec]:
+    ex_op, dw_op = ctx.opt("expand"), ctx.opt("depthwise")
+    n, ih, iw, cin = ctx.layout(ctx.input_tensor(0)).dims
+    we, wd = _float_const(ctx, 1), _float_const(ctx, 3)
+    cexp, (_, kh, kw, cdw) = we.shape[0], wd.shape
+    if we.shape[1:] != (1, 1, cin) or cdw != cexp:
+        raise Unsupported("not a pointwise conv read by a depthwise conv of channel multiplier 1")
+    sh, sw, dh, dw, oh, ow, pt, pl = _geometry(replace(ctx, op=dw_op, epilogue=[], params={}), ih, iw, kh, kw)
+    g = _Pair(n, ih, iw, (cin + 3) // 4, (cexp + 3) // 4, cexp, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
+    shape = ExpandDepthwiseShape(g.sexp, oh, iw, sh, kh, dh, n)
+    knobs = ExpandDepthwiseKnobs.resolve(shape, ctx.params)
+    space, params = ExpandDepthwiseKnobs.space(shape), knobs.params()
+    if not knobs.fused:  # the two convs' own kernels
+        return unfused(ctx, params, space)
+    if ctx.epilogue:
+        raise Unsupported("the fused expansion and depthwise conv apply no fused ops after them")
+    src = _fused_source(ctx.name, g, knobs, shape, act_ex=ex_op.options.get("fused_activation_function", 0),
+                        act_dw=dw_op.options.get("fused_activation_function", 0))
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(we)),
+            Arg("const", vec_slices(_bias_const(ctx, 2, cexp), cexp)), Arg("const", depthwise_weights(wd, 1)),
+            Arg("const", vec_slices(_bias_const(ctx, 4, cexp), cexp)), Arg("tensor", ctx.op.outputs[0])]
+    flops = 2 * n * (knobs.groups(shape) // n * knobs.input_rows(shape) * iw * knobs.slices * 4 * cin
+                     + oh * ow * cexp * kh * kw)
+    return [KernelSpec(ctx.name, src, (knobs.groups(shape) * knobs.group,), (knobs.group,), args,
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], params, space=space, flops=flops)]
