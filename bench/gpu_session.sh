@@ -74,8 +74,10 @@
 #   UNet, PoseNet" bash bench/gpu_session.sh bench ship, then a second call: BENCH_LIMIT_S=... bench (the start
 #   column from the merged records; copy $OUT/nvidia-h100.json over the shipped file and commit it).
 # Since (2026-11-27, no GPU): the group tiles' `prefetch` knob, and a GPU plan's cadence trial also trying launches
-# with no event each (runtime.enqueue), both untimed. First call: TESTS_K="prefetch or cadence or enqueue"
-# SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 AB_VARIANTS=queued,direct
+# with no event each (runtime.enqueue), both untimed; and an expansion with its depthwise conv as one kernel
+# (kernels.expand_depthwise: MobileNet v2's 576 / 960-channel blocks, 43 -> 37 launches), untimed.
+# First call: TESTS_K="prefetch or cadence or enqueue or expand_depthwise"
+# SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 AB_VARIANTS=queued,direct,expand-dw
 # ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite RECORDS_NAME=sweep-h100
 # bash bench/gpu_session.sh gputests launch ab sweep, then in the same command python3 bench/merge_records.py
 # tflgpu/data/tuning/nvidia-h100.json tflgpu/data/tuning/sweep-h100.json && cp tflgpu/data/tuning/nvidia-h100.json
@@ -167,7 +169,7 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py tests/test_enqueue.py \
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
-        tests/test_autotune.py tests/test_const_pack.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_autotune.py tests/test_const_pack.py tests/test_expand_depthwise.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 ship() {  # the last bench step's background records folded into the shipped database (RECORDS_NAME), which

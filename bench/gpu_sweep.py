@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TFLGPU_SEPARABLE_CONV", "TFLGPU_POOLED_DENSE")
+OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TFLGPU_SEPARABLE_CONV", "TFLGPU_POOLED_DENSE",
+       "TFLGPU_EXPAND_DEPTHWISE")
 GEMM = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None, "strided": False}  # (GPU default: strided)
 POINTS = {
     "pointwise": [dict(GEMM, group_tile=g, k_chunk=kc, tile_x=tx, tile_s=ts, k_split=1)  # (the default may split)
@@ -73,10 +74,17 @@ POINTS = {
                                                                                         ((16, 4), 8, 4), ((8, 8), 8, 4))]
                  + [{"fused": True, "group_tile": None, "tile_x": tx, "tile_s": ts, "lanes": 4, "per": 1, "whole": False}
                     for tx, ts in ((1, 1), (2, 1), (1, 2))],
+    # an expansion and its depthwise conv (kernels.expand_depthwise): unfused, and fused with tiles of a whole image
+    # (up to 16 rows) or 2-8 rows by 1-8 expanded slices, 64-256 work-items (points over local memory are refused)
+    "expand depthwise": [{"fused": False}] + [{"fused": True, "rows": r, "slices": s, "group": g}
+                                              for r, s, g in ((16, 1, 128), (16, 2, 128), (16, 1, 64), (16, 4, 256),
+                                                              (8, 1, 128), (4, 2, 128), (2, 4, 128), (16, 1, 256))],
 }
 
 
 def points(task) -> list[dict]:
+    if task.op == "TFLGPU_EXPAND_DEPTHWISE":
+        return POINTS["expand depthwise"]
     if task.op == "TFLGPU_SEPARABLE_CONV":
         return POINTS["separable"]
     if task.op == "TFLGPU_POOLED_DENSE":

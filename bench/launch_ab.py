@@ -20,6 +20,8 @@ one kernel), each as a whole plan, interleaved in one process (medians of ``--ro
 - unpacked: the start plan with each constant array its own buffer, as generated (kernels.program.PACK_CONSTANTS
   off): a launch then takes 2-3 more buffers (a separable block's, 7 instead of 4), which NVIDIA's enqueue
   charges for (11.4 us at 4 buffers, 13.0 at 7 on an H100);
+- expand-dw: the start plan with each expansion and the depthwise conv reading it (MobileNet v2's blocks of more
+  than 384 expanded channels, which the start launches as three kernels) fused into one (kernels.expand_depthwise);
 - queued / direct: the start plan launching through pyopencl (an event asked of each launch) / with no event each
   (runtime.enqueue.Launcher), neither flushing: the two a GPU plan's cadence trial chooses between, pinned.
 
@@ -76,7 +78,7 @@ def main() -> int:
     fused, wide = {"fused": True}, {"fused": True, "tile_s": 4, "k_chunk": 4}
     for m in a.models:
         def made(fused: dict | None, groups: bool, expansions: bool = False, packed: bool = True,
-                 cadence: Cadence | None = None, m=m):
+                 cadence: Cadence | None = None, expand_dw: bool = False, m=m):
             program.PACK_CONSTANTS = packed  # (read where a plan compiles and binds its kernels)
             try:
                 it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
@@ -92,6 +94,10 @@ def main() -> int:
                      and len(s.specs) == 2]
             if fused and split:
                 retune_steps(plan, split, fused, "TFLGPU_SEPARABLE_CONV")
+                it.invoke()  # (installs them)
+            blocks = [s.op.index for s in plan.steps if s.device == "gpu" and s.op.name == "TFLGPU_EXPAND_DEPTHWISE"]
+            if expand_dw and blocks:
+                retune_steps(plan, blocks, {"fused": True}, "TFLGPU_EXPAND_DEPTHWISE")
                 it.invoke()  # (installs them)
             if cadence is not None:  # (pinned: one candidate, chosen at once)
                 plan.cadence = CadenceTrial(plan.launch_count(), (cadence,))
@@ -110,6 +116,7 @@ def main() -> int:
                    "fused, 4 slices": lambda: made(wide, False), "work-groups": lambda: made(None, True),
                    "both": lambda: made(fused, True), "expansions": lambda: made(None, False, True),
                    "all": lambda: made(fused, True, True), "unpacked": lambda: made(None, False, packed=False),
+                   "expand-dw": lambda: made(None, False, expand_dw=True),
                    "queued": lambda: made(None, False, cadence=NEVER),
                    "direct": lambda: made(None, False, cadence=Cadence(direct=True))}
         wanted = recipes if a.variants is None else ["start", *(v.strip() for v in a.variants.split(","))]
