@@ -117,7 +117,11 @@ def test_defaults_and_validity():
         ExpandDepthwiseKnobs.resolve(v2_14, {"fused": True, "group": 96})
     # the pair takes its ops' own kernels: other knobs beside fused=False are moot
     assert ExpandDepthwiseKnobs.resolve(v2_14, {"fused": False, "rows": 2}) == d
-    assert ExpandDepthwiseKnobs.space(ExpandDepthwiseShape(sexp=2, oh=3, iw=3))["rows"] == [1, 2, 4]
+    assert ExpandDepthwiseKnobs.space(ExpandDepthwiseShape(sexp=2, oh=3, iw=3))["rows"] == [1, 2, 3]
+    # (DeepLab's 17 rows: even tiles of 9 and 8 by default, 6 a tile in the space)
+    odd = ExpandDepthwiseShape(sexp=144, oh=17, iw=17)
+    assert ExpandDepthwiseKnobs.default(odd).rows == 9
+    assert ExpandDepthwiseKnobs.space(odd)["rows"] == [1, 2, 4, 6, 8, 9, 16]
 
 
 def _plan(model: bytes, fp16: bool, params: dict, monkeypatch):
@@ -177,7 +181,7 @@ def test_variants_match_litert(opencl_device, rng, monkeypatch, block, point, fp
 @settings(max_examples=10, deadline=None)
 @given(n=st.integers(1, 2), h=st.integers(3, 20), w=st.integers(3, 20), c=st.integers(1, 12), cexp=st.integers(1, 40),
        k=st.sampled_from([3, 5]), stride=st.integers(1, 2), pad=st.sampled_from(["SAME", "VALID"]),
-       rows=st.sampled_from([1, 2, 4, 8, 16]), slices=st.sampled_from([1, 2, 4, 8]), seed=st.integers(0, 2**16))
+       rows=st.sampled_from([1, 2, 3, 4, 8, 9, 16]), slices=st.sampled_from([1, 2, 4, 8]), seed=st.integers(0, 2**16))
 def test_random_blocks_match_litert(opencl_device, n, h, w, c, cexp, k, stride, pad, rows, slices, seed):
     """Blocks of any shape and fused points (where local memory takes them): LiteRT's values."""
     if pad == "VALID" and min(h, w) < k:

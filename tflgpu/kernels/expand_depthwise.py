@@ -39,7 +39,8 @@ from .separable import SeparableKnobs, SeparableShape
 EXPANDED_LOCAL_BYTES = 30 * 1024
 EXPAND_DW_SPACE = {
     "fused": [False, True],
-    "rows": [1, 2, 4, 8, 16],  # output rows a group (at most the image's)
+    # output rows a group (at most the image's; ExpandDepthwiseKnobs.space adds the even tilings in 8 and 16 rows)
+    "rows": [1, 2, 4, 8, 16],
     "slices": [1, 2, 4, 8],  # expanded slices a group
     "group": [64, 128, 256],  # work-items a group
 }
@@ -55,6 +56,11 @@ def wanted(target: Target, channels: int) -> bool:
         return False
     sin = -(-channels // 4)
     return not SeparableKnobs.default(SeparableShape(sin, 1, 1, target.float_lanes, True, pixels=1)).fused
+
+
+def even_rows(rows: int, most: int) -> int:
+    """The rows of each tile where ``rows`` are cut into the fewest tiles of at most ``most`` rows, evenly."""
+    return -(-rows // -(-rows // most))
 
 
 @dataclass(frozen=True)
@@ -95,12 +101,12 @@ class ExpandDepthwiseKnobs(Knobs):
     @classmethod
     def default(cls, shape: ExpandDepthwiseShape) -> ExpandDepthwiseKnobs:
         """Unfused (the start a GPU's plan had before the pass; its tuner tries the fused kernel first), its fused
-        point: a whole image a group where it has at most 16 rows (no rows expanded twice), else 8 rows; the most
+        point: a whole image a group where it has at most 16 rows (no rows expanded twice), else the image in even
+        tiles of at most 16 rows (17 rows: 9 and 8, whose windows expand 22 input rows where tiles of 8 expand 30;
+        fewer where local memory needs it); the most
         slices a group (of 4, 2, 1) that keeps MIN_GROUPS groups and fits local memory; 128 work-items, 64 where
         a group has fewer outputs than that."""
-        rows = shape.oh if shape.oh <= 16 else 8
-        rows = next((r for r in EXPAND_DW_SPACE["rows"] if r >= rows), EXPAND_DW_SPACE["rows"][-1])
-        point = cls(False, rows, 1, 128)
+        point = cls(False, even_rows(shape.oh, 16), 1, 128)
         for s in (4, 2):
             wider = replace(point, slices=s)
             if wider.groups(shape) >= MIN_GROUPS and wider.local_bytes(shape) <= EXPANDED_LOCAL_BYTES:
@@ -115,7 +121,8 @@ class ExpandDepthwiseKnobs(Knobs):
     def space(cls, shape: ExpandDepthwiseShape) -> dict[str, list]:
         space = dict(EXPAND_DW_SPACE)
         # (rows past the image's are the whole image: one value of them)
-        space["rows"] = [r for r in EXPAND_DW_SPACE["rows"] if r == 1 or r // 2 < shape.oh]
+        space["rows"] = sorted({min(r, shape.oh) for r in EXPAND_DW_SPACE["rows"]}
+                               | {even_rows(shape.oh, 16), even_rows(shape.oh, 8)})
         space["slices"] = [s for s in EXPAND_DW_SPACE["slices"] if s == 1 or s // 2 < shape.sexp]
         return space
 
