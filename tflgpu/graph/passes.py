@@ -210,35 +210,28 @@ def _merge_pairs(steps: list[PassStep], sg, pair) -> tuple[list[PassStep], int]:
     return [s for k, s in enumerate(view.steps) if k not in view.drop], len(view.drop)
 
 
+def _lone_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
+    """The step reading tensor ``t`` where it is the only one (and not merged away): its index and itself, where it
+    is one device op with no fused ops after it; else None."""
+    rs = view.readers.get(t, [])
+    if len(rs) != 1 or rs[0] in view.drop:
+        return None
+    nxt = view.steps[rs[0]]
+    return (rs[0], nxt) if nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue else None
+
+
+def _bias(op) -> int:
+    """A conv's bias input (-1: none)."""
+    return op.inputs[2] if len(op.inputs) > 2 else -1
+
+
 def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, pw: True) -> tuple[list[PassStep], int]:
     """Merge each device DEPTHWISE_CONV_2D whose only reader is a device pointwise CONV_2D into one
     ``SEPARABLE_CONV`` step at the pointwise conv's place (``allowed(dw_op, pw_op)``: the caller's veto, e.g.
     two ops of different storage precision)."""
-
-    def pair(i: int, s: PassStep, view: _Pairing):
-        dw = s.op
-        if not (s.gpu and len(s.members) == 1 and not s.epilogue and dw.name == "DEPTHWISE_CONV_2D"
-                and len(dw.outputs) == 1 and dw.outputs[0] not in view.graph_out
-                and _separable_depthwise(dw, sg, consts)):
-            return None
-        (t,) = dw.outputs
-        rs = view.readers.get(t, [])
-        if len(rs) != 1 or rs[0] in view.drop:
-            return None
-        j = rs[0]
-        nxt = view.steps[j]
-        pw = nxt.op
-        if not (nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue and pw.name == "CONV_2D"
-                and pw.inputs[:1] == (t,) and t not in pw.inputs[1:] and _pointwise(pw, sg, consts)
-                and allowed(dw, pw)):
-            return None
-        bias = lambda op: op.inputs[2] if len(op.inputs) > 2 else -1
-        op = replace(pw, name=SEPARABLE_CONV, builtin_code=-1,
-                     inputs=(dw.inputs[0], dw.inputs[1], bias(dw), pw.inputs[1], bias(pw)),
-                     options={**pw.options, "depthwise": dw, "pointwise": pw})
-        return j, i, PassStep(op, s.members + nxt.members, [], True)
-
-    return _merge_pairs(steps, sg, pair)
+    return _merge_conv_pairs(steps, sg, SEPARABLE_CONV, ("depthwise", "pointwise"),
+                             lambda dw: dw.name == "DEPTHWISE_CONV_2D" and _separable_depthwise(dw, sg, consts),
+                             lambda dw, pw: pw.name == "CONV_2D" and _pointwise(pw, sg, consts) and allowed(dw, pw))
 
 
 def fuse_expand_depthwise(steps: list[PassStep], sg, consts: dict, allowed=lambda ex, dw: True,
@@ -246,27 +239,35 @@ def fuse_expand_depthwise(steps: list[PassStep], sg, consts: dict, allowed=lambd
     """Merge each device pointwise CONV_2D whose only reader is a device DEPTHWISE_CONV_2D (channel multiplier 1)
     into one ``EXPAND_DEPTHWISE`` step at the depthwise conv's place (``allowed(conv_op, dw_op)``: the caller's
     veto)."""
+    return _merge_conv_pairs(steps, sg, EXPAND_DEPTHWISE, ("expand", "depthwise"),
+                             lambda ex: ex.name == "CONV_2D" and _pointwise(ex, sg, consts),
+                             lambda ex, dw: (dw.name == "DEPTHWISE_CONV_2D" and len(dw.outputs) == 1
+                                             and _separable_depthwise(dw, sg, consts) and allowed(ex, dw)))
+
+
+def _merge_conv_pairs(steps: list[PassStep], sg, name: str, keys: tuple[str, str], first, second,
+                      ) -> tuple[list[PassStep], int]:
+    """The frame of fuse_separable and fuse_expand_depthwise: each device conv step (one op, ``first(op)``, no fused
+    ops after it, its one output no graph output) whose output is read only by a device conv step (one op,
+    ``second(first_op, op)``, reading it as its input alone, no fused ops after it) becomes one op ``name`` at the
+    second's place: inputs (the first's input, filter and bias, the second's filter and bias), the second's outputs,
+    index and options, and the two ops under ``keys``."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
-        ex = s.op
-        if not (s.gpu and len(s.members) == 1 and not s.epilogue and ex.name == "CONV_2D"
-                and _pointwise(ex, sg, consts) and ex.outputs[0] not in view.graph_out):
+        a = s.op
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and len(a.outputs) == 1
+                and a.outputs[0] not in view.graph_out and first(a)):
             return None
-        (t,) = ex.outputs
-        rs = view.readers.get(t, [])
-        if len(rs) != 1 or rs[0] in view.drop:
+        (t,) = a.outputs
+        found = _lone_reader(view, t)
+        if found is None:
             return None
-        j = rs[0]
-        nxt = view.steps[j]
-        dw = nxt.op
-        if not (nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue and dw.name == "DEPTHWISE_CONV_2D"
-                and len(dw.outputs) == 1 and dw.inputs[:1] == (t,) and t not in dw.inputs[1:]
-                and _separable_depthwise(dw, sg, consts) and allowed(ex, dw)):
+        j, nxt = found
+        b = nxt.op
+        if not (b.inputs[:1] == (t,) and t not in b.inputs[1:] and second(a, b)):
             return None
-        bias = lambda op: op.inputs[2] if len(op.inputs) > 2 else -1
-        op = replace(dw, name=EXPAND_DEPTHWISE, builtin_code=-1,
-                     inputs=(ex.inputs[0], ex.inputs[1], bias(ex), dw.inputs[1], bias(dw)),
-                     options={**dw.options, "expand": ex, "depthwise": dw})
+        op = replace(b, name=name, builtin_code=-1, inputs=(a.inputs[0], a.inputs[1], _bias(a), b.inputs[1], _bias(b)),
+                     options={**b.options, keys[0]: a, keys[1]: b})
         return j, i, PassStep(op, s.members + nxt.members, [], True)
 
     return _merge_pairs(steps, sg, pair)
@@ -289,7 +290,7 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
         if j is None:
             return None
         ex = view.steps[j].op
-        bias = ex.inputs[2] if len(ex.inputs) > 2 else -1
+        bias = _bias(ex)
         keep = t in view.graph_out or any(k != j for k in rs)
         op = replace(s.op, name=SEPARABLE_EXPAND, builtin_code=-1, inputs=s.op.inputs + (ex.inputs[1], bias),
                      outputs=ex.outputs, options={"separable": s.op, "expand": ex, "keep": keep,
@@ -322,7 +323,7 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
                 and t not in dense.inputs[1:] and len(dense.outputs) == 1 and sg.tensors[t].dtype == np.float32
                 and allowed(op, dense) and _dense_of(dense, sg, consts)):
             return None
-        bias = dense.inputs[2] if len(dense.inputs) > 2 else -1
+        bias = _bias(dense)
         merged = replace(dense, name=POOLED_DENSE, builtin_code=-1, inputs=(op.inputs[0], dense.inputs[1], bias),
                          options={**dense.options, "mean": op, "dense": dense})
         return j, i, PassStep(merged, s.members + nxt.members, nxt.epilogue, True)

@@ -33,7 +33,7 @@ from .base import GenContext, Part, Target, Unsupported, composite, generator, u
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
 from .conv import MAX_GROUP, _bias_const, _float_const, _geometry, depthwise_weights
 from .knobs import Knobs, one_of, positive_int
-from .separable import SeparableKnobs, SeparableShape
+from .separable import SeparableKnobs, SeparableShape, _Geometry
 
 # local memory the expanded rows may take (within the 32 KB OpenCL 1.2 guarantees a work-group)
 EXPANDED_LOCAL_BYTES = 30 * 1024
@@ -146,36 +146,14 @@ class ExpandDepthwiseKnobs(Knobs):
         return bad
 
 
-@dataclass(frozen=True)
-class _Pair:
-    """The two convs' geometry: the expansion's input ``[n][sx][ih][iw]`` slices, the depthwise conv's window
-    (kernel, stride, dilation, leading padding) and output ``[n][sexp][oh][ow]``."""
-
-    n: int
-    ih: int
-    iw: int
-    sx: int
-    sexp: int
-    cexp: int
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    oh: int
-    ow: int
-    pt: int
-    pl: int
-
-
-def _fused_source(name: str, g: _Pair, knobs: ExpandDepthwiseKnobs, shape: ExpandDepthwiseShape, *, act_ex: int,
-                  act_dw: int) -> str:
-    """The fused kernel (see the module's docstring). Arguments: ``src`` (the expansion's input), its filter
+def _fused_source(name: str, g: _Geometry, knobs: ExpandDepthwiseKnobs, shape: ExpandDepthwiseShape, *, sx: int,
+                  cexp: int, act_ex: int, act_dw: int) -> str:
+    """The fused kernel (see the module's docstring): ``g`` the depthwise conv's geometry, its input the expansion
+    of ``src`` ([n][sx][ih][iw] slices) to ``cexp`` channels. Arguments: ``src``, the expansion's filter
     ``wex`` (``weights_oi``) and bias ``bex``, the depthwise filter ``dww`` (``depthwise_weights``) and bias
     ``dwb``, and ``dst``, the depthwise output."""
     th, rh, cs, nt = knobs.tile_rows(shape), knobs.input_rows(shape), knobs.slices, knobs.group
-    tiles, cgroups = -(-g.oh // th), -(-g.sexp // cs)
+    tiles, cgroups = -(-g.oh // th), -(-shape.sexp // cs)
     region, outs, iplane, oplane = rh * g.iw, th * g.ow, g.ih * g.iw, g.oh * g.ow
     L = [f"__attribute__((reqd_work_group_size({nt}, 1, 1)))",
          f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wex,",
@@ -191,10 +169,10 @@ def _fused_source(name: str, g: _Pair, knobs: ExpandDepthwiseKnobs, shape: Expan
          f"    const int c = e / {region}; const int at = e % {region};",
          f"    const int iy = iy0 + at / {g.iw}; const int s = c0 + c;",
          "    float4 v = (float4)(0.0f);",
-         f"    if (s < {g.sexp} && iy >= 0 && iy < {g.ih}) {{",
+         f"    if (s < {shape.sexp} && iy >= 0 && iy < {g.ih}) {{",
          "      v = LD4(bex, s);",
-         f"      const int x0 = b * {g.sx * iplane} + iy * {g.iw} + at % {g.iw}; const int w0 = s * {g.sx * 4};",
-         f"      for (int k = 0; k < {g.sx}; ++k) {{",
+         f"      const int x0 = b * {sx * iplane} + iy * {g.iw} + at % {g.iw}; const int w0 = s * {sx * 4};",
+         f"      for (int k = 0; k < {sx}; ++k) {{",
          f"        const float4 x = LD4(src, x0 + k * {iplane}); const int w = w0 + k * 4;",
          ("        v = mad((float4)(x.x), LD4(wex, w), mad((float4)(x.y), LD4(wex, w + 1), "
           "mad((float4)(x.z), LD4(wex, w + 2), mad((float4)(x.w), LD4(wex, w + 3), v))));"),
@@ -209,7 +187,7 @@ def _fused_source(name: str, g: _Pair, knobs: ExpandDepthwiseKnobs, shape: Expan
          f"    const int c = e / {outs}; const int at = e % {outs};",
          f"    const int oyl = at / {g.ow}; const int ox = at % {g.ow};",
          "    const int oy = r0 + oyl; const int s = c0 + c;",
-         f"    if (oy >= {g.oh} || s >= {g.sexp}) continue;",
+         f"    if (oy >= {g.oh} || s >= {shape.sexp}) continue;",
          "    float4 v = LD4(dwb, s);",
          f"    for (int ky = 0; ky < {g.kh}; ++ky) {{",
          f"      const int row = (c * {rh} + oyl * {g.sh} + ky * {g.dh}) * {g.iw};",
@@ -219,8 +197,8 @@ def _fused_source(name: str, g: _Pair, knobs: ExpandDepthwiseKnobs, shape: Expan
          "      }",
          "    }",
          "    " + activation(act_dw, "v"),
-         "    " + pad_lanes_mask(g.cexp, "s", "v"),
-         f"    ST4(dst, (b * {g.sexp} + s) * {oplane} + oy * {g.ow} + ox, v);",
+         "    " + pad_lanes_mask(cexp, "s", "v"),
+         f"    ST4(dst, (b * {shape.sexp} + s) * {oplane} + oy * {g.ow} + ox, v);",
          "  }",
          "}"]
     return "\n".join(L)
@@ -240,15 +218,15 @@ def expand_depthwise(ctx: GenContext) -> list[KernelSpec]:
     if we.shape[1:] != (1, 1, cin) or cdw != cexp:
         raise Unsupported("not a pointwise conv read by a depthwise conv of channel multiplier 1")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(replace(ctx, op=dw_op, epilogue=[], params={}), ih, iw, kh, kw)
-    g = _Pair(n, ih, iw, (cin + 3) // 4, (cexp + 3) // 4, cexp, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
-    shape = ExpandDepthwiseShape(g.sexp, oh, iw, sh, kh, dh, n)
+    g = _Geometry(n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
+    shape = ExpandDepthwiseShape((cexp + 3) // 4, oh, iw, sh, kh, dh, n)
     knobs = ExpandDepthwiseKnobs.resolve(shape, ctx.params)
     space, params = ExpandDepthwiseKnobs.space(shape), knobs.params()
     if not knobs.fused:  # the two convs' own kernels
         return unfused(ctx, params, space)
     if ctx.epilogue:
         raise Unsupported("the fused expansion and depthwise conv apply no fused ops after them")
-    src = _fused_source(ctx.name, g, knobs, shape, act_ex=ex_op.options.get("fused_activation_function", 0),
+    src = _fused_source(ctx.name, g, knobs, shape, sx=(cin + 3) // 4, cexp=cexp, act_ex=ex_op.options.get("fused_activation_function", 0),
                         act_dw=dw_op.options.get("fused_activation_function", 0))
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(we)),
             Arg("const", vec_slices(_bias_const(ctx, 2, cexp), cexp)), Arg("const", depthwise_weights(wd, 1)),
