@@ -262,3 +262,21 @@ def test_the_tuner_times_the_fused_kernel_first(opencl_device, rng, monkeypatch)
                     {k: ident.specs[0].params[k] for k in space}, {})
     bench = KernelBench(cl, cl.Context([opencl_device.cl_device]), opencl_device, False, {})
     assert KernelTuner(task, bench, "dev", mode="fast", trials=4).neighbors()[0]["fused"] is True
+
+
+@pytest.mark.parametrize("model,pairs", [("mobilenet_v1_1.0_224.tflite", 7), ("posenet_mnv1_257.tflite", 7),
+                                         ("deeplab_mnv2_257.tflite", 6), ("ssd_mnv2_300.tflite", 5),
+                                         ("unet_small_256.tflite", 0)])
+def test_the_corpus_pairs_under_a_gpus_target(model, pairs):
+    """Any pointwise conv whose output only a depthwise conv of more than 384 channels reads: MobileNet v1's (and
+    PoseNet's) projections of 512 and 1,024 channels and the next block's depthwise conv, v2's expansions; each step
+    starting as its two convs' kernels; none on a CPU device's target."""
+    from .conftest import corpus_model, selected_steps
+
+    path = corpus_model(model)
+    steps = selected_steps(path, Target(float_lanes=1, gpu=True)).steps
+    blocks = [s for s in steps if s.op.name == EXPAND_DEPTHWISE]
+    assert len(blocks) == pairs and all(len(s.specs) == 2 for s in blocks)
+    assert all(s.op.options["depthwise"].inputs[0] == s.op.options["expand"].outputs[0] for s in blocks)
+    cpu = selected_steps(path, Target(float_lanes=16, gpu=False)).steps
+    assert not [s for s in cpu if s.op.name == EXPAND_DEPTHWISE]

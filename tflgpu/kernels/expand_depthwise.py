@@ -1,9 +1,10 @@
-"""EXPAND_DEPTHWISE (graph.passes.fuse_expand_depthwise): a pointwise conv expanding a tensor's channels (a MobileNet
-v2 block's first conv) and the depthwise conv reading it, as one kernel: the expanded tensor lives in a work-group's
-local memory only, and a launch goes.
+"""EXPAND_DEPTHWISE (graph.passes.fuse_expand_depthwise): a pointwise conv (a MobileNet v2 block's expansion, a
+MobileNet v1 block's projection) and the depthwise conv reading it (the same block's, the next block's), as one
+kernel: the pointwise conv's output lives in a work-group's local memory only, and a launch goes.
 
-Where the separable pass's fused form does not pay on a GPU (blocks of more than 384 expanded channels:
-``SeparableKnobs.default``), a block takes three launches: expansion, depthwise, projection. The projection sums
+Where the separable pass's fused form does not pay on a GPU (depthwise convs of more than 384 channels:
+``SeparableKnobs.default``), a MobileNet v2 block takes three launches: expansion, depthwise, projection (a v1
+block two, depthwise and projection, for one op's work each). The projection sums
 over every expanded channel, so it needs the whole depthwise output first; the depthwise conv needs only a window
 of each expanded channel. So the cut that costs nothing in parallelism is between the depthwise conv and the
 projection, and this kernel takes the other two:
