@@ -1,5 +1,6 @@
 """Differential fuzzing with valid random models (tests/randmodels.py): each model that LiteRT runs is run on
-our CPU kernels, the OpenCL device at FP32 and at FP16, and compared with LiteRT. A crash, a hang, an exception
+our CPU kernels, the OpenCL device at FP32, at FP32 under a GPU's target (its defaults, passes and fused steps,
+whatever the device) and at FP16, and compared with LiteRT. A crash, a hang, an exception
 (LiteRT ran the model, so must we) or an output off by more than the tolerance is a finding: its seed is
 recorded, minimized to the fewest ops that still show it, and its model saved.
 
@@ -32,6 +33,8 @@ import time
 import traceback
 import warnings
 from collections import Counter
+from contextlib import contextmanager
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -42,11 +45,11 @@ from tflgpu.runtime.device import list_devices
 
 from .randmodels import model_for
 
-RTOL = {"cpu": 1e-4, "fp32": 1e-4, "fp16": 2e-2}
+RTOL = {"cpu": 1e-4, "fp32": 1e-4, "gpu-shaped": 1e-4, "fp16": 2e-2}
 # a full-integer model's float output moves in steps of its output scale: our integer kernels reproduce LiteRT's
 # arithmetic (0 steps on 60 random chains), the device's float view with quantization simulators rounds
 # differently where a value lies on a step's edge (<= 1 step at FP32, <= 4 at FP16 on those 60)
-QUANT_STEPS = {"cpu": 1, "fp32": 2, "fp16": 6}
+QUANT_STEPS = {"cpu": 1, "fp32": 2, "gpu-shaped": 2, "fp16": 6}
 FP16_MAX = 65504.0  # FP16's largest value
 HANG_S = 60  # one path of one model (a Python-level wait; a worker stuck in a C call is WORKER_HANG_S's)
 WORKER_HANG_S = 600  # one seed's whole work: its check and, for a finding, the minimization
@@ -86,6 +89,25 @@ def _largest_stored(it) -> float:
     return largest
 
 
+@contextmanager
+def _target(path: str):
+    """Plans made inside the "gpu-shaped" path take a GPU's target (kernels.base.Target: one float lane and a GPU's
+    defaults, passes and fused steps) on whatever device runs them, so the code only a GPU runs is fuzzed on a CPU
+    device too; the other paths, the device's own."""
+    if path != "gpu-shaped":
+        yield
+        return
+    from tflgpu.kernels.base import Target
+
+    own = Target.__dict__["of"]
+    Target.of = classmethod(lambda cls, dev, device_type: replace(own.__func__(cls, dev, device_type), float_lanes=1,
+                                                                  gpu=True))
+    try:
+        yield
+    finally:
+        Target.of = own
+
+
 def _run(it, inputs) -> list[np.ndarray]:
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
@@ -116,7 +138,7 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
             got = _run(ref, moved)
             sensitivity = [max(s, float(np.abs(a - b).max(initial=0.0)) / 64)
                            for s, a, b in zip(sensitivity, want, got)]
-    paths = {"cpu": None, "fp32": GpuDelegate(cache=False)}
+    paths = {"cpu": None, "fp32": GpuDelegate(cache=False), "gpu-shaped": GpuDelegate(cache=False)}
     if fp16:  # (the precision choice calibrated on the inputs it is checked on, as a user with their own data)
         paths["fp16"] = GpuDelegate(cache=False, precision_loss_allowed=True, calibration_inputs=[model.inputs])
     # (counted: a graph storing values FP16 cannot hold, which its FP16 plan must keep in FP32)
@@ -125,8 +147,9 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
     for path, delegate in paths.items():
         signal.alarm(HANG_S)
         try:
-            it = Interpreter(model_content=model.data, delegate=delegate)
-            got = _run(it, model.inputs)
+            with _target(path):
+                it = Interpreter(model_content=model.data, delegate=delegate)
+                got = _run(it, model.inputs)
         except Hang:
             return {**result, "status": "finding", "path": path, "what": f"hang (> {HANG_S} s)"}
         except Exception as e:  # noqa: BLE001 - LiteRT ran it: any exception of ours is a finding
