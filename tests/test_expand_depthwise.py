@@ -280,3 +280,22 @@ def test_the_corpus_pairs_under_a_gpus_target(model, pairs):
     assert all(s.op.options["depthwise"].inputs[0] == s.op.options["expand"].outputs[0] for s in blocks)
     cpu = selected_steps(path, Target(float_lanes=16, gpu=False)).steps
     assert not [s for s in cpu if s.op.name == EXPAND_DEPTHWISE]
+
+
+def test_a_searched_block_is_stored_and_warm_started(opencl_device, rng, monkeypatch, tmp_path):
+    """A search's choice for a merged step (fused or not, and its knobs) is what a later process's plan starts from,
+    out of the stored plan with nothing searched, and it computes LiteRT's values."""
+    monkeypatch.setattr(Target, "of", GPU)
+    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels: target.gpu)
+    model, feeds = block_model(rng, shape=(1, 12, 12, 8), cexp=24)
+    want = run_model(litert(), model, feeds)[0]
+    plans = []
+    for _ in range(2):
+        it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_budget_s=20,
+                                                                   serialization_dir=tmp_path, tiered_compile=False))
+        (block,) = [s for s in it.gpu_plan.steps if s.op.name == EXPAND_DEPTHWISE]
+        searched = [r.source for r in it.gpu_plan.tuning_results if r.op == EXPAND_DEPTHWISE]
+        plans.append((it.gpu_plan.build_stats["plan"], searched, block.specs[0].params, len(block.specs)))
+        assert_close(run_model(lambda it=it, **_: it, model, feeds)[0], want, 1e-4)
+    assert plans[0][:2] == ("built", ["tuned"]) and plans[1][:2] == ("cache", [])
+    assert plans[1][2:] == plans[0][2:]
