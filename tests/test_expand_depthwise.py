@@ -291,7 +291,7 @@ def test_a_searched_block_is_stored_and_warm_started(opencl_device, rng, monkeyp
     want = run_model(litert(), model, feeds)[0]
     plans = []
     for _ in range(2):
-        it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_budget_s=20,
+        it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_budget_s=20, tuning_trials=3,
                                                                    serialization_dir=tmp_path, tiered_compile=False))
         (block,) = [s for s in it.gpu_plan.steps if s.op.name == EXPAND_DEPTHWISE]
         searched = [r.source for r in it.gpu_plan.tuning_results if r.op == EXPAND_DEPTHWISE]
