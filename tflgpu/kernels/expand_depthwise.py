@@ -76,6 +76,7 @@ class ExpandDepthwiseShape:
     kh: int = 3
     dh: int = 1
     batch: int = 1
+    ow: int = 0  # output columns (0: as many as the input's)
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class ExpandDepthwiseKnobs(Knobs):
                 break
         while point.local_bytes(shape) > EXPANDED_LOCAL_BYTES and point.rows > 1:
             point = replace(point, rows=point.rows // 2)
-        outputs = point.tile_rows(shape) * -(-shape.iw // shape.sh) * point.slices
+        outputs = point.tile_rows(shape) * (shape.ow or shape.iw) * point.slices
         return replace(point, group=64 if outputs < 128 else 128)
 
     @classmethod
@@ -220,14 +221,15 @@ def expand_depthwise(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported("not a pointwise conv read by a depthwise conv of channel multiplier 1")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(replace(ctx, op=dw_op, epilogue=[], params={}), ih, iw, kh, kw)
     g = _Geometry(n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
-    shape = ExpandDepthwiseShape((cexp + 3) // 4, oh, iw, sh, kh, dh, n)
+    shape = ExpandDepthwiseShape((cexp + 3) // 4, oh, iw, sh, kh, dh, n, ow)
     knobs = ExpandDepthwiseKnobs.resolve(shape, ctx.params)
     space, params = ExpandDepthwiseKnobs.space(shape), knobs.params()
     if not knobs.fused:  # the two convs' own kernels
         return unfused(ctx, params, space)
     if ctx.epilogue:
         raise Unsupported("the fused expansion and depthwise conv apply no fused ops after them")
-    src = _fused_source(ctx.name, g, knobs, shape, sx=(cin + 3) // 4, cexp=cexp, act_ex=ex_op.options.get("fused_activation_function", 0),
+    src = _fused_source(ctx.name, g, knobs, shape, sx=(cin + 3) // 4, cexp=cexp,
+                        act_ex=ex_op.options.get("fused_activation_function", 0),
                         act_dw=dw_op.options.get("fused_activation_function", 0))
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(we)),
             Arg("const", vec_slices(_bias_const(ctx, 2, cexp), cexp)), Arg("const", depthwise_weights(wd, 1)),
