@@ -35,6 +35,13 @@ os.environ.setdefault("TFLGPU_TIERED_COMPILE", "0")
 os.environ.setdefault("TFLGPU_CPU_LOOPS", "sync")
 
 
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hook: a plain pytest without it runs too)
+def pytest_xdist_auto_num_workers(config):
+    """``pytest -n auto`` (the README's test command): a worker per core this process may run on, at most 4 (each
+    holds its own OpenCL context, LiteRT and compiled kernels: about 1 GB)."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 4))
+
+
 def pytest_collection_modifyitems(config, items):
     # long runs (marker `slow`) only when asked for: `pytest -m slow`
     if "slow" in (config.getoption("-m") or ""):
