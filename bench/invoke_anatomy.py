@@ -4,7 +4,7 @@ own, all in alternation (medians of ``--rounds``):
 
 - invoke: ``set_tensor`` + ``invoke``, as a caller has it, and the same without pinned memory (the input's upload
   from a pageable array, the outputs read by a map of a buffer made on host memory: as before
-  ``transfers.DeviceTensors._pinned_arena``; a CPU device reading host memory in place has none);
+  ``transfers.HostArenas.pinned``; a CPU device reading host memory in place has none);
 - enqueue: the host's time to enqueue the plan's launches alone (no upload, no read), and that plus the wait;
   and each launch's own enqueue time, by its kernel's arguments (buffers, images, scalars) and work-group;
 - device: the same launches held behind a user event until all are enqueued, then released: the device's time
@@ -46,7 +46,7 @@ def anatomy(m: str, made, rounds: int) -> None:
                 for spec, k in zip(s.specs, s.kernels)]
     specs = [spec for s in plan.steps if s.device == "gpu" for spec in s.specs]
     each: list[list[float]] = [[] for _ in launches]
-    big = max(io.input_uploads, key=lambda t: int(np.prod(plan.sg.tensors[t].shape)), default=None)
+    big = max(io.tensors.input_uploads, key=lambda t: int(np.prod(plan.sg.tensors[t].shape)), default=None)
     x = np.ascontiguousarray(feeds[0], dtype=np.float32)
     pinned_buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(x.nbytes, 16))
     pinned, _ = cl.enqueue_map_buffer(q, pinned_buf, cl.map_flags.WRITE, 0, x.shape, np.float32, is_blocking=True)
@@ -100,7 +100,7 @@ def anatomy(m: str, made, rounds: int) -> None:
 
     def read():
         t = time.perf_counter()
-        outs = io.fetch_outputs(q, list(io.output_downloads))
+        outs = io.fetch_outputs(q, list(io.tensors.output_downloads))
         q.finish()
         for f in outs.values():
             f()
@@ -162,17 +162,17 @@ def main() -> int:
     ensure_icd_vendors()
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.benchmark import reference_inputs, warm_up
-    from tflgpu.runtime.transfers import DeviceTensors
+    from tflgpu.runtime.transfers import HostArenas
 
     def made(m, pinned=True):
-        with_pinned = DeviceTensors._pinned_arena
+        with_pinned = HostArenas.pinned
         if not pinned:  # (as before pinned memory)
-            DeviceTensors._pinned_arena = lambda self, tensors: {}
+            HostArenas.pinned = lambda self, tensors: {}
         try:
             it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
                                                      cache=False))
         finally:
-            DeviceTensors._pinned_arena = with_pinned
+            HostArenas.pinned = with_pinned
         it.allocate_tensors()
         details = it.get_input_details()
         for d, x in zip(details, reference_inputs(details)):

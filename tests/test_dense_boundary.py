@@ -197,14 +197,14 @@ def test_the_outputs_are_read_with_one_map_of_their_arena_or_into_pinned_memory(
     if memory != "shared":
         monkeypatch.setattr(transfers, "shares_host_memory", lambda cl, ctx: False)
     if memory == "mapped":
-        monkeypatch.setattr(transfers.DeviceTensors, "_pinned_arena", lambda self, tensors: {})
+        monkeypatch.setattr(transfers.HostArenas, "pinned", lambda self, tensors: {})
     path = corpus_model("fallback_ops.tflite")
     it = Interpreter(str(path), delegate=GpuDelegate(cache=False, tuning="none", precision_loss_allowed=fp16))
     it.allocate_tensors()
     io = it.gpu_plan.io
     outs = [o["index"] for o in it.get_output_details()]
     align = max(opencl_device.cl_device.mem_base_addr_align // 8, 128)
-    placed = {t: at for t, (kind, at) in io.arena_at.items() if kind == "output"}
+    placed = {t: at for t, (kind, at) in io.host.at.items() if kind == "output"}
     if memory == "pinned":
         assert placed == {} and all(io.staging[t].pinned is not None and io.staging[t].host is None for t in outs)
     else:
@@ -220,7 +220,7 @@ def test_the_outputs_are_read_with_one_map_of_their_arena_or_into_pinned_memory(
         copied.clear()
         it.invoke()
         assert io.shared_memory == (memory == "shared")
-        assert maps == ([io.arenas["output"]] if memory == "mapped" else [])
+        assert maps == ([io.host.buffers["output"]] if memory == "mapped" else [])
         assert [sum(d is io.staging[t].pinned for d in copied) for t in outs] == [memory == "pinned"] * 3
         want = run_model(litert(), path.read_bytes(), feeds)
         for t, w in zip(outs, want):
@@ -304,7 +304,7 @@ def test_vectors_in_dense_order_need_no_conversion(opencl_device, rng, fp16, bou
     plan = it.gpu_plan
     (xt,), (out,) = plan.sg.inputs, plan.sg.outputs
     converted = [plan.io.staging[t].to_device is not None for t in (xt, out)]
-    assert converted == ([plan.io.half[xt], plan.io.half[out]] if fp16 else [False, False])
+    assert converted == ([plan.io.tensors.half[xt], plan.io.tensors.half[out]] if fp16 else [False, False])
     if bound and fp16:
         pytest.skip("bound buffers of half-stored tensors are the conversion test's")
     it.allocate_tensors()
@@ -426,7 +426,7 @@ def test_inputs_are_copied_from_pageable_arrays_where_no_pinned_memory_is_had(op
         it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
         it.allocate_tensors()
     assert "no pinned host memory" in caplog.text and it.gpu_plan.input_arrays() == {}
-    assert it.gpu_plan.io.arena_at and not it.gpu_plan.io.pinned
+    assert it.gpu_plan.io.host.at and not it.gpu_plan.io.pinned
     for seed in (1, 2):
         feed = np.random.default_rng(seed).uniform(-1, 1, (1, 19, 23, 3)).astype(np.float32)
         it.set_tensor(it.get_input_details()[0]["index"], feed)

@@ -3,6 +3,8 @@ with the number of ops placed on the device asserted."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -64,6 +66,64 @@ def test_memory_plan_shares_buffers(opencl_device):
     plan = it.gpu_plan
     # (2.96x since the input and output, read and written densely by their kernels, left the pool: 3.1x before)
     assert plan.planned_bytes < plan.naive_bytes / 2.5, (plan.planned_bytes, plan.naive_bytes)
+
+
+def _sandwich() -> bytes:
+    """A device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD: values cross the boundary mid-invoke."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 6, 6, 4))
+    one = b.const("one", np.ones((1, 6, 6, 4), np.float32))
+    y, z, w = (b.tensor(n, (1, 6, 6, 4)) for n in "yzw")
+    b.op("ADD", [x, one], [y])
+    b.op("REVERSE_V2", [y, b.const("axis", np.array([2], np.int32))], [z])
+    b.op("ADD", [z, one], [w])
+    b.output(w)
+    return b.build()
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", ["sandwich", *sorted(EXPECTED_CPU_OPS)])
+def test_every_tensor_is_held_while_it_is_used_and_buffers_are_shared_only_between_disjoint_spans(
+        opencl_device, name):
+    """The plan's tensor spans (runtime.tensor_plan) cover every step that reads or writes each device tensor,
+    from the invoke's start for a graph input to its end for a graph output, and across a CPU step's download or
+    upload; two tensors the memory plan gives one buffer are never held at the same step (else one overwrites the
+    other: wrong numbers, no error)."""
+    delegate = GpuDelegate(cache=False)
+    it = (Interpreter(model_content=_sandwich(), delegate=delegate) if name == "sandwich" else
+          Interpreter(str(corpus_model(name)), delegate=delegate))
+    plan = it.gpu_plan
+    tp, n = plan.io.tensors, len(plan.steps)
+    assert plan.cpu_op_count == (1 if name == "sandwich" else EXPECTED_CPU_OPS[name])
+    held = lambda t: tp.spans[tp.regions[t][0] if t in tp.regions else t]
+    made_on_device = {t for s in plan.steps if s.device == "gpu" for op, _ in s.members for t in op.outputs}
+    for i, s in enumerate(plan.steps):
+        if s.device == "gpu":
+            for t in {t for spec in s.specs for t in spec.inputs + spec.outputs}:
+                a, b = held(t)
+                assert a <= i <= b, (name, i, s.op.name, t, (a, b))
+            continue
+        for op, _ in s.members:
+            for t in op.inputs:
+                if t in made_on_device:  # (a device tensor a CPU op reads: downloaded before it)
+                    assert t in tp.downloads_before[i] and held(t)[1] >= i, (name, i, t)
+            for t in op.outputs:
+                if t in tp.spans:  # (a tensor a CPU op makes that the device reads: uploaded after it)
+                    assert t in tp.uploads_after[i] and held(t)[0] <= i, (name, i, t)
+    graph_in, graph_out = set(plan.sg.inputs) & tp.spans.keys(), set(plan.sg.outputs) & tp.spans.keys()
+    assert graph_in and graph_out
+    assert all(held(t)[0] == -1 for t in graph_in) and all(held(t)[1] == n for t in graph_out)
+    sharing = {}
+    for t, buf in plan.io.tensor_buffer.items():
+        if t not in tp.regions and any(buf is b for b in plan.io.buffers):
+            sharing.setdefault(id(buf), []).append(t)
+    # (the sandwich's y and z are both held at the CPU step: its four tensors take four buffers)
+    assert name == "sandwich" or any(len(ts) > 1 for ts in sharing.values()), "no buffer is shared: nothing checked"
+    for ts in sharing.values():
+        spans = sorted(tp.spans[t] for t in ts)
+        assert all(b1 < a2 for (_, b1), (a2, _) in itertools.pairwise(spans)), (name, ts, spans)
 
 
 def test_resize_rebuilds_the_plan(opencl_device, rng):

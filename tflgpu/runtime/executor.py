@@ -311,6 +311,7 @@ class GpuPlan:
         """``flush_after``: the counts of step launches after which the queue is flushed, ``cadence.direct``: the
         launches ask no event each (runtime.cadence)."""
         cl, q, io = self.cl, self.queue, self.io
+        tp = io.tensors
         launched = 0
         values: dict[int, np.ndarray] = dict(io.host_consts)  # only what CPU-side ops read
         values.update(self.runner.variables)
@@ -323,8 +324,8 @@ class GpuPlan:
         for t, x in zip(self.sg.inputs, inputs):
             p = self.quant_in.get(t)
             values[t] = x if p is None else dequantize_values(x, p)
-        for t in io.input_uploads:
-            if t in self.runner.variables and io.state_resident and self._state_at != "host":
+        for t in tp.input_uploads:
+            if t in self.runner.variables and tp.state_resident and self._state_at != "host":
                 continue  # (the device has the state's latest value)
             if t in io.bound:  # zero-copy: the data is already on the device, just convert the layout
                 st = io.staging[t]
@@ -348,23 +349,23 @@ class GpuPlan:
                     if launched in flush_after:
                         self.flush()
                 continue
-            for t in io.downloads_before.get(i, ()):
+            for t in tp.downloads_before.get(i, ()):
                 if t not in values:
                     with span("download", "tensor {} for the CPU", t):
                         values[t] = io.download(q, t)
             for op, fn in s.members:
                 with span("cpu op", "{} (node {})", op.name, op.index):
                     self.runner.run_op(op, fn, values)
-            for t in io.uploads_after.get(i, ()):
+            for t in tp.uploads_after.get(i, ()):
                 with span("upload", "tensor {} from the CPU", t):
                     io.upload(q, t, values[t], keep)
         # the variables (LSTM state, carried over to the next invoke; where it is not kept on the device) and the
         # outputs, read with one wait
-        state = {} if io.state_resident else {t: io.fetch(q, t) for t in io.state_tensors}
-        if io.state_resident and io.state_tensors:
+        state = {} if tp.state_resident else {t: io.fetch(q, t) for t in tp.state_tensors}
+        if tp.state_resident and tp.state_tensors:
             self._state_at = "device"
         read = []
-        for t in io.output_downloads:
+        for t in tp.output_downloads:
             if t in io.bound and self.device_outputs:
                 st = io.staging[t]
                 if st.from_device is not None:
@@ -397,7 +398,7 @@ class GpuPlan:
         if self._state_at != "device":
             return
         try:
-            state = {t: self.io.fetch(self.queue, t) for t in self.io.state_tensors}
+            state = {t: self.io.fetch(self.queue, t) for t in self.io.tensors.state_tensors}
             self.queue.finish()
         except self.cl.Error as e:
             raise DeviceError(f"OpenCL device error reading the model's state ({e})") from e
