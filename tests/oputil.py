@@ -257,3 +257,17 @@ def interior_conv_model(rng):
     b.op("MAX_POOL_2D", [conv], [out], padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2)
     b.output(out)
     return b.build(), [rand(rng, (1, 13, 13, 8))]
+
+
+def device_cpu_device_model(shape=(1, 6, 6, 4)) -> bytes:
+    """A device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD: values cross the device boundary
+    mid-invoke, a download before the CPU step and an upload after it."""
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    one = b.const("one", np.ones(shape, np.float32))
+    y, z, w = (b.tensor(n, shape) for n in "yzw")
+    b.op("ADD", [x, one], [y])
+    b.op("REVERSE_V2", [y, b.const("axis", np.array([2], np.int32))], [z])
+    b.op("ADD", [z, one], [w])
+    b.output(w)
+    return b.build()

@@ -280,10 +280,9 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     clock, with the CPU ops, copies and the device's idle time between kernels; and chrome_trace of a plan
     agrees with its profile_report, kernel for kernel."""
     from tflgpu import GpuDelegate, Interpreter
-    from tflgpu.model.builder import ModelBuilder
     from tflgpu.trace import chrome_trace
 
-    from .oputil import rand
+    from .oputil import device_cpu_device_model, rand
 
     out = tmp_path / "traces" / "t.json"
     assert main(["bench", str(DEFAULT_MODEL_PATH), "--repeat", "2", "--warmup", "0", "--no-compare",
@@ -297,15 +296,8 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     assert any(n.startswith("OpenCL: ") for n in names) and "host: CPU ops, copies" in names
 
-    b = ModelBuilder()  # a device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD
-    x = b.input("x", (1, 6, 6, 4))
-    one = b.const("one", np.ones((1, 6, 6, 4), np.float32))
-    y, z, w = (b.tensor(n, (1, 6, 6, 4)) for n in "yzw")
-    b.op("ADD", [x, one], [y])
-    b.op("REVERSE_V2", [y, b.const("axis", np.array([2], np.int32))], [z])
-    b.op("ADD", [z, one], [w])
-    b.output(w)
-    it = Interpreter(model_content=b.build(), delegate=GpuDelegate(profile=True, cache=False))
+    # a device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD
+    it = Interpreter(model_content=device_cpu_device_model(), delegate=GpuDelegate(profile=True, cache=False))
     assert it.gpu_plan.cpu_op_count == 1 and it.gpu_plan.gpu_op_count == 2
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], rand(rng, (1, 6, 6, 4)))

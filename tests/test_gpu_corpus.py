@@ -13,6 +13,7 @@ from tflgpu.benchmark import reference_inputs
 from tflgpu.graph.passes import POOLED_DENSE
 
 from .conftest import assert_close, assert_fp16_close, constant_only_ops, corpus_model, litert, run_model
+from .oputil import device_cpu_device_model
 
 # model -> ops expected on the CPU (everything else on the OpenCL device)
 EXPECTED_CPU_OPS = {
@@ -68,21 +69,6 @@ def test_memory_plan_shares_buffers(opencl_device):
     assert plan.planned_bytes < plan.naive_bytes / 2.5, (plan.planned_bytes, plan.naive_bytes)
 
 
-def _sandwich() -> bytes:
-    """A device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD: values cross the boundary mid-invoke."""
-    from tflgpu.model.builder import ModelBuilder
-
-    b = ModelBuilder()
-    x = b.input("x", (1, 6, 6, 4))
-    one = b.const("one", np.ones((1, 6, 6, 4), np.float32))
-    y, z, w = (b.tensor(n, (1, 6, 6, 4)) for n in "yzw")
-    b.op("ADD", [x, one], [y])
-    b.op("REVERSE_V2", [y, b.const("axis", np.array([2], np.int32))], [z])
-    b.op("ADD", [z, one], [w])
-    b.output(w)
-    return b.build()
-
-
 @pytest.mark.corpus
 @pytest.mark.parametrize("name", ["sandwich", *sorted(EXPECTED_CPU_OPS)])
 def test_every_tensor_is_held_while_it_is_used_and_buffers_are_shared_only_between_disjoint_spans(
@@ -90,9 +76,9 @@ def test_every_tensor_is_held_while_it_is_used_and_buffers_are_shared_only_betwe
     """The plan's tensor spans (runtime.tensor_plan) cover every step that reads or writes each device tensor,
     from the invoke's start for a graph input to its end for a graph output, and across a CPU step's download or
     upload; two tensors the memory plan gives one buffer are never held at the same step (else one overwrites the
-    other: wrong numbers, no error)."""
+    other: wrong numbers, no error). "sandwich": a device ADD, a CPU REVERSE_V2, a device ADD."""
     delegate = GpuDelegate(cache=False)
-    it = (Interpreter(model_content=_sandwich(), delegate=delegate) if name == "sandwich" else
+    it = (Interpreter(model_content=device_cpu_device_model(), delegate=delegate) if name == "sandwich" else
           Interpreter(str(corpus_model(name)), delegate=delegate))
     plan = it.gpu_plan
     tp, n = plan.io.tensors, len(plan.steps)
