@@ -76,14 +76,18 @@
 # Since (2026-11-27, no GPU): the group tiles' `prefetch` knob, and a GPU plan's cadence trial also trying launches
 # with no event each (runtime.enqueue), both untimed; and an expansion with its depthwise conv as one kernel
 # (kernels.expand_depthwise: MobileNet v2's 576 / 960-channel blocks, 43 -> 37 launches), untimed.
-# First call: TESTS_K="prefetch or cadence or enqueue or expand_depthwise"
-# SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 AB_VARIANTS=queued,direct,expand-dw
-# ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite RECORDS_NAME=sweep-h100
-# bash bench/gpu_session.sh gputests launch ab sweep, then in the same command python3 bench/merge_records.py
-# tflgpu/data/tuning/nvidia-h100.json tflgpu/data/tuning/sweep-h100.json && cp tflgpu/data/tuning/nvidia-h100.json
-# $OUT/ (the variants on the GPU, then whether prefetching, the head's groups or an event per launch pay; the sweep
-# writes only what it found, so into a file of its own, merged into the shipped one); commit $OUT's file here, then
-# the bench / ship calls above (their tree has it).
+# Device time is now 15 minutes a session, starts included: one call of about 9 minutes, the issue's open rows
+# first (rebuild .gpu and .gl here first with bench/gpu_prepare.sh: a fresh checkout lacks them; carry both):
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
+#   TESTS_K="prefetch or cadence or enqueue or expand_depthwise" TESTS_LIMIT_S=120
+#   AB_VARIANTS=queued,direct,expand-dw ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite AB_LIMIT_S=120
+#   BG_WAIT_S=90 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=300
+#   BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/posenet_mnv1_257.tflite"
+#   RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh gputests ab bench ship
+# (the new kernels on the GPU; whether launches with no event, and the fused expansions, pay end to end; the
+# MobileNet v2 and PoseNet rows, whose background search tries each fused expansion first; its records folded
+# into the shipped file, copied to $OUT: commit it here). The sweep of prefetch and the head's groups
+# (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 ... sweep) waits for a second session.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
