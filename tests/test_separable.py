@@ -358,3 +358,62 @@ def test_an_unfused_blocks_convs_are_searched_as_its_parts(opencl_device, rng, m
     code = lambda spec: (re.sub(r"__kernel void \w+", "K", spec.source), spec.global_size, spec.local_size)
     assert [code(sp) for sp in step.specs] == [code(alone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
     assert [code(sp) for sp in step.specs] != [code(lone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
+
+
+@pytest.mark.parametrize("mode", ["fast", "background"])
+def test_a_block_the_search_unfuses_has_its_convs_searched_in_the_same_run(opencl_device, rng, monkeypatch, tmp_path,
+                                                                           mode):
+    """A block that starts fused (this device's default) and that the search leaves unfused launches its convs,
+    which a plan started fused did not have among its kernels: they are searched next, in the same run, so the
+    next start finds a record for every kernel (before, it searched them again: PoCL's background runs left two).
+    Synthetic costs decide: the block's unfused form, the depthwise conv at ``tile_x=2``, the pointwise conv at
+    ``tile_x=1``; no shipped record takes part."""
+    import re
+
+    from tflgpu.autotune import MemoryTuningDB, exchange, kernel_key
+    from tflgpu.autotune.measure import KernelBench
+    from tflgpu.kernels.program import shared_base
+
+    monkeypatch.setattr(exchange, "SHIPPED_DIR", tmp_path)
+    favoured = {"DEPTHWISE_CONV_2D": 2, "CONV_2D": 1}
+    launch = KernelBench._launch
+
+    def synthetic(self, launches):
+        launch(self, launches)  # (its outputs are checked)
+        specs = [s for s, *_ in launches]
+        if "fused" in specs[0].space:  # (the block's own candidates: the unfused form wins)
+            return 10.0 if specs[0].params.get("fused") is False else 100.0
+        kind = "DEPTHWISE_CONV_2D" if "slices" in specs[0].space else "CONV_2D"
+        return 10.0 if all(s.params.get("tile_x") == favoured[kind] for s in specs) else 100.0
+
+    monkeypatch.setattr(KernelBench, "_launch", synthetic)
+    kw = {"shape": (1, 7, 7, 32), "cout": 16, "softmax": True}  # (a block the CPU device starts fused)
+    model, feeds = separable_model(rng, **kw)
+    lone_model, _ = separable_model(rng, **kw, extra_reader=True)
+    delegate = lambda **kw: GpuDelegate(cache=False, **kw)
+    start = Interpreter(model_content=model, delegate=delegate(tuning_db=False)).gpu_plan
+    assert [s.specs[0].params.get("fused") for s in start.steps if s.op.name == SEPARABLE_CONV] == [True]
+    lone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=delegate(
+        tuning_db=False)).gpu_plan.steps if s.device == "gpu"}
+    keys = {name: kernel_key(s.op.name, s.specs, False, shared_base(s.specs)) for name, s in lone.items()
+            if name in favoured}
+    db = MemoryTuningDB()
+    it = Interpreter(model_content=model, delegate=delegate(tuning=mode, tuning_db=db, tuning_trials=4))
+    if mode == "background":
+        assert it.wait_background(300) and not it.tuning_status().last_error
+        status = it.tuning_status()
+        assert status.kernels_left == 0 and status.kernels_done == status.kernels_searched
+    assert_close(run_model(lambda **_: it, model, feeds)[0], run_model(litert(), model, feeds)[0], 1e-4)
+    dev = opencl_device.identity.key()
+    for name, key in keys.items():
+        assert db.get(dev, key).params["tile_x"] == favoured[name], name
+    (step,) = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_CONV]
+    assert step.specs[0].params["fused"] is False and len(step.specs) == 2
+    alone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=delegate(
+        tuning="none", tuning_db=db)).gpu_plan.steps if s.device == "gpu"}
+    code = lambda spec: (re.sub(r"__kernel void \w+", "K", spec.source), spec.global_size, spec.local_size)
+    assert [code(sp) for sp in step.specs] == [code(alone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
+    # the next start: a record for every kernel, nothing to search
+    again = Interpreter(model_content=model, delegate=delegate(tuning=mode, tuning_db=db))
+    assert again.tuning_status() is None
+    assert {t.source for t in again.gpu_plan.tuning_results} == {"record"}

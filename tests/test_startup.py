@@ -80,22 +80,23 @@ def test_background_search_keeps_invokes_correct_and_records_every_kernel(opencl
     it.allocate_tensors()
     total = it.tuning_status().kernels_left
     assert total > 5
-    outputs = []
     # invoke all through the tier-up and the search, with pauses it runs in (it starts no compile within 0.5 s
-    # of an invoke)
+    # of an invoke): the first at once, on the start's kernels (a device whose compiles are cached, PoCL's, ends
+    # the whole search within the first pause), the last on every kernel the search installed
+    outputs = [invoke(it)]
     while not it.wait_background(2.0):
         outputs += [invoke(it) for _ in range(3)]
     outputs.append(invoke(it))
-    assert len(outputs) > 6
     for out in outputs:
         assert_close(out, reference)
     status = it.tuning_status()
     assert status.finished and not status.last_error and status.kernels_left == 0
-    assert status.kernels_done == status.kernels_searched == total
+    # (and the convs of any block it left unfused, which the start did not launch: searched next)
+    assert status.kernels_done == status.kernels_searched >= total
     db = CacheTuningDB(it.gpu_plan.store)
     dev = it.gpu_plan.device.identity.key()
     keys = {k for d, k, _ in db.items() if d == dev}
-    assert len(keys) == total  # every kernel of the model searched and recorded, once
+    assert len(keys) == status.kernels_searched  # every kernel of the model searched and recorded, once
     tuned = {s.op.index: s.params for s in it.gpu_plan.steps if s.params}
     assert len(tuned) >= status.kernels_improved
     # the next start uses the stored tuned plan: no search, the winners' parameters in place

@@ -201,6 +201,10 @@ class Background:
         """Wait for idle time enough to start a "compile" or a "launch" (raises Stopped)."""
         self.activity.wait_idle(COMPILE_QUIET_S if kind == "compile" else LAUNCH_QUIET_S)
 
+    def more(self, kernels: int) -> None:
+        """The search found ``kernels`` more to take up (the parts of a composite it left unfused)."""
+        self.status.kernels_left += kernels
+
     def tuned(self, default_us: float, best_us: float, improved: bool, searched: bool = True) -> None:
         s = self.status
         s.kernels_done += 1

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..autotune import TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
@@ -216,6 +216,7 @@ class Untuned:
     steps: list[Step]
     hosts: list[Step] = field(default_factory=list)
     parts: PartRecords | None = None
+    flops: int = 0  # per launch of one layer
 
     @property
     def layers(self) -> int:
@@ -264,34 +265,62 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                            near.record.best_us, near.record.params, f"database: {near.level}",
                                            flops=flops))
         if config.mode != "none":
-            space = ident.specs[0].space
-            default = {k: ident.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
-            start = ident.steps[0].params if ident.steps else parts(make, ident.op, ident.epilogue)
-            task = TuneTask(key, ident.op.name, lambda p, i=ident: make(i.op, i.epilogue, p), space, default,
-                            layouts, family, shape, dict(start))
-            todo.append(Untuned(task, ident.steps, ident.hosts, parts))
+            todo.append(_untuned(key, ident, make, parts, layouts))
     if not todo or config.mode == "background":
         return decided, 0.0, todo
     t0 = time.perf_counter()
-    results = tune_tasks([u.task for u in todo], bench, device_key, config)
-    untuned = {u.task.key: u for u in todo}
-    records, hosts = {}, {}
-    for r in results:
-        u = untuned[r.key]
-        set_params(u.steps, make, r.params)
-        u.decided(u.task.kept(r))
-        hosts.update({id(h): h for h in u.hosts})
-        decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, r.params, "tuned", r,
-                                   flops=sum(sp.flops for sp in found[r.key].specs)))
-        if r.decided:
-            records[r.key] = u.task.record(r)
-    for h in hosts.values():  # (their parts' decisions, whatever their own)
-        regenerate(h, make)
-    if records and config.db is not None:
-        config.db.put_many(device_key, records)
+    while todo:  # (then the parts of composites the search left unfused, which started fused: none searched yet)
+        results = tune_tasks([u.task for u in todo], bench, device_key, config)
+        untuned = {u.task.key: u for u in todo}
+        records, hosts, todo = {}, {}, []
+        for r in results:
+            u = untuned[r.key]
+            set_params(u.steps, make, r.params)
+            u.decided(u.task.kept(r))
+            hosts.update({id(h): h for h in u.hosts})
+            decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, r.params, "tuned", r,
+                                       flops=u.flops))
+            if r.decided:
+                records[r.key] = u.task.record(r)
+        for h in hosts.values():  # (their parts' decisions, whatever their own)
+            regenerate(h, make)
+        if records and config.db is not None:
+            config.db.put_many(device_key, records)
+        known = {t.key for t in decided}
+        for r in results:
+            todo += [p for p in unsearched_parts(untuned[r.key], make, config.db, device_key)
+                     if p.task.key not in known and p.task.key not in {q.task.key for q in todo}]
     seconds = time.perf_counter() - t0
-    log.info("tuned %d kernels in %.1f s", len(results), seconds)
+    log.info("tuned %d kernels in %.1f s", sum(t.source == "tuned" for t in decided), seconds)
     return decided, seconds, []
+
+
+def _untuned(key: str, ident: Identity, make: KernelMaker, parts: PartRecords | None,
+             layouts: list | None = None) -> Untuned:
+    """The search of kernel identity ``key``: its space, its generator's default, where it starts (its steps'
+    parameters now, or a part's record), and the steps and hosts a decision regenerates."""
+    layouts = layouts if layouts is not None else _layouts(make, ident.specs, ident.ops)
+    space = ident.specs[0].space
+    default = {k: ident.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
+    start = ident.steps[0].params if ident.steps else parts(make, ident.op, ident.epilogue)
+    task = TuneTask(key, ident.op.name, lambda p, i=ident: make(i.op, i.epilogue, p), space, default, layouts,
+                    kernel_family(ident.op.name, ident.specs, ident.specs[0].fp16),
+                    kernel_shape(ident.specs, layouts), dict(start))
+    return Untuned(task, ident.steps, ident.hosts, parts, sum(sp.flops for sp in ident.specs))
+
+
+def unsearched_parts(u: Untuned, make: KernelMaker, db, device_key: str) -> list[Untuned]:
+    """The parts that ``u``'s composite steps launch as they are now (a search left them unfused) and that have no
+    record of this device: a plan that started them fused had none of them among its kernels, so they still run
+    their heuristics (or the nearest device's record) and would be searched at the next start instead."""
+    if u.parts is None:
+        return []
+    found: dict[str, Identity] = {}
+    for s in u.steps:
+        for part in runs_parts(s.op, s.epilogue, s.specs):
+            _add_part(found, make, u.parts, part, s)
+    return [_untuned(key, ident, make, u.parts) for key, ident in found.items()
+            if db is None or db.get(device_key, key) is None]
 
 
 def regenerate(step: Step, make: KernelMaker) -> None:
@@ -349,28 +378,40 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
     tuners: list[tuple[KernelTuner, Untuned]] = []
     spent = [0.0]
 
+    storage = []  # (the study storage: opened by the first job, in the worker thread)
+
+    def measured(bg, u: Untuned) -> KernelTuner | None:
+        """A tuner of ``u`` with its default timed (while idle); None where the default itself fails."""
+        b = bench(u.task)
+        b.gate = bg.wait_idle
+        tuner = KernelTuner(u.task, b, device_key, mode="background", trials=config.kernel_trials(),
+                            storage=storage[0], seed=config.seed)
+        t0 = time.perf_counter()
+        try:
+            tuner.measure_default()
+        except CandidateRejected as e:
+            log.info("not tuning %s in the background: the default itself fails: %s", u.task.op, e)
+            bg.tuned(0.0, 0.0, False, searched=False)
+            return None
+        finally:
+            spent[0] += time.perf_counter() - t0
+        return tuner
+
     def measure_defaults(bg) -> None:
         lower_thread_priority()
-        storage = study_storage(config.storage)
+        storage.append(study_storage(config.storage))
         for u in untuned:
-            b = bench(u.task)
-            b.gate = bg.wait_idle
-            tuner = KernelTuner(u.task, b, device_key, mode="background", trials=config.kernel_trials(),
-                                storage=storage, seed=config.seed)
-            t0 = time.perf_counter()
-            try:
-                tuner.measure_default()
-            except CandidateRejected as e:
-                log.info("not tuning %s in the background: the default itself fails: %s", u.task.op, e)
-                bg.tuned(0.0, 0.0, False, searched=False)
-                continue
-            finally:
-                spent[0] += time.perf_counter() - t0
-            tuners.append((tuner, u))
+            tuner = measured(bg, u)
+            if tuner is not None:
+                tuners.append((tuner, u))
         tuners.sort(key=lambda tu: -tu[0].default_us * tu[1].layers)
 
     def search(bg) -> None:
-        for i, (tuner, u) in enumerate(tuners):
+        queued = {u.task.key for _, u in tuners}
+        i = -1
+        while i + 1 < len(tuners):
+            i += 1
+            tuner, u = tuners[i]
             left = (budget - spent[0]) / (len(tuners) - i)
             if left <= 0:
                 log.info("background tuning: budget of %.0f s spent, %d kernels left", budget, len(tuners) - i)
@@ -392,6 +433,19 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                 if u.decided(r.params):  # (each host with its own parameters, its parts with their records)
                     retune_steps(bg.plan(), [h.op.index for h in u.hosts], None, f"{r.op}'s hosts",
                                  wait=bg.wait_idle)
+                # a composite left unfused launches its parts, which this search started without: theirs next
+                plan = bg.plan()
+                now = [replace(s, specs=plan.make(s.op, s.epilogue, r.params)) for s in u.steps]
+                more = [p for p in unsearched_parts(replace(u, steps=now), plan.make, config.db, device_key)
+                        if p.task.key not in queued]
+                del plan
+                for p in more:
+                    p.steps, p.hosts = [], u.steps  # (launched by u's steps, regenerated once it is decided)
+                    queued.add(p.task.key)
+                    bg.more(1)
+                    tuner = measured(bg, p)
+                    if tuner is not None:
+                        tuners.append((tuner, p))
             bg.tuned(r.default_us, r.best_us, bool(r.params))
 
     return [measure_defaults, search]
