@@ -269,8 +269,9 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
     if not todo or config.mode == "background":
         return decided, 0.0, todo
     t0 = time.perf_counter()
+    budget, this_round = config.model_budget(), config
     while todo:  # (then the parts of composites the search left unfused, which started fused: none searched yet)
-        results = tune_tasks([u.task for u in todo], bench, device_key, config)
+        results = tune_tasks([u.task for u in todo], bench, device_key, this_round)
         untuned = {u.task.key: u for u in todo}
         records, hosts, todo = {}, {}, []
         for r in results:
@@ -290,6 +291,13 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
         for r in results:
             todo += [p for p in unsearched_parts(untuned[r.key], make, config.db, device_key)
                      if p.task.key not in known and p.task.key not in {q.task.key for q in todo}]
+        if todo and budget is not None:  # (one budget for the model, the parts' round included)
+            left = budget - (time.perf_counter() - t0)
+            if left <= 0:
+                log.info("tuning budget spent: %d kernels of blocks the search left unfused are searched at the next "
+                         "start", len(todo))
+                break
+            this_round = replace(config, budget_s=left)
     seconds = time.perf_counter() - t0
     log.info("tuned %d kernels in %.1f s", sum(t.source == "tuned" for t in decided), seconds)
     return decided, seconds, []
