@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -360,21 +362,26 @@ def test_an_unfused_blocks_convs_are_searched_as_its_parts(opencl_device, rng, m
     assert [code(sp) for sp in step.specs] != [code(lone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
 
 
-@pytest.mark.parametrize("mode", ["fast", "background"])
-def test_a_block_the_search_unfuses_has_its_convs_searched_in_the_same_run(opencl_device, rng, monkeypatch, tmp_path,
-                                                                           mode):
-    """A block that starts fused (this device's default) and that the search leaves unfused launches its convs,
-    which a plan started fused did not have among its kernels: they are searched next, in the same run, so the
-    next start finds a record for every kernel (before, it searched them again: PoCL's background runs left two).
-    Synthetic costs decide: the block's unfused form, the depthwise conv at ``tile_x=2``, the pointwise conv at
-    ``tile_x=1``; no shipped record takes part."""
-    import re
+@dataclass
+class Unfusing:
+    """A block that starts fused on this device (the CPU OpenCL runtime's default), with synthetic costs under
+    which a search leaves it unfused, its depthwise conv fastest at ``tile_x=2`` and its pointwise conv at
+    ``tile_x=1``; the model, a model whose two convs are steps of their own, and those convs' kernel keys."""
 
-    from tflgpu.autotune import MemoryTuningDB, exchange, kernel_key
+    model: bytes
+    feeds: list
+    lone_model: bytes
+    keys: dict[str, str]
+    favoured: dict[str, int]
+
+
+@pytest.fixture
+def unfusing(opencl_device, rng, monkeypatch, tmp_path) -> Unfusing:
+    from tflgpu.autotune import exchange, kernel_key
     from tflgpu.autotune.measure import KernelBench
     from tflgpu.kernels.program import shared_base
 
-    monkeypatch.setattr(exchange, "SHIPPED_DIR", tmp_path)
+    monkeypatch.setattr(exchange, "SHIPPED_DIR", tmp_path)  # (no shipped record takes part)
     favoured = {"DEPTHWISE_CONV_2D": 2, "CONV_2D": 1}
     launch = KernelBench._launch
 
@@ -387,33 +394,83 @@ def test_a_block_the_search_unfuses_has_its_convs_searched_in_the_same_run(openc
         return 10.0 if all(s.params.get("tile_x") == favoured[kind] for s in specs) else 100.0
 
     monkeypatch.setattr(KernelBench, "_launch", synthetic)
-    kw = {"shape": (1, 7, 7, 32), "cout": 16, "softmax": True}  # (a block the CPU device starts fused)
+    kw = {"shape": (1, 7, 7, 32), "cout": 16, "softmax": True}
     model, feeds = separable_model(rng, **kw)
     lone_model, _ = separable_model(rng, **kw, extra_reader=True)
-    delegate = lambda **kw: GpuDelegate(cache=False, **kw)
-    start = Interpreter(model_content=model, delegate=delegate(tuning_db=False)).gpu_plan
+    start = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False)).gpu_plan
     assert [s.specs[0].params.get("fused") for s in start.steps if s.op.name == SEPARABLE_CONV] == [True]
-    lone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=delegate(
-        tuning_db=False)).gpu_plan.steps if s.device == "gpu"}
+    lone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=GpuDelegate(
+        cache=False, tuning_db=False)).gpu_plan.steps if s.device == "gpu"}
     keys = {name: kernel_key(s.op.name, s.specs, False, shared_base(s.specs)) for name, s in lone.items()
             if name in favoured}
+    return Unfusing(model, feeds, lone_model, keys, favoured)
+
+
+@pytest.mark.parametrize("mode", ["fast", "background"])
+def test_a_block_the_search_unfuses_has_its_convs_searched_in_the_same_run(opencl_device, unfusing, mode):
+    """A block that starts fused (this device's default) and that the search leaves unfused launches its convs,
+    which a plan started fused did not have among its kernels: they are searched next, in the same run, so the
+    next start finds a record for every kernel (before, it searched them again: PoCL's background runs left two).
+    """
+    import re
+
+    from tflgpu.autotune import MemoryTuningDB
+
+    u = unfusing
+    delegate = lambda **kw: GpuDelegate(cache=False, **kw)
     db = MemoryTuningDB()
-    it = Interpreter(model_content=model, delegate=delegate(tuning=mode, tuning_db=db, tuning_trials=4))
+    it = Interpreter(model_content=u.model, delegate=delegate(tuning=mode, tuning_db=db, tuning_trials=4))
     if mode == "background":
         assert it.wait_background(300) and not it.tuning_status().last_error
         status = it.tuning_status()
         assert status.kernels_left == 0 and status.kernels_done == status.kernels_searched
-    assert_close(run_model(lambda **_: it, model, feeds)[0], run_model(litert(), model, feeds)[0], 1e-4)
+    assert_close(run_model(lambda **_: it, u.model, u.feeds)[0], run_model(litert(), u.model, u.feeds)[0], 1e-4)
     dev = opencl_device.identity.key()
-    for name, key in keys.items():
-        assert db.get(dev, key).params["tile_x"] == favoured[name], name
+    for name, key in u.keys.items():
+        assert db.get(dev, key).params["tile_x"] == u.favoured[name], name
     (step,) = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_CONV]
     assert step.specs[0].params["fused"] is False and len(step.specs) == 2
-    alone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=delegate(
+    alone = {s.op.name: s for s in Interpreter(model_content=u.lone_model, delegate=delegate(
         tuning="none", tuning_db=db)).gpu_plan.steps if s.device == "gpu"}
     code = lambda spec: (re.sub(r"__kernel void \w+", "K", spec.source), spec.global_size, spec.local_size)
     assert [code(sp) for sp in step.specs] == [code(alone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
     # the next start: a record for every kernel, nothing to search
-    again = Interpreter(model_content=model, delegate=delegate(tuning=mode, tuning_db=db))
+    again = Interpreter(model_content=u.model, delegate=delegate(tuning=mode, tuning_db=db))
     assert again.tuning_status() is None
     assert {t.source for t in again.gpu_plan.tuning_results} == {"record"}
+
+
+@pytest.mark.parametrize("spent", [False, True])
+def test_the_convs_round_shares_the_models_budget(opencl_device, unfusing, monkeypatch, caplog, spent):
+    """A fast search's round for the convs of a block it left unfused gets what the first round left of the
+    model's budget (30 s here), not a budget of its own; where nothing is left (the clock moved on 100 s), the
+    convs keep no record, for the next start to search, and a log line says so."""
+    import types
+
+    from tflgpu.autotune import MemoryTuningDB
+    from tflgpu.runtime import tuning
+
+    real, budgets = tuning.tune_tasks, []
+    clock = types.SimpleNamespace(perf_counter=time.perf_counter)
+
+    def counted(tasks, bench, device_key, config):
+        budgets.append((sorted(t.op for t in tasks), config.model_budget()))
+        out = real(tasks, bench, device_key, config)
+        if spent:
+            clock.perf_counter = lambda: time.perf_counter() + 100.0
+        return out
+
+    monkeypatch.setattr(tuning, "tune_tasks", counted)
+    monkeypatch.setattr(tuning, "time", clock)
+    db = MemoryTuningDB()
+    with caplog.at_level(logging.INFO, logger="tflgpu"):
+        Interpreter(model_content=unfusing.model, delegate=GpuDelegate(
+            cache=False, tuning="fast", tuning_db=db, tuning_budget_s=30, tuning_trials=4))
+    dev = opencl_device.identity.key()
+    assert budgets[0][1] == 30 and SEPARABLE_CONV in budgets[0][0]
+    if spent:
+        assert len(budgets) == 1 and all(db.get(dev, k) is None for k in unfusing.keys.values())
+        assert "2 kernels of blocks the search left unfused are searched at the next start" in caplog.text
+    else:
+        assert [ops for ops, _ in budgets[1:]] == [["CONV_2D", "DEPTHWISE_CONV_2D"]]
+        assert 0 < budgets[1][1] < 30
