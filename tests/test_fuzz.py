@@ -8,8 +8,8 @@ second too (a mutant with an 800 MB input does real work), ours may take 25 time
 as a hang; such mutants are listed as slow. A third of the mutants go through GpuDelegate (the quantized model's too), and the test asserts how many
 reached a device plan. The mutants run in a child process (a segfault would otherwise take pytest down)
 under an address-space limit and a per-mutant alarm, measuring line coverage (coverage.py) of what they
-reach. CI runs a fixed seed's first 240 mutants; TFLGPU_FUZZ_SECONDS=600 runs for that long instead (run with -s to see the counts,
-the device share and coverage)."""
+reach. CI runs a fixed seed's first 240 mutants; TFLGPU_FUZZ_SECONDS=600 runs for that long instead (run
+with -s to see the counts, the device share and coverage)."""
 
 from __future__ import annotations
 

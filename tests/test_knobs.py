@@ -48,11 +48,7 @@ def _points(space: dict):
         yield from itertools.product(*space.values())
         return
     for index in np.random.default_rng(0).choice(total, MOST_POINTS, replace=False):
-        values = []
-        for options, size in zip(reversed(list(space.values())), reversed(sizes)):
-            index, at = divmod(int(index), size)
-            values.append(options[at])
-        yield tuple(reversed(values))
+        yield tuple(options[at] for options, at in zip(space.values(), np.unravel_index(index, sizes)))
 
 
 @pytest.mark.parametrize("cls,shape", FAMILIES)

@@ -141,9 +141,10 @@ def test_a_process_that_exits_mid_search_leaves_records_the_next_one_resumes_fro
     assert recorded >= first["searched"]  # each finished search was recorded whole
     second = _child(tmp_path, stop_after=10**6)
     assert second["left"] == 0
-    total = first["done"] + first["left"]
-    assert second["searched"] == total - recorded  # only what the first process had not finished
-    assert len(list(CacheTuningDB(CacheStore(tmp_path)).items())) == total
+    # only what the first process had not finished, each recorded (and the convs of any block a search left
+    # unfused, which the first start did not count): nothing searched twice
+    assert second["searched"] >= first["done"] + first["left"] - recorded
+    assert len(list(CacheTuningDB(CacheStore(tmp_path)).items())) == recorded + second["searched"]
 
 
 def test_one_searcher_per_kernel(opencl_device, tmp_path):
@@ -175,7 +176,10 @@ def test_one_searcher_per_kernel(opencl_device, tmp_path):
     assert a.wait_background(600) and b.wait_background(600)
     sa, sb = a.tuning_status(), b.tuning_status()
     assert sa.kernels_left == sb.kernels_left == 0
-    assert sa.kernels_searched + sb.kernels_searched == sa.kernels_done  # each kernel searched once, by one
+    # each kernel searched once, by one (each search is recorded: a kernel searched twice would be one record),
+    # every kernel either took up among them (the convs of a block one of them left unfused are that one's alone)
+    records = len(list(db.items()))
+    assert sa.kernels_searched + sb.kernels_searched == records >= max(sa.kernels_done, sb.kernels_done)
 
 
 def test_a_cold_start_writes_nothing_outside_tflgpus_cache(tmp_path):

@@ -30,8 +30,8 @@ LAUNCH_KNOBS = ("fused", "local_size", "group_tile")
 # the kernel was before they existed (``prefetch``: off by default everywhere); a GPU's deep pointwise conv shares
 # its sum by default (ConvKnobs.k_split 4), so an older record of one starts from its tile in shares, or, where
 # that tile cannot take them (its local memory), is refused and the heuristics apply (runtime.tuning.set_params).
-# Either way such a record is as fair a start in the grown space as in the old one, so a kernel's family (autotune.tuner.kernel_family, which the shipped
-# records are found by) leaves them out
+# Either way such a record is as fair a start in the grown space as in the old one, so a kernel's family
+# (autotune.tuner.kernel_family, which the shipped records are found by) leaves them out
 ADDED_KNOBS = frozenset({"k_split", "prefetch"})
 
 

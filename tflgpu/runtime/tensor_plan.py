@@ -54,7 +54,7 @@ class TensorPlan:
         return out
 
 
-def dense_order(lay: Layout) -> bool:
+def _dense_order(lay: Layout) -> bool:
     """Whether the slice layout of ``lay`` holds its values in dense NHWC order: no padded lanes, and either one
     pixel per image or one slice."""
     return lay.c % 4 == 0 and (lay.h * lay.w == 1 or lay.s == 1)
@@ -142,7 +142,7 @@ def plan_tensors(steps: list[Step], sg: Subgraph, fp16: bool) -> TensorPlan:
     wholes = {w for w, _ in regions.values()}
     for t in sorted((graph_in | graph_out) & spans.keys()):
         if t in dense_steps or t in regions or t in wholes or t in state or half.get(t, True) \
-                or sg.tensors[t].dtype != np.float32 or not dense_order(layout(t)):
+                or sg.tensors[t].dtype != np.float32 or not _dense_order(layout(t)):
             continue
         dense_steps[t] = [i for i, s in enumerate(steps) if s.device == "gpu"
                           and any(t in spec.inputs or t in spec.outputs for spec in s.specs)]

@@ -2,9 +2,9 @@
 
 ``tensor_plan`` says which tensors the device holds over which steps, and which cross the boundary, when. Device
 tensors are 4-channel slices in buffers the memory planner shares between tensors whose spans do not overlap. A
-tensor crossing the boundary (a graph input or output, a value a CPU step reads or makes, LSTM
-state) has a dense NHWC float32 staging buffer and two layout-conversion kernels; ``bind`` lets a caller's own
-buffer be that staging buffer (zero-copy I/O).
+tensor crossing the boundary (a graph input or output, a value a CPU step reads or makes, LSTM state) has a dense
+NHWC float32 staging buffer and two layout-conversion kernels; ``bind`` lets a caller's own buffer be that staging
+buffer (zero-copy I/O).
 """
 
 from __future__ import annotations

@@ -289,8 +289,11 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             config.db.put_many(device_key, records)
         known = {t.key for t in decided}
         for r in results:
-            todo += [p for p in unsearched_parts(untuned[r.key], make, config.db, device_key)
-                     if p.task.key not in known and p.task.key not in {q.task.key for q in todo}]
+            u = untuned[r.key]
+            for p in unsearched_parts(u.steps, u.parts, make, config.db, device_key):
+                if p.task.key not in known:
+                    known.add(p.task.key)
+                    todo.append(p)
         if todo and budget is not None:  # (one budget for the model, the parts' round included)
             left = budget - (time.perf_counter() - t0)
             if left <= 0:
@@ -317,17 +320,20 @@ def _untuned(key: str, ident: Identity, make: KernelMaker, parts: PartRecords | 
     return Untuned(task, ident.steps, ident.hosts, parts, sum(sp.flops for sp in ident.specs))
 
 
-def unsearched_parts(u: Untuned, make: KernelMaker, db, device_key: str) -> list[Untuned]:
-    """The parts that ``u``'s composite steps launch as they are now (a search left them unfused) and that have no
-    record of this device: a plan that started them fused had none of them among its kernels, so they still run
-    their heuristics (or the nearest device's record) and would be searched at the next start instead."""
-    if u.parts is None:
+def unsearched_parts(hosts: list[Step], parts: PartRecords | None, make: KernelMaker, db, device_key: str,
+                     params: dict | None = None) -> list[Untuned]:
+    """The parts that composite steps ``hosts`` launch as they are now (or as ``params``, a search's decision not
+    installed yet, generates them), where that is unfused, that have no record of this device: a plan that
+    started them fused had none of them among its kernels, so they still run their heuristics (or the nearest
+    device's record) and would be searched at the next start instead."""
+    if parts is None:
         return []
     found: dict[str, Identity] = {}
-    for s in u.steps:
-        for part in runs_parts(s.op, s.epilogue, s.specs):
-            _add_part(found, make, u.parts, part, s)
-    return [_untuned(key, ident, make, u.parts) for key, ident in found.items()
+    for s in hosts:
+        specs = s.specs if params is None else make(s.op, s.epilogue, params)
+        for part in runs_parts(s.op, s.epilogue, specs):
+            _add_part(found, make, parts, part, s)
+    return [_untuned(key, ident, make, parts) for key, ident in found.items()
             if db is None or db.get(device_key, key) is None]
 
 
@@ -416,10 +422,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
 
     def search(bg) -> None:
         queued = {u.task.key for _, u in tuners}
-        i = -1
-        while i + 1 < len(tuners):
-            i += 1
-            tuner, u = tuners[i]
+        for i, (tuner, u) in enumerate(tuners):  # (the parts of a block it leaves unfused join the list as it goes)
             left = (budget - spent[0]) / (len(tuners) - i)
             if left <= 0:
                 log.info("background tuning: budget of %.0f s spent, %d kernels left", budget, len(tuners) - i)
@@ -441,14 +444,9 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                 if u.decided(r.params):  # (each host with its own parameters, its parts with their records)
                     retune_steps(bg.plan(), [h.op.index for h in u.hosts], None, f"{r.op}'s hosts",
                                  wait=bg.wait_idle)
-                # a composite left unfused launches its parts, which this search started without: theirs next
-                plan = bg.plan()
-                now = [replace(s, specs=plan.make(s.op, s.epilogue, r.params)) for s in u.steps]
-                more = [p for p in unsearched_parts(replace(u, steps=now), plan.make, config.db, device_key)
-                        if p.task.key not in queued]
-                del plan
-                for p in more:
-                    p.steps, p.hosts = [], u.steps  # (launched by u's steps, regenerated once it is decided)
+            if r.params.get("fused") is False:  # (a composite left unfused launches its parts: theirs next)
+                more = unsearched_parts(u.steps, u.parts, bg.plan().make, config.db, device_key, r.params)
+                for p in (p for p in more if p.task.key not in queued):
                     queued.add(p.task.key)
                     bg.more(1)
                     tuner = measured(bg, p)
