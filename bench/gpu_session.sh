@@ -76,18 +76,24 @@
 # Since (2026-11-27, no GPU): the group tiles' `prefetch` knob, and a GPU plan's cadence trial also trying launches
 # with no event each (runtime.enqueue), both untimed; and an expansion with its depthwise conv as one kernel
 # (kernels.expand_depthwise: MobileNet v2's 576 / 960-channel blocks, 43 -> 37 launches), untimed.
-# Device time is now 15 minutes a session, starts included: one call of about 9 minutes, the issue's open rows
-# first (rebuild .gpu and .gl here first with bench/gpu_prepare.sh: a fresh checkout lacks them; carry both):
+# Device time is now 15 minutes a session, starts included. The next GPU session (rebuild .gpu and .gl here first
+# with bench/gpu_prepare.sh: a fresh checkout lacks them; carry both), first call about 9 minutes, the issue's
+# open rows and the question under them:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
-#   TESTS_K="prefetch or cadence or enqueue or expand_depthwise" TESTS_LIMIT_S=120
+#   TESTS_K="prefetch or cadence or enqueue or expand_depthwise" TESTS_LIMIT_S=100
+#   ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite BG_WAIT_S=90 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch
+#   BENCH_LIMIT_S=300 BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/posenet_mnv1_257.tflite"
+#   RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh gputests launch anatomy bench ship
+# (the new kernels on the GPU; `launch` and `anatomy`: whether NVIDIA's 5.6 us of device time per launch is its
+# bookkeeping of pyopencl's events (the gated rows with no event per launch), and whether its final wait sleeps
+# (anatomy's wait rows: finish, the read's event, that event polled); the MobileNet v2 and PoseNet rows, whose
+# background search tries each fused expansion first; its records folded into the shipped file, copied to $OUT:
+# commit it here.) The second call, about 4 minutes, what is left: whole plans queued / direct / fused
+# expansions, and the PyTorch peers the issue's table names (torchvision is in the image):
 #   AB_VARIANTS=queued,direct,expand-dw ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite AB_LIMIT_S=120
-#   BG_WAIT_S=90 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=300
-#   BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/posenet_mnv1_257.tflite"
-#   RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh gputests ab bench ship
-# (the new kernels on the GPU; whether launches with no event, and the fused expansions, pay end to end; the
-# MobileNet v2 and PoseNet rows, whose background search tries each fused expansion first; its records folded
-# into the shipped file, copied to $OUT: commit it here). The sweep of prefetch and the head's groups
-# (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 ... sweep) waits for a second session.
+#   bash bench/gpu_session.sh ab torch
+# The sweep of prefetch and the head's groups (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240
+# ... sweep) waits for a later session.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

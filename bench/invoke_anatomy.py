@@ -9,10 +9,15 @@ own, all in alternation (medians of ``--rounds``):
   and each launch's own enqueue time, by its kernel's arguments (buffers, images, scalars) and work-group;
 - device: the same launches held behind a user event until all are enqueued, then released: the device's time
   for the plan with no host in the way (kernels and the gaps between them);
+- the same two with no event asked of each launch (``runtime.enqueue.Launcher``, a GPU plan's ``Cadence.direct``):
+  whether a driver's device time per launch is its bookkeeping of pyopencl's events;
 - upload: the graph input's copy to the device from a pageable numpy array (what ``invoke`` does where the
   device has its own memory), from pinned host memory (a mapped CL_MEM_ALLOC_HOST_PTR buffer), and the host
   copy into that pinned memory;
-- read: the outputs' read back after an empty queue, and an empty queue's ``finish``.
+- read: the outputs' read back after an empty queue, and an empty queue's ``finish``;
+- wait: the plan's launches and output read enqueued, then the host waiting for them three ways: ``finish``
+  (what an invoke does), the read's event waited for, and that event's status polled in a loop (a driver that
+  sleeps in its waits wakes late; a poll does not sleep).
 
 If invoke ~ enqueue + device, the host's launches and the device's kernels do not overlap; if invoke ~
 max(enqueue, device) + upload + read, they do, and what is left is the fixed cost.
@@ -65,6 +70,46 @@ def anatomy(m: str, made, rounds: int) -> None:
         mid = time.perf_counter()
         q.finish()
         return mid - t, time.perf_counter() - t
+
+    direct = plan.launch  # (None where the loader's entry point is not found)
+
+    def enqueue_direct():
+        t = time.perf_counter()
+        for k, g, loc in launches:
+            direct(k, g, loc)
+        mid = time.perf_counter()
+        q.finish()
+        return mid - t, time.perf_counter() - t
+
+    def device_direct():
+        gate = cl.UserEvent(ctx)
+        cl.enqueue_barrier(q, wait_for=[gate])
+        for k, g, loc in launches:
+            direct(k, g, loc)
+        t = time.perf_counter()
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        q.finish()
+        return time.perf_counter() - t
+
+    out = max(io.tensors.output_downloads, key=lambda t: int(np.prod(plan.sg.tensors[t].shape)), default=None)
+    out_host = np.empty(plan.sg.tensors[out].shape, np.float32) if out is not None else None
+
+    def waited(how):
+        complete = cl.command_execution_status.COMPLETE
+
+        def go():
+            t = time.perf_counter()
+            for k, g, loc in launches:
+                cl.enqueue_nd_range_kernel(q, k, g, loc)
+            ev = cl.enqueue_copy(q, out_host, io.staging[out].dense, is_blocking=False)
+            if how == "event":
+                ev.wait()
+            elif how == "poll":
+                while ev.command_execution_status != complete:
+                    pass
+            q.finish()
+            return time.perf_counter() - t
+        return go
 
     def enqueue_each():
         t = time.perf_counter()
@@ -121,6 +166,12 @@ def anatomy(m: str, made, rounds: int) -> None:
     parts = {"invoke": timed(invoke), "invoke, no pinned memory": timed(lambda: invoke(pageable)),
              "enqueue": enqueue, "enqueue, each timed": enqueue_each, "device (gated)": device, "read outputs": read,
              "finish (empty queue)": finish}
+    if direct is not None:
+        parts.update({"enqueue, no event per launch": enqueue_direct,
+                      "device (gated), no event per launch": device_direct})
+    if out is not None and io.staging[out].dense is not None:
+        parts.update({"wait: finish": waited("finish"), "wait: the read's event": waited("event"),
+                      "wait: the read's event polled": waited("poll")})
     if dense is not None:
         parts.update({"upload from pageable": upload(x), "upload from pinned": upload(pinned),
                       "host copy into pinned": host_copy})
