@@ -36,10 +36,10 @@ def _out(size: int, k: int, stride: int, dil: int, pad: str) -> int:
 
 
 def block_model(rng, shape=(1, 9, 11, 12), cexp=40, k=3, stride=1, dil=1, pad="SAME", expand_act="RELU6",
-                dw_act="RELU6", tap=False, expand_k=1, mult=1):
-    """x -> CONV_2D expand_k x expand_k (cexp) -> DEPTHWISE_CONV_2D (k, stride, dilation, padding; channel
-    multiplier ``mult``) -> CONV_2D 1x1 (8): a MobileNet v2 block (``tap``: the expansion a graph output too);
-    (model bytes, feeds)."""
+                dw_act="RELU6", tap=False, expand_k=1, mult=1, between=()):
+    """x -> CONV_2D expand_k x expand_k (cexp) [-> each unary op of ``between``] -> DEPTHWISE_CONV_2D (k, stride,
+    dilation, padding; channel multiplier ``mult``) -> CONV_2D 1x1 (8): a MobileNet v2 block (``tap``: the expansion
+    a graph output too); (model bytes, feeds)."""
     n, h, w, c = shape
     oh, ow = _out(h, k, stride, dil, pad), _out(w, k, stride, dil, pad)
     b = ModelBuilder()
@@ -48,6 +48,10 @@ def block_model(rng, shape=(1, 9, 11, 12), cexp=40, k=3, stride=1, dil=1, pad="S
     e = b.tensor("expand", (n, h, w, cexp))
     b.op("CONV_2D", [x, normal("ex_w", cexp, expand_k, expand_k, c, scale=1 / np.sqrt(c)), normal("ex_b", cexp)],
          [e], padding="SAME", stride_w=1, stride_h=1, fused_activation_function=expand_act)
+    for i, name in enumerate(between):
+        t = b.tensor(f"between{i}", (n, h, w, cexp))
+        b.op(name, [e], [t])
+        e = t
     d = b.tensor("dw", (n, oh, ow, cexp * mult))
     b.op("DEPTHWISE_CONV_2D", [e, normal("dw_w", 1, k, k, cexp * mult), normal("dw_b", cexp * mult)], [d],
          padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
@@ -153,6 +157,8 @@ BLOCKS = {  # block_model arguments
     "VALID stride 2, no activations": {"shape": (1, 10, 12, 8), "cexp": 24, "stride": 2, "pad": "VALID",
                                        "expand_act": "NONE", "dw_act": "NONE"},
     "dilated 5x5, RELU": {"shape": (1, 13, 10, 5), "cexp": 20, "k": 5, "dil": 2, "expand_act": "RELU"},
+    # (unary ops of their own between the convs, as a quantized model's QUANT_SIM: computed on the expanded values)
+    "unary ops between": {"shape": (1, 9, 8, 6), "cexp": 28, "expand_act": "NONE", "between": ("TANH", "HARD_SWISH")},
 }
 
 

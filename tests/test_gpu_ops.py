@@ -329,6 +329,64 @@ def test_softmax_work_group_rows(gpu, rng, shape, group, subgroups):
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("group", [1, 32])
+@pytest.mark.parametrize("shape", [(2, 3, 10), (1, 1001)])
+def test_softmax_applies_the_fused_ops_after_it(gpu, rng, shape, group):
+    """SOFTMAX takes the elementwise ops after it as fused ops (a quantized model's QUANT_SIM of its probabilities):
+    a per-channel MUL, an ADD of another input and a TANH here, one kernel, its padded lanes still zero (the rows
+    of 10 channels: the ADD's constant would fill them), the graph output written dense; LiteRT's values."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x, other = b.input("x", shape), b.input("other", shape)
+    sm, mul, add, out = (b.tensor(n, shape) for n in ("sm", "mul", "add", "out"))
+    b.op("SOFTMAX", [x], [sm], beta=0.8)
+    b.op("MUL", [sm, b.const("scale", rng.uniform(1, 3, shape[-1]).astype(np.float32))], [mul])
+    b.op("ADD", [mul, other], [add])
+    b.op("TANH", [add], [out])
+    b.output(out)
+    model = b.build()
+    feeds = [rand(rng, shape, -4, 4), rand(rng, shape, -0.5, 0.5)]
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    knobs = {} if group == 1 else _reduction_knobs(_device(), group, False)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: {"group": group, **knobs}})
+    (step,) = [s for s in plan.steps if s.device == "gpu"]
+    assert step.op.name == "SOFTMAX" and [f.op.name for f in step.epilogue] == ["MUL", "ADD", "TANH"]
+    assert len(step.specs) == 1 and plan.launch_count() == 1
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+def test_softmax_fused_ops_leave_its_padded_lanes_zero(gpu, rng):
+    """A fused LOG after a SOFTMAX of 10 channels makes its padded lanes -inf (log 0); the kernel stores them as
+    zeros, so the FULLY_CONNECTED reading the log-probabilities (whose weights' padded lanes are zero) sums no
+    NaN: LiteRT's values."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (3, 10))
+    sm, logp, y = b.tensor("sm", (3, 10)), b.tensor("logp", (3, 10)), b.tensor("y", (3, 6))
+    b.op("SOFTMAX", [x], [sm], beta=1.0)
+    b.op("LOG", [sm], [logp])
+    b.op("FULLY_CONNECTED", [logp, b.const("w", rng.standard_normal((6, 10)).astype(np.float32)),
+                             b.const("b", np.zeros(6, np.float32))], [y])
+    b.output(y)
+    model = b.build()
+    feeds = [rand(rng, (3, 10), -3, 3)]
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False,
+                                                               precision_loss_allowed=_fp16(gpu)))
+    softmax = [s for s in it.gpu_plan.steps if s.op.name == "SOFTMAX"]
+    assert [f.op.name for f in softmax[0].epilogue] == ["LOG"] and it.gpu_plan.cpu_op_count == 0
+    got = run_model(lambda **kw: it, model, feeds)[0]
+    assert_close(got, run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
 def test_reshape_transpose_concat(gpu, rng):
     check_op("RESHAPE", [In(rand(rng, (1, 4, 6, 3))), np.array([1, 8, 9], I32)], **gpu)
     # the same slices in the same order (a float4 copy): pixels' rows regrouped, batch and channels kept

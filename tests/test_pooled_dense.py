@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import POOLED_DENSE, PassStep, fuse_elementwise, fuse_pooled_dense
+from tflgpu.graph.passes import BETWEEN, POOLED_DENSE, PassStep, fuse_elementwise, fuse_pooled_dense
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 from tflgpu.runtime.config import PlanConfig
@@ -20,9 +20,9 @@ from .conftest import assert_close, litert, run_model
 
 
 def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act="NONE", relu_after=False,
-               second_reader=False, mean_out=False):
-    """x -> MEAN (spatial) -> FULLY_CONNECTED (or a 1x1 CONV_2D on the kept dims) [-> RELU] -> SOFTMAX;
-    (model bytes, feeds)."""
+               second_reader=False, mean_out=False, between=()):
+    """x -> MEAN (spatial) [-> each unary op of ``between``] -> FULLY_CONNECTED (or a 1x1 CONV_2D on the kept dims)
+    [-> RELU] -> SOFTMAX; (model bytes, feeds)."""
     n, _, _, c = shape
     b = ModelBuilder()
     x = b.input("x", shape)
@@ -30,6 +30,11 @@ def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act=
     mshape = (n, 1, 1, c) if conv else (n, c)
     m = b.tensor("mean", mshape)
     b.op("MEAN", [x, b.const("axes", np.int32([1, 2]))], [m], keep_dims=conv)
+    mean = m
+    for i, name in enumerate(between):
+        t = b.tensor(f"between{i}", mshape)
+        b.op(name, [m], [t])
+        m = t
     y = b.tensor("logits", (n, 1, 1, units) if conv else (n, units))
     wts = (rng.standard_normal((units, c)) / np.sqrt(c)).astype(np.float32)
     if conv:
@@ -46,10 +51,10 @@ def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act=
     outs = [y]
     if second_reader:
         s = b.tensor("sq", mshape)
-        b.op("RELU", [m], [s])
+        b.op("RELU", [mean], [s])
         outs.append(s)
     if mean_out:
-        outs.append(m)
+        outs.append(mean)
     b.output(*outs)
     return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
 
@@ -70,6 +75,18 @@ def test_pass_merges_a_head(rng, dense):
     assert s.op.name == POOLED_DENSE and [op.name for op, _ in s.members] == ["MEAN", dense, "RELU"]
     assert s.op.inputs[0] == steps[0].op.inputs[0] and s.op.options["dense"] is steps[1].op and s.epilogue
     assert s.op.index == steps[1].op.index
+
+
+def test_pass_takes_the_unary_ops_after_the_mean(rng):
+    """Unary elementwise steps between the MEAN and the dense op (a quantized model's QUANT_SIM; here a TANH and
+    a HARD_SWISH, one step after fuse_elementwise) join the head: run in order by the CPU, under BETWEEN for its
+    kernel."""
+    runner, steps = _passes(head_model(rng, between=("TANH", "HARD_SWISH"))[0])
+    assert [s.op.name for s in steps] == ["MEAN", "TANH", "FULLY_CONNECTED"]
+    merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts)
+    assert n == 2 and len(merged) == len(steps) - 2
+    assert [op.name for op, _ in merged[0].members] == ["MEAN", "TANH", "HARD_SWISH", "FULLY_CONNECTED"]
+    assert [f.op.name for f in merged[0].op.options[BETWEEN]] == ["TANH", "HARD_SWISH"]
 
 
 @pytest.mark.parametrize("why", ["two readers", "mean is an output", "over the channels", "vetoed"])
@@ -118,6 +135,8 @@ HEADS = {
     "FC batch 2, 30 channels, relu6": {"shape": (2, 5, 3, 30), "units": 10, "act": "RELU6"},
     "1x1 conv 4x4x300 -> 1001, relu after": {"shape": (1, 4, 4, 300), "units": 1001, "dense": "CONV_2D",
                                              "relu_after": True},
+    # (unary ops of their own after the MEAN, as a quantized model's QUANT_SIM: applied to the means)
+    "FC, unary ops between": {"shape": (1, 6, 6, 40), "units": 21, "between": ("TANH", "HARD_SWISH")},
 }
 
 
@@ -139,7 +158,9 @@ def test_pooled_dense_variants_match_litert(opencl_device, rng, monkeypatch, fp1
     index = next(op.index for op, _ in runner.steps if op.name in ("FULLY_CONNECTED", "CONV_2D"))  # (the head's)
     plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={index: params})
     (step,) = [s for s in plan.steps if s.op.name == POOLED_DENSE]
-    assert len(step.specs) == kernels and plan.cpu_op_count == 0
+    # (unfused, the unary ops between take a kernel of their own, as before the pass)
+    between = bool(HEADS[head].get("between")) and not params["fused"]
+    assert len(step.specs) == kernels + between and plan.cpu_op_count == 0
     assert {k: step.specs[0].params[k] for k in params} == params
     got = plan.run(feeds)[it.model.main.outputs[0]]
     assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)

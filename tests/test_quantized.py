@@ -6,6 +6,7 @@ away from 0 (odd ones, too), on random integer inputs covering the whole range.
 
 from __future__ import annotations
 
+import collections
 import warnings
 
 import numpy as np
@@ -306,6 +307,73 @@ def test_mobilenet_v2_int8_every_path(path):
     else:
         assert plan.cpu_op_count == 0
         assert steps <= 1.0 + 1e-4, f"{steps} output steps from LiteRT"
+
+
+def _composites(steps) -> dict[str, int]:
+    """How many steps of each merged op (graph.passes) a plan's device steps hold."""
+    return dict(collections.Counter(s.op.name for s in steps if s.op.name.startswith("TFLGPU_")))
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
+def test_mobilenet_v2_int8_takes_the_float_models_blocks(gpu):
+    """The float view's QUANT_SIM after a block's first conv (the depthwise conv, a v2 block's expansion, the head's
+    MEAN) does not keep the block apart: the int8 model's plan merges what the float model's does, each merged op
+    holding its simulator (graph.passes.BETWEEN), and the SOFTMAX takes its own as a fused op: so it launches no
+    more kernels than the float plan but the input's QUANTIZE and, where no head is merged, the MEAN's simulator."""
+    from tflgpu.graph.passes import BETWEEN
+    from tflgpu.kernels.base import Target
+
+    from .conftest import selected_steps
+
+    target = Target(float_lanes=1, gpu=True) if gpu else Target(float_lanes=16, gpu=False)
+    float_steps = selected_steps(corpus_model("mobilenet_v2_1.0_224.tflite"), target).steps
+    int8_steps = selected_steps(corpus_model("mobilenet_v2_1.0_224_int8.tflite"), target).steps
+    merged = _composites(float_steps)
+    if gpu:  # (the int8 model's expansions keep their simulator after them: fuse_expansions leaves them apart)
+        expands = merged.pop("TFLGPU_SEPARABLE_EXPAND")
+        merged["TFLGPU_SEPARABLE_CONV"] += expands
+    assert _composites(int8_steps) == merged
+    assert all(s.op.options[BETWEEN] and {f.op.name for f in s.op.options[BETWEEN]} == {"QUANT_SIM"}
+               for s in int8_steps if s.op.name.startswith("TFLGPU_"))
+    alone = [s.members[0][0].inputs[0] for s in int8_steps if s.op.name == "QUANT_SIM"]
+    producers = {t: s.op.name for s in int8_steps for op, _ in s.members for t in op.outputs}
+    assert sorted(producers.get(t, "graph input") for t in alone) == ([] if gpu else ["MEAN"]) + ["graph input"]
+    launches = lambda steps: sum(len(s.specs) for s in steps)
+    assert launches(int8_steps) == launches(float_steps) + len(alone)
+
+
+@pytest.mark.parametrize("fp16", [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")])
+def test_mobilenet_v2_int8_fused_blocks_under_a_gpus_target(opencl_device, monkeypatch, fp16):
+    """Under a GPU's target, with every merged block fused (the expansions with their depthwise convs, the head), the
+    int8 model's simulators inside those kernels keep its output within 1 step of LiteRT's, top-1 equal."""
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.graph.passes import EXPAND_DEPTHWISE, POOLED_DENSE
+    from tflgpu.kernels.base import Target
+    from tflgpu.runtime.upgrades import retune_steps
+
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    model_path = corpus_model("mobilenet_v2_1.0_224_int8.tflite")
+    x = _corpus_input(model_path)
+    want = run_model(litert(), model_path, [x])[0]
+    it = Interpreter(str(model_path), delegate=GpuDelegate(cache=False, tuning_db=False, tuning="none",
+                                                           precision_loss_allowed=fp16, tiered_compile=False))
+    plan = it.gpu_plan
+    start = plan.launch_count()
+    for name, count in ((EXPAND_DEPTHWISE, 6), (POOLED_DENSE, 1)):
+        blocks = [s.op.index for s in plan.steps if s.op.name == name]
+        assert len(blocks) == count
+        retune_steps(plan, blocks, {"fused": True}, name)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()  # (installs them)
+    it.invoke()
+    got = it.get_tensor(it.get_output_details()[0]["index"])
+    assert plan.launch_count() == start - 6 and plan.cpu_op_count == 0  # (the head starts fused)
+    assert got.argmax() == want.argmax()
+    steps = float(np.abs(got.astype(np.float64) - want).max()) * 256
+    assert steps <= 1.0 + 1e-4, f"{steps} output steps from LiteRT"
 
 
 def test_mobilenet_v2_dynrange_hybrid_ops_equal_litert_op_by_op():

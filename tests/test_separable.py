@@ -12,7 +12,7 @@ import pytest
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import SEPARABLE_CONV, PassStep, fuse_separable
+from tflgpu.graph.passes import BETWEEN, SEPARABLE_CONV, PassStep, fuse_separable
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 from tflgpu.runtime.config import PlanConfig
@@ -26,9 +26,11 @@ def _out_hw(size: int, k: int, stride: int, dil: int, pad: str) -> int:
 
 
 def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pad="SAME", act_dw="RELU6",
-                    act_pw="NONE", residual=False, pw_k=1, mult=1, extra_reader=False, softmax=False):
-    """x -> DEPTHWISE_CONV_2D -> CONV_2D (pw_k x pw_k) [-> ADD x] [-> SOFTMAX]: a MobileNet block; (model bytes,
-    feeds)."""
+                    act_pw="NONE", residual=False, pw_k=1, mult=1, extra_reader=False, softmax=False, between=(),
+                    between_read=False):
+    """x -> DEPTHWISE_CONV_2D [-> each unary op of ``between``] -> CONV_2D (pw_k x pw_k) [-> ADD x] [-> SOFTMAX]: a
+    MobileNet block (``extra_reader``: the depthwise output read by a RELU too, ``between_read``: the last unary op's
+    output a graph output too); (model bytes, feeds)."""
     n, h, w, c = shape
     oh, ow = _out_hw(h, k, stride, dil, pad), _out_hw(w, k, stride, dil, pad)
     b = ModelBuilder()
@@ -38,6 +40,11 @@ def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pa
                                b.const("dw_b", rng.standard_normal(c * mult).astype(np.float32))], [dw],
          padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
          depth_multiplier=mult, fused_activation_function=act_dw)
+    dw_out = dw
+    for i, name in enumerate(between):
+        t = b.tensor(f"between{i}", (n, oh, ow, c * mult))
+        b.op(name, [dw], [t], **({"alpha": 0.25} if name == "LEAKY_RELU" else {}))
+        dw = t
     pw = b.tensor("pw", (n, oh, ow, cout))
     scale = 1 / np.sqrt(c * mult)
     b.op("CONV_2D", [dw, b.const("pw_w", (rng.standard_normal((cout, pw_k, pw_k, c * mult)) * scale).astype(np.float32)),
@@ -54,8 +61,10 @@ def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pa
         outs = [sm]
     if extra_reader:
         r = b.tensor("r", (n, oh, ow, c * mult))
-        b.op("RELU", [dw], [r])
+        b.op("RELU", [dw_out], [r])
         outs.append(r)
+    if between_read:
+        outs.append(dw)
     b.output(*outs)
     return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
 
@@ -74,10 +83,22 @@ def test_pass_merges_a_block_into_one_step(rng):
     assert s.op.outputs == steps[1].op.outputs and s.op.inputs[0] == steps[0].op.inputs[0]
 
 
-@pytest.mark.parametrize("why", ["3x3 pointwise", "multiplier 2", "two readers", "vetoed"])
+def test_pass_takes_the_unary_ops_between_the_convs(rng):
+    """Unary elementwise ops of their own between the two convs (a quantized model's QUANT_SIM, here a HARD_SWISH
+    and a LEAKY_RELU) join the block: run in order by the CPU, under BETWEEN for its kernels."""
+    runner, steps = _passes(separable_model(rng, between=("HARD_SWISH", "LEAKY_RELU"))[0])
+    merged, n = fuse_separable(steps, runner.sg, runner.consts)
+    assert n == 3 and len(merged) == 1
+    (s,) = merged
+    assert [op.name for op, _ in s.members] == ["DEPTHWISE_CONV_2D", "HARD_SWISH", "LEAKY_RELU", "CONV_2D"]
+    assert [f.op for f in s.op.options[BETWEEN]] == [steps[1].op, steps[2].op]
+    assert s.op.options["depthwise"] is steps[0].op and s.op.options["pointwise"] is steps[3].op
+
+
+@pytest.mark.parametrize("why", ["3x3 pointwise", "multiplier 2", "two readers", "vetoed", "between read"])
 def test_pass_leaves_what_it_cannot_fuse(rng, why):
     kw = {"3x3 pointwise": {"pw_k": 3}, "multiplier 2": {"mult": 2}, "two readers": {"extra_reader": True},
-          "vetoed": {}}[why]
+          "vetoed": {}, "between read": {"between": ("RELU", "TANH"), "between_read": True}}[why]
     runner, steps = _passes(separable_model(rng, **kw)[0])
     allowed = (lambda dw, pw: False) if why == "vetoed" else (lambda dw, pw: True)
     merged, n = fuse_separable(steps, runner.sg, runner.consts, allowed)
@@ -142,6 +163,8 @@ BLOCKS = {  # separable_model arguments
     "stride 2 VALID, batch 2, 37 out": {"shape": (2, 10, 9, 8), "cout": 37, "stride": 2, "pad": "VALID"},
     "dilated 5x5, relu out": {"shape": (1, 12, 10, 16), "cout": 24, "k": 5, "dil": 2, "act_pw": "RELU6"},
     "residual add": {"shape": (1, 7, 7, 16), "cout": 16, "residual": True, "act_dw": "RELU"},
+    # (unary ops of their own between the convs, as a quantized model's QUANT_SIM: computed on the depthwise values)
+    "unary ops between": {"shape": (1, 8, 9, 16), "cout": 12, "act_dw": "NONE", "between": ("HARD_SWISH", "LEAKY_RELU")},
 }
 
 

@@ -34,10 +34,10 @@ def _out(size: int, k: int, stride: int, dil: int, pad: str) -> int:
 
 
 def expand_model(rng, shape=(1, 9, 11, 12), cout=12, cexp=40, k=3, stride=1, dil=1, pad="SAME", residual=True,
-                 expand_k=1, expand_act="RELU6", second=True, tap=False):
-    """x -> DEPTHWISE_CONV_2D -> CONV_2D 1x1 [-> ADD x] -> CONV_2D expand_k x expand_k (cexp) [-> DEPTHWISE_CONV_2D
-    -> CONV_2D 1x1]: a MobileNet v2 block's end and the next block (``tap``: the first block's output a graph output
-    too); (model bytes, feeds)."""
+                 expand_k=1, expand_act="RELU6", second=True, tap=False, between=()):
+    """x -> DEPTHWISE_CONV_2D [-> each unary op of ``between``] -> CONV_2D 1x1 [-> ADD x] -> CONV_2D expand_k x
+    expand_k (cexp) [-> DEPTHWISE_CONV_2D -> CONV_2D 1x1]: a MobileNet v2 block's end and the next block (``tap``: the
+    first block's output a graph output too); (model bytes, feeds)."""
     n, h, w, c = shape
     oh, ow = _out(h, k, stride, dil, pad), _out(w, k, stride, dil, pad)
     b = ModelBuilder()
@@ -59,6 +59,10 @@ def expand_model(rng, shape=(1, 9, 11, 12), cout=12, cexp=40, k=3, stride=1, dil
 
     d = dw("dw", x, c, (oh, ow), padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil,
            dilation_h_factor=dil)
+    for i, name in enumerate(between):
+        t = b.tensor(f"between{i}", (n, oh, ow, c))
+        b.op(name, [d], [t])
+        d = t
     y = conv("pw", d, c, cout, (oh, ow))
     if residual:
         r = b.tensor("res", (n, oh, ow, cout))
@@ -148,6 +152,8 @@ BLOCKS = {  # expand_model arguments
                                               "pad": "VALID", "residual": False},
     "dilated 5x5, no activation": {"shape": (1, 12, 10, 16), "cout": 24, "cexp": 96, "k": 5, "dil": 2,
                                    "residual": False, "expand_act": "NONE"},
+    # (unary ops of their own between the depthwise and the pointwise conv, as a quantized model's QUANT_SIM)
+    "unary ops between": {"shape": (1, 7, 8, 12), "cout": 12, "cexp": 36, "between": ("TANH", "HARD_SWISH")},
 }
 
 

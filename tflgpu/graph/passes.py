@@ -12,6 +12,9 @@
    multiplier 1) becomes one ``EXPAND_DEPTHWISE`` op at the depthwise conv's place: one kernel expands the rows its
    windows read into local memory and takes the depthwise conv there. Its generator's ``fused`` knob falls back
    to the two ops' own kernels (a GPU plan's start; its tuner fuses a block where that measures faster).
+   This pass, ``fuse_separable`` and ``fuse_pooled_dense`` also take a pair whose first op's output reaches the
+   second through unary elementwise ops of their own (a quantized model's float view puts a QUANT_SIM there):
+   they join the merged op (``BETWEEN``), applied to the first op's values where its kernel has them.
 6. ``fuse_separable`` — a DEPTHWISE_CONV_2D (channel multiplier 1) read only by a pointwise CONV_2D (1x1, stride
    1) becomes one ``SEPARABLE_CONV`` op: one kernel computes the depthwise values of its pixels where the
    pointwise conv reads them, so the intermediate tensor is never stored and one launch goes (MobileNet blocks).
@@ -65,6 +68,9 @@ SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 # graph.passes.fuse_pooled_dense's op: inputs (the mean's input, the dense op's weights and bias), the dense op's
 # outputs, index and options, and under "mean" and "dense" the two merged ops
 POOLED_DENSE = "TFLGPU_POOLED_DENSE"
+# the option of a merged op (SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE) holding the unary elementwise ops
+# between its two ops, as Fused (a quantized model's QUANT_SIM): applied to the first op's values
+BETWEEN = "between"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
 
 
@@ -181,7 +187,7 @@ def merge_pad(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], 
         explicit = (int(p[1][0]), int(p[1][1]), int(p[2][0]), int(p[2][1]))
         new_op = replace(conv.op, inputs=(op.inputs[0],) + conv.op.inputs[1:],
                          options={**conv.op.options, "explicit_padding": explicit})
-        return j, i, PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
+        return j, [i], PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
 
     return _merge_pairs(steps, sg, pair)
 
@@ -198,15 +204,15 @@ class _Pairing:
 
 
 def _merge_pairs(steps: list[PassStep], sg, pair) -> tuple[list[PassStep], int]:
-    """The frame of the passes that merge pairs of steps: ``pair(i, step, view)`` returns None, or (where the merged
-    step goes, which step goes away, the merged step); returns the steps and how many went away."""
+    """The frame of the passes that merge steps: ``pair(i, step, view)`` returns None, or (where the merged step goes,
+    the steps that go away, the merged step); returns the steps and how many went away."""
     view = _Pairing(list(steps), _readers(steps), set(sg.outputs), set())
     for i, s in enumerate(view.steps):
         found = None if i in view.drop else pair(i, s, view)
         if found is not None:
             at, gone, merged = found
             view.steps[at] = merged
-            view.drop.add(gone)
+            view.drop.update(gone)
     return [s for k, s in enumerate(view.steps) if k not in view.drop], len(view.drop)
 
 
@@ -220,6 +226,31 @@ def _lone_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
     return (rs[0], nxt) if nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue else None
 
 
+def _unary_chain(view: _Pairing, t: int, sg, consts: dict) -> tuple[list[tuple[int, PassStep]], int]:
+    """The device steps of unary elementwise ops (a quantized model's QUANT_SIM, a RELU left as an op of its own;
+    with the unary ops fused after them) each the lone reader of the one before, from tensor ``t`` on, none a graph
+    output, all float: as (index, step), and the tensor the last one writes (``t`` where there is none)."""
+    chain = []
+    while True:
+        rs = view.readers.get(t, [])
+        if len(rs) != 1 or rs[0] in view.drop:
+            break
+        j, s = rs[0], view.steps[rs[0]]
+        f = _fusable(s.op, t, sg, consts)
+        if not (s.gpu and f is not None and _unary(f) and len(s.op.inputs) == 1 and len(s.op.outputs) == 1
+                and len(s.members) == 1 + len(s.epilogue) and all(_unary(e) for e in s.epilogue)
+                and s.outputs[0] not in view.graph_out and sg.tensors[s.outputs[0]].dtype == np.float32):
+            break
+        chain.append((j, s))
+        t = s.outputs[0]
+    return chain, t
+
+
+def _chain_ops(chain: list[tuple[int, PassStep]]) -> tuple[Fused, ...]:
+    """The unary ops of ``_unary_chain``'s steps, in order, as Fused (a merged op's ``BETWEEN``)."""
+    return tuple(f for _, c in chain for f in (Fused(c.op), *c.epilogue))
+
+
 def _bias(op) -> int:
     """A conv's bias input (-1: none)."""
     return op.inputs[2] if len(op.inputs) > 2 else -1
@@ -229,7 +260,7 @@ def fuse_separable(steps: list[PassStep], sg, consts: dict, allowed=lambda dw, p
     """Merge each device DEPTHWISE_CONV_2D whose only reader is a device pointwise CONV_2D into one
     ``SEPARABLE_CONV`` step at the pointwise conv's place (``allowed(dw_op, pw_op)``: the caller's veto, e.g.
     two ops of different storage precision)."""
-    return _merge_conv_pairs(steps, sg, SEPARABLE_CONV, ("depthwise", "pointwise"),
+    return _merge_conv_pairs(steps, sg, consts, SEPARABLE_CONV, ("depthwise", "pointwise"),
                              lambda dw: dw.name == "DEPTHWISE_CONV_2D" and _separable_depthwise(dw, sg, consts),
                              lambda dw, pw: pw.name == "CONV_2D" and _pointwise(pw, sg, consts) and allowed(dw, pw))
 
@@ -239,26 +270,28 @@ def fuse_expand_depthwise(steps: list[PassStep], sg, consts: dict, allowed=lambd
     """Merge each device pointwise CONV_2D whose only reader is a device DEPTHWISE_CONV_2D (channel multiplier 1)
     into one ``EXPAND_DEPTHWISE`` step at the depthwise conv's place (``allowed(conv_op, dw_op)``: the caller's
     veto)."""
-    return _merge_conv_pairs(steps, sg, EXPAND_DEPTHWISE, ("expand", "depthwise"),
+    return _merge_conv_pairs(steps, sg, consts, EXPAND_DEPTHWISE, ("expand", "depthwise"),
                              lambda ex: ex.name == "CONV_2D" and _pointwise(ex, sg, consts),
                              lambda ex, dw: (dw.name == "DEPTHWISE_CONV_2D" and len(dw.outputs) == 1
                                              and _separable_depthwise(dw, sg, consts) and allowed(ex, dw)))
 
 
-def _merge_conv_pairs(steps: list[PassStep], sg, name: str, keys: tuple[str, str], first, second,
+def _merge_conv_pairs(steps: list[PassStep], sg, consts: dict, name: str, keys: tuple[str, str], first, second,
                       ) -> tuple[list[PassStep], int]:
     """The frame of fuse_separable and fuse_expand_depthwise: each device conv step (one op, ``first(op)``, no fused
     ops after it, its one output no graph output) whose output is read only by a device conv step (one op,
-    ``second(first_op, op)``, reading it as its input alone, no fused ops after it) becomes one op ``name`` at the
+    ``second(first_op, op)``, reading it as its input alone, no fused ops after it), directly or through unary
+    elementwise steps (``_unary_chain``: a quantized model's QUANT_SIM between them), becomes one op ``name`` at the
     second's place: inputs (the first's input, filter and bias, the second's filter and bias), the second's outputs,
-    index and options, and the two ops under ``keys``."""
+    index and options, the two ops under ``keys`` and the unary ops between them under ``BETWEEN`` (as Fused: the
+    first conv's epilogue in its unfused form, applied to its values in the fused kernel)."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         a = s.op
         if not (s.gpu and len(s.members) == 1 and not s.epilogue and len(a.outputs) == 1
                 and a.outputs[0] not in view.graph_out and first(a)):
             return None
-        (t,) = a.outputs
+        chain, t = _unary_chain(view, a.outputs[0], sg, consts)
         found = _lone_reader(view, t)
         if found is None:
             return None
@@ -266,9 +299,11 @@ def _merge_conv_pairs(steps: list[PassStep], sg, name: str, keys: tuple[str, str
         b = nxt.op
         if not (b.inputs[:1] == (t,) and t not in b.inputs[1:] and second(a, b)):
             return None
+        between = _chain_ops(chain)
         op = replace(b, name=name, builtin_code=-1, inputs=(a.inputs[0], a.inputs[1], _bias(a), b.inputs[1], _bias(b)),
-                     options={**b.options, keys[0]: a, keys[1]: b})
-        return j, i, PassStep(op, s.members + nxt.members, [], True)
+                     options={**b.options, keys[0]: a, keys[1]: b, BETWEEN: between})
+        members = s.members + [m for _, c in chain for m in c.members] + nxt.members
+        return j, [i] + [k for k, _ in chain], PassStep(op, members, [], True)
 
     return _merge_pairs(steps, sg, pair)
 
@@ -295,7 +330,7 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
         op = replace(s.op, name=SEPARABLE_EXPAND, builtin_code=-1, inputs=s.op.inputs + (ex.inputs[1], bias),
                      outputs=ex.outputs, options={"separable": s.op, "expand": ex, "keep": keep,
                                                      "fused_start": fused_start})
-        return i, j, PassStep(op, s.members + view.steps[j].members, s.epilogue, True)
+        return i, [j], PassStep(op, s.members + view.steps[j].members, s.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
 
@@ -303,8 +338,9 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
 def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda mean, dense: True,
                       ) -> tuple[list[PassStep], int]:
     """Merge each device MEAN over the spatial axes of a 4-D float tensor (no fused ops after it) whose only reader
-    is a device FULLY_CONNECTED or pointwise CONV_2D of it into one ``POOLED_DENSE`` step at the dense op's
-    place (it keeps the dense op's fused ops); ``allowed(mean_op, dense_op)``: the caller's veto."""
+    is a device FULLY_CONNECTED or pointwise CONV_2D of it, directly or through unary elementwise steps
+    (``_unary_chain``: a quantized model's QUANT_SIM, kept under ``BETWEEN``), into one ``POOLED_DENSE`` step at the
+    dense op's place (it keeps the dense op's fused ops); ``allowed(mean_op, dense_op)``: the caller's veto."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
@@ -312,7 +348,7 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
                 and len(op.outputs) == 1 and op.outputs[0] not in view.graph_out and _float4d(sg, op.inputs[0])
                 and _spatial_axes(consts.get(op.inputs[1]))):
             return None
-        (t,) = op.outputs
+        chain, t = _unary_chain(view, op.outputs[0], sg, consts)
         rs = list(dict.fromkeys(view.readers.get(t, [])))
         if len(rs) != 1 or rs[0] in view.drop:
             return None
@@ -324,11 +360,18 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
                 and allowed(op, dense) and _dense_of(dense, sg, consts)):
             return None
         bias = _bias(dense)
+        between = _chain_ops(chain)
         merged = replace(dense, name=POOLED_DENSE, builtin_code=-1, inputs=(op.inputs[0], dense.inputs[1], bias),
-                         options={**dense.options, "mean": op, "dense": dense})
-        return j, i, PassStep(merged, s.members + nxt.members, nxt.epilogue, True)
+                         options={**dense.options, "mean": op, "dense": dense, BETWEEN: between})
+        members = s.members + [m for _, c in chain for m in c.members] + nxt.members
+        return j, [i] + [k for k, _ in chain], PassStep(merged, members, nxt.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
+
+
+def _unary(f: Fused) -> bool:
+    """A fused op with no operand of its own."""
+    return f.other_tensor is None and f.other_const is None
 
 
 def _dense_of(op, sg, consts: dict) -> bool:

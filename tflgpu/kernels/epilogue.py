@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .common import Arg, activation, vec_slices
@@ -49,3 +50,22 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
     params = [f"__global const STORE_T* ep{k}" for k, f in enumerate(fused)
               if f.other_tensor is not None or (f.other_const is not None and f.other_const.size > 1)]
     return Epilogue(" ".join(lines), params, args, [a.value for a in args if a.kind == "tensor"])
+
+
+def unary_chain(fused, var: str, vtype: str = "float4") -> str:
+    """C statements applying unary fused ops (graph.passes.Fused with no operand: a merged op's ``BETWEEN``, say a
+    quantized model's QUANT_SIM after a depthwise conv) to ``var``, a ``vtype`` (float4 / float8 / float16)."""
+    lines = []
+    for f in fused:
+        if f.other_tensor is not None or f.other_const is not None:
+            raise ValueError(f"{f.op.name} has an operand: not a unary op")
+        expr = re.sub(r"\bv\b", var, unary_expr(f.op)).replace("(float4)", f"({vtype})")
+        expr = expr.replace("convert_float4", f"convert_{vtype}")
+        lines.append(f"{var} = {expr};")
+    return " ".join(lines)
+
+
+def first_values(act: int | None, between, var: str, vtype: str = "float4") -> str:
+    """What a merged op (graph.passes: SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE) applies to its first op's
+    values ``var``: that op's fused activation, then the unary ops between the two (``BETWEEN``)."""
+    return " ".join(c for c in (activation(act, var, vtype), unary_chain(between, var, vtype)) if c)

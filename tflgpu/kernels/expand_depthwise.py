@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..graph.passes import EXPAND_DEPTHWISE
+from ..graph.passes import BETWEEN, EXPAND_DEPTHWISE
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
-from .conv import MAX_GROUP, _bias_const, _float_const, _geometry, depthwise_weights
+from .conv import MAX_GROUP, _bias_const, _float_const, _geometry, _store, depthwise_weights
+from .epilogue import first_values
 from .knobs import Knobs, one_of, positive_int
 from .separable import SeparableKnobs, SeparableShape, _Geometry
 
@@ -149,18 +150,20 @@ class ExpandDepthwiseKnobs(Knobs):
 
 
 def _fused_source(name: str, g: _Geometry, knobs: ExpandDepthwiseKnobs, shape: ExpandDepthwiseShape, *, sx: int,
-                  cexp: int, act_ex: int, act_dw: int) -> str:
+                  cexp: int, act_ex: int, act_dw: int, epilogue, between=()) -> str:
     """The fused kernel (see the module's docstring): ``g`` the depthwise conv's geometry, its input the expansion
     of ``src`` ([n][sx][ih][iw] slices) to ``cexp`` channels. Arguments: ``src``, the expansion's filter
     ``wex`` (``weights_oi``) and bias ``bex``, the depthwise filter ``dww`` (``depthwise_weights``) and bias
-    ``dwb``, and ``dst``, the depthwise output."""
+    ``dwb``, the epilogue's parameters and ``dst``, the depthwise output (after the fused ops: ``epilogue``);
+    ``between``: the unary ops applied to the expanded values after the expansion's activation
+    (graph.passes.BETWEEN)."""
     th, rh, cs, nt = knobs.tile_rows(shape), knobs.input_rows(shape), knobs.slices, knobs.group
     tiles, cgroups = -(-g.oh // th), -(-shape.sexp // cs)
     region, outs, iplane, oplane = rh * g.iw, th * g.ow, g.ih * g.iw, g.oh * g.ow
     L = [f"__attribute__((reqd_work_group_size({nt}, 1, 1)))",
          f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wex,",
          "    __global const STORE_T* bex, __global const STORE_T* dww, __global const STORE_T* dwb,",
-         "    __global STORE_T* dst) {",
+         f"    {''.join(f'{p}, ' for p in epilogue.params)}__global STORE_T* dst) {{",
          f"  __local float4 es[{region * cs}];",
          "  const int lid = get_local_id(0); const int G = get_group_id(0);",
          f"  const int c0 = (G % {cgroups}) * {cs}; const int r0 = ((G / {cgroups}) % {tiles}) * {th};",
@@ -179,7 +182,7 @@ def _fused_source(name: str, g: _Geometry, knobs: ExpandDepthwiseKnobs, shape: E
          ("        v = mad((float4)(x.x), LD4(wex, w), mad((float4)(x.y), LD4(wex, w + 1), "
           "mad((float4)(x.z), LD4(wex, w + 2), mad((float4)(x.w), LD4(wex, w + 3), v))));"),
          "      }",
-         "      " + activation(act_ex, "v"),
+         "      " + first_values(act_ex, between, "v"),
          "    }",
          "    es[e] = v;",
          "  }",
@@ -199,8 +202,8 @@ def _fused_source(name: str, g: _Geometry, knobs: ExpandDepthwiseKnobs, shape: E
          "      }",
          "    }",
          "    " + activation(act_dw, "v"),
-         "    " + pad_lanes_mask(cexp, "s", "v"),
-         f"    ST4(dst, (b * {shape.sexp} + s) * {oplane} + oy * {g.ow} + ox, v);",
+         "    " + _store(f"(b * {shape.sexp} + s) * {oplane} + oy * {g.ow} + ox", "s", epilogue.code,
+                        pad_lanes_mask(cexp, "s", "v")),
          "  }",
          "}"]
     return "\n".join(L)
@@ -208,7 +211,8 @@ def _fused_source(name: str, g: _Geometry, knobs: ExpandDepthwiseKnobs, shape: E
 
 @composite(EXPAND_DEPTHWISE)
 def _parts(op, epilogue: list) -> list[Part]:
-    return [Part(op.options["expand"], [], "ex"), Part(op.options["depthwise"], epilogue, "dw")]
+    return [Part(op.options["expand"], list(op.options.get(BETWEEN, ())), "ex"),
+            Part(op.options["depthwise"], epilogue, "dw")]
 
 
 @generator(EXPAND_DEPTHWISE)
@@ -226,15 +230,15 @@ def expand_depthwise(ctx: GenContext) -> list[KernelSpec]:
     space, params = ExpandDepthwiseKnobs.space(shape), knobs.params()
     if not knobs.fused:  # the two convs' own kernels
         return unfused(ctx, params, space)
-    if ctx.epilogue:
-        raise Unsupported("the fused expansion and depthwise conv apply no fused ops after them")
+    ep = ctx.epilogue_code(cexp)
     src = _fused_source(ctx.name, g, knobs, shape, sx=(cin + 3) // 4, cexp=cexp,
                         act_ex=ex_op.options.get("fused_activation_function", 0),
-                        act_dw=dw_op.options.get("fused_activation_function", 0))
+                        act_dw=dw_op.options.get("fused_activation_function", 0), epilogue=ep,
+                        between=ctx.opt(BETWEEN, ()))
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(we)),
             Arg("const", vec_slices(_bias_const(ctx, 2, cexp), cexp)), Arg("const", depthwise_weights(wd, 1)),
-            Arg("const", vec_slices(_bias_const(ctx, 4, cexp), cexp)), Arg("tensor", ctx.op.outputs[0])]
+            Arg("const", vec_slices(_bias_const(ctx, 4, cexp), cexp)), *ep.args, Arg("tensor", ctx.final_output)]
     flops = 2 * n * (knobs.groups(shape) // n * knobs.input_rows(shape) * iw * knobs.slices * 4 * cin
                      + oh * ow * cexp * kh * kw)
     return [KernelSpec(ctx.name, src, (knobs.groups(shape) * knobs.group,), (knobs.group,), args,
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], params, space=space, flops=flops)]
+                       [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], params, space=space, flops=flops)]

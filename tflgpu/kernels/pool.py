@@ -176,6 +176,8 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     require_float(ctx, x_t, out)
     lay = ctx.layout(x_t)
     beta = float(ctx.opt("beta", 1.0))
+    ep = ctx.epilogue_code(lay.c)  # (the fused ops after it: a quantized model's QUANT_SIM of its probabilities)
+    final = ctx.final_output
     s, c = lay.s, lay.c
     shape = ReduceShape.of(s, ctx.target)
     knobs = ReduceKnobs.resolve(shape, ctx.params)
@@ -184,9 +186,11 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     at = f"((b * {s} + S) * {lay.h} + y) * {lay.w} + x"
     # a graph output (a classifier's probabilities) written as its dense boundary buffer (KernelSpec.dense) where
     # the plan asks: no conversion kernel after it
-    dense = ctx.op.outputs[0] in ctx.dense
-    store = (dense_store4("dst", f"((b * {lay.h} + y) * {lay.w} + x) * {c}", c, "S", "e") if dense
-             else "ST4(dst, o, e);")
+    dense = final in ctx.dense
+    store = (dense_store4("dst", f"((b * {lay.h} + y) * {lay.w} + x) * {c}", c, "S", "v") if dense
+             else "ST4(dst, o, v);")
+    fused = (f"{{ const int oi = o; const int S_ep = S; {ep.code} }} v = select((float4)(0.0f), v, {valid});"
+             if ep.code else "")
     if g == 1:
         head = f"""  const int x = get_global_id(0); const int Y = get_global_id(1);
   if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;
@@ -198,7 +202,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   __local float red[{g}];"""
         gsize, local = (g, rows), (g, 1)
     first, step = ("0", "1") if g == 1 else ("l", str(g))
-    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global {"float" if dense else "STORE_T"}* dst) {{
+    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, {"".join(f"{p}, " for p in ep.params)}__global {"float" if dense else "STORE_T"}* dst) {{
 {head}
   float m = -INFINITY;
   for (int S = {first}; S < {s}; S += {step}) {{
@@ -215,13 +219,14 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   const float inv = 1.0f / sum;
   for (int S = {first}; S < {s}; S += {step}) {{
     const int o = {at};
-    const float4 e = select((float4)(0.0f), exp((LD4(src, o) - m) * {beta!r}f) * inv, {valid});
+    float4 v = select((float4)(0.0f), exp((LD4(src, o) - m) * {beta!r}f) * inv, {valid});
+    {fused}
     {store}
   }}
 }}"""
-    return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
-                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape),
-                       dense=frozenset(ctx.op.outputs[:1] if dense else []))]
+    return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), *ep.args, Arg("tensor", final)],
+                       [ctx.op.inputs[0], *ep.inputs], [final], knobs.params(), space=ReduceKnobs.space(shape),
+                       dense=frozenset([final] if dense else []))]
 
 
 def arg_init(greater: bool, best: str, arg: str) -> str:

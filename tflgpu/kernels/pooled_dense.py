@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..graph.passes import POOLED_DENSE
+from ..graph.passes import BETWEEN, POOLED_DENSE
 from .base import GenContext, Part, Target, Unsupported, composite, generator, require_float, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
 from .conv import _bias_const, _float_const, _store
+from .epilogue import first_values
 from .knobs import Knobs, one_of
 
 POOLED_SPACE = {
@@ -92,7 +93,9 @@ class PooledKnobs(Knobs):
 
 
 def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g: int, items: int, act: int,
-                  epilogue) -> str:
+                  epilogue, between=()) -> str:
+    """The fused kernel (see the module's docstring); ``between``: the unary ops applied to the means
+    (graph.passes.BETWEEN: a quantized model's QUANT_SIM after its MEAN)."""
     per = items // g
     lanes = min(MEAN_LANES, 1 << (n_pixels.bit_length() - 1))  # (a power of two: it divides the group's items)
     rows = items // lanes
@@ -118,7 +121,8 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         "    barrier(CLK_LOCAL_MEM_FENCE);",
         f"    if (p == 0 && s < {sin}) {{",
         f"      for (int j = 1; j < {lanes}; ++j) acc += red[lid + j];",
-        f"      xm[s] = acc * (1.0f / {n_pixels}.0f);",
+        f"      float4 m = acc * (1.0f / {n_pixels}.0f); {first_values(None, between, 'm')}",
+        "      xm[s] = m;",
         "    }",
         "    barrier(CLK_LOCAL_MEM_FENCE);",
         "  }",
@@ -145,7 +149,11 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
 
 @composite(POOLED_DENSE)
 def _parts(op, epilogue: list) -> list[Part]:
-    return [Part(op.options["mean"], [], "mean"), Part(op.options["dense"], epilogue, "dense")]
+    # (a MEAN's kernel takes no fused ops: the unary ops after it, a quantized model's QUANT_SIM, are the first one's
+    # own kernel with the others fused, as the plan ran them before the pass)
+    between = op.options.get(BETWEEN, ())
+    post = [Part(between[0].op, list(between[1:]), "post")] if between else []
+    return [Part(op.options["mean"], [], "mean"), *post, Part(op.options["dense"], epilogue, "dense")]
 
 
 @generator(POOLED_DENSE)
@@ -167,7 +175,7 @@ def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
     ep = ctx.epilogue_code(cout)
     g, items = knobs.group
     src = _fused_source(ctx.name, n_pixels=ih * iw, sin=sin, sout=sout, cout=cout, g=g, items=items, act=act,
-                        epilogue=ep)
+                        epilogue=ep, between=ctx.opt(BETWEEN, ()))
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(w.reshape(cout, 1, 1, cin))),
             Arg("const", vec_slices(_bias_const(ctx, 2, cout), cout)), *ep.args, Arg("tensor", ctx.final_output)]
     return [KernelSpec(ctx.name, src, (-(-sout // g) * items, n), (items, 1), args, [ctx.op.inputs[0], *ep.inputs],

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..graph.passes import SEPARABLE_CONV
+from ..graph.passes import BETWEEN, SEPARABLE_CONV
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
-from .common import Arg, KernelSpec, activation, vec_slices, weights_oi
+from .common import Arg, KernelSpec, vec_slices, weights_oi
 from .conv import (
     MAX_GROUP,
     NEEDS_FP16_PLAN,
@@ -38,6 +38,7 @@ from .conv import (
     group_tile_grid,
     tile_stores,
 )
+from .epilogue import first_values
 from .knobs import Knobs, one_of, positive_int
 
 SEPARABLE_SPACE = {
@@ -194,11 +195,12 @@ class _Geometry:
 
 
 def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, tx: int, ts: int, lanes: int,
-                   per: int, act_dw: int, act_pw: int, epilogue, whole: bool) -> str:
+                   per: int, act_dw: int, act_pw: int, epilogue, whole: bool, between=()) -> str:
     """The direct fused kernel (see the module's docstring): work-item (X, Y, Z) takes pixels X*tx.. of output row Y
     and output slices Z*ts.. (``whole``: every output slice, ts at a time, its depthwise values computed once into
     a private array); its depthwise input is ``src`` ([B][sin][ih][iw][4]), filter ``dww`` / ``dwb``
-    (``depthwise_weights`` with ``per``), the pointwise filter ``wts`` (``weights_oi`` with ``lanes``)."""
+    (``depthwise_weights`` with ``per``), the pointwise filter ``wts`` (``weights_oi`` with ``lanes``); ``between``:
+    the unary ops applied to the depthwise values after its activation (graph.passes.BETWEEN)."""
     vt, vd = f"float{lanes}", f"float{4 * per}"
     nacc, out_per = ts // (lanes // 4), lanes // 4
     plane = g.ih * g.iw
@@ -230,7 +232,7 @@ def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, t
             D += [f"    d{t} = mad(x{t * g.sw + k * g.dw}, w, d{t});" for t in range(tx)]
             D.append("  }")
         D.append("}")
-        D += [activation(act_dw, f"d{t}", vd) for t in range(tx) if activation(act_dw, f"d{t}", vd)]
+        D += [first_values(act_dw, between, f"d{t}", vd) for t in range(tx) if first_values(act_dw, between, "d", vd)]
         return [indent + line for line in D]
 
     def pointwise(indent: str) -> list[str]:  # the pointwise sum over step P's 4*per channels (lane c: slice c/4)
@@ -268,8 +270,9 @@ def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, t
     return "\n".join(L)
 
 
-def _depthwise_stage(g: _Geometry, sin: int, act_dw: int) -> GroupStage:
-    """The group tile's staging code computing depthwise slice ``slice`` of output pixel ``pixel`` (float4)."""
+def _depthwise_stage(g: _Geometry, sin: int, act_dw: int, between=()) -> GroupStage:
+    """The group tile's staging code computing depthwise slice ``slice`` of output pixel ``pixel`` (float4), its
+    activation and the unary ops ``between`` (graph.passes.BETWEEN) applied."""
 
     def load(slice_: str, pixel: str, var: str) -> str:
         return (f"const int sl_ = {slice_}; const int oy_ = ({pixel}) / {g.ow}; const int ox_ = ({pixel}) % {g.ow}; "
@@ -278,14 +281,15 @@ def _depthwise_stage(g: _Geometry, sin: int, act_dw: int) -> GroupStage:
                 f"if (iy < 0 || iy >= {g.ih}) continue; "
                 f"for (int kx = 0; kx < {g.kw}; ++kx) {{ const int ix = ox_ * {g.sw} - {g.pl} + kx * {g.dw}; "
                 f"if (ix >= 0 && ix < {g.iw}) {var} = mad(LD4(src, base_ + iy * {g.iw} + ix), "
-                f"LD4(dww, (sl_ * {g.kh} + ky) * {g.kw} + kx), {var}); }} }} " + activation(act_dw, var))
+                f"LD4(dww, (sl_ * {g.kh} + ky) * {g.kw} + kx), {var}); }} }} " + first_values(act_dw, between, var))
 
     return GroupStage("__global const STORE_T* dww, __global const STORE_T* dwb, ", load)
 
 
 @composite(SEPARABLE_CONV)
 def _parts(op, epilogue: list) -> list[Part]:
-    return [Part(op.options["depthwise"], [], "dw"), Part(op.options["pointwise"], epilogue, "pw")]
+    return [Part(op.options["depthwise"], list(op.options.get(BETWEEN, ())), "dw"),
+            Part(op.options["pointwise"], epilogue, "pw")]
 
 
 @generator(SEPARABLE_CONV)
@@ -307,7 +311,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     space, params = SeparableKnobs.space(shape), knobs.params()
     if not knobs.fused:  # the two convs' own kernels
         return unfused(ctx, params, space)
-    act_dw = dw_op.options.get("fused_activation_function", 0)
+    act_dw, between = dw_op.options.get("fused_activation_function", 0), ctx.opt(BETWEEN, ())
     act_pw = ctx.opt("fused_activation_function", 0)
     ep = ctx.epilogue_code(cout)
     dwb, pwb = _bias_const(ctx, 2, cin), _bias_const(ctx, 4, cout)
@@ -318,7 +322,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
         tx, ts = knobs.tile_x, knobs.tile_s
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ts=ts, lx=lx, ls=ls,
                                  kc=knobs.k_chunk, act=act_pw, cout=cout, epilogue=ep,
-                                 stage=_depthwise_stage(g, sin, act_dw), half_math=knobs.half_math, ks=knobs.k_split,
+                                 stage=_depthwise_stage(g, sin, act_dw, between), half_math=knobs.half_math, ks=knobs.k_split,
                                  prefetch=knobs.prefetch)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
                                             ks=knobs.k_split)
@@ -326,7 +330,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     else:
         tx, ts, dw_per = knobs.tile_x, knobs.tile_s, knobs.per
         src = _direct_source(ctx.name, g, sin=sin, sout=sout, cout=cout, tx=tx, ts=ts, lanes=knobs.lanes, per=dw_per,
-                             act_dw=act_dw, act_pw=act_pw, epilogue=ep, whole=knobs.whole)
+                             act_dw=act_dw, act_pw=act_pw, epilogue=ep, whole=knobs.whole, between=between)
         gsize, local, pad = (-(-ow // tx), n * oh, 1 if knobs.whole else -(-sout // ts)), None, ts
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", depthwise_weights(wd, dw_per)),
             Arg("const", vec_slices(dwb, cin, dw_per)), Arg("const", weights_oi(wp, knobs.lanes, pad)),

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..graph.passes import SEPARABLE_EXPAND
+from ..graph.passes import BETWEEN, SEPARABLE_EXPAND
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
 from .conv import (
@@ -149,18 +149,19 @@ class ExpandKnobs(Knobs):
 
 
 def _fused_source(name: str, g: _Geometry, shape: ExpandShape, *, cout: int, cexp: int, knobs: ExpandKnobs,
-                  act_dw: int, act_pw: int, act_ex: int, epilogue, keep: bool) -> str:
+                  act_dw: int, act_pw: int, act_ex: int, epilogue, keep: bool, between=()) -> str:
     """The fused kernel (see the module's docstring). Arguments: ``src`` (the depthwise conv's input), the
     depthwise filter and bias, the separable conv's pointwise filter ``wts`` (``weights_oi`` padded to
     ``ls * ts`` output slices) and bias, the epilogue's parameters, ``dst`` (its output, where ``keep``), the
-    expansion's filter ``wts2`` and bias ``bias2``, and ``dst2`` (the expanded output)."""
+    expansion's filter ``wts2`` and bias ``bias2``, and ``dst2`` (the expanded output); ``between``: the separable
+    conv's unary ops after its depthwise values (graph.passes.BETWEEN)."""
     lx, ls = knobs.group_tile
     kc, ts2, split = knobs.k_chunk, knobs.ts2, knobs.split
     sin, sout, sexp = shape.sin, shape.sout, shape.sexp
     ts, so = knobs.slices_per_item(shape), knobs.block_slices(shape)
     nt, pixels = lx * ls, g.oh * g.ow
     chunk = -(-sexp // split)
-    stage = _depthwise_stage(g, sin, act_dw)
+    stage = _depthwise_stage(g, sin, act_dw, between)
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     dst = "__global STORE_T* dst, " if keep else ""
@@ -267,7 +268,8 @@ def separable_expand(ctx: GenContext) -> list[KernelSpec]:
     src = _fused_source(ctx.name, g, shape, cout=cout, cexp=cexp, knobs=knobs,
                         act_dw=dw_op.options.get("fused_activation_function", 0),
                         act_pw=sep_op.options.get("fused_activation_function", 0),
-                        act_ex=ex_op.options.get("fused_activation_function", 0), epilogue=ep, keep=keep)
+                        act_ex=ex_op.options.get("fused_activation_function", 0), epilogue=ep, keep=keep,
+                        between=sep_op.options.get(BETWEEN, ()))
     gsize, local = (-(-oh * ow // lx) * lx, n, knobs.split * ls), (lx, 1, ls)
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", depthwise_weights(wd, 1)), Arg("const", vec_slices(
         _bias_const(ctx, 2, cin), cin)), Arg("const", weights_oi(wp, 4, so)),
