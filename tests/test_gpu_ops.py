@@ -259,6 +259,36 @@ def test_leaky_relu_and_prelu(gpu, rng):
     check_op("PRELU", [In(rand(rng, (1, 4, 4, 6))), rand(rng, (6,))], **gpu)
 
 
+@pytest.mark.parametrize("alpha_shape,fused", [((1, 1, 10), True), ((10,), True), ((1,), True),
+                                               ((5, 6, 10), False)], ids=["per-channel", "vector", "scalar", "full"])
+def test_prelu_after_a_conv_is_its_fused_op(gpu, rng, alpha_shape, fused):
+    """A PRELU whose alpha is a scalar or one value per channel (U-Net's, Keras' PReLU shared over the image) is
+    the conv's fused op: one kernel (10 channels: the padded lanes of the last slice), as in a region of
+    elementwise ops; an alpha per pixel keeps its own kernel. LiteRT's values."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 6, 3))
+    y, z = b.tensor("y", (1, 5, 6, 10)), b.tensor("z", (1, 5, 6, 10))
+    b.op("CONV_2D", [x, b.const("w", rng.standard_normal((10, 3, 3, 3)).astype(np.float32)),
+                     b.const("b", rng.standard_normal(10).astype(np.float32))], [y],
+         padding="SAME", stride_w=1, stride_h=1)
+    b.op("PRELU", [y, b.const("alpha", rng.uniform(0.05, 0.5, alpha_shape).astype(np.float32))], [z])
+    b.output(z)
+    model = b.build()
+    feeds = [rand(rng, (1, 5, 6, 3), -1, 1)]
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False,
+                                                               precision_loss_allowed=_fp16(gpu)))
+    plan = it.gpu_plan
+    conv = [s for s in plan.steps if s.op.name == "CONV_2D"]
+    assert [f.op.name for f in conv[0].epilogue] == (["PRELU"] if fused else [])
+    assert plan.launch_count() == (1 if fused else 2) and plan.cpu_op_count == 0
+    assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
 @pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
 @pytest.mark.parametrize("pad", ["SAME", "VALID"])
 def test_pool(gpu, rng, op, pad):

@@ -21,8 +21,9 @@
    Whether the kernel fuses or launches the two convs as before is its generator's knob, which the tuner
    turns off per layer where it measures slower.
 7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
-   or ADD/SUB/MUL/MAXIMUM/MINIMUM with a same-layout tensor or a constant) joins its CONV_2D /
-   DEPTHWISE_CONV_2D / FULLY_CONNECTED producer as a snippet applied before the store.
+   or ADD/SUB/MUL/MAXIMUM/MINIMUM/PRELU with a same-layout tensor or a constant: PRELU's alpha per channel)
+   joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
+   ops.traits says take an epilogue) as a snippet applied before the store.
 
 8. ``fuse_regions`` — elementwise steps (each op with its fused chain) over one layout that read each other's
    outputs or the same inputs, where every input they read exists at the first one's place, become one

@@ -82,7 +82,7 @@ def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
     return Arg("tensor", ctx.op.inputs[i]), lay, [ctx.op.inputs[i]]
 
 
-@generator(*BINARY, *LOGIC, "PRELU")
+@generator(*BINARY, *LOGIC)
 def binary(ctx: GenContext) -> list[KernelSpec]:
     out = ctx.output_tensor()
     require_float(ctx, out, allow_bool=ctx.op.name in LOGIC)
@@ -91,9 +91,7 @@ def binary(ctx: GenContext) -> list[KernelSpec]:
     for x in (la, lb):
         if any(d not in (1, od) for d, od in zip(x.dims, lay.dims)):
             raise Unsupported(f"broadcast of {x.dims} to {lay.dims}")
-    if ctx.op.name == "PRELU":
-        expr = "select(va * vb, va, isgreaterequal(va, (float4)(0.0f)))"
-    elif ctx.op.name in LOGIC:
+    if ctx.op.name in LOGIC:
         expr = LOGIC[ctx.op.name]
     else:
         expr = BINARY[ctx.op.name]

@@ -66,4 +66,6 @@ LOGIC = {
 BINARY = {
     "ADD": "va + vb", "SUB": "va - vb", "MUL": "va * vb", "DIV": "va / vb", "MAXIMUM": "fmax(va, vb)",
     "MINIMUM": "fmin(va, vb)", "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
+    # (vb: alpha, per channel; a conv's epilogue where its output is va: U-Net's PReLUs)
+    "PRELU": "select(va * vb, va, isgreaterequal(va, (float4)(0.0f)))",
 }
