@@ -417,6 +417,70 @@ def test_softmax_fused_ops_leave_its_padded_lanes_zero(gpu, rng):
     assert_close(got, run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+def _ssd_head(rng, sizes=((5, 5), (3, 3)), anchors=3, classes=7, logistic=True, extra=False):
+    """An SSD-like head: per feature map, a 3x3 conv of ``anchors`` x 4 box values and one of ``anchors`` x
+    ``classes`` scores, each reshaped to rows, the rows concatenated (boxes, scores [-> LOGISTIC]); ``extra``: a
+    (rows, 4) graph input concatenated with the boxes as is. (model, feeds)."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    feeds, boxes, scores = [], [], []
+    for k, (h, w) in enumerate(sizes):
+        x = b.input(f"x{k}", (1, h, w, 6))
+        feeds.append(rand(rng, (1, h, w, 6), -1, 1))
+        for name, per, out in (("box", 4, boxes), ("cls", classes, scores)):
+            y = b.tensor(f"{name}{k}", (1, h, w, anchors * per))
+            b.op("CONV_2D", [x, b.const(f"{name}{k}_w", rng.standard_normal((anchors * per, 3, 3, 6)).astype(np.float32)),
+                             b.const(f"{name}{k}_b", rng.standard_normal(anchors * per).astype(np.float32))], [y],
+                 padding="SAME", stride_w=1, stride_h=1)
+            r = b.tensor(f"{name}{k}_rows", (1, h * w * anchors, per))
+            b.op("RESHAPE", [y, b.const(f"{name}{k}_shape", np.int32([1, -1, per]))], [r],
+                 new_shape=[1, -1, per])
+            out.append(r)
+    rows = sum(h * w * anchors for h, w in sizes)
+    if extra:
+        e = b.input("extra", (1, 4, 4))
+        feeds.append(rand(rng, (1, 4, 4), -1, 1))
+        boxes.append(e)
+    box_out = b.tensor("boxes", (1, rows + 4 * extra, 4))
+    b.op("CONCATENATION", boxes, [box_out], axis=1)
+    score_out = b.tensor("scores", (1, rows, classes))
+    b.op("CONCATENATION", scores, [score_out], axis=1)
+    outs = [box_out]
+    if logistic:
+        sig = b.tensor("sig", (1, rows, classes))
+        b.op("LOGISTIC", [score_out], [sig])
+        outs.append(sig)
+    else:
+        outs.append(score_out)
+    b.output(*outs)
+    return b.build(), feeds
+
+
+@pytest.mark.parametrize("logistic,extra", [(True, False), (False, True)], ids=["logistic", "an input as is"])
+def test_a_concatenation_of_reshaped_convs_is_one_kernel(gpu, rng, logistic, extra):
+    """An SSD head: each conv's output, reshaped to rows of 4 box values or of 7 scores (not a whole number of
+    slices: lanes move between slices), concatenated; the concatenation reads the convs' outputs through the
+    reshapes (graph.passes.fold_reshapes), takes the LOGISTIC after it as a fused op and writes the graph
+    outputs dense: a launch per conv and per output, no reshape, no conversion. LiteRT's values."""
+    from tflgpu import Interpreter
+    from tflgpu.graph.passes import CONCAT_VIEWS
+
+    from .conftest import assert_close, litert, run_model
+
+    model, feeds = _ssd_head(rng, logistic=logistic, extra=extra)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False,
+                                                               precision_loss_allowed=_fp16(gpu)))
+    plan = it.gpu_plan
+    heads = [s for s in plan.steps if s.op.name == CONCAT_VIEWS]
+    assert len(heads) == 2 and not [s for s in plan.steps if s.op.name in ("RESHAPE", "CONCATENATION")]
+    assert [f.op.name for f in heads[1].epilogue] == (["LOGISTIC"] if logistic else [])
+    assert plan.launch_count() == 6 and plan.cpu_op_count == 0
+    assert set(it.model.main.outputs) <= plan.make.dense  # (written dense: no conversion kernel after them)
+    for got, want in zip(run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)):
+        assert_close(got, want, gpu["rtol_scale"])
+
+
 def test_reshape_transpose_concat(gpu, rng):
     check_op("RESHAPE", [In(rand(rng, (1, 4, 6, 3))), np.array([1, 8, 9], I32)], **gpu)
     # the same slices in the same order (a float4 copy): pixels' rows regrouped, batch and channels kept

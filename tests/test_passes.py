@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import PassStep, cull_dead, drop_identities, fuse_elementwise, merge_pad
+from tflgpu.graph.passes import (
+    CONCAT_VIEWS,
+    PassStep,
+    cull_dead,
+    drop_identities,
+    fold_reshapes,
+    fuse_elementwise,
+    merge_pad,
+)
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 
@@ -155,3 +163,43 @@ def test_while_that_cannot_be_counted_stays_a_loop():
         runner = runtime.runner(0)
         sg, n = unroll_static_loops(runner.sg, runtime, runner.consts)
         assert n == 0 and sg is runner.sg
+
+
+def _reshaped_concat(rng, *, tap: bool = False, other_reader: bool = False):
+    """x -> conv (1, 3, 3, 4) -> RESHAPE (1, 9, 4); concatenated on axis 1 with y (1, 2, 4) as is -> out; ``tap``:
+    the reshape's output a graph output too; ``other_reader``: read by a RELU too."""
+    b = ModelBuilder()
+    x, y = b.input("x", (1, 3, 3, 4)), b.input("y", (1, 2, 4))
+    c = _conv(b, x, "conv", rng)
+    r = b.tensor("rows", (1, 9, 4))
+    b.op("RESHAPE", [c, b.const("shape", np.int32([1, 9, 4]))], [r], new_shape=[1, 9, 4])
+    out = b.tensor("out", (1, 11, 4))
+    b.op("CONCATENATION", [r, y], [out], axis=1)
+    outs = [out, *([r] if tap else [])]
+    if other_reader:
+        z = b.tensor("z", (1, 9, 4))
+        b.op("RELU", [r], [z])
+        outs.append(z)
+    b.output(*outs)
+    return b
+
+
+def test_fold_reshapes_reads_the_reshapes_input_through_its_shape():
+    rng = np.random.default_rng(0)
+    runner, steps = _steps(_reshaped_concat(rng))
+    conv, _, concat = steps
+    folded, n = fold_reshapes(steps, runner.sg, runner.consts)
+    assert n == 1 and len(folded) == 2
+    merged = folded[1]
+    assert merged.op.name == CONCAT_VIEWS and merged.op.inputs == (conv.op.outputs[0], concat.op.inputs[1])
+    assert merged.op.options["views"] == ((1, 9, 4), None) and merged.op.outputs == concat.op.outputs
+    assert [op.name for op, _ in merged.members] == ["RESHAPE", "CONCATENATION"]
+
+
+def test_fold_reshapes_leaves_a_reshape_read_elsewhere():
+    rng = np.random.default_rng(0)
+    for kw in ({"tap": True}, {"other_reader": True}):
+        runner, steps = _steps(_reshaped_concat(rng, **kw))
+        assert fold_reshapes(steps, runner.sg, runner.consts) == (steps, 0)
+    runner, steps = _steps(_reshaped_concat(rng))
+    assert fold_reshapes(steps, runner.sg, runner.consts, lambda reshape, concat: False) == (steps, 0)

@@ -20,6 +20,9 @@
    pointwise conv reads them, so the intermediate tensor is never stored and one launch goes (MobileNet blocks).
    Whether the kernel fuses or launches the two convs as before is its generator's knob, which the tuner
    turns off per layer where it measures slower.
+6b. ``fold_reshapes`` — a CONCATENATION of tensors some of which device reshapes made (read by nothing else)
+   becomes one ``CONCAT_VIEWS`` op reading the reshapes' inputs through their shapes (an SSD head's box and class
+   rows: its reshapes' launches go, and its LOGISTIC joins it in the next pass).
 7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM/PRELU with a same-layout tensor or a constant: PRELU's alpha per channel)
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
@@ -69,6 +72,10 @@ SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 # graph.passes.fuse_pooled_dense's op: inputs (the mean's input, the dense op's weights and bias), the dense op's
 # outputs, index and options, and under "mean" and "dense" the two merged ops
 POOLED_DENSE = "TFLGPU_POOLED_DENSE"
+# graph.passes.fold_reshapes' op: a CONCATENATION reading the inputs of the reshapes whose outputs it concatenated
+# (their shapes under "views", one per input: the reshape's output shape, or None where the input is read as is); the
+# concatenation's outputs, index and other options
+CONCAT_VIEWS = "TFLGPU_CONCAT_VIEWS"
 # the option of a merged op (SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE) holding the unary elementwise ops
 # between its two ops, as Fused (a quantized model's QUANT_SIM): applied to the first op's values
 BETWEEN = "between"
@@ -416,6 +423,46 @@ def _pointwise(op, sg, consts: dict) -> bool:
     return (op.inputs[1] in consts and bias_ok and sg.tensors[op.inputs[1]].shape[1:3] == (1, 1)
             and o.get("stride_h", 1) == o.get("stride_w", 1) == 1 and not any(o.get("explicit_padding", ()))
             and sg.tensors[op.inputs[1]].shape[3] == sg.tensors[op.inputs[0]].shape[3])
+
+
+def fold_reshapes(steps: list[PassStep], sg, consts: dict, allowed=lambda reshape, concat: True,
+                  ) -> tuple[list[PassStep], int]:
+    """Each device CONCATENATION (no fused ops after it) some of whose inputs are made by device reshapes
+    (RESHAPE / SQUEEZE / EXPAND_DIMS, one op, no fused ops, their output read by nothing else and no graph output,
+    their input a float tensor the plan makes) becomes one ``CONCAT_VIEWS`` op reading those reshapes' inputs
+    through their shapes (an SSD head's box and class convs, reshaped to rows and concatenated: their launches go);
+    the reshapes run before it on the CPU path; ``allowed(reshape_op, concat_op)``: the caller's veto. Returns the
+    steps and how many reshapes went."""
+    view = _Pairing(list(steps), _readers(steps), set(sg.outputs), set())
+    producer = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
+    for i, s in enumerate(view.steps):
+        op = s.op
+        if not (s.gpu and op.name == "CONCATENATION" and len(s.members) == 1 and not s.epilogue
+                and len(op.outputs) == 1 and len(set(op.inputs)) == len(op.inputs)):
+            continue
+        inputs, views, folded = [], [], []
+        for t in op.inputs:
+            j = producer.get(t)
+            r = view.steps[j] if j is not None and j not in view.drop else None
+            if (r is not None and r.gpu and traits(r.op.name).reshapes and len(r.members) == 1 and not r.epilogue
+                    and r.op.outputs == (t,) and view.readers.get(t) == [i] and t not in view.graph_out
+                    and r.op.inputs[0] >= 0 and r.op.inputs[0] not in consts
+                    and sg.tensors[r.op.inputs[0]].dtype == np.float32 and sg.tensors[t].dtype == np.float32
+                    and len(sg.tensors[r.op.inputs[0]].shape) <= 4 and allowed(r.op, op)):
+                inputs.append(r.op.inputs[0])
+                views.append(tuple(sg.tensors[t].shape))
+                folded.append(j)
+            else:
+                inputs.append(t)
+                views.append(None)
+        if not folded:
+            continue
+        merged = replace(op, name=CONCAT_VIEWS, builtin_code=-1, inputs=tuple(inputs),
+                         options={**op.options, "views": tuple(views)})
+        members = [m for j in sorted(folded) for m in view.steps[j].members] + s.members
+        view.steps[i] = PassStep(merged, members, [], True)
+        view.drop.update(folded)
+    return [s for k, s in enumerate(view.steps) if k not in view.drop], len(view.drop)
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.conv_arg import HALF_EXACT
+from ..graph.passes import CONCAT_VIEWS
 from ..model.ir import Tensor
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
@@ -46,8 +47,9 @@ def _epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
 def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
             output: int | None = None, helpers: str = "") -> list[KernelSpec]:
     """lane_value(coords) -> C expression of the output value at original-rank coords. An output in
-    ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half. The op's
-    own output (``output`` None) takes its fused elementwise ops (the kernel stores the last one's output)."""
+    ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half; one the plan
+    asks for dense (``ctx.dense``: a graph output) as its dense NHWC float buffer. The op's own output (``output``
+    None) takes its fused elementwise ops (the kernel stores the last one's output)."""
     name = name or ctx.name
     lay = bhwc(tuple(out_shape))
     ep_code, ep = _epilogue(ctx, lay) if output is None else ("", Epilogue())
@@ -61,11 +63,17 @@ def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: 
         body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
                     f"\n      v.{lane} = {lane_value(coords)}; }} }}")
     half = output in ctx.half_outputs
-    src = (helpers + f"__kernel void {name}({params}, __global {'half' if half else 'STORE_T'}* dst) {{\n"
+    dense = output in ctx.dense and not half
+    if dense:
+        dtype, store = "float", dense_store4("dst", f"((b * {lay.h} + y) * {lay.w} + x) * {lay.c}", lay.c, "S", "v")
+    else:
+        dtype, store = ("half", "vstore_half4(v, o, dst);") if half else ("STORE_T", "ST4(dst, o, v);")
+    src = (helpers + f"__kernel void {name}({params}, __global {dtype}* dst) {{\n"
            + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
-           + ("  vstore_half4(v, o, dst);\n}" if half else "  ST4(dst, o, v);\n}"))
+           + f"  {store}\n}}")
     args = [Arg("tensor", t) for t in inputs] + ep.args + [Arg("tensor", output)]
-    return [KernelSpec(name, src, grid(lay), None, args, list(inputs) + ep.inputs, [output])]
+    return [KernelSpec(name, src, grid(lay), None, args, list(inputs) + ep.inputs, [output],
+                       dense=frozenset([output] if dense else []))]
 
 
 def _check(*shapes) -> None:
@@ -97,14 +105,7 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
                            [x, *ep.inputs], [y])]
 
     def value(coords):
-        lin = "0"
-        for d, cexpr in zip(oshape, coords):
-            lin = f"({lin}) * {d} + {cexpr}"
-        icoords, rem = [], f"({lin})"
-        strides = [int(np.prod(ishape[i + 1:])) for i in range(len(ishape))]
-        for st, d in zip(strides, ishape):
-            icoords.append(f"(({rem}) / {st}) % {d}")
-        return f"LD1(in0, {offset(tuple(ishape), icoords)})"
+        return f"LD1(in0, {offset(tuple(ishape), _through(tuple(oshape), tuple(ishape), coords))})"
 
     return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
@@ -128,25 +129,40 @@ def transpose(ctx: GenContext) -> list[KernelSpec]:
     return _kernel(ctx, tuple(x_t.shape[p] for p in perm), [ctx.op.inputs[0]], value)
 
 
-@generator("CONCATENATION")
+def _through(view: tuple[int, ...], shape: tuple[int, ...], coords: list[str]) -> list[str]:
+    """The coordinates in a tensor of ``shape`` of the element at ``coords`` of its reshape to ``view`` (the same
+    elements in the same row-major order)."""
+    lin = "0"
+    for d, cexpr in zip(view, coords):
+        lin = f"({lin}) * {d} + {cexpr}"
+    strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    return [f"(({lin}) / {st}) % {d}" for st, d in zip(strides, shape)]
+
+
+@generator("CONCATENATION", CONCAT_VIEWS)
 def concatenation(ctx: GenContext) -> list[KernelSpec]:
+    """A concatenation; as CONCAT_VIEWS (graph.passes.fold_reshapes), input k read through its reshape to
+    ``views[k]``: the concatenation of the reshapes, in one kernel."""
     out = ctx.output_tensor()
     ins = [ctx.tensor(i) for i in ctx.op.inputs]
     require_float(ctx, out, *ins)
     if any(ctx.consts.get(i) is not None for i in ctx.op.inputs):
         raise Unsupported("constant concat operand")
     rank = len(out.shape)
-    _check(out.shape)
+    views = ctx.opt("views") or (None,) * len(ins)
+    _check(out.shape, *(t.shape for t in ins))
     axis = ctx.opt("axis", 0) % max(rank, 1)
 
     def value(coords):
         expr, start = "0.0f", 0
         parts = []
-        for k, t in enumerate(ins):
+        for k, (t, shown) in enumerate(zip(ins, views)):
             ic = list(coords)
             ic[axis] = f"({coords[axis]} - {start})"
-            parts.append((start + t.shape[axis], f"LD1(in{k}, {offset(t.shape, ic)})"))
-            start += t.shape[axis]
+            at = ic if shown is None else _through(shown, t.shape, ic)
+            size = (t.shape if shown is None else shown)[axis]
+            parts.append((start + size, f"LD1(in{k}, {offset(t.shape, at)})"))
+            start += size
         for end, rd in reversed(parts):
             expr = f"({coords[axis]} < {end} ? {rd} : {expr})"
         return expr

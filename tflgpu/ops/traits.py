@@ -81,7 +81,7 @@ _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NE
      "LEAKY_RELU QUANT_SIM", fusable="unary")
 _add("ADD SUB MUL MAXIMUM MINIMUM PRELU", fusable="binary")
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTransposeBias TFLGPU_SEPARABLE_CONV "
-     "TFLGPU_EXPAND_DEPTHWISE SOFTMAX", takes_epilogue=True)
+     "TFLGPU_EXPAND_DEPTHWISE SOFTMAX TFLGPU_CONCAT_VIEWS", takes_epilogue=True)
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED", bias_input=2)
 _add("TRANSPOSE_CONV", bias_input=3)
 # a move of one output made by kernels.reindex's lane kernel (a reshape's copy too) stores through the same

@@ -15,7 +15,8 @@ The graph transforms, in the one order they run:
    its input's producer, moved after the reshape, whose kernel then takes it.
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
-   fuse_expansions), ``fuse_separable``, ``fuse_elementwise``, ``fuse_regions``, ``fuse_pooled_dense`` on a GPU
+   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_regions``,
+   ``fuse_pooled_dense`` on a GPU
    and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
@@ -50,6 +51,7 @@ from ..graph.passes import (
     PassStep,
     cull_dead,
     drop_identities,
+    fold_reshapes,
     fuse_elementwise,
     fuse_expand_depthwise,
     fuse_expansions,
@@ -306,6 +308,7 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
                                                                                  sg.tensors[dw.outputs[0]].shape[3])
         steps, counts["fuse_expand_depthwise"] = fuse_expand_depthwise(steps, sg, consts, blocks)
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
+    steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     counts["fuse_regions"] = 0
     if regions:
