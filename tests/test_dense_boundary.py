@@ -5,6 +5,8 @@ across background kernel swaps, and through a tuning search."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -432,3 +434,50 @@ def test_inputs_are_copied_from_pageable_arrays_where_no_pinned_memory_is_had(op
         it.set_tensor(it.get_input_details()[0]["index"], feed)
         it.invoke()
         assert_close(it.get_tensor(it.get_output_details()[0]["index"]), run_model(litert(), model, [feed])[0])
+
+
+def _head_model(rng, cin=160, cout=17):
+    """x (1x9x11x8) -> 3x3 CONV_2D (cin) -> 1x1 CONV_2D to ``cout`` channels: a PoseNet head's last conv, a graph
+    output."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 9, 11, 8))
+    feat = _conv(b, rng, "feat", x, 8, cin, 3, 1, (1, 9, 11, cin))
+    head = _conv(b, rng, "head", feat, cin, cout, 1, 1, (1, 9, 11, cout), act="NONE")
+    b.output(head)
+    return b.build(), [rng.uniform(-1, 1, (1, 9, 11, 8)).astype(np.float32)]
+
+
+@pytest.mark.parametrize("params", [None, {"group_tile": (8, 2), "tile_x": 1, "tile_s": 1, "lanes": 4,
+                                           "vec_hint": None, "k_chunk": 4, "k_split": 4, "prefetch": True},
+                                    {"group_tile": None, "tile_x": 2, "tile_s": 1, "lanes": 4, "vec_hint": None,
+                                     "k_split": 1}],
+                         ids=["default", "group tile, 4 shares, prefetch", "direct"])
+@pytest.mark.parametrize("cout", [17, 32])
+def test_a_gpus_group_tiled_head_writes_the_output_densely(opencl_device, rng, monkeypatch, fp16, params, cout):
+    """Under a GPU's target a pointwise conv writing a graph output (its default a group tile: PoseNet's heads)
+    writes the output's dense buffer itself, as a group tile (its sum shared or not) or as the direct kernel: no
+    conversion pass after it. LiteRT's values."""
+    from tflgpu.kernels.base import Target
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    model, feeds = _head_model(rng, cout=cout)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    head = max(op.index for op, _ in it.cpu_runner().steps)
+    plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=fp16), params={head: params} if params else None)
+    (spec,) = [sp for s in plan.steps if s.op.index == head for sp in s.specs]
+    (out,) = it.model.main.outputs
+    assert out in spec.dense and out in plan.make.dense
+    assert (spec.params["group_tile"] is None) == (params is not None and params["group_tile"] is None)
+    assert_close(plan.run(feeds)[out], run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+
+
+def test_a_dense_output_refuses_the_forms_that_cannot_write_it():
+    from tflgpu.kernels.conv import ConvKnobs, ConvShape
+
+    shape = ConvShape(1, 1, 1, 1, 1, 1, sin=40, sout=5, row=99, pixels=99, w_bytes=3200, pointwise=True, gpu=True,
+                      dense_out=True, subgroups="cl_khr_subgroups")
+    ok = ConvKnobs(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(16, 4), k_chunk=8, k_split=4)
+    assert ok.problems(shape) == []
+    assert ConvKnobs.space(shape) == ConvKnobs.space(replace(shape, dense_out=False))  # (its records' family)
+    for bad in ({"broadcast": 16, "group_tile": None, "k_split": 1}, {"winograd": True}):
+        assert any("dense boundary" in p for p in replace(ok, **bad).problems(shape))

@@ -176,6 +176,9 @@ class ConvShape:
     # it reads its input / writes its output as a dense NHWC float32 boundary buffer (KernelSpec.dense): only the
     # direct kernel does
     dense: bool = False
+    # a GPU's group-tiled conv writes its output as the dense buffer: the group tile and the direct kernel do, not
+    # Winograd, a split sum or the broadcast GEMM (its space is the one without: a shipped record still finds it)
+    dense_out: bool = False
     images: bool = Target.images  # the device reads images (kernels.base.Target)
     fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
     subgroups: str | None = Target.subgroups  # the extension naming the sub-group functions (kernels.base.Target)
@@ -437,6 +440,9 @@ class ConvKnobs(GroupTiled, Knobs):
         if shape.dense and (self.winograd or self.group_tile is not None or self.split != 1):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
+        if shape.dense_out and (self.winograd or self.split != 1 or self.broadcast):
+            bad.append("a conv writing a dense boundary buffer runs the direct kernel or the group tile: no "
+                       "Winograd, split sum or broadcast")
         bad += positive_int("k_chunk", self.k_chunk) + one_of("split", self.split, CONV_SPACE["split"])
         bad += one_of("k_split", self.k_split, CONV_SPACE["k_split"])
         if self.k_split != 1 and self.group_tile is None:
@@ -674,19 +680,21 @@ def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: i
     return GroupStage("", load)
 
 
-def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "") -> tuple[str, list[str]]:
+def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "", dense: bool = False,
+               ) -> tuple[str, list[str]]:
     """A GEMM kernel's epilogue code and first lines: its work-group size and signature (``src``, ``params``: a
-    stage's own, the weights, bias, the epilogue's parameters, ``dst``)."""
+    stage's own, the weights, bias, the epilogue's parameters, ``dst``: dense NHWC floats where ``dense``)."""
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     return ep_code, [f"__attribute__((reqd_work_group_size({group[0]}, {group[1]}, {group[2]})))",
                      f"__kernel void {name}(__global const STORE_T* src, {params}__global const STORE_T* wts,",
-                     f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"]
+                     f"                     __global const STORE_T* bias, {extra}__global "
+                     f"{'float' if dense else 'STORE_T'}* dst) {{"]
 
 
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
                        stage: GroupStage | None = None, half_math: bool = False, ks: int = 1,
-                       prefetch: bool = False) -> str:
+                       prefetch: bool = False, dense: bool = False) -> str:
     """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
     input slices of a pointwise conv by default): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
@@ -703,7 +711,7 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     vt = "half4" if half_math else "float4"
     zero = f"({vt})(0.0f)"
     wload = (lambda at: f"vload4({at}, wts)") if half_math else (lambda at: f"LD4(wts, {at})")
-    ep_code, head = _gemm_head(name, (lx, ks, ls), epilogue, stage.params if stage else "")
+    ep_code, head = _gemm_head(name, (lx, ks, ls), epilogue, stage.params if stage else "", dense)
     if ks == 1:
         lines = [*head,
                  f"  __local {vt} xs[{kc * px}];",
@@ -799,8 +807,13 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
             lines.append(f"    if ({p} < {pixels}) {{")
             lines.append(f"      float4 v = {f'convert_float4(acc{a}_{t})' if half_math else f'acc{a}_{t}'} + bv;")
             lines.append("      " + activation(act, "v"))
-            lines.append("      " + _store(f"(b * {sout} + {s_expr}) * {pixels} + {p}", s_expr, ep_code,
-                                           pad_lanes_mask(cout, s_expr, "v")))
+            if dense:  # (a graph output's dense NHWC float buffer: lanes past cout not stored)
+                lines.append("      " + _store(f"(b * {sout} + {s_expr}) * {pixels} + {p}", s_expr, ep_code, "",
+                                               dense_store4("dst", f"(b * {pixels} + {p}) * {cout}", cout, s_expr,
+                                                            "v")))
+            else:
+                lines.append("      " + _store(f"(b * {sout} + {s_expr}) * {pixels} + {p}", s_expr, ep_code,
+                                               pad_lanes_mask(cout, s_expr, "v")))
             lines.append("    }")
         lines.append("  }")
     lines.append("}")
@@ -892,11 +905,14 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     # outputs, but reads its input as the direct conv does)
     base = ConvKnobs.default(shape)
     direct = base.group_tile is None and base.split == 1 and not base.winograd
+    # (a GPU's group tile writes a graph output densely too: PoseNet's heads, with no conversion pass after them)
+    gemm = base.group_tile is not None and base.split == 1 and not base.winograd and not base.broadcast
     dense_in = direct and ctx.op.inputs[0] in ctx.dense
-    dense_out = direct and arg is None and ctx.final_output in ctx.dense
+    dense_out = (direct or gemm) and arg is None and ctx.final_output in ctx.dense
     if arg is not None and direct and ctx.op.outputs[1] in ctx.dense:  # (the rank, a graph output: written densely)
         arg = replace(arg, dense=True)
-    shape = replace(shape, dense=dense_in or dense_out or (arg is not None and arg.dense))
+    shape = replace(shape, dense=dense_in or (dense_out and direct) or (arg is not None and arg.dense),
+                    dense_out=dense_out and not direct)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -920,7 +936,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                                                   dw=dw, pt=pt, pl=pl)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
                                  lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage,
-                                 half_math=knobs.half_math, ks=knobs.k_split, prefetch=knobs.prefetch)
+                                 half_math=knobs.half_math, ks=knobs.k_split, prefetch=knobs.prefetch,
+                                 dense=dense_out)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
                                             ks=knobs.k_split)
     else:
