@@ -80,7 +80,8 @@
 # with bench/gpu_prepare.sh: a fresh checkout lacks them; carry both), first call about 9 minutes, the issue's
 # open rows and the question under them:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
-#   TESTS_K="prefetch or cadence or enqueue or expand_depthwise" TESTS_LIMIT_S=100
+#   TESTS_K="prefetch or cadence or enqueue or expand_depthwise or densely or reshaped_convs or prelu or
+#   fused_ops_after or unary or fused_blocks" TESTS_LIMIT_S=110
 #   ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite BG_WAIT_S=90 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch
 #   BENCH_LIMIT_S=300 BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/posenet_mnv1_257.tflite"
 #   RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh gputests launch anatomy bench ship
@@ -88,12 +89,13 @@
 # bookkeeping of pyopencl's events (the gated rows with no event per launch), and whether its final wait sleeps
 # (anatomy's wait rows: finish, the read's event, that event polled); the MobileNet v2 and PoseNet rows, whose
 # background search tries each fused expansion first; its records folded into the shipped file, copied to $OUT:
-# commit it here.) The second call, about 4 minutes, what is left: whole plans queued / direct / fused
-# expansions, and the PyTorch peers the issue's table names (torchvision is in the image):
-#   AB_VARIANTS=queued,direct,expand-dw ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite AB_LIMIT_S=120
-#   bash bench/gpu_session.sh ab torch
-# The sweep of prefetch and the head's groups (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240
-# ... sweep) waits for a later session.
+# commit it here.) The second call, about 4 minutes, what is left: the rows of the models whose launches went since
+# the last table (U-Net's PReLUs fused: 37 -> 23; SSD's head one kernel per output: 52 -> 47) and the PyTorch
+# peers the issue's table names (torchvision is in the image):
+#   BG_WAIT_S=30 TUNE_BUDGET_S=3 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=200
+#   BENCH_MODELS="/tmp/models/unet_small_256.tflite /tmp/models/ssd_mnv2_300.tflite" bash bench/gpu_session.sh bench torch
+# Whole-plan A/B (AB_VARIANTS=queued,direct,expand-dw ... ab) and the sweep of prefetch and the head's groups
+# (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 ... sweep) wait for a later session.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

@@ -686,10 +686,10 @@ def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "
     stage's own, the weights, bias, the epilogue's parameters, ``dst``: dense NHWC floats where ``dense``)."""
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
+    dst = "float" if dense else "STORE_T"
     return ep_code, [f"__attribute__((reqd_work_group_size({group[0]}, {group[1]}, {group[2]})))",
                      f"__kernel void {name}(__global const STORE_T* src, {params}__global const STORE_T* wts,",
-                     f"                     __global const STORE_T* bias, {extra}__global "
-                     f"{'float' if dense else 'STORE_T'}* dst) {{"]
+                     f"                     __global const STORE_T* bias, {extra}__global {dst}* dst) {{"]
 
 
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
