@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""What a launch-saving graph rule buys, as whole plans interleaved in one process with LiteRT beside them
+(medians of ``--rounds``; ``tuning="none"``, the shipped records): the plan as built, and the plan with one rule
+off at a time:
+
+- between: a merged block's unary ops between its two ops (graph.passes._unary_chain: a quantized model's
+  QUANT_SIM after a depthwise conv, an expansion, a head's MEAN) keep it apart again;
+- prelu: PRELU is no fused op (ops.traits): its own kernel after the conv (U-Net's);
+- concat-views: no ``fold_reshapes`` (an SSD head's reshapes launch again before their concatenation).
+
+Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
+
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views] [--device D] [--rounds 40] [--gpu-target]
+
+``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
+a GPU's times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def rule_off(name: str):
+    """The named rule off while a plan is built (its steps selected)."""
+    from tflgpu.graph import passes
+    from tflgpu.ops import traits
+    from tflgpu.runtime import selection
+
+    if name == "between":
+        keep, passes._unary_chain = passes._unary_chain, lambda view, t, sg, consts: ([], t)
+        try:
+            yield
+        finally:
+            passes._unary_chain = keep
+    elif name == "prelu":
+        keep = traits._TABLE["PRELU"]
+        traits._TABLE["PRELU"] = dataclasses.replace(keep, fusable=None)
+        try:
+            yield
+        finally:
+            traits._TABLE["PRELU"] = keep
+    elif name == "concat-views":
+        keep, selection.fold_reshapes = selection.fold_reshapes, lambda steps, sg, consts, allowed: (steps, 0)
+        try:
+            yield
+        finally:
+            selection.fold_reshapes = keep
+    else:
+        raise ValueError(name)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+")
+    p.add_argument("--off", default="between,prelu,concat-views", help="comma-separated rules to turn off, one at a time")
+    p.add_argument("--device", default=None)
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--gpu-target", action="store_true")
+    a = p.parse_args()
+    from tflgpu.runtime.icd import ensure_icd_vendors
+
+    ensure_icd_vendors()
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.benchmark import interleaved_ms, reference_inputs
+    from tflgpu.kernels.base import Target
+
+    if a.gpu_target:
+        Target.of = classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True, max_group=1024))
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    rules = [r.strip() for r in a.off.split(",") if r.strip()]
+    for m in a.models:
+        feeds = reference_inputs(Interpreter(model_path=m).get_input_details())
+
+        def made(off: str | None, m=m, feeds=feeds):
+            with rule_off(off) if off else contextlib.nullcontext():
+                it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
+                                                         cache=False))
+            it.allocate_tensors()
+            for d, x in zip(it.get_input_details(), feeds):
+                it.set_tensor(d["index"], x)
+            it.invoke()
+            return it
+
+        variants = {"plan": made(None), **{f"{r} off": made(r) for r in rules}}
+        peer = LiteRT(model_path=m, num_threads=os.cpu_count())
+        peer.allocate_tensors()
+        for d, x in zip(peer.get_input_details(), feeds):
+            peer.set_tensor(d["index"], x)
+        outs = {name: [it.get_tensor(o["index"]) for o in it.get_output_details()] for name, it in variants.items()}
+        ms = interleaved_ms([*variants.values(), peer], rounds=a.rounds)
+        plan = variants["plan"].gpu_plan
+        print(f"## {m.split('/')[-1]} ({plan.device.identity.device}{', a GPU target' if a.gpu_target else ''}), "
+              f"ms, interleaved, median of {a.rounds}; LiteRT {ms[-1]:.3f}")
+        for (name, it), t in zip(variants.items(), ms):
+            err = max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+                      for x, y in zip(outs[name], outs["plan"]))
+            conv = sum(1 for o in it.gpu_plan.sg.outputs if o not in it.gpu_plan.make.dense)
+            print(f"  {name}: {t:.3f} ({t / ms[0]:.2f}x the plan, {t / ms[-1]:.2f}x LiteRT; "
+                  f"{it.gpu_plan.launch_count()} launches + {conv} output conversions; outputs within {err:.2g} "
+                  f"of the plan's)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
