@@ -429,7 +429,8 @@ def fold_reshapes(steps: list[PassStep], sg, consts: dict, allowed=lambda reshap
                   ) -> tuple[list[PassStep], int]:
     """Each device CONCATENATION (no fused ops after it) some of whose inputs are made by device reshapes
     (RESHAPE / SQUEEZE / EXPAND_DIMS, one op, no fused ops, their output read by nothing else and no graph output,
-    their input a float tensor the plan makes) becomes one ``CONCAT_VIEWS`` op reading those reshapes' inputs
+    their input a float tensor the plan makes; not one keeping the slice layout's order, which the plan links:
+    no launch, as its concatenation's where that is linked too) becomes one ``CONCAT_VIEWS`` op reading those reshapes' inputs
     through their shapes (an SSD head's box and class convs, reshaped to rows and concatenated: their launches go);
     the reshapes run before it on the CPU path; ``allowed(reshape_op, concat_op)``: the caller's veto. Returns the
     steps and how many reshapes went."""
@@ -448,7 +449,8 @@ def fold_reshapes(steps: list[PassStep], sg, consts: dict, allowed=lambda reshap
                     and r.op.outputs == (t,) and view.readers.get(t) == [i] and t not in view.graph_out
                     and r.op.inputs[0] >= 0 and r.op.inputs[0] not in consts
                     and sg.tensors[r.op.inputs[0]].dtype == np.float32 and sg.tensors[t].dtype == np.float32
-                    and len(sg.tensors[r.op.inputs[0]].shape) <= 4 and allowed(r.op, op)):
+                    and len(sg.tensors[r.op.inputs[0]].shape) <= 4 and not moves_in_place(r.op, sg, consts)
+                    and allowed(r.op, op)):
                 inputs.append(r.op.inputs[0])
                 views.append(tuple(sg.tensors[t].shape))
                 folded.append(j)
