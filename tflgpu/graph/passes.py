@@ -234,10 +234,31 @@ def _lone_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
     return (rs[0], nxt) if nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue else None
 
 
-def _unary_chain(view: _Pairing, t: int, sg, consts: dict) -> tuple[list[tuple[int, PassStep]], int]:
-    """The device steps of unary elementwise ops (a quantized model's QUANT_SIM, a RELU left as an op of its own;
-    with the unary ops fused after them) each the lone reader of the one before, from tensor ``t`` on, none a graph
-    output, all float: as (index, step), and the tensor the last one writes (``t`` where there is none)."""
+@dataclass(frozen=True)
+class _Between:
+    """The device steps of unary elementwise ops (a quantized model's QUANT_SIM, a RELU left as an op of its own; with
+    the unary ops fused after them) between a merged pair's two ops (``_unary_chain``), as (index, step), and the
+    tensor the last one writes (the first op's output where there is none)."""
+
+    steps: tuple[tuple[int, PassStep], ...]
+    out: int
+
+    @property
+    def fused(self) -> tuple[Fused, ...]:
+        """Their ops, in order, as Fused: the merged op's ``BETWEEN``."""
+        return tuple(f for _, c in self.steps for f in (Fused(c.op), *c.epilogue))
+
+    @property
+    def members(self) -> list:
+        return [m for _, c in self.steps for m in c.members]
+
+    @property
+    def gone(self) -> list[int]:
+        return [k for k, _ in self.steps]
+
+
+def _unary_chain(view: _Pairing, t: int, sg, consts: dict) -> _Between:
+    """The unary steps from tensor ``t`` on, each the lone reader of the one before, none a graph output, all float."""
     chain = []
     while True:
         rs = view.readers.get(t, [])
@@ -251,12 +272,7 @@ def _unary_chain(view: _Pairing, t: int, sg, consts: dict) -> tuple[list[tuple[i
             break
         chain.append((j, s))
         t = s.outputs[0]
-    return chain, t
-
-
-def _chain_ops(chain: list[tuple[int, PassStep]]) -> tuple[Fused, ...]:
-    """The unary ops of ``_unary_chain``'s steps, in order, as Fused (a merged op's ``BETWEEN``)."""
-    return tuple(f for _, c in chain for f in (Fused(c.op), *c.epilogue))
+    return _Between(tuple(chain), t)
 
 
 def _bias(op) -> int:
@@ -299,7 +315,8 @@ def _merge_conv_pairs(steps: list[PassStep], sg, consts: dict, name: str, keys: 
         if not (s.gpu and len(s.members) == 1 and not s.epilogue and len(a.outputs) == 1
                 and a.outputs[0] not in view.graph_out and first(a)):
             return None
-        chain, t = _unary_chain(view, a.outputs[0], sg, consts)
+        between = _unary_chain(view, a.outputs[0], sg, consts)
+        t = between.out
         found = _lone_reader(view, t)
         if found is None:
             return None
@@ -307,11 +324,9 @@ def _merge_conv_pairs(steps: list[PassStep], sg, consts: dict, name: str, keys: 
         b = nxt.op
         if not (b.inputs[:1] == (t,) and t not in b.inputs[1:] and second(a, b)):
             return None
-        between = _chain_ops(chain)
         op = replace(b, name=name, builtin_code=-1, inputs=(a.inputs[0], a.inputs[1], _bias(a), b.inputs[1], _bias(b)),
-                     options={**b.options, keys[0]: a, keys[1]: b, BETWEEN: between})
-        members = s.members + [m for _, c in chain for m in c.members] + nxt.members
-        return j, [i] + [k for k, _ in chain], PassStep(op, members, [], True)
+                     options={**b.options, keys[0]: a, keys[1]: b, BETWEEN: between.fused})
+        return j, [i, *between.gone], PassStep(op, s.members + between.members + nxt.members, [], True)
 
     return _merge_pairs(steps, sg, pair)
 
@@ -356,7 +371,8 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
                 and len(op.outputs) == 1 and op.outputs[0] not in view.graph_out and _float4d(sg, op.inputs[0])
                 and _spatial_axes(consts.get(op.inputs[1]))):
             return None
-        chain, t = _unary_chain(view, op.outputs[0], sg, consts)
+        between = _unary_chain(view, op.outputs[0], sg, consts)
+        t = between.out
         rs = list(dict.fromkeys(view.readers.get(t, [])))
         if len(rs) != 1 or rs[0] in view.drop:
             return None
@@ -368,11 +384,9 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
                 and allowed(op, dense) and _dense_of(dense, sg, consts)):
             return None
         bias = _bias(dense)
-        between = _chain_ops(chain)
         merged = replace(dense, name=POOLED_DENSE, builtin_code=-1, inputs=(op.inputs[0], dense.inputs[1], bias),
-                         options={**dense.options, "mean": op, "dense": dense, BETWEEN: between})
-        members = s.members + [m for _, c in chain for m in c.members] + nxt.members
-        return j, [i] + [k for k, _ in chain], PassStep(merged, members, nxt.epilogue, True)
+                         options={**dense.options, "mean": op, "dense": dense, BETWEEN: between.fused})
+        return j, [i, *between.gone], PassStep(merged, s.members + between.members + nxt.members, nxt.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
 
@@ -434,37 +448,35 @@ def fold_reshapes(steps: list[PassStep], sg, consts: dict, allowed=lambda reshap
     through their shapes (an SSD head's box and class convs, reshaped to rows and concatenated: their launches go);
     the reshapes run before it on the CPU path; ``allowed(reshape_op, concat_op)``: the caller's veto. Returns the
     steps and how many reshapes went."""
-    view = _Pairing(list(steps), _readers(steps), set(sg.outputs), set())
     producer = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
-    for i, s in enumerate(view.steps):
+
+    def folds(t: int, i: int, concat, view: _Pairing) -> int | None:
+        """The index of the reshape step whose output ``t`` concatenation step ``i`` folds, else None."""
+        j = producer.get(t)
+        r = view.steps[j] if j is not None and j not in view.drop else None
+        if r is None or not (r.gpu and traits(r.op.name).reshapes and len(r.members) == 1 and not r.epilogue
+                             and r.op.outputs == (t,) and view.readers.get(t) == [i] and t not in view.graph_out):
+            return None
+        x = r.op.inputs[0]
+        ok = (x >= 0 and x not in consts and sg.tensors[x].dtype == np.float32 and sg.tensors[t].dtype == np.float32
+              and len(sg.tensors[x].shape) <= 4 and not moves_in_place(r.op, sg, consts) and allowed(r.op, concat))
+        return j if ok else None
+
+    def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
         if not (s.gpu and op.name == "CONCATENATION" and len(s.members) == 1 and not s.epilogue
                 and len(op.outputs) == 1 and len(set(op.inputs)) == len(op.inputs)):
-            continue
-        inputs, views, folded = [], [], []
-        for t in op.inputs:
-            j = producer.get(t)
-            r = view.steps[j] if j is not None and j not in view.drop else None
-            if (r is not None and r.gpu and traits(r.op.name).reshapes and len(r.members) == 1 and not r.epilogue
-                    and r.op.outputs == (t,) and view.readers.get(t) == [i] and t not in view.graph_out
-                    and r.op.inputs[0] >= 0 and r.op.inputs[0] not in consts
-                    and sg.tensors[r.op.inputs[0]].dtype == np.float32 and sg.tensors[t].dtype == np.float32
-                    and len(sg.tensors[r.op.inputs[0]].shape) <= 4 and not moves_in_place(r.op, sg, consts)
-                    and allowed(r.op, op)):
-                inputs.append(r.op.inputs[0])
-                views.append(tuple(sg.tensors[t].shape))
-                folded.append(j)
-            else:
-                inputs.append(t)
-                views.append(None)
+            return None
+        made = [folds(t, i, op, view) for t in op.inputs]
+        folded = sorted(j for j in made if j is not None)
         if not folded:
-            continue
-        merged = replace(op, name=CONCAT_VIEWS, builtin_code=-1, inputs=tuple(inputs),
-                         options={**op.options, "views": tuple(views)})
-        members = [m for j in sorted(folded) for m in view.steps[j].members] + s.members
-        view.steps[i] = PassStep(merged, members, [], True)
-        view.drop.update(folded)
-    return [s for k, s in enumerate(view.steps) if k not in view.drop], len(view.drop)
+            return None
+        inputs = tuple(t if j is None else view.steps[j].op.inputs[0] for t, j in zip(op.inputs, made))
+        views = tuple(None if j is None else tuple(sg.tensors[t].shape) for t, j in zip(op.inputs, made))
+        merged = replace(op, name=CONCAT_VIEWS, builtin_code=-1, inputs=inputs, options={**op.options, "views": views})
+        return i, folded, PassStep(merged, [m for j in folded for m in view.steps[j].members] + s.members, [], True)
+
+    return _merge_pairs(steps, sg, pair)
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .common import Arg, activation, vec_slices
+from .common import Arg, activation, pad_lanes_mask, vec_slices
 from .expressions import BINARY, unary_expr
 
 
@@ -29,9 +29,7 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
     for k, f in enumerate(fused):
         name = f.op.name
         if f.other_tensor is None and f.other_const is None:
-            expr = unary_expr(f.op)
-            assert var == "v", "UNARY snippets are written over a float4 named v"
-            lines.append(f"v = {expr};")
+            lines.append(unary_chain([f], var))
             continue
         if f.other_tensor is not None:
             args.append(Arg("tensor", f.other_tensor))
@@ -63,6 +61,15 @@ def unary_chain(fused, var: str, vtype: str = "float4") -> str:
         expr = expr.replace("convert_float4", f"convert_{vtype}")
         lines.append(f"{var} = {expr};")
     return " ".join(lines)
+
+
+def stored_at_slice(ep: Epilogue, c: int) -> str:
+    """The statements of a kernel holding the float4 ``v`` of slice-layout index ``o``, slice ``S``, before its store:
+    ``ep``'s code, then the lanes past channel ``c`` zeroed (a fused op may make them nonzero: an ADD of a
+    constant, the LOG of a padded zero); "" without fused ops."""
+    if not ep.code:
+        return ""
+    return f"  {{ const int oi = o; const int S_ep = S; {ep.code} }}\n  {pad_lanes_mask(c, 'S', 'v')}\n"
 
 
 def first_values(act: int | None, between, var: str, vtype: str = "float4") -> str:

@@ -14,6 +14,7 @@ from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, activation, dense_store4, pad_lanes_mask, store_element
 from .elementwise import grid, grid_prologue
+from .epilogue import stored_at_slice
 from .knobs import Knobs, one_of
 
 
@@ -189,8 +190,6 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     dense = final in ctx.dense
     store = (dense_store4("dst", f"((b * {lay.h} + y) * {lay.w} + x) * {c}", c, "S", "v") if dense
              else "ST4(dst, o, v);")
-    fused = (f"{{ const int oi = o; const int S_ep = S; {ep.code} }} v = select((float4)(0.0f), v, {valid});"
-             if ep.code else "")
     if g == 1:
         head = f"""  const int x = get_global_id(0); const int Y = get_global_id(1);
   if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;
@@ -220,8 +219,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   for (int S = {first}; S < {s}; S += {step}) {{
     const int o = {at};
     float4 v = select((float4)(0.0f), exp((LD4(src, o) - m) * {beta!r}f) * inv, {valid});
-    {fused}
-    {store}
+{stored_at_slice(ep, c)}    {store}
   }}
 }}"""
     return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), *ep.args, Arg("tensor", final)],

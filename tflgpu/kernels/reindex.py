@@ -18,9 +18,9 @@ from ..model.ir import Tensor
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, dense_store4, pad_lanes_mask
+from .common import Arg, KernelSpec, dense_store4
 from .elementwise import grid, grid_prologue
-from .epilogue import Epilogue
+from .epilogue import Epilogue, stored_at_slice
 
 _ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}
 
@@ -38,10 +38,7 @@ def _epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
     slice index ``o`` of slice ``S``, then the lanes past the last channel zeroed (a fused op may make them
     nonzero: an ADD of a constant)."""
     ep = ctx.epilogue_code(lay.c)
-    if not ep.code:
-        return "", ep
-    return (f"  {{ const int oi = o; const int S_ep = S; {ep.code} }}\n  {pad_lanes_mask(lay.c, 'S', 'v')}\n",
-            ep)
+    return stored_at_slice(ep, lay.c), ep
 
 
 def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,

@@ -232,7 +232,7 @@ def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, t
             D += [f"    d{t} = mad(x{t * g.sw + k * g.dw}, w, d{t});" for t in range(tx)]
             D.append("  }")
         D.append("}")
-        D += [first_values(act_dw, between, f"d{t}", vd) for t in range(tx) if first_values(act_dw, between, "d", vd)]
+        D += [c for t in range(tx) if (c := first_values(act_dw, between, f"d{t}", vd))]
         return [indent + line for line in D]
 
     def pointwise(indent: str) -> list[str]:  # the pointwise sum over step P's 4*per channels (lane c: slice c/4)
