@@ -6,11 +6,13 @@ off at a time:
 - between: a merged block's unary ops between its two ops (graph.passes._unary_chain: a quantized model's
   QUANT_SIM after a depthwise conv, an expansion, a head's MEAN) keep it apart again;
 - prelu: PRELU is no fused op (ops.traits): its own kernel after the conv (U-Net's);
-- concat-views: no ``fold_reshapes`` (an SSD head's reshapes launch again before their concatenation).
+- concat-views: no ``fold_reshapes`` (an SSD head's reshapes launch again before their concatenation);
+- sim-clamp: a quantized model's float view leaves each op's fused activation on the op instead of moving it
+  into the quantization simulator after it (graph.float_view.movable_clamp: two clamps per stored value).
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -35,7 +37,7 @@ def rule_off(name: str):
     from tflgpu.runtime import selection
 
     if name == "between":
-        keep, passes._unary_chain = passes._unary_chain, lambda view, t, sg, consts: ([], t)
+        keep, passes._unary_chain = passes._unary_chain, lambda view, t, sg, consts: passes._Between((), t)
         try:
             yield
         finally:
@@ -53,6 +55,14 @@ def rule_off(name: str):
             yield
         finally:
             selection.fold_reshapes = keep
+    elif name == "sim-clamp":
+        from tflgpu.graph import float_view
+
+        keep, float_view.movable_clamp = float_view.movable_clamp, lambda op, params: None
+        try:
+            yield
+        finally:
+            float_view.movable_clamp = keep
     else:
         raise ValueError(name)
 
@@ -83,7 +93,7 @@ def main() -> int:
             with rule_off(off) if off else contextlib.nullcontext():
                 it = Interpreter(m, delegate=GpuDelegate(device=a.device, tuning="none", tiered_compile=False,
                                                          cache=False))
-            it.allocate_tensors()
+                it.allocate_tensors()
             for d, x in zip(it.get_input_details(), feeds):
                 it.set_tensor(d["index"], x)
             it.invoke()

@@ -642,3 +642,92 @@ def test_few_row_integer_product_is_the_sums_then_the_requantization(xdtype, row
     want = requantize_fp32(acc, bias.astype(np.float64), scale, oz, lo, hi, xdtype)
     assert np.unique(got).size > 10
     np.testing.assert_array_equal(got, want)
+
+
+def _tflite_grid(x, scale, zp, qmin, qmax, clamp=None):
+    """TFLite's form of a float view's simulator, step by step in float32: the activation's clamp, then
+    ``(clamp(rint(x / scale) + zp, qmin, qmax) - zp) * scale``."""
+    x = np.asarray(x, np.float32)
+    if clamp is not None:
+        x = np.minimum(np.maximum(x, np.float32(clamp[0])), np.float32(clamp[1]))
+    inv = np.float32(1.0) / np.float32(scale)
+    q = np.minimum(np.maximum(np.rint(x * inv) + np.float32(zp), np.float32(qmin)), np.float32(qmax))
+    return ((q - np.float32(zp)) * np.float32(scale)).astype(np.float32)
+
+
+_GRIDS = [(0.0235, -128, -128, 127), (0.0235, 0, -128, 127), (0.05, 5, -128, 127), (0.1, 128, 0, 255),
+          (0.002, 0, -32768, 32767), (0.0078125, 127, -128, 127)]
+_CLAMPS = [None, (0.0, np.inf), (0.0, 6.0), (-1.0, 1.0)]
+
+
+def _grid_inputs(scale, rng) -> np.ndarray:
+    """Values at and beside the grid's rounding edges (k + 0.5 steps, one float either side), zeros of both signs,
+    values far outside every clamp, and random ones."""
+    k = np.arange(-300, 300, dtype=np.float32)
+    edges = (k + np.float32(0.5)) * np.float32(scale)
+    near = np.concatenate([edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, -np.float32(np.inf))])
+    special = np.array([0.0, -0.0, 1e-30, -1e-30, 6.0, -1.0, 1.0, 7.0, 1e6, -1e6, 0.49 * scale, -0.49 * scale],
+                       np.float32)
+    return np.concatenate([near, special, rng.normal(0, 3, 2000).astype(np.float32)])
+
+
+@pytest.mark.parametrize("clamp", _CLAMPS, ids=["none", "relu", "relu6", "relu_n1_to_1"])
+def test_simulator_grid_is_tflites_rounding_bit_for_bit(rng, opencl_device, clamp):
+    """The simulator's five-step form (ops.quantization.SimGrid), with an activation's clamp taken over or none,
+    gives TFLite's rounding bit for bit, the sign of a zero included, on the CPU (its kernel) and in the OpenCL
+    expression the kernels' stores apply, at every grid's rounding edges: an activation clamped after the grid's
+    bounds, a zero point left in, or a rounding to -0.0 would each differ."""
+    from tflgpu.graph.float_view import sim_grid, sim_options
+    from tflgpu.kernels.expressions import unary_expr
+    from tflgpu.model.ir import Operator
+    from tflgpu.ops.quantization import QParams
+    from tflgpu.runtime.device import import_pyopencl
+
+    cl = import_pyopencl()
+    ctx = cl.Context([opencl_device.cl_device])
+    queue = cl.CommandQueue(ctx)
+    for scale, zp, qmin, qmax in _GRIDS:
+        dtype = np.int16 if qmax > 255 else (np.uint8 if qmin == 0 else np.int8)
+        p = QParams(np.array([scale], np.float32), np.array([zp]), 0, np.dtype(dtype))
+        op = Operator(0, "QUANT_SIM", -1, 1, (0,), (1,), options=sim_options(p, clamp=clamp))
+        x = _grid_inputs(scale, rng)
+        x = np.concatenate([x, np.zeros((-len(x)) % 4, np.float32)])
+        want = _tflite_grid(x, scale, zp, qmin, qmax, clamp)
+        expr = unary_expr(op)
+        src = f"__kernel void k(__global const float4* s, __global float4* d) {{ int i = get_global_id(0); " \
+              f"float4 v = s[i]; d[i] = {expr}; }}"
+        prog = cl.Program(ctx, src).build(["-cl-mad-enable"])
+        mf = cl.mem_flags
+        src_buf = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+        dst_buf = cl.Buffer(ctx, mf.WRITE_ONLY, x.nbytes)
+        prog.k(queue, (len(x) // 4,), None, src_buf, dst_buf)
+        got = np.empty_like(x)
+        cl.enqueue_copy(queue, got, dst_buf)
+        cpu = sim_grid(op.options).apply(x)  # (what the CPU kernel of QUANT_SIM returns)
+        for name, out in (("OpenCL", got), ("CPU", cpu)):
+            bad = np.flatnonzero(out.view(np.int32) != want.view(np.int32))
+            assert bad.size == 0, (f"{name}, grid {(scale, zp, qmin, qmax)}, clamp {clamp}: x={x[bad[:4]]} gave "
+                                   f"{out[bad[:4]]}, TFLite's form {want[bad[:4]]}")
+
+
+def test_float_view_moves_a_clamping_activation_into_the_simulator():
+    """A quantized op's RELU-family activation leaves the op for the simulator after it (its kernel's store clamps
+    once), where the op clamps its output and its one output is quantized; a TANH-coded LSTM's or an op of two
+    outputs keeps its own."""
+    from tflgpu.graph.float_view import float_view
+    from tflgpu.model.reader import read_model
+
+    sg = read_model(str(corpus_model("mobilenet_v2_1.0_224_int8.tflite"))).subgraphs[0]
+    view = float_view(sg).sg
+    by_output = {t: op for op in view.operators for t in op.outputs}
+    moved = 0
+    for op in view.operators:
+        if op.name != "QUANT_SIM" or "clamp" not in op.options:
+            continue
+        producer = by_output[op.inputs[0]]
+        assert producer.name in ("CONV_2D", "DEPTHWISE_CONV_2D") and \
+            producer.options.get("fused_activation_function", 0) == 0
+        assert op.options["clamp"] == (0.0, 6.0)
+        moved += 1
+    original = sum(op.options.get("fused_activation_function", 0) == 3 for op in sg.operators)
+    assert moved == original > 30

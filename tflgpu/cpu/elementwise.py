@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.float_view import sim_grid
 from ..model import reader
 from ..ops.attributes import activation_bounds
 from ..ops.jit import PARALLEL_ELEMENTS, njit, prange
@@ -312,8 +313,8 @@ def _quantize_rint(x, inv_scale, zp, lo, hi, out):
 @register("QUANT_SIM")
 def quant_sim(ctx: OpContext):
     """tflgpu's quantization simulator (inserted by graph.float_view): float values rounded to a quantized
-    tensor's grid — ``(clamp(rint(x * (1 / scale)) + zero_point, qmin, qmax) - zero_point) * scale`` (as the
-    OpenCL snippet computes it) — or copied."""
+    tensor's grid — ``(clamp(rint(x * (1 / scale)) + zero_point, qmin, qmax) - zero_point) * scale``, in the
+    steps the OpenCL snippet takes (``ops.quantization.SimGrid``) — or copied."""
     o = ctx.op.options
     if not o.get("tflgpu_sim"):
         raise ctx.fail("QUANT_SIM is tflgpu's internal op; this model's custom op of that name is not supported")
@@ -332,8 +333,5 @@ def quant_sim(ctx: OpContext):
 
         return run
 
-    def run(xs):
-        q = np.clip(np.rint(np.asarray(xs[0], np.float32) * inv) + zp, lo, hi)
-        return [((q - zp) * scale).astype(np.float32)]
-
-    return run
+    grid = sim_grid(o)
+    return lambda xs: [grid.apply(xs[0])]

@@ -11,7 +11,9 @@
   output's scale, add the zero point, clamp to the integer range, map back) makes the float values
   follow the integer model's grid, so results track the integer model rather than drift from it.
   Ops that only move values with equal input/output parameters (RESHAPE, MAX_POOL_2D, ...) need none.
-  The simulators are elementwise ops: the fusion pass folds them into their producer's kernel.
+  The simulators are elementwise ops: the fusion pass folds them into their producer's kernel. A simulator
+  takes over its producer's fused activation (a RELU family clamp, ``movable_clamp``): the kernel's store
+  then clamps once (``ops.quantization.SimGrid``).
 - Ops with no float equivalent (CAST of quantized values reads the raw integers) keep their integer
   kernels, on the CPU, between a QUANTIZE and a DEQUANTIZE of their operands.
 """
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..model.ir import Operator, Quantization, Subgraph, Tensor
-from ..ops.quantization import QParams, dequantize_values, qparams
+from ..ops.attributes import activation_bounds
+from ..ops.quantization import QParams, SimGrid, dequantize_values, qparams
 from ..ops.traits import traits
 
 SIM = "QUANT_SIM"
@@ -41,14 +44,38 @@ def needs_float_view(sg: Subgraph) -> bool:
     return any(qparams(t) is not None for t in sg.tensors)
 
 
-def sim_options(p: QParams | None, raw_mean: bool = False) -> dict:
+def sim_options(p: QParams | None, raw_mean: bool = False, clamp: tuple[float, float] | None = None) -> dict:
     """A simulator's options (none: an exact copy); the marker keeps a model's own custom op of that name out.
     ``raw_mean``: it rounds the stored integer (zero point included) half away from zero, as the integer kernel
-    of the op before it does (``ops.traits``' ``rounds_raw_mean``), instead of the rescaled value half to even."""
+    of the op before it does (``ops.traits``' ``rounds_raw_mean``), instead of the rescaled value half to even.
+    ``clamp``: the bounds of the fused activation it took over from the op before it (``movable_clamp``)."""
     if p is None:
         return {"tflgpu_sim": True}
     return {"tflgpu_sim": True, "scale": float(p.s), "zero_point": int(p.z), "qmin": p.qmin, "qmax": p.qmax,
-            **({"rounding": "raw_mean"} if raw_mean else {})}
+            **({"rounding": "raw_mean"} if raw_mean else {}), **({"clamp": clamp} if clamp is not None else {})}
+
+
+def sim_grid(options: dict) -> SimGrid | None:
+    """What a simulator with these options (``sim_options``) computes, where it rounds half to even; None for an
+    exact copy or a raw mean's rounding."""
+    if "scale" not in options or options.get("rounding") == "raw_mean":
+        return None
+    return SimGrid.of(options["scale"], options["zero_point"], options["qmin"], options["qmax"],
+                      options.get("clamp"))
+
+
+def movable_clamp(op: Operator, params: dict[int, QParams]) -> tuple[float, float] | None:
+    """The bounds of ``op``'s fused activation where its one output is quantized and the simulator after it can
+    apply them instead (``SimGrid``: one clamp in the kernel's store instead of two, the activation's and the
+    grid's); None where the op keeps its activation."""
+    if not traits(op.name).clamps_output or traits(op.name).rounds_raw_mean or len(op.outputs) != 1 \
+            or op.outputs[0] not in params:
+        return None
+    bounds = activation_bounds(op.options.get("fused_activation_function", 0))
+    if bounds == (-np.inf, np.inf):
+        return None
+    p = params[op.outputs[0]]
+    return bounds if SimGrid.of(p.s, p.z, p.qmin, p.qmax, bounds) is not None else None
 
 
 def float_view(sg: Subgraph) -> FloatView:
@@ -83,9 +110,10 @@ def float_view(sg: Subgraph) -> FloatView:
                                type_name=np.dtype(dtype).name.upper(), data=None, quantization=q))
         return idx
 
-    def sim(src: int, dst: int, p: QParams | None, raw_mean: bool = False) -> Operator:
+    def sim(src: int, dst: int, p: QParams | None, raw_mean: bool = False,
+            clamp: tuple[float, float] | None = None) -> Operator:
         view.simulators += p is not None
-        return Operator(0, SIM, -1, 1, (src,), (dst,), options=sim_options(p, raw_mean))
+        return Operator(0, SIM, -1, 1, (src,), (dst,), options=sim_options(p, raw_mean, clamp))
 
     merge: dict[int, int] = {}  # a DEQUANTIZE's input -> its output: the producer writes the float tensor
     graph_io = set(sg.inputs) | set(sg.outputs)
@@ -114,12 +142,14 @@ def float_view(sg: Subgraph) -> FloatView:
             ops.append(replace(op, inputs=ins, outputs=outs))
             continue
         raw_outs, after = list(outs), []
+        clamp = movable_clamp(op, params)
         for k, t in enumerate(op.outputs):
             if t in params:
                 raw = new_tensor(tensors[t])
                 raw_outs[k] = raw
-                after.append(sim(raw, outs[k], params[t], traits(op.name).rounds_raw_mean))
-        ops.append(replace(op, inputs=ins, outputs=tuple(raw_outs)))
+                after.append(sim(raw, outs[k], params[t], traits(op.name).rounds_raw_mean, clamp))
+        options = op.options if clamp is None else {**op.options, "fused_activation_function": 0}
+        ops.append(replace(op, inputs=ins, outputs=tuple(raw_outs), options=options))
         ops.extend(after)
     ops = [replace(o, index=i) for i, o in enumerate(ops)]
     view.sg = replace(sg, tensors=tensors, operators=ops)

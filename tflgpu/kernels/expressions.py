@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.float_view import sim_grid
 from ..ops.quantization import RAW_MEAN_SNAP
 from .errors import Unsupported
 
@@ -40,15 +41,19 @@ def unary_expr(op) -> str:
             raise Unsupported("a model's own custom op named QUANT_SIM")
         if "scale" not in o:
             return "v"
-        inv = float(np.float32(1.0) / np.float32(o["scale"]))
-        zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
         if o.get("rounding") == "raw_mean":  # (a mean of integers: .5 exactly, up to float error; OpenCL's
             # round() is half away from zero)
+            inv = float(np.float32(1.0) / np.float32(o["scale"]))
+            zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
             q = f"round(rint((v * {inv!r}f + {zp!r}f) * {RAW_MEAN_SNAP!r}f) * {1 / RAW_MEAN_SNAP!r}f)"
-        else:
-            q = f"(rint(v * {inv!r}f) + {zp!r}f)"
-        return (f"(clamp({q}, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
-                f" * {float(np.float32(scale))!r}f")
+            return (f"(clamp({q}, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
+                    f" * {float(np.float32(scale))!r}f")
+        grid = sim_grid(o)  # (ops.quantization.SimGrid: TFLite's rounding in five steps, an activation's clamp
+        # taken over included)
+        if grid is None:
+            raise Unsupported(f"a quantization simulator whose clamp {o.get('clamp')} leaves no value on its grid")
+        q = f"rint(clamp(v * {float(grid.inv)!r}f, (float4)({float(grid.lo)!r}f), (float4)({float(grid.hi)!r}f)))"
+        return f"({q}{' + 0.0f' if grid.plus_zero else ''}) * {float(grid.scale)!r}f"
     return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
 
 # comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0

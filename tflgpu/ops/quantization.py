@@ -19,6 +19,51 @@ RAW_MEAN_SNAP = 1024.0
 
 
 @dataclass(frozen=True)
+class SimGrid:
+    """What a float view's quantization simulator (QUANT_SIM, rounding half to even) computes, as both backends
+    compute it: ``rint(clamp(x * inv, lo, hi)) * scale``, all in float32.
+
+    That is TFLite's ``(clamp(rint(x / scale) + zero_point, qmin, qmax) - zero_point) * scale`` exactly, in
+    fewer steps: the zero point added and taken away again is gone (the sums are exact integers), and a clamp to
+    integer bounds commutes with rounding. ``clamp`` (the bounds of an activation the simulator took over from the
+    op before it, graph.float_view) clamps ``x`` first; the product's rounding keeps order, so that clamp joins
+    the grid's own as ``clamp(x, a, b) * inv`` clamped to ``[a * inv, b * inv]``. TFLite's form never gives -0.0
+    (it adds the zero point to the rounded value): where ``lo`` is below zero, a value rounding to zero from below
+    would, and ``plus_zero`` adds 0.0 after the rounding; where the grid starts at zero and goes up, ``lo`` is the
+    least normal float instead (every value up to it rounds to +0.0; -0.0 clamped to 0.0 may stay -0.0)."""
+
+    inv: np.float32
+    lo: np.float32
+    hi: np.float32
+    scale: np.float32
+
+    @classmethod
+    def of(cls, scale: float, zero_point: int, qmin: int, qmax: int,
+           clamp: tuple[float, float] | None = None) -> SimGrid | None:
+        """The grid of these parameters; None where an activation's clamp leaves no value on it (it does not
+        overlap the grid's range: the simulator must not take that clamp over)."""
+        inv = np.float32(1.0) / np.float32(scale)
+        lo, hi = np.float32(qmin - zero_point), np.float32(qmax - zero_point)
+        if clamp is not None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                lo = max(lo, np.float32(np.float32(clamp[0]) * inv))
+                hi = min(hi, np.float32(np.float32(clamp[1]) * inv))
+        if not lo <= hi:
+            return None
+        if lo == 0 < hi:
+            lo = np.finfo(np.float32).tiny
+        return cls(inv, np.float32(lo), np.float32(hi), np.float32(scale))
+
+    @property
+    def plus_zero(self) -> bool:
+        return bool(self.lo <= 0)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        q = np.rint(np.clip(np.asarray(x, np.float32) * self.inv, self.lo, self.hi))
+        return ((q + np.float32(0.0) if self.plus_zero else q) * self.scale).astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
 class QParams:
     scale: np.ndarray  # float32 [n]
     zero_point: np.ndarray  # int64 [n]

@@ -51,6 +51,9 @@ class OpTraits:
     # Its output is its input under another shape, every value in its place (RESHAPE, SQUEEZE, EXPAND_DIMS): where
     # the slice layout orders both alike the plan links it (runtime.selection.link_reshapes).
     reshapes: bool = False
+    # Its ``fused_activation_function`` clamps its output (TFLite's CalculateActivationRange: the RELU family),
+    # so a float view may move that clamp into the quantization simulator after it (graph.float_view).
+    clamps_output: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -83,6 +86,7 @@ _add("ADD SUB MUL MAXIMUM MINIMUM PRELU", fusable="binary")
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTransposeBias TFLGPU_SEPARABLE_CONV "
      "TFLGPU_EXPAND_DEPTHWISE SOFTMAX TFLGPU_CONCAT_VIEWS", takes_epilogue=True)
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED", bias_input=2)
+_add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV ADD SUB MUL DIV", clamps_output=True)
 _add("TRANSPOSE_CONV", bias_input=3)
 # a move of one output made by kernels.reindex's lane kernel (a reshape's copy too) stores through the same
 # epilogue: a PAD -> RELU, a RESHAPE -> MUL is one launch (not a concatenation: linked, it launches nothing)
