@@ -7,12 +7,13 @@ off at a time:
   QUANT_SIM after a depthwise conv, an expansion, a head's MEAN) keep it apart again;
 - prelu: PRELU is no fused op (ops.traits): its own kernel after the conv (U-Net's);
 - concat-views: no ``fold_reshapes`` (an SSD head's reshapes launch again before their concatenation);
+- input-prologue: no ``fuse_input_prologue`` (a quantized model's QUANTIZE of its float input launches again);
 - sim-clamp: a quantized model's float view leaves each op's fused activation on the op instead of moving it
   into the quantization simulator after it (graph.float_view.movable_clamp: two clamps per stored value).
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -55,6 +56,12 @@ def rule_off(name: str):
             yield
         finally:
             selection.fold_reshapes = keep
+    elif name == "input-prologue":
+        keep, selection.fuse_input_prologue = selection.fuse_input_prologue, lambda steps, sg, consts, allowed: (steps, 0)
+        try:
+            yield
+        finally:
+            selection.fuse_input_prologue = keep
     elif name == "sim-clamp":
         from tflgpu.graph import float_view
 

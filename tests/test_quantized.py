@@ -319,8 +319,9 @@ def test_mobilenet_v2_int8_takes_the_float_models_blocks(gpu):
     """The float view's QUANT_SIM after a block's first conv (the depthwise conv, a v2 block's expansion, the head's
     MEAN) does not keep the block apart: the int8 model's plan merges what the float model's does, each merged op
     holding its simulator (graph.passes.BETWEEN), and the SOFTMAX takes its own as a fused op: so it launches no
-    more kernels than the float plan but the input's QUANTIZE and, where no head is merged, the MEAN's simulator."""
-    from tflgpu.graph.passes import BETWEEN
+    more kernels than the float plan but, on a CPU device, the input's QUANTIZE (on a GPU the stem conv's prologue)
+    and the MEAN's simulator (on a GPU the head is merged)."""
+    from tflgpu.graph.passes import BETWEEN, PROLOGUE
     from tflgpu.kernels.base import Target
 
     from .conftest import selected_steps
@@ -337,7 +338,11 @@ def test_mobilenet_v2_int8_takes_the_float_models_blocks(gpu):
                for s in int8_steps if s.op.name.startswith("TFLGPU_"))
     alone = [s.members[0][0].inputs[0] for s in int8_steps if s.op.name == "QUANT_SIM"]
     producers = {t: s.op.name for s in int8_steps for op, _ in s.members for t in op.outputs}
-    assert sorted(producers.get(t, "graph input") for t in alone) == ([] if gpu else ["MEAN"]) + ["graph input"]
+    # (on a GPU the input's QUANTIZE is the stem conv's prologue: graph.passes.fuse_input_prologue)
+    assert sorted(producers.get(t, "graph input") for t in alone) == ([] if gpu else ["MEAN", "graph input"])
+    prologues = [s for s in int8_steps if s.op.options.get(PROLOGUE)]
+    assert [(s.op.name, s.op.inputs[0], [f.op.name for f in s.op.options[PROLOGUE]]) for s in prologues] == \
+        ([("CONV_2D", int8_steps[0].members[0][0].inputs[0], ["QUANT_SIM"])] if gpu else [])
     launches = lambda steps: sum(len(s.specs) for s in steps)
     assert launches(int8_steps) == launches(float_steps) + len(alone)
 
@@ -731,3 +736,45 @@ def test_float_view_moves_a_clamping_activation_into_the_simulator():
         moved += 1
     original = sum(op.options.get("fused_activation_function", 0) == 3 for op in sg.operators)
     assert moved == original > 30
+
+
+def test_input_quantize_as_the_first_convs_prologue(opencl_device, monkeypatch):
+    """Under a GPU's target, a float input's QUANTIZE read only by a conv is that conv's prologue (no launch of its
+    own): the conv rounds each input value it loads to the input's grid, so its output is LiteRT's within 1 step
+    for inputs far off that grid (a conv reading them unrounded is tens of steps off). (FP32: an FP16 plan rounds
+    the input to half before the simulator, with or without the prologue, and a coarse grid's edge then moves.)"""
+    fp16 = False
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.graph.passes import PROLOGUE
+    from tflgpu.kernels.base import Target
+    from tflgpu.model.builder import ModelBuilder
+
+    from .qutil import steps_apart
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input("x", (1, 17, 17, 3), np.float32)
+    xq = b.tensor("xq", (1, 17, 17, 3), np.int8, quant={"scale": np.float32([0.25]), "zero_point": np.int64([3])})
+    b.op("QUANTIZE", [x], [xq])
+    s = rng.uniform(0.01, 0.03, 8).astype(np.float32)
+    w = b.const("w", rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8),
+                quant={"scale": s, "zero_point": np.zeros(8, np.int64), "quantized_dimension": 0})
+    bias = b.const("b", rng.integers(-50, 50, 8).astype(np.int32),
+                   quant={"scale": 0.25 * s, "zero_point": np.zeros(8, np.int64)})
+    c = b.tensor("c", (1, 9, 9, 8), np.int8, quant={"scale": np.float32([0.02]), "zero_point": np.int64([-128])})
+    b.op("CONV_2D", [xq, w, bias], [c], version=3, padding="SAME", stride_h=2, stride_w=2,
+         fused_activation_function="RELU6")
+    y = b.tensor("y", (1, 9, 9, 8), np.float32)
+    b.op("DEQUANTIZE", [c], [y], version=2)
+    b.output(y)
+    model = b.build()
+    inputs = [(rng.normal(0, 4, (1, 17, 17, 3)) + 0.37).astype(np.float32)]
+    want = run_model(litert(), model, inputs)[0]
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, tuning="none",
+                                                               precision_loss_allowed=fp16, tiered_compile=False))
+    plan = it.gpu_plan
+    assert [(s.op.name, [f.op.name for f in s.op.options.get(PROLOGUE, ())]) for s in plan.steps] == \
+        [("CONV_2D", ["QUANT_SIM"])] and plan.launch_count() == 1
+    got = run_model(lambda **kw: it, model, inputs)[0]
+    assert steps_apart(got, want, 0.02) <= 1.0 + 1e-4

@@ -28,6 +28,11 @@
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
    ops.traits says take an epilogue) as a snippet applied before the store.
 
+7b. ``fuse_input_prologue`` (on a GPU) — unary elementwise steps reading a float graph input (a quantized model's QUANTIZE of
+   its float input, as the float view's simulator), read only by a device CONV_2D, join it: the conv reads the
+   graph input and applies them to each value it loads (its ``PROLOGUE``; kernels.conv's direct kernel), so they
+   take no launch of their own and store nothing.
+
 8. ``fuse_regions`` — elementwise steps (each op with its fused chain) over one layout that read each other's
    outputs or the same inputs, where every input they read exists at the first one's place, become one
    ``ELEMENTWISE_REGION`` step: one kernel loads the region's inputs once, computes each step's value in
@@ -79,6 +84,9 @@ CONCAT_VIEWS = "TFLGPU_CONCAT_VIEWS"
 # the option of a merged op (SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE) holding the unary elementwise ops
 # between its two ops, as Fused (a quantized model's QUANT_SIM): applied to the first op's values
 BETWEEN = "between"
+# the option of a CONV_2D holding the unary elementwise ops it applies to the graph input it reads, as Fused
+# (graph.passes.fuse_input_prologue): the values of the tensor its op reads are theirs
+PROLOGUE = "prologue"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
 
 
@@ -387,6 +395,36 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
         merged = replace(dense, name=POOLED_DENSE, builtin_code=-1, inputs=(op.inputs[0], dense.inputs[1], bias),
                          options={**dense.options, "mean": op, "dense": dense, BETWEEN: between.fused})
         return j, [i, *between.gone], PassStep(merged, s.members + between.members + nxt.members, nxt.epilogue, True)
+
+    return _merge_pairs(steps, sg, pair)
+
+
+def fuse_input_prologue(steps: list[PassStep], sg, consts: dict, allowed=lambda first, conv: True,
+                        ) -> tuple[list[PassStep], int]:
+    """Merge the unary elementwise steps (``_unary_chain``) from a 4-D float32 graph input whose last one is read
+    only by a device CONV_2D (as its input alone) into that conv's step: the conv op reads the graph input, and
+    its option ``PROLOGUE`` holds the steps' ops as Fused, in order (the CPU runs the members as before);
+    ``allowed(first_unary_op, conv_op)``: the caller's veto."""
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        x = s.op.inputs[0] if s.op.inputs else -1
+        if x not in sg.inputs or view.readers.get(x) != [i] or not _float4d(sg, x):
+            return None
+        between = _unary_chain(view, x, sg, consts)
+        if not between.steps or between.steps[0][0] != i:
+            return None
+        t = between.out
+        rs = view.readers.get(t, [])
+        if len(rs) != 1 or rs[0] in view.drop:
+            return None
+        j, nxt = rs[0], view.steps[rs[0]]
+        conv = nxt.op
+        if not (nxt.gpu and conv.name == "CONV_2D" and len(nxt.members) == 1 + len(nxt.epilogue)
+                and conv.inputs[:1] == (t,) and t not in conv.inputs[1:] and PROLOGUE not in conv.options
+                and allowed(s.op, conv)):
+            return None
+        op = replace(conv, inputs=(x,) + conv.inputs[1:], options={**conv.options, PROLOGUE: between.fused})
+        return j, between.gone, PassStep(op, between.members + nxt.members, nxt.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
 

@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..graph.conv_arg import CONV_ARG
+from ..graph.passes import PROLOGUE
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
@@ -35,6 +36,7 @@ from .common import (
     vec_slices,
     weights_oi,
 )
+from .epilogue import unary_chain
 from .knobs import Knobs, fitted, one_of, positive_int, work_group
 from .pool import arg_init, arg_lanes, arg_pick, channel_arg
 
@@ -179,6 +181,9 @@ class ConvShape:
     # a GPU's group-tiled conv writes its output as the dense buffer: the group tile and the direct kernel do, not
     # Winograd, a split sum or the broadcast GEMM (its space is the one without: a shipped record still finds it)
     dense_out: bool = False
+    # it applies unary ops to each input value it loads (graph.passes.PROLOGUE: a quantized model's QUANTIZE of its
+    # float input): only the direct kernel does, in float arithmetic
+    prologue: bool = False
     images: bool = Target.images  # the device reads images (kernels.base.Target)
     fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
     subgroups: str | None = Target.subgroups  # the extension naming the sub-group functions (kernels.base.Target)
@@ -188,6 +193,12 @@ class ConvShape:
     def weight_texels(self) -> int:
         """The float4s of the direct kernel's weights, at most (output slices padded to a tile of 16)."""
         return (self.sout + 16) * self.sin * self.kh * self.kw * 4
+
+    @property
+    def direct_only(self) -> bool:
+        """Only the direct kernel takes this conv: it reads or writes a dense boundary buffer, or applies a
+        prologue."""
+        return self.dense or self.prologue
 
     @property
     def split_ok(self) -> bool:
@@ -202,7 +213,7 @@ class ConvShape:
     @property
     def broadcast_ok(self) -> bool:
         """A pointwise conv on a device with sub-group functions: the broadcast GEMM applies."""
-        return self.pointwise and self.subgroups is not None and not self.whole_pixel and not self.dense
+        return self.pointwise and self.subgroups is not None and not self.whole_pixel and not self.direct_only
 
     @property
     def winograd_ok(self) -> bool:
@@ -369,9 +380,9 @@ class ConvKnobs(GroupTiled, Knobs):
         12.8 against 14.4.
         """
         if shape.gpu:
-            if shape.split_ok and not shape.dense:
+            if shape.split_ok and not shape.direct_only:
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, split=32)
-            if shape.pointwise and not shape.whole_pixel and not shape.dense:
+            if shape.pointwise and not shape.whole_pixel and not shape.direct_only:
                 if shape.sin >= DEEP_GEMM_SLICES:
                     return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(16, 4), k_chunk=8, k_split=4)
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
@@ -397,19 +408,20 @@ class ConvKnobs(GroupTiled, Knobs):
         space = dict(CONV_SPACE)
         space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * shape.row]
         space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
-        if not shape.winograd_ok or shape.whole_pixel or shape.dense:
+        if not shape.winograd_ok or shape.whole_pixel or shape.direct_only:
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
-        if not shape.split_ok or shape.dense:
+        if not shape.split_ok or shape.direct_only:
             del space["split"]
         if not (shape.images and shape.gpu and shape.weight_texels <= IMAGE_ROW * IMAGE_ROW):  # (a GPU's variant)
             del space["image_weights"]
-        if not (shape.fp16 and shape.gpu) or shape.whole_pixel:  # (a GPU's variant: a CPU runtime emulates half)
+        if not (shape.fp16 and shape.gpu) or shape.whole_pixel or shape.prologue:  # (a GPU's variant: a CPU
+            # runtime emulates half)
             del space["half_math"]
         if not (shape.broadcast_ok and shape.gpu):  # (a GPU's variant)
             del space["broadcast"]
-        if shape.whole_pixel or shape.dense or not (shape.pointwise or shape.gpu):
+        if shape.whole_pixel or shape.direct_only or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
             del space["group_tile"], space["k_chunk"], space["k_split"], space["prefetch"]
@@ -440,6 +452,10 @@ class ConvKnobs(GroupTiled, Knobs):
         if shape.dense and (self.winograd or self.group_tile is not None or self.split != 1):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
+        if shape.prologue and (self.winograd or self.group_tile is not None or self.split != 1 or self.broadcast
+                               or self.half_math is True):
+            bad.append("a conv applying an input prologue runs the direct kernel in float: no Winograd, group tile, "
+                       "split sum, broadcast or FP16 arithmetic")
         if shape.dense_out and (self.winograd or self.split != 1 or self.broadcast):
             bad.append("a conv writing a dense boundary buffer runs the direct kernel or the group tile: no "
                        "Winograd, split sum or broadcast")
@@ -539,7 +555,8 @@ def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: i
 def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt, pl, batch, tx, ts, act, cout,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: bool = False,
-                 dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False) -> str:
+                 dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False,
+                 prologue=()) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -553,6 +570,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ``arg``: a CONV_ARG's rank (``ChannelArg``): the work-item loops over the output slices ts at a time.
     ``dense_in``: the input is a dense NHWC float32 buffer of ``cin`` channels (a graph input's boundary
     buffer: no conversion pass before); ``dense_out``: so is the output (a graph output's: none after).
+    ``prologue``: unary ops (graph.passes.Fused) applied to each input value loaded inside the image, in float
+    (the padding stays zero: it pads their output).
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     # the input lanes the sum takes: a single slice of fewer than 4 channels (an RGB stem) leaves the rest out
@@ -614,6 +633,10 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     for t in range(tx):
         load = dense_load4("src", f"(prow + ix{t}) * {cin}", cin, "i") if dense_in else \
             f"LD4(src, row + ix{t})"
+        if prologue:  # (computed on the padding's zeros too, then selected away: no branch in the loop)
+            lines.append(f"        float4 x{t} = ok{t} ? {load} : (float4)(0.0f); {unary_chain(prologue, f'x{t}')}")
+            lines.append(f"        x{t} = ok{t} ? x{t} : (float4)(0.0f);")
+            continue
         if half_math:  # (an FP16 plan: the tensor is half already; the dense input is rounded to half)
             load = f"convert_half4({load})" if dense_in else f"vload4(row + ix{t}, src)"
         lines.append(f"        const {xt} x{t} = ok{t} ? {load} : ({xt})(0.0f);")
@@ -896,10 +919,12 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
+    prologue = ctx.op.options.get(PROLOGUE) or ()  # (graph.passes.fuse_input_prologue)
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images,
-                      fp16=ctx.fp16, subgroups=ctx.target.subgroups, max_group=ctx.target.max_group)
+                      fp16=ctx.fp16, subgroups=ctx.target.subgroups, max_group=ctx.target.max_group,
+                      prologue=bool(prologue))
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)
@@ -912,7 +937,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     if arg is not None and direct and ctx.op.outputs[1] in ctx.dense:  # (the rank, a graph output: written densely)
         arg = replace(arg, dense=True)
     shape = replace(shape, dense=dense_in or (dense_out and direct) or (arg is not None and arg.dense),
-                    dense_out=dense_out and not direct)
+                    dense_out=dense_out and not direct, prologue=bool(prologue))
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -946,7 +971,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
                            const_weights=knobs.const_weights, arg=arg, dense_in=dense_in,
                            dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
-                           half_math=knobs.half_math)
+                           half_math=knobs.half_math, prologue=prologue)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)

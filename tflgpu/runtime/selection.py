@@ -15,7 +15,8 @@ The graph transforms, in the one order they run:
    its input's producer, moved after the reshape, whose kernel then takes it.
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
-   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_regions``,
+   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
+   GPU, ``fuse_regions``,
    ``fuse_pooled_dense`` on a GPU
    and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
@@ -55,6 +56,7 @@ from ..graph.passes import (
     fuse_elementwise,
     fuse_expand_depthwise,
     fuse_expansions,
+    fuse_input_prologue,
     fuse_pooled_dense,
     fuse_regions,
     fuse_separable,
@@ -310,6 +312,9 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
+    if make.target.gpu:  # (a launch saved; on the Intel CPU runtime the stem conv reading the dense input with the
+        # prologue made the int8 MobileNet v2 7% slower than the simulator's own kernel: bench/pass_ab.py)
+        steps, counts["fuse_input_prologue"] = fuse_input_prologue(steps, sg, consts, same_storage)
     counts["fuse_regions"] = 0
     if regions:
         steps, counts["fuse_regions"] = fuse_regions(steps, sg, consts, same_storage)
