@@ -741,8 +741,9 @@ def test_float_view_moves_a_clamping_activation_into_the_simulator():
 def test_input_quantize_as_the_first_convs_prologue(opencl_device, monkeypatch):
     """Under a GPU's target, a float input's QUANTIZE read only by a conv is that conv's prologue (no launch of its
     own): the conv rounds each input value it loads to the input's grid, so its output is LiteRT's within 1 step
-    for inputs far off that grid (a conv reading them unrounded is tens of steps off). (FP32: an FP16 plan rounds
-    the input to half before the simulator, with or without the prologue, and a coarse grid's edge then moves.)"""
+    for inputs far off that grid (a conv reading them unrounded is tens of steps off). (FP32: in an FP16 plan the
+    conv's half weights move 3 of the 648 sums of these large inputs across the output grid's edges, with or
+    without the prologue; the conv reads the dense float32 input either way.)"""
     fp16 = False
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.graph.passes import PROLOGUE
