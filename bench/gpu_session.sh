@@ -9,7 +9,8 @@
 # MobileNet v1 / v2 with the heuristics alone), tune (exhaustive search of every float corpus model; the records
 # exported to $OUT/records.json), bench (bench/bench_gpu.py's table), torch (the PyTorch peers alone), sweep
 # (bench/gpu_sweep.py: fixed knob points of every conv of six corpus models), launch (bench/launch_cost.py),
-# compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), anatomy
+# compile (bench/compile_cost.py: a candidate's build cost, apart and 8 in one program), passab (bench/pass_ab.py:
+# each launch-saving graph rule off in turn; PASSAB_MODELS, PASSAB_OFF), anatomy
 # (bench/invoke_anatomy.py: where an invoke's time goes; ANATOMY_MODELS), ab (bench/launch_ab.py: fused blocks and
 # given work-groups and fused expansions against the start, whole plans; ANATOMY_MODELS, AB_VARIANTS), pytest (python -m pytest $PYTEST_ARGS,
 # its whole output logged: a failure's traceback), ship (bench's background records folded into the shipped
@@ -81,7 +82,7 @@
 # open rows and the question under them:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
 #   TESTS_K="prefetch or cadence or enqueue or expand_depthwise or densely or reshaped_convs or prelu or
-#   fused_ops_after or unary or fused_blocks" TESTS_LIMIT_S=110
+#   fused_ops_after or unary or fused_blocks or prologue or simulator_grid" TESTS_LIMIT_S=110
 #   ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite BG_WAIT_S=90 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch
 #   BENCH_LIMIT_S=300 BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/posenet_mnv1_257.tflite"
 #   RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh gputests launch anatomy bench ship
@@ -95,7 +96,9 @@
 #   BG_WAIT_S=30 TUNE_BUDGET_S=3 ROUNDS=20 BENCH_ARGS=--no-torch BENCH_LIMIT_S=200
 #   BENCH_MODELS="/tmp/models/unet_small_256.tflite /tmp/models/ssd_mnv2_300.tflite" bash bench/gpu_session.sh bench torch
 # Whole-plan A/B (AB_VARIANTS=queued,direct,expand-dw ... ab) and the sweep of prefetch and the head's groups
-# (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 ... sweep) wait for a later session.
+# (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 ... sweep) wait for a later session, as does
+# `passab` (bench/pass_ab.py on the GPU: the launch-saving graph rules one at a time against the plan, interleaved
+# with LiteRT's CPU: the int8 MobileNet v2's input prologue and simulator clamps, U-Net's PReLUs, SSD's head).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -212,6 +215,9 @@ for s in "$@"; do
         anatomy) step anatomy 150 python3 bench/invoke_anatomy.py $(printf "$M/%s " ${ANATOMY_MODELS:-mobilenet_v1_1.0_224.tflite mobilenet_v2_1.0_224.tflite}) ;;
         pytest) step pytest "${TESTS_LIMIT_S:-240}" python3 -m pytest -p no:cacheprovider ${PYTEST_ARGS:-} ;;
         compile) step compile 90 python3 bench/compile_cost.py "$M/mobilenet_v2_1.0_224.tflite" ;;
+        passab) step passab "${AB_LIMIT_S:-240}" python3 bench/pass_ab.py --rounds "${ROUNDS:-30}" \
+            --off "${PASSAB_OFF:-between,prelu,concat-views,input-prologue,sim-clamp}" $(printf "$M/%s " \
+            ${PASSAB_MODELS:-mobilenet_v2_1.0_224_int8.tflite unet_small_256.tflite ssd_mnv2_300.tflite}) ;;
         *) echo "unknown step $s" ;;
     esac
 done
