@@ -28,10 +28,10 @@
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
    ops.traits says take an epilogue) as a snippet applied before the store.
 
-7b. ``fuse_input_prologue`` (on a GPU) — unary elementwise steps reading a float graph input (a quantized model's QUANTIZE of
-   its float input, as the float view's simulator), read only by a device CONV_2D, join it: the conv reads the
-   graph input and applies them to each value it loads (its ``PROLOGUE``; kernels.conv's direct kernel), so they
-   take no launch of their own and store nothing.
+7b. ``fuse_input_prologue`` (on a GPU) — unary elementwise steps reading a float graph input (a quantized
+   model's QUANTIZE of its float input, as the float view's simulator), read only by a device CONV_2D, join it:
+   the conv reads the graph input and applies them to each value it loads (its ``PROLOGUE``; kernels.conv's
+   direct kernel), so they take no launch of their own and store nothing.
 
 8. ``fuse_regions`` — elementwise steps (each op with its fused chain) over one layout that read each other's
    outputs or the same inputs, where every input they read exists at the first one's place, become one
