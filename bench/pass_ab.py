@@ -30,48 +30,47 @@ import sys
 import numpy as np
 
 
-@contextlib.contextmanager
-def rule_off(name: str):
-    """The named rule off while a plan is built (its steps selected)."""
-    from tflgpu.graph import passes
+def _rule_patches(name: str) -> list[tuple[object, str, object]]:
+    """What turning the named rule off replaces: (owner, attribute, replacement) each; an owner may be a dict (a key)."""
+    from tflgpu.graph import float_view, passes
     from tflgpu.ops import traits
     from tflgpu.runtime import selection
 
-    if name == "between":
-        keep, passes._unary_chain = passes._unary_chain, lambda view, t, sg, consts: passes._Between((), t)
-        try:
-            yield
-        finally:
-            passes._unary_chain = keep
-    elif name == "prelu":
-        keep = traits._TABLE["PRELU"]
-        traits._TABLE["PRELU"] = dataclasses.replace(keep, fusable=None)
-        try:
-            yield
-        finally:
-            traits._TABLE["PRELU"] = keep
-    elif name == "concat-views":
-        keep, selection.fold_reshapes = selection.fold_reshapes, lambda steps, sg, consts, allowed: (steps, 0)
-        try:
-            yield
-        finally:
-            selection.fold_reshapes = keep
-    elif name == "input-prologue":
-        keep, selection.fuse_input_prologue = selection.fuse_input_prologue, lambda steps, sg, consts, allowed: (steps, 0)
-        try:
-            yield
-        finally:
-            selection.fuse_input_prologue = keep
-    elif name == "sim-clamp":
-        from tflgpu.graph import float_view
+    no_pass = lambda steps, sg, consts, allowed: (steps, 0)
+    rules = {
+        "between": lambda: [(passes, "_unary_chain", lambda view, t, sg, consts: passes._Between((), t))],
+        "prelu": lambda: [(traits._TABLE, "PRELU", dataclasses.replace(traits._TABLE["PRELU"], fusable=None))],
+        "concat-views": lambda: [(selection, "fold_reshapes", no_pass)],
+        "input-prologue": lambda: [(selection, "fuse_input_prologue", no_pass)],
+        "sim-clamp": lambda: [(float_view, "movable_clamp", lambda op, params: None)],
+    }
+    if name not in rules:
+        raise ValueError(f"unknown rule {name!r} (one of {', '.join(rules)})")
+    return rules[name]()
 
-        keep, float_view.movable_clamp = float_view.movable_clamp, lambda op, params: None
-        try:
-            yield
-        finally:
-            float_view.movable_clamp = keep
-    else:
-        raise ValueError(name)
+
+@contextlib.contextmanager
+def rule_off(name: str):
+    """The named rule off while a plan is built (its steps selected)."""
+    patches = _rule_patches(name)
+
+    def get(owner, key):
+        return owner[key] if isinstance(owner, dict) else getattr(owner, key)
+
+    def put(owner, key, value):
+        if isinstance(owner, dict):
+            owner[key] = value
+        else:
+            setattr(owner, key, value)
+
+    kept = [(owner, key, get(owner, key)) for owner, key, _ in patches]
+    for owner, key, value in patches:
+        put(owner, key, value)
+    try:
+        yield
+    finally:
+        for owner, key, value in kept:
+            put(owner, key, value)
 
 
 def main() -> int:
