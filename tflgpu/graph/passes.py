@@ -47,6 +47,11 @@
    become one ``SEPARABLE_EXPAND`` step at the separable conv's place: one kernel, its output stored only where
    another op reads it (kernels.separable_expand). Its generator's ``fused`` knob falls back to the two ops' own
    kernels.
+11. ``merge_sibling_convs`` (on a GPU) — device pointwise CONV_2Ds of one input, each with no fused ops after it
+   and all with one activation (a model's heads: PoseNet's four, an SSD feature map's box and class convs), become
+   one ``SIBLING_CONVS`` step at the first one's place: one GEMM over their weights side by side, each output's
+   slices stored into that output (kernels.siblings). Its generator's ``fused`` knob falls back to the convs' own
+   kernels.
 
 Each pass is a pure function of (steps, subgraph) returning new steps and how many ops it changed.
 """
@@ -81,6 +86,10 @@ POOLED_DENSE = "TFLGPU_POOLED_DENSE"
 # (their shapes under "views", one per input: the reshape's output shape, or None where the input is read as is); the
 # concatenation's outputs, index and other options
 CONCAT_VIEWS = "TFLGPU_CONCAT_VIEWS"
+# graph.passes.merge_sibling_convs' op: inputs (the shared input, then each conv's filter and bias), the convs'
+# outputs in order, the first conv's index, and under "convs" the merged CONV_2D ops, under
+# "fused_activation_function" their activation
+SIBLING_CONVS = "TFLGPU_SIBLING_CONVS"
 # the option of a merged op (SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE) holding the unary elementwise ops
 # between its two ops, as Fused (a quantized model's QUANT_SIM): applied to the first op's values
 BETWEEN = "between"
@@ -427,6 +436,33 @@ def fuse_input_prologue(steps: list[PassStep], sg, consts: dict, allowed=lambda 
         return j, between.gone, PassStep(op, between.members + nxt.members, nxt.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
+
+
+def merge_sibling_convs(steps: list[PassStep], sg, consts: dict, allowed=lambda first, other: True,
+                        ) -> tuple[list[PassStep], int]:
+    """Merge the device pointwise CONV_2D steps (one op, no fused ops after it) that read one tensor with one fused
+    activation into one ``SIBLING_CONVS`` step at the first one's place (where that tensor exists and before any
+    reader of their outputs); ``allowed(first_conv, other_conv)``: the caller's veto. Returns the steps and how many
+    went into another."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, s in enumerate(steps):
+        op = s.op
+        if s.gpu and len(s.members) == 1 and not s.epilogue and op.name == "CONV_2D" and _pointwise(op, sg, consts):
+            groups.setdefault((op.inputs[0], op.options.get("fused_activation_function", 0)), []).append(i)
+    out, gone = list(steps), set()
+    for (x, act), found in groups.items():
+        at = found[0]
+        group = [at] + [i for i in found[1:] if allowed(steps[at].op, steps[i].op)]
+        if len(group) < 2:
+            continue
+        convs = tuple(steps[i].op for i in group)
+        op = replace(convs[0], name=SIBLING_CONVS, builtin_code=-1,
+                     inputs=(x,) + tuple(t for c in convs for t in (c.inputs[1], _bias(c))),
+                     outputs=tuple(c.outputs[0] for c in convs),
+                     options={"convs": convs, "fused_activation_function": act})
+        out[at] = PassStep(op, [m for i in group for m in steps[i].members], [], True)
+        gone.update(group[1:])
+    return [s for k, s in enumerate(out) if k not in gone], len(gone)
 
 
 def _unary(f: Fused) -> bool:

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (registers the generators)
     reindex,
     separable,
     separable_expand,
+    siblings,
     storage,
 )
 from .base import GenContext, Target, Unsupported, generator_for, gpu_ops

@@ -703,21 +703,54 @@ def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: i
     return GroupStage("", load)
 
 
+@dataclass(frozen=True)
+class Route:
+    """One output of a group tile writing several (kernels.siblings: convs of one input as one GEMM): its output
+    slices are the GEMM's ``s0``.. ``s0 + sout``, ``cout`` channels, stored as dense NHWC floats where ``dense``."""
+
+    s0: int
+    sout: int
+    cout: int
+    dense: bool = False
+
+
 def _gemm_head(name: str, group: tuple[int, int, int], epilogue, params: str = "", dense: bool = False,
-               ) -> tuple[str, list[str]]:
+               routes: list[Route] | None = None) -> tuple[str, list[str]]:
     """A GEMM kernel's epilogue code and first lines: its work-group size and signature (``src``, ``params``: a
-    stage's own, the weights, bias, the epilogue's parameters, ``dst``: dense NHWC floats where ``dense``)."""
+    stage's own, the weights, bias, the epilogue's parameters, ``dst``: dense NHWC floats where ``dense``; with
+    ``routes``, ``dst0``, ``dst1``... one per route)."""
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
-    dst = "float" if dense else "STORE_T"
+    if routes is None:
+        dsts = f"__global {'float' if dense else 'STORE_T'}* dst"
+    else:
+        dsts = ", ".join(f"__global {'float' if r.dense else 'STORE_T'}* dst{k}" for k, r in enumerate(routes))
     return ep_code, [f"__attribute__((reqd_work_group_size({group[0]}, {group[1]}, {group[2]})))",
                      f"__kernel void {name}(__global const STORE_T* src, {params}__global const STORE_T* wts,",
-                     f"                     __global const STORE_T* bias, {extra}__global {dst}* dst) {{"]
+                     f"                     __global const STORE_T* bias, {extra}{dsts}) {{"]
+
+
+def _routed_store(routes: list[Route], s_expr: str, b: str, p: str, pixels: int) -> str:
+    """The statements storing the float4 ``v`` of GEMM slice ``s_expr`` (image ``b``, pixel ``p`` of ``pixels``)
+    into the route whose slices hold it, at its own slice and layout (the lanes past its channels zeroed, or not
+    stored where it is dense)."""
+    branches = []
+    for k, r in enumerate(routes):
+        sl = f"({s_expr} - {r.s0})"
+        if r.dense:
+            st = _store(f"({b} * {r.sout} + {sl}) * {pixels} + {p}", sl, "", "",
+                        dense_store4(f"dst{k}", f"({b} * {pixels} + {p}) * {r.cout}", r.cout, sl, "v"))
+        else:
+            st = _store(f"({b} * {r.sout} + {sl}) * {pixels} + {p}", sl, "", pad_lanes_mask(r.cout, sl, "v"),
+                        f"ST4(dst{k}, oi, v);")
+        last = k == len(routes) - 1
+        branches.append(st if last else f"if ({s_expr} < {r.s0 + r.sout}) {st}")
+    return " else ".join(branches)
 
 
 def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, act, cout, epilogue=None,
                        stage: GroupStage | None = None, half_math: bool = False, ks: int = 1,
-                       prefetch: bool = False, dense: bool = False) -> str:
+                       prefetch: bool = False, dense: bool = False, routes: list[Route] | None = None) -> str:
     """A conv as a GEMM with local memory (``ConvKnobs.group_tile``; ``stage``: how it reads its input, the
     input slices of a pointwise conv by default): a work-group of lx x ls
     work-items covers lx*tx pixels by ls*ts output slices; per step it stages kc input slices of those pixels and
@@ -729,12 +762,13 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
     z*kc.. of them; at the end each adds its sums to local memory, and share 0 adds them up and stores.
     ``prefetch`` (``ConvKnobs.prefetch``): each work-item reads its share of the next step into registers before it
     sums the staged one, and stores them into local memory after the step's second barrier, so that a step's reads
-    from global memory (or its stage's computation) overlap the sums instead of preceding them."""
+    from global memory (or its stage's computation) overlap the sums instead of preceding them. ``routes``: the GEMM's
+    output slices go to several outputs (``Route``; no epilogue), else to ``dst``."""
     px, so, nt = lx * tx, ls * ts, lx * ls
     vt = "half4" if half_math else "float4"
     zero = f"({vt})(0.0f)"
     wload = (lambda at: f"vload4({at}, wts)") if half_math else (lambda at: f"LD4(wts, {at})")
-    ep_code, head = _gemm_head(name, (lx, ks, ls), epilogue, stage.params if stage else "", dense)
+    ep_code, head = _gemm_head(name, (lx, ks, ls), epilogue, stage.params if stage else "", dense, routes)
     if ks == 1:
         lines = [*head,
                  f"  __local {vt} xs[{kc * px}];",
@@ -830,7 +864,9 @@ def _group_tile_source(name, *, pixels, sin, sout, batch, tx, ts, lx, ls, kc, ac
             lines.append(f"    if ({p} < {pixels}) {{")
             lines.append(f"      float4 v = {f'convert_float4(acc{a}_{t})' if half_math else f'acc{a}_{t}'} + bv;")
             lines.append("      " + activation(act, "v"))
-            if dense:  # (a graph output's dense NHWC float buffer: lanes past cout not stored)
+            if routes is not None:
+                lines.append("      " + _routed_store(routes, s_expr, "b", p, pixels))
+            elif dense:  # (a graph output's dense NHWC float buffer: lanes past cout not stored)
                 lines.append("      " + _store(f"(b * {sout} + {s_expr}) * {pixels} + {p}", s_expr, ep_code, "",
                                                dense_store4("dst", f"(b * {pixels} + {p}) * {cout}", cout, s_expr,
                                                             "v")))

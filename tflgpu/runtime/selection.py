@@ -18,7 +18,8 @@ The graph transforms, in the one order they run:
    fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
    GPU, ``fuse_regions``,
    ``fuse_pooled_dense`` on a GPU
-   and, where the plan's config asks, ``fuse_expansions`` (graph.passes), in that order.
+   and, where the plan's config asks, ``fuse_expansions``, then ``merge_sibling_convs`` on a GPU (graph.passes), in
+   that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
@@ -61,6 +62,7 @@ from ..graph.passes import (
     fuse_regions,
     fuse_separable,
     merge_pad,
+    merge_sibling_convs,
     moves_in_place,
 )
 from ..graph.precision import STORAGE_CAST, stored_fp16
@@ -322,6 +324,8 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
         steps, counts["fuse_pooled_dense"] = fuse_pooled_dense(steps, sg, consts, same_storage)
     if expansions or (expansions is None and make.target.gpu):
         steps, counts["fuse_expansions"] = fuse_expansions(steps, sg, consts, same_storage, expansions is True)
+    if make.target.gpu:  # (a CPU device keeps the convs' own kernels: kernels.siblings)
+        steps, counts["merge_sibling_convs"] = merge_sibling_convs(steps, sg, consts, same_storage)
     out = []
     for ps in steps:
         if not ps.gpu:
