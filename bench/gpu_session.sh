@@ -82,7 +82,7 @@
 # open rows and the question under them:
 #   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig;
 #   TESTS_K="prefetch or cadence or enqueue or expand_depthwise or densely or reshaped_convs or prelu or
-#   fused_ops_after or unary or fused_blocks or prologue or simulator_grid" TESTS_LIMIT_S=110
+#   fused_ops_after or unary or fused_blocks or prologue or simulator_grid or sibling" TESTS_LIMIT_S=110
 #   ANATOMY_MODELS=mobilenet_v2_1.0_224.tflite BG_WAIT_S=90 TUNE_BUDGET_S=5 ROUNDS=20 BENCH_ARGS=--no-torch
 #   BENCH_LIMIT_S=300 BENCH_MODELS="/tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/posenet_mnv1_257.tflite"
 #   RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh gputests launch anatomy bench ship
@@ -184,7 +184,8 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
     TFLGPU_TIERED_COMPILE=${TFLGPU_TIERED_COMPILE:-1} python3 -m pytest -q -n 12 -p no:cacheprovider \
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py tests/test_enqueue.py \
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
-        tests/test_autotune.py tests/test_const_pack.py tests/test_expand_depthwise.py tests/test_quantized.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_autotune.py tests/test_const_pack.py tests/test_expand_depthwise.py tests/test_quantized.py \
+        tests/test_siblings.py 2>&1 | grep -v "^SKIPPED" | tail -30
 }
 
 ship() {  # the last bench step's background records folded into the shipped database (RECORDS_NAME), which
