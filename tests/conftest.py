@@ -223,6 +223,20 @@ def constant_only_ops(plan) -> list[str]:
             if not traits(op.name).side_effects and op.inputs and all(t < 0 or t not in runtime for t in op.inputs)]
 
 
+def plan_with_params(opencl_device, model: bytes, first_op: tuple[str, ...], params: dict, fp16: bool = False):
+    """The model's OpenCL plan built straight from its CPU runner (no dense boundary, no cache), ``params`` given
+    to the step at the first op named one of ``first_op`` (a merged step takes its first op's index); (its
+    Interpreter, the plan). Under whatever target the caller has set (a test faking a GPU's)."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.config import PlanConfig
+    from tflgpu.runtime.executor import GpuPlan
+
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    runner = it.cpu_runner()
+    index = next(op.index for op, _ in runner.steps if op.name in first_op)
+    return it, GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={index: params})
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -14,9 +14,8 @@ from tflgpu.cpu.executor import ModelRunner
 from tflgpu.graph.passes import BETWEEN, POOLED_DENSE, PassStep, fuse_elementwise, fuse_pooled_dense
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
-from tflgpu.runtime.config import PlanConfig
 
-from .conftest import assert_close, litert, run_model
+from .conftest import assert_close, litert, plan_with_params, run_model
 
 
 def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act="NONE", relu_after=False,
@@ -146,17 +145,12 @@ HEADS = {
 def test_pooled_dense_variants_match_litert(opencl_device, rng, monkeypatch, fp16, point, head):
     """Every variant computes what LiteRT does (FP32 within 1e-4, FP16 within 1e-2 of the output's scale): batches,
     padded input and output lanes, fused activations and a fused op after the dense one."""
-    from tflgpu.runtime.executor import GpuPlan
-
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
     _gpu_target(monkeypatch)
     params, kernels = POINTS[point]
     model, feeds = head_model(rng, **HEADS[head])
-    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
-    runner = it.cpu_runner()
-    index = next(op.index for op, _ in runner.steps if op.name in ("FULLY_CONNECTED", "CONV_2D"))  # (the head's)
-    plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={index: params})
+    it, plan = plan_with_params(opencl_device, model, ("FULLY_CONNECTED", "CONV_2D"), params, fp16)  # (the head's)
     (step,) = [s for s in plan.steps if s.op.name == POOLED_DENSE]
     # (unfused, the unary ops between take a kernel of their own, as before the pass)
     between = bool(HEADS[head].get("between")) and not params["fused"]

@@ -12,9 +12,8 @@ from tflgpu.cpu.executor import ModelRunner
 from tflgpu.graph.passes import SIBLING_CONVS, PassStep, fuse_elementwise, merge_sibling_convs
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
-from tflgpu.runtime.config import PlanConfig
 
-from .conftest import assert_close, corpus_model, litert, run_model
+from .conftest import assert_close, corpus_model, litert, plan_with_params, run_model
 
 
 def heads_model(rng, shape=(1, 9, 9, 40), couts=(12, 17, 34)):
@@ -79,17 +78,12 @@ SHAPES = {"9x9x40": {}, "batch 2, 5x7x9": {"shape": (2, 5, 7, 9), "couts": (4, 3
 def test_sibling_convs_match_litert(opencl_device, rng, monkeypatch, shape, point, fp16):
     """Every variant computes each conv's output as LiteRT does (FP32 within 1e-4, FP16 within 1e-2 of its
     scale): channel counts that are not whole slices, the slice layout an ADD reads, batches."""
-    from tflgpu.runtime.executor import GpuPlan
-
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
     _gpu_target(monkeypatch)
     params, kernels = POINTS[point]
     model, feeds = heads_model(rng, **SHAPES[shape])
-    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
-    runner = it.cpu_runner()
-    index = next(op.index for op, _ in runner.steps if op.name == "CONV_2D")  # (the first head's: the merged step's)
-    plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={index: params})
+    it, plan = plan_with_params(opencl_device, model, ("CONV_2D",), params, fp16)  # (the first head's index)
     (step,) = [s for s in plan.steps if s.op.name == SIBLING_CONVS]
     assert len(step.specs) == kernels and plan.cpu_op_count == 0
     assert {k: step.specs[0].params[k] for k in params} == params
