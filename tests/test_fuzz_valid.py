@@ -149,3 +149,15 @@ def test_fp16_rounding_of_an_ill_conditioned_graph_is_not_a_finding(seed, ops, o
         pytest.skip("device has no cl_khr_fp16")
     r = check(seed, ops)
     assert r["status"] == "ok" and r["device_ops"] > 0, r
+
+
+def test_fp16_argmax_near_tie_the_simulation_kept_is_exact(opencl_device):
+    """This session's offline finding (seed 20273, 10 ops): an ARG_MAX over a 25-class FC chain after a device
+    depthwise conv, its index 2 off at FP16. The FP16 calibration, run on these very inputs, had kept the answer in
+    its CPU simulation, so the chain stayed half; the device's rounding (its own order of sums) swapped two values
+    closer than the rounding. Now an ARG_MAX / ARG_MIN whose best and runner-up lie within twice the simulated
+    rounding of its input reads exact values whatever the budget (runtime.precision._near_tie)."""
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    r = check(20273, 10)
+    assert r["status"] == "ok" and r["device_ops"] > 0, r

@@ -336,3 +336,34 @@ def test_a_ranked_conv_stores_the_sums_its_fp16_readers_read_in_half(other_reade
     fp32 = {0} | ({2} if fp32_reader else set())
     assert stored_fp16(merged, fp32)[y] == half
     assert stored_fp16(sg, {0})[y] is False  # (the unmerged CONV_2D: FP32 storage)
+
+
+@pytest.mark.parametrize("tie", [pytest.param(True, id="two equal logits"), pytest.param(False, id="a clear winner")])
+def test_an_argmax_within_the_roundings_reach_reads_exact_values(fp16_device, tie):
+    """An ARG_MAX whose best and runner-up lie within the rounding FP16 puts on its input reads exact values whatever
+    the budget, even where the calibration's simulation kept its answer (runtime.precision._near_tie: the device
+    rounds in another order); one with a clear winner leaves what it reads in half."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((12, 40)).astype(np.float32)
+    w[7] = w[3] + 3.0  # (on a positive input logit 7 is far ahead of the others, and logit 3 with it where tied)
+    if tie:
+        w[3] = w[7]
+    b = ModelBuilder()
+    x = b.input("x", (1, 40))
+    logits = b.tensor("logits", (1, 12))
+    b.op("FULLY_CONNECTED", [x, b.const("w", w), b.const("b", np.zeros(12, np.float32))], [logits])
+    index = b.tensor("index", (1,), np.int32)
+    b.op("ARG_MAX", [logits, b.const("axis", np.int32([1]))], [index], output_type=2)
+    b.output(logits, index)
+    data = b.build()
+    feed = [np.abs(rng.standard_normal((1, 40))).astype(np.float32)]
+    it = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, cache=False, tuning="none",
+                                                              calibration_inputs=[feed]))
+    got, want = run_model(lambda **kw: it, data, feed), run_model(litert(), data, feed)
+    fp32 = it.gpu_plan.precision.fp32
+    if tie:
+        why = "FP16 rounding of near-equal values could change"
+        assert sorted(fp32.values()) == [f"its answer {why}", f"read by ARG_MAX (node 1), whose answer {why}"]
+        np.testing.assert_array_equal(got[1], want[1])
+    else:
+        assert fp32 == {} and got[1][0] == want[1][0] == 7

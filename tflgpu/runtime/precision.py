@@ -16,7 +16,9 @@ rounding what it is passed would leave them exact).
    ``MAX_ROUNDS`` rounds.
 3. While over the budget, an op whose answer is decided by comparing values (``ops.traits``'s ``ranks``:
    ARG_MAX, TOPK_V2, ...) and changed under the rounding (a near-tie swapped) reads exact values: it and
-   everything its inputs are computed from store in FP32.
+   everything its inputs are computed from store in FP32. So does an ARG_MAX / ARG_MIN whatever the budget
+   where the rounding could swap its answer on the device though the simulation did not (``_near_tie``: its
+   best and runner-up within twice the rounding the simulation put on its input).
 4. Where no op stands out and the outputs are still over the budget (a deep graph that passes on the rounding
    of any early layer), whole parts of the graph: see ``_by_parts``. Where not even one part fits, every op
    stores in FP32.
@@ -268,6 +270,31 @@ def _answer_moved(cal: _Calibration, sims: list[list], op, errors: dict[int, flo
     return any(errors[t] > 0 for t in _answer(cal.sg, op))
 
 
+def _near_tie(cal: _Calibration, sims: list[list], op) -> bool:
+    """Whether an ARG_MAX / ARG_MIN compares values the device's rounding could swap though the simulation kept
+    its answer: on some sample, the reference's best and runner-up along its axis lie within twice the largest
+    rounding the simulation put on its input (the device rounds as much, in another order: its sums' order, its
+    fused chains). An exact tie counts: which one wins is then the rounding's."""
+    if op.name not in ("ARG_MAX", "ARG_MIN") or len(op.inputs) < 2:
+        return False
+    x, axis = op.inputs[0], cal.runner.consts.get(op.inputs[1])
+    if x < 0 or axis is None or cal.sg.tensors[x].dtype != np.float32:
+        return False
+    for s, r in zip(sims, cal.refs):
+        ref, sim = r[x], s[x]
+        if not (isinstance(ref, np.ndarray) and isinstance(sim, np.ndarray) and ref.ndim and ref.size
+                and np.isfinite(ref).all() and np.isfinite(sim).all()):
+            continue
+        noise = float(np.abs(sim.astype(np.float64) - ref).max())
+        values = np.sort(np.moveaxis(ref.astype(np.float64), int(np.asarray(axis).reshape(-1)[0]) % ref.ndim, -1))
+        if noise == 0.0 or values.shape[-1] < 2:
+            continue
+        gap = values[..., -1] - values[..., -2] if op.name == "ARG_MAX" else values[..., 1] - values[..., 0]
+        if bool((gap < 2.0 * noise).any()):
+            return True
+    return False
+
+
 def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], budget: float,
                      floors: dict[int, float] | None = None, shaped: Subgraph | None = None) -> PrecisionChoice:
     """The ops to keep in FP32 so that every output stays within ``budget`` (see the module's docstring).
@@ -300,14 +327,16 @@ def choose_precision(runner: SubgraphRunner, samples: list[list[np.ndarray]], bu
         fp32 = cal.follow(fp32)
         sims = cal.simulate(fp32)
         error = cal.error(sims)
-        if error <= budget:
+        near = [op for op, _ in runner.steps if op.index not in fp32 and _near_tie(cal, sims, op)]
+        if error <= budget and not near:
             return PrecisionChoice(fp32, error)
         errors = {t: cal.error(sims, [t]) for t in range(len(sg.tensors)) if t not in runner.consts}
-        ranked = [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
-                  and _answer_moved(cal, sims, op, errors)]
-        for op in ranked:  # 3. a near-tie the rounding swapped: what it compares is computed exactly
-            why = f"read by {op.name} (node {op.index}), whose answer FP16 rounding of near-equal values changes"
-            fp32[op.index] = "its answer FP16 rounding of near-equal values changes"
+        ranked = near or [op for op, _ in runner.steps if traits(op.name).ranks and op.index not in fp32
+                          and _answer_moved(cal, sims, op, errors)]
+        for op in ranked:  # 3. a near-tie the rounding swapped (or could: ``near``): what it compares is exact
+            change = "could change" if near else "changes"
+            why = f"read by {op.name} (node {op.index}), whose answer FP16 rounding of near-equal values {change}"
+            fp32[op.index] = f"its answer FP16 rounding of near-equal values {change}"
             for t in op.inputs:
                 if t >= 0 and t not in runner.consts:
                     keep_exact(t, why)
