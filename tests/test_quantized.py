@@ -744,7 +744,6 @@ def test_input_quantize_as_the_first_convs_prologue(opencl_device, monkeypatch):
     for inputs far off that grid (a conv reading them unrounded is tens of steps off). (FP32: in an FP16 plan the
     conv's half weights move 3 of the 648 sums of these large inputs across the output grid's edges, with or
     without the prologue; the conv reads the dense float32 input either way.)"""
-    fp16 = False
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.graph.passes import PROLOGUE
     from tflgpu.kernels.base import Target
@@ -773,7 +772,7 @@ def test_input_quantize_as_the_first_convs_prologue(opencl_device, monkeypatch):
     inputs = [(rng.normal(0, 4, (1, 17, 17, 3)) + 0.37).astype(np.float32)]
     want = run_model(litert(), model, inputs)[0]
     it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, tuning="none",
-                                                               precision_loss_allowed=fp16, tiered_compile=False))
+                                                               tiered_compile=False))
     plan = it.gpu_plan
     assert [(s.op.name, [f.op.name for f in s.op.options.get(PROLOGUE, ())]) for s in plan.steps] == \
         [("CONV_2D", ["QUANT_SIM"])] and plan.launch_count() == 1

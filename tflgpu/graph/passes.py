@@ -419,8 +419,8 @@ def fuse_input_prologue(steps: list[PassStep], sg, consts: dict, allowed=lambda 
         x = s.op.inputs[0] if s.op.inputs else -1
         if x not in sg.inputs or view.readers.get(x) != [i] or not _float4d(sg, x):
             return None
-        between = _unary_chain(view, x, sg, consts)
-        if not between.steps or between.steps[0][0] != i:
+        between = _unary_chain(view, x, sg, consts)  # (x's one reader is step i: the chain starts there, or is empty)
+        if not between.steps:
             return None
         t = between.out
         rs = view.readers.get(t, [])

@@ -973,7 +973,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     if arg is not None and direct and ctx.op.outputs[1] in ctx.dense:  # (the rank, a graph output: written densely)
         arg = replace(arg, dense=True)
     shape = replace(shape, dense=dense_in or (dense_out and direct) or (arg is not None and arg.dense),
-                    dense_out=dense_out and not direct, prologue=bool(prologue))
+                    dense_out=dense_out and not direct)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:

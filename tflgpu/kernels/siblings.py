@@ -34,9 +34,8 @@ class SiblingKnobs(ConvKnobs):
     def default(cls, shape: ConvShape) -> SiblingKnobs:
         """The pointwise conv's GPU default over all the siblings' output slices, fused where that is a group tile;
         else (a CPU device's target) the convs' own kernels."""
-        base = ConvKnobs.default(shape)
-        fused = base.group_tile is not None and base.split == 1 and not base.broadcast and not base.winograd
-        return cls(**{**base.params(), "fused": fused})
+        knobs = cls(**ConvKnobs.default(shape).params())
+        return knobs if not knobs.problems(shape) else replace(knobs, fused=False)
 
     @classmethod
     def space(cls, shape: ConvShape) -> dict[str, list]:

@@ -16,10 +16,8 @@ The graph transforms, in the one order they run:
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
    fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
-   GPU, ``fuse_regions``,
-   ``fuse_pooled_dense`` on a GPU
-   and, where the plan's config asks, ``fuse_expansions``, then ``merge_sibling_convs`` on a GPU (graph.passes), in
-   that order.
+   GPU, ``fuse_regions``, ``fuse_pooled_dense`` on a GPU and, where the plan's config asks, ``fuse_expansions``,
+   then ``merge_sibling_convs`` on a GPU (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
 6. ``link_concat`` (``link_concatenations``), after tuning: a channel concatenation's producers write into
