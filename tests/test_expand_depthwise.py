@@ -94,11 +94,15 @@ def test_pass_leaves_what_it_cannot_fuse(rng, why):
 
 def test_where_the_pass_runs():
     """On a GPU, for blocks whose depthwise conv and projection the separable pass's default leaves as two kernels
-    (more than 384 expanded channels); never on a CPU device."""
+    (more than 384 expanded channels) and whose expansion reads at most MAX_INPUTS channels (MobileNet v2's 96 and
+    160, not MobileNet v1's 256 and more); never on a CPU device."""
     gpu, cpu = Target(float_lanes=1, gpu=True), Target(float_lanes=16, gpu=False)
-    assert not expand_depthwise.wanted(gpu, 384) and expand_depthwise.wanted(gpu, 388)
-    assert expand_depthwise.wanted(gpu, 576) and expand_depthwise.wanted(gpu, 960)
-    assert not expand_depthwise.wanted(cpu, 960)
+    assert not expand_depthwise.wanted(gpu, 384, 64) and expand_depthwise.wanted(gpu, 388, 64)
+    assert expand_depthwise.wanted(gpu, 576, 96) and expand_depthwise.wanted(gpu, 960, 160)
+    assert expand_depthwise.wanted(gpu, 960, expand_depthwise.MAX_INPUTS)
+    assert not expand_depthwise.wanted(gpu, 960, expand_depthwise.MAX_INPUTS + 1)
+    assert not expand_depthwise.wanted(gpu, 512, 256) and not expand_depthwise.wanted(gpu, 1024, 512)
+    assert not expand_depthwise.wanted(cpu, 960, 160)
 
 
 def test_defaults_and_validity():
@@ -136,7 +140,7 @@ def _plan(model: bytes, fp16: bool, params: dict, monkeypatch):
     from tflgpu.runtime.executor import GpuPlan
 
     monkeypatch.setattr(Target, "of", GPU)
-    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels: target.gpu)
+    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels, inputs: target.gpu)
     it = Interpreter(model_content=model)
     runner = it.cpu_runner()
     index = next(op.index for op, _ in runner.steps if op.name == "DEPTHWISE_CONV_2D")
@@ -233,7 +237,7 @@ def test_mobilenet_v2_under_a_gpus_defaults(opencl_device, monkeypatch, fp16):
     assert len({s.op.options["depthwise"].index for s in blocks}) == 6  # (six depthwise convs of their own)
     assert all(len(s.specs) == 2 and s.specs[0].params["fused"] is False for s in blocks)
     with monkeypatch.context() as mp:
-        mp.setattr(expand_depthwise, "wanted", lambda target, channels: False)
+        mp.setattr(expand_depthwise, "wanted", lambda target, channels, inputs: False)
         without = Interpreter(str(path), delegate=GpuDelegate(**delegate)).gpu_plan
     assert code(plan) == code(without) and plan.launch_count() == without.launch_count()
     retune_steps(plan, [s.op.index for s in blocks], {"fused": True}, EXPAND_DEPTHWISE)
@@ -257,7 +261,7 @@ def test_the_tuner_times_the_fused_kernel_first(opencl_device, rng, monkeypatch)
 
     model, _ = block_model(rng, shape=(1, 14, 14, 16), cexp=48)
     monkeypatch.setattr(Target, "of", GPU)
-    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels: target.gpu)
+    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels, inputs: target.gpu)
     plan = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False,
                                                                  tuning="none")).gpu_plan
     (block,) = [s for s in plan.steps if s.op.name == EXPAND_DEPTHWISE]
@@ -270,13 +274,15 @@ def test_the_tuner_times_the_fused_kernel_first(opencl_device, rng, monkeypatch)
     assert KernelTuner(task, bench, "dev", mode="fast", trials=4).neighbors()[0]["fused"] is True
 
 
-@pytest.mark.parametrize("model,pairs", [("mobilenet_v1_1.0_224.tflite", 7), ("posenet_mnv1_257.tflite", 7),
+@pytest.mark.parametrize("model,pairs", [("mobilenet_v1_1.0_224.tflite", 0), ("posenet_mnv1_257.tflite", 0),
+                                         ("mobilenet_v2_1.0_224.tflite", 6),
                                          ("deeplab_mnv2_257.tflite", 6), ("ssd_mnv2_300.tflite", 5),
                                          ("unet_small_256.tflite", 0)])
 def test_the_corpus_pairs_under_a_gpus_target(model, pairs):
-    """Any pointwise conv whose output only a depthwise conv of more than 384 channels reads: MobileNet v1's (and
-    PoseNet's) projections of 512 and 1,024 channels and the next block's depthwise conv, v2's expansions; each step
-    starting as its two convs' kernels; none on a CPU device's target."""
+    """A pointwise conv of at most MAX_INPUTS input channels whose output only a depthwise conv of more than 384
+    channels reads: MobileNet v2's expansions (DeepLab's, SSD's), not MobileNet v1's (and PoseNet's) projections of
+    256 and 512 channels into the next block's depthwise conv; each step starting as its two convs' kernels; none on
+    a CPU device's target."""
     from .conftest import corpus_model, selected_steps
 
     path = corpus_model(model)
@@ -292,7 +298,7 @@ def test_a_searched_block_is_stored_and_warm_started(opencl_device, rng, monkeyp
     """A search's choice for a merged step (fused or not, and its knobs) is what a later process's plan starts from,
     out of the stored plan with nothing searched, and it computes LiteRT's values."""
     monkeypatch.setattr(Target, "of", GPU)
-    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels: target.gpu)
+    monkeypatch.setattr(expand_depthwise, "wanted", lambda target, channels, inputs: target.gpu)
     model, feeds = block_model(rng, shape=(1, 12, 12, 8), cexp=24)
     want = run_model(litert(), model, feeds)[0]
     plans = []

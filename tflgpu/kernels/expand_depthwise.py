@@ -1,6 +1,6 @@
-"""EXPAND_DEPTHWISE (graph.passes.fuse_expand_depthwise): a pointwise conv (a MobileNet v2 block's expansion, a
-MobileNet v1 block's projection) and the depthwise conv reading it (the same block's, the next block's), as one
-kernel: the pointwise conv's output lives in a work-group's local memory only, and a launch goes.
+"""EXPAND_DEPTHWISE (graph.passes.fuse_expand_depthwise): a pointwise conv of a narrow input (a MobileNet v2 block's
+expansion: ``MAX_INPUTS``) and the depthwise conv reading it, as one kernel: the pointwise conv's output lives in a
+work-group's local memory only, and a launch goes.
 
 Where the separable pass's fused form does not pay on a GPU (depthwise convs of more than 384 channels:
 ``SeparableKnobs.default``), a MobileNet v2 block takes three launches: expansion, depthwise, projection (a v1
@@ -22,7 +22,9 @@ has 120, at least as many as the expansion's own kernel.
 ``fused=False`` launches the two convs' own kernels, each as its own step would have them (its record, else its
 heuristics: kernels.base.unfused), as without the pass. A GPU's plan starts every block that way, the code it ran
 before the pass, and its tuner (which times a candidate's host enqueues too, autotune.measure) fuses a block where
-that measures faster; the search tries the fused kernel first. Not yet timed on a GPU.
+that measures faster; the search tries the fused kernel first. On the H100 (2026-11-27) the search fused MobileNet
+v2's blocks (0.631 -> 0.454 ms with the other changes since its last row) and, before ``MAX_INPUTS``, MobileNet v1's
+too, at a cost the tuner's per-step measure did not see (see there).
 """
 
 from __future__ import annotations
@@ -50,11 +52,21 @@ EXPAND_DW_SPACE = {
 MIN_GROUPS = 128
 
 
-def wanted(target: Target, channels: int) -> bool:
-    """Whether the pass merges a block expanding to ``channels`` on ``target``: on a GPU, where the separable pass's
-    default for the depthwise conv and its projection is their own two kernels (SeparableKnobs.default), so the
-    block would take three launches; not on a CPU device, whose separable blocks are fused."""
-    if not target.gpu:
+# the most input channels an expansion the pass merges may have: each work-item of the fused kernel sums them
+# serially for one expanded slice (no register tile, no split sum: the expansion's own GEMM kernel has both). On the
+# H100 that paid at MobileNet v2's 96 and 160 inputs (14-17 us a block against 26-34 us for the two kernels, by the
+# tuner's cost) and not at MobileNet v1's 256-1,024: there, in the plan, 41-87 us a kernel against about 20 us for
+# the pair, MobileNet v1 0.599 ms with its 7 blocks merged against 0.330 ms without (bench_gpu.py, 2026-11-27)
+MAX_INPUTS = 192
+
+
+def wanted(target: Target, channels: int, inputs: int) -> bool:
+    """Whether the pass merges a block expanding ``inputs`` channels to ``channels`` on ``target``: on a GPU, where
+    the separable pass's default for the depthwise conv and its projection is their own two kernels
+    (SeparableKnobs.default), so the block would take three launches, and where the expansion is narrow enough for
+    the fused kernel's serial sums (``MAX_INPUTS``: MobileNet v2's expansions, not MobileNet v1's projections); not on
+    a CPU device, whose separable blocks are fused."""
+    if not target.gpu or inputs > MAX_INPUTS:
         return False
     sin = -(-channels // 4)
     return not SeparableKnobs.default(SeparableShape(sin, 1, 1, target.float_lanes, True, pixels=1)).fused

@@ -306,8 +306,8 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     # (on a GPU, where a block would take three launches: kernels.expand_depthwise; not where the config asks for
     # separable blocks fused with the next expansion, which this pass would take their depthwise convs from)
     if make.target.gpu and expansions is not True:
-        blocks = lambda ex, dw: same_storage(ex, dw) and expand_depthwise.wanted(make.target,
-                                                                                 sg.tensors[dw.outputs[0]].shape[3])
+        blocks = lambda ex, dw: same_storage(ex, dw) and expand_depthwise.wanted(
+            make.target, sg.tensors[dw.outputs[0]].shape[3], sg.tensors[ex.inputs[0]].shape[3])
         steps, counts["fuse_expand_depthwise"] = fuse_expand_depthwise(steps, sg, consts, blocks)
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
