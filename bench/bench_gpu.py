@@ -140,7 +140,14 @@ def main() -> int:
                    help="write the records each model's background search left in its fresh cache to FILE (one "
                         "export file, every model's kernels; bench/merge_records.py folds it into a shipped "
                         "database, so that a fresh cache starts where the background search ended)")
+    p.add_argument("--host-share", type=float, default=None,
+                   help="the share of a step's enqueue time beyond its device span that the searches cost "
+                        "(autotune.measure.step_cost; default: HOST_EXCESS_SHARE; 1: the longer of the two)")
     args = p.parse_args()
+    if args.host_share is not None:
+        from tflgpu.autotune import measure
+
+        measure.HOST_EXCESS_SHARE = args.host_share
     models = [Path(m) for m in args.models] or [args.models_dir / n for n in FLOAT_MODELS
                                                   if (args.models_dir / n).exists()]
     fp16 = args.precision == "fp16"
