@@ -99,6 +99,17 @@
 # (SWEEP_MODELS=mobilenet_v2_1.0_224.tflite SWEEP_DEADLINE_S=240 ... sweep) wait for a later session, as does
 # `passab` (bench/pass_ab.py on the GPU: the launch-saving graph rules one at a time against the plan, interleaved
 # with LiteRT's CPU: the int8 MobileNet v2's input prologue and simulator clamps, U-Net's PReLUs, SSD's head).
+# That session (2026-11-27, H100, 11 minutes of device time in three calls: `gputests bench ship launch anatomy`
+# 239 s, `bench passab torch` 214 s, `bench ship` 158 s; README's table): the new kernels' GPU tests pass; MobileNet
+# v2 0.454-0.534 ms; MobileNet v1 0.599 after its background search fused its projection + depthwise pairs (since:
+# kernels.expand_depthwise.MAX_INPUTS, and autotune.measure.step_cost in place of max(host, device); both untimed).
+# The next session's first call (about 7 minutes), the A/B of the search's cost and MobileNet v1's row:
+#   for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; BG_WAIT_S=45 TUNE_BUDGET_S=3 ROUNDS=30
+#   BENCH_ARGS=--no-torch BENCH_LIMIT_S=200 BENCH_MODELS="/tmp/models/mobilenet_v1_1.0_224.tflite
+#   /tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/deeplab_mnv2_257.tflite" bash bench/gpu_session.sh bench;
+#   BENCH_ARGS="--no-torch --host-share 1" ... bash bench/gpu_session.sh bench
+# (the second bench's background column is the old cost's; both start from the shipped records); then `ship` after
+# the better one's bench, and a second call for the other corpus models' rows.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
