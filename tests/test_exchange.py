@@ -268,6 +268,28 @@ def test_a_new_kernel_starts_from_its_nearest_tuned_neighbour(opencl_device, rng
     assert shape == (1, 20, 20, 8, 1, 20, 20, 16)
 
 
+def test_a_neighbours_choice_to_fuse_is_lent_only_at_its_channel_counts(tmp_path):
+    """A composite's ``fused`` travels by the nearest-shape links (this device's records, the shipped family table)
+    only to a kernel of the same channel counts (DeepLab's 17x17 block from MobileNet v2's 14x14); to other counts
+    (MobileNet v1's 512 -> 1,024 from v2's 160 -> 960) the other knobs go and the kernel's default decides."""
+    fused = {"fused": True, "rows": 7, "slices": 1, "group": 128}
+    v2 = (1, 14, 14, 96, 1, 14, 14, 576)
+    db = MemoryTuningDB()
+    db.put(DeviceRecords(THIS).key, "k-v2", replace(_rec(fused), family="f", shape=v2))
+    near = NearestRecords(db, THIS, shipped_dir=tmp_path)
+    same = near.find("k-deeplab", "f", (1, 17, 17, 96, 1, 17, 17, 576))
+    assert same.level.startswith("this device, nearest shape") and same.record.params == fused
+    other = near.find("k-v1", "f", (1, 14, 14, 512, 1, 14, 14, 1024))
+    assert other.record.params == {"rows": 7, "slices": 1, "group": 128}
+    assert db.get(DeviceRecords(THIS).key, "k-v2").params == fused  # (the record itself is unchanged)
+    gpu = _device(platform="NVIDIA CUDA", device="H100", device_type="GPU")
+    write_records(tmp_path / "gpus.json", [DeviceRecords(gpu, {"k-v2": replace(_rec(fused), family="f", shape=v2)})])
+    shipped = NearestRecords(MemoryTuningDB(), {**gpu, "driver_version": "1"}, shipped_dir=tmp_path)
+    assert shipped.find("k-deeplab", "f", (1, 17, 17, 96, 1, 17, 17, 576)).record.params == fused
+    found = shipped.find("k-v1", "f", (1, 7, 7, 512, 1, 7, 7, 1024))
+    assert "nearest shape" in found.level and "fused" not in found.record.params
+
+
 def test_a_neighbours_work_group_size_that_does_not_divide_the_grid_is_fitted(opencl_device, rng):
     """A transferred record's work-group size need not divide this kernel's grid (OpenCL 1.2 refuses such a
     launch: INVALID_WORK_GROUP_SIZE at invoke, found by bench_tuning's transfer column): the record applies whole,

@@ -15,6 +15,9 @@ one — the fallback chain a kernel's parameters come from before any search:
    no longer takes is refused where it is applied (``runtime.tuning.set_params``);
 7. the generators' heuristics.
 
+By links 2 and 6 (another shape) a composite's choice to launch fused comes along only where the channel counts
+are the kernel's own (``lent``).
+
 A kernel's identity (``kernel_key``) holds its code, launch sizes, precision and generator version, not the
 device, so a record of one device names the same kernel on another; whether its parameters suit the other device
 is what the chain's order guesses, and a search (background or ``tflgpu tune``) then starts from them.
@@ -25,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cache.records import TuningRecord, device_key, split_device_key
@@ -203,7 +206,8 @@ class NearestRecords:
             near = min(self._families.get(family, []) if family else [], default=None,
                        key=lambda r: shape_distance(r.shape, shape))
             if near is not None and shape_distance(near.shape, shape) < float("inf"):
-                return Found(near, f"this device, nearest shape ({'x'.join(map(str, near.shape[-4:]))} out)")
+                return Found(lent(near, shape), f"this device, nearest shape "
+                                                f"({'x'.join(map(str, near.shape[-4:]))} out)")
             hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key)
             if hit is not None:
                 return hit
@@ -237,7 +241,7 @@ class NearestRecords:
         if best is None:
             return None
         rank, _, rec, key = best
-        return Found(rec, f"shipped database, {order[rank]} ({split_device_key(key)[1]}), nearest shape "
+        return Found(lent(rec, shape), f"shipped database, {order[rank]} ({split_device_key(key)[1]}), nearest shape "
                           f"({'x'.join(map(str, rec.shape[-4:]))} out)")
 
     def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
@@ -253,6 +257,23 @@ class NearestRecords:
                 best = (rank, Found(rec, prefix + level + ("" if level == "this device" else
                                                             f" ({split_device_key(key)[1]})")))
         return best[1] if best else None
+
+
+def channels(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The channel counts of a ``kernel_shape`` (its tensors' BHWC dims in a row): every fourth."""
+    return tuple(shape[3::4])
+
+
+def lent(rec: TuningRecord, shape: tuple[int, ...]) -> TuningRecord:
+    """What a record of the same family at another shape lends a kernel of ``shape``: its knobs, but a composite's
+    choice to launch fused (``fused``) only where the channel counts are the kernel's own. Whether fusing pays
+    turns on them (the sums a fused kernel makes serially, the slices a group takes: on the H100 MobileNet v1's
+    7x7 pair of 512 -> 1,024 channels took the fused point of MobileNet v2's 160 -> 960 by this link and ran it in
+    42 us, where its two kernels' records cost 13 us each); the image's size moves it little (DeepLab's 17x17 blocks and SSD's 19x19
+    and 10x10 take MobileNet v2's 14x14 and 7x7 choices). Without it the kernel's own default decides."""
+    if "fused" not in rec.params or channels(rec.shape) == channels(shape):
+        return rec
+    return replace(rec, params={k: v for k, v in rec.params.items() if k != "fused"})
 
 
 def _as_json(rec: TuningRecord | None) -> dict | None:
