@@ -183,3 +183,12 @@ def test_an_argmax_off_by_more_than_rounding_is_caught():
     assert rank_error(np.array([3, 2]), want, (x, 1, True), 1e-4) == 2.0  # (0.9: 0.1 short)
     assert rank_error(np.array([1, 0]), np.array([1, 1]), (x, 1, False), 1e-4) == 1.0  # (ARG_MIN: 0.0 vs -1.0)
     assert rank_error(np.array([1, 1]), np.array([1, 1]), (x, 1, False), 1e-4) == 0.0
+
+
+def test_a_clamped_negative_zero_keeps_its_sign_on_the_device(opencl_device):
+    """The offline run's seed 41125 (5 ops): GATHER, RELU, a DIV by a negative constant with RELU6 (0 / -0.95 is
+    -0.0, which TFLite's clamp keeps), then a DIV by that with RELU_N1_TO_1: -inf, -1 in LiteRT; OpenCL's clamp
+    returned +0.0 there, so +1 on the device. Clamps now compare and select as TFLite does
+    (kernels.common.clamped)."""
+    r = check(41125, 5)
+    assert r["status"] == "ok" and r["device_ops"] > 0, r

@@ -192,3 +192,46 @@ def test_int8_dequantize_per_channel(rng):
 
 def test_unbroadcastable_shapes_raise_runtime_error(rng):
     assert both_fail_or_match("ADD", [In(rand(rng, (2, 3))), In(rand(rng, (4, 3)))]) == "both rejected"
+
+
+SIGNED = np.array([-0.0, 0.0, -1.5, np.nan, 2.0, 7.0, -np.inf, np.inf], np.float32).reshape(1, 1, 2, 4)
+OTHER = np.array([0.0, -0.0, np.nan, 1.0, np.nan, -0.0, 0.0, 3.0], np.float32).reshape(1, 1, 2, 4)
+
+
+def _same_bits_but_nans(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal values, equal signs of zero and NaN in the same places."""
+    assert np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaNs {got} against {want}"
+    fin = ~np.isnan(want)
+    assert np.array_equal(got[fin], want[fin]) and np.array_equal(np.signbit(got[fin]), np.signbit(want[fin])), \
+        f"{what}: {got.ravel()} against {want.ravel()}"
+
+
+@pytest.mark.parametrize("path", ["cpu", "device", "gpu-shaped"])
+@pytest.mark.parametrize("op,ins,act", [
+    ("RELU", [In(SIGNED)], 0), ("RELU6", [In(SIGNED)], 0), ("RELU_N1_TO_1", [In(SIGNED)], 0),
+    ("MAXIMUM", [In(SIGNED), In(OTHER)], 0), ("MINIMUM", [In(SIGNED), In(OTHER)], 0),
+    ("DIV", [In(SIGNED), np.full((1, 1, 1, 4), -2.0, np.float32)], 3),
+    ("DIV", [In(SIGNED), np.full((1, 1, 1, 4), -2.0, np.float32)], 2)])
+def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypatch, path, op, ins, act):
+    """TFLite clamps as min(max(x, lo), hi) with max(a, b) = a < b ? b : a (ops.attributes.activation_bounds), and
+    takes MAXIMUM / MINIMUM as a > b ? a : b: -0.0 stays -0.0 above a bound of 0 (a division by it then gives -inf:
+    the offline fuzz's seed 41125, a DIV by a RELU6'd DIV's -0.0 whose sign OpenCL's clamp had dropped, off by 2),
+    NaN passes a clamp, and MAXIMUM(NaN, 1) is 1. Every path gives LiteRT's builtin kernels' bits (XNNPACK agrees on
+    these), zeros' signs and NaNs' places included."""
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.kernels.base import Target
+
+    from .conftest import litert, run_model
+    from .oputil import op_model
+
+    if path == "gpu-shaped":
+        monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
+    model, feeds = op_model(op, ins, [Out(shape=(1, 1, 2, 4))], **({"fused_activation_function": act} if act else {}))
+    from ai_edge_litert.interpreter import OpResolverType
+
+    want = run_model(litert(), model, feeds,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)[0]
+    it = Interpreter(model_content=model, delegate=None if path == "cpu" else GpuDelegate(cache=False))
+    if path != "cpu":
+        assert it.gpu_plan is not None and it.gpu_plan.cpu_op_count == 0
+    _same_bits_but_nans(run_model(lambda **kw: it, model, feeds)[0], want, f"{op} on {path}")

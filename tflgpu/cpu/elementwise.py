@@ -59,7 +59,7 @@ UNARY = {
     "LOG": np.log,
     "TANH": np.tanh,
     "LOGISTIC": _logistic,
-    "RELU": lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    "RELU": lambda x: np.clip(x, 0, np.inf).astype(x.dtype),  # (TFLite's rule: ops.attributes.activation_bounds)
     "RELU6": lambda x: np.clip(x, 0, 6).astype(x.dtype),
     "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1).astype(x.dtype),
     "RELU_0_TO_1": lambda x: np.clip(x, 0, 1).astype(x.dtype),
@@ -171,8 +171,10 @@ BINARY = {
     "SUB": np.subtract,
     "MUL": np.multiply,
     "DIV": _div,
-    "MAXIMUM": np.maximum,
-    "MINIMUM": np.minimum,
+    # (TFLite's a > b ? a : b: the second of two equal zeros, the second where either is NaN; np.maximum propagates
+    # every NaN)
+    "MAXIMUM": lambda a, b: np.where(a > b, a, b),
+    "MINIMUM": lambda a, b: np.where(a < b, a, b),
     "SQUARED_DIFFERENCE": lambda a, b: np.square(a - b),
     "POW": np.power,
     "FLOOR_DIV": _floor_div,

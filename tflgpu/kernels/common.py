@@ -215,13 +215,24 @@ def pad_lanes_mask(c: int, slice_expr: str, var: str) -> str:
     return f"if ({slice_expr} == {last}) {{ {zero} }}"
 
 
+def clamped(var: str, lo: float, hi: float, vt: str = "float4") -> str:
+    """``var`` (a variable: it is read more than once) clamped to [``lo``, ``hi``] as TFLite clamps
+    (ops.attributes.activation_bounds: compare and select, so -0.0 and NaN pass through; not ``fmax`` / ``clamp``)."""
+    e = var
+    if lo > -np.inf:
+        e = f"select({e}, ({vt})({lo!r}f), isless({e}, ({vt})({lo!r}f)))"
+    if hi < np.inf:
+        e = f"select({e}, ({vt})({hi!r}f), isgreater({e}, ({vt})({hi!r}f)))"
+    return e
+
+
 def activation(code: int | None, var: str, vt: str = "float4") -> str:
-    """A fused activation's clamp of ``var``, a ``vt`` (ops.attributes gives the bounds; "" where it clamps
-    nothing)."""
+    """A fused activation's clamp of ``var``, a ``vt`` (ops.attributes gives the bounds and TFLite's rule; "" where
+    it clamps nothing)."""
     lo, hi = activation_bounds(code)
-    if hi == np.inf:
-        return "" if lo == -np.inf else f"{var} = fmax({var}, ({vt})({lo!r}f));"
-    return f"{var} = clamp({var}, ({vt})({lo!r}f), ({vt})({hi!r}f));"
+    if lo == -np.inf and hi == np.inf:
+        return ""
+    return f"{var} = {clamped(var, lo, hi, vt)};"
 
 
 _RELAYOUTS: ContextVar[dict | None] = ContextVar("tflgpu_relayouts", default=None)

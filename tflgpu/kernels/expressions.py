@@ -7,12 +7,13 @@ import numpy as np
 
 from ..graph.float_view import sim_grid
 from ..ops.quantization import RAW_MEAN_SNAP
+from .common import clamped
 from .errors import Unsupported
 
 UNARY = {
-    "RELU": "fmax(v, (float4)(0.0f))",
-    "RELU6": "clamp(v, (float4)(0.0f), (float4)(6.0f))",
-    "RELU_N1_TO_1": "clamp(v, (float4)(-1.0f), (float4)(1.0f))",
+    "RELU": clamped("v", 0.0, np.inf),
+    "RELU6": clamped("v", 0.0, 6.0),
+    "RELU_N1_TO_1": clamped("v", -1.0, 1.0),
     "LOGISTIC": "1.0f / (1.0f + exp(-v))",
     "TANH": "tanh(v)",
     "EXP": "exp(v)",
@@ -69,8 +70,10 @@ LOGIC = {
 }
 
 BINARY = {
-    "ADD": "va + vb", "SUB": "va - vb", "MUL": "va * vb", "DIV": "va / vb", "MAXIMUM": "fmax(va, vb)",
-    "MINIMUM": "fmin(va, vb)", "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
+    "ADD": "va + vb", "SUB": "va - vb", "MUL": "va * vb", "DIV": "va / vb",
+    # (TFLite's a > b ? a : b: the second of two equal zeros, the second where either is NaN; fmax may differ)
+    "MAXIMUM": "select(vb, va, isgreater(va, vb))", "MINIMUM": "select(vb, va, isless(va, vb))",
+    "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
     # (vb: alpha, per channel; a conv's epilogue where its output is va: U-Net's PReLUs)
     "PRELU": "select(va * vb, va, isgreaterequal(va, (float4)(0.0f)))",
 }

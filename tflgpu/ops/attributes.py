@@ -12,7 +12,11 @@ _CLAMPS = {1: (0.0, np.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
 
 
 def activation_bounds(code: int | None) -> tuple[float, float]:
-    """Clamp bounds of a fused activation ((-inf, inf) where it clamps nothing)."""
+    """Clamp bounds of a fused activation ((-inf, inf) where it clamps nothing). TFLite clamps as
+    ``std::min(std::max(x, lo), hi)``, ``std::max(a, b)`` being ``a < b ? b : a``: a value is replaced only where it
+    lies strictly outside, so -0.0 above a lower bound of 0 stays -0.0 (a division by it then gives -inf, not +inf)
+    and NaN stays NaN. OpenCL's ``fmax`` / ``clamp`` may return either zero and return the bound for NaN, numpy's
+    ``maximum(-0.0, 0.0)`` returns +0.0; ``np.clip`` and the compare-and-select forms are TFLite's."""
     return _CLAMPS.get(code or 0, (-np.inf, np.inf))
 
 
