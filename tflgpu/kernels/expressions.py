@@ -72,7 +72,7 @@ LOGIC = {
 BINARY = {
     "ADD": "va + vb", "SUB": "va - vb", "MUL": "va * vb", "DIV": "va / vb",
     # (TFLite's a > b ? a : b: the second of two equal zeros, the second where either is NaN; fmax may differ)
-    "MAXIMUM": "select(vb, va, isgreater(va, vb))", "MINIMUM": "select(vb, va, isless(va, vb))",
+    "MAXIMUM": "select(vb, va, va > vb)", "MINIMUM": "select(vb, va, va < vb)",
     "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
     # (vb: alpha, per channel; a conv's epilogue where its output is va: U-Net's PReLUs)
     "PRELU": "select(va * vb, va, isgreaterequal(va, (float4)(0.0f)))",
