@@ -109,7 +109,9 @@
 #   /tmp/models/mobilenet_v2_1.0_224.tflite /tmp/models/deeplab_mnv2_257.tflite" bash bench/gpu_session.sh bench;
 #   BENCH_ARGS="--no-torch --host-share 1" ... bash bench/gpu_session.sh bench
 # (the second bench's background column is the old cost's; both start from the shipped records); then `ship` after
-# the better one's bench, and a second call for the other corpus models' rows.
+# the better one's bench, and a second call for the other corpus models' rows. Put TESTS_K="tflites_zeros or
+# clamped_negative or lent_only or device_time_under" gputests first (TFLite's clamps as compare-and-select on
+# NVIDIA's compiler; the cost and transfer rules' tests).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
