@@ -198,7 +198,8 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
         ${TESTS_K:+-k "$TESTS_K"} tests/test_gpu_ops.py tests/test_gpu_corpus.py tests/test_cadence.py tests/test_enqueue.py \
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
         tests/test_autotune.py tests/test_const_pack.py tests/test_expand_depthwise.py tests/test_quantized.py \
-        tests/test_siblings.py 2>&1 | grep -v "^SKIPPED" | tail -30
+        tests/test_siblings.py tests/test_ops_elementwise.py tests/test_exchange.py tests/test_fuzz_valid.py 2>&1 \
+        | grep -v "^SKIPPED" | tail -30
 }
 
 ship() {  # the last bench step's background records folded into the shipped database (RECORDS_NAME), which
