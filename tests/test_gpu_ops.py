@@ -1781,6 +1781,30 @@ def test_moves_store_through_their_fused_ops(gpu, rng):
             assert_close(g, w, gpu["rtol_scale"])
 
 
+def test_an_elementwise_op_whose_constant_has_more_dims_than_the_reshape_stays_before_it(gpu, rng):
+    """The offline fuzz's seed 60616 (2 ops): MAXIMUM of a [1, 1, 1] constant and a [1, 5, 7] input, reshaped to
+    [1, 35]. Moved after the reshape the constant broadcast the output to [1, 1, 35]; the op stays where it is, and
+    the output is LiteRT's [1, 35]."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 7))
+    top, flat = b.tensor("top", (1, 5, 7)), b.tensor("flat", (1, 35))
+    b.op("MAXIMUM", [b.const("c", np.full((1, 1, 1), 0.25, np.float32)), x], [top])
+    b.op("RESHAPE", [top, b.const("shape", np.array([1, 35], np.int32))], [flat], new_shape=[1, 35])
+    b.output(flat)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.pass_counts["sink_elementwise"] == 0 and it.gpu_plan.cpu_op_count == 0
+    feeds = [rand(rng, (1, 5, 7))]
+    (got,), (want,) = run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)
+    assert got.shape == want.shape == (1, 35)
+    assert_close(got, want, gpu["rtol_scale"])
+
+
 def test_an_elementwise_op_before_a_reshape_runs_after_it(gpu, rng):
     """graph.sink: an input scaled then regrouped ([1, 4, 6] -> [1, 4, 6, 1]) runs as RESHAPE -> MUL, one kernel
     (the MUL had no kernel before it to join); a TANH its conv takes, and one before a reshape the plan links, stay

@@ -61,6 +61,8 @@ def sink_elementwise(sg: Subgraph, consts: dict, ops: list[Operator]) -> tuple[S
             continue
         move = rs[0]
         (u,) = move.outputs
+        if any(np.ndim(consts[i]) > len(sg.tensors[u].shape) for i in op.inputs if i in consts):
+            continue  # (a one-element constant of more dims than the reshape's output would broadcast it to more)
         if moves_in_place(move, sg, consts):
             continue  # (linked: no launch to save)
         p = producer.get(x)
