@@ -27,13 +27,13 @@ N = 1 << 15  # pixels (float4 each) of the synthetic kernel's tensors
 LAYOUTS = {0: Layout(1, 1, N, 4), 1: Layout(1, 1, N, 4)}
 
 
-def scale_kernel(params: dict) -> list[KernelSpec]:
-    """y = 2x. ``slow`` burns cycles in a loop whose result is multiplied by 0 (IEEE keeps it);
-    ``wrong`` computes 3x; ``n`` only changes a comment (distinct code, same speed)."""
-    loops = 300 if params.get("slow", True) else 1
+def scale_kernel(params: dict, name: str = "scale") -> list[KernelSpec]:
+    """y = 2x. ``slow`` burns cycles in a loop whose result is multiplied by 0 (IEEE keeps it; ``loops`` rounds of
+    it, 300 where slow, else 1); ``wrong`` computes 3x; ``n`` only changes a comment (distinct code, same speed)."""
+    loops = params.get("loops", 300 if params.get("slow", True) else 1)
     factor = 3.0 if params.get("wrong", False) else 2.0
     src = f"""// variant {params.get('n', 0)}
-__kernel void scale(__global const STORE_T* x, __global STORE_T* y) {{
+__kernel void {name}(__global const STORE_T* x, __global STORE_T* y) {{
   const int i = get_global_id(0);
   const float4 v = LD4(x, i);
   float4 junk = v;
@@ -41,7 +41,7 @@ __kernel void scale(__global const STORE_T* x, __global STORE_T* y) {{
   const float4 r = v * {factor}f + junk * 0.0f;
   ST4(y, i, r);
 }}"""
-    return [KernelSpec("scale", src, (N,), None, [Arg("tensor", 0), Arg("tensor", 1)], [0], [1])]
+    return [KernelSpec(name, src, (N,), None, [Arg("tensor", 0), Arg("tensor", 1)], [0], [1])]
 
 
 @pytest.fixture(scope="module")
@@ -82,22 +82,26 @@ def test_a_candidate_that_fails_to_compile_is_rejected(ctx, opencl_device):
     assert r.params == {} and r.rejected == 1 and "build failed" in r.reasons[0]
 
 
-class SlowEnqueue:
-    """pyopencl, except that enqueueing a kernel without a work-group size takes ``seconds`` more host time (the
-    way NVIDIA's OpenCL takes ~5 us more for one)."""
+class HostDelay:
+    """pyopencl, except that each kernel enqueue takes ``delay(kernel, local_size)`` seconds more host time."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, delay):
         import pyopencl
 
-        self._cl, self.seconds = pyopencl, seconds
+        self._cl, self.delay = pyopencl, delay
 
     def __getattr__(self, name):
         return getattr(self._cl, name)
 
     def enqueue_nd_range_kernel(self, queue, kernel, global_size, local_size, *args, **kwargs):
-        if local_size is None:
-            time.sleep(self.seconds)
+        time.sleep(self.delay(kernel, local_size))
         return self._cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size, *args, **kwargs)
+
+
+def slow_enqueue(seconds: float) -> HostDelay:
+    """Enqueueing a kernel without a work-group size takes ``seconds`` more host time (the way NVIDIA's OpenCL takes
+    ~5 us more for one)."""
+    return HostDelay(lambda kernel, local_size: seconds if local_size is None else 0.0)
 
 
 def test_a_candidate_costing_the_host_more_loses(ctx, opencl_device):
@@ -109,7 +113,7 @@ def test_a_candidate_costing_the_host_more_loses(ctx, opencl_device):
         spec.local_size = params.get("wg")
         return [spec]
 
-    slow = SlowEnqueue(0.003)
+    slow = slow_enqueue(0.003)
     t = TuneTask("test-host", "TEST", make, {"wg": [None, (64,)]}, {"wg": None}, LAYOUTS)
     r = KernelTuner(t, KernelBench(slow, ctx, opencl_device, False, LAYOUTS), "dev", mode="exhaustive",
                     trials=None).run(None)
@@ -126,34 +130,6 @@ def test_a_sample_costs_its_device_time_and_half_its_hosts_excess():
     assert step_cost(30.0, 10.0, share=1.0) == 30.0 and step_cost(30.0, 10.0, share=0.0) == 10.0
 
 
-class HostHeavy:
-    """pyopencl with each enqueue of a kernel taking ``seconds[its function name]`` of host time more."""
-
-    def __init__(self, seconds: dict[str, float]):
-        import pyopencl
-
-        self._cl, self.seconds = pyopencl, seconds
-
-    def __getattr__(self, name):
-        return getattr(self._cl, name)
-
-    def enqueue_nd_range_kernel(self, queue, kernel, global_size, local_size, *args, **kwargs):
-        time.sleep(self.seconds[kernel.function_name])
-        return self._cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size, *args, **kwargs)
-
-
-def looping_kernel(name: str, loops: int) -> list[KernelSpec]:
-    """y = 2x, after ``loops`` rounds of sin per element whose result is multiplied by 0 (device time)."""
-    src = f"""__kernel void {name}(__global const STORE_T* x, __global STORE_T* y) {{
-  const int i = get_global_id(0);
-  const float4 v = LD4(x, i);
-  float4 junk = v;
-  for (int k = 0; k < {loops}; ++k) junk = sin(junk) + v;
-  ST4(y, i, v * 2.0f + junk * 0.0f);
-}}"""
-    return [KernelSpec(name, src, (N,), None, [Arg("tensor", 0), Arg("tensor", 1)], [0], [1])]
-
-
 @pytest.mark.parametrize("share,wins", [(None, "quick"), (1.0, "busy")])
 def test_device_time_under_the_enqueues_counts(ctx, opencl_device, share, wins):
     """Two candidates whose enqueues take longer than their kernels run (4 and 4.4 ms a launch): "busy" runs ~1.5
@@ -162,11 +138,11 @@ def test_device_time_under_the_enqueues_counts(ctx, opencl_device, share, wins):
     saved, which a device-bound plan gets whole."""
     def make(params):  # (the default: {})
         kind = params.get("kind", "busy")
-        return looping_kernel(kind, {"busy": 8, "quick": 0}[kind])
+        return scale_kernel({"loops": {"busy": 8, "quick": 0}[kind]}, name=kind)
 
-    busy = KernelBench(HostHeavy({"busy": 0.0}), ctx, opencl_device, False, LAYOUTS).time(make({"kind": "busy"}))
+    busy = bench(ctx, opencl_device).time(make({"kind": "busy"}))
     assert 0.8e3 < busy.device_us < 3.5e3, busy  # (the premise: device time well under the 4 ms enqueue)
-    slow = HostHeavy({"busy": 0.004, "quick": 0.0044})
+    slow = HostDelay(lambda kernel, local_size: {"busy": 0.004, "quick": 0.0044}[kernel.function_name])
     t = TuneTask("test-device-under-host", "TEST", make, {"kind": ["busy", "quick"]}, {"kind": "busy"}, LAYOUTS)
     b = KernelBench(slow, ctx, opencl_device, False, LAYOUTS, host_share=share)
     r = KernelTuner(t, b, "dev", mode="exhaustive", trials=None).run(None)
@@ -183,7 +159,7 @@ def test_a_host_bound_default_tries_its_launch_first(ctx, opencl_device):
 
     t = TuneTask("test-host-bound", "TEST", make, {"n": [0, 1, 2, 3, 4, 5], "local_size": [None, (64,)]},
                  {"n": 0, "local_size": None}, LAYOUTS)
-    tuner = KernelTuner(t, KernelBench(SlowEnqueue(0.003), ctx, opencl_device, False, LAYOUTS), "dev", mode="fast",
+    tuner = KernelTuner(t, KernelBench(slow_enqueue(0.003), ctx, opencl_device, False, LAYOUTS), "dev", mode="fast",
                         trials=2)
     r = tuner.run(None)
     assert tuner.host_bound and r.params.get("local_size") == (64,), r

@@ -35,7 +35,7 @@ from ..cache.records import TuningRecord, device_key, split_device_key
 from ..cache.store import CacheStore
 from ..kernels.common import GENERATOR_VERSION
 from .records import CacheTuningDB, TuningDB, replaces
-from .tuner import shape_distance
+from .tuner import kernel_channels, shape_distance
 
 log = logging.getLogger("tflgpu")
 
@@ -241,8 +241,8 @@ class NearestRecords:
         if best is None:
             return None
         rank, _, rec, key = best
-        return Found(lent(rec, shape), f"shipped database, {order[rank]} ({split_device_key(key)[1]}), nearest shape "
-                          f"({'x'.join(map(str, rec.shape[-4:]))} out)")
+        return Found(lent(rec, shape), f"shipped database, {order[rank]} ({split_device_key(key)[1]}), "
+                                       f"nearest shape ({'x'.join(map(str, rec.shape[-4:]))} out)")
 
     def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
         order = LEVELS
@@ -259,19 +259,15 @@ class NearestRecords:
         return best[1] if best else None
 
 
-def channels(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The channel counts of a ``kernel_shape`` (its tensors' BHWC dims in a row): every fourth."""
-    return tuple(shape[3::4])
-
-
 def lent(rec: TuningRecord, shape: tuple[int, ...]) -> TuningRecord:
     """What a record of the same family at another shape lends a kernel of ``shape``: its knobs, but a composite's
     choice to launch fused (``fused``) only where the channel counts are the kernel's own. Whether fusing pays
     turns on them (the sums a fused kernel makes serially, the slices a group takes: on the H100 MobileNet v1's
     7x7 pair of 512 -> 1,024 channels took the fused point of MobileNet v2's 160 -> 960 by this link and ran it in
-    42 us, where its two kernels' records cost 13 us each); the image's size moves it little (DeepLab's 17x17 blocks and SSD's 19x19
-    and 10x10 take MobileNet v2's 14x14 and 7x7 choices). Without it the kernel's own default decides."""
-    if "fused" not in rec.params or channels(rec.shape) == channels(shape):
+    42 us, where its two kernels' records cost 13 us each); the image's size moves it little (DeepLab's 17x17 blocks
+    and SSD's 19x19 and 10x10 take MobileNet v2's 14x14 and 7x7 choices). Without it the kernel's own default
+    decides."""
+    if "fused" not in rec.params or kernel_channels(rec.shape) == kernel_channels(shape):
         return rec
     return replace(rec, params={k: v for k, v in rec.params.items() if k != "fused"})
 

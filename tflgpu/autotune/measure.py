@@ -6,8 +6,9 @@ the next), so it takes about the longer of their sums, and which sum is the long
 On the H100 behind NVIDIA's OpenCL an enqueue takes 10-16 us of host time, longer than most of MobileNet's kernels
 run, and about 5 us more for a kernel launched without a work-group size (bench/invoke_anatomy.py): a candidate with
 fewer launches, or with an explicit work-group, can win there on host time, which kernel times never show. Yet the
-plans were device-bound there as often (MobileNet v2's, tuned: 0.45 ms an invoke of 31 launches at 11-12 us of enqueue each),
-and a sample costed as the longer of its two times made every candidate that runs shorter than its enqueue a tie.
+plans were device-bound there as often (MobileNet v2's, tuned: 0.45 ms an invoke of 31 launches at 11-12 us of
+enqueue each), and a sample costed as the longer of its two times made every candidate that runs shorter than its
+enqueue a tie.
 So a sample costs its device span plus a share of the host's time beyond it (``step_cost``). On the CPU OpenCL
 device an enqueue takes ~6 us against kernels of tens of us and more: the device's time decides there.
 

@@ -166,6 +166,11 @@ def kernel_shape(specs: list[KernelSpec], layouts: dict) -> tuple[int, ...]:
     return tuple(d for t in s.inputs + s.outputs if t in layouts for d in layouts[t].dims)
 
 
+def kernel_channels(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The channel counts of a ``kernel_shape`` (its tensors' BHWC dims in a row): every fourth."""
+    return tuple(shape[3::4])
+
+
 def shape_distance(a: tuple[int, ...], b: tuple[int, ...]) -> float:
     """How far two kernels' shapes are (the sum of |log2| ratios of their dims); inf where they do not compare."""
     if len(a) != len(b) or not a:
