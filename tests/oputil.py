@@ -92,14 +92,20 @@ def check_op(op: str, inputs: Sequence[Any], outputs: Sequence[Out] | int = 1, *
 _POOL = None
 
 
-def _litert_worker(model: bytes, feeds: list, builtin_only: bool = False) -> tuple[str, Any]:
+def run_litert(model: bytes, feeds: list, builtin_only: bool = False) -> list[np.ndarray]:
+    """LiteRT's outputs (``run_model``); ``builtin_only``: TFLite's own kernels, without the XNNPACK delegate LiteRT
+    applies by default."""
     kw = {}
-    if builtin_only:  # TFLite's own kernels, without the XNNPACK delegate LiteRT applies by default
+    if builtin_only:
         from ai_edge_litert.interpreter import OpResolverType
 
         kw["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    return run_model(litert(), model, feeds, **kw)
+
+
+def _litert_worker(model: bytes, feeds: list, builtin_only: bool = False) -> tuple[str, Any]:
     try:
-        return "ok", run_model(litert(), model, feeds, **kw)
+        return "ok", run_litert(model, feeds, builtin_only)
     except (RuntimeError, ValueError) as e:
         return "error", str(e)
 

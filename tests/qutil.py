@@ -10,8 +10,8 @@ import numpy as np
 
 from tflgpu.model.builder import ModelBuilder
 
-from .conftest import litert, run_model
-from .oputil import Const, In, Out, op_model
+from .conftest import run_model
+from .oputil import Const, In, Out, op_model, run_litert
 
 
 @dataclass
@@ -86,12 +86,7 @@ def check_qop(delegate, op: str, inputs, outputs, *, max_steps: float = 1.0, ver
     from tflgpu import Interpreter
 
     model, feeds = qop_model(op, inputs, outputs, version=version, **options)
-    kw = {}
-    if builtin_only:
-        from ai_edge_litert.interpreter import OpResolverType
-
-        kw["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    want = run_model(litert(), model, feeds, **kw)
+    want = run_litert(model, feeds, builtin_only)
     if delegate is None:
         got = run_model(Interpreter, model, feeds)
     else:

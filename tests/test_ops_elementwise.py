@@ -221,16 +221,13 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.kernels.base import Target
 
-    from .conftest import litert, run_model
-    from .oputil import op_model
+    from .conftest import run_model
+    from .oputil import op_model, run_litert
 
     if path == "gpu-shaped":
         monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
     model, feeds = op_model(op, ins, [Out(shape=(1, 1, 2, 4))], **({"fused_activation_function": act} if act else {}))
-    from ai_edge_litert.interpreter import OpResolverType
-
-    want = run_model(litert(), model, feeds,
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)[0]
+    want = run_litert(model, feeds, builtin_only=True)[0]
     it = Interpreter(model_content=model, delegate=None if path == "cpu" else GpuDelegate(cache=False))
     if path != "cpu":
         assert it.gpu_plan is not None and it.gpu_plan.cpu_op_count == 0
