@@ -12,7 +12,10 @@ alternation so the machine's drift hits every column alike:
 - host us/launch: (wall - kernel time - CPU ops) / launches of the background plan, profiled (events on every
   launch: the wall of a profiled invoke), and the same with the background column's wall (an invoke as a user
   has it, unprofiled) in place of the profiled one (negative where a runtime's events make the kernels look
-  longer than an unprofiled invoke takes: the Intel CPU runtime's do);
+  longer than an unprofiled invoke takes: the Intel CPU runtime's do); and the profiled figure split by the
+  device's clock (``benchmark.LaunchStats``): the host's time outside the device's span (before its first
+  command starts, after its last ends), the device idle between commands (a driver's gap between kernels, or
+  waiting for the host's next enqueue), and the boundary tensors' copies and conversions;
 - LiteRT CPU with every core, and LiteRT's own GPU path (``CompiledModel`` with the GPU accelerator: WebGPU
   over Vulkan) where this machine has a driver for it; with the ratios the issue asks about (start /
   exhaustive, LiteRT CPU / background).
@@ -156,9 +159,10 @@ def main() -> int:
     cores = os.cpu_count() or 1
     print(f"| model | heuristic ms | start ms | background ms | exhaustive ms | start / exhaustive "
           f"| host us/launch, profiled (launches) | host us/launch, unprofiled wall "
+          f"| of which outside the device's span / device idle / transfers, us/launch "
           f"| LiteRT CPU ({cores} threads) ms | LiteRT GPU ms "
           f"| LiteRT CPU / background |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes, speedups, starts = [], [], []
     background_records: list = []  # (--export-background)
     exported = 0
@@ -211,6 +215,7 @@ def main() -> int:
             stats = launch_stats(m, GpuDelegate(**kw, serialization_dir=fresh2, tuning="none"), top=8)
             lap("host time per launch")
             if stats:
+                notes.append(f"{m.name}: the background plan's profiled invoke: {stats.breakdown()}")
                 notes.append(f"{m.name}: the background plan's slowest kernels (profiled): " + ", ".join(
                     f"{k.layer} ({k.op}) {k.us:.1f} us" for k in stats.top))
             if args.export_background:
@@ -222,12 +227,14 @@ def main() -> int:
         g = f"{ms[5]:.3f}" if gpu_peer else "n/a"
         host = f"{stats.host_us_per_launch:.1f} ({stats.launches})" if stats else "n/a"
         plain = f"{stats.host_us_per_launch_at(b * 1e3):.1f}" if stats else "n/a"
+        n = max(1, stats.launches) if stats else 1
+        split = f"{stats.outside_us / n:.1f} / {stats.idle_us / n:.1f} / {stats.transfer_us / n:.1f}" if stats else "n/a"
         speedups.append(cpu / b)
         starts.append(s / e)
         if not done:
             notes.append(f"{m.name}: background work not finished after {waited:.0f} s: stopped there, the column "
                          f"is what it had installed")
-        print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {plain} | {cpu:.3f} | {g} "
+        print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {plain} | {split} | {cpu:.3f} | {g} "
               f"| {cpu / b:.2f}x |", flush=True)
         for n in notes[shown:]:  # (as they come, on stderr: a run cut short by a time limit keeps them)
             print(f"  note: {n}", file=sys.stderr, flush=True)

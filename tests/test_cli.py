@@ -310,10 +310,36 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     host = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu op", "upload", "download")]
     assert [e["name"] for e in host if e["cat"] == "cpu op"] == ["REVERSE_V2 (node 1)"]
     assert {e["cat"] for e in host} == {"cpu op", "upload", "download"}
-    idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]  # the device waits for the CPU's REVERSE_V2
-    assert len(kernels) == 2 and len(idle) == 1 and idle[0]["args"]["after"] == kernels[0]["name"]
+    # the boundary's device commands: the ADD's output to dense NHWC and copied out for the CPU, REVERSE_V2's
+    # output copied in and to the slice layout; the device's longest idle is the CPU's REVERSE_V2 between the two
+    moved = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "transfer"]
+    assert len(moved) == doc["otherData"]["transfers"] and {m.split(":")[0] for m in moved} >= {"copy out", "copy in"}
+    idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]
+    longest = max(idle, key=lambda e: e["dur"])
+    assert len(kernels) == 2 and longest["args"]["after"].startswith("copy out")
+    assert longest["args"]["before"].startswith("copy in")
     assert main(["bench", "--delegate", "cpu", "--trace", str(out)]) == 1
     assert "--trace records the OpenCL device's timeline: it needs --delegate gpu" in capsys.readouterr().err
+
+
+def test_launch_stats_split_the_host_time_by_the_device_clock(opencl_device, tmp_path):
+    """LaunchStats' split of (wall - kernels) on a model whose middle op runs on the CPU: the boundary tensors'
+    copies and conversions are device commands of their own (transfer_us), the device is idle while the CPU op
+    runs (between the copy out for it and the copy in of its result), and what is left is outside the device's
+    span; the parts add up to the wall time."""
+    from tflgpu import GpuDelegate
+    from tflgpu.benchmark import launch_stats
+
+    from .oputil import device_cpu_device_model
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(device_cpu_device_model())
+    st = launch_stats(path, GpuDelegate(cache=False), repeats=5)
+    assert st.launches == 2 and st.cpu_ops_us > 0 and st.transfer_us > 0
+    assert st.span_us >= 0.9 * (st.kernel_us + st.transfer_us) and st.idle_us >= 0.9 * st.cpu_ops_us
+    assert st.outside_us >= 0 and st.wall_us >= st.span_us
+    text = st.breakdown()
+    assert text.startswith(f"wall {st.wall_us:.0f} us = kernels") and "CPU ops" in text
 
 
 def test_launch_stats_break_an_invoke_down(opencl_device):

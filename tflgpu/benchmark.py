@@ -248,13 +248,20 @@ class KernelRate:
 @dataclass
 class LaunchStats:
     """Where a device plan's invoke time goes: kernels launched, their summed device time, the invoke's wall
-    time, and the host's cost per launch, (wall - kernel time - CPU ops) / launches."""
+    time, and the host's cost per launch, (wall - kernel time - CPU ops) / launches. That cost is split further
+    by the run's device clock: the boundary tensors' copies, maps and layout conversions (``transfer_us``), the
+    device idle between one command's end and the next one's start (``idle_us``: a driver's own gap between
+    kernels, or a device waiting for the host's next enqueue), and what is left outside the device's span
+    (``outside_us``: the host's work before the first command starts and after the last one ends, and its
+    wake-up from the wait)."""
 
     launches: int
     kernel_us: float
     cpu_ops_us: float
     wall_us: float  # median invoke, profiling on
     top: list[KernelRate]
+    transfer_us: float = 0.0
+    span_us: float = 0.0  # the device's span: the first command's start to the last command's end
 
     @property
     def host_us_per_launch(self) -> float:
@@ -265,6 +272,25 @@ class LaunchStats:
         ``wall_us`` (an unprofiled one's, say: negative where the events make the kernels look longer)."""
         return (wall_us - self.kernel_us - self.cpu_ops_us) / max(1, self.launches)
 
+    @property
+    def idle_us(self) -> float:
+        """The device's time inside its span running no command (can be negative where a runtime's commands
+        overlap: the Intel CPU runtime's copies do)."""
+        return self.span_us - self.kernel_us - self.transfer_us
+
+    @property
+    def outside_us(self) -> float:
+        return self.wall_us - self.span_us - self.cpu_ops_us
+
+    def breakdown(self) -> str:
+        """The profiled wall time, part by part, with each part per launch."""
+        n = max(1, self.launches)
+        parts = [("kernels", self.kernel_us), ("boundary copies and conversions", self.transfer_us),
+                 ("device idle between commands", self.idle_us), ("CPU ops", self.cpu_ops_us),
+                 ("outside the device's span", self.outside_us)]
+        return f"wall {self.wall_us:.0f} us = " + " + ".join(
+            f"{name} {us:.0f} ({us / n:.1f}/launch)" for name, us in parts if name != "CPU ops" or us)
+
 
 def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) -> LaunchStats | None:
     """``LaunchStats`` of the model's plan (None without an OpenCL device): each figure the median over
@@ -274,13 +300,17 @@ def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) ->
     plan = it.gpu_plan
     if plan is None:
         return None
-    walls, kernels, cpu_ops, per_layer = [], [], [], {}
+    walls, kernels, cpu_ops, moved, spans, per_layer = [], [], [], [], [], {}
     for _ in range(repeats):
         t = time.perf_counter()
         it.invoke()
         walls.append((time.perf_counter() - t) * 1e6)
         run = plan.last_run
         kernels.append(sum(k.us for k in run.launches))
+        moved.append(sum(c.us for c in run.transfers))
+        events = [k.event for k in run.launches] + [c.event for c in run.transfers]
+        spans.append((max(e.profile.end for e in events) - min(e.profile.start for e in events)) / 1e3
+                     if events else 0.0)
         cpu_ops.append(sum(h.end_ns - h.start_ns for h in run.host if h.kind == "cpu op") / 1e3)
         for k in run.launches:
             per_layer.setdefault(k.layer, (k, []))[1].append(k.us)
@@ -288,12 +318,12 @@ def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) ->
     for k, times in per_layer.values():
         us = statistics.median(times)
         flops = k.spec.flops if k.spec is not None else 0
-        moved = plan.spec_bytes(k.spec) if k.spec is not None else 0
+        bytes_ = plan.spec_bytes(k.spec) if k.spec is not None else 0
         rates.append(KernelRate(k.layer, k.op, us, flops / us / 1e3 if flops and us else None,
-                                moved / us / 1e3 if us else 0.0))
+                                bytes_ / us / 1e3 if us else 0.0))
     rates.sort(key=lambda r: -r.us)
     return LaunchStats(len(plan.last_run.launches), statistics.median(kernels), statistics.median(cpu_ops),
-                       statistics.median(walls), rates[:top])
+                       statistics.median(walls), rates[:top], statistics.median(moved), statistics.median(spans))
 
 
 def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:

@@ -1,6 +1,6 @@
 """One invoke as a Chrome / Perfetto trace (the JSON ``chrome://tracing`` and ``ui.perfetto.dev`` open): every
-kernel launch on the OpenCL device (its profiling event), the host's CPU ops and copies, and the device's idle
-time between kernels, on one clock.
+kernel launch on the OpenCL device (its profiling event), the boundary tensors' copies and conversions there, the
+host's CPU ops and the enqueues of its copies, and the device's idle time between commands, on one clock.
 
 The device's timestamps are moved onto the host clock by the offset between each launch's enqueue on the host
 and its ``queued`` time on the device (the median over the launches)."""
@@ -25,7 +25,9 @@ def chrome_trace(plan, title: str = "") -> dict:
     offset = statistics.median(offsets) if offsets else 0
     kernels = sorted(((k.event.profile.start + offset, k.event.profile.end + offset, k) for k in run.launches),
                      key=lambda x: x[0])
-    origin = min([s for s, _, _ in kernels] + [h.start_ns for h in run.host])
+    moves = [(c.event.profile.start + offset, c.event.profile.end + offset, c) for c in run.transfers]
+    commands = sorted(kernels + moves, key=lambda x: x[0])
+    origin = min([s for s, _, _ in commands] + [h.start_ns for h in run.host])
 
     def us(ns: float) -> float:
         return (ns - origin) / 1e3
@@ -35,20 +37,29 @@ def chrome_trace(plan, title: str = "") -> dict:
               {"name": "thread_name", "ph": "M", "pid": PID, "tid": DEVICE, "args": {"name": f"OpenCL: {device}"}},
               {"name": "thread_name", "ph": "M", "pid": PID, "tid": HOST, "args": {"name": "host: CPU ops, copies"}},
               {"name": "thread_name", "ph": "M", "pid": PID, "tid": IDLE,
-               "args": {"name": "device idle between kernels"}}]
+               "args": {"name": "device idle between commands"}}]
     for start, end, k in kernels:
         events.append({"name": k.layer, "cat": "kernel", "ph": "X", "pid": PID, "tid": DEVICE, "ts": us(start),
                        "dur": (end - start) / 1e3,
                        "args": {"op": k.op, "queued to start us": (k.event.profile.start - k.event.profile.queued) / 1e3}})
-    for (_, end, before), (start, _, after) in pairwise(kernels):
+    for start, end, c in moves:
+        events.append({"name": f"{c.kind}: {c.label}", "cat": "transfer", "ph": "X", "pid": PID, "tid": DEVICE,
+                       "ts": us(start), "dur": (end - start) / 1e3})
+    for (_, end, before), (start, _, after) in pairwise(commands):
         if start > end:
             events.append({"name": "idle", "cat": "gap", "ph": "X", "pid": PID, "tid": IDLE, "ts": us(end),
-                           "dur": (start - end) / 1e3, "args": {"after": before.layer, "before": after.layer}})
+                           "dur": (start - end) / 1e3, "args": {"after": _command(before), "before": _command(after)}})
     for h in run.host:
         events.append({"name": h.label, "cat": h.kind, "ph": "X", "pid": PID, "tid": HOST, "ts": us(h.start_ns),
                        "dur": (h.end_ns - h.start_ns) / 1e3})
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"device": device, "kernels": len(kernels), "host spans": len(run.host)}}
+            "otherData": {"device": device, "kernels": len(kernels), "transfers": len(moves),
+                          "host spans": len(run.host)}}
+
+
+def _command(c) -> str:
+    """A device command's name in the trace: a kernel's layer, or a transfer's kind and label."""
+    return getattr(c, "layer", None) or f"{c.kind}: {c.label}"
 
 
 def write_trace(path: str | Path, model: str | Path, delegate) -> dict:

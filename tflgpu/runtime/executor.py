@@ -52,7 +52,7 @@ from .selection import (
     select,
 )
 from .startup import StartupClock
-from .transfers import DeviceTensors
+from .transfers import DeviceCommand, DeviceTensors
 from .tuning import PartRecords, TunedKernel, apply_tuning, background_jobs
 from .upgrades import store_tuned_plan, tier_up
 
@@ -90,6 +90,7 @@ class RunTimeline:
 
     launches: list[KernelLaunch] = field(default_factory=list)
     host: list[HostSpan] = field(default_factory=list)
+    transfers: list[DeviceCommand] = field(default_factory=list)  # the boundary tensors' copies, maps, conversions
 
     @contextmanager
     def span(self, kind: str, template: str, *args):
@@ -317,6 +318,7 @@ class GpuPlan:
         values.update(self.runner.variables)
         keep: list = []  # host arrays of non-blocking uploads, alive until the queue finishes
         timeline = RunTimeline() if self.profile else None
+        record = timeline.transfers if timeline is not None else None
 
         def span(kind: str, template: str, *args):
             return timeline.span(kind, template, *args) if timeline is not None else _NO_SPAN
@@ -330,10 +332,10 @@ class GpuPlan:
             if t in io.bound:  # zero-copy: the data is already on the device, just convert the layout
                 st = io.staging[t]
                 if st.to_device is not None:  # (else its kernel reads the dense buffer itself)
-                    cl.enqueue_nd_range_kernel(q, st.to_device, st.grid, None)
+                    io.convert(q, st.to_device, st.grid, f"tensor {t} to the slice layout", record)
             else:
                 with span("upload", "input tensor {}", t):
-                    io.upload(q, t, values[t], keep)
+                    io.upload(q, t, values[t], keep, record)
         launch = self.launch if cadence.direct and self.launch is not None else (
             lambda kernel, gsize, lsize: cl.enqueue_nd_range_kernel(q, kernel, gsize, lsize))
         for i, s in enumerate(self.steps):
@@ -352,16 +354,16 @@ class GpuPlan:
             for t in tp.downloads_before.get(i, ()):
                 if t not in values:
                     with span("download", "tensor {} for the CPU", t):
-                        values[t] = io.download(q, t)
+                        values[t] = io.download(q, t, record)
             for op, fn in s.members:
                 with span("cpu op", "{} (node {})", op.name, op.index):
                     self.runner.run_op(op, fn, values)
             for t in tp.uploads_after.get(i, ()):
                 with span("upload", "tensor {} from the CPU", t):
-                    io.upload(q, t, values[t], keep)
+                    io.upload(q, t, values[t], keep, record)
         # the variables (LSTM state, carried over to the next invoke; where it is not kept on the device) and the
         # outputs, read with one wait
-        state = {} if tp.state_resident else {t: io.fetch(q, t) for t in tp.state_tensors}
+        state = {} if tp.state_resident else {t: io.fetch(q, t, record) for t in tp.state_tensors}
         if tp.state_resident and tp.state_tensors:
             self._state_at = "device"
         read = []
@@ -369,11 +371,11 @@ class GpuPlan:
             if t in io.bound and self.device_outputs:
                 st = io.staging[t]
                 if st.from_device is not None:
-                    cl.enqueue_nd_range_kernel(q, st.from_device, st.grid, None)
+                    io.convert(q, st.from_device, st.grid, f"tensor {t} to dense NHWC", record)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
                 read.append(t)
-        outputs = io.fetch_outputs(q, read)
+        outputs = io.fetch_outputs(q, read, record)
         with span("download", "{} outputs and {} state tensors", len(outputs), len(state)):
             q.finish()
             for t, value in state.items():

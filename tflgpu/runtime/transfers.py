@@ -29,6 +29,21 @@ log = logging.getLogger("tflgpu")
 
 
 @dataclass
+class DeviceCommand:
+    """A command of a profiled run that moves a boundary tensor rather than computing a layer: a copy between host
+    and device memory, a map of a buffer made on host memory, or a layout conversion kernel. Device work all the
+    same: what an invoke's wall time holds besides the layers' kernels (``benchmark.LaunchStats``)."""
+
+    kind: str  # "copy in" | "copy out" | "map" | "convert"
+    label: str
+    event: object  # a pyopencl Event with profiling info
+
+    @property
+    def us(self) -> float:
+        return (self.event.profile.end - self.event.profile.start) / 1e3
+
+
+@dataclass
 class Staging:
     """A tensor crossing the device boundary: its dense NHWC float32 buffer (the caller's, once bound) and the
     kernels converting it to the slice layout and back, on ``grid``; none where the plan's kernel reads or writes
@@ -360,40 +375,53 @@ class DeviceTensors:
         self.cl.enqueue_copy(queue, host, dense, is_blocking=True)
         return host
 
-    def upload(self, queue, t: int, value: np.ndarray, keep: list) -> None:
+    def upload(self, queue, t: int, value: np.ndarray, keep: list, record: list[DeviceCommand] | None = None) -> None:
         """Tensor t's host value to its dense buffer (then its slice layout), without waiting: written into the
         buffer's host array where the device reads it in place (the previous invoke's commands are done), else
         copied by a command, from pinned memory where there is some (``keep`` holds a pageable host array until
-        the queue is finished). No host copy where ``value`` is that array (``input_arrays``)."""
+        the queue is finished). No host copy where ``value`` is that array (``input_arrays``). ``record``: a
+        profiled run's list of its commands."""
         st = self.staging[t]
         host = st.upload_from
+        copied = None
         if host is not None:
             if value is not host:  # (an Interpreter's buffer is this array: ``input_arrays``)
                 np.copyto(host, np.reshape(value, host.shape), casting="unsafe")
             if st.pinned is not None:
-                self.cl.enqueue_copy(queue, st.dense, st.pinned, is_blocking=False)
+                copied = self.cl.enqueue_copy(queue, st.dense, st.pinned, is_blocking=False)
         else:
             data = np.ascontiguousarray(value, dtype=np.float32)
-            self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
+            copied = self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
             keep.append(data)  # (until the queue is finished)
+        if record is not None and copied is not None:
+            record.append(DeviceCommand("copy in", f"tensor {t}", copied))
         if st.to_device is not None:
-            self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None)
+            self.convert(queue, st.to_device, st.grid, f"tensor {t} to the slice layout", record)
 
-    def fetch_outputs(self, queue, ts: list[int]) -> dict[int, Callable[[], np.ndarray]]:
+    def convert(self, queue, kernel, grid: tuple[int, ...], label: str, record: list[DeviceCommand] | None) -> None:
+        """Launch a boundary tensor's layout conversion (recorded in a profiled run's ``record``)."""
+        ev = self.cl.enqueue_nd_range_kernel(queue, kernel, grid, None)
+        if record is not None:
+            record.append(DeviceCommand("convert", label, ev))
+
+    def fetch_outputs(self, queue, ts: list[int], record: list[DeviceCommand] | None = None,
+                      ) -> dict[int, Callable[[], np.ndarray]]:
         """``fetch`` for several tensors, those on the output arena's host arrays read with one map of the arena (or
         none, where the device shares the host's memory): each returned function gives its value once the queue is
         finished."""
         mapped = [t for t in ts if self.staging[t].host is not None]
         if len(mapped) < 2 or self.shared_memory:  # (shared: ``fetch`` maps nothing)
-            return {t: self.fetch(queue, t) for t in ts}
-        getters = {t: self.fetch(queue, t) for t in ts if t not in mapped}
+            return {t: self.fetch(queue, t, record) for t in ts}
+        getters = {t: self.fetch(queue, t, record) for t in ts if t not in mapped}
         for t in mapped:
             st = self.staging[t]
             if st.from_device is not None:
-                self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
+                self.convert(queue, st.from_device, st.grid, f"tensor {t} to dense NHWC", record)
         arena = self.host.buffers["output"]
-        view, _ = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,), np.float32,
-                                             is_blocking=False)
+        view, ev = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,),
+                                              np.float32, is_blocking=False)
+        if record is not None:
+            record.append(DeviceCommand("map", f"{len(mapped)} outputs' host arena", ev))
         held = [view]
 
         def value(t: int) -> np.ndarray:
@@ -404,21 +432,29 @@ class DeviceTensors:
         getters.update({t: (lambda t=t: value(t)) for t in mapped})
         return getters
 
-    def fetch(self, queue, t: int) -> Callable[[], np.ndarray]:
+    def fetch(self, queue, t: int, record: list[DeviceCommand] | None = None) -> Callable[[], np.ndarray]:
         """Enqueue reading tensor t to the host, without waiting: the returned function gives its value once the
-        queue is finished (an invoke's outputs and state are read with one wait, not one each)."""
+        queue is finished (an invoke's outputs and state are read with one wait, not one each). ``record``: a
+        profiled run's list of its commands."""
         st = self.staging[t]
         if st.from_device is not None:
-            self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None)
+            self.convert(queue, st.from_device, st.grid, f"tensor {t} to dense NHWC", record)
         tensor = self.sg.tensors[t]
+        label = f"tensor {t}"
+
+        def recorded(kind: str, ev) -> None:
+            if record is not None:
+                record.append(DeviceCommand(kind, label, ev))
+
         if st.pinned is not None:
-            self.cl.enqueue_copy(queue, st.pinned, st.dense, is_blocking=False)
+            recorded("copy out", self.cl.enqueue_copy(queue, st.pinned, st.dense, is_blocking=False))
             return lambda: _as_type(st.pinned, tensor.dtype)
         if st.host is not None and self.shared_memory:  # (the finished kernels' values are in its host array)
             return lambda: _as_type(st.host, tensor.dtype)
         if st.host is not None:  # (the buffer's own memory: mapped for the kernels' values to be there, unmapped)
-            mapped, _ = self.cl.enqueue_map_buffer(queue, st.dense, self.cl.map_flags.READ, 0, st.host.shape,
-                                                   np.float32, is_blocking=False)
+            mapped, ev = self.cl.enqueue_map_buffer(queue, st.dense, self.cl.map_flags.READ, 0, st.host.shape,
+                                                    np.float32, is_blocking=False)
+            recorded("map", ev)
 
             def mapped_value() -> np.ndarray:
                 mapped.base.release(queue)
@@ -426,11 +462,11 @@ class DeviceTensors:
 
             return mapped_value
         host = np.empty(tensor.shape, np.float32)
-        self.cl.enqueue_copy(queue, host, st.dense, is_blocking=False)
+        recorded("copy out", self.cl.enqueue_copy(queue, host, st.dense, is_blocking=False))
         return lambda: _as_type(host, tensor.dtype)
 
-    def download(self, queue, t: int) -> np.ndarray:
+    def download(self, queue, t: int, record: list[DeviceCommand] | None = None) -> np.ndarray:
         """Tensor t's value on the host, now."""
-        value = self.fetch(queue, t)
+        value = self.fetch(queue, t, record)
         queue.finish()
         return value()
