@@ -192,3 +192,13 @@ def test_a_clamped_negative_zero_keeps_its_sign_on_the_device(opencl_device):
     (kernels.common.clamped)."""
     r = check(41125, 5)
     assert r["status"] == "ok" and r["device_ops"] > 0, r
+
+
+def test_an_output_litert_paths_disagree_on_after_an_overflow_is_not_judged(opencl_device):
+    """The offline run's seed 80535 (8 ops): a DIV by a RELU'd average pool divides by zero. XNNPACK keeps the
+    infinity, its next conv makes NaN, and its average pool's RELU6 turns the NaN into 0; TFLite's builtin DIV
+    clamps the infinity to the largest float and its average pool ends at 6; ours (XNNPACK's infinity, the builtin
+    kernels' NaN-keeping clamp) gives NaN. That output is not judged; the model's other two outputs, which LiteRT's
+    paths agree on, are."""
+    r = check(80535, 8)
+    assert r["status"] == "ok" and r["overflow_unjudged"] == 1, r
