@@ -128,11 +128,21 @@ def transpose(ctx: GenContext) -> list[KernelSpec]:
 
 def _through(view: tuple[int, ...], shape: tuple[int, ...], coords: list[str]) -> list[str]:
     """The coordinates in a tensor of ``shape`` of the element at ``coords`` of its reshape to ``view`` (the same
-    elements in the same row-major order)."""
+    elements in the same row-major order). Where the view's last dim divides the tensor's (an SSD head's rows of
+    91 scores out of a conv's 546 channels), the last coordinate is the view's plus an offset the other
+    coordinates give, and those divide without it: an output slice's four lanes share every division (the lane
+    by lane form took 430 us for an SSD head's 153K scores on the Intel CPU runtime)."""
+    strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    if view and shape and shape[-1] % view[-1] == 0:
+        per = shape[-1] // view[-1]  # the view's rows in one of the tensor's last-dim runs
+        rows = "0"
+        for d, cexpr in zip(view[:-1], coords[:-1]):
+            rows = f"({rows}) * {d} + {cexpr}"
+        head = [f"((({rows}) / {per}) / {st // shape[-1]}) % {d}" for st, d in zip(strides[:-1], shape[:-1])]
+        return [*head, f"(({rows}) % {per}) * {view[-1]} + {coords[-1]}"]
     lin = "0"
     for d, cexpr in zip(view, coords):
         lin = f"({lin}) * {d} + {cexpr}"
-    strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
     return [f"(({lin}) / {st}) % {d}" for st, d in zip(strides, shape)]
 
 
