@@ -525,22 +525,37 @@ class GroupStage:
 def tile_stores(*, tx: int, ts: int, per: int, px: Callable[[int], str], sout: int, oh: int, ow: int, act: int,
                 ep_code: str, cout: int, st: str = "ST4(dst, oi, v);",
                 after: Callable[[int, int], str] | None = None, dense: bool = False,
-                half_acc: bool = False) -> list[str]:
+                half_acc: bool = False, wide_bias: bool = False) -> list[str]:
     """A register tile's stores: for each of its ``ts`` output slices from ``S`` (``per`` slices an accumulator
     ``acc{a}_{t}``) and ``tx`` pixels (``px(t)``: a pixel's C expression in the output row ``oy`` of image ``b``),
     bias, the fused activation, the epilogue and the store (``st``; ``dense``: into the dense NHWC float ``dst``
     instead); ``after(s, t)``: a line after each store; ``half_acc``: the accumulators are half vectors
-    (converted to float for the bias and what follows)."""
+    (converted to float for the bias and what follows). ``wide_bias``: the bias is added and the activation
+    applied to each float8 / float16 accumulator whole, before its slices part (the caller pads the bias to
+    ``ts`` slices, a multiple of ``per``, and ``S`` is a multiple of ``ts``): one vector op where there were
+    ``per`` float4 ones (with 16 input channels a 1x1 conv's stores took as long as its sum)."""
     lines = []
+    wide = wide_bias and per > 1 and not half_acc
+    if wide:
+        vt = f"float{4 * per}"
+        for a in range(ts // per):
+            lines.append(f"  {{ const {vt} bw = LD{4 * per}(bias, (S + {a * per}) / {per});")
+            for t in range(tx):
+                lines.append(f"    acc{a}_{t} += bw; " + activation(act, f"acc{a}_{t}", vt))
+            lines.append("  }")
     for s in range(ts):
         part = "" if per == 1 else slice_part(s % per)
         lines.append(f"  if (S + {s} < {sout}) {{")
-        lines.append(f"    const float4 bv = LD4(bias, S + {s});")
+        if not wide:
+            lines.append(f"    const float4 bv = LD4(bias, S + {s});")
         for t in range(tx):
             lines.append(f"    if ({px(t)} < {ow}) {{")
             acc = f"acc{s // per}_{t}{part}"
-            lines.append(f"      float4 v = {f'convert_float4({acc})' if half_acc else acc} + bv;")
-            lines.append("      " + activation(act, "v"))
+            if wide:
+                lines.append(f"      float4 v = {acc};")
+            else:
+                lines.append(f"      float4 v = {f'convert_float4({acc})' if half_acc else acc} + bv;")
+                lines.append("      " + activation(act, "v"))
             store = dense_store4("dst", f"((b * {oh} + oy) * {ow} + {px(t)}) * {cout}", cout, f"S + {s}", "v") \
                 if dense else st
             lines.append("      " + _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + {px(t)}", f"(S + {s})",
@@ -656,7 +671,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     after = None if arg is None else (
         lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
     lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
-                         st=st, after=after, dense=dense_out, half_acc=half_math)
+                         st=st, after=after, dense=dense_out, half_acc=half_math, wide_bias=True)
     if arg is not None:
         lines.append("  }")
         for t in range(tx):
