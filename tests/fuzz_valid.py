@@ -80,19 +80,22 @@ def _litert(data: bytes, builtin: bool, keep_all: bool = False):
     return LiteRT(model_content=data, num_threads=1, experimental_preserve_all_tensors=keep_all, **kw)
 
 
-def _largest_stored(it) -> float:
-    """The largest magnitude any float tensor took in a run of ``it`` (made with ``keep_all``): FP16 storage
-    rounds it to 2^-11 of that."""
-    largest = 0.0
+def _float_values(it):
+    """Each float32 tensor's values in a run of ``it`` (made with ``keep_all``), those LiteRT keeps a buffer for."""
     for d in it.get_tensor_details():
         if d["dtype"] == np.float32:
             try:
                 v = it.get_tensor(d["index"])
             except ValueError:  # (a tensor LiteRT keeps no buffer for)
                 continue
-            if v.size and np.isfinite(v).all():
-                largest = max(largest, float(np.abs(v).max()))
-    return largest
+            if v.size:
+                yield v
+
+
+def _largest_stored(it) -> float:
+    """The largest magnitude any float tensor took in a run of ``it`` (made with ``keep_all``): FP16 storage
+    rounds it to 2^-11 of that."""
+    return max((float(np.abs(v).max()) for v in _float_values(it) if np.isfinite(v).all()), default=0.0)
 
 
 def _overflowed(it) -> bool:
@@ -100,15 +103,7 @@ def _overflowed(it) -> bool:
     is not finite, or float32's largest magnitude (TFLite's builtin kernels clamp an op's infinite result to it
     where the op has a fused activation, NONE included; XNNPACK keeps the infinity)."""
     top = float(np.finfo(np.float32).max)
-    for d in it.get_tensor_details():
-        if d["dtype"] == np.float32:
-            try:
-                v = it.get_tensor(d["index"])
-            except ValueError:  # (a tensor LiteRT keeps no buffer for)
-                continue
-            if v.size and not (np.abs(v) < top).all():
-                return True
-    return False
+    return any(not (np.abs(v) < top).all() for v in _float_values(it))
 
 
 @contextmanager
