@@ -26,7 +26,7 @@ def chrome_trace(plan, title: str = "") -> dict:
     kernels = sorted(((k.event.profile.start + offset, k.event.profile.end + offset, k) for k in run.launches),
                      key=lambda x: x[0])
     moves = [(c.event.profile.start + offset, c.event.profile.end + offset, c) for c in run.transfers]
-    commands = sorted(kernels + moves, key=lambda x: x[0])
+    commands = sorted([(s, e, k.layer) for s, e, k in kernels] + [(s, e, c.name) for s, e, c in moves])
     origin = min([s for s, _, _ in commands] + [h.start_ns for h in run.host])
 
     def us(ns: float) -> float:
@@ -43,23 +43,18 @@ def chrome_trace(plan, title: str = "") -> dict:
                        "dur": (end - start) / 1e3,
                        "args": {"op": k.op, "queued to start us": (k.event.profile.start - k.event.profile.queued) / 1e3}})
     for start, end, c in moves:
-        events.append({"name": f"{c.kind}: {c.label}", "cat": "transfer", "ph": "X", "pid": PID, "tid": DEVICE,
+        events.append({"name": c.name, "cat": "transfer", "ph": "X", "pid": PID, "tid": DEVICE,
                        "ts": us(start), "dur": (end - start) / 1e3})
     for (_, end, before), (start, _, after) in pairwise(commands):
         if start > end:
             events.append({"name": "idle", "cat": "gap", "ph": "X", "pid": PID, "tid": IDLE, "ts": us(end),
-                           "dur": (start - end) / 1e3, "args": {"after": _command(before), "before": _command(after)}})
+                           "dur": (start - end) / 1e3, "args": {"after": before, "before": after}})
     for h in run.host:
         events.append({"name": h.label, "cat": h.kind, "ph": "X", "pid": PID, "tid": HOST, "ts": us(h.start_ns),
                        "dur": (h.end_ns - h.start_ns) / 1e3})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"device": device, "kernels": len(kernels), "transfers": len(moves),
                           "host spans": len(run.host)}}
-
-
-def _command(c) -> str:
-    """A device command's name in the trace: a kernel's layer, or a transfer's kind and label."""
-    return getattr(c, "layer", None) or f"{c.kind}: {c.label}"
 
 
 def write_trace(path: str | Path, model: str | Path, delegate) -> dict:

@@ -330,9 +330,7 @@ class GpuPlan:
             if t in self.runner.variables and tp.state_resident and self._state_at != "host":
                 continue  # (the device has the state's latest value)
             if t in io.bound:  # zero-copy: the data is already on the device, just convert the layout
-                st = io.staging[t]
-                if st.to_device is not None:  # (else its kernel reads the dense buffer itself)
-                    io.convert(q, st.to_device, st.grid, f"tensor {t} to the slice layout", record)
+                io.to_slices(q, t, record)
             else:
                 with span("upload", "input tensor {}", t):
                     io.upload(q, t, values[t], keep, record)
@@ -369,9 +367,7 @@ class GpuPlan:
         read = []
         for t in tp.output_downloads:
             if t in io.bound and self.device_outputs:
-                st = io.staging[t]
-                if st.from_device is not None:
-                    io.convert(q, st.from_device, st.grid, f"tensor {t} to dense NHWC", record)
+                io.to_dense(q, t, record)
                 values[t] = None  # stays on the device; Interpreter.get_tensor reads it on demand
             else:
                 read.append(t)

@@ -42,6 +42,16 @@ class DeviceCommand:
     def us(self) -> float:
         return (self.event.profile.end - self.event.profile.start) / 1e3
 
+    @property
+    def name(self) -> str:
+        return f"{self.kind}: {self.label}"
+
+
+def _recorded(record: list[DeviceCommand] | None, kind: str, label: str, event) -> None:
+    """Note a boundary command in a profiled run's ``record`` (None: an unprofiled run, nothing noted)."""
+    if record is not None and event is not None:
+        record.append(DeviceCommand(kind, label, event))
+
 
 @dataclass
 class Staging:
@@ -393,16 +403,24 @@ class DeviceTensors:
             data = np.ascontiguousarray(value, dtype=np.float32)
             copied = self.cl.enqueue_copy(queue, st.dense, data, is_blocking=False)
             keep.append(data)  # (until the queue is finished)
-        if record is not None and copied is not None:
-            record.append(DeviceCommand("copy in", f"tensor {t}", copied))
-        if st.to_device is not None:
-            self.convert(queue, st.to_device, st.grid, f"tensor {t} to the slice layout", record)
+        _recorded(record, "copy in", f"tensor {t}", copied)
+        self.to_slices(queue, t, record)
 
-    def convert(self, queue, kernel, grid: tuple[int, ...], label: str, record: list[DeviceCommand] | None) -> None:
-        """Launch a boundary tensor's layout conversion (recorded in a profiled run's ``record``)."""
-        ev = self.cl.enqueue_nd_range_kernel(queue, kernel, grid, None)
-        if record is not None:
-            record.append(DeviceCommand("convert", label, ev))
+    def to_slices(self, queue, t: int, record: list[DeviceCommand] | None = None) -> None:
+        """Tensor t's dense buffer to its slice layout, where a conversion kernel does that (none where the plan's
+        kernel reads the dense buffer itself)."""
+        st = self.staging[t]
+        if st.to_device is not None:
+            _recorded(record, "convert", f"tensor {t} to the slice layout",
+                      self.cl.enqueue_nd_range_kernel(queue, st.to_device, st.grid, None))
+
+    def to_dense(self, queue, t: int, record: list[DeviceCommand] | None = None) -> None:
+        """Tensor t's slice layout to its dense buffer, where a conversion kernel does that (none where the plan's
+        kernel writes the dense buffer itself)."""
+        st = self.staging[t]
+        if st.from_device is not None:
+            _recorded(record, "convert", f"tensor {t} to dense NHWC",
+                      self.cl.enqueue_nd_range_kernel(queue, st.from_device, st.grid, None))
 
     def fetch_outputs(self, queue, ts: list[int], record: list[DeviceCommand] | None = None,
                       ) -> dict[int, Callable[[], np.ndarray]]:
@@ -414,14 +432,11 @@ class DeviceTensors:
             return {t: self.fetch(queue, t, record) for t in ts}
         getters = {t: self.fetch(queue, t, record) for t in ts if t not in mapped}
         for t in mapped:
-            st = self.staging[t]
-            if st.from_device is not None:
-                self.convert(queue, st.from_device, st.grid, f"tensor {t} to dense NHWC", record)
+            self.to_dense(queue, t, record)
         arena = self.host.buffers["output"]
         view, ev = self.cl.enqueue_map_buffer(queue, arena, self.cl.map_flags.READ, 0, (arena.size // 4,),
                                               np.float32, is_blocking=False)
-        if record is not None:
-            record.append(DeviceCommand("map", f"{len(mapped)} outputs' host arena", ev))
+        _recorded(record, "map", f"{len(mapped)} outputs' host arena", ev)
         held = [view]
 
         def value(t: int) -> np.ndarray:
@@ -437,24 +452,18 @@ class DeviceTensors:
         queue is finished (an invoke's outputs and state are read with one wait, not one each). ``record``: a
         profiled run's list of its commands."""
         st = self.staging[t]
-        if st.from_device is not None:
-            self.convert(queue, st.from_device, st.grid, f"tensor {t} to dense NHWC", record)
+        self.to_dense(queue, t, record)
         tensor = self.sg.tensors[t]
         label = f"tensor {t}"
-
-        def recorded(kind: str, ev) -> None:
-            if record is not None:
-                record.append(DeviceCommand(kind, label, ev))
-
         if st.pinned is not None:
-            recorded("copy out", self.cl.enqueue_copy(queue, st.pinned, st.dense, is_blocking=False))
+            _recorded(record, "copy out", label, self.cl.enqueue_copy(queue, st.pinned, st.dense, is_blocking=False))
             return lambda: _as_type(st.pinned, tensor.dtype)
         if st.host is not None and self.shared_memory:  # (the finished kernels' values are in its host array)
             return lambda: _as_type(st.host, tensor.dtype)
         if st.host is not None:  # (the buffer's own memory: mapped for the kernels' values to be there, unmapped)
             mapped, ev = self.cl.enqueue_map_buffer(queue, st.dense, self.cl.map_flags.READ, 0, st.host.shape,
                                                     np.float32, is_blocking=False)
-            recorded("map", ev)
+            _recorded(record, "map", label, ev)
 
             def mapped_value() -> np.ndarray:
                 mapped.base.release(queue)
@@ -462,7 +471,7 @@ class DeviceTensors:
 
             return mapped_value
         host = np.empty(tensor.shape, np.float32)
-        recorded("copy out", self.cl.enqueue_copy(queue, host, st.dense, is_blocking=False))
+        _recorded(record, "copy out", label, self.cl.enqueue_copy(queue, host, st.dense, is_blocking=False))
         return lambda: _as_type(host, tensor.dtype)
 
     def download(self, queue, t: int, record: list[DeviceCommand] | None = None) -> np.ndarray:
