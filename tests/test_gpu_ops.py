@@ -826,6 +826,45 @@ def test_logical_on_device(gpu, rng, op):
     check_op("LOGICAL_NOT", [In(rng.random((3, 7)) > 0.5)], [Out(np.bool_)], **gpu)
 
 
+@pytest.mark.parametrize("op", ["LESS", "GREATER_EQUAL", "EQUAL", "LOGICAL_AND", "LOGICAL_OR", "LOGICAL_NOT"])
+def test_a_mask_cast_to_float_holds_positive_zeros(gpu, rng, op):
+    """A fuzz finding (tests/fuzz_valid, seed 595): the device stored a comparison's false as -0.0 (the vector
+    comparison's 0 times -1.0f), so x * CAST(mask) was -0.0 for a positive x, and a division by it the other
+    infinity: c / (x * mask) then RELU6 gave 6 where LiteRT gives 0. The mask cast to float is LiteRT's, the
+    sign of each zero included (assert_close cannot see it)."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 5, 6))
+    mask = b.tensor("mask", (1, 4, 5, 6), np.bool_)
+    if op.startswith("LOGICAL"):
+        first = b.tensor("first", (1, 4, 5, 6), np.bool_)
+        b.op("LESS", [x, b.const("hi", np.float32(-0.2))], [first])
+        if op == "LOGICAL_NOT":
+            b.op(op, [first], [mask])
+        else:  # (x in (-0.6, -0.2), x outside [-0.2, 0.2])
+            second = b.tensor("second", (1, 4, 5, 6), np.bool_)
+            b.op("GREATER", [x, b.const("lo", np.float32(-0.6 if op == "LOGICAL_AND" else 0.2))], [second])
+            b.op(op, [first, second], [mask])
+    else:
+        other = np.round(rand(rng, (6,)), 1) if op != "EQUAL" else np.float32(0.5)
+        b.op(op, [x, b.const("c", np.asarray(other, np.float32))], [mask])
+    as_float = b.tensor("as_float", (1, 4, 5, 6))
+    b.op("CAST", [mask], [as_float])
+    b.output(as_float)
+    model = b.build()
+    feeds = [np.where(rng.random((1, 4, 5, 6)) < 0.2, 0.5, np.round(rand(rng, (1, 4, 5, 6)), 1)).astype(np.float32)]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.cpu_op_count == 0
+    (got,), (want,) = run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)
+    assert 0 < np.count_nonzero(want) < want.size
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 def test_lstm_single_step_on_device_keeps_state(gpu, rng):
     from tflgpu import Interpreter
 

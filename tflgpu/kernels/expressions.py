@@ -27,7 +27,7 @@ UNARY = {
     "SIN": "sin(v)",
     "COS": "cos(v)",
     "ELU": "select(expm1(v), v, isgreater(v, (float4)(0.0f)))",
-    "LOGICAL_NOT": "convert_float4(v == 0.0f) * -1.0f",
+    "LOGICAL_NOT": "convert_float4(-(v == 0.0f))",
     "LEAKY_RELU": "select(v * ALPHA, v, isgreaterequal(v, (float4)(0.0f)))",
     "QUANT_SIM": "QSIM",  # graph.float_view's quantization simulator: see unary_expr
 }
@@ -57,16 +57,18 @@ def unary_expr(op) -> str:
         return f"({q}{' + 0.0f' if grid.plus_zero else ''}) * {float(grid.scale)!r}f"
     return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
 
-# comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0
+# comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0 (a vector comparison's true is -1:
+# negated as an integer before the conversion, since 0 times -1.0f is -0.0, which a product or a division would
+# carry on)
 LOGIC = {
-    "LESS": "convert_float4(isless(va, vb)) * -1.0f",
-    "LESS_EQUAL": "convert_float4(islessequal(va, vb)) * -1.0f",
-    "GREATER": "convert_float4(isgreater(va, vb)) * -1.0f",
-    "GREATER_EQUAL": "convert_float4(isgreaterequal(va, vb)) * -1.0f",
-    "EQUAL": "convert_float4(isequal(va, vb)) * -1.0f",
-    "NOT_EQUAL": "convert_float4(isnotequal(va, vb)) * -1.0f",
-    "LOGICAL_AND": "convert_float4((va != 0.0f) && (vb != 0.0f)) * -1.0f",
-    "LOGICAL_OR": "convert_float4((va != 0.0f) || (vb != 0.0f)) * -1.0f",
+    "LESS": "convert_float4(-(isless(va, vb)))",
+    "LESS_EQUAL": "convert_float4(-(islessequal(va, vb)))",
+    "GREATER": "convert_float4(-(isgreater(va, vb)))",
+    "GREATER_EQUAL": "convert_float4(-(isgreaterequal(va, vb)))",
+    "EQUAL": "convert_float4(-(isequal(va, vb)))",
+    "NOT_EQUAL": "convert_float4(-(isnotequal(va, vb)))",
+    "LOGICAL_AND": "convert_float4(-((va != 0.0f) && (vb != 0.0f)))",
+    "LOGICAL_OR": "convert_float4(-((va != 0.0f) || (vb != 0.0f)))",
 }
 
 BINARY = {
