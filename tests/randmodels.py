@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -369,12 +370,151 @@ def _split(g: _Graph, rng, x: T):
     return ys[int(rng.integers(0, 2))]
 
 
+def _prelu(g: _Graph, rng, x: T):
+    """PRELU with a learned slope per channel (broadcast over the rest), or a whole-tensor one."""
+    shape = (x.shape[-1],) if rng.random() < 0.6 else _broadcast_shape(rng, x.shape)
+    alpha = g.b.const(f"alpha{len(g.ops)}", rng.uniform(-0.5, 0.5, shape).astype(np.float32))
+    y = g.new(x.shape)
+    g.op("PRELU", [x.index, alpha], [y])
+    return y
+
+
+def _batch_matmul(g: _Graph, rng, x: T):
+    """BATCH_MATMUL of x (its last two dims a matrix, maybe read transposed) by a constant or by another tensor
+    of the graph (attention's two products), broadcasting the batch dims."""
+    if len(x.shape) < 2:
+        return None
+    adj_x = bool(rng.random() < 0.3)
+    rows, k = (x.shape[-1], x.shape[-2]) if adj_x else (x.shape[-2], x.shape[-1])
+    adj_y = bool(rng.random() < 0.3)
+    others = [t for t in g.tensors if len(t.shape) == len(x.shape) and t.shape[:-2] == x.shape[:-2]
+              and (t.shape[-1] if adj_y else t.shape[-2]) == k]
+    if others and rng.random() < 0.5:
+        other = others[int(rng.integers(0, len(others)))]
+        index, cols = other.index, other.shape[-2] if adj_y else other.shape[-1]
+    else:
+        cols = int(rng.integers(1, 17))
+        batch = tuple(d if rng.random() < 0.5 else 1 for d in x.shape[:-2])
+        shape = (*batch, cols, k) if adj_y else (*batch, k, cols)
+        index = g.b.const(f"bm{len(g.ops)}", _he(rng, shape, k))
+    y = g.new((*x.shape[:-2], rows, cols))
+    g.op("BATCH_MATMUL", [x.index, index], [y], adj_x=adj_x, adj_y=adj_y)
+    return y
+
+
+def _split_v(g: _Graph, rng, x: T):
+    """SPLIT_V into two or three parts of uneven sizes (one of them maybe -1: the rest), one part kept."""
+    axes = [a for a in range(len(x.shape)) if x.shape[a] >= 2]
+    if not axes:
+        return None
+    axis = axes[int(rng.integers(0, len(axes)))]
+    d = x.shape[axis]
+    cuts = sorted({int(c) for c in rng.integers(1, d, int(rng.integers(1, 3)))})
+    sizes = [b - a for a, b in pairwise([0, *cuts, d])]
+    given = list(sizes)
+    if rng.random() < 0.4:
+        given[int(rng.integers(0, len(given)))] = -1
+    parts = []
+    for n in sizes:
+        shape = list(x.shape)
+        shape[axis] = n
+        parts.append(g.new(shape))
+    g.op("SPLIT_V", [x.index, g.b.const(f"svs{len(g.ops)}", np.int32(given)),
+                     g.b.const(f"sva{len(g.ops)}", np.int32(axis if rng.random() < 0.5 else axis - len(x.shape)))],
+         parts, num_splits=len(parts))
+    return parts[int(rng.integers(0, len(parts)))]
+
+
+def _expand_squeeze(g: _Graph, rng, x: T):
+    """EXPAND_DIMS at some axis then, half the time, SQUEEZE of it (or of every unit dim) again."""
+    if len(x.shape) >= 5:
+        return None
+    axis = int(rng.integers(0, len(x.shape) + 1))
+    shape = list(x.shape)
+    shape.insert(axis, 1)
+    y = g.new(shape)
+    g.op("EXPAND_DIMS", [x.index, g.b.const(f"ea{len(g.ops)}", np.int32(axis if rng.random() < 0.5 else
+                                                                          axis - len(shape)))], [y])
+    if rng.random() < 0.5:
+        return y
+    dims = [axis] if rng.random() < 0.5 or all(d == 1 for d in shape) else []
+    z = g.new([d for i, d in enumerate(shape) if (i not in dims if dims else d != 1)])
+    g.op("SQUEEZE", [y.index], [z], squeeze_dims=dims)
+    return z
+
+
+COMPARE = ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"]
+
+
+def _compare(g: _Graph, rng, x: T):
+    """A mask: x compared with a constant (or two comparisons joined by LOGICAL_AND / OR, maybe negated),
+    CAST back to float and multiplied into x. EQUAL / NOT_EQUAL compare a RELU'd x with zero, so that they are
+    not constant."""
+    def boolean() -> int:
+        return g.b.tensor(f"mask{len(g.b.main.tensors)}", x.shape, np.bool_)
+
+    def mask() -> int:
+        name = COMPARE[int(rng.integers(0, len(COMPARE)))]
+        c = boolean()
+        if name in ("EQUAL", "NOT_EQUAL"):
+            r = g.new(x.shape)
+            g.op("RELU", [x.index], [r])
+            g.b.op(name, [r.index, g.b.const(f"zero{len(g.ops)}", np.float32(0))], [c])
+        else:
+            v = rng.uniform(-0.5, 0.5, _broadcast_shape(rng, x.shape)).astype(np.float32)
+            g.b.op(name, [x.index, g.b.const(f"cv{len(g.ops)}", v)], [c])
+        g.ops.append(name)
+        return c
+
+    cond = mask()
+    if rng.random() < 0.4:
+        other, joined = mask(), boolean()
+        name = "LOGICAL_AND" if rng.random() < 0.5 else "LOGICAL_OR"
+        g.b.op(name, [cond, other], [joined])
+        g.ops.append(name)
+        cond = joined
+    if rng.random() < 0.3:
+        neg = boolean()
+        g.b.op("LOGICAL_NOT", [cond], [neg])
+        g.ops.append("LOGICAL_NOT")
+        cond = neg
+    f = g.new(x.shape)
+    g.b.op("CAST", [cond], [f.index])
+    g.ops.append("CAST")
+    y = g.new(x.shape)
+    g.op("MUL", [x.index, f.index], [y])
+    return y
+
+
+def _cumsum(g: _Graph, rng, x: T):
+    axis = int(rng.integers(0, len(x.shape)))
+    y = g.new(x.shape)
+    g.op("CUMSUM", [x.index, g.b.const(f"cs{len(g.ops)}", np.int32(axis))], [y],
+         exclusive=bool(rng.random() < 0.5), reverse=bool(rng.random() < 0.5))
+    return y
+
+
+def _topk(g: _Graph, rng, x: T):
+    """TOPK_V2's values over the last axis (its indices, which a tie may order either way, left unread)."""
+    k = int(rng.integers(1, x.shape[-1] + 1))
+    values = g.new((*x.shape[:-1], k))
+    order = g.b.tensor(f"topk_i{len(g.b.main.tensors)}", (*x.shape[:-1], k), np.int32)
+    g.op("TOPK_V2", [x.index, g.b.const(f"k{len(g.ops)}", np.int32(k))], [values, T(order, (*x.shape[:-1], k))])
+    return values
+
+
 MAKERS: list[tuple[Callable, float]] = [
     (_unary, 3), (_guarded, 1), (_binary, 3), (_conv, 3), (_transpose_conv, 0.7), (_pool, 1),
     (_fully_connected, 1), (_reduce, 0.7), (_softmax, 0.5), (_concat, 1), (_pad, 0.7), (_reshape, 0.7),
     (_transpose, 0.7), (_resize, 0.7), (_slice, 0.8), (_space_depth, 0.5), (_gather, 0.5), (_split, 0.5),
 ]
-_WEIGHTS = np.array([w for _, w in MAKERS]) / sum(w for _, w in MAKERS)
+# the makers added after those: the float DAGs of seeds 1 and 8 mod 10 draw from both lists, the others from the
+# first alone (so that each of those seeds names the model it named before: the regression tests name seeds)
+WIDE_MAKERS = MAKERS + [
+    (_prelu, 0.6), (_batch_matmul, 0.6), (_split_v, 0.4), (_expand_squeeze, 0.4), (_compare, 0.5), (_cumsum, 0.4),
+    (_topk, 0.3),
+]
+WIDE_SEEDS = (1, 8)  # seed % 10
 MAX_ELEMENTS = 1 << 16  # keeps every tensor small: a model runs in milliseconds
 
 
@@ -548,16 +688,19 @@ def control_flow_model(seed: int, max_ops: int | None = None) -> RandomModel:
 
 def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     """The fuzzer's model for a seed: one in five (seed % 5 == 2) a full-integer chain (uint8 for one of those
-    four, seed % 20 == 12; int8 otherwise), one in ten (seed % 10 == 4) an IF or a WHILE, the rest float DAGs
-    (a seed names the same model it named before the kinds after float DAGs and int8 chains existed)."""
+    four, seed % 20 == 12; int8 otherwise), one in ten (seed % 10 == 4) an IF or a WHILE, the rest float DAGs,
+    those of seeds 1 and 8 mod 10 with the later makers too (WIDE_MAKERS: PRELU, BATCH_MATMUL, SPLIT_V,
+    EXPAND_DIMS / SQUEEZE, comparisons and logic cast to float, CUMSUM, TOPK_V2); a seed names the same model it
+    named before each of those kinds existed."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
     if seed % 10 == 4:
         return control_flow_model(seed, max_ops)
-    return random_model(seed, max_ops)
+    return random_model(seed, max_ops, WIDE_MAKERS if seed % 10 in WIDE_SEEDS else MAKERS)
 
 
-def random_model(seed: int, max_ops: int | None = None) -> RandomModel:
+def random_model(seed: int, max_ops: int | None = None, makers=MAKERS) -> RandomModel:
+    weights = np.array([w for _, w in makers]) / sum(w for _, w in makers)
     g = _Graph(seed)
     inputs = []
     for i in range(int(g.rng.integers(1, 3))):
@@ -573,7 +716,7 @@ def random_model(seed: int, max_ops: int | None = None) -> RandomModel:
         pool = g.tensors if rng.random() < 0.3 else g.tensors[-1:]
         x = pool[int(rng.integers(0, len(pool)))]
         for _ in range(8):  # a maker that does not fit x (or would make a large tensor) gives way to another
-            maker = MAKERS[int(rng.choice(len(MAKERS), p=_WEIGHTS))][0]
+            maker = makers[int(rng.choice(len(makers), p=weights))][0]
             mark = (len(g.b.main.tensors), len(g.b.main.ops), len(g.tensors), len(g.ops), set(g.consumed))
             y = maker(g, rng, x)
             if y is not None and int(np.prod(y.shape)) <= MAX_ELEMENTS and min(y.shape, default=0) >= 1:
