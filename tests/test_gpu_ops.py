@@ -249,9 +249,39 @@ def test_binary_with_constant(gpu, rng):
 @pytest.mark.parametrize("op,lo,hi", [("RELU", -2, 2), ("RELU6", -3, 9), ("RELU_N1_TO_1", -3, 3), ("LOGISTIC", -6, 6),
                                       ("TANH", -3, 3), ("EXP", -3, 3), ("HARD_SWISH", -5, 5), ("ABS", -2, 2),
                                       ("RSQRT", 0.2, 4), ("SQRT", 0, 4), ("NEG", -1, 1), ("ELU", -3, 3),
-                                      ("LOG", 0.2, 4), ("SQUARE", -2, 2)])
+                                      ("LOG", 0.2, 4), ("SQUARE", -2, 2), ("GELU", -5, 3), ("RELU_0_TO_1", -1, 2)])
 def test_unary(gpu, rng, op, lo, hi):
     check_op(op, [In(rand(rng, (1, 4, 5, 7), lo, hi))], **gpu)
+
+
+def test_gelu_approximate(gpu, rng):
+    check_op("GELU", [In(rand(rng, (1, 4, 5, 7), -5, 3))], approximate=True, **gpu)
+
+
+@pytest.mark.parametrize("op", ["FLOOR", "CEIL", "ROUND", "SIGN"])
+def test_step_functions(gpu, rng, op):
+    """On a grid of quarters (FP16 holds each exactly): ROUND's halves go to the even neighbour, as TFLite's; SIGN
+    of a zero is +0.0 (TFLite's (0 < x) - (x < 0)), whichever zero it reads."""
+    x = (rng.integers(-14, 15, (1, 4, 5, 7)) / 4).astype(np.float32)
+    x[0, 0, 0, :2] = [0.0, -0.0]
+    (got,) = check_op(op, [In(x)], **gpu)
+    if op == "SIGN":
+        assert not np.signbit(got[got == 0]).any()
+
+
+@pytest.mark.parametrize("op", ["POW", "FLOOR_MOD", "ATAN2"])
+def test_more_binary_ops(gpu, rng, op):
+    """POW of positive bases, and of negative ones by whole exponents; FLOOR_MOD of either sign by either sign,
+    on quarters (exact in FP16: fmod is exact, and so is adding the divisor back); ATAN2 in all four quadrants
+    (LiteRT's takes operands of one shape only)."""
+    a = (rng.integers(-14, 15, (1, 3, 4, 6)) / 4).astype(np.float32)
+    b = (rng.choice([-1, 1], (6,)) * rng.integers(1, 9, (6,)) / 4).astype(np.float32)
+    if op == "POW":
+        a = np.where(np.arange(6) < 3, np.abs(a) + 0.25, a).astype(np.float32)
+        b = np.where(np.arange(6) < 3, rand(rng, (6,), -2, 2), np.round(b * 2)).astype(np.float32)
+    if op != "ATAN2":
+        check_op(op, [In(a), b], **gpu)
+    check_op(op, [In(a), In(np.broadcast_to(b, a.shape).copy())], **gpu)
 
 
 def test_leaky_relu_and_prelu(gpu, rng):

@@ -30,12 +30,23 @@ UNARY = {
     "LOGICAL_NOT": "convert_float4(-(v == 0.0f))",
     "LEAKY_RELU": "select(v * ALPHA, v, isgreaterequal(v, (float4)(0.0f)))",
     "QUANT_SIM": "QSIM",  # graph.float_view's quantization simulator: see unary_expr
+    # (TFLite's 0.5 x erfc(-x / sqrt 2), exact in the negative tail where 1 + erf(x) cancels; ``approximate``:
+    # GELU_TANH)
+    "GELU": "0.5f * v * erfc(v * -0.70710678118654752f)",
+    "FLOOR": "floor(v)",
+    "CEIL": "ceil(v)",
+    "ROUND": "rint(v)",  # (half to even, as TFLite)
+    # (TFLite's (0 < x) - (x < 0): +0.0 for a zero of either sign and for NaN; a vector comparison's true is -1)
+    "SIGN": "convert_float4(isless(v, (float4)(0.0f)) - isgreater(v, (float4)(0.0f)))",
+    "RELU_0_TO_1": clamped("v", 0.0, 1.0),
 }
+# GELU with ``approximate`` set: TFLite's 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+GELU_TANH = "0.5f * v * (1.0f + tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)))"
 
 
 def unary_expr(op) -> str:
     """The float4 expression of a unary op over ``v``, with the op's options filled in."""
-    expr = UNARY[op.name]
+    expr = GELU_TANH if op.name == "GELU" and op.options.get("approximate") else UNARY[op.name]
     if op.name == "QUANT_SIM":
         o = op.options
         if not o.get("tflgpu_sim"):
@@ -78,4 +89,11 @@ BINARY = {
     "SQUARED_DIFFERENCE": "(va - vb) * (va - vb)",
     # (vb: alpha, per channel; a conv's epilogue where its output is va: U-Net's PReLUs)
     "PRELU": "select(va * vb, va, isgreaterequal(va, (float4)(0.0f)))",
+    "POW": "pow(va, vb)",
+    # (TFLite's float floor mod: fmod (exact in OpenCL too), then the divisor added where the remainder is nonzero
+    # and their signs differ. Not FLOOR_DIV: TFLite's floor of the correctly rounded quotient, where OpenCL's
+    # division may be 2.5 ulp off, which moves floor(6 / 3) to 1: it stays on the CPU)
+    "FLOOR_MOD": ("select(fmod(va, vb), fmod(va, vb) + vb, "
+                  "(fmod(va, vb) != 0.0f) & ((vb < 0.0f) != (fmod(va, vb) < 0.0f)))"),
+    "ATAN2": "atan2(va, vb)",
 }

@@ -75,13 +75,16 @@ _add("MAX_POOL_2D", keeps_quant_grid=True)
 _add("AVERAGE_POOL_2D", rounds_raw_mean=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLite_Detection_PostProcess QUANT_SIM "
      "TFLGPU_CONV_ARG", ranks=True)
+# (a step function of its inputs: a rounding across an edge moves the answer whole, as a ranking's; the FP16
+# calibration keeps what it reads exact where its answer moved)
+_add("FLOOR CEIL ROUND SIGN FLOOR_DIV FLOOR_MOD LESS LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL", ranks=True)
 _add("TFLGPU_CONV_ARG CAST", casts_own_output=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 TFLGPU_CONV_ARG", makes_index=True)
 _add("RESHAPE SQUEEZE EXPAND_DIMS SLICE STRIDED_SLICE GATHER TRANSPOSE", picks_first=True)
 _add("RESHAPE SQUEEZE EXPAND_DIMS", reshapes=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
-     "LEAKY_RELU QUANT_SIM", fusable="unary")
+     "LEAKY_RELU QUANT_SIM GELU FLOOR CEIL ROUND SIGN RELU_0_TO_1", fusable="unary")
 _add("ADD SUB MUL MAXIMUM MINIMUM PRELU", fusable="binary")
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTransposeBias TFLGPU_SEPARABLE_CONV "
      "TFLGPU_EXPAND_DEPTHWISE SOFTMAX TFLGPU_CONCAT_VIEWS", takes_epilogue=True)
