@@ -331,9 +331,23 @@ def test_mean_spatial(gpu, rng, keep):
     check_op("MEAN", [In(rand(rng, (2, 5, 6, 7))), np.array([1, 2], I32)], keep_dims=keep, **gpu)
 
 
+@pytest.mark.parametrize("op", ["REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"])
+@pytest.mark.parametrize("keep", [True, False])
+def test_spatial_extremes_and_product(gpu, rng, op, keep):
+    """(the product's factors near 1, so that 30 of them neither vanish nor overflow)"""
+    x = rand(rng, (2, 5, 6, 7), 0.8, 1.25) if op == "REDUCE_PROD" else rand(rng, (2, 5, 6, 7))
+    check_op(op, [In(x), np.array([1, 2], I32)], keep_dims=keep, **gpu)
+
+
 @pytest.mark.parametrize("shape", [(1, 10), (2, 3, 7), (1, 4, 4, 6)])
 def test_softmax(gpu, rng, shape):
     check_op("SOFTMAX", [In(rand(rng, shape, -4, 4))], beta=1.0, **gpu)
+
+
+@pytest.mark.parametrize("shape", [(1, 10), (2, 3, 7), (1, 4, 4, 6), (1, 1001)])
+def test_log_softmax_and_l2_normalization(gpu, rng, shape):
+    check_op("LOG_SOFTMAX", [In(rand(rng, shape, -4, 4))], **gpu)
+    check_op("L2_NORMALIZATION", [In(rand(rng, shape, -4, 4))], **gpu)  # (LiteRT takes no fused activation)
 
 
 def _reduction_knobs(device, group: int, subgroups: bool) -> dict:
@@ -345,47 +359,51 @@ def _reduction_knobs(device, group: int, subgroups: bool) -> dict:
     return {"group": group, "subgroups": subgroups}
 
 
-@pytest.mark.parametrize("subgroups", [False, True])
-@pytest.mark.parametrize("op", ["MEAN", "SUM"])
+@pytest.mark.parametrize("op,subgroups", [(op, sub) for op in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD")
+                                           for sub in (False, True) if op != "REDUCE_PROD" or not sub])
 @pytest.mark.parametrize("group", [32, 256])
 @pytest.mark.parametrize("shape", [(2, 5, 6, 7), (1, 32, 32, 9)])
 def test_spatial_mean_work_group(gpu, rng, shape, group, op, subgroups):
-    """A work-group per (image, slice) sums its pixels (the reduction knob ``group``), fewer pixels than the group
-    and more, reduced in local memory or by sub-groups, against LiteRT."""
+    """A work-group per (image, slice) reduces its pixels (the reduction knob ``group``), fewer pixels than the
+    group and more, in local memory or by sub-groups (a product: no sub-group function), against LiteRT."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
     from .conftest import assert_close, litert, run_model
     from .oputil import op_model
 
-    model, feeds = op_model(op, [In(rand(rng, shape)), np.array([1, 2], I32)], keep_dims=True)
+    # (a product's factors near 1: 1,024 of them neither vanish nor overflow)
+    x = rand(rng, shape, 0.97, 1.03) if op == "REDUCE_PROD" else rand(rng, shape)
+    model, feeds = op_model(op, [In(x), np.array([1, 2], I32)], keep_dims=True)
     it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     knobs = _reduction_knobs(_device(), group, subgroups)
     plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: knobs})
     (spec,) = plan.steps[0].specs
-    assert spec.local_size == (group, 1) and ("sub_group_reduce_add" in spec.source) == subgroups
+    kind = {"REDUCE_MAX": "max", "REDUCE_MIN": "min"}.get(op, "add")
+    assert spec.local_size == (group, 1) and (f"sub_group_reduce_{kind}" in spec.source) == subgroups
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
 @pytest.mark.parametrize("subgroups", [False, True])
 @pytest.mark.parametrize("group", [32, 64, 256])
 @pytest.mark.parametrize("shape", [(1, 1001), (3, 2, 130), (2, 5)])
-def test_softmax_work_group_rows(gpu, rng, shape, group, subgroups):
-    """A work-group per row (the softmax knob ``group``: each pass shared, max and sum reduced in local memory or
-    by sub-groups), rows longer and shorter than the group, against LiteRT."""
+@pytest.mark.parametrize("op", ["SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION"])
+def test_softmax_work_group_rows(gpu, rng, op, shape, group, subgroups):
+    """A work-group per row (the knob ``group``: each pass shared, max and sum reduced in local memory or by
+    sub-groups), rows longer and shorter than the group, against LiteRT."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
     from .conftest import assert_close, litert, run_model
     from .oputil import op_model
 
-    model, feeds = op_model("SOFTMAX", [In(rand(rng, shape, -6, 6))], beta=0.7)
+    model, feeds = op_model(op, [In(rand(rng, shape, -6, 6))], **({"beta": 0.7} if op == "SOFTMAX" else {}))
     it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     knobs = _reduction_knobs(_device(), group, subgroups)
     plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: knobs})
     (spec,) = plan.steps[0].specs
     assert spec.params == knobs and spec.local_size == (group, 1)
-    assert ("sub_group_reduce_max" in spec.source) == subgroups
+    assert ("sub_group_reduce_add" in spec.source) == subgroups
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 

@@ -1,4 +1,5 @@
-"""Pooling, spatial MEAN and SOFTMAX over channels."""
+"""Pooling, spatial reductions (MEAN, SUM, REDUCE_MAX / MIN / PROD) and the normalizations over channels
+(SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,13 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
 REDUCE_GROUPS = (1, 32, 64, 128, 256)  # work-items sharing one reduction (a work-group; 1: one work-item alone)
 
 
+_MERGE = {"add": "{a} + {b}", "max": "fmax({a}, {b})", "min": "fmin({a}, {b})", "mul": "{a} * {b}"}
+
+
 def group_reduce(g: int, var: str, kind: str, subgroups: bool = False, lanes: int = 1) -> str:
     """Statements that reduce each work-item's ``var`` (a float, or a float4 where ``lanes`` is 4) over a
-    work-group of ``g`` (local id ``l``, a ``__local`` array ``red`` of ``g``) with ``kind`` ("add" or "max"),
+    work-group of ``g`` (local id ``l``, a ``__local`` array ``red`` of ``g``) with ``kind`` ("add", "max", "min"
+    or "mul": no sub-group function for that one),
     leaving the result in every ``var``: a tree in local memory, or (``subgroups``) each sub-group's reduction
     (sub_group_reduce_*: the work-items of a SIMD unit, no barrier) with one value per sub-group through local
     memory."""
@@ -65,13 +70,13 @@ def group_reduce(g: int, var: str, kind: str, subgroups: bool = False, lanes: in
     if subgroups:
         fn = f"sub_group_reduce_{kind}"
         red = f"{fn}({var})" if lanes == 1 else f"(float4)({', '.join(f'{fn}({var}.s{j})' for j in range(4))})"
-        merge = f"{var} + red[k]" if kind == "add" else f"fmax({var}, red[k])"
+        merge = _MERGE[kind].format(a=var, b="red[k]")
         return (f"{var} = {red};\n"
                 f"  if (get_sub_group_local_id() == 0) red[get_sub_group_id()] = {var};\n"
                 f"  barrier(CLK_LOCAL_MEM_FENCE);\n"
                 f"  {var} = red[0]; for (uint k = 1; k < get_num_sub_groups(); ++k) {var} = {merge};\n"
                 f"  barrier(CLK_LOCAL_MEM_FENCE);")
-    op = "red[l] + red[l + k]" if kind == "add" else "fmax(red[l], red[l + k])"
+    op = _MERGE[kind].format(a="red[l]", b="red[l + k]")
     return (f"red[l] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
             f"  for (int k = {g // 2}; k > 0; k >>= 1) {{ if (l < k) red[l] = {op}; barrier(CLK_LOCAL_MEM_FENCE); }}\n"
             f"  {var} = red[0]; barrier(CLK_LOCAL_MEM_FENCE);")
@@ -91,8 +96,9 @@ class ReduceShape:
     subgroups: bool = False  # the device has sub-group functions (Target.subgroups)
 
     @classmethod
-    def of(cls, length: int, target: Target) -> ReduceShape:
-        return cls(length, target.gpu, target.subgroups is not None)
+    def of(cls, length: int, target: Target, kind: str = "add") -> ReduceShape:
+        """(``kind``: group_reduce's; a product has no sub-group function)"""
+        return cls(length, target.gpu, target.subgroups is not None and kind != "mul")
 
 
 @dataclass(frozen=True)
@@ -131,13 +137,20 @@ class ReduceKnobs(Knobs):
         return bad
 
 
-@generator("MEAN", "SUM")
+# a spatial reduction's start, its fold of a float4 ``x`` into ``acc``, and group_reduce's kind
+SPATIAL = {"MEAN": ("0.0f", "acc += x;", "add"), "SUM": ("0.0f", "acc += x;", "add"),
+           "REDUCE_MAX": ("-INFINITY", "acc = fmax(acc, x);", "max"),
+           "REDUCE_MIN": ("INFINITY", "acc = fmin(acc, x);", "min"),
+           "REDUCE_PROD": ("1.0f", "acc *= x;", "mul")}
+
+
+@generator(*SPATIAL)
 def mean(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     axes = ctx.const(1)
     if axes is None or len(x_t.shape) != 4:
-        raise Unsupported("MEAN needs constant axes on a 4-D input")
+        raise Unsupported(f"{ctx.op.name} needs constant axes on a 4-D input")
     ax = sorted({int(a) % 4 for a in axes.reshape(-1)})
     if ax != [1, 2]:
         raise Unsupported(f"{ctx.op.name} over axes {ax} (only spatial [1, 2] on the OpenCL path)")
@@ -146,7 +159,8 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
     if lay.dims != (n, 1, 1, c):
         raise Unsupported("MEAN output layout")
     s, hw = lay.s, ih * iw
-    shape = ReduceShape.of(hw, ctx.target)
+    init, fold, kind = SPATIAL[ctx.op.name]
+    shape = ReduceShape.of(hw, ctx.target, kind)
     knobs = ReduceKnobs.resolve(shape, ctx.params)
     g = knobs.group
     scale = f" * (1.0f / {hw}.0f)" if ctx.op.name == "MEAN" else ""
@@ -161,22 +175,43 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
         gsize, local = (g, s * n), (g, 1)
     src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {head}
-  float4 acc = (float4)(0.0f);
+  float4 acc = (float4)({init});
   const int base = (b * {s} + S) * {hw};
-  for (int i = l; i < {hw}; i += {g}) acc += LD4(src, base + i);
-  {group_reduce(g, "acc", "add", knobs.subgroups, lanes=4)}
+  for (int i = l; i < {hw}; i += {g}) {{ const float4 x = LD4(src, base + i); {fold} }}
+  {group_reduce(g, "acc", kind, knobs.subgroups, lanes=4)}
   if (l == 0) {{ float4 v = acc{scale}; ST4(dst, b * {s} + S, v); }}
 }}"""
     return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape))]
 
 
-@generator("SOFTMAX")
+@dataclass(frozen=True)
+class RowForm:
+    """A normalization over each row of channels (the last axis) in three passes: the row's maximum (``peak``),
+    a sum of ``term`` over the row, then each value's ``value``; ``term`` and ``value`` are float4 expressions
+    over ``xv`` (a slice), ``m`` (the maximum) and, in ``value``, ``sum``."""
+
+    peak: bool
+    term: str
+    value: str
+
+
+ROW_FORMS = {
+    "SOFTMAX": RowForm(True, "exp((xv - m) * BETA)", "exp((xv - m) * BETA) * (1.0f / sum)"),
+    "LOG_SOFTMAX": RowForm(True, "exp(xv - m)", "xv - m - log(sum)"),
+    # (TFLite's x / sqrt(max(sum of squares, 1e-6)), then its fused activation)
+    "L2_NORMALIZATION": RowForm(False, "xv * xv", "xv / sqrt(fmax(sum, 1e-6f))"),
+}
+
+
+@generator(*ROW_FORMS)
 def softmax(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     lay = ctx.layout(x_t)
-    beta = float(ctx.opt("beta", 1.0))
+    form = ROW_FORMS[ctx.op.name]
+    beta = f"{float(ctx.opt('beta', 1.0))!r}f"
+    term, value = form.term.replace("BETA", beta), form.value.replace("BETA", beta)
     ep = ctx.epilogue_code(lay.c)  # (the fused ops after it: a quantized model's QUANT_SIM of its probabilities)
     final = ctx.final_output
     s, c = lay.s, lay.c
@@ -201,24 +236,27 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
   __local float red[{g}];"""
         gsize, local = (g, rows), (g, 1)
     first, step = ("0", "1") if g == 1 else ("l", str(g))
-    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, {"".join(f"{p}, " for p in ep.params)}__global {"float" if dense else "STORE_T"}* dst) {{
-{head}
-  float m = -INFINITY;
-  for (int S = {first}; S < {s}; S += {step}) {{
+    peak = f"""  for (int S = {first}; S < {s}; S += {step}) {{
     const float4 v = select((float4)(-INFINITY), LD4(src, {at}), {valid});
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }}
   {group_reduce(g, "m", "max", knobs.subgroups)}
-  float sum = 0.0f;
+""" if form.peak else ""
+    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, {"".join(f"{p}, " for p in ep.params)}__global {"float" if dense else "STORE_T"}* dst) {{
+{head}
+  float m = -INFINITY;
+{peak}  float sum = 0.0f;
   for (int S = {first}; S < {s}; S += {step}) {{
-    const float4 e = select((float4)(0.0f), exp((LD4(src, {at}) - m) * {beta!r}f), {valid});
+    const float4 xv = LD4(src, {at});
+    const float4 e = select((float4)(0.0f), {term}, {valid});
     sum += e.x + e.y + e.z + e.w;
   }}
   {group_reduce(g, "sum", "add", knobs.subgroups)}
-  const float inv = 1.0f / sum;
   for (int S = {first}; S < {s}; S += {step}) {{
     const int o = {at};
-    float4 v = select((float4)(0.0f), exp((LD4(src, o) - m) * {beta!r}f) * inv, {valid});
+    const float4 xv = LD4(src, o);
+    float4 v = select((float4)(0.0f), {value}, {valid});
+    {activation(ctx.opt("fused_activation_function", 0), "v")}
 {stored_at_slice(ep, c)}    {store}
   }}
 }}"""

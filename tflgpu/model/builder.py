@@ -32,7 +32,7 @@ _OPTION_TABLES = {k.lower(): (k, v) for k, v in vars(BuiltinOptions).items() if 
 _OPTION2_TABLES = {k.lower(): (k, v) for k, v in vars(BuiltinOptions2).items() if not k.startswith("_")}
 _OPTIONS_FOR = {
     "MAX_POOL_2D": "Pool2DOptions", "AVERAGE_POOL_2D": "Pool2DOptions", "L2_POOL_2D": "Pool2DOptions",
-    "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions",
+    "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions", "L2_NORMALIZATION": "L2NormOptions",
     **{n: "ReducerOptions" for n in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
                                      "REDUCE_ALL")},
 }
