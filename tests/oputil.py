@@ -265,15 +265,25 @@ def interior_conv_model(rng):
     return b.build(), [rand(rng, (1, 13, 13, 8))]
 
 
+# an op the OpenCL path leaves to the CPU kernels, for the tests of the device / CPU boundary: float FLOOR_DIV (TFLite
+# floors the correctly rounded quotient, which OpenCL's division may miss: kernels.expressions)
+CPU_OP = "FLOOR_DIV"
+
+
+def cpu_op(b: ModelBuilder, x: int, y: int) -> None:
+    """y = floor(x / 0.25), a step of the CPU kernels (``CPU_OP``), its output the shape of its input."""
+    b.op(CPU_OP, [x, b.const(f"cpu_op_divisor{y}", np.float32(0.25))], [y])
+
+
 def device_cpu_device_model(shape=(1, 6, 6, 4)) -> bytes:
-    """A device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD: values cross the device boundary
-    mid-invoke, a download before the CPU step and an upload after it."""
+    """A device ADD, a CPU step (``cpu_op``), a device ADD: values cross the device boundary mid-invoke, a
+    download before the CPU step and an upload after it."""
     b = ModelBuilder()
     x = b.input("x", shape)
     one = b.const("one", np.ones(shape, np.float32))
     y, z, w = (b.tensor(n, shape) for n in "yzw")
     b.op("ADD", [x, one], [y])
-    b.op("REVERSE_V2", [y, b.const("axis", np.array([2], np.int32))], [z])
+    cpu_op(b, y, z)
     b.op("ADD", [z, one], [w])
     b.output(w)
     return b.build()

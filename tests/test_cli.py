@@ -282,7 +282,7 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     from tflgpu import GpuDelegate, Interpreter
     from tflgpu.trace import chrome_trace
 
-    from .oputil import device_cpu_device_model, rand
+    from .oputil import CPU_OP, device_cpu_device_model, rand
 
     out = tmp_path / "traces" / "t.json"
     assert main(["bench", str(DEFAULT_MODEL_PATH), "--repeat", "2", "--warmup", "0", "--no-compare",
@@ -296,7 +296,7 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
     assert any(n.startswith("OpenCL: ") for n in names) and "host: CPU ops, copies" in names
 
-    # a device ADD, a CPU REVERSE_V2 (no OpenCL kernel), a device ADD
+    # a device ADD, a CPU step (oputil.cpu_op), a device ADD
     it = Interpreter(model_content=device_cpu_device_model(), delegate=GpuDelegate(profile=True, cache=False))
     assert it.gpu_plan.cpu_op_count == 1 and it.gpu_plan.gpu_op_count == 2
     it.allocate_tensors()
@@ -308,10 +308,10 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     assert sorted((e["name"], e["args"]["op"]) for e in kernels) == sorted((n, op) for n, op, _ in profile)
     assert sorted(e["dur"] for e in kernels) == pytest.approx(sorted(us for _, _, us in profile))
     host = [e for e in doc["traceEvents"] if e.get("cat") in ("cpu op", "upload", "download")]
-    assert [e["name"] for e in host if e["cat"] == "cpu op"] == ["REVERSE_V2 (node 1)"]
+    assert [e["name"] for e in host if e["cat"] == "cpu op"] == [f"{CPU_OP} (node 1)"]
     assert {e["cat"] for e in host} == {"cpu op", "upload", "download"}
-    # the boundary's device commands: the ADD's output to dense NHWC and copied out for the CPU, REVERSE_V2's
-    # output copied in and to the slice layout; the device's longest idle is the CPU's REVERSE_V2 between the two
+    # the boundary's device commands: the ADD's output to dense NHWC and copied out for the CPU, the CPU step's
+    # output copied in and to the slice layout; the device's longest idle is the CPU step between the two
     moved = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "transfer"]
     assert len(moved) == doc["otherData"]["transfers"] and {m.split(":")[0] for m in moved} >= {"copy out", "copy in"}
     idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]

@@ -13,7 +13,7 @@ from tflgpu.benchmark import reference_inputs
 from tflgpu.graph.passes import POOLED_DENSE
 
 from .conftest import assert_close, assert_fp16_close, constant_only_ops, corpus_model, litert, run_model
-from .oputil import device_cpu_device_model
+from .oputil import cpu_op, device_cpu_device_model
 
 # model -> ops expected on the CPU (everything else on the OpenCL device)
 EXPECTED_CPU_OPS = {
@@ -76,7 +76,7 @@ def test_every_tensor_is_held_while_it_is_used_and_buffers_are_shared_only_betwe
     """The plan's tensor spans (runtime.tensor_plan) cover every step that reads or writes each device tensor,
     from the invoke's start for a graph input to its end for a graph output, and across a CPU step's download or
     upload; two tensors the memory plan gives one buffer are never held at the same step (else one overwrites the
-    other: wrong numbers, no error). "sandwich": a device ADD, a CPU REVERSE_V2, a device ADD."""
+    other: wrong numbers, no error). "sandwich": a device ADD, a CPU step, a device ADD."""
     delegate = GpuDelegate(cache=False)
     it = (Interpreter(model_content=device_cpu_device_model(), delegate=delegate) if name == "sandwich" else
           Interpreter(str(corpus_model(name)), delegate=delegate))
@@ -135,14 +135,14 @@ def test_resize_rebuilds_the_plan(opencl_device, rng):
 def test_max_delegated_partitions(opencl_device):
     from tflgpu.model.builder import ModelBuilder
 
-    b = ModelBuilder()  # device ADDs around two CPU REVERSE_V2s (no OpenCL kernel): three device partitions
+    b = ModelBuilder()  # device ADDs around two CPU steps (oputil.cpu_op): three device partitions
     x = b.input("x", (1, 6, 6, 4))
-    one, axis = b.const("one", np.ones((1, 6, 6, 4), np.float32)), b.const("axis", np.array([2], np.int32))
+    one = b.const("one", np.ones((1, 6, 6, 4), np.float32))
     t = [b.tensor(f"t{i}", (1, 6, 6, 4)) for i in range(5)]
     b.op("ADD", [x, one], [t[0]])
-    b.op("REVERSE_V2", [t[0], axis], [t[1]])
+    cpu_op(b, t[0], t[1])
     b.op("ADD", [t[1], one], [t[2]])
-    b.op("REVERSE_V2", [t[2], axis], [t[3]])
+    cpu_op(b, t[2], t[3])
     b.op("ADD", [t[3], one], [t[4]])
     b.output(t[4])
     model = b.build()

@@ -9,7 +9,7 @@ import pytest
 from tflgpu import GpuDelegate
 from tflgpu.runtime.config import PlanConfig
 
-from .oputil import In, Out, check_op, rand
+from .oputil import CPU_OP, In, Out, check_op, cpu_op, rand
 
 PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
 I32 = np.int32
@@ -554,6 +554,32 @@ def test_pad_slices_and_space_depth(gpu, rng):
     check_op("SPACE_TO_DEPTH", [In(rand(rng, (1, 4, 6, 3)))], block_size=2, **gpu)
 
 
+@pytest.mark.parametrize("mode", [0, 1], ids=["reflect", "symmetric"])
+def test_mirror_pad(gpu, rng, mode):
+    """Each edge's full reach (3 of a 4-pixel row: REFLECT leaves the edge value out; SYMMETRIC 4 of 4), one-sided
+    and channel pads too."""
+    check_op("MIRROR_PAD", [In(rand(rng, (1, 4, 5, 6))), np.array([[0, 0], [3 + mode, 1], [0, 4 + mode], [2, 1]], I32)],
+             mode=mode, **gpu)
+    check_op("MIRROR_PAD", [In(rand(rng, (2, 7, 3))), np.array([[1, 0], [2, 2], [0, 2]], I32)], mode=mode, **gpu)
+
+
+def test_tile_broadcast_to_and_reverse(gpu, rng):
+    check_op("TILE", [In(rand(rng, (1, 3, 2, 5))), np.array([2, 1, 3, 2], I32)], **gpu)
+    check_op("TILE", [In(rand(rng, (2, 7))), np.array([3, 1], I32)], **gpu)
+    check_op("BROADCAST_TO", [In(rand(rng, (3, 1, 6))), np.array([2, 3, 4, 6], I32)], version=2, **gpu)
+    check_op("BROADCAST_TO", [In(rand(rng, (1, 5, 1, 1))), np.array([2, 5, 3, 9], I32)], version=2, **gpu)
+    check_op("REVERSE_V2", [In(rand(rng, (2, 4, 5, 6))), np.array([1, 2], I32)], **gpu)  # (LiteRT: adjacent axes)
+    check_op("REVERSE_V2", [In(rand(rng, (3, 7))), np.array([-1], I32)], **gpu)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_pack_and_unpack(gpu, rng, axis):
+    parts = [In(rand(rng, (2, 3, 5))) for _ in range(3)]
+    check_op("PACK", parts, values_count=3, axis=axis, **gpu)
+    x = rand(rng, (3, 4, 2, 5))
+    check_op("UNPACK", [In(x)], x.shape[axis], num=x.shape[axis], axis=axis, **gpu)
+
+
 @pytest.mark.parametrize("shape,size", [((1, 5, 7, 6), (9, 12)), ((2, 4, 3, 9), (3, 8))])  # (down along H too)
 @pytest.mark.parametrize("mode", [(False, False), (True, False), (False, True)])
 def test_resize_bilinear(gpu, rng, mode, shape, size):
@@ -563,8 +589,9 @@ def test_resize_bilinear(gpu, rng, mode, shape, size):
 
 def test_unsupported_op_falls_back_to_cpu_with_warning(opencl_device, rng, caplog):
     caplog.set_level("WARNING", logger="tflgpu")
-    check_op("REVERSE_V2", [In(rand(rng, (3, 4))), np.array([1], I32)], delegate=GpuDelegate(), expect_on_device=False)
-    assert "op code #105 (REVERSE_V2) cannot be handled by this delegate" in caplog.text
+    check_op(CPU_OP, [In(rand(rng, (3, 4))), In(rand(rng, (3, 4), 0.5, 2))], delegate=GpuDelegate(),
+             expect_on_device=False)
+    assert f"({CPU_OP}) cannot be handled by this delegate" in caplog.text
 
 
 def test_kernel_the_compiler_rejects_falls_back_to_cpu(opencl_device, rng, caplog, monkeypatch):
@@ -1669,7 +1696,7 @@ def test_a_slice_taking_every_element_is_linked_as_a_reshape(gpu, rng, opencl_de
 
 
 def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
-    """A region made by a CPU step (REVERSE_V2 has no OpenCL kernel) is uploaded into the concatenation's buffer:
+    """A region made by a CPU step (oputil.cpu_op) is uploaded into the concatenation's buffer:
     the linked step read nothing, so the upload was never scheduled and the output held whatever the buffer did
     (4.9e33 in the valid-model fuzz, seed 1201955: an FC on the CPU feeding a concatenation)."""
     from tflgpu import Interpreter
@@ -1681,7 +1708,7 @@ def test_a_linked_concatenation_takes_an_input_the_cpu_makes(gpu, rng):
     x = bld.input("x", (1, 8, 8, 8))
     a, c, cat = bld.tensor("a", (1, 8, 8, 8)), bld.tensor("c", (1, 8, 8, 8)), bld.tensor("cat", (1, 8, 8, 16))
     bld.op("RELU", [x], [a])
-    bld.op("REVERSE_V2", [x, bld.const("axis", np.array([3], np.int32))], [c])
+    cpu_op(bld, x, c)
     bld.op("CONCATENATION", [a, c], [cat], axis=3, fused_activation_function="NONE")
     bld.output(cat)
     model, feeds = bld.build(), [rand(rng, (1, 8, 8, 8))]

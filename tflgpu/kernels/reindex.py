@@ -3,8 +3,9 @@
 Each output lane computes its coordinates in the output's *original* rank,
 the op maps them to input coordinates (a C expression built here, with every
 shape and constant baked in), and the value is read from the input's slices.
-RESHAPE/SQUEEZE/EXPAND_DIMS, TRANSPOSE, CONCATENATION, PAD/PADV2,
-STRIDED_SLICE, SLICE, DEPTH_TO_SPACE and SPACE_TO_DEPTH all take this form;
+RESHAPE/SQUEEZE/EXPAND_DIMS, TRANSPOSE, CONCATENATION, PAD/PADV2, MIRROR_PAD, TILE,
+BROADCAST_TO, REVERSE_V2, PACK, UNPACK, STRIDED_SLICE, SLICE, DEPTH_TO_SPACE and SPACE_TO_DEPTH all take
+this form;
 RESIZE_BILINEAR interpolates float4s with TFLite's coordinate rules.
 """
 
@@ -201,6 +202,112 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
         return f"(({inside}) ? LD1(in0, {offset(shape, ic)}) : {cval!r}f)"
 
     return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("MIRROR_PAD")
+def mirror_pad(ctx: GenContext) -> list[KernelSpec]:
+    """TFLite's one reflection at each edge: REFLECT (mode 0) leaves the edge value out (pads up to d - 1),
+    SYMMETRIC (mode 1) repeats it (up to d)."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out)
+    p = ctx.const(1)
+    if p is None:
+        raise Unsupported("non-constant paddings")
+    p = p.reshape(-1, 2).astype(int)
+    sym = int(ctx.opt("mode", 0) == 1)
+    shape = tuple(x_t.shape)
+    _check(shape)
+    if any(a < 0 or b < 0 or max(a, b) > d - 1 + sym for d, (a, b) in zip(shape, p)):
+        raise Unsupported("paddings past one reflection")
+    oshape = tuple(int(d + a + b) for d, (a, b) in zip(shape, p))
+
+    def value(coords):
+        ic = []
+        for c, d, (a, _) in zip(coords, shape, p):
+            i = f"({c} - {int(a)})"
+            ic.append(f"({i} < 0 ? -{i} - {sym} : ({i} >= {d} ? {2 * d - 2 + sym} - {i} : {i}))")
+        return f"LD1(in0, {offset(shape, ic)})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("TILE", "BROADCAST_TO")
+def tile(ctx: GenContext) -> list[KernelSpec]:
+    """Each output coordinate read from the input at that coordinate modulo the input's extent (TILE's repeats,
+    BROADCAST_TO's size-1 dims; the input's dims aligned to the output's last ones)."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out)
+    if ctx.const(1) is None:
+        raise Unsupported(f"non-constant {'multiples' if ctx.op.name == 'TILE' else 'shape'}")
+    shape, oshape = tuple(x_t.shape), tuple(out.shape)
+    _check(shape, oshape)
+    lead = len(oshape) - len(shape)
+    if lead < 0 or any(o % d for o, d in zip(oshape[lead:], shape)):
+        raise Unsupported(f"{ctx.op.name} of {list(shape)} to {list(oshape)}")
+
+    def value(coords):
+        ic = [c if d == o else ("0" if d == 1 else f"({c} % {d})") for c, d, o in zip(coords[lead:], shape, oshape[lead:])]
+        return f"LD1(in0, {offset(shape, ic)})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+@generator("REVERSE_V2")
+def reverse(ctx: GenContext) -> list[KernelSpec]:
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out)
+    axes = ctx.const(1)
+    if axes is None:
+        raise Unsupported("non-constant axes")
+    shape = tuple(x_t.shape)
+    _check(shape)
+    flip = {int(a) % len(shape) for a in np.asarray(axes).reshape(-1)}
+
+    def value(coords):
+        ic = [f"({d - 1} - {c})" if i in flip else c for i, (c, d) in enumerate(zip(coords, shape))]
+        return f"LD1(in0, {offset(shape, ic)})"
+
+    return _kernel(ctx, shape, [ctx.op.inputs[0]], value)
+
+
+@generator("PACK")
+def pack(ctx: GenContext) -> list[KernelSpec]:
+    """The inputs stacked along a new axis: output coordinate ``axis`` picks the input."""
+    out = ctx.output_tensor()
+    ins = [ctx.tensor(i) for i in ctx.op.inputs]
+    require_float(ctx, out, *ins)
+    if any(ctx.consts.get(i) is not None for i in ctx.op.inputs):
+        raise Unsupported("constant PACK operand")
+    shape = tuple(ins[0].shape)
+    _check(tuple(out.shape))
+    axis = ctx.opt("axis", 0) % len(out.shape)
+
+    def value(coords):
+        ic = coords[:axis] + coords[axis + 1:]
+        expr = "0.0f"
+        for k in reversed(range(len(ins))):
+            expr = f"({coords[axis]} == {k} ? LD1(in{k}, {offset(shape, ic)}) : {expr})"
+        return expr
+
+    return _kernel(ctx, tuple(out.shape), list(ctx.op.inputs), value)
+
+
+@generator("UNPACK")
+def unpack(ctx: GenContext) -> list[KernelSpec]:
+    """One kernel per output: output k is the input at index k of the unpacked axis."""
+    x_t = ctx.input_tensor(0)
+    outs = [ctx.tensor(t) for t in ctx.op.outputs]
+    require_float(ctx, x_t, *outs)
+    shape = tuple(x_t.shape)
+    _check(shape)
+    axis = ctx.opt("axis", 0) % len(shape)
+    specs = []
+    for k, (t_idx, t) in enumerate(zip(ctx.op.outputs, outs)):
+        def value(coords, k=k):
+            return f"LD1(in0, {offset(shape, coords[:axis] + [str(k)] + coords[axis:])})"
+
+        specs += _kernel(ctx, tuple(t.shape), [ctx.op.inputs[0]], value, name=f"{ctx.name}_{k}", output=t_idx)
+    return specs
 
 
 @generator("STRIDED_SLICE", "SLICE")

@@ -94,7 +94,8 @@ _add("TRANSPOSE_CONV", bias_input=3)
 # a move of one output made by kernels.reindex's lane kernel (a reshape's copy too) stores through the same
 # epilogue: a PAD -> RELU, a RESHAPE -> MUL is one launch (not a concatenation: linked, it launches nothing)
 _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE PAD PADV2 STRIDED_SLICE SLICE DEPTH_TO_SPACE "
-     "SPACE_TO_DEPTH RESIZE_NEAREST_NEIGHBOR BATCH_MATMUL GATHER", takes_epilogue=True)
+     "SPACE_TO_DEPTH RESIZE_NEAREST_NEIGHBOR BATCH_MATMUL GATHER MIRROR_PAD TILE BROADCAST_TO REVERSE_V2 PACK",
+     takes_epilogue=True)
 # an elementwise op's own kernel (kernels.elementwise) takes the elementwise ops after it too: a chain is one launch
 _add(" ".join(name for name, facts in _TABLE.items() if facts.fusable), takes_epilogue=True)
 
