@@ -940,6 +940,17 @@ def test_a_mask_cast_to_float_holds_positive_zeros(gpu, rng, op):
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.parametrize("op,shapes", [("SELECT", [(2, 3, 4, 6)] * 3), ("SELECT_V2", [(2, 3, 4, 6)] * 3),
+                                       ("SELECT_V2", [(1, 3, 1, 6), (2, 3, 4, 6), (6,)]),
+                                       ("SELECT_V2", [(3, 5), (1, 5), (3, 1)])])
+def test_select(gpu, rng, op, shapes):
+    """x where the condition holds, else y (a device comparison's mask, or the graph's own bool input), broadcast
+    as SELECT_V2 does."""
+    cond, x, y = shapes
+    check_op(op, [In(rng.random(cond) < 0.5), In(rand(rng, x)), In(rand(rng, y))], **gpu)
+    check_op(op, [rng.random(cond) < 0.5, In(rand(rng, x)), rand(rng, y)], **gpu)
+
+
 def test_lstm_single_step_on_device_keeps_state(gpu, rng):
     from tflgpu import Interpreter
 

@@ -1,4 +1,4 @@
-"""Elementwise ops on float4 slices: unary math, binary ops with TFLite broadcasting, PRELU."""
+"""Elementwise ops on float4 slices: unary math, binary ops with TFLite broadcasting, PRELU, SELECT."""
 
 from __future__ import annotations
 
@@ -64,13 +64,13 @@ def unary(ctx: GenContext) -> list[KernelSpec]:
                        [ctx.op.inputs[0], *ep.inputs], [ctx.final_output])]
 
 
-def _operand(ctx: GenContext, i: int) -> tuple[Arg, Layout, list[int]]:
+def _operand(ctx: GenContext, i: int, allow_bool: bool = False) -> tuple[Arg, Layout, list[int]]:
     """A binary operand: a device tensor, or a constant uploaded in slice layout. An operand of lower rank than
     the output broadcasts as numpy (and TFLite) does, its dims aligned to the output's last ones: its layout
     is that of its shape with 1s prepended to the output's rank (rank 3 maps to BHWC as B, W, C, so (3, 1, 2)
     against a rank-4 output is H=3, not B=3)."""
     t = ctx.input_tensor(i)
-    require_float(ctx, t, allow_bool=ctx.op.name.startswith("LOGICAL_"))
+    require_float(ctx, t, allow_bool=allow_bool or ctx.op.name.startswith("LOGICAL_"))
     rank = len(ctx.output_tensor().shape)
     shape = (1,) * (rank - len(t.shape)) + tuple(t.shape)
     lay = ctx.layout(replace(t, shape=shape))
@@ -105,6 +105,27 @@ def binary(ctx: GenContext) -> list[KernelSpec]:
            + f"  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")
     return [KernelSpec(ctx.name, src, grid(lay), None, [arg_a, arg_b, *ep.args, Arg("tensor", ctx.final_output)],
                        ia + ib + ep.inputs, [ctx.final_output])]
+
+
+@generator("SELECT", "SELECT_V2")
+def select_op(ctx: GenContext) -> list[KernelSpec]:
+    """x where the condition holds, else y; SELECT_V2 broadcasts its three operands as a binary op does (SELECT's
+    condition of rank 1 against larger operands picks whole rows: the CPU's)."""
+    out = ctx.output_tensor()
+    require_float(ctx, out)
+    lay = ctx.layout(out)
+    if ctx.op.name == "SELECT" and any(tuple(ctx.input_tensor(i).shape) != tuple(out.shape) for i in range(3)):
+        raise Unsupported("SELECT of a condition picking rows")
+    operands = [_operand(ctx, 0, allow_bool=True), _operand(ctx, 1), _operand(ctx, 2)]
+    for _, x, _ in operands:
+        if any(d not in (1, od) for d, od in zip(x.dims, lay.dims)):
+            raise Unsupported(f"broadcast of {x.dims} to {lay.dims}")
+    reads = "".join(f"  const float4 v{k} = {broadcast_read(f'in{k}', x, lay)};\n" for k, (_, x, _) in enumerate(operands))
+    src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global const STORE_T* in1, "
+           f"__global const STORE_T* in2, __global STORE_T* dst) {{\n" + grid_prologue(lay) + reads
+           + f"  float4 v = select(v2, v1, v0 != 0.0f);\n  {pad_lanes_mask(lay.c, 'S', 'v')}\n  ST4(dst, o, v);\n}}")
+    return [KernelSpec(ctx.name, src, grid(lay), None, [a for a, _, _ in operands] + [Arg("tensor", ctx.final_output)],
+                       [t for _, _, ins in operands for t in ins], [ctx.final_output])]
 
 
 @generator(ELEMENTWISE_REGION)
