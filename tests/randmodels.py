@@ -503,6 +503,144 @@ def _topk(g: _Graph, rng, x: T):
     return values
 
 
+MORE_UNARY = ["GELU", "FLOOR", "CEIL", "ROUND", "SIGN", "RELU_0_TO_1", "LEAKY_RELU"]
+
+
+def _more_unary(g: _Graph, rng, x: T):
+    name = MORE_UNARY[int(rng.integers(0, len(MORE_UNARY)))]
+    opts = {"alpha": float(rng.uniform(0.01, 0.5))} if name == "LEAKY_RELU" else \
+        {"approximate": bool(rng.random() < 0.5)} if name == "GELU" else {}
+    y = g.new(x.shape)
+    g.op(name, [x.index], [y], **opts)
+    return y
+
+
+def _more_binary(g: _Graph, rng, x: T):
+    """POW (of |x| + 0.5 by any exponent, of x by a whole one), FLOOR_MOD by a constant away from zero, ATAN2 with
+    a tensor of the graph or a constant of x's shape (LiteRT's takes one shape)."""
+    name = ["POW", "FLOOR_MOD", "ATAN2"][int(rng.integers(0, 3))]
+    if name == "POW":
+        whole = rng.random() < 0.5
+        if not whole:
+            a, t = g.new(x.shape), g.new(x.shape)
+            g.op("ABS", [x.index], [a])
+            g.op("ADD", [a.index, g.b.const(f"half{len(g.ops)}", np.float32(0.5))], [t])
+            x = t
+        e = rng.integers(1, 4, _broadcast_shape(rng, x.shape)) if whole else \
+            rng.uniform(-2, 2, _broadcast_shape(rng, x.shape))
+        other = g.b.const(f"exp{len(g.ops)}", e.astype(np.float32))
+    elif name == "FLOOR_MOD":
+        v = rng.uniform(-1, 1, _broadcast_shape(rng, x.shape)).astype(np.float32)
+        other = g.b.const(f"mod{len(g.ops)}", (np.sign(v) + (v == 0)) * (0.25 + np.abs(v)))
+    else:
+        same = [t for t in g.tensors if t.shape == x.shape and t is not x]
+        other = same[int(rng.integers(0, len(same)))].index if same and rng.random() < 0.5 else \
+            g.b.const(f"at{len(g.ops)}", rng.uniform(-1, 1, x.shape).astype(np.float32))
+    y = g.new(x.shape)
+    g.op(name, [x.index, other], [y])
+    return y
+
+
+def _normalize(g: _Graph, rng, x: T):
+    """LOG_SOFTMAX or L2_NORMALIZATION over the last axis."""
+    y = g.new(x.shape)
+    g.op("LOG_SOFTMAX" if rng.random() < 0.5 else "L2_NORMALIZATION", [x.index], [y])
+    return y
+
+
+def _extreme(g: _Graph, rng, x: T):
+    """REDUCE_MAX / REDUCE_MIN (over the spatial axes of an image mostly, which the device runs, else any) or a
+    REDUCE_PROD of 1 + x / 4 (factors near 1)."""
+    rank = len(x.shape)
+    if rank == 4 and rng.random() < 0.7:
+        axes = [1, 2]
+    else:
+        axes = sorted({int(a) for a in rng.choice(np.arange(rank), size=int(rng.integers(1, rank + 1)), replace=False)})
+    keep = bool(rng.random() < 0.5)
+    name = ["REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"][int(rng.integers(0, 3))]
+    if name == "REDUCE_PROD":
+        t = g.new(x.shape)
+        g.op("MUL", [x.index, g.b.const(f"quarter{len(g.ops)}", np.float32(0.25))], [t])
+        u = g.new(x.shape)
+        g.op("ADD", [t.index, g.b.const(f"one{len(g.ops)}", np.float32(1))], [u])
+        x = u
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    y = g.new(shape or (1,)) if shape else None
+    if y is None:
+        return None
+    g.op(name, [x.index, g.b.const(f"rax{len(g.ops)}", np.int32(axes))], [y], keep_dims=keep)
+    return y
+
+
+def _mirror(g: _Graph, rng, x: T):
+    sym = int(rng.random() < 0.5)
+    pads = np.array([[0, 0]] + [[int(rng.integers(0, d + sym)), int(rng.integers(0, d + sym))] for d in x.shape[1:]],
+                    np.int32)
+    y = g.new([d + a + b for d, (a, b) in zip(x.shape, pads)])
+    g.op("MIRROR_PAD", [x.index, g.b.const(f"mp{len(g.ops)}", pads)], [y], mode=sym)
+    return y
+
+
+def _tile(g: _Graph, rng, x: T):
+    """TILE by small multiples, or BROADCAST_TO a shape whose dims x's size-1 dims grow to (a leading dim too)."""
+    if rng.random() < 0.5 or not any(d == 1 for d in x.shape):
+        reps = [1] + [int(rng.integers(1, 4)) for _ in x.shape[1:]]
+        y = g.new([d * r for d, r in zip(x.shape, reps)])
+        g.op("TILE", [x.index, g.b.const(f"rep{len(g.ops)}", np.int32(reps))], [y])
+        return y
+    shape = [d if d != 1 or i == 0 else int(rng.integers(1, 6)) for i, d in enumerate(x.shape)]
+    y = g.new(shape)
+    g.op("BROADCAST_TO", [x.index, g.b.const(f"bt{len(g.ops)}", np.int32(shape))], [y], version=2)
+    return y
+
+
+def _reverse(g: _Graph, rng, x: T):
+    """REVERSE_V2 over adjacent axes (LiteRT's takes no other)."""
+    first = int(rng.integers(0, len(x.shape)))
+    last = int(rng.integers(first, len(x.shape)))
+    y = g.new(x.shape)
+    g.op("REVERSE_V2", [x.index, g.b.const(f"rv{len(g.ops)}", np.int32(list(range(first, last + 1))))], [y])
+    return y
+
+
+def _pack(g: _Graph, rng, x: T):
+    """PACK of x with tensors of its shape along a new axis, or UNPACK of an axis (one part kept)."""
+    if rng.random() < 0.5 and len(x.shape) < 4:
+        same = [t for t in g.tensors if t.shape == x.shape and t is not x]
+        parts = [x] + [same[int(i)] for i in rng.integers(0, len(same), int(rng.integers(1, 3)))] if same else [x, x]
+        axis = int(rng.integers(0, len(x.shape) + 1))
+        shape = list(x.shape)
+        shape.insert(axis, len(parts))
+        y = g.new(shape)
+        g.op("PACK", [p.index for p in parts], [y], values_count=len(parts),
+             axis=axis if rng.random() < 0.5 else axis - len(shape))
+        return y
+    axis = int(rng.integers(0, len(x.shape)))
+    if len(x.shape) < 2 or x.shape[axis] > 6:
+        return None
+    parts = [g.new([d for i, d in enumerate(x.shape) if i != axis]) for _ in range(x.shape[axis])]
+    g.op("UNPACK", [x.index], parts, num=x.shape[axis], axis=axis)
+    return parts[int(rng.integers(0, len(parts)))]
+
+
+def _select(g: _Graph, rng, x: T):
+    """SELECT_V2 of x and another operand (a tensor of the graph or a broadcast constant) by x compared with a
+    constant."""
+    cond = g.b.tensor(f"mask{len(g.b.main.tensors)}", x.shape, np.bool_)
+    name = COMPARE[int(rng.integers(0, 4))]
+    g.b.op(name, [x.index, g.b.const(f"sv{len(g.ops)}", rng.uniform(-0.5, 0.5, _broadcast_shape(rng, x.shape))
+                                      .astype(np.float32))], [cond])
+    g.ops.append(name)
+    same = [t for t in g.tensors if t.shape == x.shape and t is not x]
+    other = same[int(rng.integers(0, len(same)))].index if same and rng.random() < 0.5 else \
+        g.b.const(f"so{len(g.ops)}", rng.uniform(-1, 1, _broadcast_shape(rng, x.shape)).astype(np.float32))
+    operands = [x.index, other] if rng.random() < 0.5 else [other, x.index]
+    y = g.new(x.shape)
+    g.op("SELECT_V2", [cond, *operands], [y])
+    return y
+
+
 MAKERS: list[tuple[Callable, float]] = [
     (_unary, 3), (_guarded, 1), (_binary, 3), (_conv, 3), (_transpose_conv, 0.7), (_pool, 1),
     (_fully_connected, 1), (_reduce, 0.7), (_softmax, 0.5), (_concat, 1), (_pad, 0.7), (_reshape, 0.7),
@@ -512,7 +650,8 @@ MAKERS: list[tuple[Callable, float]] = [
 # first alone (so that each of those seeds names the model it named before: the regression tests name seeds)
 WIDE_MAKERS = MAKERS + [
     (_prelu, 0.6), (_batch_matmul, 0.6), (_split_v, 0.4), (_expand_squeeze, 0.4), (_compare, 0.5), (_cumsum, 0.4),
-    (_topk, 0.3),
+    (_topk, 0.3), (_more_unary, 1.0), (_more_binary, 0.6), (_normalize, 0.4), (_extreme, 0.5), (_mirror, 0.4),
+    (_tile, 0.4), (_reverse, 0.3), (_pack, 0.4), (_select, 0.5),
 ]
 WIDE_SEEDS = (1, 8)  # seed % 10
 MAX_ELEMENTS = 1 << 16  # keeps every tensor small: a model runs in milliseconds
@@ -690,8 +829,10 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     """The fuzzer's model for a seed: one in five (seed % 5 == 2) a full-integer chain (uint8 for one of those
     four, seed % 20 == 12; int8 otherwise), one in ten (seed % 10 == 4) an IF or a WHILE, the rest float DAGs,
     those of seeds 1 and 8 mod 10 with the later makers too (WIDE_MAKERS: PRELU, BATCH_MATMUL, SPLIT_V,
-    EXPAND_DIMS / SQUEEZE, comparisons and logic cast to float, CUMSUM, TOPK_V2); a seed names the same model it
-    named before each of those kinds existed."""
+    EXPAND_DIMS / SQUEEZE, comparisons and logic cast to float, CUMSUM, TOPK_V2, GELU and the step functions,
+    POW / FLOOR_MOD / ATAN2, LOG_SOFTMAX / L2_NORMALIZATION, REDUCE_MAX / MIN / PROD, MIRROR_PAD, TILE /
+    BROADCAST_TO, REVERSE_V2, PACK / UNPACK, SELECT_V2); a seed names the same model it named before each of those
+    kinds existed."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
     if seed % 10 == 4:
