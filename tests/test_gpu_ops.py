@@ -572,6 +572,16 @@ def test_tile_broadcast_to_and_reverse(gpu, rng):
     check_op("REVERSE_V2", [In(rand(rng, (3, 7))), np.array([-1], I32)], **gpu)
 
 
+@pytest.mark.parametrize("hw,block,edges", [((8, 8), (2, 2), [[0, 0], [0, 0]]), ((7, 7), (2, 3), [[1, 2], [0, 2]]),
+                                            ((6, 7), (3, 2), [[2, 1], [3, 0]])])
+def test_space_to_batch_and_back(gpu, rng, hw, block, edges):
+    """The dilated-conv idiom of older converters: pixels dealt to block-offset batches (padded first), and back
+    (cropped): odd paddings and crops, two images."""
+    check_op("SPACE_TO_BATCH_ND", [In(rand(rng, (2, *hw, 5))), np.array(block, I32), np.array(edges, I32)], **gpu)
+    b = block[0] * block[1]
+    check_op("BATCH_TO_SPACE_ND", [In(rand(rng, (2 * b, 4, 5, 6))), np.array(block, I32), np.array(edges, I32)], **gpu)
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_pack_and_unpack(gpu, rng, axis):
     parts = [In(rand(rng, (2, 3, 5))) for _ in range(3)]

@@ -4,8 +4,8 @@ Each output lane computes its coordinates in the output's *original* rank,
 the op maps them to input coordinates (a C expression built here, with every
 shape and constant baked in), and the value is read from the input's slices.
 RESHAPE/SQUEEZE/EXPAND_DIMS, TRANSPOSE, CONCATENATION, PAD/PADV2, MIRROR_PAD, TILE,
-BROADCAST_TO, REVERSE_V2, PACK, UNPACK, STRIDED_SLICE, SLICE, DEPTH_TO_SPACE and SPACE_TO_DEPTH all take
-this form;
+BROADCAST_TO, REVERSE_V2, PACK, UNPACK, STRIDED_SLICE, SLICE, DEPTH_TO_SPACE, SPACE_TO_DEPTH,
+SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND all take this form;
 RESIZE_BILINEAR interpolates float4s with TFLite's coordinate rules.
 """
 
@@ -308,6 +308,41 @@ def unpack(ctx: GenContext) -> list[KernelSpec]:
 
         specs += _kernel(ctx, tuple(t.shape), [ctx.op.inputs[0]], value, name=f"{ctx.name}_{k}", output=t_idx)
     return specs
+
+
+@generator("SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND")
+def space_batch(ctx: GenContext) -> list[KernelSpec]:
+    """An image's pixels dealt to ``bh x bw`` batches by their offset in each block (SPACE_TO_BATCH_ND, the input
+    zero-padded first: batch (sy * bw + sx) * n + b holds pixel (y * bh + sy, x * bw + sx) of image b), and back
+    (BATCH_TO_SPACE_ND, then cropped): a dilated conv as older converters wrote it. 4-D tensors."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out)
+    block, edges = ctx.const(1), ctx.const(2)
+    if block is None or edges is None:
+        raise Unsupported("non-constant block shape or paddings / crops")
+    shape, oshape = tuple(x_t.shape), tuple(out.shape)
+    if len(shape) != 4 or block.size != 2:
+        raise Unsupported(f"{ctx.op.name} of rank {len(shape)} (4-D images only)")
+    (bh, bw), ((t, _), (left, _)) = (int(v) for v in block.reshape(-1)), edges.reshape(2, 2).astype(int)
+
+    if ctx.op.name == "SPACE_TO_BATCH_ND":
+        n = shape[0]
+
+        def value(coords):
+            ob, oy, ox, c = coords
+            iy, ix = f"({oy} * {bh} + ({ob} / {n}) / {bw} - {t})", f"({ox} * {bw} + ({ob} / {n}) % {bw} - {left})"
+            inside = f"{iy} >= 0 && {iy} < {shape[1]} && {ix} >= 0 && {ix} < {shape[2]}"
+            return f"(({inside}) ? LD1(in0, {offset(shape, [f'({ob} % {n})', iy, ix, c])}) : 0.0f)"
+    else:
+        n = oshape[0]
+
+        def value(coords):
+            b, oy, ox, c = coords
+            y, x = f"({oy} + {t})", f"({ox} + {left})"
+            ib = f"((({y} % {bh}) * {bw} + {x} % {bw}) * {n} + {b})"
+            return f"LD1(in0, {offset(shape, [ib, f'({y} / {bh})', f'({x} / {bw})', c])})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("STRIDED_SLICE", "SLICE")
