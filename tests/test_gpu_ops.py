@@ -319,7 +319,7 @@ def test_prelu_after_a_conv_is_its_fused_op(gpu, rng, alpha_shape, fused):
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
-@pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
+@pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D"])
 @pytest.mark.parametrize("pad", ["SAME", "VALID"])
 def test_pool(gpu, rng, op, pad):
     check_op(op, [In(rand(rng, (1, 9, 8, 6)))], padding=pad, stride_w=2, stride_h=2, filter_width=3,

@@ -19,7 +19,14 @@ from .epilogue import stored_at_slice
 from .knobs import Knobs, one_of
 
 
-@generator("AVERAGE_POOL_2D", "MAX_POOL_2D")
+# a window's start, its fold of a float4 ``xv``, and its finish (``cnt``: the window's pixels inside the image)
+WINDOWS = {"MAX_POOL_2D": ("(float4)(-INFINITY)", "acc = fmax(acc, xv);", ""),
+           "AVERAGE_POOL_2D": ("(float4)(0.0f)", "acc += xv;", "acc = acc / (float)max(cnt, 1);"),
+           # (TFLite's sqrt of the mean square over the window's pixels inside the image)
+           "L2_POOL_2D": ("(float4)(0.0f)", "acc = mad(xv, xv, acc);", "acc = sqrt(acc / (float)max(cnt, 1));")}
+
+
+@generator(*WINDOWS)
 def pool2d(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
@@ -31,10 +38,7 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
     ow, pl = conv_padding(iw, kw, sw, 1, pad)
     lay = ctx.layout(out)
     s = lay.s
-    is_max = ctx.op.name == "MAX_POOL_2D"
-    init = "(float4)(-INFINITY)" if is_max else "(float4)(0.0f)"
-    acc = "acc = fmax(acc, xv);" if is_max else "acc += xv;"
-    fin = "" if is_max else "acc = acc / (float)max(cnt, 1);"
+    init, acc, fin = WINDOWS[ctx.op.name]
     src = f"""__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {grid_prologue(lay)}  float4 acc = {init}; int cnt = 0;
   const int y0 = max(y * {sh} - {pt}, 0), y1 = min(y * {sh} - {pt} + {kh}, {ih});
