@@ -339,6 +339,30 @@ def test_spatial_extremes_and_product(gpu, rng, op, keep):
     check_op(op, [In(x), np.array([1, 2], I32)], keep_dims=keep, **gpu)
 
 
+@pytest.mark.parametrize("group", [1, 32])
+@pytest.mark.parametrize("op", ["REDUCE_MAX", "REDUCE_MIN"])
+def test_spatial_extremes_after_a_nan(gpu, rng, op, group):
+    """LiteRT's REDUCE_MAX / MIN (XNNPACK and the builtin kernels alike) fold acc > x ? acc : x in pixel order: the
+    extreme of the pixels after the last NaN, NaN where the last pixel is one (fmax would skip every NaN). A NaN
+    first, in the middle, last, and among infinities; in one work-item and in a work-group's strided shares."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import litert, run_model
+    from .oputil import op_model
+
+    x = rand(rng, (2, 5, 6, 8))
+    x[0, 0, 0, 0] = x[0, 3, 4, 1] = x[1, 4, 5, 2] = x[0, 4, 5, 5] = np.nan
+    x[1, :, :, 3], x[1, 2, 2, 3] = -np.inf if op == "REDUCE_MAX" else np.inf, np.nan
+    model, feeds = op_model(op, [In(x), np.array([1, 2], I32)], keep_dims=False)
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: {"group": group}})
+    want = run_model(litert(), model, feeds)[0]
+    assert np.isnan(want).sum() == 2 and np.isinf(want).sum() == 1  # (the last pixels' NaNs; after one, infinities)
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-3 if _fp16(gpu) else 0)  # (NaN where NaN, infinities equal)
+
+
 @pytest.mark.parametrize("shape", [(1, 10), (2, 3, 7), (1, 4, 4, 6)])
 def test_softmax(gpu, rng, shape):
     check_op("SOFTMAX", [In(rand(rng, shape, -4, 4))], beta=1.0, **gpu)
@@ -365,7 +389,7 @@ def _reduction_knobs(device, group: int, subgroups: bool) -> dict:
 @pytest.mark.parametrize("shape", [(2, 5, 6, 7), (1, 32, 32, 9)])
 def test_spatial_mean_work_group(gpu, rng, shape, group, op, subgroups):
     """A work-group per (image, slice) reduces its pixels (the reduction knob ``group``), fewer pixels than the
-    group and more, in local memory or by sub-groups (a product: no sub-group function), against LiteRT."""
+    group and more, in local memory or by sub-groups (none takes a product), against LiteRT."""
     from tflgpu import Interpreter
     from tflgpu.runtime.executor import GpuPlan
 
@@ -379,8 +403,7 @@ def test_spatial_mean_work_group(gpu, rng, shape, group, op, subgroups):
     knobs = _reduction_knobs(_device(), group, subgroups)
     plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: knobs})
     (spec,) = plan.steps[0].specs
-    kind = {"REDUCE_MAX": "max", "REDUCE_MIN": "min"}.get(op, "add")
-    assert spec.local_size == (group, 1) and (f"sub_group_reduce_{kind}" in spec.source) == subgroups
+    assert spec.local_size == (group, 1) and ("sub_group_reduce" in spec.source) == subgroups
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 

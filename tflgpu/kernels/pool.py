@@ -60,12 +60,13 @@ REDUCE_GROUPS = (1, 32, 64, 128, 256)  # work-items sharing one reduction (a wor
 
 
 _MERGE = {"add": "{a} + {b}", "max": "fmax({a}, {b})", "min": "fmin({a}, {b})", "mul": "{a} * {b}"}
+_SUBGROUP_KINDS = ("add", "max", "min")  # (sub_group_reduce_*: none takes a product)
 
 
 def group_reduce(g: int, var: str, kind: str, subgroups: bool = False, lanes: int = 1) -> str:
     """Statements that reduce each work-item's ``var`` (a float, or a float4 where ``lanes`` is 4) over a
-    work-group of ``g`` (local id ``l``, a ``__local`` array ``red`` of ``g``) with ``kind`` ("add", "max", "min"
-    or "mul": no sub-group function for that one),
+    work-group of ``g`` (local id ``l``, a ``__local`` array ``red`` of ``g``) with ``kind`` (a key of ``_MERGE``;
+    only ``_SUBGROUP_KINDS`` have a sub-group form),
     leaving the result in every ``var``: a tree in local memory, or (``subgroups``) each sub-group's reduction
     (sub_group_reduce_*: the work-items of a SIMD unit, no barrier) with one value per sub-group through local
     memory."""
@@ -101,8 +102,8 @@ class ReduceShape:
 
     @classmethod
     def of(cls, length: int, target: Target, kind: str = "add") -> ReduceShape:
-        """(``kind``: group_reduce's; a product has no sub-group function)"""
-        return cls(length, target.gpu, target.subgroups is not None and kind != "mul")
+        """(``kind``: group_reduce's; only some have a sub-group form)"""
+        return cls(length, target.gpu, target.subgroups is not None and kind in _SUBGROUP_KINDS)
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,17 @@ class ReduceKnobs(Knobs):
 
 # a spatial reduction's start, its fold of a float4 ``x`` into ``acc``, and group_reduce's kind
 SPATIAL = {"MEAN": ("0.0f", "acc += x;", "add"), "SUM": ("0.0f", "acc += x;", "add"),
+           # (over the pixels after the last NaN: see AFTER_LAST_NAN)
            "REDUCE_MAX": ("-INFINITY", "acc = fmax(acc, x);", "max"),
            "REDUCE_MIN": ("INFINITY", "acc = fmin(acc, x);", "min"),
            "REDUCE_PROD": ("1.0f", "acc *= x;", "mul")}
+
+
+# LiteRT's REDUCE_MAX / MIN (XNNPACK and the builtin kernels alike) fold ``acc > x ? acc : x`` in pixel order:
+# a NaN replaces what came before it and is itself replaced by the next value. So the answer is the extreme of
+# the pixels after the last NaN, and NaN where the last pixel is one: two passes (the last NaN's index, then the
+# fold past it), whatever the work-group's share of the pixels.
+AFTER_LAST_NAN = ("REDUCE_MAX", "REDUCE_MIN")
 
 
 @generator(*SPATIAL)
@@ -177,12 +186,23 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
         head = f"""  const int l = get_local_id(0); const int S = get_global_id(1) % {s}; const int b = get_global_id(1) / {s};
   __local float4 red[{g}];"""
         gsize, local = (g, s * n), (g, 1)
+    after_nan = ctx.op.name in AFTER_LAST_NAN
+    if after_nan:  # (the last NaN's pixel, per lane, first: the fold takes the pixels after it)
+        fold = f"acc = {kind.replace('max', 'fmax').replace('min', 'fmin')}(acc, select((float4)({init}), x, " \
+               f"isgreater((float4)(i), last)));"
+        find = (f"  float4 last = (float4)(-1.0f);\n  for (int i = l; i < {hw}; i += {g}) "
+                f"last = select(last, (float4)(i), isnan(LD4(src, base + i)));\n"
+                f"  {group_reduce(g, 'last', 'max', knobs.subgroups, lanes=4)}\n")
+        finish = f"acc = select(acc, (float4)(NAN), last == (float4)({hw - 1}.0f));"
+    else:
+        find = finish = ""
     src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {head}
-  float4 acc = (float4)({init});
   const int base = (b * {s} + S) * {hw};
+{find}  float4 acc = (float4)({init});
   for (int i = l; i < {hw}; i += {g}) {{ const float4 x = LD4(src, base + i); {fold} }}
   {group_reduce(g, "acc", kind, knobs.subgroups, lanes=4)}
+  {finish}
   if (l == 0) {{ float4 v = acc{scale}; ST4(dst, b * {s} + S, v); }}
 }}"""
     return [KernelSpec(ctx.name, src, gsize, local, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
