@@ -61,11 +61,34 @@ def _mean(x, axis, keepdims):
     return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float32)
 
 
+def _after_last_nan(extreme):
+    """REDUCE_MAX / MIN as LiteRT computes them (XNNPACK and the builtin kernels alike): ``acc > x ? acc : x``
+    folded in index order, so a NaN replaces what came before it and the next value replaces the NaN: the extreme
+    of the values after the last NaN, NaN where the last value is one (``np.max`` gives NaN for any)."""
+
+    def reduce(x, axis, keepdims):
+        if not np.issubdtype(x.dtype, np.floating) or x.size == 0 or not np.isnan(x).any():
+            return extreme(x, axis=axis, keepdims=keepdims)
+        rest = [a for a in range(x.ndim) if a not in axis]
+        flat = np.transpose(x, rest + list(axis)).reshape([x.shape[a] for a in rest] + [-1])
+        n = flat.shape[-1]
+        last = n - 1 - np.argmax(np.isnan(flat)[..., ::-1], axis=-1)  # (the last NaN's index where there is one)
+        last = np.where(np.isnan(flat).any(axis=-1), last, -1)
+        fill = np.array(-np.inf if extreme is np.max else np.inf, x.dtype)
+        after = np.where(np.arange(n) > last[..., None], flat, fill)
+        r = np.where(last == n - 1, np.array(np.nan, x.dtype), extreme(after, axis=-1))
+        if keepdims:
+            r = np.expand_dims(r, tuple(axis)) if rest else r.reshape([1] * x.ndim)
+        return r
+
+    return reduce
+
+
 for _name, _fn in {
     "MEAN": _mean,
     "SUM": np.sum,
-    "REDUCE_MAX": np.max,
-    "REDUCE_MIN": np.min,
+    "REDUCE_MAX": _after_last_nan(np.max),
+    "REDUCE_MIN": _after_last_nan(np.min),
     "REDUCE_PROD": np.prod,
     "REDUCE_ANY": np.any,
     "REDUCE_ALL": np.all,
