@@ -117,6 +117,12 @@
 # copies and conversions, now device commands of a profiled run): whether what is left over 3 us a launch is the
 # host's or NVIDIA's gap between kernels and the PCIe copies (DeepLab reads 5.5 MB back). Add "split_the_host_time"
 # to TESTS_K; the SSD head's reshaped reads divide once per slice (kernels.reindex._through), untimed there.
+# Since (2026-11-28, second session, no GPU): 22 more op types have OpenCL kernels (README "On an OpenCL device"),
+# and comparisons store +0.0 for false; their tests have not run on a GPU. Add to the first call's TESTS_K:
+#   "unary or gelu or step_functions or more_binary or mask_cast or select or extremes or log_softmax or
+#   spatial_mean_work_group or softmax_work_group_rows or test_pool or mirror_pad or tile_broadcast or
+#   pack_and_unpack or space_to_batch"
+# (NVIDIA's pow / erfc / atan2 are within their ulp bounds of LiteRT's; FLOOR_MOD's fmod is exact there too).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
