@@ -269,6 +269,15 @@ def test_step_functions(gpu, rng, op):
         assert not np.signbit(got[got == 0]).any()
 
 
+@pytest.mark.parametrize("op", ["SIGN", "HARD_SWISH", "ELU", "FLOOR_MOD"])
+def test_special_values_on_device(opencl_device, op):
+    """NaN, infinities, signed zeros and values near float32's largest as LiteRT's builtin kernels give them, on the
+    device (FP32): the CPU kernels' test with the delegate."""
+    from .test_ops_elementwise import test_special_values_as_litert
+
+    test_special_values_as_litert(op, delegate=GpuDelegate(cache=False))
+
+
 @pytest.mark.parametrize("op", ["POW", "FLOOR_MOD", "ATAN2"])
 def test_more_binary_ops(gpu, rng, op):
     """POW of positive bases, and of negative ones by whole exponents; FLOOR_MOD of either sign by either sign,

@@ -28,14 +28,15 @@ def _hard_swish_f32(x):
     out = np.empty_like(x)
     for i in range(x.size):
         v = x[i]
-        out[i] = v * min(max(v + np.float32(3.0), np.float32(0.0)), np.float32(6.0)) * np.float32(1.0 / 6.0)
+        out[i] = (v * np.float32(1.0 / 6.0)) * min(max(v + np.float32(3.0), np.float32(0.0)), np.float32(6.0))
     return out
 
 
 def _hard_swish(x):
+    """(x / 6) * relu6(x + 3), in TFLite's order: x * 6 would overflow near float32's largest."""
     if x.dtype == np.float32 and x.ndim:  # (one pass; numpy's takes four)
         return _hard_swish_f32(np.ascontiguousarray(x).reshape(-1)).reshape(x.shape)
-    return x * np.clip(x + 3.0, 0.0, 6.0) * np.float32(1.0 / 6.0)
+    return (x * np.float32(1.0 / 6.0)) * np.clip(x + 3.0, 0.0, 6.0)
 
 
 def _logistic(x):
@@ -93,7 +94,7 @@ def leaky_relu(ctx: OpContext):
 def elu(ctx: OpContext):
     def run(xs):
         x = xs[0]
-        return [np.where(x > 0, x, np.expm1(np.minimum(x, 0))).astype(x.dtype)]
+        return [np.where(x > 0, x, np.expm1(np.where(x > 0, 0, x))).astype(x.dtype)]  # (-0.0 stays -0.0)
 
     return run
 
@@ -154,9 +155,14 @@ def _floor_div(a, b):
 
 
 def _floor_mod(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer) and np.any(b == 0):
-        raise KernelError("integer division by zero")
-    return np.mod(a, b)
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        if np.any(b == 0):
+            raise KernelError("integer division by zero")
+        return np.mod(a, b)
+    # (TFLite's: fmod, then the divisor added where the remainder is nonzero and their signs differ; np.mod gives
+    # a zero the divisor's sign)
+    m = np.fmod(a, b)
+    return np.where((m != 0) & ((b < 0) != (m < 0)), m + b, m).astype(m.dtype)
 
 
 def _div(a, b):

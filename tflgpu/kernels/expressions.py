@@ -18,7 +18,8 @@ UNARY = {
     "TANH": "tanh(v)",
     "EXP": "exp(v)",
     "LOG": "log(v)",
-    "HARD_SWISH": "v * clamp(v + 3.0f, (float4)(0.0f), (float4)(6.0f)) * (1.0f / 6.0f)",
+    # (TFLite's order: x * 6 would overflow near float32's largest)
+    "HARD_SWISH": "(v * (1.0f / 6.0f)) * clamp(v + 3.0f, (float4)(0.0f), (float4)(6.0f))",
     "ABS": "fabs(v)",
     "RSQRT": "rsqrt(v)",
     "SQRT": "sqrt(v)",
@@ -36,8 +37,8 @@ UNARY = {
     "FLOOR": "floor(v)",
     "CEIL": "ceil(v)",
     "ROUND": "rint(v)",  # (half to even, as TFLite)
-    # (TFLite's (0 < x) - (x < 0): +0.0 for a zero of either sign and for NaN; a vector comparison's true is -1)
-    "SIGN": "convert_float4(isless(v, (float4)(0.0f)) - isgreater(v, (float4)(0.0f)))",
+    # (LiteRT's: +0.0 for a zero of either sign, NaN for NaN; a vector comparison's true is -1)
+    "SIGN": "select(convert_float4(isless(v, (float4)(0.0f)) - isgreater(v, (float4)(0.0f))), v, isnan(v))",
     "RELU_0_TO_1": clamped("v", 0.0, 1.0),
 }
 # GELU with ``approximate`` set: TFLite's 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
