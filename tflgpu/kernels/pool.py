@@ -223,8 +223,8 @@ class RowForm:
 ROW_FORMS = {
     "SOFTMAX": RowForm(True, "exp((xv - m) * BETA)", "exp((xv - m) * BETA) * (1.0f / sum)"),
     "LOG_SOFTMAX": RowForm(True, "exp(xv - m)", "xv - m - log(sum)"),
-    # (TFLite's x / sqrt(max(sum of squares, 1e-6)), then its fused activation)
-    "L2_NORMALIZATION": RowForm(False, "xv * xv", "xv / sqrt(fmax(sum, 1e-6f))"),
+    # (TFLite's x / sqrt(max(sum of squares, 1e-6)), std::max keeping a NaN sum where fmax would drop it)
+    "L2_NORMALIZATION": RowForm(False, "xv * xv", "xv / sqrt(sum < 1e-6f ? 1e-6f : sum)"),
 }
 
 
