@@ -617,6 +617,13 @@ def test_space_to_batch_and_back(gpu, rng, hw, block, edges):
     check_op("BATCH_TO_SPACE_ND", [In(rand(rng, (2 * b, 4, 5, 6))), np.array(block, I32), np.array(edges, I32)], **gpu)
 
 
+@pytest.mark.parametrize("params,indices", [((4, 5, 6), [[1, 2], [3, 0], [0, 4]]), ((4, 5, 6), [[[1], [0]], [[3], [2]]]),
+                                            ((3, 4, 5), [[2, 3, 4], [0, 0, 1]])])
+def test_gather_nd(gpu, rng, params, indices):
+    """Constant index rows of one, two and every coordinate: slices, rows and single values of the params."""
+    check_op("GATHER_ND", [In(rand(rng, params)), np.array(indices, I32)], **gpu)
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_pack_and_unpack(gpu, rng, axis):
     parts = [In(rand(rng, (2, 3, 5))) for _ in range(3)]

@@ -585,6 +585,38 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     return _kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
 
 
+@generator("GATHER_ND")
+def gather_nd(ctx: GenContext) -> list[KernelSpec]:
+    """GATHER_ND with constant indices ([..., K]: each row the first K coordinates of a slice of the params) as a
+    ``__constant`` table in the source; tensor indices stay on the CPU."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out, allow_index=True)
+    idx = ctx.const(1)
+    if idx is None:
+        raise Unsupported("tensor indices")
+    idx = np.asarray(idx, np.int64)
+    ishape, oshape = tuple(x_t.shape), tuple(out.shape)
+    _check(ishape, oshape)
+    k = idx.shape[-1] if idx.ndim else 0
+    if idx.ndim < 1 or not 0 < k <= len(ishape) or idx.size > 4096:
+        raise Unsupported("index table shape or size")
+    if (idx < 0).any() or (idx >= np.array(ishape[:k])).any():
+        raise Unsupported("indices out of range")
+    rows = idx.shape[:-1]
+    if rows + ishape[k:] != oshape:
+        raise Unsupported(f"output shape {oshape} is not {rows + ishape[k:]}")
+    table = f"gnd_{ctx.name}"
+    helpers = f"__constant int {table}[{idx.size}] = {{{', '.join(str(int(v)) for v in idx.reshape(-1))}}};\n"
+    strides = [int(np.prod(rows[j + 1:])) for j in range(len(rows))]
+
+    def value(coords):
+        row = " + ".join(f"({coords[j]}) * {strides[j]}" for j in range(len(rows))) or "0"
+        icoords = [f"{table}[({row}) * {k} + {j}]" for j in range(k)] + coords[len(rows):]
+        return f"LD1(in0, {offset(ishape, icoords)})"
+
+    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+
+
 def _gather_by_tensor(ctx: GenContext, ishape, oshape, axis: int) -> list[KernelSpec]:
     """GATHER whose indices are a tensor (made on the CPU, e.g. TOPK_V2's, or on the device): a 1-D int32 tensor
     held as float values, exact for every valid index (below 2^24 in float32 storage; below 2,048 in half, so an
