@@ -141,6 +141,20 @@ def test_reshape_and_pad(rng, path):
               [QOut((1, 7, 7, 3), I8, q)], version=2)
 
 
+def test_moves_and_extremes(rng, path):
+    """The moves and picks this work put on the device (MIRROR_PAD, TILE, REVERSE_V2, spatial REDUCE_MAX / MIN),
+    on int8 values: the stored integers moved exactly (the float view's values are on the input's grid)."""
+    q = Q(0.03, -6)
+    x = rand_q(rng, (1, 4, 5, 3), I8)
+    check_qop(path, "MIRROR_PAD", [QIn(x, q), QConst(np.array([[0, 0], [2, 1], [1, 3], [0, 0]], np.int32))],
+              [QOut((1, 7, 9, 3), I8, q)], mode=0)
+    check_qop(path, "TILE", [QIn(x, q), QConst(np.array([1, 2, 1, 2], np.int32))], [QOut((1, 8, 5, 6), I8, q)])
+    check_qop(path, "REVERSE_V2", [QIn(x, q), QConst(np.array([1, 2], np.int32))], [QOut((1, 4, 5, 3), I8, q)])
+    for op in ("REDUCE_MAX", "REDUCE_MIN"):
+        check_qop(path, op, [QIn(x, q), QConst(np.array([1, 2], np.int32))], [QOut((1, 1, 1, 3), I8, q)],
+                  version=2, keep_dims=True)
+
+
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 def test_softmax(rng, dtype, path):
     x = QIn(rand_q(rng, (2, 30), dtype), Q(0.09, 4 if dtype == I8 else 131))
