@@ -188,6 +188,19 @@ def test_fully_connected(gpu, rng, batch, depth, units):
              fused_activation_function="RELU", **gpu)
 
 
+@pytest.mark.parametrize("x_shape,units,bias,act", [((1, 196, 64), 96, True, "NONE"), ((2, 7, 40), 24, False, "RELU6"),
+                                                  ((1, 5, 6, 36), 10, True, "RELU"), ((1, 3, 130), 257, True, "NONE")])
+def test_fully_connected_per_token(gpu, rng, x_shape, units, bias, act):
+    """A FULLY_CONNECTED over the last axis of a rank-3 / 4 input, keeping its dims (a transformer's per-token dense
+    layer) runs on the device as a 1x1 conv over the slice layout's pixels; one whose output flattens the rows
+    stays on the CPU (its slices are ordered otherwise)."""
+    depth = x_shape[-1]
+    inputs = [In(rand(rng, x_shape)), rand(rng, (units, depth)), rand(rng, (units,)) if bias else None]
+    check_op("FULLY_CONNECTED", inputs, keep_num_dims=True, fused_activation_function=act, **gpu)
+    check_op("FULLY_CONNECTED", inputs, keep_num_dims=False, fused_activation_function=act, **gpu,
+             expect_on_device=False)
+
+
 @pytest.mark.parametrize("split,tile_s", [(8, 1), (16, 2), (32, 4), (64, 1)])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_fully_connected_split_sum(opencl_device, rng, split, tile_s, precision):

@@ -1317,6 +1317,21 @@ def _fc_split_source(name: str, *, sin: int, sout: int, ts: int, split: int, act
     return "\n".join(lines)
 
 
+def _per_pixel_fc(ctx: GenContext, w: np.ndarray, lay) -> list[KernelSpec]:
+    """A FULLY_CONNECTED over the last axis of a rank-3 / 4 input (a transformer's per-token dense layer:
+    [1, tokens, depth], keep_num_dims) is a 1x1 conv over the slice layout's pixels: CONV_2D's kernels, its tiles,
+    group-tiled GEMM and tuning knobs included. Its output must keep the input's pixels (keep_num_dims: a
+    flattened [rows, units] output orders the slices otherwise)."""
+    units, depth = w.shape
+    out_lay = ctx.layout(ctx.output_tensor())
+    if (out_lay.b, out_lay.h, out_lay.w, out_lay.c) != (lay.b, lay.h, lay.w, units):
+        raise Unsupported(f"a FULLY_CONNECTED of {lay.b * lay.h * lay.w} rows whose output flattens them")
+    options = {**ctx.op.options, "padding": 1, "stride_h": 1, "stride_w": 1, "dilation_h_factor": 1,
+               "dilation_w_factor": 1}
+    consts = {**ctx.consts, ctx.op.inputs[1]: w.reshape(units, 1, 1, depth)}
+    return _conv_kernels(replace(ctx, op=replace(ctx.op, options=options), consts=consts), None)
+
+
 @generator("FULLY_CONNECTED")
 def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
@@ -1324,6 +1339,8 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     w = _float_const(ctx, 1)
     units, depth = w.shape
     lay = ctx.layout(x_t)
+    if lay.h * lay.w > 1 and lay.c == depth:
+        return _per_pixel_fc(ctx, w, lay)
     if lay.h != 1 or lay.w != 1 or lay.c != depth:
         raise Unsupported(f"input shape {list(x_t.shape)} is not [batch, depth]")
     act = ctx.opt("fused_activation_function", 0)
