@@ -6,6 +6,8 @@ broadcasting rules are TFLite's (align from the right, size-1 dims stretch).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..graph.float_view import sim_grid
@@ -48,11 +50,19 @@ def _logistic(x):
         return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
 
 
-def _gelu_exact(x):
-    from math import erf, sqrt
+@njit(cache=True, parallel=True)
+def _gelu_exact_f64(x):
+    """0.5 x (1 + erf(x / sqrt 2)) in float64, over both cores (numpy has no erf: a Python call per value took
+    18 ms for 200K values)."""
+    out = np.empty(x.size, np.float64)
+    for i in prange(x.size):
+        v = np.float64(x[i])
+        out[i] = 0.5 * v * (1.0 + math.erf(v * 0.7071067811865476))
+    return out
 
-    verf = np.vectorize(erf, otypes=[np.float64])
-    return (0.5 * x * (1.0 + verf(x.astype(np.float64) / sqrt(2.0)))).astype(x.dtype)
+
+def _gelu_exact(x):
+    return _gelu_exact_f64(np.ascontiguousarray(x).reshape(-1)).reshape(x.shape).astype(x.dtype)
 
 
 UNARY = {
