@@ -361,6 +361,25 @@ def test_spatial_extremes_and_product(gpu, rng, op, keep):
     check_op(op, [In(x), np.array([1, 2], I32)], keep_dims=keep, **gpu)
 
 
+@pytest.mark.parametrize("op", ["MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"])
+@pytest.mark.parametrize("shape", [(1, 7, 96), (2, 3, 4, 10), (5, 13), (1, 3, 1030)])
+@pytest.mark.parametrize("keep", [True, False])
+def test_reductions_over_the_last_axis(gpu, rng, op, shape, keep):
+    """A layer norm's MEAN over the channels, a per-token SUM / max / min / product: one row a work-item, in order
+    (1,030 channels: many slices; 10 and 13: a part-filled last slice); rank 2 to 4, kept dims or not."""
+    x = rand(rng, shape, 0.995, 1.005) if op == "REDUCE_PROD" else rand(rng, shape)
+    check_op(op, [In(x), np.array([-1], I32)], keep_dims=keep, **gpu)
+
+
+@pytest.mark.parametrize("op", ["REDUCE_MAX", "REDUCE_MIN"])
+def test_reductions_over_the_last_axis_after_a_nan(opencl_device, op):
+    """The channels folded in order as TFLite folds them: the extreme after the last NaN, NaN where it is last."""
+    x = np.array([[1, np.nan, 0.5, 0.2, 3], [np.nan, 3, 2, 1, 0], [1, 2, 3, 4, np.nan], [5, np.nan, -np.inf, 1, 0]],
+                 np.float32).reshape(1, 4, 5)
+    check_op(op, [In(x if op == "REDUCE_MAX" else -x), np.array([2], I32)], keep_dims=False,
+             delegate=GpuDelegate(cache=False))
+
+
 @pytest.mark.parametrize("group", [1, 32])
 @pytest.mark.parametrize("op", ["REDUCE_MAX", "REDUCE_MIN"])
 def test_spatial_extremes_after_a_nan(gpu, rng, op, group):

@@ -17,6 +17,7 @@ from .common import Arg, KernelSpec, activation, dense_store4, pad_lanes_mask, s
 from .elementwise import grid, grid_prologue
 from .epilogue import stored_at_slice
 from .knobs import Knobs, one_of
+from .reindex import lane_kernel, offset
 
 
 # a window's start, its fold of a float4 ``xv``, and its finish (``cnt``: the window's pixels inside the image)
@@ -157,11 +158,44 @@ SPATIAL = {"MEAN": ("0.0f", "acc += x;", "add"), "SUM": ("0.0f", "acc += x;", "a
 AFTER_LAST_NAN = ("REDUCE_MAX", "REDUCE_MIN")
 
 
+# a reduction over the last axis, one row of channels in order: its start, its fold of one channel's ``x`` into
+# ``acc`` (REDUCE_MAX / MIN: TFLite's acc > x ? acc : x, so a NaN is kept only when no value follows it), its finish
+OVER_CHANNELS = {"MEAN": ("0.0f", "acc += x;", "acc * (1.0f / {n}.0f)"), "SUM": ("0.0f", "acc += x;", "acc"),
+                 "REDUCE_MAX": ("-INFINITY", "acc = acc > x ? acc : x;", "acc"),
+                 "REDUCE_MIN": ("INFINITY", "acc = acc < x ? acc : x;", "acc"),
+                 "REDUCE_PROD": ("1.0f", "acc *= x;", "acc")}
+
+
+def _over_channels(ctx: GenContext, x_t, out, keep: bool) -> list[KernelSpec]:
+    """A reduction over the last axis (a layer norm's MEAN, a per-token SUM / max): each output value one row of
+    the input's channels folded in order by one work-item (a C function the lane kernel calls per output value)."""
+    ishape, oshape = tuple(x_t.shape), tuple(out.shape)
+    lay = ctx.layout(x_t)
+    if oshape != (ishape[:-1] + (1,) if keep else ishape[:-1]) or not 1 < len(ishape) <= 4 or not oshape:
+        raise Unsupported(f"{ctx.op.name} of {list(ishape)} to {list(oshape)} over the last axis")
+    init, fold, finish = OVER_CHANNELS[ctx.op.name]
+    c, plane = lay.c, lay.h * lay.w
+    fn = f"row_{ctx.name}"
+    lanes = "".join(f"if (S * 4 + {j} < {c}) {{ const float x = v.s{j}; {fold} }} " for j in range(4))
+    helpers = (f"float {fn}(__global const STORE_T* p, const int at) {{\n  float acc = {init};\n"
+               f"  for (int S = 0; S < {lay.s}; ++S) {{ const float4 v = LD4(p, at + S * {plane}); {lanes}}}\n"
+               f"  return {finish.format(n=c)};\n}}\n")
+
+    def value(coords):
+        row = (coords[:-1] if keep else coords) + ["0"]
+        return f"{fn}(in0, ({offset(ishape, row)}) / 4)"
+
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+
+
 @generator(*SPATIAL)
 def mean(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     axes = ctx.const(1)
+    if axes is not None and 1 < len(x_t.shape) <= 4 and \
+            {int(a) % len(x_t.shape) for a in axes.reshape(-1)} == {len(x_t.shape) - 1}:
+        return _over_channels(ctx, x_t, out, bool(ctx.opt("keep_dims", False)))
     if axes is None or len(x_t.shape) != 4:
         raise Unsupported(f"{ctx.op.name} needs constant axes on a 4-D input")
     ax = sorted({int(a) % 4 for a in axes.reshape(-1)})

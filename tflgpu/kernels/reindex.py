@@ -42,7 +42,7 @@ def _epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
     return stored_at_slice(ep, lay.c), ep
 
 
-def _kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
+def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
             output: int | None = None, helpers: str = "") -> list[KernelSpec]:
     """lane_value(coords) -> C expression of the output value at original-rank coords. An output in
     ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half; one the plan
@@ -105,7 +105,7 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
     def value(coords):
         return f"LD1(in0, {offset(tuple(ishape), _through(tuple(oshape), tuple(ishape), coords))})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("TRANSPOSE")
@@ -124,7 +124,7 @@ def transpose(ctx: GenContext) -> list[KernelSpec]:
             icoords[p] = coords[i]
         return f"LD1(in0, {offset(x_t.shape, icoords)})"
 
-    return _kernel(ctx, tuple(x_t.shape[p] for p in perm), [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, tuple(x_t.shape[p] for p in perm), [ctx.op.inputs[0]], value)
 
 
 def _through(view: tuple[int, ...], shape: tuple[int, ...], coords: list[str]) -> list[str]:
@@ -175,7 +175,7 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
             expr = f"({coords[axis]} < {end} ? {rd} : {expr})"
         return expr
 
-    return _kernel(ctx, out.shape, list(ctx.op.inputs), value)
+    return lane_kernel(ctx, out.shape, list(ctx.op.inputs), value)
 
 
 @generator("PAD", "PADV2")
@@ -201,7 +201,7 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
         inside = " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
         return f"(({inside}) ? LD1(in0, {offset(shape, ic)}) : {cval!r}f)"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("MIRROR_PAD")
@@ -228,7 +228,7 @@ def mirror_pad(ctx: GenContext) -> list[KernelSpec]:
             ic.append(f"({i} < 0 ? -{i} - {sym} : ({i} >= {d} ? {2 * d - 2 + sym} - {i} : {i}))")
         return f"LD1(in0, {offset(shape, ic)})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("TILE", "BROADCAST_TO")
@@ -249,7 +249,7 @@ def tile(ctx: GenContext) -> list[KernelSpec]:
         ic = [c if d == o else ("0" if d == 1 else f"({c} % {d})") for c, d, o in zip(coords[lead:], shape, oshape[lead:])]
         return f"LD1(in0, {offset(shape, ic)})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("REVERSE_V2")
@@ -267,7 +267,7 @@ def reverse(ctx: GenContext) -> list[KernelSpec]:
         ic = [f"({d - 1} - {c})" if i in flip else c for i, (c, d) in enumerate(zip(coords, shape))]
         return f"LD1(in0, {offset(shape, ic)})"
 
-    return _kernel(ctx, shape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, shape, [ctx.op.inputs[0]], value)
 
 
 @generator("PACK")
@@ -289,7 +289,7 @@ def pack(ctx: GenContext) -> list[KernelSpec]:
             expr = f"({coords[axis]} == {k} ? LD1(in{k}, {offset(shape, ic)}) : {expr})"
         return expr
 
-    return _kernel(ctx, tuple(out.shape), list(ctx.op.inputs), value)
+    return lane_kernel(ctx, tuple(out.shape), list(ctx.op.inputs), value)
 
 
 @generator("UNPACK")
@@ -306,7 +306,7 @@ def unpack(ctx: GenContext) -> list[KernelSpec]:
         def value(coords, k=k):
             return f"LD1(in0, {offset(shape, coords[:axis] + [str(k)] + coords[axis:])})"
 
-        specs += _kernel(ctx, tuple(t.shape), [ctx.op.inputs[0]], value, name=f"{ctx.name}_{k}", output=t_idx)
+        specs += lane_kernel(ctx, tuple(t.shape), [ctx.op.inputs[0]], value, name=f"{ctx.name}_{k}", output=t_idx)
     return specs
 
 
@@ -342,7 +342,7 @@ def space_batch(ctx: GenContext) -> list[KernelSpec]:
             ib = f"((({y} % {bh}) * {bw} + {x} % {bw}) * {n} + {b})"
             return f"LD1(in0, {offset(shape, [ib, f'({y} / {bh})', f'({x} / {bw})', c])})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("STRIDED_SLICE", "SLICE")
@@ -389,7 +389,7 @@ def strided_slice(ctx: GenContext) -> list[KernelSpec]:
         ic = [f"({starts[i]} + {steps[i]} * {next(it)})" if i in keep else str(starts[i]) for i in range(len(shape))]
         return f"LD1(in0, {offset(shape, ic)})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
@@ -412,7 +412,7 @@ def depth_space(ctx: GenContext) -> list[KernelSpec]:
             b, y, x, ch = co
             return f"LD1(in0, {offset(x_t.shape, [b, f'{y} * {bs} + ({ch} / {c}) / {bs}', f'{x} * {bs} + ({ch} / {c}) % {bs}', f'{ch} % {c}'])})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
 @generator("RESIZE_BILINEAR")
@@ -484,7 +484,7 @@ def split(ctx: GenContext) -> list[KernelSpec]:
             ic[a] = f"({coords[a]} + {start})"
             return f"LD1(in0, {offset(x_t.shape, ic)})"
 
-        specs += _kernel(ctx, t.shape, [ctx.op.inputs[x_idx]], value, name=f"{ctx.name}_{k}", output=t_idx)
+        specs += lane_kernel(ctx, t.shape, [ctx.op.inputs[x_idx]], value, name=f"{ctx.name}_{k}", output=t_idx)
         start += t.shape[a]
     if start != x_t.shape[a]:
         raise Unsupported("split sizes do not cover the axis")
@@ -513,7 +513,7 @@ def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
         b, y, x, ch = co
         return f"LD1(in0, {offset(x_t.shape, [b, coord(y, ih, oh), coord(x, iw, ow), ch])})"
 
-    return _kernel(ctx, (n, oh, ow, c), [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, (n, oh, ow, c), [ctx.op.inputs[0]], value)
 
 
 @generator("BATCH_MATMUL")
@@ -544,7 +544,7 @@ def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
               + ", ".join(f"const int {c}" for c in co) + ") {\n"
               + f"  float s = 0.0f;\n  for (int kk = 0; kk < {k_dim}; ++kk)\n"
               + f"    s += LD1(in0, {offset(ash, a_idx)}) * LD1(in1, {offset(bsh, b_idx)});\n  return s;\n}}\n\n")
-    return _kernel(ctx, osh, [ctx.op.inputs[0], ctx.op.inputs[1]],
+    return lane_kernel(ctx, osh, [ctx.op.inputs[0], ctx.op.inputs[1]],
                    lambda coords: f"{ctx.name}_dot(in0, in1, {', '.join(coords)})", helpers=helper)
 
 
@@ -582,7 +582,7 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
         icoords = coords[:axis] + [f"{table}[{pos}]"] + coords[axis + r:]
         return f"LD1(in0, {offset(ishape, icoords)})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
 
 
 @generator("GATHER_ND")
@@ -614,7 +614,7 @@ def gather_nd(ctx: GenContext) -> list[KernelSpec]:
         icoords = [f"{table}[({row}) * {k} + {j}]" for j in range(k)] + coords[len(rows):]
         return f"LD1(in0, {offset(ishape, icoords)})"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
 
 
 def _gather_by_tensor(ctx: GenContext, ishape, oshape, axis: int) -> list[KernelSpec]:
@@ -637,7 +637,7 @@ def _gather_by_tensor(ctx: GenContext, ishape, oshape, axis: int) -> list[Kernel
         icoords = coords[:axis] + [inside] + coords[axis + 1:]
         return f"(({k} >= 0 && {k} < {n}) ? LD1(in0, {offset(ishape, icoords)}) : NAN)"
 
-    return _kernel(ctx, oshape, [ctx.op.inputs[0], ctx.op.inputs[1]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0], ctx.op.inputs[1]], value)
 
 
 MAX_CUMSUM = 1024  # (each output sums its prefix: quadratic in the axis' length)
@@ -668,7 +668,7 @@ def cumsum(ctx: GenContext) -> list[KernelSpec]:
         f"for (int k = {lo}; k < {hi}; ++k) {{"
     helper = (f"float {ctx.name}_sum(__global const STORE_T* in0, " + ", ".join(f"const int {c}" for c in co)
               + f") {{\n  float s = 0.0f;\n  {order} s += LD1(in0, {offset(shape, at)}); }}\n  return s;\n}}\n\n")
-    return _kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"{ctx.name}_sum(in0, {', '.join(coords)})",
+    return lane_kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"{ctx.name}_sum(in0, {', '.join(coords)})",
                    helpers=helper)
 
 
@@ -718,4 +718,4 @@ def cast(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported(f"CAST {x_t.type_name} -> {out.type_name} (integers or bools to float32 only)")
     shape = tuple(x_t.shape)
     _check(shape)
-    return _kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"LD1(in0, {offset(shape, coords)})")
+    return lane_kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"LD1(in0, {offset(shape, coords)})")
