@@ -74,6 +74,14 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
                        dense=frozenset([output] if dense else []))]
 
 
+def _constant(ctx: GenContext, i: int, what: str) -> np.ndarray:
+    """Input ``i``'s value, which the kernel bakes in (``what`` it is, for the refusal where it is a tensor)."""
+    value = ctx.const(i)
+    if value is None:
+        raise Unsupported(f"non-constant {what}")
+    return value
+
+
 def _check(*shapes) -> None:
     for s in shapes:
         if len(s) > 4:
@@ -112,9 +120,7 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
 def transpose(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_index=True)
-    perm = ctx.const(1)
-    if perm is None:
-        raise Unsupported("non-constant permutation")
+    perm = _constant(ctx, 1, "permutation")
     perm = [int(p) for p in perm.reshape(-1)]
     _check(x_t.shape)
 
@@ -182,16 +188,10 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
 def pad(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    p = ctx.const(1)
-    if p is None:
-        raise Unsupported("non-constant paddings")
-    p = p.reshape(-1, 2).astype(int)
+    p = _constant(ctx, 1, "paddings").reshape(-1, 2).astype(int)
     cval = 0.0
     if ctx.op.name == "PADV2" and ctx.input_tensor(2) is not None:
-        cv = ctx.const(2)
-        if cv is None:
-            raise Unsupported("non-constant pad value")
-        cval = float(np.asarray(cv).reshape(-1)[0])
+        cval = float(np.asarray(_constant(ctx, 2, "pad value")).reshape(-1)[0])
     _check(x_t.shape)
     shape = x_t.shape
     oshape = tuple(int(d + a + b) for d, (a, b) in zip(shape, p))
@@ -210,10 +210,7 @@ def mirror_pad(ctx: GenContext) -> list[KernelSpec]:
     SYMMETRIC (mode 1) repeats it (up to d)."""
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    p = ctx.const(1)
-    if p is None:
-        raise Unsupported("non-constant paddings")
-    p = p.reshape(-1, 2).astype(int)
+    p = _constant(ctx, 1, "paddings").reshape(-1, 2).astype(int)
     sym = int(ctx.opt("mode", 0) == 1)
     shape = tuple(x_t.shape)
     _check(shape)
@@ -237,8 +234,7 @@ def tile(ctx: GenContext) -> list[KernelSpec]:
     BROADCAST_TO's size-1 dims; the input's dims aligned to the output's last ones)."""
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    if ctx.const(1) is None:
-        raise Unsupported(f"non-constant {'multiples' if ctx.op.name == 'TILE' else 'shape'}")
+    _constant(ctx, 1, "multiples" if ctx.op.name == "TILE" else "shape")
     shape, oshape = tuple(x_t.shape), tuple(out.shape)
     _check(shape, oshape)
     lead = len(oshape) - len(shape)
@@ -256,9 +252,7 @@ def tile(ctx: GenContext) -> list[KernelSpec]:
 def reverse(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    axes = ctx.const(1)
-    if axes is None:
-        raise Unsupported("non-constant axes")
+    axes = _constant(ctx, 1, "axes")
     shape = tuple(x_t.shape)
     _check(shape)
     flip = {int(a) % len(shape) for a in np.asarray(axes).reshape(-1)}
@@ -317,9 +311,7 @@ def space_batch(ctx: GenContext) -> list[KernelSpec]:
     (BATCH_TO_SPACE_ND, then cropped): a dilated conv as older converters wrote it. 4-D tensors."""
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    block, edges = ctx.const(1), ctx.const(2)
-    if block is None or edges is None:
-        raise Unsupported("non-constant block shape or paddings / crops")
+    block, edges = _constant(ctx, 1, "block shape"), _constant(ctx, 2, "paddings / crops")
     shape, oshape = tuple(x_t.shape), tuple(out.shape)
     if len(shape) != 4 or block.size != 2:
         raise Unsupported(f"{ctx.op.name} of rank {len(shape)} (4-D images only)")
@@ -419,9 +411,7 @@ def depth_space(ctx: GenContext) -> list[KernelSpec]:
 def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    size = ctx.const(1)
-    if size is None:
-        raise Unsupported("non-constant size")
+    size = _constant(ctx, 1, "size")
     oh, ow = (int(v) for v in size.reshape(-1))
     n, ih, iw, c = ctx.layout(x_t).dims
     align, half = ctx.opt("align_corners", False), ctx.opt("half_pixel_centers", False)
