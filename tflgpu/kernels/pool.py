@@ -19,7 +19,6 @@ from .epilogue import stored_at_slice
 from .knobs import Knobs, one_of
 from .reindex import lane_kernel, offset
 
-
 # a window's start, its fold of a float4 ``xv``, and its finish (``cnt``: the window's pixels inside the image)
 WINDOWS = {"MAX_POOL_2D": ("(float4)(-INFINITY)", "acc = fmax(acc, xv);", ""),
            "AVERAGE_POOL_2D": ("(float4)(0.0f)", "acc += xv;", "acc = acc / (float)max(cnt, 1);"),
