@@ -121,7 +121,9 @@
 # and comparisons store +0.0 for false; their tests have not run on a GPU. Add to the first call's TESTS_K:
 #   "unary or gelu or step_functions or more_binary or mask_cast or select or extremes or log_softmax or
 #   spatial_mean_work_group or softmax_work_group_rows or test_pool or mirror_pad or tile_broadcast or
-#   pack_and_unpack or space_to_batch"
+#   pack_and_unpack or space_to_batch or gather_nd or per_token or last_axis or special_values"
+# (per_token: a transformer's FC as a 1x1 conv, so the GPU's pointwise GEMM; a bench of /tmp/ln_mlp.tflite-like
+# blocks, made by a script like the session note's, would show what a transformer block costs there.)
 # (NVIDIA's pow / erfc / atan2 are within their ulp bounds of LiteRT's; FLOOR_MOD's fmod is exact there too).
 set -u
 export OUT=${OUT:-/tmp/out}
