@@ -853,9 +853,26 @@ def test_sum_spatial(gpu, rng, keep):
 
 
 @pytest.mark.parametrize("adj_x,adj_y,sa,sb", [(False, False, (2, 3, 5), (2, 5, 4)), (True, False, (2, 5, 3), (2, 5, 4)),
-                                                (False, True, (3, 6), (4, 6)), (False, False, (2, 3, 5), (5, 4))])
+                                                (False, True, (3, 6), (4, 6)), (False, False, (2, 3, 5), (5, 4)),
+                                                (False, False, (2, 3, 13, 10), (2, 3, 10, 7)),
+                                                (False, True, (2, 3, 13, 10), (2, 3, 7, 10)),
+                                                (False, True, (4, 19, 16), (4, 19, 16)),
+                                                (False, False, (4, 19, 19), (4, 19, 16))])
 def test_batch_matmul(gpu, rng, adj_x, adj_y, sa, sb):
+    """(Same batch dims, x not transposed: the tiled form, 8 rows of one output slice a work-item: rows, depths and
+    columns that are no multiple of 8 or 4, ranks 2 to 4, y read as rows or, adj_y, as columns; attention's two
+    products. Else the general lane-by-lane form.)"""
     check_op("BATCH_MATMUL", [In(rand(rng, sa)), In(rand(rng, sb))], adj_x=adj_x, adj_y=adj_y, **gpu)
+
+
+def test_batch_matmul_takes_the_tiled_form(opencl_device, rng):
+    from tflgpu import Interpreter
+
+    from .oputil import op_model
+
+    model, _ = op_model("BATCH_MATMUL", [In(rand(rng, (4, 19, 16))), In(rand(rng, (4, 19, 16)))], adj_y=True)
+    (spec,) = Interpreter(model_content=model, delegate=GpuDelegate(cache=False)).gpu_plan.steps[0].specs
+    assert spec.global_size == (5, 3, 4) and "float4 acc7" in spec.source
 
 
 @pytest.mark.parametrize("op,pads,conv_pad", [("CONV_2D", [[0, 0], [1, 1], [2, 1], [0, 0]], "VALID"),
