@@ -311,13 +311,14 @@ def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, ope
     assert [e["name"] for e in host if e["cat"] == "cpu op"] == [f"{CPU_OP} (node 1)"]
     assert {e["cat"] for e in host} == {"cpu op", "upload", "download"}
     # the boundary's device commands: the ADD's output to dense NHWC and copied out for the CPU, the CPU step's
-    # output copied in and to the slice layout; the device's longest idle is the CPU step between the two
+    # output copied in and to the slice layout; the device idles between the two while the CPU step runs (not
+    # necessarily its longest gap: a step of a few microseconds, on a busy machine, is shorter than the host's
+    # wake-ups)
     moved = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "transfer"]
     assert len(moved) == doc["otherData"]["transfers"] and {m.split(":")[0] for m in moved} >= {"copy out", "copy in"}
     idle = [e for e in doc["traceEvents"] if e.get("cat") == "gap"]
-    longest = max(idle, key=lambda e: e["dur"])
-    assert len(kernels) == 2 and longest["args"]["after"].startswith("copy out")
-    assert longest["args"]["before"].startswith("copy in")
+    assert len(kernels) == 2 and any(e["args"]["after"].startswith("copy out") and
+                                     e["args"]["before"].startswith("copy in") and e["dur"] > 0 for e in idle)
     assert main(["bench", "--delegate", "cpu", "--trace", str(out)]) == 1
     assert "--trace records the OpenCL device's timeline: it needs --delegate gpu" in capsys.readouterr().err
 
