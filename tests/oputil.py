@@ -275,6 +275,30 @@ def cpu_op(b: ModelBuilder, x: int, y: int) -> None:
     b.op(CPU_OP, [x, b.const(f"cpu_op_divisor{y}", np.float32(0.25))], [y])
 
 
+# special values: NaN, the infinities, both zeros, near float32's largest, a denormal
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3e38, -3e38, 1e-40], np.float32)
+
+
+def check_special_values(op: str, delegate: Any = None) -> None:
+    """``op`` of NaN, infinities, signed zeros and values near float32's largest (FLOOR_MOD: of the finite ones by
+    divisors of either sign) as LiteRT's builtin kernels give them, the sign of each zero included (assert_close
+    sees neither); with ``delegate``, every op on the device."""
+    from tflgpu import Interpreter
+
+    if op == "FLOOR_MOD":
+        a, b = np.meshgrid(SPECIAL[3:9], np.array([1.0, -1.0, 0.5, -0.25, 2.0], np.float32))
+        inputs = [In(a.reshape(1, *a.shape)), In(b.reshape(1, *b.shape))]
+    else:
+        inputs = [In(SPECIAL.reshape(1, 3, 4))]
+    model, feeds = op_model(op, inputs)
+    it = Interpreter(model_content=model, **({"delegate": delegate} if delegate else {}))
+    if delegate:
+        assert it.gpu_plan.cpu_op_count == 0
+    got, want = run_model(lambda **kw: it, model, feeds)[0], run_litert(model, feeds, builtin_only=True)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)  # (NaN where NaN, infinities equal; expm1's last bit apart)
+    np.testing.assert_array_equal(np.signbit(got[got == 0]), np.signbit(want[want == 0]))
+
+
 def device_cpu_device_model(shape=(1, 6, 6, 4)) -> bytes:
     """A device ADD, a CPU step (``cpu_op``), a device ADD: values cross the device boundary mid-invoke, a
     download before the CPU step and an upload after it."""

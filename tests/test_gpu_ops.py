@@ -286,9 +286,9 @@ def test_step_functions(gpu, rng, op):
 def test_special_values_on_device(opencl_device, op):
     """NaN, infinities, signed zeros and values near float32's largest as LiteRT's builtin kernels give them, on the
     device (FP32): the CPU kernels' test with the delegate."""
-    from .test_ops_elementwise import test_special_values_as_litert
+    from .oputil import check_special_values
 
-    test_special_values_as_litert(op, delegate=GpuDelegate(cache=False))
+    check_special_values(op, delegate=GpuDelegate(cache=False))
 
 
 @pytest.mark.parametrize("op", ["POW", "FLOOR_MOD", "ATAN2"])

@@ -68,12 +68,9 @@ def _gelu_f32(x, approximate):
 
 
 def _gelu(x, approximate: bool):
-    if x.dtype != np.float32:  # (float64: numpy, as the float kernels do)
-        from math import erf, pi, sqrt, tanh
-        f = np.vectorize((lambda v: 0.5 * v * (1 + tanh(sqrt(2 / pi) * (v + 0.044715 * v ** 3)))) if approximate
-                         else (lambda v: 0.5 * v * (1 + erf(v / sqrt(2)))), otypes=[np.float64])
-        return f(x).astype(x.dtype)
-    return _gelu_f32(np.ascontiguousarray(x).reshape(-1), approximate).reshape(x.shape)
+    """(TFLite's GELU is float32: an 8-bit one reaches here as a table's float32 reals)"""
+    y = _gelu_f32(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), approximate).reshape(x.shape)
+    return y.astype(x.dtype, copy=False)
 
 
 UNARY = {

@@ -68,12 +68,14 @@ def _operand(ctx: GenContext, i: int, allow_bool: bool = False) -> tuple[Arg, La
     """A binary operand: a device tensor, or a constant uploaded in slice layout. An operand of lower rank than
     the output broadcasts as numpy (and TFLite) does, its dims aligned to the output's last ones: its layout
     is that of its shape with 1s prepended to the output's rank (rank 3 maps to BHWC as B, W, C, so (3, 1, 2)
-    against a rank-4 output is H=3, not B=3)."""
+    against a rank-4 output is H=3, not B=3); each of its dims the output's or 1."""
     t = ctx.input_tensor(i)
     require_float(ctx, t, allow_bool=allow_bool or ctx.op.name.startswith("LOGICAL_"))
     rank = len(ctx.output_tensor().shape)
     shape = (1,) * (rank - len(t.shape)) + tuple(t.shape)
-    lay = ctx.layout(replace(t, shape=shape))
+    lay, out = ctx.layout(replace(t, shape=shape)), ctx.layout(ctx.output_tensor())
+    if any(d not in (1, od) for d, od in zip(lay.dims, out.dims)):
+        raise Unsupported(f"broadcast of {lay.dims} to {out.dims}")
     c = ctx.const(i)
     if c is not None:
         return Arg("const", to_slices(np.asarray(c, np.float32).reshape(shape), lay, np.float32)), lay, []
@@ -88,9 +90,6 @@ def binary(ctx: GenContext) -> list[KernelSpec]:
     require_float(ctx, out, allow_bool=ctx.op.name in LOGIC)
     lay = ctx.layout(out)
     (arg_a, la, ia), (arg_b, lb, ib) = _operand(ctx, 0), _operand(ctx, 1)
-    for x in (la, lb):
-        if any(d not in (1, od) for d, od in zip(x.dims, lay.dims)):
-            raise Unsupported(f"broadcast of {x.dims} to {lay.dims}")
     if ctx.op.name in LOGIC:
         expr = LOGIC[ctx.op.name]
     else:
@@ -117,9 +116,6 @@ def select_op(ctx: GenContext) -> list[KernelSpec]:
     if ctx.op.name == "SELECT" and any(tuple(ctx.input_tensor(i).shape) != tuple(out.shape) for i in range(3)):
         raise Unsupported("SELECT of a condition picking rows")
     operands = [_operand(ctx, 0, allow_bool=True), _operand(ctx, 1), _operand(ctx, 2)]
-    for _, x, _ in operands:
-        if any(d not in (1, od) for d, od in zip(x.dims, lay.dims)):
-            raise Unsupported(f"broadcast of {x.dims} to {lay.dims}")
     reads = "".join(f"  const float4 v{k} = {broadcast_read(f'in{k}', x, lay)};\n" for k, (_, x, _) in enumerate(operands))
     src = (f"__kernel void {ctx.name}(__global const STORE_T* in0, __global const STORE_T* in1, "
            f"__global const STORE_T* in2, __global STORE_T* dst) {{\n" + grid_prologue(lay) + reads

@@ -142,12 +142,10 @@ class ReduceKnobs(Knobs):
         return bad
 
 
-# a spatial reduction's start, its fold of a float4 ``x`` into ``acc``, and group_reduce's kind
-SPATIAL = {"MEAN": ("0.0f", "acc += x;", "add"), "SUM": ("0.0f", "acc += x;", "add"),
-           # (over the pixels after the last NaN: see AFTER_LAST_NAN)
-           "REDUCE_MAX": ("-INFINITY", "acc = fmax(acc, x);", "max"),
-           "REDUCE_MIN": ("INFINITY", "acc = fmin(acc, x);", "min"),
-           "REDUCE_PROD": ("1.0f", "acc *= x;", "mul")}
+# a spatial reduction's start and its kind (_MERGE's: how a work-item folds its pixels and the group its work-items'
+# results; REDUCE_MAX / MIN over the pixels after the last NaN: see AFTER_LAST_NAN)
+SPATIAL = {"MEAN": ("0.0f", "add"), "SUM": ("0.0f", "add"), "REDUCE_MAX": ("-INFINITY", "max"),
+           "REDUCE_MIN": ("INFINITY", "min"), "REDUCE_PROD": ("1.0f", "mul")}
 
 
 # LiteRT's REDUCE_MAX / MIN (XNNPACK and the builtin kernels alike) fold ``acc > x ? acc : x`` in pixel order:
@@ -205,7 +203,7 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
     if lay.dims != (n, 1, 1, c):
         raise Unsupported("MEAN output layout")
     s, hw = lay.s, ih * iw
-    init, fold, kind = SPATIAL[ctx.op.name]
+    init, kind = SPATIAL[ctx.op.name]
     shape = ReduceShape.of(hw, ctx.target, kind)
     knobs = ReduceKnobs.resolve(shape, ctx.params)
     g = knobs.group
@@ -219,16 +217,15 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
         head = f"""  const int l = get_local_id(0); const int S = get_global_id(1) % {s}; const int b = get_global_id(1) / {s};
   __local float4 red[{g}];"""
         gsize, local = (g, s * n), (g, 1)
-    after_nan = ctx.op.name in AFTER_LAST_NAN
-    if after_nan:  # (the last NaN's pixel, per lane, first: the fold takes the pixels after it)
-        fold = f"acc = {kind.replace('max', 'fmax').replace('min', 'fmin')}(acc, select((float4)({init}), x, " \
-               f"isgreater((float4)(i), last)));"
+    if ctx.op.name in AFTER_LAST_NAN:  # (the last NaN's pixel, per lane, first: the fold takes the pixels after it)
+        x = f"select((float4)({init}), x, isgreater((float4)(i), last))"
         find = (f"  float4 last = (float4)(-1.0f);\n  for (int i = l; i < {hw}; i += {g}) "
                 f"last = select(last, (float4)(i), isnan(LD4(src, base + i)));\n"
                 f"  {group_reduce(g, 'last', 'max', knobs.subgroups, lanes=4)}\n")
         finish = f"acc = select(acc, (float4)(NAN), last == (float4)({hw - 1}.0f));"
     else:
-        find = finish = ""
+        x, find, finish = "x", "", ""
+    fold = f"acc = {_MERGE[kind].format(a='acc', b=x)};"
     src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
 {head}
   const int base = (b * {s} + S) * {hw};
