@@ -566,9 +566,9 @@ def _extreme(g: _Graph, rng, x: T):
         x = u
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
         tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    y = g.new(shape or (1,)) if shape else None
-    if y is None:
+    if not shape:  # (every axis reduced, dims dropped: a scalar, which this graph does not keep)
         return None
+    y = g.new(shape)
     g.op(name, [x.index, g.b.const(f"rax{len(g.ops)}", np.int32(axes))], [y], keep_dims=keep)
     return y
 

@@ -528,7 +528,7 @@ def _matmul_tiles(ctx: GenContext, ash, bsh, osh, adj_y: bool) -> list[KernelSpe
     ep = ctx.epilogue_code(n)
     lines = [f"__kernel void {ctx.name}(__global const STORE_T* in0, __global const STORE_T* in1, "
              + "".join(f"{p}, " for p in ep.params) + "__global STORE_T* dst) {",
-             "  const int S = get_global_id(0); const int R = get_global_id(1) * %d; const int Z = get_global_id(2);" % tm,
+             f"  const int S = get_global_id(0); const int R = get_global_id(1) * {tm}; const int Z = get_global_id(2);",
              f"  if (S >= {ns} || R >= {m} || Z >= {batch}) return;"]
     lines += [f"  float4 acc{r} = (float4)(0.0f);" for r in range(tm)]
     lines.append(f"  for (int ks = 0; ks < {ks}; ++ks) {{")
