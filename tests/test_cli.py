@@ -360,3 +360,21 @@ def test_launch_stats_break_an_invoke_down(opencl_device):
     first = next(s for s in plan.steps if s.device == "gpu")
     lay = first.specs[0]  # the stem conv: 96x96x3 in (one slice), 48x48x16 out, 16x3x3x3 weights + 16 biases
     assert lay.flops == 2 * 48 * 48 * 16 * 3 * 3 * 3
+
+
+def test_bench_goes_on_past_a_model_litert_cannot_run(tmp_path, capsys):
+    """A model with a MediaPipe custom op (which tflgpu runs and LiteRT's Python package cannot resolve) gets its
+    tflgpu row and LiteRT's reason; the next model is still compared."""
+    from .test_attention_ops import V2_MATRIX, _landmarks, _one_op, flex
+
+    lm = _landmarks(np.random.default_rng(0), 15).reshape(1, 15, 3)
+    model = tmp_path / "custom.tflite"
+    model.write_bytes(_one_op("Landmarks2TransformMatrix", 2, flex(**V2_MATRIX), [lm], (1, 4, 4)))
+    assert main(["bench", "--delegate", "cpu", "--repeat", "2", "--warmup", "0", str(model),
+                 str(DEFAULT_MODEL_PATH)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| custom.tflite |"))
+    assert row.endswith("| n/a | n/a | n/a |"), row
+    assert "LiteRT could not run custom.tflite: " in out and "Landmarks2TransformMatrix" in out
+    default = next(line for line in out.splitlines() if line.startswith("| default.tflite |"))
+    assert "n/a" not in default, default

@@ -112,6 +112,7 @@ class BenchRow:
     init_ms: float = 0.0  # construction + allocate_tensors (kernel generation and compilation included)
     min_ms: float = 0.0
     max_ms: float = 0.0
+    litert_error: str | None = None  # why LiteRT has no figure (it could not run the model: a custom op, say)
 
     @property
     def ratio(self) -> float | None:
@@ -178,11 +179,16 @@ def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats
             from ai_edge_litert.interpreter import Interpreter as LiteRT
         except ImportError:
             pass
-    ref_ms = err = None
-    if LiteRT is None:
+    ref_ms = err = litert_error = None
+    ref = None
+    if LiteRT is not None:
+        try:
+            ref = _prepare(LiteRT, path, inputs, num_threads=num_threads)
+        except (RuntimeError, ValueError) as e:  # (what LiteRT raises for a model it cannot prepare)
+            litert_error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if ref is None:
         times = time_invokes(ours, warmup, repeats)
     else:  # timed in alternation with LiteRT, so the machine's drift hits both alike
-        ref = _prepare(LiteRT, path, inputs, num_threads=num_threads)
         times, ref_times = interleaved_samples([ours, ref], rounds=repeats, warmup=warmup)
         ref_ms = 1e3 * statistics.median(ref_times)
         # fresh interpreters, one invoke each, so stateful models (LSTM) compare like with like
@@ -197,7 +203,8 @@ def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats
             errs.append(float(np.abs(got - want).max() / max(1.0, np.abs(want).max())))
         err = max(errs) if errs else 0.0
     ours_ms = 1e3 * statistics.median(times)
-    return BenchRow(path.name, ours_ms, ref_ms, ours.backend, err, init_ms, 1e3 * min(times), 1e3 * max(times))
+    return BenchRow(path.name, ours_ms, ref_ms, ours.backend, err, init_ms, 1e3 * min(times), 1e3 * max(times),
+                    litert_error)
 
 
 def format_table(rows: list[BenchRow]) -> str:
@@ -211,6 +218,7 @@ def format_table(rows: list[BenchRow]) -> str:
         err = f"{r.max_rel_err:.1e}" if r.max_rel_err is not None else "n/a"
         lines.append(f"| {r.model} | {r.backend} | {r.init_ms:.0f} | {r.tflgpu_ms:.2f} | {r.min_ms:.2f} | "
                      f"{r.max_ms:.2f} | {lit} | {ratio} | {err} |")
+    lines += [f"\nLiteRT could not run {r.model}: {r.litert_error}" for r in rows if r.litert_error]
     return "\n".join(lines)
 
 
