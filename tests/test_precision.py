@@ -231,6 +231,11 @@ def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monk
     third = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
                                                                  serialization_dir=tmp_path, fp16_error_budget=0.5))
     assert third.gpu_plan.build_stats["plan"] == "built"
+    # so is a choice made by other rules (an older tflgpu's runtime.precision): chosen again
+    monkeypatch.setattr(runtime_precision, "POLICY", "older rules")
+    fourth = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
+                                                                  serialization_dir=tmp_path))
+    assert fourth.gpu_plan.build_stats["plan"] == "built"
 
 
 def test_calibration_inputs(fp16_device, fragile):

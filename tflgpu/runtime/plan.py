@@ -27,15 +27,17 @@ def _arrays(x):
 
 
 def _precision_key(options: PlanRequest) -> dict:
-    """An FP16 plan's PlanConfig fields of its precision choice: the error budget, and a fingerprint of the
-    caller's calibration inputs (left "" for the default ones)."""
+    """An FP16 plan's PlanConfig fields of its precision choice: the error budget, the rules that choose
+    (``precision.POLICY``), and a fingerprint of the caller's calibration inputs (left "" for the default ones)."""
+    from .precision import POLICY
+
     if options.calibration_inputs is None:
-        return {"fp16_error_budget": options.fp16_error_budget}
+        return {"fp16_error_budget": options.fp16_error_budget, "precision_policy": POLICY}
     h = xxhash.xxh64()
     for a in _arrays(options.calibration_inputs):
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
-    return {"fp16_error_budget": options.fp16_error_budget, "calibration": h.hexdigest()}
+    return {"fp16_error_budget": options.fp16_error_budget, "precision_policy": POLICY, "calibration": h.hexdigest()}
 
 
 def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None,
