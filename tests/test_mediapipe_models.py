@@ -1,0 +1,84 @@
+"""MediaPipe's released models (tflgpu.zoo.mediapipe: trained weights, the graphs MediaPipe's converter wrote) on
+every path against LiteRT: the CPU kernels and the OpenCL device at FP32 within LiteRT's tolerance, or within
+the spread of LiteRT's own two CPU paths where that is wider; FP16 within the FP16 bounds; every op on the
+device. The attention face mesh, whose custom ops LiteRT cannot resolve, is checked device against CPU kernels
+(those ops' kernels have their own tests against references written from MediaPipe's)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import reference_inputs
+from tflgpu.zoo.mediapipe import MODELS
+
+from .conftest import assert_close, assert_fp16_close, mediapipe_model, run_model
+from .oputil import run_litert
+
+PATHS = ["cpu", "gpu-fp32", "gpu-fp16"]
+
+
+@functools.cache
+def _inputs(name: str) -> list[np.ndarray]:
+    it = Interpreter(model_path=str(mediapipe_model(name)))
+    return reference_inputs(it.get_input_details())
+
+
+@functools.cache
+def _reference(name: str) -> tuple[list[np.ndarray], float]:
+    """LiteRT's outputs (XNNPACK) and the relative spread between its two CPU paths (0 where the builtin kernels
+    cannot run the model: selfie segmentation's transposed conv is XNNPACK's alone)."""
+    model = mediapipe_model(name).read_bytes()
+    want = run_litert(model, _inputs(name))
+    try:
+        builtin = run_litert(model, _inputs(name), builtin_only=True)
+    except RuntimeError:
+        return want, 0.0
+    spread = max(float(np.abs(b.astype(np.float64) - w).max() / max(1.0, np.abs(w).max()))
+                 for b, w in zip(builtin, want))
+    return want, spread
+
+
+@functools.cache
+def _cpu(name: str) -> list[np.ndarray]:
+    return run_model(Interpreter, mediapipe_model(name), _inputs(name))
+
+
+def _run(name: str, path: str) -> list[np.ndarray]:
+    if path == "cpu":
+        return _cpu(name)
+    it = Interpreter(model_path=str(mediapipe_model(name)),
+                     experimental_delegates=[GpuDelegate(precision_loss_allowed=path == "gpu-fp16")])
+    it.allocate_tensors()
+    assert it.gpu_plan is not None and it.gpu_plan.fp16 == (path == "gpu-fp16")
+    on_cpu = [s.op.name for s in it.gpu_plan.steps if s.device == "cpu"]
+    assert not on_cpu, f"ops left on the CPU: {on_cpu}"
+    for d, x in zip(it.get_input_details(), _inputs(name)):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+# (a model LiteRT cannot run has its device paths checked against the CPU kernels, so no CPU case of its own)
+CASES = [(m.file, path) for m in MODELS.values() for path in PATHS if m.litert_runs or path != "cpu"]
+
+
+@pytest.mark.parametrize(("name", "path"), CASES)
+def test_mediapipe_model(name, path, request):
+    device = request.getfixturevalue("opencl_device") if path != "cpu" else None
+    if path == "gpu-fp16" and not device.identity.fp16:
+        pytest.skip("the OpenCL device has no cl_khr_fp16")
+    got = _run(name, path)
+    if MODELS[name].litert_runs:
+        want, spread = _reference(name)
+    else:
+        want, spread = _cpu(name), 0.0
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        if path == "gpu-fp16":
+            assert_fp16_close(g, w, what=f"{name} output {k}")
+        else:
+            assert_close(g, w, rtol_scale=max(1e-4, 2 * spread), what=f"{name} output {k}")
