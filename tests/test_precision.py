@@ -372,3 +372,33 @@ def test_an_argmax_within_the_roundings_reach_reads_exact_values(fp16_device, ti
         np.testing.assert_array_equal(got[1], want[1])
     else:
         assert fp32 == {} and got[1][0] == want[1][0] == 7
+
+
+def test_a_probability_output_is_judged_on_its_own_scale(fp16_device):
+    """A LOGISTIC output near 2e-9 (logits near -20, from a conv whose values lie near 30): FP16 storage rounds
+    the logits by ~0.01 and the probability to 0, an error of ~1e-9 on a probability, which the choice judges
+    against 1 (``output_scales``), not against the output's own largest value (by which it was the whole of it,
+    and every op stayed FP32). The same conv read as its own output is judged by its largest value as before."""
+    rng = np.random.default_rng(5)
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 8, 4))
+    logits, flag, raw = b.tensor("logits", (1, 8, 8, 2)), b.tensor("flag", (1, 128)), b.tensor("raw", (1, 8, 8, 2))
+    w = (rng.standard_normal((2, 1, 1, 4)) * 0.5).astype(np.float32)
+    b.op("CONV_2D", [x, b.const("w", w), b.const("b", np.full(2, -20.0, np.float32))], [logits], padding="SAME",
+         stride_h=1, stride_w=1, fused_activation_function="NONE")
+    squashed = b.tensor("squashed", (1, 8, 8, 2))
+    b.op("LOGISTIC", [logits], [squashed])
+    b.op("RESHAPE", [squashed, b.const("shape", np.array([1, 128], np.int32))], [flag])
+    b.op("CONV_2D", [x, b.const("w2", w), b.const("b2", np.full(2, 30.0, np.float32))], [raw], padding="SAME",
+         stride_h=1, stride_w=1, fused_activation_function="NONE")
+    b.output(flag, raw)
+    data = b.build()
+    sg = read_model(data).subgraphs[0]
+    assert runtime_precision.output_scales(sg) == {sg.outputs[0]: 1.0}
+    xs = [rng.uniform(-1, 1, (1, 8, 8, 4)).astype(np.float32)]
+    it = _fp16(data, calibration_inputs=[xs])
+    assert it.gpu_plan.precision.fp32_ops == frozenset(), it.gpu_plan.precision.fp32
+    got, want = run_model(lambda **kw: it, data, xs), run_model(litert(), data, xs)
+    assert float(want[0].max()) < 1e-7  # (below FP16's smallest subnormal's half: stored in half, it is 0)
+    assert float(np.abs(got[0] - want[0]).max()) < 1e-7
+    assert rel_errors(got[1:], want[1:])[0] < 1e-3

@@ -54,6 +54,10 @@ class OpTraits:
     # Its ``fused_activation_function`` clamps its output (TFLite's CalculateActivationRange: the RELU family),
     # so a float view may move that clamp into the quantization simulator after it (graph.float_view).
     clamps_output: bool = False
+    # Its float output lies within [-1, 1] whatever its input (a probability, a squashed value): a graph output
+    # it makes is judged on that scale by the FP16 calibration (runtime.precision), so a probability of 3e-9
+    # that half storage makes 0 is an error of 3e-9, not the whole of the output.
+    unit_bounded: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -91,6 +95,7 @@ _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV Convolution2DTran
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED", bias_input=2)
 _add("CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED TRANSPOSE_CONV ADD SUB MUL DIV", clamps_output=True)
 _add("TRANSPOSE_CONV", bias_input=3)
+_add("LOGISTIC SOFTMAX TANH RELU_0_TO_1 RELU_N1_TO_1", unit_bounded=True)
 # a move of one output made by kernels.reindex's lane kernel (a reshape's copy too) stores through the same
 # epilogue: a PAD -> RELU, a RESHAPE -> MUL is one launch (not a concatenation: linked, it launches nothing)
 _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE PAD PADV2 STRIDED_SLICE SLICE DEPTH_TO_SPACE "

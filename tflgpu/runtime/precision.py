@@ -127,9 +127,10 @@ def _run(runner: SubgraphRunner, inputs: Sequence[np.ndarray], half_ops: frozens
     return values
 
 
-def _rel_error(got, want, floor: float = 0.0) -> float:
-    """max |got - want| over max |want| (a number or a bool tensor's too: an index that moved counts); an error
-    of ``floor`` or less counts as none (a quantized output's step)."""
+def _rel_error(got, want, floor: float = 0.0, least_scale: float = 0.0) -> float:
+    """max |got - want| over max |want| (a number or a bool tensor's too: an index that moved counts), or over
+    ``least_scale`` where that is larger (an output bounded by 1: ``output_scales``); an error of ``floor`` or
+    less counts as none (a quantized output's step)."""
     if not (isinstance(want, np.ndarray) and want.size and want.dtype.kind in "fiub"):
         return 0.0
     if want.dtype != np.float32:
@@ -144,6 +145,7 @@ def _rel_error(got, want, floor: float = 0.0) -> float:
     if not math.isfinite(err):
         return math.inf
     err = max(err - floor, 0.0)
+    scale = max(scale, least_scale)
     return err / scale if scale > 0 else err
 
 
@@ -204,6 +206,23 @@ def output_steps(sg: Subgraph, quant_out: dict[int, QParams]) -> dict[int, float
     return steps
 
 
+def output_scales(sg: Subgraph) -> dict[int, float]:
+    """1.0 for each graph output made by an op whose values lie within [-1, 1] (``ops.traits``'
+    ``unit_bounded``: a LOGISTIC's probability, a SOFTMAX's), through reshapes, storage casts and a float
+    view's quantization simulators: its error is judged against that bound, not against its own largest value
+    (MediaPipe's pose-landmark flag, a LOGISTIC near 3e-9 on a random image, which FP16 storage rounds to 0,
+    had kept every op of the model in FP32)."""
+    producer = {t: op for op in sg.operators for t in op.outputs if t >= 0}
+    scales = {}
+    for t in sg.outputs:
+        op = producer.get(t)
+        while op is not None and (traits(op.name).reshapes or op.name in (SIM, STORAGE_CAST)) and op.inputs:
+            op = producer.get(op.inputs[0])
+        if op is not None and traits(op.name).unit_bounded:
+            scales[t] = 1.0
+    return scales
+
+
 def _stateful(runner: SubgraphRunner, op) -> bool:
     """A kernel updating a variable in place stores it in the plan's precision."""
     return bool(set(runner.variables) & {t for t in op.inputs + op.outputs if t >= 0})
@@ -238,6 +257,7 @@ class _Calibration:
     def __init__(self, runner: SubgraphRunner, samples: list[list[np.ndarray]], floors: dict[int, float],
                  shaped: Subgraph | None = None):
         self.runner, self.samples, self.sg, self.floors = runner, samples, runner.sg, floors
+        self.scales = output_scales(runner.sg)
         # a fused chain keeps its intermediate values in float registers: a quantization simulator fused into a
         # conv rounds the conv's float32 sum, not its half (one more rounding moves other values across a
         # step's edge than the device does)
@@ -285,7 +305,8 @@ class _Calibration:
     def error(self, sims: list[list], tensors=None) -> float:
         """The largest relative error of ``tensors`` (default: the graph's outputs) over the samples."""
         tensors = self.sg.outputs if tensors is None else tensors
-        return max((_rel_error(s[t], r[t], self.floors.get(t, 0.0)) for t in tensors for s, r in zip(sims, self.refs)),
+        return max((_rel_error(s[t], r[t], self.floors.get(t, 0.0), self.scales.get(t, 0.0))
+                    for t in tensors for s, r in zip(sims, self.refs)),
                    default=0.0)
 
     def peak(self, t: int) -> float:
