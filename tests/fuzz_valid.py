@@ -18,7 +18,8 @@ output: TFLite's builtin kernels clamp an infinite result to the largest float a
 XNNPACK keeps the infinity and its average pool's clamp turns a NaN into the lower bound, so there is no one
 answer. The FP16 path is calibrated on the very
 inputs it is checked on (``GpuDelegate(calibration_inputs=)``), so its per-op precision choice
-(runtime.precision) must keep every output within 2% however ill-conditioned the graph: a value past FP16's
+(runtime.precision) must keep every output within 2% (of 1 for an output bounded by 1, a LOGISTIC's, as the
+choice judges it) however ill-conditioned the graph: a value past FP16's
 range, a cancellation, a near-tie an ARG_MAX decides.
 
 Each model runs in a worker process, so a hang inside a C call (a driver, the compiler) is caught too: no
@@ -47,7 +48,9 @@ from pathlib import Path
 import numpy as np
 
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model import read_model
 from tflgpu.runtime.device import list_devices
+from tflgpu.runtime.precision import output_scales
 
 from .randmodels import WIDE_SEEDS, model_for
 
@@ -190,6 +193,9 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
     if fp16:  # (the precision choice calibrated on the inputs it is checked on, as a user with their own data)
         paths["fp16"] = GpuDelegate(cache=False, precision_loss_allowed=True, calibration_inputs=[model.inputs])
     rankings = _rankings(model.data, builtin)
+    # (FP16's tolerance on an output bounded by 1, a LOGISTIC's: against 1, as the precision choice judges it)
+    sg = read_model(model.data).subgraphs[0]
+    bounds = {sg.outputs.index(t): scale for t, scale in output_scales(sg).items()}
     # (counted: a graph storing values FP16 cannot hold, which its FP16 plan must keep in FP32)
     result = {"status": "ok", "ops": model.ops, "device_ops": 0,
               "fp16_out_of_range": fp16 and _largest_stored(builtin) > FP16_MAX}
@@ -226,7 +232,8 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
             err = float(np.abs(g.astype(np.float64) - w).max(initial=0.0)) if np.isfinite(g).all() else np.inf
             if i in rankings and err > 0:  # (FP32's tolerance for the values ranked, whatever the path)
                 err = rank_error(g, w, rankings[i], RTOL["fp32"])
-            tol = max(RTOL[path] * float(np.abs(w).max(initial=0.0)), 4 * float(s), 8 * sens, 1e-6,
+            scale = max(float(np.abs(w).max(initial=0.0)), bounds.get(i, 0.0) if path == "fp16" else 0.0)
+            tol = max(RTOL[path] * scale, 4 * float(s), 8 * sens, 1e-6,
                       QUANT_STEPS[path] * model.output_step)
             if err > tol:
                 return {**result, "status": "finding", "path": path,
