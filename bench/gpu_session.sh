@@ -125,6 +125,14 @@
 # (per_token: a transformer's FC as a 1x1 conv, so the GPU's pointwise GEMM; a bench of /tmp/ln_mlp.tflite-like
 # blocks, made by a script like the session note's, would show what a transformer block costs there.)
 # (NVIDIA's pow / erfc / atan2 are within their ulp bounds of LiteRT's; FLOOR_MOD's fmod is exact there too).
+# Since (2026-11-28, third session, no GPU): .gpu/models also holds MediaPipe's 14 released models as stand-ins
+# (gpu_prepare.sh), real deployed graphs (BlazeFace, face mesh, hands, iris, BlazePalm, BlazePose, selfie
+# segmentation): a second call's bench over a few of them (BENCH_MODELS="/tmp/models/face_landmark.tflite
+# /tmp/models/hand_landmark_full.tflite /tmp/models/selfie_segmentation.tflite /tmp/models/iris_landmark.tflite"
+# BG_WAIT_S=20 ROUNDS=20 BENCH_ARGS=--no-torch) is the first GPU figure on models users run; add "mediapipe"
+# to TESTS_K (tests/test_mediapipe_models.py needs the real files: TFLGPU_MEDIAPIPE_DIR pointing at a carried
+# copy, 28 MB, else its tests skip there). The FP16 precision choice now also simulates a jittered rounding and
+# judges probability outputs against 1 (runtime.precision): NVIDIA has no fp16, so nothing to time there.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
