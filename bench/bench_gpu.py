@@ -198,8 +198,12 @@ def main() -> int:
                 **kw, cache=False, tuning="exhaustive", tuning_budget_s=args.exhaustive_budget_s))
             lap("exhaustive plan")
             peers = [LiteRT(model_path=str(m), num_threads=cores)]
-            peers[0].allocate_tensors()
-            for d, x in zip(peers[0].get_input_details(), inputs):
+            try:
+                peers[0].allocate_tensors()
+            except (RuntimeError, ValueError) as e:  # (a MediaPipe custom op LiteRT's Python package lacks)
+                notes.append(f"{m.name}: LiteRT CPU cannot run it: {str(e).strip().splitlines()[0]}")
+                peers = []
+            for d, x in zip(peers[0].get_input_details() if peers else [], inputs):
                 peers[0].set_tensor(d["index"], x)
             gpu_peer, why = LiteRTGpu.make(m, inputs)
             if gpu_peer is None:
@@ -223,23 +227,27 @@ def main() -> int:
                 exported += merge_records(background_records, [found])
                 write_records(args.export_background, background_records)  # (after each model: a cut run keeps it)
         notes.append(f"{m.name}: seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in laps.items()))
-        h, s, b, e, cpu = ms[:5]
-        g = f"{ms[5]:.3f}" if gpu_peer else "n/a"
+        h, s, b, e = ms[:4]
+        cpu = ms[4] if peers else None
+        g = f"{ms[4 + len(peers)]:.3f}" if gpu_peer else "n/a"
         host = f"{stats.host_us_per_launch:.1f} ({stats.launches})" if stats else "n/a"
         plain = f"{stats.host_us_per_launch_at(b * 1e3):.1f}" if stats else "n/a"
         n = max(1, stats.launches) if stats else 1
         split = f"{stats.outside_us / n:.1f} / {stats.idle_us / n:.1f} / {stats.transfer_us / n:.1f}" if stats else "n/a"
-        speedups.append(cpu / b)
+        if cpu is not None:
+            speedups.append(cpu / b)
         starts.append(s / e)
         if not done:
             notes.append(f"{m.name}: background work not finished after {waited:.0f} s: stopped there, the column "
                          f"is what it had installed")
-        print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {plain} | {split} | {cpu:.3f} | {g} "
-              f"| {cpu / b:.2f}x |", flush=True)
+        print(f"| {m.name} | {h:.3f} | {s:.3f} | {b:.3f} | {e:.3f} | {s / e:.2f} | {host} | {plain} | {split} | "
+              f"{'n/a' if cpu is None else f'{cpu:.3f}'} | {g} | {'n/a' if cpu is None else f'{cpu / b:.2f}x'} |",
+              flush=True)
         for n in notes[shown:]:  # (as they come, on stderr: a run cut short by a time limit keeps them)
             print(f"  note: {n}", file=sys.stderr, flush=True)
         shown = len(notes)
-    print(f"\ngeomean: start / exhaustive {geomean(starts):.2f}, LiteRT CPU / background {geomean(speedups):.2f}x")
+    versus = f"{geomean(speedups):.2f}x" if speedups else "n/a"
+    print(f"\ngeomean: start / exhaustive {geomean(starts):.2f}, LiteRT CPU / background {versus}")
     if args.export_background:
         print(f"background searches' records: {exported} written to {args.export_background}")
     for n in notes:
