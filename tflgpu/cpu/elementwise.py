@@ -260,6 +260,8 @@ def cast(ctx: OpContext):
 
     def run(xs):
         x = xs[0]
+        if np.iscomplexobj(x) and not np.issubdtype(dtype, np.complexfloating):
+            x = x.real  # (TFLite's cast of a complex value keeps its real part, as TensorFlow's)
         if np.issubdtype(dtype, np.integer) and np.issubdtype(x.dtype, np.floating):
             with np.errstate(invalid="ignore"):
                 return [np.trunc(x).astype(dtype)]

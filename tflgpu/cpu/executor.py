@@ -265,7 +265,7 @@ class ModelRunner:
 
 def load_kernels() -> None:
     """Import every kernel module so the registry is complete."""
-    from . import attention, control, conv, elementwise, pool, recurrent, reduce, resize, tensor_ops  # noqa: F401
+    from . import attention, control, conv, elementwise, pool, recurrent, reduce, resize, spectral, tensor_ops  # noqa: F401
 
 
 load_kernels()

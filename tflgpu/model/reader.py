@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -304,6 +305,7 @@ class _Reader:
                     raise self.fail("large custom options lie past the end of the file")
                 custom = bytes(self.buf[off : off + size])
             ops.append(Operator(i, name, code, version, op_in, op_out, inter, options, custom))
+        tensors = _empty_constants(tensors, inputs, ops)
         self._check_dataflow(tensors, inputs, ops, s)
         name = (sg.Name() or b"").decode("utf-8", "replace")
         return Subgraph(s, name, tensors, ops, inputs, outputs)
@@ -377,3 +379,12 @@ class _Reader:
             return dict(sorted(m.items()))  # by name, as LiteRT keeps them (a std::map)
 
         return SignatureDef(key, s, tmap(sd.Inputs, sd.InputsLength()), tmap(sd.Outputs, sd.OutputsLength()))
+
+
+def _empty_constants(tensors: list[Tensor], inputs, ops) -> list[Tensor]:
+    """A tensor of no elements that no op makes and that is no input holds an empty array, as in TFLite (an arena
+    tensor of zero bytes, never written): the converter writes a RESHAPE to a scalar's shape so, as a [0] tensor
+    with an empty buffer (BirdNET 2.4's spectrogram framing)."""
+    made = set(inputs) | {t for op in ops for t in op.outputs}
+    return [replace(t, data=np.zeros(t.shape, t.dtype)) if t.data is None and not t.is_variable and t.index not in made
+            and 0 in t.shape and t.type_name != "STRING" else t for t in tensors]

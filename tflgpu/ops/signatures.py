@@ -48,6 +48,10 @@ _add("ABS CEIL COS ELU EXP FLOOR GELU HARD_SWISH LEAKY_RELU LOG LOGISTIC NEG REL
      "RELU_N1_TO_1 ROUND RSQRT SIGN SIN SQRT SQUARE TANH ZEROS_LIKE ONES_LIKE L2_NORMALIZATION SOFTMAX "
      "LOG_SOFTMAX QUANT_SIM", 1, same_type=_UNARY_SAME)
 _add("LOGICAL_NOT", 1, types={"in0": BOOL})
+_COMPLEX = frozenset({"COMPLEX64", "COMPLEX128"})
+_add("REAL IMAG COMPLEX_ABS", 1, types={"in0": _COMPLEX, "out0": frozenset({"FLOAT32", "FLOAT64"})})
+_add("RFFT2D", 2, types={"in0": frozenset({"FLOAT32"}), "in1": frozenset({"INT32"}), "out0": frozenset({"COMPLEX64"})},
+     ranks={"in0": (2, 16), "in1": (1, 1)})
 _add("QUANTIZE DEQUANTIZE DENSIFY CAST", 1)
 _add("SHAPE", 1, types={"out0": INDEX})
 _add("RANK", 1)

@@ -1,0 +1,55 @@
+"""TFLite's spectral ops and the complex values they make: RFFT2D (an audio model's STFT, e.g. BirdNET's
+mel spectrogram), then REAL, IMAG, COMPLEX_ABS (and CAST, in elementwise, keeps the real part).
+
+RFFT2D transforms the last two dimensions of a float32 input, each cropped or zero-padded to ``fft_length``
+(a constant pair of powers of two), into complex64 ``[..., fft_length[0], fft_length[1] / 2 + 1]``. TFLite
+computes it in double precision (Ooura's rdft2d) and stores complex float; numpy's pocketfft in complex128,
+rounded once at the end, agrees to float32's last bit or so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import OpContext, register
+
+
+@register("RFFT2D")
+def rfft2d(ctx: OpContext):
+    x_t = ctx.input_tensor(0)
+    if x_t.dtype != np.float32:
+        raise ctx.fail(f"RFFT2D takes a float32 input, not {x_t.type_name}")
+    if len(x_t.shape) < 2:
+        raise ctx.fail(f"RFFT2D needs an input of rank 2 or more, not {len(x_t.shape)}")
+    fft = ctx.const(1)
+    if fft is None:
+        raise ctx.fail("RFFT2D's fft_length must be a constant")
+    fft = np.asarray(fft).reshape(-1)
+    if fft.size != 2 or (fft < 1).any() or (fft & (fft - 1)).any():
+        raise ctx.fail(f"RFFT2D's fft_length must be two powers of two, not {fft.tolist()}")
+    lengths = (int(fft[0]), int(fft[1]))
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        if x.ndim < 2:
+            raise ValueError(f"RFFT2D needs an input of rank 2 or more, not {x.ndim}")
+        return [np.fft.rfft2(x.astype(np.float64), s=lengths, axes=(-2, -1)).astype(np.complex64)]
+
+    return run
+
+
+def _complex_input(ctx: OpContext) -> None:
+    if ctx.input_tensor(0).type_name not in ("COMPLEX64", "COMPLEX128"):
+        raise ctx.fail(f"{ctx.op.name} takes a complex input, not {ctx.input_tensor(0).type_name}")
+
+
+@register("REAL", "IMAG", "COMPLEX_ABS")
+def complex_part(ctx: OpContext):
+    _complex_input(ctx)
+    part = {"REAL": np.real, "IMAG": np.imag, "COMPLEX_ABS": np.abs}[ctx.op.name]
+    dtype = ctx.output_tensor(0).dtype
+
+    def run(xs):
+        return [np.asarray(part(np.asarray(xs[0]))).astype(dtype)]
+
+    return run
