@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tflgpu import Interpreter
+from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, litert, run_model
@@ -64,3 +64,33 @@ def test_reshape_to_a_scalar_through_an_empty_shape_tensor():
     assert want[0].shape == () and float(want[0]) == 3.0
     assert_close(run_model(Interpreter, data, [x])[0], want[0])
 
+
+def test_shapes_computed_at_run_time_are_constants_of_the_plan(opencl_device):
+    """A Keras reshape as TensorFlow converts it (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE): a plan made for one
+    input shape knows the SHAPE, so the chain folds (runtime.selection.fold_shapes) and the RESHAPE, its shape now
+    constant, runs on the device with the ops around it: one partition, no CPU op (before, SHAPE and the integer
+    ops after it ran on the CPU between two device partitions)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 6, 8))
+    h = b.tensor("h", (1, 6, 8))
+    b.op("MUL", [x, b.const("k", np.array(0.5, np.float32))], [h], fused_activation_function="NONE")
+    shape = b.tensor("shape", (3,), np.int32)
+    b.op("SHAPE", [h], [shape], out_type=2)
+    batch = b.tensor("batch", (), np.int32)
+    b.op("STRIDED_SLICE", [shape, b.const("begin", np.array([0], np.int32)), b.const("end", np.array([1], np.int32)),
+                           b.const("strides", np.array([1], np.int32))], [batch], shrink_axis_mask=1)
+    new_shape = b.tensor("new_shape", (3,), np.int32)
+    b.op("PACK", [batch, b.const("rows", np.array(12, np.int32)), b.const("cols", np.array(4, np.int32))], [new_shape],
+         values_count=3, axis=0)
+    r = b.tensor("r", (1, 12, 4))
+    b.op("RESHAPE", [h, new_shape], [r])
+    out = b.tensor("out", (1, 12, 4))
+    b.op("ADD", [r, b.const("one", np.ones((1, 1, 4), np.float32))], [out], fused_activation_function="NONE")
+    b.output(out)
+    data = b.build()
+    x = np.random.default_rng(2).standard_normal((1, 6, 8)).astype(np.float32)
+    it = Interpreter(model_content=data, delegate=GpuDelegate())
+    got = run_model(lambda **kw: it, data, [x])
+    assert it.gpu_plan.cpu_op_count == 0, [(s.op.name, s.reason) for s in it.gpu_plan.steps if s.device == "cpu"]
+    assert it.gpu_plan.pass_counts["fold_constants"] == 3  # (SHAPE, STRIDED_SLICE, PACK)
+    assert_close(got[0], run_model(litert(), data, [x])[0])

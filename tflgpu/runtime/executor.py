@@ -42,6 +42,7 @@ from .programs import PlanProgram
 from .selection import (
     KernelMaker,
     dense_boundary,
+    fold_shapes,
     limit_partitions,
     link_concatenations,
     link_reshapes,
@@ -153,6 +154,7 @@ class GpuPlan:
         else:
             clock.phase("shapes", "every tensor's shape for these inputs (one CPU run on zeros)")
             self.sg = propagate_shapes(runner, self.input_shapes)
+        runner = fold_shapes(runner, self.sg)  # (the shapes this plan knows: its reshapes' shapes constant)
         self.base_tensors = len(self.sg.tensors)  # (a stored plan holds these; storage casts add their copies)
         self.precision, fp32_ops = PrecisionChoice(), frozenset()
         if self.fp16:
