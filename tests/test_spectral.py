@@ -30,7 +30,9 @@ def _spectral_model(shape, fft_length) -> bytes:
 
 
 @pytest.mark.parametrize(("shape", "fft_length"), [((1, 4, 8), (4, 8)), ((2, 3, 8), (4, 16)), ((1, 1, 2048), (1, 2048)),
-                                                    ((3, 6, 10), (2, 4))], ids=["same", "padded", "stft-frame", "cropped"])
+                                                    ((3, 6, 10), (2, 4)), ((1, 64, 1, 2048), (1, 2048)),
+                                                    ((2, 40, 1, 1000), (1, 1024))],
+                         ids=["same", "padded", "stft-frame", "cropped", "stft-threaded", "stft-padded-threaded"])
 def test_rfft2d_and_complex_parts_match_litert(shape, fft_length):
     data = _spectral_model(shape, fft_length)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)

@@ -10,6 +10,7 @@ looping with ``prange``, compiles as if numba had been imported from the start.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -98,6 +99,16 @@ def materialize() -> None:
         _READY = True
     if _THREADS:
         set_num_threads(_THREADS[-1])
+
+
+def get_num_threads() -> int:
+    """The thread count the kernels run on: numba's setting once it is imported, else the one set for it (or
+    every core)."""
+    if _READY:
+        import numba
+
+        return numba.get_num_threads()
+    return _THREADS[-1] if _THREADS else (os.cpu_count() or 1)
 
 
 def set_num_threads(n: int) -> None:
