@@ -13,6 +13,8 @@ The graph transforms, in the one order they run:
    precision choice, which may keep it FP32 for its index while its sums stay half.
 3c. ``sink_elementwise`` (graph.sink): an elementwise op whose one reader is a reshape, and which could not join
    its input's producer, moved after the reshape, whose kernel then takes it.
+3d. ``fold_shapes``: once the plan's shapes are propagated for its inputs, each SHAPE is a constant, and what
+   then reads only constants folds too (a converted Keras reshape's shape computed at run time).
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
    fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
@@ -28,7 +30,7 @@ The graph transforms, in the one order they run:
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 0-3c, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
+``transform_graph`` runs 0-3c, ``fold_shapes`` 3d, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
 ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
 graph.
 """
