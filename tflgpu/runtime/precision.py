@@ -59,8 +59,9 @@ HALF_STEP = 2.0**-11  # FP16's relative rounding error
 # 1.0e-3 / 1.4e-2 on the Intel CPU device's quick / optimized builds of the same plan). So each choice is also
 # simulated on the first sample with every FP16 op's float results moved by JITTER, up or down at random, before
 # they are rounded: about 128 float32 roundings, which sends ~3% of the half roundings the other way. Its error
-# counts as a sample's. The corpus's and MediaPipe's other models keep the choices they had (at 2**-14 too); the
-# selfie segmentation keeps 17 of 51 FP16 ops (its device error 1.2e-3), none at 2**-12. The precision phase of
+# counts as a sample's. The corpus's and MediaPipe's other models kept the choices they had (at 2**-14 too); the
+# selfie segmentation kept 17 of 51 FP16 ops (its device error 1.2e-3), none at 2**-12. (Since then its mask, a
+# probability, is judged against 1, ``output_scales``, and the whole model stores in half.) The precision phase of
 # a first FP16 start takes twice as long (MobileNet v2 0.12 -> 0.21 s, the selfie segmentation 0.28 -> 0.56 s).
 JITTER = 2.0**-16
 JITTER_SEED = 7
