@@ -1552,6 +1552,31 @@ def test_gather_constant_indices(gpu, rng, shape, idx, axis):
     check_op("GATHER", [In(rand(rng, shape)), idx], [Out(np.float32, oshape)], axis=axis, batch_dims=0, **gpu)
 
 
+_FRAMES = 128 * np.arange(40, dtype=np.int32)[:, None] + np.arange(256, dtype=np.int32)  # tf.signal.frame's table
+
+
+@pytest.mark.parametrize("shape,idx,axis", [
+    ((1, 5248, 2), _FRAMES, 1),  # a signal's 40 frames of 256 samples, hop 128 (BirdNET's STFT framing: 523,264)
+    ((12000, 3), (11999 - 2 * np.arange(5000, dtype=np.int32)).reshape(50, 100), 0),  # reversed, stride 2
+    ((2, 4100), np.full((4100,), 7, np.int32), 1),  # one column repeated
+], ids=["frames", "reversed-strided", "repeated"])
+def test_gather_affine_indices_past_the_table_limit(gpu, rng, shape, idx, axis):
+    """Constant indices that are an affine function of their position (kernels.reindex._affine) are computed in
+    the kernel however many there are; a table of the same size written out stayed on the CPU (over
+    MAX_INDEX_TABLE)."""
+    from tflgpu.kernels.reindex import MAX_INDEX_TABLE
+
+    assert idx.size > MAX_INDEX_TABLE
+    oshape = shape[:axis] + idx.shape + shape[axis + 1:]
+    check_op("GATHER", [In(rand(rng, shape)), idx], [Out(np.float32, oshape)], axis=axis, batch_dims=0, **gpu)
+
+
+def test_gather_of_a_large_table_that_is_not_affine_stays_on_the_cpu(gpu, rng):
+    idx = rng.permutation(5000).astype(np.int32)
+    check_op("GATHER", [In(rand(rng, (5000, 2))), idx], [Out(np.float32, (5000, 2))], axis=0, batch_dims=0,
+             expect_on_device=False, **gpu)
+
+
 @pytest.mark.parametrize("float_cond", [False, True])
 def test_while_through_the_delegate(gpu, rng, float_cond):
     """A counted loop is unrolled onto the device (no op left on the CPU); one whose trip count depends

@@ -591,10 +591,15 @@ def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
                    lambda coords: f"{ctx.name}_dot(in0, in1, {', '.join(coords)})", helpers=helper)
 
 
+MAX_INDEX_TABLE = 4096  # entries of a constant index table written into a kernel's source
+
+
 @generator("GATHER")
 def gather(ctx: GenContext) -> list[KernelSpec]:
     """GATHER with constant indices (e.g. a time step picked by an unrolled loop): the indices are a
-    ``__constant`` table in the source, so the kernel is a plain reindexing."""
+    ``__constant`` table in the source, so the kernel is a plain reindexing; where they are an affine function of
+    their position (``_affine``: a signal's frames, tf.signal.frame's hop * frame + sample; a time step), the
+    index is computed instead, at any size."""
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_bool=True, allow_index=True)
     idx = ctx.const(1)
@@ -608,24 +613,49 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     if idx is None:
         return _gather_by_tensor(ctx, ishape, oshape, axis)
     idx = np.asarray(idx, np.int64)
-    if not 0 <= axis < rank or idx.size == 0 or idx.size > 4096:
+    affine = _affine(idx)
+    if not 0 <= axis < rank or idx.size == 0 or (affine is None and idx.size > MAX_INDEX_TABLE):
         raise Unsupported("axis out of range or index table size")
     if idx.min() < 0 or idx.max() >= ishape[axis]:
         raise Unsupported("indices out of range")
     expect = ishape[:axis] + idx.shape + ishape[axis + 1:]
     if expect != oshape:
         raise Unsupported(f"output shape {oshape} is not {expect}")
-    table = f"gidx_{ctx.name}"
-    helpers = f"__constant int {table}[{idx.size}] = {{{', '.join(str(int(v)) for v in idx.reshape(-1))}}};\n"
     r = idx.ndim
+    helpers, table = "", f"gidx_{ctx.name}"
+    if affine is None:
+        helpers = f"__constant int {table}[{idx.size}] = {{{', '.join(str(int(v)) for v in idx.reshape(-1))}}};\n"
     strides = [int(np.prod(idx.shape[j + 1:])) for j in range(r)]
 
+    def position(coords):
+        """The index at the output's coordinates: computed where the table is affine (no table), else read."""
+        at = coords[axis:axis + r]
+        if affine is not None:
+            start, steps = affine
+            return " + ".join([str(start)] + [f"({c}) * {step}" for c, step in zip(at, steps) if step])
+        return f"{table}[{' + '.join(f'({c}) * {st}' for c, st in zip(at, strides)) or '0'}]"
+
     def value(coords):
-        pos = " + ".join(f"({coords[axis + j]}) * {strides[j]}" for j in range(r)) if r else "0"
-        icoords = coords[:axis] + [f"{table}[{pos}]"] + coords[axis + r:]
+        icoords = coords[:axis] + [f"({position(coords)})"] + coords[axis + r:]
         return f"LD1(in0, {offset(ishape, icoords)})"
 
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+
+
+
+def _affine(idx: np.ndarray) -> tuple[int, list[int]] | None:
+    """(start, steps) where every index is start + sum of its coordinates times the steps (a frame of a signal,
+    tf.signal.frame's hop * frame + sample; a strided or reversed pick), else None."""
+    start = int(idx.reshape(-1)[0]) if idx.size else 0
+    steps = []
+    for j, n in enumerate(idx.shape):
+        at = [0] * idx.ndim
+        at[j] = 1 if n > 1 else 0
+        steps.append(int(idx[tuple(at)]) - start if n > 1 else 0)
+    grid = np.full(idx.shape, start, np.int64)
+    for j, (n, step) in enumerate(zip(idx.shape, steps)):
+        grid += (np.arange(n, dtype=np.int64) * step).reshape([-1 if k == j else 1 for k in range(idx.ndim)])
+    return (start, steps) if np.array_equal(grid, idx) else None
 
 
 @generator("GATHER_ND")
@@ -641,7 +671,7 @@ def gather_nd(ctx: GenContext) -> list[KernelSpec]:
     ishape, oshape = tuple(x_t.shape), tuple(out.shape)
     _check(ishape, oshape)
     k = idx.shape[-1] if idx.ndim else 0
-    if idx.ndim < 1 or not 0 < k <= len(ishape) or idx.size > 4096:
+    if idx.ndim < 1 or not 0 < k <= len(ishape) or idx.size > MAX_INDEX_TABLE:
         raise Unsupported("index table shape or size")
     if (idx < 0).any() or (idx >= np.array(ishape[:k])).any():
         raise Unsupported("indices out of range")
