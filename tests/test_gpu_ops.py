@@ -201,6 +201,46 @@ def test_fully_connected_per_token(gpu, rng, x_shape, units, bias, act):
              expect_on_device=False)
 
 
+@pytest.mark.parametrize("x_shape,units,act,shared", [((1, 40, 20), 8, "RELU", False), ((2, 3, 5, 12), 7, "NONE", False),
+                                                       ((1, 40, 20), 8, "NONE", True)])
+def test_tensordot_reshapes_fold_into_the_fully_connected(gpu, rng, x_shape, units, act, shared):
+    """RESHAPE to rows -> FULLY_CONNECTED -> RESHAPE back (TensorFlow's Tensordot) is one per-token
+    FULLY_CONNECTED on the device (graph.passes.fold_tensordot: the two reshapes, which reorder the slice layout,
+    go); where another op reads the rows too (``shared``) the three stay as they are. Both match LiteRT."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, assert_fp16_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", x_shape)
+    n, c = int(np.prod(x_shape[:-1])), x_shape[-1]
+    rows, dense = b.tensor("rows", (n, c)), b.tensor("dense", (n, units))
+    b.op("RESHAPE", [x, b.const("to_rows", np.array([n, c], np.int32))], [rows])
+    b.op("FULLY_CONNECTED", [rows, b.const("w", rand(rng, (units, c))), b.const("b", rand(rng, (units,)))], [dense],
+         fused_activation_function=act, keep_num_dims=False)
+    y = b.tensor("y", x_shape[:-1] + (units,))
+    b.op("RESHAPE", [dense, b.const("back", np.array(x_shape[:-1] + (units,), np.int32))], [y])
+    out = b.tensor("out", x_shape[:-1] + (units,))
+    b.op("ADD", [y, b.const("one", np.ones(units, np.float32))], [out], fused_activation_function="NONE")
+    outputs = [out]
+    if shared:
+        doubled = b.tensor("doubled", (n, c))
+        b.op("MUL", [rows, b.const("two", np.array(2.0, np.float32))], [doubled], fused_activation_function="NONE")
+        outputs.append(doubled)
+    b.output(*outputs)
+    data = b.build()
+    feeds = [rand(rng, x_shape)]
+    it = Interpreter(model_content=data, delegate=gpu["delegate"])
+    got = run_model(lambda **kw: it, data, feeds)
+    assert it.gpu_plan.pass_counts["fold_tensordot"] == (0 if shared else 2)
+    if not shared:
+        assert it.gpu_plan.cpu_op_count == 0 and len(it.gpu_plan.steps) == 1, \
+            [(s.op.name, s.device, s.reason) for s in it.gpu_plan.steps]
+    for g, w in zip(got, run_model(litert(), data, feeds)):
+        (assert_fp16_close if gpu["rtol_scale"] > 1e-3 else assert_close)(g, w)
+
+
 @pytest.mark.parametrize("split,tile_s", [(8, 1), (16, 2), (32, 4), (64, 1)])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_fully_connected_split_sum(opencl_device, rng, split, tile_s, precision):

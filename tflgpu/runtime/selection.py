@@ -17,7 +17,7 @@ The graph transforms, in the one order they run:
    then reads only constants folds too (a converted Keras reshape's shape computed at run time).
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
-   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
+   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fold_tensordot``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
    GPU, ``fuse_regions``, ``fuse_pooled_dense`` on a GPU and, where the plan's config asks, ``fuse_expansions``,
    then ``merge_sibling_convs`` on a GPU (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
@@ -54,6 +54,7 @@ from ..graph.passes import (
     cull_dead,
     drop_identities,
     fold_reshapes,
+    fold_tensordot,
     fuse_elementwise,
     fuse_expand_depthwise,
     fuse_expansions,
@@ -344,6 +345,7 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
         steps, counts["fuse_expand_depthwise"] = fuse_expand_depthwise(steps, sg, consts, blocks)
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
+    steps, counts["fold_tensordot"] = fold_tensordot(steps, sg, consts)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     if make.target.gpu:  # (a launch saved; on the Intel CPU runtime the stem conv reading the dense input with the
         # prologue made the int8 MobileNet v2 7% slower than the simulator's own kernel: bench/pass_ab.py)
