@@ -232,7 +232,7 @@ def test_the_choice_is_stored_with_the_plan(fp16_device, fragile, tmp_path, monk
                                                                  serialization_dir=tmp_path, fp16_error_budget=0.5))
     assert third.gpu_plan.build_stats["plan"] == "built"
     # so is a choice made by other rules (an older tflgpu's runtime.precision): chosen again
-    monkeypatch.setattr(runtime_precision, "POLICY", "older rules")
+    monkeypatch.setattr(runtime_precision, "policy", lambda: "older rules")
     fourth = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=True, tuning="none",
                                                                   serialization_dir=tmp_path))
     assert fourth.gpu_plan.build_stats["plan"] == "built"

@@ -92,16 +92,38 @@ class SubgraphRunner:
                 raise PrepareError(op, "; ".join(found), self.sg.index)
             fn = self.kernel(op)
             if self._foldable(op):
-                try:
-                    outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
-                except (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError,
-                        MemoryError) as e:  # (AttributeError: a required input marked omitted, -1)
-                    raise PrepareError(op, f"constant folding failed: {e}", self.sg.index) from e
-                for t_idx, out in zip(op.outputs, outs):
-                    if t_idx >= 0:
-                        self.consts[t_idx] = self._coerce(t_idx, out)
+                self._fold(op, fn)
                 continue
             self.steps.append((op, fn))
+
+    def _fold(self, op: Operator, fn: Callable) -> None:
+        """Evaluate an op whose inputs are all constant into constants (its kernel's refusal a PrepareError)."""
+        try:
+            outs = fn([self.consts.get(i) if i >= 0 else None for i in op.inputs])
+        except (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError,
+                MemoryError) as e:  # (AttributeError: a required input marked omitted, -1)
+            raise PrepareError(op, f"constant folding failed: {e}", self.sg.index) from e
+        for t_idx, out in zip(op.outputs, outs):
+            if t_idx >= 0:
+                self.consts[t_idx] = self._coerce(t_idx, out)
+
+    def folded(self, known: dict[int, np.ndarray]) -> SubgraphRunner:
+        """A runner over the same graph and state with ``known`` tensors' values as constants too (a plan's
+        SHAPEs, for its input shapes): the steps making them go, and every step then reading only constants
+        folds as ``build`` folds. This runner where ``known`` is empty."""
+        if not known:
+            return self
+        runner = copy.copy(self)
+        runner.consts = {**self.consts, **known}
+        runner.steps = []
+        for op, fn in self.steps:
+            if all(t < 0 or t in known for t in op.outputs):
+                continue
+            if runner._foldable(op):
+                runner._fold(op, fn)
+            else:
+                runner.steps.append((op, fn))
+        return runner
 
     def kernel(self, op: Operator) -> Callable:
         """The CPU kernel of ``op``, made from this runner's constants (a kernel keeps the constants it reads,

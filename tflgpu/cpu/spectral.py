@@ -69,14 +69,10 @@ def rfft2d(ctx: OpContext):
     return run
 
 
-def _complex_input(ctx: OpContext) -> None:
-    if ctx.input_tensor(0).type_name not in ("COMPLEX64", "COMPLEX128"):
-        raise ctx.fail(f"{ctx.op.name} takes a complex input, not {ctx.input_tensor(0).type_name}")
-
-
 @register("REAL", "IMAG", "COMPLEX_ABS")
 def complex_part(ctx: OpContext):
-    _complex_input(ctx)
+    if ctx.input_tensor(0).type_name not in ("COMPLEX64", "COMPLEX128"):
+        raise ctx.fail(f"{ctx.op.name} takes a complex input, not {ctx.input_tensor(0).type_name}")
     part = {"REAL": np.real, "IMAG": np.imag, "COMPLEX_ABS": np.abs}[ctx.op.name]
     dtype = ctx.output_tensor(0).dtype
 

@@ -642,16 +642,14 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
 
 
-
 def _affine(idx: np.ndarray) -> tuple[int, list[int]] | None:
     """(start, steps) where every index is start + sum of its coordinates times the steps (a frame of a signal,
     tf.signal.frame's hop * frame + sample; a strided or reversed pick), else None."""
-    start = int(idx.reshape(-1)[0]) if idx.size else 0
-    steps = []
-    for j, n in enumerate(idx.shape):
-        at = [0] * idx.ndim
-        at[j] = 1 if n > 1 else 0
-        steps.append(int(idx[tuple(at)]) - start if n > 1 else 0)
+    if not idx.size:
+        return None
+    start = int(idx.reshape(-1)[0])
+    unit = lambda j: tuple(int(k == j) for k in range(idx.ndim))  # (the index one step along dim j)
+    steps = [int(idx[unit(j)]) - start if n > 1 else 0 for j, n in enumerate(idx.shape)]
     grid = np.full(idx.shape, start, np.int64)
     for j, (n, step) in enumerate(zip(idx.shape, steps)):
         grid += (np.arange(n, dtype=np.int64) * step).reshape([-1 if k == j else 1 for k in range(idx.ndim)])

@@ -44,7 +44,7 @@ class PlanConfig:
     quantized_models_allowed: bool = True
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET  # (an FP16 plan's precision choice)
     calibration: str = ""  # a fingerprint of the caller's calibration inputs; "": the default random ones
-    precision_policy: str = ""  # (an FP16 plan's: runtime.precision.POLICY, the rules its choice was made by)
+    precision_policy: str = ""  # (an FP16 plan's: runtime.precision.policy(), the rules its choice was made by)
     fuse_regions: bool = True  # connected elementwise steps share one kernel (graph.passes.fuse_regions)
     link_concat: bool = True  # producers write straight into a channel concatenation's slices (selection)
     link_split: bool = True  # readers read a channel split's outputs in place in its input (selection)

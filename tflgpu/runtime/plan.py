@@ -28,16 +28,17 @@ def _arrays(x):
 
 def _precision_key(options: PlanRequest) -> dict:
     """An FP16 plan's PlanConfig fields of its precision choice: the error budget, the rules that choose
-    (``precision.POLICY``), and a fingerprint of the caller's calibration inputs (left "" for the default ones)."""
-    from .precision import POLICY
+    (``precision.policy``), and a fingerprint of the caller's calibration inputs (left "" for the default ones)."""
+    from .precision import policy
 
+    key = {"fp16_error_budget": options.fp16_error_budget, "precision_policy": policy()}
     if options.calibration_inputs is None:
-        return {"fp16_error_budget": options.fp16_error_budget, "precision_policy": POLICY}
+        return key
     h = xxhash.xxh64()
     for a in _arrays(options.calibration_inputs):
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
-    return {"fp16_error_budget": options.fp16_error_budget, "precision_policy": POLICY, "calibration": h.hexdigest()}
+    return {**key, "calibration": h.hexdigest()}
 
 
 def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None,

@@ -29,6 +29,7 @@ registers; the simulation does the same, so that a quantization simulator rounds
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -67,18 +68,16 @@ JITTER = 2.0**-16
 JITTER_SEED = 7
 
 
-def _policy() -> str:
+@functools.cache
+def policy() -> str:
     """A fingerprint of how choices are made (this module's source and graph.precision's): part of a stored FP16
-    plan's key, so a plan chosen by older rules is chosen again."""
+    plan's key, so a plan chosen by older rules is chosen again (read once, when the first FP16 plan asks)."""
     from ..graph import precision as declared
 
     h = xxhash.xxh64()
     for path in (Path(__file__), Path(declared.__file__)):
         h.update(path.read_bytes())
     return h.hexdigest()
-
-
-POLICY = _policy()
 
 
 def _half(x):

@@ -75,7 +75,6 @@ from ..kernels.program import shared_names
 from ..kernels.reindex import casts_held_values
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc, same_slice_order
-from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
 
@@ -284,31 +283,12 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
 def fold_shapes(runner: SubgraphRunner, shaped: Subgraph) -> SubgraphRunner:
     """``runner`` with each SHAPE of a tensor whose shape the plan knows (``shaped``: every tensor's shape for
     the plan's inputs) made a constant, and every op then reading only constants folded as the CPU runner folds
-    (``fold_constants``): a converted Keras graph computes its reshapes' shapes at run time (SHAPE ->
+    (``SubgraphRunner.folded``): a converted Keras graph computes its reshapes' shapes at run time (SHAPE ->
     STRIDED_SLICE -> PACK -> RESHAPE; BirdNET 2.4 has 16 such SHAPEs), which a plan specialized for one input shape
-    knows already, so the reshapes get a constant shape and run on the device. The runner unchanged where there
-    is none."""
-    consts = dict(runner.consts)
-    steps, folded = [], False
-    for op, fn in runner.steps:
-        if op.name == "SHAPE" and op.inputs and op.inputs[0] >= 0 and op.outputs[0] >= 0:
-            out = shaped.tensors[op.outputs[0]]
-            consts[op.outputs[0]] = np.array(shaped.tensors[op.inputs[0]].shape, dtype=out.dtype)
-            folded = True
-            continue
-        if folded and not traits(op.name).side_effects and op.inputs and all(
-                i < 0 or i in consts for i in op.inputs):
-            outs = fn([consts.get(i) if i >= 0 else None for i in op.inputs])
-            for t, v in zip(op.outputs, outs):
-                if t >= 0:
-                    consts[t] = np.asarray(v).astype(shaped.tensors[t].dtype, copy=False)
-            continue
-        steps.append((op, fn))
-    if not folded:
-        return runner
-    derived = runner.derived(runner.sg, steps)
-    derived.consts = consts
-    return derived
+    knows already, so the reshapes get a constant shape and run on the device."""
+    shapes = [(op.inputs[0], op.outputs[0]) for op, _ in runner.steps
+              if op.name == "SHAPE" and op.inputs and op.inputs[0] >= 0 and op.outputs[0] >= 0]
+    return runner.folded({y: np.array(shaped.tensors[x].shape, shaped.tensors[y].dtype) for x, y in shapes})
 
 
 def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: bool = True,
