@@ -95,6 +95,25 @@ def test_a_tensor_with_two_readers_keeps_the_slice_layout(opencl_device, rng):
         assert_close(got[t], want)
 
 
+@pytest.mark.parametrize("cin", [4, 7])
+def test_an_input_the_conv_also_adds_keeps_the_slice_layout(opencl_device, rng, fp16, cin):
+    """x -> 1x1 CONV_2D -> ADD x: one kernel reads x twice, as the conv's input and as its fused ADD's operand
+    (which reads the slice layout), so x keeps the slice layout. The dense read gave the ADD the host's NHWC buffer
+    as slices: off by 5.7 against LiteRT."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 9, 11, cin))
+    y, z = _conv(b, rng, "pw", x, cin, cin, 1, 1, (1, 9, 11, cin), act="NONE"), b.tensor("z", (1, 9, 11, cin))
+    b.op("ADD", [y, x], [z], fused_activation_function="RELU")
+    b.output(z)
+    model, feeds = b.build(), [rng.uniform(-1, 1, (1, 9, 11, cin)).astype(np.float32)]
+    plan = _plan(model, fp16)
+    assert len(plan.steps) == 1 and plan.pass_counts["dense_boundary"] == 1  # (the output only)
+    assert x not in plan.steps[0].specs[0].dense
+    got = plan.run(feeds)[z]
+    want = run_model(litert(), model, feeds)[0]
+    assert_close(got, want, rtol_scale=1e-2 if fp16 else 1e-4)
+
+
 def test_explicit_parameters_without_a_dense_form_keep_the_conversion(opencl_device, rng):
     """A first conv given a group tile (a form that reads the slice layout) keeps it and the conversion pass."""
     from .oputil import In, op_model, rand

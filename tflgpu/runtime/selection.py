@@ -411,7 +411,7 @@ DENSE_OUTPUT_DTYPES = (np.float32, np.int32, np.int64, np.bool_)
 
 def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, int]:
     """Merge the boundary layout conversion into the first and last kernels: a float graph input that one device
-    step reads (and no other), and a graph output that one device step writes and nothing on the device or the
+    kernel reads, as one argument (nothing else reads it: not a fused op's operand, which reads the slice layout), and a graph output that one device step writes and nothing on the device or the
     CPU reads, is read / written by that step's kernel as the dense NHWC float32 buffer the host copies
     (``KernelSpec.dense``), where its generator has that form (the direct conv, RESIZE_BILINEAR): no conversion
     pass and no slice-layout copy of the tensor. Regenerates those steps; returns the maker to generate with from
@@ -419,6 +419,7 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
     densely."""
     sg = make.sg
     readers: dict[int, set[int]] = {}  # tensor -> device steps reading it
+    reads: dict[int, int] = {}  # tensor -> kernel arguments reading it (a conv reading x and adding x after: 2)
     writers: dict[int, int] = {}
     host_reads: set[int] = set()
     for i, s in enumerate(steps):
@@ -426,6 +427,7 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
             for spec in s.specs:
                 for t in spec.inputs:
                     readers.setdefault(t, set()).add(i)
+                    reads[t] = reads.get(t, 0) + 1
                 for t in spec.outputs:
                     writers[t] = i
         else:
@@ -435,8 +437,8 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
         return t not in fixed and sg.tensors[t].dtype in dtypes and bhwc(sg.tensors[t].shape) is not None
 
     wanted: dict[int, int] = {}  # tensor -> the step whose kernel would read / write it densely
-    for t in sg.inputs:
-        if dense(t) and len(readers.get(t, ())) == 1:
+    for t in sg.inputs:  # (read once: a fused op's operand reads the slice layout)
+        if dense(t) and reads.get(t) == 1:
             wanted[t] = next(iter(readers[t]))
     for t in sg.outputs:
         i = writers.get(t)
