@@ -311,3 +311,42 @@ def device_cpu_device_model(shape=(1, 6, 6, 4)) -> bytes:
     b.op("ADD", [z, one], [w])
     b.output(w)
     return b.build()
+
+
+def widened_block(rng, *, cin=5, cout=12, batch=1, pool=True, pad_first=False, pad_rows=None, pad_readers=1):
+    """A residual block widening its skip branch (BlazeFace's): out = RELU(conv(x) + PAD(skip, zero channels after
+    the last)), the skip a stride-2 MAX_POOL of x (``pool``) or x itself; the PAD before the conv in op order
+    (``pad_first``) or after it; ``pad_rows`` other paddings; ``pad_readers`` 2: a second op reads the PAD."""
+    hw = 4 if pool else 8
+    b = ModelBuilder()
+    x = b.input("x", (batch, 8, 8, cin))
+    rows = pad_rows if pad_rows is not None else [[0, 0], [0, 0], [0, 0], [0, cout - cin]]
+    wide_shape = tuple(d + a + z for d, (a, z) in zip((batch, hw, hw, cin), rows))
+
+    def skip_branch():
+        s = x
+        if pool:
+            s = b.tensor("pooled", (batch, hw, hw, cin))
+            b.op("MAX_POOL_2D", [x], [s], padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2)
+        wide = b.tensor("wide", wide_shape)
+        b.op("PAD", [s, b.const("p", np.array(rows, np.int32))], [wide])
+        return wide
+
+    wide = skip_branch() if pad_first else None
+    y = b.tensor("y", (batch, hw, hw, cout))
+    b.op("CONV_2D", [x, b.const("w", rng.standard_normal((cout, 2, 2, cin)).astype(np.float32) if pool else
+                               rng.standard_normal((cout, 1, 1, cin)).astype(np.float32)),
+                     b.const("b", rng.standard_normal(cout).astype(np.float32))], [y], padding="VALID",
+         stride_w=2 if pool else 1, stride_h=2 if pool else 1)
+    if wide is None:
+        wide = skip_branch()
+    z, out = b.tensor("z", (batch, hw, hw, cout)), b.tensor("out", (batch, hw, hw, cout))
+    b.op("ADD", [y, wide], [z])
+    b.op("RELU", [z], [out])
+    outs = [out]
+    if pad_readers == 2:
+        twice = b.tensor("twice", wide_shape)
+        b.op("MUL", [wide, b.const("two", np.array(2.0, np.float32))], [twice])
+        outs.append(twice)
+    b.output(*outs)
+    return b, wide

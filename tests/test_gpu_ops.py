@@ -241,6 +241,29 @@ def test_tensordot_reshapes_fold_into_the_fully_connected(gpu, rng, x_shape, uni
         (assert_fp16_close if gpu["rtol_scale"] > 1e-3 else assert_close)(g, w)
 
 
+@pytest.mark.parametrize("cin,cout,pool,pad_first,batch", [(5, 12, True, False, 1), (8, 16, False, True, 1),
+                                                         (6, 9, True, True, 1), (6, 9, True, False, 2)])
+def test_channel_pad_read_through_by_the_fused_add(gpu, rng, cin, cout, pool, pad_first, batch):
+    """A residual block widening its skip branch, RELU(conv(x) + PAD(skip, zero channels after the last)) with the
+    skip a MAX_POOL of x or x itself: the conv's kernel reads the PAD's input, its missing slices as zeros, and
+    the PAD launches nothing (graph.passes.fuse_elementwise); a batch of 2 keeps the PAD's kernel. Both match
+    LiteRT."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, assert_fp16_close, litert, run_model
+    from .oputil import widened_block
+
+    b, _ = widened_block(rng, cin=cin, cout=cout, batch=batch, pool=pool, pad_first=pad_first)
+    data = b.build()
+    feeds = [rand(rng, (batch, 8, 8, cin))]
+    it = Interpreter(model_content=data, delegate=gpu["delegate"])
+    got = run_model(lambda **kw: it, data, feeds)
+    names = [s.op.name for s in it.gpu_plan.steps]
+    assert it.gpu_plan.cpu_op_count == 0 and ("PAD" in names) == (batch > 1), names
+    for g, w in zip(got, run_model(litert(), data, feeds)):
+        (assert_fp16_close if gpu["rtol_scale"] > 1e-3 else assert_close)(g, w)
+
+
 @pytest.mark.parametrize("split,tile_s", [(8, 1), (16, 2), (32, 4), (64, 1)])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_fully_connected_split_sum(opencl_device, rng, split, tile_s, precision):

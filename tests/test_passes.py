@@ -17,7 +17,7 @@ from tflgpu.graph.passes import (
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 
-from .oputil import while_model
+from .oputil import while_model, widened_block
 
 
 def _steps(b: ModelBuilder):
@@ -207,3 +207,31 @@ def test_fold_reshapes_leaves_a_reshape_read_elsewhere_or_kept_in_place():
         assert fold_reshapes(steps, runner.sg, runner.consts) == (steps, 0)
     runner, steps = _steps(_reshaped_concat(rng))
     assert fold_reshapes(steps, runner.sg, runner.consts, lambda reshape, concat: False) == (steps, 0)
+
+
+def test_fuse_elementwise_reads_a_channel_pad_through():
+    """ADD(conv, PAD(skip) widening the channels) joins the conv reading the PAD's input, its new channels zero
+    (Fused.other_channels), and the PAD's step goes, its op among the conv step's (the CPU's fallback runs it);
+    the MAX_POOL making the skip, after the conv in op order, moves before it."""
+    rng = np.random.default_rng(0)
+    for pool, pad_first in ((False, False), (False, True), (True, False), (True, True)):
+        b, wide = widened_block(rng, pool=pool, pad_first=pad_first)
+        runner, steps = _steps(b)
+        pad = next(op for op, _ in runner.steps if op.name == "PAD")
+        fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
+        conv = next(s for s in fused if s.op.name == "CONV_2D")
+        assert [s.op.name for s in fused] == (["MAX_POOL_2D"] if pool else []) + ["CONV_2D"], (pool, pad_first)
+        add = conv.epilogue[0]
+        assert add.op.name == "ADD" and add.other_channels == 5 and add.other_tensor == pad.inputs[0] != wide
+        assert [op.name for op, _ in conv.members] == ["CONV_2D", "PAD", "ADD", "RELU"] and n == 3
+
+
+def test_fuse_elementwise_keeps_other_pads():
+    """A PAD read by a second op, a batch of 2, a PAD of leading channels: the PAD stays a step."""
+    rng = np.random.default_rng(0)
+    for kw in ({"pad_readers": 2}, {"batch": 2}, {"pad_rows": [[0, 0], [0, 0], [0, 0], [3, 4]]}):
+        b, _ = widened_block(rng, pool=False, **kw)
+        runner, steps = _steps(b)
+        fused, _ = fuse_elementwise(steps, runner.sg, runner.consts)
+        assert any(s.op.name == "PAD" for s in fused), kw
+        assert all(f.other_channels is None for s in fused for f in s.epilogue), kw

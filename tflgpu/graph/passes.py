@@ -28,7 +28,10 @@
 7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM/PRELU with a same-layout tensor or a constant: PRELU's alpha per channel)
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
-   ops.traits says take an epilogue) as a snippet applied before the store.
+   ops.traits says take an epilogue) as a snippet applied before the store. Where the other operand is a PAD
+   adding zero channels after the last (a residual block widening its skip branch) read by nothing else, the
+   fused op reads the PAD's input instead, its missing slices as zeros, and the PAD's launch goes (the step
+   making that input moves before the producer where it came after it and can: a BlazeBlock's MAX_POOL).
 
 7b. ``fuse_input_prologue`` (on a GPU) — unary elementwise steps reading a float graph input (a quantized
    model's QUANTIZE of its float input, as the float view's simulator), read only by a device CONV_2D, join it:
@@ -109,6 +112,9 @@ class Fused:
     other_tensor: int | None = None
     other_const: np.ndarray | None = None
     producer_is_lhs: bool = True
+    # the channels of ``other_tensor`` where the op reads it zero-extended to its own channels: the input of a
+    # channel PAD folded into the read (``fuse_elementwise``; a batch-1 tensor, its slices read where they exist)
+    other_channels: int | None = None
 
 
 @dataclass
@@ -597,6 +603,29 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     absorbed: set[int] = set()
     readers = _readers(steps)
     producer = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
+
+    def read_through_pad(f: Fused, i: int, j: int) -> tuple[Fused, list[int]]:
+        """``f`` (of step ``j``, joining step ``i``) reading the input of the channel PAD that makes its operand, and
+        the steps that then leave their places, or ``f`` and none: the PAD's (read by step ``j`` alone), and the one
+        making the PAD's input where that comes after step ``i`` and can run before it (read by the PAD alone, its
+        own inputs made before step ``i``: a BlazeBlock's MAX_POOL of its skip branch)."""
+        k = producer.get(f.other_tensor) if f.other_tensor is not None else None
+        if k is None or k in absorbed or readers.get(f.other_tensor) != [j]:
+            return f, []
+        if k < i and not any(o is steps[k] for o in out):
+            return f, []  # (it became another step: it took fused ops of its own)
+        x = _channel_pad_input(steps[k], sg, consts)
+        if x is None:
+            return f, []
+        moved, m = [k], producer.get(x, -1)
+        if m >= i:
+            made = steps[m]
+            if m in absorbed or made.epilogue or readers.get(x) != [k] or any(
+                    producer.get(t, -1) >= i for op, _ in made.members for t in op.inputs if t >= 0):
+                return f, []
+            moved.append(m)
+        return replace(f, other_tensor=x, other_channels=sg.tensors[x].shape[-1]), moved
+
     for i, s in enumerate(steps):
         if i in absorbed:
             continue
@@ -611,14 +640,40 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                 if j in absorbed or not nxt.gpu or len(nxt.members) != 1 or nxt.epilogue:
                     break
                 f = _fusable(nxt.op, t, sg, consts)
+                f, moved = read_through_pad(f, i, j) if f is not None else (f, [])
                 # the fused op runs at the producer's position: its other operand must exist by then
-                if f is None or (f.other_tensor is not None and producer.get(f.other_tensor, -1) >= i):
+                if f is None or (f.other_tensor is not None and producer.get(f.other_tensor, -1) >= i
+                                 and producer[f.other_tensor] not in moved):
                     break
-                s = PassStep(s.op, s.members + nxt.members, s.epilogue + [f], True)
+                pad_members = steps[moved[0]].members if moved else []  # (the CPU runs the PAD before the fused op)
+                if moved:
+                    out[:] = [o for o in out if o is not steps[moved[0]]]
+                    out.extend(steps[m] for m in moved[1:])
+                    absorbed.update(moved)
+                    fused += 1
+                s = PassStep(s.op, s.members + pad_members + nxt.members, s.epilogue + [f], True)
                 absorbed.add(j)
                 fused += 1
         out.append(s)
     return out, fused
+
+
+def _channel_pad_input(step: PassStep, sg, consts: dict) -> int | None:
+    """The input of a device PAD / PADV2 step adding only zero channels after the last, of a batch-1 float tensor
+    (nothing fused after it), or None: a fused op may read that input where it reads the PAD's output, the new
+    channels as zeros (``Fused.other_channels``), and the PAD's launch goes (BlazeFace's residual blocks widen their
+    skip branch so: face_detection_short_range has 11)."""
+    op = step.op
+    if not (step.gpu and op.name in ("PAD", "PADV2") and len(step.members) == 1 and not step.epilogue):
+        return None
+    p = _paddings(op, consts)
+    x, y = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
+    if p is None or len(p) != len(x.shape) or p[:-1].any() or p[-1][0] or x.dtype != np.float32:
+        return None
+    xl, yl = bhwc(x.shape), bhwc(y.shape)
+    if xl is None or yl is None or xl.dims[:3] != yl.dims[:3] or xl.dims[0] != 1:
+        return None
+    return op.inputs[0]
 
 
 def moves_in_place(op, sg, consts: dict) -> bool:

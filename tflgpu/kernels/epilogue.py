@@ -34,6 +34,8 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
         if f.other_tensor is not None:
             args.append(Arg("tensor", f.other_tensor))
             other = f"LD4(ep{k}, {index})"
+            if f.other_channels is not None:  # (a folded channel PAD: a batch-1 tensor of fewer slices, the rest 0)
+                other = f"(S_ep < {(f.other_channels + 3) // 4} ? {other} : (float4)(0.0f))"
         elif f.other_const.size == 1:
             other = f"(float4)({float(f.other_const.reshape(-1)[0])!r}f)"
         else:
