@@ -849,7 +849,7 @@ def test_transpose_conv(gpu, rng, shape, cout, k, stride, pad, bias):
 
 @pytest.mark.parametrize("shape,cout,k,stride,pad,tile", [
     ((1, 5, 4, 3), 6, 3, 2, "SAME", {"group_tile": (16, 4), "tile_s": 1, "k_chunk": 4}),
-    ((2, 4, 4, 8), 5, 2, 2, "VALID", {"group_tile": (8, 8), "tile_s": 2, "k_chunk": 8}),
+    ((2, 4, 4, 8), 5, 2, 2, "VALID", {"group_tile": (8, 8), "tile_s": 2, "k_chunk": 8, "scatter": False}),
     ((1, 3, 5, 12), 20, 4, 3, "SAME", {"group_tile": (32, 2), "tile_s": 4, "k_chunk": 16}),
 ])
 def test_transpose_conv_group_tile_variant(gpu, rng, shape, cout, k, stride, pad, tile):
@@ -873,6 +873,52 @@ def test_transpose_conv_group_tile_variant(gpu, rng, shape, cout, k, stride, pad
     assert spec.local_size == (tile["group_tile"][0], 1, tile["group_tile"][1]) and "__local" in spec.source
     assert {key: spec.params[key] for key in tile} == tile and plan.cpu_op_count == 0
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("shape,cout,k,tile_s", [((2, 3, 5, 6), 5, 2, 1), ((1, 4, 3, 16), 9, 2, 2),
+                                                  ((1, 3, 3, 4), 16, 2, 4), ((1, 2, 3, 8), 3, 3, 1),
+                                                  ((1, 5, 4, 8), 1, 2, 1)])
+@pytest.mark.parametrize("scatter", [False, True])
+def test_transpose_conv_scatter_variant(gpu, rng, shape, cout, k, tile_s, scatter):
+    """Where the filter tiles the output (filter = stride, no padding), a work-item per input pixel writes the
+    k x k output pixels its taps make (``scatter``, a CPU device's default there), a fused ADD and RELU after it:
+    the gather form's values and LiteRT's, batched, with ragged output slices."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    n, h, w, cin = shape
+    oh, ow = h * k, w * k
+    b = ModelBuilder()
+    x, skip = b.input("x", shape), b.input("skip", (n, oh, ow, cout))
+    y, z = b.tensor("y", (n, oh, ow, cout)), b.tensor("z", (n, oh, ow, cout))
+    b.op("TRANSPOSE_CONV", [b.const("shape", np.array([n, oh, ow, cout], I32)), b.const("w", rand(rng, (cout, k, k, cin))),
+                            x, b.const("bias", rand(rng, (cout,)))], [y], padding="VALID", stride_w=k, stride_h=k,
+         version=3)
+    b.op("ADD", [y, skip], [z], fused_activation_function="RELU")
+    b.output(z)
+    model, feeds = b.build(), [rand(rng, shape), rand(rng, (n, oh, ow, cout))]
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)),
+                   params={0: {"scatter": scatter, "tile_s": tile_s}})
+    (spec,) = plan.steps[0].specs
+    assert spec.params["scatter"] is scatter and plan.cpu_op_count == 0 and len(plan.steps) == 1
+    assert spec.global_size[:2] == ((w, n * h) if scatter else (ow, n * oh))
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+def test_transpose_conv_scatter_is_a_cpu_devices_default_where_the_filter_tiles():
+    from tflgpu.kernels.conv import TransposeConvKnobs, TransposeConvShape
+
+    assert TransposeConvKnobs.default(TransposeConvShape(sout=1, depth=16, gpu=False, tiles=4)).scatter
+    assert TransposeConvKnobs.default(TransposeConvShape(sout=8, depth=16, gpu=False, tiles=4)).tile_s == 4
+    assert TransposeConvKnobs.default(TransposeConvShape(sout=8, depth=36, gpu=False, tiles=9)).tile_s == 1
+    assert not TransposeConvKnobs.default(TransposeConvShape(sout=1, depth=16, gpu=True, tiles=4)).scatter
+    assert not TransposeConvKnobs.default(TransposeConvShape(sout=1, depth=36, gpu=False, tiles=0)).scatter
+    assert "scatter" not in TransposeConvKnobs.space(TransposeConvShape(sout=1, depth=36, tiles=0))
+    assert TransposeConvKnobs.space(TransposeConvShape(sout=1, depth=16, gpu=True, tiles=4))["scatter"] == [False, True]
 
 
 @pytest.mark.parametrize("pad", ["SAME", "VALID"])

@@ -1380,6 +1380,12 @@ class TransposeConvShape:
     sout: int  # output slices
     depth: int  # the slices a group tile's sum runs over: every tap's input slices
     gpu: bool = Target.gpu  # (kernels.base.Target)
+    # the filter tiles the output (filter = stride, no padding, output = input x stride: each output pixel takes one
+    # tap, a segmentation decoder's 2x2 / 2 upsampling): the taps a work-item per input pixel unrolls, else 0
+    tiles: int = 0
+
+
+MAX_SCATTER_TAPS = 16  # (accumulators of a scatter work-item: taps x tile_s float4s)
 
 
 @dataclass(frozen=True)
@@ -1389,25 +1395,47 @@ class TransposeConvKnobs(GroupTiled, Knobs):
     # a work-group of LX pixels x LS output slice groups stages k_chunk slices of the taps' sum per step
     group_tile: tuple | None = None
     k_chunk: int = 8
+    # a work-item per input pixel, writing the output pixels its taps make (``TransposeConvShape.tiles``): each
+    # input slice read once for them all, no tap search per output pixel
+    scatter: bool = False
     tile_x: ClassVar[int] = 1  # (what GroupTiled's checks read: one pixel, float4 accumulators)
     lanes: ClassVar[int] = 4
 
     @classmethod
     def default(cls, shape: TransposeConvShape) -> TransposeConvKnobs:
-        return cls(tile_s=4 if shape.sout >= 4 else 1)
+        """Scatter where the filter tiles the output, on a CPU device: MediaPipe's selfie segmentation's last layer
+        (128x128x16 -> 256x256x1, 2x2 / 2) on the Intel CPU device ran 357 us as a work-item per output pixel.
+        A GPU starts from the gather form (its search tries the scatter)."""
+        scatter = 0 < shape.tiles <= MAX_SCATTER_TAPS and not shape.gpu
+        ts = 4 if shape.sout >= 4 else 1
+        if scatter:
+            ts = max(t for t in (1, 2, 4) if t <= shape.sout and t * shape.tiles <= MAX_SCATTER_TAPS)
+        return cls(tile_s=ts, scatter=scatter)
 
     @classmethod
     def space(cls, shape: TransposeConvShape) -> dict[str, list]:
-        if not shape.gpu:  # (the group tile: a GPU's variant, as a windowed CONV_2D's)
-            return {"tile_s": [1, 2, 4]}
-        return {"tile_s": [1, 2, 4], "group_tile": CONV_SPACE["group_tile"],
-                "k_chunk": [v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth]}
+        space = {"tile_s": [1, 2, 4]}
+        if 0 < shape.tiles <= MAX_SCATTER_TAPS:
+            space["scatter"] = [False, True]
+        if shape.gpu:  # (the group tile: a GPU's variant, as a windowed CONV_2D's)
+            space.update(group_tile=CONV_SPACE["group_tile"],
+                         k_chunk=[v for v in CONV_SPACE["k_chunk"] if v == 4 or v < 2 * shape.depth])
+        return space
 
     def problems(self, shape: TransposeConvShape) -> list[str]:
         bad = positive_int("tile_s", self.tile_s) + positive_int("k_chunk", self.k_chunk)
+        bad += one_of("scatter", self.scatter, (False, True))
         if self.group_tile is not None:
             tile_bad = self.group_tile_problems()
             bad += [f"group_tile={self.group_tile!r} is not None or 2 positive ints"] if tile_bad is None else tile_bad
+        if self.scatter is True:
+            if not 0 < shape.tiles <= MAX_SCATTER_TAPS:
+                bad.append(f"scatter needs a filter tiling the output in at most {MAX_SCATTER_TAPS} taps")
+            elif self.tile_s * shape.tiles > MAX_SCATTER_TAPS:
+                bad.append(f"scatter with tile_s={self.tile_s}: {self.tile_s * shape.tiles} accumulators, at most "
+                           f"{MAX_SCATTER_TAPS}")
+            if self.group_tile is not None:
+                bad.append("scatter is the direct kernel's: not with a group tile")
         return bad
 
 
@@ -1424,12 +1452,17 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     _, pt = conv_padding(oh, kh, sh, 1, pad)
     _, pl = conv_padding(ow, kw, sw, 1, pad)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    shape = TransposeConvShape(sout, sin * kh * kw, ctx.target.gpu)
+    tiles = kh * kw if (kh, kw) == (sh, sw) and pt == pl == 0 and (oh, ow) == (ih * sh, iw * sw) else 0
+    shape = TransposeConvShape(sout, sin * kh * kw, ctx.target.gpu, tiles)
     knobs = TransposeConvKnobs.resolve(shape, ctx.params)
     ts = knobs.tile_s
     bias = _bias_const(ctx, bias_idx, cout)
     ep = ctx.epilogue_code(cout)
-    if knobs.group_tile is not None:
+    if knobs.scatter:
+        src = _scatter_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, sout=sout, kh=kh, kw=kw, ts=ts, act=act,
+                              cout=cout)
+        gsize, local, padded = (iw, n * ih, (sout + ts - 1) // ts), None, ts
+    elif knobs.group_tile is not None:
         lx, ls = knobs.group_tile
         stage = im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=1, dw=1, pt=pt, pl=pl,
                              transposed=True)
@@ -1451,8 +1484,8 @@ def _transpose_conv_source(name: str, ep, *, n, ih, iw, sin, oh, ow, sout, kh, k
                            cout) -> str:
     """The gather form's direct kernel: a work-item per output pixel and ``ts`` output slices."""
     extra = "".join(f"{p}, " for p in ep.params)
-    L = [f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
-         f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
+    L = [(f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
+          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
          "  const int ox = get_global_id(0); const int Y = get_global_id(1);",
          f"  const int S = get_global_id(2) * {ts};",
          f"  if (ox >= {ow} || Y >= {n * oh}) return;",
@@ -1478,6 +1511,41 @@ def _transpose_conv_source(name: str, ep, *, n, ih, iw, sin, oh, ow, sout, kh, k
                        pad_lanes_mask(cout, f"(S + {s})", "v"))
         L.append(f"  if (S + {s} < {sout}) {{ float4 v = acc{s} + LD4(bias, S + {s}); {activation(act, 'v')} "
                  f"{store} }}")
+    L.append("}")
+    return "\n".join(L)
+
+
+def _scatter_source(name: str, ep, *, n, ih, iw, sin, sout, kh, kw, ts, act, cout) -> str:
+    """The scatter form, where the filter tiles the output (``TransposeConvShape.tiles``): work-item (ix, Y) reads
+    input pixel (iy, ix)'s slices once and writes the kh x kw output pixels its taps make, ``ts`` slices each."""
+    oh, ow = ih * kh, iw * kw
+    taps = [(ky, kx) for ky in range(kh) for kx in range(kw)]
+    extra = "".join(f"{p}, " for p in ep.params)
+    L = [(f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
+          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
+         "  const int ix = get_global_id(0); const int Y = get_global_id(1);",
+         f"  const int S = get_global_id(2) * {ts};",
+         f"  if (ix >= {iw} || Y >= {n * ih}) return;",
+         f"  const int b = Y / {ih}; const int iy = Y % {ih};"]
+    L += [f"  float4 acc{s}_{ky}_{kx} = (float4)(0.0f);" for s in range(ts) for ky, kx in taps]
+    L += [f"  for (int i = 0; i < {sin}; ++i) {{",
+          f"    const float4 x = LD4(src, ((b * {sin} + i) * {ih} + iy) * {iw} + ix);"]
+    for s in range(ts):
+        L.append(f"    {{ const int wb = ((S + {s}) * {sin} + i) * {kh * kw * 4};")
+        for ky, kx in taps:
+            t = (ky * kw + kx) * 4
+            L.append(f"      acc{s}_{ky}_{kx} = mad((float4)(x.x), LD4(wts, wb + {t}), mad((float4)(x.y), "
+                     f"LD4(wts, wb + {t + 1}), mad((float4)(x.z), LD4(wts, wb + {t + 2}), mad((float4)(x.w), "
+                     f"LD4(wts, wb + {t + 3}), acc{s}_{ky}_{kx}))));")
+        L.append("    }")
+    L.append("  }")
+    for s in range(ts):
+        L.append(f"  if (S + {s} < {sout}) {{ const float4 bw = LD4(bias, S + {s});")
+        for ky, kx in taps:
+            store = _store(f"((b * {sout} + S + {s}) * {oh} + iy * {kh} + {ky}) * {ow} + ix * {kw} + {kx}",
+                           f"(S + {s})", ep.code, pad_lanes_mask(cout, f"(S + {s})", "v"))
+            L.append(f"    {{ float4 v = acc{s}_{ky}_{kx} + bw; {activation(act, 'v')} {store} }}")
+        L.append("  }")
     L.append("}")
     return "\n".join(L)
 
