@@ -86,18 +86,32 @@ def test_no_fusion_when_the_value_has_two_readers_or_is_an_output():
     assert fuse_elementwise(steps, runner.sg, runner.consts)[1] == 0
 
 
-def test_no_fusion_when_the_other_operand_comes_later():
+def test_the_step_making_the_other_operand_later_moves_before_the_producer():
+    """ADD(y, later) with ``later`` made after y by a step that could run first: it moves before y's step, which
+    takes the ADD; where it reads y itself it cannot, and the ADD joins ``later``'s kernel instead."""
     rng = np.random.default_rng(0)
     b = ModelBuilder()
     x = b.input("x", (1, 3, 3, 4))
     y = _conv(b, x, "first", rng)
-    later = _conv(b, x, "later", rng)  # produced after y: y's kernel cannot read it
+    later = _conv(b, x, "later", rng)  # produced after y, from x alone
     z = b.tensor("z", (1, 3, 3, 4))
     b.op("ADD", [y, later], [z])
     b.output(z)
     runner, steps = _steps(b)
     fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
-    assert n == 1 and fused[1].epilogue[0].other_tensor == y  # fused into 'later' instead
+    assert n == 1 and [s.op.outputs[0] for s in fused] == [later, y] and fused[1].epilogue[0].other_tensor == later
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 4))
+    y = _conv(b, x, "first", rng)
+    r = b.tensor("r", (1, 3, 3, 4))
+    b.op("RELU", [y], [r])
+    later = _conv(b, r, "later", rng)  # reads y (through r): cannot run before y's step
+    z = b.tensor("z", (1, 3, 3, 4))
+    b.op("ADD", [r, later], [z])
+    b.output(z)
+    runner, steps = _steps(b)
+    fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
+    assert [s.op.outputs[0] for s in fused] == [y, later] and fused[1].epilogue[0].other_tensor == r
 
 
 def test_drop_identities_rewires_readers():

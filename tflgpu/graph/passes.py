@@ -30,8 +30,9 @@
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
    ops.traits says take an epilogue) as a snippet applied before the store. Where the other operand is a PAD
    adding zero channels after the last (a residual block widening its skip branch) read by nothing else, the
-   fused op reads the PAD's input instead, its missing slices as zeros, and the PAD's launch goes (the step
-   making that input moves before the producer where it came after it and can: a BlazeBlock's MAX_POOL).
+   fused op reads the PAD's input instead, its missing slices as zeros, and the PAD's launch goes. Where the
+   operand (or that PAD's input) is made after the producer by a step that could run before it (a BlazeBlock's
+   MAX_POOL of its skip branch, read by nothing else), that step moves before the producer.
 
 7b. ``fuse_input_prologue`` (on a GPU) — unary elementwise steps reading a float graph input (a quantized
    model's QUANTIZE of its float input, as the float view's simulator), read only by a device CONV_2D, join it:
@@ -102,6 +103,7 @@ BETWEEN = "between"
 # (graph.passes.fuse_input_prologue): the values of the tensor its op reads are theirs
 PROLOGUE = "prologue"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
+HOIST = True  # fuse_elementwise may move a step before a producer to make a fused op's operand in time
 
 
 @dataclass
@@ -604,27 +606,31 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     readers = _readers(steps)
     producer = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
 
-    def read_through_pad(f: Fused, i: int, j: int) -> tuple[Fused, list[int]]:
-        """``f`` (of step ``j``, joining step ``i``) reading the input of the channel PAD that makes its operand, and
-        the steps that then leave their places, or ``f`` and none: the PAD's (read by step ``j`` alone), and the one
-        making the PAD's input where that comes after step ``i`` and can run before it (read by the PAD alone, its
-        own inputs made before step ``i``: a BlazeBlock's MAX_POOL of its skip branch)."""
-        k = producer.get(f.other_tensor) if f.other_tensor is not None else None
-        if k is None or k in absorbed or readers.get(f.other_tensor) != [j]:
-            return f, []
-        if k < i and not any(o is steps[k] for o in out):
-            return f, []  # (it became another step: it took fused ops of its own)
-        x = _channel_pad_input(steps[k], sg, consts)
-        if x is None:
-            return f, []
-        moved, m = [k], producer.get(x, -1)
-        if m >= i:
-            made = steps[m]
-            if m in absorbed or made.epilogue or readers.get(x) != [k] or any(
-                    producer.get(t, -1) >= i for op, _ in made.members for t in op.inputs if t >= 0):
-                return f, []
-            moved.append(m)
-        return replace(f, other_tensor=x, other_channels=sg.tensors[x].shape[-1]), moved
+    def hoistable(m: int, t: int, reader: int, i: int) -> bool:
+        """Step ``m`` (making ``t``, which step ``reader`` alone reads) can run before step ``i`` instead: a device
+        step of its own, nothing fused after it, no side effects, every tensor it reads made before step ``i`` (and
+        none a variable, which a step between may assign)."""
+        made = steps[m]
+        reads = [u for op, _ in made.members for u in op.inputs if u >= 0]
+        return (HOIST and m not in absorbed and made.gpu and not made.epilogue and readers.get(t) == [reader]
+                and not any(traits(op.name).side_effects for op, _ in made.members)
+                and not any(producer.get(u, -1) >= i or sg.tensors[u].is_variable for u in reads))
+
+    def operand(f: Fused, i: int, j: int) -> tuple[Fused, int | None, int | None]:
+        """``f`` (of step ``j``, joining step ``i``) as it reads its operand there, the channel PAD step it reads
+        through (its launch goes: ``_channel_pad_input``) and the step that moves before step ``i`` to make the
+        operand in time (a BlazeBlock's MAX_POOL of its skip branch, after the conv in op order), each or None."""
+        t = f.other_tensor
+        k = producer.get(t) if t is not None else None
+        if k is None or k in absorbed:
+            return f, None, None
+        pad = None
+        x = _channel_pad_input(steps[k], sg, consts) if readers.get(t) == [j] else None
+        if x is not None and (k > i or any(o is steps[k] for o in out)):  # (an earlier PAD still a step of its own)
+            f, pad, t, j, k = replace(f, other_tensor=x, other_channels=sg.tensors[x].shape[-1]), k, x, k, producer.get(x)
+        if k is None or k < i or _channel_pad_input(steps[i], sg, consts) is not None:
+            return f, pad, None  # (a channel PAD's reader had better read through it than it take the op)
+        return f, pad, (k if k != i and hoistable(k, t, j, i) else None)
 
     for i, s in enumerate(steps):
         if i in absorbed:
@@ -640,18 +646,21 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                 if j in absorbed or not nxt.gpu or len(nxt.members) != 1 or nxt.epilogue:
                     break
                 f = _fusable(nxt.op, t, sg, consts)
-                f, moved = read_through_pad(f, i, j) if f is not None else (f, [])
+                f, pad, hoisted = operand(f, i, j) if f is not None else (f, None, None)
                 # the fused op runs at the producer's position: its other operand must exist by then
                 if f is None or (f.other_tensor is not None and producer.get(f.other_tensor, -1) >= i
-                                 and producer[f.other_tensor] not in moved):
+                                 and hoisted is None):
                     break
-                pad_members = steps[moved[0]].members if moved else []  # (the CPU runs the PAD before the fused op)
-                if moved:
-                    out[:] = [o for o in out if o is not steps[moved[0]]]
-                    out.extend(steps[m] for m in moved[1:])
-                    absorbed.update(moved)
+                members = s.members
+                if pad is not None:  # (its op joins the step: the CPU runs it before the fused op)
+                    out[:] = [o for o in out if o is not steps[pad]]
+                    members = members + steps[pad].members
+                    absorbed.add(pad)
                     fused += 1
-                s = PassStep(s.op, s.members + pad_members + nxt.members, s.epilogue + [f], True)
+                if hoisted is not None:
+                    out.append(steps[hoisted])
+                    absorbed.add(hoisted)
+                s = PassStep(s.op, members + nxt.members, s.epilogue + [f], True)
                 absorbed.add(j)
                 fused += 1
         out.append(s)
