@@ -242,12 +242,13 @@ def test_tensordot_reshapes_fold_into_the_fully_connected(gpu, rng, x_shape, uni
 
 
 @pytest.mark.parametrize("cin,cout,pool,pad_first,batch", [(5, 12, True, False, 1), (8, 16, False, True, 1),
-                                                         (6, 9, True, True, 1), (6, 9, True, False, 2)])
+                                                         (6, 9, True, True, 1), (6, 9, True, False, 2),
+                                                         (8, 8, True, False, 1), (7, 7, True, True, 1)])
 def test_channel_pad_read_through_by_the_fused_add(gpu, rng, cin, cout, pool, pad_first, batch):
     """A residual block widening its skip branch, RELU(conv(x) + PAD(skip, zero channels after the last)) with the
-    skip a MAX_POOL of x or x itself: the conv's kernel reads the PAD's input, its missing slices as zeros, and
-    the PAD launches nothing (graph.passes.fuse_elementwise); a batch of 2 keeps the PAD's kernel. Both match
-    LiteRT."""
+    skip a 2x2 MAX_POOL of x or x itself (no PAD where the channels stay): the conv's kernel reads x through them,
+    each value its window's maximum, the missing slices zeros, and neither launches (graph.passes.fuse_elementwise);
+    a batch of 2 keeps their kernels. Both match LiteRT."""
     from tflgpu import Interpreter
 
     from .conftest import assert_close, assert_fp16_close, litert, run_model
@@ -259,7 +260,8 @@ def test_channel_pad_read_through_by_the_fused_add(gpu, rng, cin, cout, pool, pa
     it = Interpreter(model_content=data, delegate=gpu["delegate"])
     got = run_model(lambda **kw: it, data, feeds)
     names = [s.op.name for s in it.gpu_plan.steps]
-    assert it.gpu_plan.cpu_op_count == 0 and ("PAD" in names) == (batch > 1), names
+    assert it.gpu_plan.cpu_op_count == 0 and ("PAD" in names) == (batch > 1 and cout > cin), names
+    assert ("MAX_POOL_2D" in names) == (batch > 1 and pool) and len(names) == (1 if batch == 1 else 2 + pool), names
     for g, w in zip(got, run_model(litert(), data, feeds)):
         (assert_fp16_close if gpu["rtol_scale"] > 1e-3 else assert_close)(g, w)
 

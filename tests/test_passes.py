@@ -226,18 +226,24 @@ def test_fold_reshapes_leaves_a_reshape_read_elsewhere_or_kept_in_place():
 def test_fuse_elementwise_reads_a_channel_pad_through():
     """ADD(conv, PAD(skip) widening the channels) joins the conv reading the PAD's input, its new channels zero
     (Fused.other_channels), and the PAD's step goes, its op among the conv step's (the CPU's fallback runs it);
-    the MAX_POOL making the skip, after the conv in op order, moves before it."""
+    a VALID MAX_POOL making the skip is read through too (Fused.other_pool: its window's maximum of x), whether
+    it came before the conv in op order or after it."""
     rng = np.random.default_rng(0)
     for pool, pad_first in ((False, False), (False, True), (True, False), (True, True)):
         b, wide = widened_block(rng, pool=pool, pad_first=pad_first)
         runner, steps = _steps(b)
-        pad = next(op for op, _ in runner.steps if op.name == "PAD")
+        x = runner.sg.inputs[0]
         fused, n = fuse_elementwise(steps, runner.sg, runner.consts)
-        conv = next(s for s in fused if s.op.name == "CONV_2D")
-        assert [s.op.name for s in fused] == (["MAX_POOL_2D"] if pool else []) + ["CONV_2D"], (pool, pad_first)
+        assert [s.op.name for s in fused] == ["CONV_2D"], (pool, pad_first)
+        (conv,) = fused
         add = conv.epilogue[0]
-        assert add.op.name == "ADD" and add.other_channels == 5 and add.other_tensor == pad.inputs[0] != wide
-        assert [op.name for op, _ in conv.members] == ["CONV_2D", "PAD", "ADD", "RELU"] and n == 3
+        assert add.op.name == "ADD" and add.other_channels == 5 and add.other_tensor == x != wide
+        assert (add.other_pool is not None) == pool
+        if pool:
+            assert (add.other_pool.filter, add.other_pool.stride, add.other_pool.size, add.other_pool.out) == \
+                ((2, 2), (2, 2), (8, 8), (4, 4))
+        assert [op.name for op, _ in conv.members] == \
+            ["CONV_2D"] + (["MAX_POOL_2D"] if pool else []) + ["PAD", "ADD", "RELU"] and n == 3 + pool
 
 
 def test_fuse_elementwise_keeps_other_pads():

@@ -30,7 +30,8 @@
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
    ops.traits says take an epilogue) as a snippet applied before the store. Where the other operand is a PAD
    adding zero channels after the last (a residual block widening its skip branch) read by nothing else, the
-   fused op reads the PAD's input instead, its missing slices as zeros, and the PAD's launch goes. Where the
+   fused op reads the PAD's input instead, its missing slices as zeros, and the PAD's launch goes; a VALID
+   MAX_POOL_2D read so (under such a PAD or not) is read as its window's maximum of its input. Where the
    operand (or that PAD's input) is made after the producer by a step that could run before it (a BlazeBlock's
    MAX_POOL of its skip branch, read by nothing else), that step moves before the producer.
 
@@ -117,6 +118,19 @@ class Fused:
     # the channels of ``other_tensor`` where the op reads it zero-extended to its own channels: the input of a
     # channel PAD folded into the read (``fuse_elementwise``; a batch-1 tensor, its slices read where they exist)
     other_channels: int | None = None
+    # where the op reads the maximum of a window of ``other_tensor`` (a MAX_POOL folded into the read)
+    other_pool: PoolRead | None = None
+
+
+@dataclass(frozen=True)
+class PoolRead:
+    """A VALID MAX_POOL_2D of a batch-1 tensor (``size`` its height and width) read where its output would be
+    (``out``: that output's height and width): each value the maximum of its window."""
+
+    filter: tuple[int, int]
+    stride: tuple[int, int]
+    size: tuple[int, int]
+    out: tuple[int, int]
 
 
 @dataclass
@@ -616,21 +630,29 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                 and not any(traits(op.name).side_effects for op, _ in made.members)
                 and not any(producer.get(u, -1) >= i or sg.tensors[u].is_variable for u in reads))
 
-    def operand(f: Fused, i: int, j: int) -> tuple[Fused, int | None, int | None]:
-        """``f`` (of step ``j``, joining step ``i``) as it reads its operand there, the channel PAD step it reads
-        through (its launch goes: ``_channel_pad_input``) and the step that moves before step ``i`` to make the
-        operand in time (a BlazeBlock's MAX_POOL of its skip branch, after the conv in op order), each or None."""
-        t = f.other_tensor
+    def operand(f: Fused, i: int, j: int) -> tuple[Fused, list[int], int | None]:
+        """``f`` (of step ``j``, joining step ``i``) as it reads its operand there, the steps it reads through
+        (their launches go: a channel PAD, ``_channel_pad_input``, then a MAX_POOL under it, ``_pool_read``), and
+        the step that moves before step ``i`` to make the operand in time (a BlazeBlock's MAX_POOL of its skip
+        branch, after the conv in op order, where it is not read through), or None."""
+        t, through = f.other_tensor, []
         k = producer.get(t) if t is not None else None
-        if k is None or k in absorbed:
-            return f, None, None
-        pad = None
-        x = _channel_pad_input(steps[k], sg, consts) if readers.get(t) == [j] else None
-        if x is not None and (k > i or any(o is steps[k] for o in out)):  # (an earlier PAD still a step of its own)
-            f, pad, t, j, k = replace(f, other_tensor=x, other_channels=sg.tensors[x].shape[-1]), k, x, k, producer.get(x)
+        for peel in ("pad", "pool"):
+            if k is None or k == i or k in absorbed or readers.get(t) != [j] or (
+                    k < i and not any(o is steps[k] for o in out)):
+                break  # (the producer's own, or an earlier step that took fused ops of its own: not read through)
+            if peel == "pad" and (x := _channel_pad_input(steps[k], sg, consts)) is not None:
+                f = replace(f, other_tensor=x, other_channels=sg.tensors[x].shape[-1])
+            elif peel == "pool" and (read := _pool_read(steps[k], sg)) is not None:
+                x = steps[k].op.inputs[0]
+                f = replace(f, other_tensor=x, other_pool=read)
+            else:
+                continue
+            through.append(k)
+            t, j, k = x, k, producer.get(x)
         if k is None or k < i or _channel_pad_input(steps[i], sg, consts) is not None:
-            return f, pad, None  # (a channel PAD's reader had better read through it than it take the op)
-        return f, pad, (k if k != i and hoistable(k, t, j, i) else None)
+            return f, through, None  # (a channel PAD's reader had better read through it than it take the op)
+        return f, through, (k if k != i and hoistable(k, t, j, i) else None)
 
     for i, s in enumerate(steps):
         if i in absorbed:
@@ -646,16 +668,16 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                 if j in absorbed or not nxt.gpu or len(nxt.members) != 1 or nxt.epilogue:
                     break
                 f = _fusable(nxt.op, t, sg, consts)
-                f, pad, hoisted = operand(f, i, j) if f is not None else (f, None, None)
+                f, through, hoisted = operand(f, i, j) if f is not None else (f, [], None)
                 # the fused op runs at the producer's position: its other operand must exist by then
                 if f is None or (f.other_tensor is not None and producer.get(f.other_tensor, -1) >= i
                                  and hoisted is None):
                     break
                 members = s.members
-                if pad is not None:  # (its op joins the step: the CPU runs it before the fused op)
-                    out[:] = [o for o in out if o is not steps[pad]]
-                    members = members + steps[pad].members
-                    absorbed.add(pad)
+                for k in reversed(through):  # (their ops join the step: the CPU runs them before the fused op)
+                    out[:] = [o for o in out if o is not steps[k]]
+                    members = members + steps[k].members
+                    absorbed.add(k)
                     fused += 1
                 if hoisted is not None:
                     out.append(steps[hoisted])
@@ -683,6 +705,21 @@ def _channel_pad_input(step: PassStep, sg, consts: dict) -> int | None:
     if xl is None or yl is None or xl.dims[:3] != yl.dims[:3] or xl.dims[0] != 1:
         return None
     return op.inputs[0]
+
+
+def _pool_read(step: PassStep, sg) -> PoolRead | None:
+    """A device MAX_POOL_2D step of a batch-1 float tensor, VALID, with no activation and nothing fused after it, as
+    a fused op may read it (``Fused.other_pool``), or None."""
+    op = step.op
+    if not (step.gpu and op.name == "MAX_POOL_2D" and len(step.members) == 1 and not step.epilogue):
+        return None
+    o = op.options
+    x, y = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
+    if o.get("padding") not in (1, "VALID") or o.get("fused_activation_function", 0) or x.dtype != np.float32 \
+            or len(x.shape) != 4 or x.shape[0] != 1 or len(y.shape) != 4 or y.shape[3] != x.shape[3]:
+        return None
+    return PoolRead((o["filter_height"], o["filter_width"]), (o["stride_h"], o["stride_w"]), tuple(x.shape[1:3]),
+                    tuple(y.shape[1:3]))
 
 
 def moves_in_place(op, sg, consts: dict) -> bool:

@@ -33,7 +33,7 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
             continue
         if f.other_tensor is not None:
             args.append(Arg("tensor", f.other_tensor))
-            other = f"LD4(ep{k}, {index})"
+            other = f"LD4(ep{k}, {index})" if f.other_pool is None else _pool_read(f"ep{k}", index, f.other_pool)
             if f.other_channels is not None:  # (a folded channel PAD: a batch-1 tensor of fewer slices, the rest 0)
                 other = f"(S_ep < {(f.other_channels + 3) // 4} ? {other} : (float4)(0.0f))"
         elif f.other_const.size == 1:
@@ -50,6 +50,17 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
     params = [f"__global const STORE_T* ep{k}" for k, f in enumerate(fused)
               if f.other_tensor is not None or (f.other_const is not None and f.other_const.size > 1)]
     return Epilogue(" ".join(lines), params, args, [a.value for a in args if a.kind == "tensor"])
+
+
+def _pool_read(ptr: str, index: str, pool) -> str:
+    """The float4 a MAX_POOL (graph.passes.PoolRead) of the batch-1 tensor ``ptr`` would hold at slice-layout
+    ``index`` of its output (slice ``S_ep``): the maximum of its window, every tap inside the input (VALID)."""
+    (fh, fw), (sh, sw), (ih, iw), (oh, ow) = pool.filter, pool.stride, pool.size, pool.out
+    at = f"(S_ep * {ih * iw} + (({index}) - S_ep * {oh * ow}) / {ow} * {sh * iw} + (({index}) - S_ep * {oh * ow}) % {ow} * {sw})"
+    value = "(float4)(-INFINITY)"  # (as the MAX_POOL_2D kernel folds its window: kernels.pool.WINDOWS)
+    for tap in (f"LD4({ptr}, {at} + {ky * iw + kx})" for ky in range(fh) for kx in range(fw)):
+        value = f"fmax({value}, {tap})"
+    return value
 
 
 def unary_chain(fused, var: str, vtype: str = "float4") -> str:
