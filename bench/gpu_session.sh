@@ -133,6 +133,12 @@
 # to TESTS_K (tests/test_mediapipe_models.py needs the real files: TFLGPU_MEDIAPIPE_DIR pointing at a carried
 # copy, 28 MB, else its tests skip there). The FP16 precision choice now also simulates a jittered rounding and
 # judges probability outputs against 1 (runtime.precision): NVIDIA has no fp16, so nothing to time there.
+# Since (2026-11-28, fourth session, no GPU): a fused ADD reads a channel PAD and a MAX_POOL through (a BlazeBlock's
+# skip branch is one kernel with its conv), a step moves before a producer to make its fused op's operand in time,
+# TRANSPOSE_CONV has a scatter form where its filter tiles the output (in a GPU's space; its start stays gather),
+# and a graph input one kernel reads twice keeps the slice layout (a silent 5.7 error before). Add to TESTS_K
+# "channel_pad or scatter or also_adds"; the MediaPipe bench rows above show the launches these save on a GPU
+# (BlazeFace short range 50 -> 39 on the CPU device; `passab` with PASSAB_OFF=channel-pad,pool-read,hoist times each).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

@@ -10,6 +10,9 @@ off at a time:
 - tensordot: no ``fold_tensordot`` (a Tensordot's reshapes to rows and back launch again around its FC);
 - channel-pad: a PAD adding zero channels (a residual block's skip branch) is no operand a fused op reads through
   (graph.passes._channel_pad_input): it launches again, its ADD with it;
+- pool-read: a MAX_POOL is no operand a fused op reads through (graph.passes._pool_read): it launches again;
+- cpu-groups: a CPU device's small kernels that name no work-group get none (the runtime's choice) instead of one
+  per compute unit (kernels.base.Target.work_group);
 - hoist: no step moves before a producer to make a fused op's operand in time (graph.passes.fuse_elementwise's
   ``hoistable``: a BlazeBlock's MAX_POOL after its conv in op order); its ADD launches again;
 - input-prologue: no ``fuse_input_prologue`` (a quantized model's QUANTIZE of its float input launches again);
@@ -18,7 +21,7 @@ off at a time:
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,channel-pad,hoist,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,channel-pad,pool-read,hoist,cpu-groups,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -48,7 +51,9 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
         "concat-views": lambda: [(selection, "fold_reshapes", no_pass)],
         "tensordot": lambda: [(selection, "fold_tensordot", lambda steps, sg, consts: (steps, 0))],
         "channel-pad": lambda: [(passes, "_channel_pad_input", lambda step, sg, consts: None)],
+        "pool-read": lambda: [(passes, "_pool_read", lambda step, sg: None)],
         "hoist": lambda: [(passes, "HOIST", False)],
+        "cpu-groups": lambda: [(selection, "CPU_GROUPS", False)],
         "input-prologue": lambda: [(selection, "fuse_input_prologue", no_pass)],
         "sim-clamp": lambda: [(float_view, "movable_clamp", lambda op, params: None)],
     }

@@ -333,3 +333,37 @@ def test_broadcast_gemm_only_for_a_pointwise_conv_on_a_gpu_with_sub_groups():
     ]:
         with pytest.raises(InvalidKnobs, match=why):
             ConvKnobs.resolve(shape, params)
+
+
+def test_a_cpu_devices_small_kernels_get_a_work_group_per_compute_unit(opencl_device, rng):
+    """A kernel that names no work-group gets one per compute unit on a CPU device where its grid is small and
+    splits evenly (kernels.base.Target.work_group), none on a GPU or where it does not split; the plan launches
+    that group and computes what LiteRT does."""
+    import math
+
+    from tflgpu.kernels.base import Target
+
+    cpu = Target(float_lanes=16, units=2, max_group=1024)
+    assert cpu.work_group((256, 1, 2)) == (128, 1, 2) and cpu.work_group((1, 7, 6)) == (1, 7, 3)
+    assert cpu.work_group((257, 3, 1)) is None and cpu.work_group((2048, 2, 1)) is None
+    assert Target(gpu=True, units=132, max_group=1024).work_group((256, 1, 2)) is None
+    assert Target(units=1).work_group((256, 1, 1)) is None and Target(units=0).work_group((256, 1, 1)) is None
+    six = Target(units=6, max_group=1024).work_group((12, 3, 1))
+    assert six is not None and math.prod((12, 3, 1)) // math.prod(six) == 6 and all(
+        g % w == 0 for g, w in zip((12, 3, 1), six))
+
+    from tflgpu import GpuDelegate, Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import In, op_model, rand
+
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 9, 13, 6))), rand(rng, (10, 1, 1, 6)), rand(rng, (10,))],
+                            padding="SAME", stride_w=1, stride_h=1)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    got = run_model(lambda **kw: it, model, feeds)[0]
+    (spec,) = it.gpu_plan.steps[0].specs
+    target = it.gpu_plan.make.target
+    assert spec.local_size == target.work_group(tuple(spec.global_size)), (spec.global_size, target)
+    if not target.gpu and target.units == 2:  # (CI's device: this conv's grid splits in two)
+        assert spec.local_size is not None
+    assert_close(got, run_model(litert(), model, feeds)[0])

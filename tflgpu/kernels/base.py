@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +35,8 @@ class Target:
     # the work-items a work-group may have (CL_DEVICE_MAX_WORK_GROUP_SIZE, at most 1024: what a group tile may take);
     # the default is the smallest common one
     max_group: int = 256
+    # CL_DEVICE_MAX_COMPUTE_UNITS (a CPU runtime's threads); 0: not known (no work-groups chosen for it)
+    units: int = 0
 
     @classmethod
     def of(cls, cl_device, device_type: str) -> Target:
@@ -42,7 +45,40 @@ class Target:
         sub = next((e for e in SUBGROUP_EXTENSIONS if e in exts), None)
         return cls(float_lanes=max(1, int(cl_device.native_vector_width_float)), gpu=device_type == "GPU",
                    subgroups=sub, images=bool(cl_device.image_support),
-                   max_group=max(1, min(int(cl_device.max_work_group_size), 1024)))
+                   max_group=max(1, min(int(cl_device.max_work_group_size), 1024)),
+                   units=max(0, int(cl_device.max_compute_units)))
+
+    def work_group(self, global_size: tuple[int, ...]) -> tuple[int, ...] | None:
+        """A CPU device's work-group for a kernel that names none: one group per compute unit where the grid is
+        small (at most ``SMALL_GRID`` work-items a unit, and no more than a work-group may take) and splits that
+        evenly, else None (the runtime's choice).
+        The Intel CPU runtime splits a small grid into many groups, each a task its threads take in turn: 100
+        launches of 256 trivial work-items behind a gate cost 2.0 us each so, 1.2 in two groups; whole plans on
+        the 2-core AMD EPYC, interleaved: MediaPipe's iris 1.06-1.07x faster, BlazeFace 1.07-1.09x, selfie
+        segmentation 1.06x, MobileNet v2 1.02-1.03x."""
+        if self.gpu or self.units < 2 or math.prod(global_size) > min(SMALL_GRID, self.max_group) * self.units:
+            return None
+        group, left = list(global_size), self.units
+        for p in _prime_factors(self.units):
+            d = next((d for d in range(len(group)) if group[d] % p == 0), None)
+            if d is None:
+                return None
+            group[d] //= p
+            left //= p
+        return tuple(group) if left == 1 else None
+
+
+SMALL_GRID = 1024  # work-items a compute unit (Target.work_group)
+
+
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
 
 
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")  # (in order of preference)

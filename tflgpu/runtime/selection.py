@@ -137,6 +137,9 @@ class Step:
     link: ConcatLink | SplitLink | ReshapeLink | None = None
 
 
+CPU_GROUPS = True  # a CPU device's small kernels that name no work-group get one per compute unit (Target.work_group)
+
+
 @dataclass(frozen=True)
 class KernelMaker:
     """Generates an op's kernels for one subgraph (with this plan's shapes), precision and constants.
@@ -192,7 +195,10 @@ class KernelMaker:
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
-        return shared_names([replace(s, fp16=half, half_outputs=half_outputs) for s in specs], ctx.name)
+        specs = [replace(s, fp16=half, half_outputs=half_outputs,
+                         local_size=s.local_size if s.local_size is not None or not CPU_GROUPS
+                         else self.target.work_group(tuple(s.global_size))) for s in specs]
+        return shared_names(specs, ctx.name)
 
 
 @dataclass
