@@ -641,6 +641,65 @@ def _select(g: _Graph, rng, x: T):
     return y
 
 
+def _block(g: _Graph, rng, x: T):
+    """A block of a real network around ``x``, whose ops read x twice: a residual ADD of a conv of x back onto x
+    (from a graph input too: one kernel then reads x as its input and as its fused ADD's operand); a skip branch
+    widened by a channel PAD, of x or of its 2x2 MAX_POOL, added to a conv of x (a BlazeBlock's; either branch
+    first in op order); or a squeeze-and-excitation gate (MEAN, two 1x1 convs, LOGISTIC, MUL onto x)."""
+    if len(x.shape) != 4:
+        return None
+    n, h, w, c = x.shape
+    kind = int(rng.integers(0, 3))
+
+    def conv(src: T, cout: int, k: int, stride: int, depthwise: bool = False, act: str = "NONE") -> T:
+        oh, ow = (src.shape[1] - k) // stride + 1, (src.shape[2] - k) // stride + 1
+        shape = (1, k, k, cout) if depthwise else (cout, k, k, src.shape[3])
+        w_ = g.weights(_he(rng, shape, k * k * (1 if depthwise else src.shape[3])), f"bw{len(g.ops)}")
+        bias = g.b.const(f"bb{len(g.ops)}", (rng.standard_normal(cout) * 0.1).astype(np.float32))
+        y = g.new((n, oh, ow, cout))
+        g.op("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", [src.index, w_, bias], [y], padding="VALID",
+             stride_w=stride, stride_h=stride, fused_activation_function=act,
+             **({"depth_multiplier": 1} if depthwise else {}))
+        return y
+
+    act = ACTIVATIONS[int(rng.integers(0, 4))]
+    if kind == 0:  # residual
+        y = conv(x, c, 1, 1, depthwise=rng.random() < 0.5, act=ACTIVATIONS[int(rng.integers(0, 4))])
+        other = x
+    elif kind == 1:  # widened skip branch
+        pool = rng.random() < 0.5 and h >= 2 and w >= 2
+        wide = c + int(rng.integers(1, 9))
+
+        def skip() -> T:
+            s = x
+            if pool:
+                s = g.new((n, h // 2, w // 2, c))
+                g.op("MAX_POOL_2D", [x.index], [s], padding="VALID", stride_w=2, stride_h=2, filter_width=2,
+                     filter_height=2)
+            out = g.new(s.shape[:3] + (wide,))
+            g.op("PAD", [s.index, g.b.const(f"bp{len(g.ops)}", np.int32([[0, 0], [0, 0], [0, 0], [0, wide - c]]))],
+                 [out])
+            return out
+
+        first = skip() if rng.random() < 0.5 else None
+        y = conv(x, wide, 2 if pool else 1, 2 if pool else 1)
+        other = first if first is not None else skip()
+    else:  # squeeze and excitation
+        m = g.new((n, 1, 1, c))
+        g.op("MEAN", [x.index, g.b.const(f"ba{len(g.ops)}", np.int32([1, 2]))], [m], keep_dims=True)
+        r = conv(m, max(1, c // 4), 1, 1, act="RELU")
+        e = conv(r, c, 1, 1)
+        gate = g.new(e.shape)
+        g.op("LOGISTIC", [e.index], [gate])
+        z = g.new(x.shape)
+        g.op("MUL", [x.index, gate.index], [z])
+        return z
+    z = g.new(y.shape)
+    g.op("ADD", [y.index, other.index] if rng.random() < 0.7 else [other.index, y.index], [z],
+         fused_activation_function=act)
+    return z
+
+
 MAKERS: list[tuple[Callable, float]] = [
     (_unary, 3), (_guarded, 1), (_binary, 3), (_conv, 3), (_transpose_conv, 0.7), (_pool, 1),
     (_fully_connected, 1), (_reduce, 0.7), (_softmax, 0.5), (_concat, 1), (_pad, 0.7), (_reshape, 0.7),
@@ -651,7 +710,7 @@ MAKERS: list[tuple[Callable, float]] = [
 WIDE_MAKERS = MAKERS + [
     (_prelu, 0.6), (_batch_matmul, 0.6), (_split_v, 0.4), (_expand_squeeze, 0.4), (_compare, 0.5), (_cumsum, 0.4),
     (_topk, 0.3), (_more_unary, 1.0), (_more_binary, 0.6), (_normalize, 0.4), (_extreme, 0.5), (_mirror, 0.4),
-    (_tile, 0.4), (_reverse, 0.3), (_pack, 0.4), (_select, 0.5),
+    (_tile, 0.4), (_reverse, 0.3), (_pack, 0.4), (_select, 0.5), (_block, 1.0),
 ]
 WIDE_SEEDS = (1, 8)  # seed % 10
 MAX_ELEMENTS = 1 << 16  # keeps every tensor small: a model runs in milliseconds
@@ -831,8 +890,9 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     those of seeds 1 and 8 mod 10 with the later makers too (WIDE_MAKERS: PRELU, BATCH_MATMUL, SPLIT_V,
     EXPAND_DIMS / SQUEEZE, comparisons and logic cast to float, CUMSUM, TOPK_V2, GELU and the step functions,
     POW / FLOOR_MOD / ATAN2, LOG_SOFTMAX / L2_NORMALIZATION, REDUCE_MAX / MIN / PROD, MIRROR_PAD, TILE /
-    BROADCAST_TO, REVERSE_V2, PACK / UNPACK, SELECT_V2); a seed names the same model it named before each of those
-    kinds existed."""
+    BROADCAST_TO, REVERSE_V2, PACK / UNPACK, SELECT_V2, real networks' blocks: residual ADDs, channel-PAD skip
+    branches, squeeze-and-excitation gates); any other seed names the same model it named before those kinds
+    existed (a wide seed's model changes as makers join WIDE_MAKERS)."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
     if seed % 10 == 4:
