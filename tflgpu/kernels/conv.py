@@ -1480,16 +1480,22 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
         flops=2 * n * ih * iw * cin * cout * kh * kw)]
 
 
+def _transpose_head(name: str, ep, x: str, y: str, width: int, rows: int, height: int, ts: int) -> list[str]:
+    """A transposed conv kernel's signature and first lines: work-item (``x``, Y) of a grid ``width`` x ``rows``
+    (batch x ``height``), ``b`` and row ``y`` from Y, its first output slice ``S`` (``ts`` a work-item)."""
+    extra = "".join(f"{p}, " for p in ep.params)
+    return [(f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
+             f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
+            f"  const int {x} = get_global_id(0); const int Y = get_global_id(1);",
+            f"  const int S = get_global_id(2) * {ts};",
+            f"  if ({x} >= {width} || Y >= {rows}) return;",
+            f"  const int b = Y / {height}; const int {y} = Y % {height};"]
+
+
 def _transpose_conv_source(name: str, ep, *, n, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, pt, pl, ts, act,
                            cout) -> str:
     """The gather form's direct kernel: a work-item per output pixel and ``ts`` output slices."""
-    extra = "".join(f"{p}, " for p in ep.params)
-    L = [(f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
-          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
-         "  const int ox = get_global_id(0); const int Y = get_global_id(1);",
-         f"  const int S = get_global_id(2) * {ts};",
-         f"  if (ox >= {ow} || Y >= {n * oh}) return;",
-         f"  const int b = Y / {oh}; const int oy = Y % {oh};"]
+    L = _transpose_head(name, ep, "ox", "oy", ow, n * oh, oh, ts)
     L += [f"  float4 acc{s} = (float4)(0.0f);" for s in range(ts)]
     L += [f"  for (int ky = 0; ky < {kh}; ++ky) {{",
           f"    const int ny = oy + {pt} - ky;",
@@ -1520,13 +1526,7 @@ def _scatter_source(name: str, ep, *, n, ih, iw, sin, sout, kh, kw, ts, act, cou
     input pixel (iy, ix)'s slices once and writes the kh x kw output pixels its taps make, ``ts`` slices each."""
     oh, ow = ih * kh, iw * kw
     taps = [(ky, kx) for ky in range(kh) for kx in range(kw)]
-    extra = "".join(f"{p}, " for p in ep.params)
-    L = [(f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
-          f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
-         "  const int ix = get_global_id(0); const int Y = get_global_id(1);",
-         f"  const int S = get_global_id(2) * {ts};",
-         f"  if (ix >= {iw} || Y >= {n * ih}) return;",
-         f"  const int b = Y / {ih}; const int iy = Y % {ih};"]
+    L = _transpose_head(name, ep, "ix", "iy", iw, n * ih, ih, ts)
     L += [f"  float4 acc{s}_{ky}_{kx} = (float4)(0.0f);" for s in range(ts) for ky, kx in taps]
     L += [f"  for (int i = 0; i < {sin}; ++i) {{",
           f"    const float4 x = LD4(src, ((b * {sin} + i) * {ih} + iy) * {iw} + ix);"]
