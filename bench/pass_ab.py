@@ -14,7 +14,7 @@ off at a time:
 - cpu-groups: a CPU device's small kernels that name no work-group get none (the runtime's choice) instead of one
   per compute unit (kernels.base.Target.work_group);
 - hoist: no step moves before a producer to make a fused op's operand in time (graph.passes.fuse_elementwise's
-  ``hoistable``: a BlazeBlock's MAX_POOL after its conv in op order); its ADD launches again;
+  ``_runs_earlier``: a BlazeBlock's MAX_POOL after its conv in op order); its ADD launches again;
 - input-prologue: no ``fuse_input_prologue`` (a quantized model's QUANTIZE of its float input launches again);
 - sim-clamp: a quantized model's float view leaves each op's fused activation on the op instead of moving it
   into the quantization simulator after it (graph.float_view.movable_clamp: two clamps per stored value).
@@ -41,6 +41,7 @@ import numpy as np
 def _rule_patches(name: str) -> list[tuple[object, str, object]]:
     """What turning the named rule off replaces: (owner, attribute, replacement) each; an owner may be a dict (a key)."""
     from tflgpu.graph import float_view, passes
+    from tflgpu.kernels.base import Target
     from tflgpu.ops import traits
     from tflgpu.runtime import selection
 
@@ -52,8 +53,8 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
         "tensordot": lambda: [(selection, "fold_tensordot", lambda steps, sg, consts: (steps, 0))],
         "channel-pad": lambda: [(passes, "_channel_pad_input", lambda step, sg, consts: None)],
         "pool-read": lambda: [(passes, "_pool_read", lambda step, sg: None)],
-        "hoist": lambda: [(passes, "HOIST", False)],
-        "cpu-groups": lambda: [(selection, "CPU_GROUPS", False)],
+        "hoist": lambda: [(passes, "_runs_earlier", lambda step, sg, made: False)],
+        "cpu-groups": lambda: [(Target, "work_group", lambda self, global_size: None)],
         "input-prologue": lambda: [(selection, "fuse_input_prologue", no_pass)],
         "sim-clamp": lambda: [(float_view, "movable_clamp", lambda op, params: None)],
     }

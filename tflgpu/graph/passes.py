@@ -65,6 +65,7 @@ Each pass is a pure function of (steps, subgraph) returning new steps and how ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -104,7 +105,6 @@ BETWEEN = "between"
 # (graph.passes.fuse_input_prologue): the values of the tensor its op reads are theirs
 PROLOGUE = "prologue"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
-HOIST = True  # fuse_elementwise may move a step before a producer to make a fused op's operand in time
 
 
 @dataclass
@@ -621,14 +621,9 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     producer = {t: i for i, s in enumerate(steps) for op, _ in s.members for t in op.outputs if t >= 0}
 
     def hoistable(m: int, t: int, reader: int, i: int) -> bool:
-        """Step ``m`` (making ``t``, which step ``reader`` alone reads) can run before step ``i`` instead: a device
-        step of its own, nothing fused after it, no side effects, every tensor it reads made before step ``i`` (and
-        none a variable, which a step between may assign)."""
-        made = steps[m]
-        reads = [u for op, _ in made.members for u in op.inputs if u >= 0]
-        return (HOIST and m not in absorbed and made.gpu and not made.epilogue and readers.get(t) == [reader]
-                and not any(traits(op.name).side_effects for op, _ in made.members)
-                and not any(producer.get(u, -1) >= i or sg.tensors[u].is_variable for u in reads))
+        """Step ``m`` (making ``t``, which step ``reader`` alone reads) can run before step ``i`` instead."""
+        return m not in absorbed and readers.get(t) == [reader] and \
+            _runs_earlier(steps[m], sg, lambda u: producer.get(u, -1) < i)
 
     def operand(f: Fused, i: int, j: int) -> tuple[Fused, list[int], int | None]:
         """``f`` (of step ``j``, joining step ``i``) as it reads its operand there, the steps it reads through
@@ -689,6 +684,15 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
     return out, fused
 
 
+def _runs_earlier(step: PassStep, sg, made: Callable[[int], bool]) -> bool:
+    """``step`` may move before where it is, to a place where ``made(t)`` says which tensors exist: a device step
+    of its own, nothing fused after it, no side effects, every tensor it reads made there (and none a variable,
+    which a step between may assign)."""
+    reads = [u for op, _ in step.members for u in op.inputs if u >= 0]
+    return (step.gpu and not step.epilogue and not any(traits(op.name).side_effects for op, _ in step.members)
+            and all(made(u) and not sg.tensors[u].is_variable for u in reads))
+
+
 def _channel_pad_input(step: PassStep, sg, consts: dict) -> int | None:
     """The input of a device PAD / PADV2 step adding only zero channels after the last, of a batch-1 float tensor
     (nothing fused after it), or None: a fused op may read that input where it reads the PAD's output, the new
@@ -708,14 +712,14 @@ def _channel_pad_input(step: PassStep, sg, consts: dict) -> int | None:
 
 
 def _pool_read(step: PassStep, sg) -> PoolRead | None:
-    """A device MAX_POOL_2D step of a batch-1 float tensor, VALID, with no activation and nothing fused after it, as
+    """A device MAX_POOL_2D step of a batch-1 float tensor, VALID (padding 1), with no activation and nothing fused after it, as
     a fused op may read it (``Fused.other_pool``), or None."""
     op = step.op
     if not (step.gpu and op.name == "MAX_POOL_2D" and len(step.members) == 1 and not step.epilogue):
         return None
     o = op.options
     x, y = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
-    if o.get("padding") not in (1, "VALID") or o.get("fused_activation_function", 0) or x.dtype != np.float32 \
+    if o.get("padding", 0) != 1 or o.get("fused_activation_function", 0) or x.dtype != np.float32 \
             or len(x.shape) != 4 or x.shape[0] != 1 or len(y.shape) != 4 or y.shape[3] != x.shape[3]:
         return None
     return PoolRead((o["filter_height"], o["filter_width"]), (o["stride_h"], o["stride_w"]), tuple(x.shape[1:3]),

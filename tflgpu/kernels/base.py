@@ -59,26 +59,13 @@ class Target:
         if self.gpu or self.units < 2 or math.prod(global_size) > min(SMALL_GRID, self.max_group) * self.units:
             return None
         group, left = list(global_size), self.units
-        for p in _prime_factors(self.units):
-            d = next((d for d in range(len(group)) if group[d] % p == 0), None)
-            if d is None:
-                return None
-            group[d] //= p
-            left //= p
+        for d, size in enumerate(group):  # (each dimension takes what it can of the split)
+            step = math.gcd(size, left)
+            group[d], left = size // step, left // step
         return tuple(group) if left == 1 else None
 
 
 SMALL_GRID = 1024  # work-items a compute unit (Target.work_group)
-
-
-def _prime_factors(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
 
 
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")  # (in order of preference)

@@ -1384,6 +1384,11 @@ class TransposeConvShape:
     # tap, a segmentation decoder's 2x2 / 2 upsampling): the taps a work-item per input pixel unrolls, else 0
     tiles: int = 0
 
+    @property
+    def scatter_ok(self) -> bool:
+        """The scatter form applies: the filter tiles the output in at most ``MAX_SCATTER_TAPS`` taps."""
+        return 0 < self.tiles <= MAX_SCATTER_TAPS
+
 
 MAX_SCATTER_TAPS = 16  # (accumulators of a scatter work-item: taps x tile_s float4s)
 
@@ -1406,7 +1411,7 @@ class TransposeConvKnobs(GroupTiled, Knobs):
         """Scatter where the filter tiles the output, on a CPU device: MediaPipe's selfie segmentation's last layer
         (128x128x16 -> 256x256x1, 2x2 / 2) on the Intel CPU device ran 357 us as a work-item per output pixel.
         A GPU starts from the gather form (its search tries the scatter)."""
-        scatter = 0 < shape.tiles <= MAX_SCATTER_TAPS and not shape.gpu
+        scatter = shape.scatter_ok and not shape.gpu
         ts = 4 if shape.sout >= 4 else 1
         if scatter:
             ts = max(t for t in (1, 2, 4) if t <= shape.sout and t * shape.tiles <= MAX_SCATTER_TAPS)
@@ -1415,7 +1420,7 @@ class TransposeConvKnobs(GroupTiled, Knobs):
     @classmethod
     def space(cls, shape: TransposeConvShape) -> dict[str, list]:
         space = {"tile_s": [1, 2, 4]}
-        if 0 < shape.tiles <= MAX_SCATTER_TAPS:
+        if shape.scatter_ok:
             space["scatter"] = [False, True]
         if shape.gpu:  # (the group tile: a GPU's variant, as a windowed CONV_2D's)
             space.update(group_tile=CONV_SPACE["group_tile"],
@@ -1429,7 +1434,7 @@ class TransposeConvKnobs(GroupTiled, Knobs):
             tile_bad = self.group_tile_problems()
             bad += [f"group_tile={self.group_tile!r} is not None or 2 positive ints"] if tile_bad is None else tile_bad
         if self.scatter is True:
-            if not 0 < shape.tiles <= MAX_SCATTER_TAPS:
+            if not shape.scatter_ok:
                 bad.append(f"scatter needs a filter tiling the output in at most {MAX_SCATTER_TAPS} taps")
             elif self.tile_s * shape.tiles > MAX_SCATTER_TAPS:
                 bad.append(f"scatter with tile_s={self.tile_s}: {self.tile_s * shape.tiles} accumulators, at most "

@@ -33,7 +33,7 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
             continue
         if f.other_tensor is not None:
             args.append(Arg("tensor", f.other_tensor))
-            other = f"LD4(ep{k}, {index})" if f.other_pool is None else _pool_read(f"ep{k}", index, f.other_pool)
+            other = f"LD4(ep{k}, {index})" if f.other_pool is None else _pooled_load(f"ep{k}", index, f.other_pool)
             if f.other_channels is not None:  # (a folded channel PAD: a batch-1 tensor of fewer slices, the rest 0)
                 other = f"(S_ep < {(f.other_channels + 3) // 4} ? {other} : (float4)(0.0f))"
         elif f.other_const.size == 1:
@@ -52,11 +52,12 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
     return Epilogue(" ".join(lines), params, args, [a.value for a in args if a.kind == "tensor"])
 
 
-def _pool_read(ptr: str, index: str, pool) -> str:
+def _pooled_load(ptr: str, index: str, pool) -> str:
     """The float4 a MAX_POOL (graph.passes.PoolRead) of the batch-1 tensor ``ptr`` would hold at slice-layout
     ``index`` of its output (slice ``S_ep``): the maximum of its window, every tap inside the input (VALID)."""
     (fh, fw), (sh, sw), (ih, iw), (oh, ow) = pool.filter, pool.stride, pool.size, pool.out
-    at = f"(S_ep * {ih * iw} + (({index}) - S_ep * {oh * ow}) / {ow} * {sh * iw} + (({index}) - S_ep * {oh * ow}) % {ow} * {sw})"
+    pixel = f"(({index}) - S_ep * {oh * ow})"  # (of the output's image)
+    at = f"(S_ep * {ih * iw} + {pixel} / {ow} * {sh * iw} + {pixel} % {ow} * {sw})"
     value = "(float4)(-INFINITY)"  # (as the MAX_POOL_2D kernel folds its window: kernels.pool.WINDOWS)
     for tap in (f"LD4({ptr}, {at} + {ky * iw + kx})" for ky in range(fh) for kx in range(fw)):
         value = f"fmax({value}, {tap})"

@@ -17,8 +17,8 @@ The graph transforms, in the one order they run:
    then reads only constants folds too (a converted Keras reshape's shape computed at run time).
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
-   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fold_tensordot``, ``fuse_elementwise``, ``fuse_input_prologue`` on a
-   GPU, ``fuse_regions``, ``fuse_pooled_dense`` on a GPU and, where the plan's config asks, ``fuse_expansions``,
+   fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fold_tensordot``, ``fuse_elementwise``,
+   ``fuse_input_prologue`` on a GPU, ``fuse_regions``, ``fuse_pooled_dense`` on a GPU and, where the plan's config asks, ``fuse_expansions``,
    then ``merge_sibling_convs`` on a GPU (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
@@ -30,8 +30,8 @@ The graph transforms, in the one order they run:
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
-``transform_graph`` runs 0-3c, ``fold_shapes`` 3d, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``, ``link_splits`` and
-``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
+``transform_graph`` runs 0-3c, ``fold_shapes`` 3d, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``,
+``link_splits`` and ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
 graph.
 """
 
@@ -137,9 +137,6 @@ class Step:
     link: ConcatLink | SplitLink | ReshapeLink | None = None
 
 
-CPU_GROUPS = True  # a CPU device's small kernels that name no work-group get one per compute unit (Target.work_group)
-
-
 @dataclass(frozen=True)
 class KernelMaker:
     """Generates an op's kernels for one subgraph (with this plan's shapes), precision and constants.
@@ -195,8 +192,9 @@ class KernelMaker:
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
+        # (a kernel naming no work-group: a CPU device's one per compute unit, Target.work_group)
         specs = [replace(s, fp16=half, half_outputs=half_outputs,
-                         local_size=s.local_size if s.local_size is not None or not CPU_GROUPS
+                         local_size=s.local_size if s.local_size is not None
                          else self.target.work_group(tuple(s.global_size))) for s in specs]
         return shared_names(specs, ctx.name)
 
@@ -417,8 +415,8 @@ DENSE_OUTPUT_DTYPES = (np.float32, np.int32, np.int64, np.bool_)
 
 def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, int]:
     """Merge the boundary layout conversion into the first and last kernels: a float graph input that one device
-    kernel reads, as one argument (nothing else reads it: not a fused op's operand, which reads the slice layout), and a graph output that one device step writes and nothing on the device or the
-    CPU reads, is read / written by that step's kernel as the dense NHWC float32 buffer the host copies
+    kernel reads, as one argument (nothing else reads it, nor a fused op's operand, which reads the slice layout),
+    and a graph output that one device step writes and nothing on the device or the CPU reads, is read / written by that step's kernel as the dense NHWC float32 buffer the host copies
     (``KernelSpec.dense``), where its generator has that form (the direct conv, RESIZE_BILINEAR): no conversion
     pass and no slice-layout copy of the tensor. Regenerates those steps; returns the maker to generate with from
     now on (its ``dense`` set: tuning's candidates keep the form) and how many tensors are read or written
