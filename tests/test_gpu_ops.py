@@ -911,6 +911,59 @@ def test_transpose_conv_scatter_variant(gpu, rng, shape, cout, k, tile_s, scatte
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+@pytest.mark.parametrize("shape,cout,k", [((1, 6, 5, 16), 1, 2), ((2, 3, 4, 7), 2, 2), ((1, 4, 3, 5), 3, 3),
+                                           ((1, 3, 3, 8), 1, 4)])
+@pytest.mark.parametrize("read_after", [False, True])
+def test_transpose_conv_narrow_scatter(gpu, rng, shape, cout, k, read_after):
+    """A transposed conv of fewer than 4 output channels whose fused ops are unary (a segmentation mask: a LOGISTIC
+    after it) sums its (tap, channel) values as the lanes of its accumulators (_narrow_scatter_source): LiteRT's
+    values, written as the graph output's dense buffer, or in the slice layout where a conv reads the output
+    after it (``read_after``), its lanes past the channels zero there."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    n, h, w, cin = shape
+    oh, ow = h * k, w * k
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    y, z = b.tensor("y", (n, oh, ow, cout)), b.tensor("z", (n, oh, ow, cout))
+    b.op("TRANSPOSE_CONV", [b.const("shape", np.array([n, oh, ow, cout], I32)), b.const("w", rand(rng, (cout, k, k, cin))),
+                            x, b.const("bias", rand(rng, (cout,)))], [y], padding="VALID", stride_w=k, stride_h=k,
+         version=3)
+    b.op("LOGISTIC", [y], [z])
+    if read_after:  # (a 1x1 conv reading the mask: 5 channels of it)
+        u = b.tensor("u", (n, oh, ow, 5))
+        b.op("CONV_2D", [z, b.const("w2", rand(rng, (5, 1, 1, cout))), b.const("b2", rand(rng, (5,)))], [u],
+             padding="VALID", stride_w=1, stride_h=1)
+        b.output(u)
+    else:
+        b.output(z)
+    model, feeds = b.build(), [rand(rng, shape)]
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: {"scatter": True}})
+    spec = plan.steps[0].specs[0]
+    assert spec.global_size == (w, n * h, 1) and plan.cpu_op_count == 0
+    assert "float4 acc0 = " in spec.source and "acc0_0_0" not in spec.source  # (the narrow form's accumulators)
+    assert spec.dense == (frozenset() if read_after else frozenset({it.model.main.outputs[0]}))
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+def test_narrow_scatter_weights_order_the_values_tap_major():
+    from tflgpu.kernels.conv import narrow_scatter_bias, narrow_scatter_weights
+
+    w = np.arange(2 * 2 * 2 * 5, dtype=np.float32).reshape(2, 2, 2, 5) + 1  # [O=2, 2, 2, I=5]
+    packed = narrow_scatter_weights(w).reshape(8, 2, 4)  # [2 slices x 4 channels][2 accumulators][4 lanes]
+    for c in range(5):
+        for f in range(8):
+            tap, o = divmod(f, 2)
+            assert packed[c, f // 4, f % 4] == w[o, tap // 2, tap % 2, c]
+    assert not packed[5:].any()
+    assert narrow_scatter_bias(np.array([3.0, 4.0]), 3).tolist() == [3, 4, 3, 4, 3, 4, 0, 0]
+
+
 def test_transpose_conv_scatter_is_a_cpu_devices_default_where_the_filter_tiles():
     from tflgpu.kernels.conv import TransposeConvKnobs, TransposeConvShape
 

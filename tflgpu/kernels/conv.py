@@ -1383,6 +1383,9 @@ class TransposeConvShape:
     # the filter tiles the output (filter = stride, no padding, output = input x stride: each output pixel takes one
     # tap, a segmentation decoder's 2x2 / 2 upsampling): the taps a work-item per input pixel unrolls, else 0
     tiles: int = 0
+    # the output is written as the graph output's dense NHWC float32 boundary buffer (KernelSpec.dense): the direct
+    # kernels (gather and scatter) do, not the group tile
+    dense: bool = False
 
     @property
     def scatter_ok(self) -> bool:
@@ -1441,6 +1444,8 @@ class TransposeConvKnobs(GroupTiled, Knobs):
                            f"{MAX_SCATTER_TAPS}")
             if self.group_tile is not None:
                 bad.append("scatter is the direct kernel's: not with a group tile")
+        if shape.dense and self.group_tile is not None:
+            bad.append("a transposed conv writing a dense boundary buffer runs a direct kernel: no group tile")
         return bad
 
 
@@ -1458,14 +1463,24 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     _, pl = conv_padding(ow, kw, sw, 1, pad)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     tiles = kh * kw if (kh, kw) == (sh, sw) and pt == pl == 0 and (oh, ow) == (ih * sh, iw * sw) else 0
-    shape = TransposeConvShape(sout, sin * kh * kw, ctx.target.gpu, tiles)
+    dense = ctx.final_output in ctx.dense
+    shape = TransposeConvShape(sout, sin * kh * kw, ctx.target.gpu, tiles, dense)
     knobs = TransposeConvKnobs.resolve(shape, ctx.params)
     ts = knobs.tile_s
     bias = _bias_const(ctx, bias_idx, cout)
     ep = ctx.epilogue_code(cout)
+    dense_out = [ctx.final_output] if dense else []
+    if knobs.scatter and narrow_scatter(cout, ep):
+        src = _narrow_scatter_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, kh=kh, kw=kw, act=act, cout=cout,
+                                     dense=dense)
+        return [KernelSpec(ctx.name, src, (iw, n * ih, 1), None, [
+            Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", narrow_scatter_weights(w)),
+            Arg("const", narrow_scatter_bias(bias, kh * kw)), Arg("tensor", ctx.final_output)],
+            [ctx.op.inputs[x_idx]], [ctx.final_output], knobs.params(), space=TransposeConvKnobs.space(shape),
+            flops=2 * n * ih * iw * cin * cout * kh * kw, dense=frozenset(dense_out))]
     if knobs.scatter:
         src = _scatter_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, sout=sout, kh=kh, kw=kw, ts=ts, act=act,
-                              cout=cout)
+                              cout=cout, dense=dense)
         gsize, local, padded = (iw, n * ih, (sout + ts - 1) // ts), None, ts
     elif knobs.group_tile is not None:
         lx, ls = knobs.group_tile
@@ -1476,21 +1491,33 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
         gsize, local, padded = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=1, ts=ts)
     else:
         src = _transpose_conv_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw,
-                                     sh=sh, sw=sw, pt=pt, pl=pl, ts=ts, act=act, cout=cout)
+                                     sh=sh, sw=sw, pt=pt, pl=pl, ts=ts, act=act, cout=cout, dense=dense)
         gsize, local, padded = (ow, n * oh, (sout + ts - 1) // ts), None, ts
     return [KernelSpec(ctx.name, src, gsize, local, [
         Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, padded)),
         Arg("const", vec_slices(bias, cout, padded)), *ep.args, Arg("tensor", ctx.final_output)],
         [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output], knobs.params(), space=TransposeConvKnobs.space(shape),
-        flops=2 * n * ih * iw * cin * cout * kh * kw)]
+        flops=2 * n * ih * iw * cin * cout * kh * kw, dense=frozenset(dense_out))]
 
 
-def _transpose_head(name: str, ep, x: str, y: str, width: int, rows: int, height: int, ts: int) -> list[str]:
+def _stored(index: str, slice_expr: str, ep, cout: int, dense_at: str | None) -> str:
+    """A transposed conv's store of ``v``, output slice ``slice_expr``: at slice-layout ``index`` (the fused ops'
+    operands read there too), or, where ``dense_at`` (the output pixel's first channel in the dense NHWC float
+    ``dst``), into the dense buffer."""
+    if dense_at is None:
+        return _store(index, slice_expr, ep.code, pad_lanes_mask(cout, slice_expr, "v"))
+    return _store(index, slice_expr, ep.code, "", dense_store4("dst", dense_at, cout, slice_expr, "v"))
+
+
+def _transpose_head(name: str, ep, x: str, y: str, width: int, rows: int, height: int, ts: int,
+                    dense: bool = False) -> list[str]:
     """A transposed conv kernel's signature and first lines: work-item (``x``, Y) of a grid ``width`` x ``rows``
-    (batch x ``height``), ``b`` and row ``y`` from Y, its first output slice ``S`` (``ts`` a work-item)."""
+    (batch x ``height``), ``b`` and row ``y`` from Y, its first output slice ``S`` (``ts`` a work-item); ``dense``:
+    ``dst`` is the dense NHWC float32 boundary buffer."""
     extra = "".join(f"{p}, " for p in ep.params)
     return [(f"__attribute__((vec_type_hint(float4))) __kernel void {name}(__global const STORE_T* src, "
-             f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}__global STORE_T* dst) {{"),
+             f"__global const STORE_T* wts, __global const STORE_T* bias, {extra}"
+             f"__global {'float' if dense else 'STORE_T'}* dst) {{"),
             f"  const int {x} = get_global_id(0); const int Y = get_global_id(1);",
             f"  const int S = get_global_id(2) * {ts};",
             f"  if ({x} >= {width} || Y >= {rows}) return;",
@@ -1498,9 +1525,9 @@ def _transpose_head(name: str, ep, x: str, y: str, width: int, rows: int, height
 
 
 def _transpose_conv_source(name: str, ep, *, n, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, pt, pl, ts, act,
-                           cout) -> str:
+                           cout, dense=False) -> str:
     """The gather form's direct kernel: a work-item per output pixel and ``ts`` output slices."""
-    L = _transpose_head(name, ep, "ox", "oy", ow, n * oh, oh, ts)
+    L = _transpose_head(name, ep, "ox", "oy", ow, n * oh, oh, ts, dense)
     L += [f"  float4 acc{s} = (float4)(0.0f);" for s in range(ts)]
     L += [f"  for (int ky = 0; ky < {kh}; ++ky) {{",
           f"    const int ny = oy + {pt} - ky;",
@@ -1518,20 +1545,20 @@ def _transpose_conv_source(name: str, ep, *, n, ih, iw, sin, oh, ow, sout, kh, k
                  f"mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc{s})))); }}")
     L += ["      }", "    }", "  }"]
     for s in range(ts):
-        store = _store(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox", f"(S + {s})", ep.code,
-                       pad_lanes_mask(cout, f"(S + {s})", "v"))
+        store = _stored(f"((b * {sout} + S + {s}) * {oh} + oy) * {ow} + ox", f"(S + {s})", ep, cout,
+                        f"((b * {oh} + oy) * {ow} + ox) * {cout}" if dense else None)
         L.append(f"  if (S + {s} < {sout}) {{ float4 v = acc{s} + LD4(bias, S + {s}); {activation(act, 'v')} "
                  f"{store} }}")
     L.append("}")
     return "\n".join(L)
 
 
-def _scatter_source(name: str, ep, *, n, ih, iw, sin, sout, kh, kw, ts, act, cout) -> str:
+def _scatter_source(name: str, ep, *, n, ih, iw, sin, sout, kh, kw, ts, act, cout, dense=False) -> str:
     """The scatter form, where the filter tiles the output (``TransposeConvShape.tiles``): work-item (ix, Y) reads
     input pixel (iy, ix)'s slices once and writes the kh x kw output pixels its taps make, ``ts`` slices each."""
     oh, ow = ih * kh, iw * kw
     taps = [(ky, kx) for ky in range(kh) for kx in range(kw)]
-    L = _transpose_head(name, ep, "ix", "iy", iw, n * ih, ih, ts)
+    L = _transpose_head(name, ep, "ix", "iy", iw, n * ih, ih, ts, dense)
     L += [f"  float4 acc{s}_{ky}_{kx} = (float4)(0.0f);" for s in range(ts) for ky, kx in taps]
     L += [f"  for (int i = 0; i < {sin}; ++i) {{",
           f"    const float4 x = LD4(src, ((b * {sin} + i) * {ih} + iy) * {iw} + ix);"]
@@ -1547,12 +1574,73 @@ def _scatter_source(name: str, ep, *, n, ih, iw, sin, sout, kh, kw, ts, act, cou
     for s in range(ts):
         L.append(f"  if (S + {s} < {sout}) {{ const float4 bw = LD4(bias, S + {s});")
         for ky, kx in taps:
-            store = _store(f"((b * {sout} + S + {s}) * {oh} + iy * {kh} + {ky}) * {ow} + ix * {kw} + {kx}",
-                           f"(S + {s})", ep.code, pad_lanes_mask(cout, f"(S + {s})", "v"))
+            at = f"((b * {oh} + iy * {kh} + {ky}) * {ow} + ix * {kw} + {kx}) * {cout}" if dense else None
+            store = _stored(f"((b * {sout} + S + {s}) * {oh} + iy * {kh} + {ky}) * {ow} + ix * {kw} + {kx}",
+                            f"(S + {s})", ep, cout, at)
             L.append(f"    {{ float4 v = acc{s}_{ky}_{kx} + bw; {activation(act, 'v')} {store} }}")
         L.append("  }")
     L.append("}")
     return "\n".join(L)
+
+
+def narrow_scatter(cout: int, ep) -> bool:
+    """Whether a scatter form takes its narrow kernel (_narrow_scatter_source): fewer than 4 output channels, and
+    fused ops that read no operand (lane-wise, whatever a lane holds)."""
+    return cout < 4 and not ep.args
+
+
+def _narrow_scatter_source(name: str, ep, *, n, ih, iw, sin, kh, kw, act, cout, dense) -> str:
+    """The scatter form of a transposed conv of fewer than 4 output channels (a segmentation decoder's last layer:
+    MediaPipe's selfie segmentation's 128x128x16 -> 256x256x1, 2x2 / 2): the lanes of its float4 accumulators are
+    the (tap, channel) values its input pixel makes, ``narrow_scatter_weights``' order, not the channels of one
+    output pixel, whose lanes past ``cout`` would be summed and activated for nothing (a sigmoid 4 times over).
+    Its fused ops are unary (``ep`` reads no operand), applied to whole accumulators; each value is then stored
+    as its own element: into the dense NHWC float ``dst`` where ``dense``, else a pixel's slice at a time (the
+    lanes past ``cout`` zero)."""
+    oh, ow, values = ih * kh, iw * kw, kh * kw * cout
+    nacc = -(-values // 4)
+    L = _transpose_head(name, ep, "ix", "iy", iw, n * ih, ih, 1, dense)
+    L += [f"  float4 acc{j} = (float4)(0.0f);" for j in range(nacc)]
+    L += [f"  for (int i = 0; i < {sin}; ++i) {{",
+          f"    const float4 x = LD4(src, ((b * {sin} + i) * {ih} + iy) * {iw} + ix);",
+          f"    const int wb = i * {4 * nacc};"]
+    for j in range(nacc):
+        L.append(f"    acc{j} = mad((float4)(x.x), LD4(wts, wb + {j}), mad((float4)(x.y), LD4(wts, wb + {nacc + j}), "
+                 f"mad((float4)(x.z), LD4(wts, wb + {2 * nacc + j}), mad((float4)(x.w), LD4(wts, wb + {3 * nacc + j}), "
+                 f"acc{j}))));")
+    L.append("  }")
+    for j in range(nacc):
+        L.append(f"  {{ float4 v = acc{j} + LD4(bias, {j}); {activation(act, 'v')} {ep.code} acc{j} = RND4(v); }}")
+    lane = lambda f: f"acc{f // 4}.s{f % 4}"  # (the value of flat (tap, channel) index f)
+    for tap in range(kh * kw):
+        ky, kx = divmod(tap, kw)
+        pixel = f"(b * {oh} + iy * {kh} + {ky}) * {ow} + ix * {kw} + {kx}"
+        if dense:
+            L += [f"  dst[({pixel}) * {cout} + {c}] = {lane(tap * cout + c)};" for c in range(cout)]
+        else:
+            lanes = ", ".join([lane(tap * cout + c) for c in range(cout)] + ["0.0f"] * (4 - cout))
+            L.append(f"  ST4(dst, {pixel}, (float4)({lanes}));")
+    L.append("}")
+    return "\n".join(L)
+
+
+def narrow_scatter_weights(w: np.ndarray) -> np.ndarray:
+    """[O, KH, KW, I] (O < 4) -> [Si][k=0..3][A][4]: for input channel 4si+k, accumulator a's 4 lanes hold the
+    filter values of flat (tap, channel) indices 4a..4a+3 (tap-major, zero past the last) (_narrow_scatter_source)."""
+    o, kh, kw, i = w.shape
+    values = kh * kw * o
+    si, nacc = (i + 3) // 4, -(-values // 4)
+    flat = np.zeros((si * 4, nacc * 4), np.float32)
+    flat[:i, :values] = np.transpose(w, (3, 1, 2, 0)).reshape(i, values)
+    return flat.reshape(-1)
+
+
+def narrow_scatter_bias(bias: np.ndarray, taps: int) -> np.ndarray:
+    """The bias of each flat (tap, channel) value of ``narrow_scatter_weights``, zero past the last."""
+    values = np.tile(np.asarray(bias, np.float32).reshape(-1), taps)
+    out = np.zeros(-(-values.size // 4) * 4, np.float32)
+    out[:values.size] = values
+    return out
 
 
 @generator("TRANSPOSE_CONV")
