@@ -15,13 +15,16 @@ off at a time:
   per compute unit (kernels.base.Target.work_group);
 - hoist: no step moves before a producer to make a fused op's operand in time (graph.passes.fuse_elementwise's
   ``_runs_earlier``: a BlazeBlock's MAX_POOL after its conv in op order); its ADD launches again;
+- gates: no ``fuse_gates`` (a squeeze-and-excitation gate's mean and two dense ops launch three kernels again);
+- narrow-scatter: a transposed conv of fewer than 4 channels takes the scatter form's slice-wide kernel instead of
+  its narrow one (kernels.conv.narrow_scatter: a segmentation mask's last layer);
 - input-prologue: no ``fuse_input_prologue`` (a quantized model's QUANTIZE of its float input launches again);
 - sim-clamp: a quantized model's float view leaves each op's fused activation on the op instead of moving it
   into the quantization simulator after it (graph.float_view.movable_clamp: two clamps per stored value).
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,channel-pad,pool-read,hoist,cpu-groups,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,channel-pad,pool-read,hoist,cpu-groups,gates,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -41,6 +44,7 @@ import numpy as np
 def _rule_patches(name: str) -> list[tuple[object, str, object]]:
     """What turning the named rule off replaces: (owner, attribute, replacement) each; an owner may be a dict (a key)."""
     from tflgpu.graph import float_view, passes
+    from tflgpu.kernels import conv
     from tflgpu.kernels.base import Target
     from tflgpu.ops import traits
     from tflgpu.runtime import selection
@@ -55,6 +59,8 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
         "pool-read": lambda: [(passes, "_pool_read", lambda step, sg: None)],
         "hoist": lambda: [(passes, "_runs_earlier", lambda step, sg, made: False)],
         "cpu-groups": lambda: [(Target, "work_group", lambda self, global_size: None)],
+        "gates": lambda: [(selection, "fuse_gates", no_pass)],
+        "narrow-scatter": lambda: [(conv, "narrow_scatter", lambda cout, ep: False)],
         "input-prologue": lambda: [(selection, "fuse_input_prologue", no_pass)],
         "sim-clamp": lambda: [(float_view, "movable_clamp", lambda op, params: None)],
     }

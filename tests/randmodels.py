@@ -645,7 +645,8 @@ def _block(g: _Graph, rng, x: T):
     """A block of a real network around ``x``, whose ops read x twice: a residual ADD of a conv of x back onto x
     (from a graph input too: one kernel then reads x as its input and as its fused ADD's operand); a skip branch
     widened by a channel PAD, of x or of its 2x2 MAX_POOL, added to a conv of x (a BlazeBlock's; either branch
-    first in op order); or a squeeze-and-excitation gate (MEAN, two 1x1 convs, LOGISTIC, MUL onto x)."""
+    first in op order); or a squeeze-and-excitation gate (a MEAN or a whole-image AVERAGE_POOL_2D, two 1x1 convs,
+    LOGISTIC, MUL onto x)."""
     if len(x.shape) != 4:
         return None
     n, h, w, c = x.shape
@@ -686,7 +687,11 @@ def _block(g: _Graph, rng, x: T):
         other = first if first is not None else skip()
     else:  # squeeze and excitation
         m = g.new((n, 1, 1, c))
-        g.op("MEAN", [x.index, g.b.const(f"ba{len(g.ops)}", np.int32([1, 2]))], [m], keep_dims=True)
+        if len(g.ops) % 2:  # (the whole image's AVERAGE_POOL_2D, as MediaPipe's: no draw, so each seed's model stays)
+            g.op("AVERAGE_POOL_2D", [x.index], [m], padding="VALID", stride_w=1, stride_h=1, filter_width=w,
+                 filter_height=h)
+        else:
+            g.op("MEAN", [x.index, g.b.const(f"ba{len(g.ops)}", np.int32([1, 2]))], [m], keep_dims=True)
         r = conv(m, max(1, c // 4), 1, 1, act="RELU")
         e = conv(r, c, 1, 1)
         gate = g.new(e.shape)

@@ -76,6 +76,32 @@ def test_pass_merges_a_head(rng, dense):
     assert s.op.index == steps[1].op.index
 
 
+def test_pass_takes_a_whole_image_average_pool(rng, monkeypatch):
+    """An AVERAGE_POOL_2D whose window is the whole image (TF-Slim's MobileNet v1 head: 7x7 VALID) is a mean: the
+    head merges, and its kernel (under a GPU's target) computes LiteRT's values."""
+    from tflgpu.runtime.config import PlanConfig
+    from tflgpu.runtime.device import choose_device
+    from tflgpu.runtime.executor import GpuPlan
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 7, 7, 36))
+    m, y = b.tensor("pool", (1, 1, 1, 36)), b.tensor("logits", (1, 1, 1, 11))
+    b.op("AVERAGE_POOL_2D", [x], [m], padding="VALID", stride_w=2, stride_h=2, filter_width=7, filter_height=7)
+    b.op("CONV_2D", [m, b.const("w", rng.standard_normal((11, 1, 1, 36)).astype(np.float32)),
+                     b.const("b", rng.standard_normal(11).astype(np.float32))], [y], padding="SAME", stride_w=1,
+         stride_h=1)
+    b.output(y)
+    model, feeds = b.build(), [rng.uniform(-1, 1, (1, 7, 7, 36)).astype(np.float32)]
+    runner, steps = _passes(model)
+    merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts)
+    assert n == 1 and [op.name for op, _ in merged[0].members] == ["AVERAGE_POOL_2D", "CONV_2D"]
+    _gpu_target(monkeypatch)
+    it = Interpreter(model_content=model)
+    plan = GpuPlan(it.cpu_runner(), choose_device(), PlanConfig(), params={1: {"fused": True, "group": (4, 64)}})
+    assert [s.op.name for s in plan.steps] == [POOLED_DENSE] and len(plan.steps[0].specs) == 1
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+
+
 def test_pass_takes_the_unary_ops_after_the_mean(rng):
     """Unary elementwise steps between the MEAN and the dense op (a quantized model's QUANT_SIM; here a TANH and
     a HARD_SWISH, one step after fuse_elementwise) join the head: run in order by the CPU, under BETWEEN for its

@@ -46,9 +46,13 @@
    registers (rounded as its storage would round it, so values match the unfused steps'), and stores only what
    a step outside the region or the caller reads (a branchy activation block: one launch instead of one each).
 
-9. ``fuse_pooled_dense`` (on a GPU) — a spatial MEAN read only by a FULLY_CONNECTED or pointwise CONV_2D (a
-   classifier's head) becomes one ``POOLED_DENSE`` step at the dense op's place (kernels.pooled_dense); its
-   generator's ``fused`` knob falls back to the two ops' own kernels.
+8b. ``fuse_gates`` — a squeeze-and-excitation gate: a spatial mean (a MEAN, or an AVERAGE_POOL_2D whose window is
+   the whole image) read only by a FULLY_CONNECTED or pointwise CONV_2D with unary fused ops (its RELU), read only
+   by a second one (its sigmoid fused) becomes one ``GATE`` step at the second's place (kernels.pooled_dense.gate):
+   two launches of the three go. Its generator's ``fused`` knob falls back to the three ops' own kernels.
+9. ``fuse_pooled_dense`` (on a GPU) — a spatial mean (as ``fuse_gates``') read only by a FULLY_CONNECTED or
+   pointwise CONV_2D (a classifier's head) becomes one ``POOLED_DENSE`` step at the dense op's place
+   (kernels.pooled_dense); its generator's ``fused`` knob falls back to the two ops' own kernels.
 10. ``fuse_expansions`` (where the plan's config asks: ``GpuDelegate(fuse_expansions=True)``) — a
    ``SEPARABLE_CONV`` step and a pointwise CONV_2D expanding its output (the next MobileNet v2 block's first conv)
    become one ``SEPARABLE_EXPAND`` step at the separable conv's place: one kernel, its output stored only where
@@ -90,6 +94,11 @@ SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 # graph.passes.fuse_pooled_dense's op: inputs (the mean's input, the dense op's weights and bias), the dense op's
 # outputs, index and options, and under "mean" and "dense" the two merged ops
 POOLED_DENSE = "TFLGPU_POOLED_DENSE"
+# graph.passes.fuse_gates' op: inputs (the pool's input, the hidden dense op's weights and bias, the gate's weights
+# and bias), the gate's outputs, index and options, and under "mean", "hidden" and "dense" the three merged ops,
+# under HIDDEN_FUSED the unary ops fused after the hidden one (as Fused)
+GATE = "TFLGPU_GATE"
+HIDDEN_FUSED = "hidden_fused"
 # graph.passes.fold_reshapes' op: a CONCATENATION reading the inputs of the reshapes whose outputs it concatenated
 # (their shapes under "views", one per input: the reshape's output shape, or None where the input is read as is); the
 # concatenation's outputs, index and other options
@@ -401,16 +410,15 @@ def fuse_expansions(steps: list[PassStep], sg, consts: dict, allowed=lambda sep,
 
 def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda mean, dense: True,
                       ) -> tuple[list[PassStep], int]:
-    """Merge each device MEAN over the spatial axes of a 4-D float tensor (no fused ops after it) whose only reader
+    """Merge each device spatial mean of a 4-D float tensor (``_global_mean``; no fused ops after it) whose only reader
     is a device FULLY_CONNECTED or pointwise CONV_2D of it, directly or through unary elementwise steps
     (``_unary_chain``: a quantized model's QUANT_SIM, kept under ``BETWEEN``), into one ``POOLED_DENSE`` step at the
     dense op's place (it keeps the dense op's fused ops); ``allowed(mean_op, dense_op)``: the caller's veto."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
-        if not (s.gpu and len(s.members) == 1 and not s.epilogue and op.name == "MEAN" and len(op.inputs) == 2
-                and len(op.outputs) == 1 and op.outputs[0] not in view.graph_out and _float4d(sg, op.inputs[0])
-                and _spatial_axes(consts.get(op.inputs[1]))):
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and len(op.outputs) == 1
+                and op.outputs[0] not in view.graph_out and _global_mean(op, sg, consts)):
             return None
         between = _unary_chain(view, op.outputs[0], sg, consts)
         t = between.out
@@ -430,6 +438,58 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
         return j, [i, *between.gone], PassStep(merged, s.members + between.members + nxt.members, nxt.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
+
+
+def fuse_gates(steps: list[PassStep], sg, consts: dict, allowed=lambda first, second: True,
+               ) -> tuple[list[PassStep], int]:
+    """Merge each squeeze-and-excitation gate into one ``GATE`` step at its last op's place: a device spatial mean
+    (``_global_mean``: a MEAN, or an AVERAGE_POOL_2D whose window is the whole image; no fused ops after it) read
+    only by a device dense op (``_dense_of``) whose fused ops are unary (its activation, a RELU), whose output is
+    read only by a second device dense op (any fused ops: a LOGISTIC, a hard sigmoid's chain). The MUL applying the
+    gate stays its own step. ``allowed(first_op, second_op)``: the caller's veto, asked of each pair in turn."""
+
+    def lone(t: int, view: _Pairing) -> tuple[int, PassStep] | None:
+        rs = list(dict.fromkeys(view.readers.get(t, [])))
+        if len(rs) != 1 or rs[0] in view.drop or t in view.graph_out or sg.tensors[t].dtype != np.float32:
+            return None
+        s = view.steps[rs[0]]
+        ok = (s.gpu and len(s.members) == 1 + len(s.epilogue) and s.op.inputs[:1] == (t,) and t not in s.op.inputs[1:]
+              and len(s.op.outputs) == 1 and _dense_of(s.op, sg, consts))
+        return (rs[0], s) if ok else None
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        op = s.op
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and len(op.outputs) == 1
+                and _global_mean(op, sg, consts)):
+            return None
+        first = lone(op.outputs[0], view)
+        if first is None or not all(_unary(f) for f in first[1].epilogue) or not allowed(op, first[1].op):
+            return None
+        second = lone(first[1].outputs[0], view)
+        if second is None or not allowed(first[1].op, second[1].op):
+            return None
+        (k, hidden), (j, gate) = first, second
+        merged = replace(gate.op, name=GATE, builtin_code=-1,
+                         inputs=(op.inputs[0], hidden.op.inputs[1], _bias(hidden.op), gate.op.inputs[1],
+                                 _bias(gate.op)),
+                         options={**gate.op.options, "mean": op, "hidden": hidden.op, "dense": gate.op,
+                                  HIDDEN_FUSED: tuple(hidden.epilogue)})
+        return j, [i, k], PassStep(merged, s.members + hidden.members + gate.members, gate.epilogue, True)
+
+    return _merge_pairs(steps, sg, pair)
+
+
+def _global_mean(op, sg, consts: dict) -> bool:
+    """A mean of each channel over a 4-D float tensor's whole image: a MEAN over the spatial axes, or an
+    AVERAGE_POOL_2D with no fused activation whose window is the image (one output pixel: no padding counts)."""
+    if op.name == "MEAN":
+        return len(op.inputs) == 2 and _float4d(sg, op.inputs[0]) and _spatial_axes(consts.get(op.inputs[1]))
+    if op.name != "AVERAGE_POOL_2D" or not _float4d(sg, op.inputs[0], op.outputs[0]):
+        return False
+    _, h, w, _ = sg.tensors[op.inputs[0]].shape
+    o = op.options
+    return (sg.tensors[op.outputs[0]].shape[1:3] == (1, 1) and (o.get("filter_height"), o.get("filter_width")) == (h, w)
+            and o.get("fused_activation_function", 0) == 0)
 
 
 def fuse_input_prologue(steps: list[PassStep], sg, consts: dict, allowed=lambda first, conv: True,

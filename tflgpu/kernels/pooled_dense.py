@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..graph.passes import BETWEEN, POOLED_DENSE
+import numpy as np
+
+from ..graph.passes import BETWEEN, GATE, HIDDEN_FUSED, POOLED_DENSE
 from .base import GenContext, Part, Target, Unsupported, composite, generator, require_float, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
 from .conv import _bias_const, _float_const, _store
@@ -42,6 +44,7 @@ class PooledShape:
     sout: int  # output slices
     gpu: bool = Target.gpu
     max_group: int = Target.max_group  # the work-items the device's work-groups take
+    hidden: int = 0  # a gate's hidden slices (GATE: held in local memory beside the means)
 
     @property
     def most_items(self) -> int:
@@ -87,8 +90,9 @@ class PooledKnobs(Knobs):
         if rest or per & (per - 1) or g[1] > shape.most_items:
             bad.append(f"group={g!r}: the work-items ({g[1]}, at most {shape.most_items}) must be a power-of-two "
                        f"multiple of the output slices ({g[0]})")
-        if 16 * (shape.sin + g[1]) > POOLED_LOCAL_BYTES:
-            bad.append(f"the means of {shape.sin} input slices do not fit {POOLED_LOCAL_BYTES} bytes of local memory")
+        if 16 * (shape.sin + shape.hidden + g[1]) > POOLED_LOCAL_BYTES:
+            bad.append(f"the means of {shape.sin} input slices and {shape.hidden} hidden ones do not fit "
+                       f"{POOLED_LOCAL_BYTES} bytes of local memory")
         return bad
 
 
@@ -97,14 +101,7 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
     """The fused kernel (see the module's docstring); ``between``: the unary ops applied to the means
     (graph.passes.BETWEEN: a quantized model's QUANT_SIM after its MEAN)."""
     per = items // g
-    lanes = min(MEAN_LANES, 1 << (n_pixels.bit_length() - 1))  # (a power of two: it divides the group's items)
-    rows = items // lanes
-    ep_code, ep_params = epilogue.code, epilogue.params
-    extra = "".join(f"{p}, " for p in ep_params)
-    red = [f"  for (int h = {per // 2}; h > 0; h >>= 1) {{",
-           "    if (r < h) red[lid] += red[lid + h];",
-           "    barrier(CLK_LOCAL_MEM_FENCE);",
-           "  }"] if per > 1 else []
+    extra = "".join(f"{p}, " for p in epilogue.params)
     return "\n".join([
         f"__attribute__((reqd_work_group_size({items}, 1, 1)))",
         (f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts, "
@@ -112,6 +109,83 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         f"  __local float4 xm[{sin}];",
         f"  __local float4 red[{items}];",
         "  const int lid = get_local_id(0); const int b = get_global_id(1);",
+        *_mean_lines(n_pixels, sin, items, between),
+        f"  const int o = get_group_id(0) * {g} + lid / {per}; const int r = lid % {per};",
+        *_dense_lines("xm", "wts", sin, sout, per),
+        f"  if (r == 0 && o < {sout}) {{",
+        "    float4 v = red[lid] + LD4(bias, o);",
+        "    " + activation(act, "v"),
+        "    " + _store(f"b * {sout} + o", "o", epilogue.code, pad_lanes_mask(cout, "o", "v")),
+        "  }",
+        "}"])
+
+
+def _gate_source(name: str, *, n_pixels: int, sin: int, hidden: int, sout: int, c_hidden: int, cout: int, g: int,
+                 items: int, act_hidden: int, hidden_fused, act: int, epilogue) -> str:
+    """A squeeze-and-excitation gate (GATE) in one kernel: the means (``xm``), then every hidden slice (``hm``, the
+    hidden dense op's activation and fused ops applied, the lanes past ``c_hidden`` zeroed) ``g`` slices a step,
+    then the group's ``g`` gate slices from them, as POOLED_DENSE's dense op."""
+    per = items // g
+    extra = "".join(f"{p}, " for p in epilogue.params)
+    return "\n".join([
+        f"__attribute__((reqd_work_group_size({items}, 1, 1)))",
+        (f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* w1, "
+         f"__global const STORE_T* b1, __global const STORE_T* wts, __global const STORE_T* bias, {extra}"
+         f"__global STORE_T* dst) {{"),
+        f"  __local float4 xm[{sin}];",
+        f"  __local float4 hm[{hidden}];",
+        f"  __local float4 red[{items}];",
+        "  const int lid = get_local_id(0); const int b = get_global_id(1);",
+        *_mean_lines(n_pixels, sin, items, ()),
+        f"  const int r = lid % {per};",
+        f"  for (int h0 = 0; h0 < {hidden}; h0 += {g}) {{",
+        f"    const int o = h0 + lid / {per};",
+        *("  " + line for line in _dense_lines("xm", "w1", sin, hidden, per)),
+        f"    if (r == 0 && o < {hidden}) {{",
+        f"      float4 v = red[lid] + LD4(b1, o); {first_values(act_hidden, hidden_fused, 'v')}",
+        f"      {pad_lanes_mask(c_hidden, 'o', 'v')} hm[o] = v;",
+        "    }",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "  }",
+        f"  const int o = get_group_id(0) * {g} + lid / {per};",
+        *_dense_lines("hm", "wts", hidden, sout, per),
+        f"  if (r == 0 && o < {sout}) {{",
+        "    float4 v = red[lid] + LD4(bias, o);",
+        "    " + activation(act, "v"),
+        "    " + _store(f"b * {sout} + o", "o", epilogue.code, pad_lanes_mask(cout, "o", "v")),
+        "  }",
+        "}"])
+
+
+def _dense_lines(xs: str, wts: str, sin: int, sout: int, per: int) -> list[str]:
+    """Output slice ``o``'s sum over the ``sin`` slices of local ``xs``, ``per`` work-items (``r``, adjacent ones
+    reading adjacent weights) a slice, left in ``red[lid]`` of the slice's first work-item (its other work-items'
+    partial sums added there), the group past its barriers."""
+    red = [f"  for (int h = {per // 2}; h > 0; h >>= 1) {{",
+           "    if (r < h) red[lid] += red[lid + h];",
+           "    barrier(CLK_LOCAL_MEM_FENCE);",
+           "  }"] if per > 1 else []
+    return [
+        "  float4 acc = (float4)(0.0f);",
+        f"  if (o < {sout}) {{",
+        f"    for (int k = r; k < {sin}; k += {per}) {{",
+        f"      const float4 x = {xs}[k];",
+        f"      const int wb = (o * {sin} + k) * 4;",
+        (f"      acc = mad((float4)(x.x), LD4({wts}, wb), mad((float4)(x.y), LD4({wts}, wb + 1), "
+         f"mad((float4)(x.z), LD4({wts}, wb + 2), mad((float4)(x.w), LD4({wts}, wb + 3), acc))));"),
+        "    }",
+        "  }",
+        "  red[lid] = acc;",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        *red]
+
+
+def _mean_lines(n_pixels: int, sin: int, items: int, between) -> list[str]:
+    """The group's means of every input slice of image ``b`` into local ``xm`` (``between`` applied), through
+    ``red``, ``MEAN_LANES`` work-items a slice."""
+    lanes = min(MEAN_LANES, 1 << (n_pixels.bit_length() - 1))  # (a power of two: it divides the group's items)
+    rows = items // lanes
+    return [
         f"  for (int s0 = 0; s0 < {sin}; s0 += {rows}) {{",
         f"    const int s = s0 + lid / {lanes}; const int p = lid % {lanes};",
         "    float4 acc = (float4)(0.0f);",
@@ -125,26 +199,7 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         "      xm[s] = m;",
         "    }",
         "    barrier(CLK_LOCAL_MEM_FENCE);",
-        "  }",
-        f"  const int o = get_group_id(0) * {g} + lid / {per}; const int r = lid % {per};",
-        "  float4 acc = (float4)(0.0f);",
-        f"  if (o < {sout}) {{",
-        f"    for (int k = r; k < {sin}; k += {per}) {{",
-        "      const float4 x = xm[k];",
-        f"      const int wb = (o * {sin} + k) * 4;",
-        ("      acc = mad((float4)(x.x), LD4(wts, wb), mad((float4)(x.y), LD4(wts, wb + 1), "
-         "mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc))));"),
-        "    }",
-        "  }",
-        "  red[lid] = acc;",
-        "  barrier(CLK_LOCAL_MEM_FENCE);",
-        *red,
-        f"  if (r == 0 && o < {sout}) {{",
-        "    float4 v = red[lid] + LD4(bias, o);",
-        "    " + activation(act, "v"),
-        "    " + _store(f"b * {sout} + o", "o", ep_code, pad_lanes_mask(cout, "o", "v")),
-        "  }",
-        "}"])
+        "  }"]
 
 
 @composite(POOLED_DENSE)
@@ -180,3 +235,62 @@ def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
             Arg("const", vec_slices(_bias_const(ctx, 2, cout), cout)), *ep.args, Arg("tensor", ctx.final_output)]
     return [KernelSpec(ctx.name, src, (-(-sout // g) * items, n), (items, 1), args, [ctx.op.inputs[0], *ep.inputs],
                        [ctx.final_output], params, space=space, flops=2 * n * (cin * ih * iw + cout * cin))]
+
+
+@dataclass(frozen=True)
+class GateKnobs(PooledKnobs):
+    @classmethod
+    def default(cls, shape: PooledShape) -> GateKnobs:
+        """Fused. On a GPU as POOLED_DENSE's; on a CPU device (its runtime runs a work-group on one core) one group
+        takes every gate slice, so the means and the hidden slices are summed once: ``g`` the first power of two
+        that is at least the gate's slices (every group recomputes them), 64 work-items or ``g``."""
+        if shape.gpu:
+            return cls(fused=cls(True).problems(shape) == [])
+        g = 1 << max(shape.sout - 1, 0).bit_length()
+        knobs = cls(True, (g, max(g, 64)))
+        return knobs if knobs.problems(shape) == [] else cls(fused=cls(True).problems(shape) == [])
+
+
+@composite(GATE)
+def _gate_parts(op, epilogue: list) -> list[Part]:
+    return [Part(op.options["mean"], [], "mean"), Part(op.options["hidden"], list(op.options[HIDDEN_FUSED]), "hidden"),
+            Part(op.options["dense"], epilogue, "dense")]
+
+
+def _dense_weights(ctx: GenContext, i: int, cin: int) -> tuple[np.ndarray, int]:
+    """Input ``i``, a dense op's weights over ``cin`` channels, as [O, 1, 1, cin], and O."""
+    w = _float_const(ctx, i)
+    cout = w.shape[0]
+    if w.size != cout * cin:
+        raise Unsupported("the dense op's weights do not take its input's channels")
+    return w.reshape(cout, 1, 1, cin), cout
+
+
+@generator(GATE)
+def gate(ctx: GenContext) -> list[KernelSpec]:
+    """A squeeze-and-excitation gate (graph.passes.fuse_gates): _gate_source, or its three ops' own kernels."""
+    x_t = ctx.input_tensor(0)
+    require_float(ctx, x_t, ctx.output_tensor())
+    n, ih, iw, cin = ctx.layout(x_t).dims
+    w1, c_hidden = _dense_weights(ctx, 1, cin)
+    w2, cout = _dense_weights(ctx, 3, c_hidden)
+    sin, hidden, sout = (cin + 3) // 4, (c_hidden + 3) // 4, (cout + 3) // 4
+    shape = PooledShape(sin, sout, ctx.target.gpu, ctx.target.max_group, hidden)
+    knobs = GateKnobs.resolve(shape, ctx.params)
+    space, params = GateKnobs.space(shape), knobs.params()
+    if not knobs.fused:
+        return unfused(ctx, params, space)
+    ep = ctx.epilogue_code(cout)
+    g, items = knobs.group
+    hidden_op = ctx.op.options["hidden"]
+    src = _gate_source(ctx.name, n_pixels=ih * iw, sin=sin, hidden=hidden, sout=sout, c_hidden=c_hidden, cout=cout,
+                       g=g, items=items, act_hidden=hidden_op.options.get("fused_activation_function", 0),
+                       hidden_fused=ctx.opt(HIDDEN_FUSED, ()), act=ctx.opt("fused_activation_function", 0),
+                       epilogue=ep)
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(w1)),
+            Arg("const", vec_slices(_bias_const(ctx, 2, c_hidden), c_hidden)), Arg("const", weights_oi(w2)),
+            Arg("const", vec_slices(_bias_const(ctx, 4, cout), cout)), *ep.args, Arg("tensor", ctx.final_output)]
+    groups = -(-sout // g)
+    return [KernelSpec(ctx.name, src, (groups * items, n), (items, 1), args, [ctx.op.inputs[0], *ep.inputs],
+                       [ctx.final_output], params, space=space,
+                       flops=2 * n * (cin * ih * iw + groups * c_hidden * cin + cout * c_hidden))]

@@ -1,0 +1,179 @@
+"""A squeeze-and-excitation gate (a spatial mean -> dense + RELU -> dense + sigmoid) as one op (graph.passes.fuse_gates)
+and one kernel (kernels.pooled_dense.gate): the pass's conditions, every variant against LiteRT at FP32 and FP16
+under a CPU device's target and a GPU's, the defaults."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu.cpu.executor import ModelRunner
+from tflgpu.graph.passes import GATE, HIDDEN_FUSED, PassStep, fuse_elementwise, fuse_gates
+from tflgpu.model import read_model
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import assert_close, litert, run_model
+
+
+def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D", gate="LOGISTIC",
+               hidden_out=False, extra_reader=False):
+    """x -> pool (MEAN over the spatial axes, or a whole-image AVERAGE_POOL_2D) -> dense (1x1 CONV_2D or, after a
+    MEAN not keeping its dims, FULLY_CONNECTED) with RELU -> dense -> the gate's activation (a LOGISTIC, or
+    MobileNet v3's hard sigmoid: ADD 3, RELU6, MUL 1/6) [-> RESHAPE to 1x1] -> MUL x; (model bytes, feeds).
+    ``hidden_out``: the hidden values are a graph output too; ``extra_reader``: a RELU reads the pool's output."""
+    n, h, w, c = shape
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    conv = dense == "CONV_2D"
+    vec = lambda ch: (n, 1, 1, ch) if conv else (n, ch)
+    m = b.tensor("mean", vec(c) if pool == "MEAN" else (n, 1, 1, c))
+    if pool == "MEAN":
+        b.op("MEAN", [x, b.const("axes", np.int32([1, 2]))], [m], keep_dims=conv)
+    else:
+        b.op("AVERAGE_POOL_2D", [x], [m], padding="VALID", stride_w=1, stride_h=1, filter_width=w, filter_height=h)
+
+    def dense_op(name, src, cin, cout, act):
+        y = b.tensor(name, vec(cout))
+        wts = (rng.standard_normal((cout, cin)) / np.sqrt(cin)).astype(np.float32)
+        bias = b.const(f"{name}_b", rng.standard_normal(cout).astype(np.float32))
+        if conv:
+            b.op("CONV_2D", [src, b.const(f"{name}_w", wts.reshape(cout, 1, 1, cin)), bias], [y], padding="VALID",
+                 stride_w=1, stride_h=1, fused_activation_function=act)
+        else:
+            b.op("FULLY_CONNECTED", [src, b.const(f"{name}_w", wts), bias], [y], fused_activation_function=act)
+        return y
+
+    hid = dense_op("hidden", m, c, hidden, "RELU")
+    g = dense_op("gate", hid, hidden, c, "NONE")
+    if gate == "LOGISTIC":
+        s = b.tensor("sig", vec(c))
+        b.op("LOGISTIC", [g], [s])
+    else:
+        a, r, s = b.tensor("plus3", vec(c)), b.tensor("relu6", vec(c)), b.tensor("hsig", vec(c))
+        b.op("ADD", [g, b.const("three", np.float32([3]))], [a])
+        b.op("RELU6", [a], [r])
+        b.op("MUL", [r, b.const("sixth", np.float32([1 / 6]))], [s])
+    if not conv:
+        r4 = b.tensor("gate4", (n, 1, 1, c))
+        b.op("RESHAPE", [s, b.const("shape4", np.int32([n, 1, 1, c]))], [r4])
+        s = r4
+    y = b.tensor("y", shape)
+    b.op("MUL", [x, s], [y])
+    outs = [y]
+    if hidden_out:
+        outs.append(hid)
+    if extra_reader:
+        e = b.tensor("relu_mean", vec(c) if pool == "MEAN" else (n, 1, 1, c))
+        b.op("RELU", [m], [e])
+        outs.append(e)
+    b.output(*outs)
+    return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
+
+
+def _passes(model: bytes):
+    runner = ModelRunner(read_model(model)).runner(0)
+    steps, _ = fuse_elementwise([PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps], runner.sg,
+                                runner.consts)
+    return runner, steps
+
+
+@pytest.mark.parametrize("pool", ["MEAN", "AVERAGE_POOL_2D"])
+@pytest.mark.parametrize("gate", ["LOGISTIC", "hard sigmoid"])
+def test_pass_merges_a_gate(rng, pool, gate):
+    runner, steps = _passes(gate_model(rng, pool=pool, gate=gate)[0])
+    merged, n = fuse_gates(steps, runner.sg, runner.consts)
+    assert n == 2 and len(merged) == len(steps) - 2
+    s = next(s for s in merged if s.op.name == GATE)
+    gate_ops = ["LOGISTIC"] if gate == "LOGISTIC" else ["ADD", "RELU6", "MUL"]
+    assert [op.name for op, _ in s.members] == [pool, "CONV_2D", "CONV_2D", *gate_ops]
+    assert [f.op.name for f in s.epilogue] == gate_ops and s.op.options[HIDDEN_FUSED] == ()
+    assert s.op.inputs[0] == steps[0].op.inputs[0] and s.op.index == steps[2].op.index
+
+
+@pytest.mark.parametrize("why", ["hidden is an output", "two readers of the mean", "a window short of the image",
+                                 "vetoed"])
+def test_pass_leaves_what_it_cannot_merge(rng, why):
+    if why == "a window short of the image":
+        b = ModelBuilder()
+        x = b.input("x", (1, 4, 4, 8))
+        m, h, y = b.tensor("m", (1, 2, 2, 8)), b.tensor("h", (1, 2, 2, 2)), b.tensor("y", (1, 2, 2, 8))
+        b.op("AVERAGE_POOL_2D", [x], [m], padding="VALID", stride_w=2, stride_h=2, filter_width=2, filter_height=2)
+        b.op("CONV_2D", [m, b.const("w1", rng.standard_normal((2, 1, 1, 8)).astype(np.float32)),
+                         b.const("b1", np.zeros(2, np.float32))], [h], padding="VALID", stride_w=1, stride_h=1)
+        b.op("CONV_2D", [h, b.const("w2", rng.standard_normal((8, 1, 1, 2)).astype(np.float32)),
+                         b.const("b2", np.zeros(8, np.float32))], [y], padding="VALID", stride_w=1, stride_h=1)
+        b.output(y)
+        model = b.build()
+    else:
+        model = gate_model(rng, hidden_out=why == "hidden is an output",
+                           extra_reader=why == "two readers of the mean")[0]
+    runner, steps = _passes(model)
+    allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
+    merged, n = fuse_gates(steps, runner.sg, runner.consts, allowed)
+    assert n == 0 and len(merged) == len(steps)
+
+
+def _target(monkeypatch, gpu: bool):
+    from tflgpu.kernels.base import Target
+
+    if gpu:
+        monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True,
+                                                                                          max_group=1024)))
+
+
+POINTS = {
+    "default": ({}, 1),
+    "4 slices by 64": ({"fused": True, "group": (4, 64)}, 1),
+    "8 slices by 256": ({"fused": True, "group": (8, 256)}, 1),
+    "32 slices by 256": ({"fused": True, "group": (32, 256)}, 1),
+    "one work-item a slice": ({"fused": True, "group": (16, 16)}, 1),
+    "unfused": ({"fused": False}, 3),
+}
+
+GATES = {
+    "1x1 convs 6x5x24 -> 6": {},
+    "batch 2, padded lanes, hard sigmoid": {"shape": (2, 7, 3, 30), "hidden": 7, "gate": "hard sigmoid"},
+    "whole-image average pool 9x9x72 -> 18": {"shape": (1, 9, 9, 72), "hidden": 18, "pool": "AVERAGE_POOL_2D"},
+    "FC 4x4x40 -> 10": {"shape": (1, 4, 4, 40), "hidden": 10, "dense": "FULLY_CONNECTED"},
+    # (more gate slices than a group's 8: groups each summing the means and hidden slices again)
+    "1x1 convs 3x3x136 -> 34": {"shape": (1, 3, 3, 136), "hidden": 34},
+}
+
+
+@pytest.mark.parametrize(("gate", "point", "fp16", "gpu"), [
+    pytest.param(g, p, fp16, gpu, id=f"{g}-{p}-{'fp16' if fp16 else 'fp32'}-{'gpu' if gpu else 'cpu'}")
+    for g in sorted(GATES) for p in sorted(POINTS) for fp16 in (False, True) for gpu in (False, True)
+    if not fp16 or p in ("default", "unfused")])
+def test_gate_variants_match_litert(opencl_device, rng, monkeypatch, gate, point, fp16, gpu):
+    """Every variant computes what LiteRT does (FP32 within 1e-4, FP16 within 1e-2 of the output's scale), under a
+    CPU device's target and a GPU's: batches, padded lanes, fused activations and the gate's fused ops."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.config import PlanConfig
+    from tflgpu.runtime.executor import GpuPlan
+
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    _target(monkeypatch, gpu)
+    params, kernels = POINTS[point]
+    model, feeds = gate_model(rng, **GATES[gate])
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    runner = it.cpu_runner()
+    gate_index = [op.index for op, _ in runner.steps if op.name in ("CONV_2D", "FULLY_CONNECTED")][1]
+    plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={gate_index: params})
+    (step,) = [s for s in plan.steps if s.op.name == GATE]
+    assert len(step.specs) == kernels and plan.cpu_op_count == 0 and plan.pass_counts["fuse_gates"] == 2
+    assert {k: step.specs[0].params[k] for k in params} == params
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+
+
+def test_defaults():
+    from tflgpu.kernels.pooled_dense import GateKnobs, PooledShape
+
+    # a GPU: POOLED_DENSE's groups; a CPU device: one group for every gate slice
+    assert GateKnobs.default(PooledShape(sin=18, sout=18, gpu=True, hidden=5)) == GateKnobs(True, (8, 256))
+    assert GateKnobs.default(PooledShape(sin=6, sout=6, gpu=False, hidden=2)) == GateKnobs(True, (8, 64))
+    assert GateKnobs.default(PooledShape(sin=240, sout=240, gpu=False, hidden=60)) == GateKnobs(True, (256, 256))
+    assert GateKnobs.default(PooledShape(sin=1, sout=1, gpu=False, hidden=1)) == GateKnobs(True, (1, 64))
+    # (means and hidden slices past local memory: the three kernels)
+    assert not GateKnobs.default(PooledShape(sin=1800, sout=1800, gpu=False, hidden=100)).fused
