@@ -139,6 +139,12 @@
 # and a graph input one kernel reads twice keeps the slice layout (a silent 5.7 error before). Add to TESTS_K
 # "channel_pad or scatter or also_adds"; the MediaPipe bench rows above show the launches these save on a GPU
 # (BlazeFace short range 50 -> 39 on the CPU device; `passab` with PASSAB_OFF=channel-pad,pool-read,hoist times each).
+# Since (2026-11-28, fifth session, no GPU): a squeeze-and-excitation gate (spatial mean, two dense ops) is one
+# kernel (graph.passes.fuse_gates, kernels.pooled_dense.gate: selfie segmentation 79 -> 61 launches, a GPU's start
+# fused, its search tries the three kernels), and a transposed conv of fewer than 4 channels sums its (tap, channel)
+# values as lanes (kernels.conv.narrow_scatter) and writes a graph output densely. Add "gate or narrow or
+# whole_image" to TESTS_K, and PASSAB_MODELS=selfie_segmentation.tflite PASSAB_OFF=gates,narrow-scatter
+# to a call's `passab` (the gate's fused kernel against three launches, where each launch costs 5.6 us of device).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
@@ -226,7 +232,7 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
         tests/test_autotune.py tests/test_const_pack.py tests/test_expand_depthwise.py tests/test_quantized.py \
         tests/test_siblings.py tests/test_ops_elementwise.py tests/test_exchange.py tests/test_fuzz_valid.py \
-        tests/test_cli.py 2>&1 \
+        tests/test_cli.py tests/test_gates.py tests/test_mediapipe_models.py 2>&1 \
         | grep -v "^SKIPPED" | tail -30
 }
 
