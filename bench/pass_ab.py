@@ -16,6 +16,7 @@ off at a time:
 - hoist: no step moves before a producer to make a fused op's operand in time (graph.passes.fuse_elementwise's
   ``_runs_earlier``: a BlazeBlock's MAX_POOL after its conv in op order); its ADD launches again;
 - gates: no ``fuse_gates`` (a squeeze-and-excitation gate's mean and two dense ops launch three kernels again);
+- gate-scales: no ``fold_gate_scales`` (a gate's MUL launches again before the conv reading its output);
 - narrow-scatter: a transposed conv of fewer than 4 channels takes the scatter form's slice-wide kernel instead of
   its narrow one (kernels.conv.narrow_scatter: a segmentation mask's last layer);
 - input-prologue: no ``fuse_input_prologue`` (a quantized model's QUANTIZE of its float input launches again);
@@ -24,7 +25,7 @@ off at a time:
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,channel-pad,pool-read,hoist,cpu-groups,gates,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,channel-pad,pool-read,hoist,cpu-groups,gates,gate-scales,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -60,6 +61,7 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
         "hoist": lambda: [(passes, "_runs_earlier", lambda step, sg, made: False)],
         "cpu-groups": lambda: [(Target, "work_group", lambda self, global_size: None)],
         "gates": lambda: [(selection, "fuse_gates", no_pass)],
+        "gate-scales": lambda: [(selection, "fold_gate_scales", no_pass)],
         "narrow-scatter": lambda: [(conv, "narrow_scatter", lambda cout, ep: False)],
         "input-prologue": lambda: [(selection, "fuse_input_prologue", no_pass)],
         "sim-clamp": lambda: [(float_view, "movable_clamp", lambda op, params: None)],

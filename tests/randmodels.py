@@ -646,7 +646,7 @@ def _block(g: _Graph, rng, x: T):
     (from a graph input too: one kernel then reads x as its input and as its fused ADD's operand); a skip branch
     widened by a channel PAD, of x or of its 2x2 MAX_POOL, added to a conv of x (a BlazeBlock's; either branch
     first in op order); or a squeeze-and-excitation gate (a MEAN or a whole-image AVERAGE_POOL_2D, two 1x1 convs,
-    LOGISTIC, MUL onto x)."""
+    LOGISTIC, MUL onto x, at times a 1x1 conv of that)."""
     if len(x.shape) != 4:
         return None
     n, h, w, c = x.shape
@@ -698,6 +698,8 @@ def _block(g: _Graph, rng, x: T):
         g.op("LOGISTIC", [e.index], [gate])
         z = g.new(x.shape)
         g.op("MUL", [x.index, gate.index], [z])
+        if len(g.ops) % 3 == 0:  # (a block's projection reading the gated tensor; no draw, as the pool's choice)
+            z = conv(z, c, 1, 1)
         return z
     z = g.new(y.shape)
     g.op("ADD", [y.index, other.index] if rng.random() < 0.7 else [other.index, y.index], [z],

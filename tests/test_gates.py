@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import GATE, HIDDEN_FUSED, PassStep, fuse_elementwise, fuse_gates
+from tflgpu.graph.passes import (
+    GATE,
+    HIDDEN_FUSED,
+    INPUT_SCALE,
+    PassStep,
+    fold_gate_scales,
+    fuse_elementwise,
+    fuse_gates,
+)
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 
@@ -16,11 +24,13 @@ from .conftest import assert_close, litert, run_model
 
 
 def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D", gate="LOGISTIC",
-               hidden_out=False, extra_reader=False):
+               hidden_out=False, extra_reader=False, project=None, gated_out=False):
     """x -> pool (MEAN over the spatial axes, or a whole-image AVERAGE_POOL_2D) -> dense (1x1 CONV_2D or, after a
     MEAN not keeping its dims, FULLY_CONNECTED) with RELU -> dense -> the gate's activation (a LOGISTIC, or
     MobileNet v3's hard sigmoid: ADD 3, RELU6, MUL 1/6) [-> RESHAPE to 1x1] -> MUL x; (model bytes, feeds).
-    ``hidden_out``: the hidden values are a graph output too; ``extra_reader``: a RELU reads the pool's output."""
+    ``hidden_out``: the hidden values are a graph output too; ``extra_reader``: a RELU reads the pool's output;
+    ``project``: a CONV_2D reads the gated tensor (a block's projection: (out channels, kernel, stride, padding)),
+    whose output is the graph's; ``gated_out``: the gated tensor is a graph output too."""
     n, h, w, c = shape
     b = ModelBuilder()
     x = b.input("x", shape)
@@ -60,6 +70,14 @@ def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D",
     y = b.tensor("y", shape)
     b.op("MUL", [x, s], [y])
     outs = [y]
+    if project is not None:
+        cout, k, stride, pad = project
+        oh, ow = ((h - k) // stride + 1, (w - k) // stride + 1) if pad == "VALID" else (-(-h // stride), -(-w // stride))
+        p = b.tensor("projected", (n, oh, ow, cout))
+        b.op("CONV_2D", [y, b.const("pw", (rng.standard_normal((cout, k, k, c)) / np.sqrt(k * k * c)).astype(np.float32)),
+                         b.const("pb", rng.standard_normal(cout).astype(np.float32))], [p], padding=pad,
+             stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
+        outs = [p, y] if gated_out else [p]
     if hidden_out:
         outs.append(hid)
     if extra_reader:
@@ -177,3 +195,66 @@ def test_defaults():
     assert GateKnobs.default(PooledShape(sin=1, sout=1, gpu=False, hidden=1)) == GateKnobs(True, (1, 64))
     # (means and hidden slices past local memory: the three kernels)
     assert not GateKnobs.default(PooledShape(sin=1800, sout=1800, gpu=False, hidden=100)).fused
+
+
+@pytest.mark.parametrize("why", [None, "gated tensor is an output", "vetoed"])
+def test_scale_pass_folds_the_gates_mul_into_the_conv(rng, why):
+    runner, steps = _passes(gate_model(rng, project=(8, 1, 1, "VALID"), gated_out=why == "gated tensor is an output")[0])
+    steps, _ = fuse_gates(steps, runner.sg, runner.consts)
+    allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
+    merged, n = fold_gate_scales(steps, runner.sg, runner.consts, allowed)
+    if why is not None:
+        assert n == 0 and merged == steps
+        return
+    assert n == 1 and [s.op.name for s in merged] == [GATE, "CONV_2D"]
+    conv = merged[1]
+    assert [op.name for op, _ in conv.members] == ["MUL", "CONV_2D"]  # (the CPU runs both)
+    assert conv.op.inputs[0] == steps[0].op.inputs[0] and conv.op.options[INPUT_SCALE] == merged[0].outputs[0]
+
+
+SCALED = {
+    "1x1 6x5x24 -> 8": {"project": (8, 1, 1, "VALID")},
+    "3x3 SAME stride 2, batch 2, padded lanes": {"shape": (2, 7, 6, 30), "hidden": 7, "project": (5, 3, 2, "SAME")},
+    "hard sigmoid, FC gate, 3x3 VALID": {"shape": (1, 5, 5, 20), "hidden": 5, "dense": "FULLY_CONNECTED",
+                                         "gate": "hard sigmoid", "project": (12, 3, 1, "VALID")},
+}
+
+
+SCALED_POINTS = {
+    "default": {},
+    "tile 2x4": {"tile_x": 2, "tile_s": 4, "group_tile": None},
+    "tile 1x1 strided": {"tile_x": 1, "tile_s": 1, "strided": True, "group_tile": None},
+    "group tile 16x4": {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None, "strided": False,
+                        "group_tile": (16, 4), "k_chunk": 4},
+    "group tile 8x8, split 2, prefetch": {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": None, "strided": False,
+                                          "group_tile": (8, 8), "k_chunk": 8, "k_split": 2, "prefetch": True},
+}
+
+
+@pytest.mark.parametrize(("block", "point", "fp16", "gpu"), [
+    pytest.param(b, p, fp16, gpu, id=f"{b}-{p}-{'fp16' if fp16 else 'fp32'}-{'gpu' if gpu else 'cpu'}")
+    for b in sorted(SCALED) for p in sorted(SCALED_POINTS) for fp16 in (False, True) for gpu in (False, True)
+    if (not fp16 or p == "default") and (gpu or "group" not in p)])
+def test_scaled_conv_matches_litert(opencl_device, rng, monkeypatch, block, point, fp16, gpu):
+    """The conv scaling its input by the gate (the MUL folded in) computes LiteRT's values: pointwise and windowed
+    (the padding's zeros stay zero), strides, batches, padded lanes, under a CPU device's target and a GPU's, the
+    direct kernel and the group tile (a GPU's pointwise default, and its implicit GEMM of a windowed conv; its
+    sum split too), FP32 and FP16."""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.config import PlanConfig
+    from tflgpu.runtime.executor import GpuPlan
+
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    _target(monkeypatch, gpu)
+    params = SCALED_POINTS[point]
+    model, feeds = gate_model(rng, **SCALED[block])
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    runner = it.cpu_runner()
+    conv_index = [op.index for op, _ in runner.steps if op.name == "CONV_2D" or op.name == "FULLY_CONNECTED"][-1]
+    plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={conv_index: params})
+    (step,) = [s for s in plan.steps if INPUT_SCALE in s.op.options]
+    assert plan.pass_counts["fold_gate_scales"] == 1 and plan.cpu_op_count == 0
+    assert len(step.specs) == 1 and "gsc" in step.specs[0].source
+    assert {k: step.specs[0].params[k] for k in params} == params
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)

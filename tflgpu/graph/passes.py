@@ -50,6 +50,9 @@
    the whole image) read only by a FULLY_CONNECTED or pointwise CONV_2D with unary fused ops (its RELU), read only
    by a second one (its sigmoid fused) becomes one ``GATE`` step at the second's place (kernels.pooled_dense.gate):
    two launches of the three go. Its generator's ``fused`` knob falls back to the three ops' own kernels.
+8c. ``fold_gate_scales`` — the MUL applying such a gate (x times a [batch, 1, 1, channels] tensor), read only by a
+   CONV_2D (a block's projection), joins the conv's step: the conv multiplies each input slice it loads by the
+   gate's (``INPUT_SCALE``; kernels.conv's direct kernel), so the gated tensor is never stored.
 9. ``fuse_pooled_dense`` (on a GPU) — a spatial mean (as ``fuse_gates``') read only by a FULLY_CONNECTED or
    pointwise CONV_2D (a classifier's head) becomes one ``POOLED_DENSE`` step at the dense op's place
    (kernels.pooled_dense); its generator's ``fused`` knob falls back to the two ops' own kernels.
@@ -113,6 +116,9 @@ BETWEEN = "between"
 # the option of a CONV_2D holding the unary elementwise ops it applies to the graph input it reads, as Fused
 # (graph.passes.fuse_input_prologue): the values of the tensor its op reads are theirs
 PROLOGUE = "prologue"
+# the option of a CONV_2D holding the tensor of a per-image, per-channel gate ([batch, 1, 1, channels]) it multiplies
+# each input value by as it loads it (graph.passes.fold_gate_scales: the MUL applying a squeeze-and-excitation gate)
+INPUT_SCALE = "input_scale"
 MAX_REGION_STEPS = 16  # (a kernel's code and registers stay small)
 
 
@@ -475,6 +481,41 @@ def fuse_gates(steps: list[PassStep], sg, consts: dict, allowed=lambda first, se
                          options={**gate.op.options, "mean": op, "hidden": hidden.op, "dense": gate.op,
                                   HIDDEN_FUSED: tuple(hidden.epilogue)})
         return j, [i, k], PassStep(merged, s.members + hidden.members + gate.members, gate.epilogue, True)
+
+    return _merge_pairs(steps, sg, pair)
+
+
+def fold_gate_scales(steps: list[PassStep], sg, consts: dict, allowed=lambda mul, conv: True,
+                     ) -> tuple[list[PassStep], int]:
+    """Merge each device MUL of a 4-D float tensor x by a per-image, per-channel gate g ([batch, 1, 1, channels]:
+    a squeeze-and-excitation gate's; no fused activation, no fused ops after it), whose output only a device
+    CONV_2D reads (as its input alone), into that conv's step: the conv reads x and multiplies each input slice it
+    loads by g's (its ``INPUT_SCALE``; kernels.conv's direct kernel). Zero padding commutes with the scale, so any
+    window does. ``allowed(mul_op, conv_op)``: the caller's veto."""
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        op = s.op
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and op.name == "MUL" and len(op.inputs) == 2
+                and len(op.outputs) == 1 and op.options.get("fused_activation_function", 0) == 0
+                and all(t >= 0 and t not in consts for t in op.inputs) and _float4d(sg, *op.inputs, op.outputs[0])):
+            return None
+        shapes = [sg.tensors[t].shape for t in op.inputs]
+        out = sg.tensors[op.outputs[0]].shape
+        x, g = op.inputs if shapes[0] == out else op.inputs[::-1]
+        if sg.tensors[x].shape != out or sg.tensors[g].shape != (out[0], 1, 1, out[3]) or x == g:
+            return None
+        t = op.outputs[0]
+        rs = list(dict.fromkeys(view.readers.get(t, [])))
+        if len(rs) != 1 or rs[0] in view.drop or t in view.graph_out:
+            return None
+        j, nxt = rs[0], view.steps[rs[0]]
+        conv = nxt.op
+        if not (nxt.gpu and conv.name == "CONV_2D" and len(nxt.members) == 1 + len(nxt.epilogue)
+                and conv.inputs[:1] == (t,) and t not in conv.inputs[1:] and PROLOGUE not in conv.options
+                and INPUT_SCALE not in conv.options and allowed(op, conv)):
+            return None
+        merged = replace(conv, inputs=(x,) + conv.inputs[1:], options={**conv.options, INPUT_SCALE: g})
+        return j, [i], PassStep(merged, s.members + nxt.members, nxt.epilogue, True)
 
     return _merge_pairs(steps, sg, pair)
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..graph.conv_arg import CONV_ARG
-from ..graph.passes import PROLOGUE
+from ..graph.passes import INPUT_SCALE, PROLOGUE
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
@@ -184,6 +184,9 @@ class ConvShape:
     # it applies unary ops to each input value it loads (graph.passes.PROLOGUE: a quantized model's QUANTIZE of its
     # float input): only the direct kernel does, in float arithmetic
     prologue: bool = False
+    # it multiplies each input slice it loads by a gate's (graph.passes.INPUT_SCALE): the direct kernel and the group
+    # tile do, in float arithmetic
+    scaled: bool = False
     images: bool = Target.images  # the device reads images (kernels.base.Target)
     fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
     subgroups: str | None = Target.subgroups  # the extension naming the sub-group functions (kernels.base.Target)
@@ -380,7 +383,7 @@ class ConvKnobs(GroupTiled, Knobs):
         12.8 against 14.4.
         """
         if shape.gpu:
-            if shape.split_ok and not shape.direct_only:
+            if shape.split_ok and not shape.direct_only and not shape.scaled:
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, split=32)
             if shape.pointwise and not shape.whole_pixel and not shape.direct_only:
                 if shape.sin >= DEEP_GEMM_SLICES:
@@ -408,18 +411,18 @@ class ConvKnobs(GroupTiled, Knobs):
         space = dict(CONV_SPACE)
         space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * shape.row]
         space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
-        if not shape.winograd_ok or shape.whole_pixel or shape.direct_only:
+        if not shape.winograd_ok or shape.whole_pixel or shape.direct_only or shape.scaled:
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
-        if not shape.split_ok or shape.direct_only:
+        if not shape.split_ok or shape.direct_only or shape.scaled:
             del space["split"]
         if not (shape.images and shape.gpu and shape.weight_texels <= IMAGE_ROW * IMAGE_ROW):  # (a GPU's variant)
             del space["image_weights"]
-        if not (shape.fp16 and shape.gpu) or shape.whole_pixel or shape.prologue:  # (a GPU's variant: a CPU
+        if not (shape.fp16 and shape.gpu) or shape.whole_pixel or shape.prologue or shape.scaled:  # (a GPU's variant: a CPU
             # runtime emulates half)
             del space["half_math"]
-        if not (shape.broadcast_ok and shape.gpu):  # (a GPU's variant)
+        if not (shape.broadcast_ok and shape.gpu) or shape.scaled:  # (a GPU's variant)
             del space["broadcast"]
         if shape.whole_pixel or shape.direct_only or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
@@ -452,6 +455,9 @@ class ConvKnobs(GroupTiled, Knobs):
         if shape.dense and (self.winograd or self.group_tile is not None or self.split != 1):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
+        if shape.scaled and (self.winograd or self.split != 1 or self.broadcast or self.half_math is True):
+            bad.append("a conv scaling its input by a gate runs the direct kernel or the group tile in float: no "
+                       "Winograd, split sum, broadcast or FP16 arithmetic")
         if shape.prologue and (self.winograd or self.group_tile is not None or self.split != 1 or self.broadcast
                                or self.half_math is True):
             bad.append("a conv applying an input prologue runs the direct kernel in float: no Winograd, group tile, "
@@ -571,7 +577,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: bool = False,
                  dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False,
-                 prologue=()) -> str:
+                 prologue=(), scale: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -586,7 +592,9 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ``dense_in``: the input is a dense NHWC float32 buffer of ``cin`` channels (a graph input's boundary
     buffer: no conversion pass before); ``dense_out``: so is the output (a graph output's: none after).
     ``prologue``: unary ops (graph.passes.Fused) applied to each input value loaded inside the image, in float
-    (the padding stays zero: it pads their output).
+    (the padding stays zero: it pads their output). ``scale``: each input slice is multiplied by that slice of the
+    image's gate ``gsc`` ([batch, slices], graph.passes.INPUT_SCALE: a squeeze-and-excitation gate's MUL) as it
+    is loaded, in float (the padding's zeros stay zero).
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     # the input lanes the sum takes: a single slice of fewer than 4 channels (an RGB stem) leaves the rest out
@@ -614,7 +622,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         outs = sums + ("__global float* idx" if arg.dense else "__global STORE_T* idx")
         st = ("vstore_half4(v, oi, dst);" if arg.half_sums else st) if arg.sums else ""
     src_t = "float" if dense_in else "STORE_T"
-    lines = [f"{hint}__kernel void {name}(__global const {src_t}* src, {wdecl},",
+    gate = "__global const STORE_T* gsc, " if scale else ""
+    lines = [f"{hint}__kernel void {name}(__global const {src_t}* src, {gate}{wdecl},",
              f"                     __global const STORE_T* bias, {extra}{outs}) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
@@ -644,10 +653,14 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     lines.append(f"      for (int i = 0; i < {sin}; ++i) {{")
     if not dense_in:
         lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
+    if scale:
+        lines.append(f"        const float4 g_ = LD4(gsc, b * {sin} + i);")
     xt = "half4" if half_math else "float4"
     for t in range(tx):
         load = dense_load4("src", f"(prow + ix{t}) * {cin}", cin, "i") if dense_in else \
             f"LD4(src, row + ix{t})"
+        if scale:
+            load = f"{load} * g_"
         if prologue:  # (computed on the padding's zeros too, then selected away: no branch in the loop)
             lines.append(f"        float4 x{t} = ok{t} ? {load} : (float4)(0.0f); {unary_chain(prologue, f'x{t}')}")
             lines.append(f"        x{t} = ok{t} ? x{t} : (float4)(0.0f);")
@@ -693,6 +706,18 @@ def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None, half: bo
     return ["      float4 xv = (float4)(0.0f);",
             f"      if ({k0} + kc < {sin} && p < {pixels}) {{ {stage.load(f'{k0} + kc', 'p', 'xv')} }}",
             f"      {dest} = {'convert_half4(xv)' if half else 'xv'};"]
+
+
+def scaled_stage(stage: GroupStage | None, *, sin: int, pixels: int, taps: int) -> GroupStage:
+    """A group tile's staging multiplied by a gate (graph.passes.INPUT_SCALE: ``gsc``, [batch, slices]): slice k of
+    ``stage``'s sum (a pointwise conv's input slice where None) is input slice k / ``taps``'s."""
+
+    def load(slice_: str, pixel: str, var: str) -> str:
+        base = stage.load(slice_, pixel, var) if stage is not None else \
+            f"{var} = LD4(src, (b * {sin} + {slice_}) * {pixels} + {pixel});"
+        return f"{base} {var} *= LD4(gsc, b * {sin} + ({slice_}) / {taps});"
+
+    return GroupStage("__global const STORE_T* gsc, " + (stage.params if stage is not None else ""), load)
 
 
 def im2col_stage(*, sin: int, ih: int, iw: int, ow: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
@@ -971,11 +996,12 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     prologue = ctx.op.options.get(PROLOGUE) or ()  # (graph.passes.fuse_input_prologue)
+    scale = ctx.op.options.get(INPUT_SCALE)  # (graph.passes.fold_gate_scales: the gate's tensor)
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images,
                       fp16=ctx.fp16, subgroups=ctx.target.subgroups, max_group=ctx.target.max_group,
-                      prologue=bool(prologue))
+                      prologue=bool(prologue), scaled=scale is not None)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)
@@ -1010,6 +1036,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         lx, ls = knobs.group_tile
         stage = None if trivial else im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
                                                   dw=dw, pt=pt, pl=pl)
+        if scale is not None:
+            stage = scaled_stage(stage, sin=sin, pixels=oh * ow, taps=kh * kw)
         src = _group_tile_source(ctx.name, pixels=oh * ow, sin=sin * kh * kw, sout=sout, batch=n, tx=tx, ts=ts,
                                  lx=lx, ls=ls, kc=knobs.k_chunk, act=act, cout=cout, epilogue=ep, stage=stage,
                                  half_math=knobs.half_math, ks=knobs.k_split, prefetch=knobs.prefetch,
@@ -1022,7 +1050,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
                            const_weights=knobs.const_weights, arg=arg, dense_in=dense_in,
                            dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
-                           half_math=knobs.half_math, prologue=prologue)
+                           half_math=knobs.half_math, prologue=prologue, scale=scale is not None)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
@@ -1032,10 +1060,12 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     dense = ([ctx.op.inputs[0]] if dense_in else []) + (outs if dense_out else [])
     if arg is not None and arg.dense:
         dense.append(ctx.op.outputs[1])
+    gate = [] if scale is None else [scale]
     return [KernelSpec(ctx.name, src, gsize, local, [
-        Arg("tensor", ctx.op.inputs[0]), Arg("image" if knobs.image_weights else "const", wts),
+        Arg("tensor", ctx.op.inputs[0]), *(Arg("tensor", t) for t in gate),
+        Arg("image" if knobs.image_weights else "const", wts),
         Arg("const", vec_slices(bias, cout, pad)), *ep.args, *(Arg("tensor", t) for t in outs)],
-        [ctx.op.inputs[0], *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape),
+        [ctx.op.inputs[0], *gate, *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape),
         flops=2 * n * oh * ow * cout * kh * kw * cin, dense=frozenset(dense))]
 
 

@@ -18,8 +18,8 @@ The graph transforms, in the one order they run:
 4. placement: an op goes to the device where a generator makes its kernels.
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
    fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fold_tensordot``, ``fuse_elementwise``,
-   ``fuse_input_prologue`` on a GPU, ``fuse_regions``, ``fuse_gates``, ``fuse_pooled_dense`` on a GPU and, where the
-   plan's config asks, ``fuse_expansions``,
+   ``fuse_input_prologue`` on a GPU, ``fuse_regions``, ``fuse_gates``, ``fold_gate_scales``, ``fuse_pooled_dense``
+   on a GPU and, where the plan's config asks, ``fuse_expansions``,
    then ``merge_sibling_convs`` on a GPU (graph.passes), in that order.
 5b. ``dense_boundary``: the one kernel reading a graph input (writing a graph output) reads (writes) the host's
    dense NHWC buffer itself, where its generator can: no layout-conversion pass at the boundary.
@@ -54,6 +54,7 @@ from ..graph.passes import (
     PassStep,
     cull_dead,
     drop_identities,
+    fold_gate_scales,
     fold_reshapes,
     fold_tensordot,
     fuse_elementwise,
@@ -340,6 +341,7 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     if regions:
         steps, counts["fuse_regions"] = fuse_regions(steps, sg, consts, same_storage)
     steps, counts["fuse_gates"] = fuse_gates(steps, sg, consts, same_storage)
+    steps, counts["fold_gate_scales"] = fold_gate_scales(steps, sg, consts, same_storage)
     if make.target.gpu:  # (a CPU device runs the two ops' own kernels: kernels.pooled_dense)
         steps, counts["fuse_pooled_dense"] = fuse_pooled_dense(steps, sg, consts, same_storage)
     if expansions or (expansions is None and make.target.gpu):
