@@ -140,10 +140,11 @@
 # "channel_pad or scatter or also_adds"; the MediaPipe bench rows above show the launches these save on a GPU
 # (BlazeFace short range 50 -> 39 on the CPU device; `passab` with PASSAB_OFF=channel-pad,pool-read,hoist times each).
 # Since (2026-11-28, fifth session, no GPU): a squeeze-and-excitation gate (spatial mean, two dense ops) is one
-# kernel (graph.passes.fuse_gates, kernels.pooled_dense.gate: selfie segmentation 79 -> 61 launches, a GPU's start
-# fused, its search tries the three kernels), and a transposed conv of fewer than 4 channels sums its (tap, channel)
-# values as lanes (kernels.conv.narrow_scatter) and writes a graph output densely. Add "gate or narrow or
-# whole_image" to TESTS_K, and PASSAB_MODELS=selfie_segmentation.tflite PASSAB_OFF=gates,narrow-scatter
+# kernel (graph.passes.fuse_gates, kernels.pooled_dense.gate; a GPU's start fused, its search tries the three
+# kernels) and its MUL folds into the conv after it (fold_gate_scales: selfie segmentation 79 -> 55 launches), and
+# a transposed conv of fewer than 4 channels sums its (tap, channel) values as lanes (kernels.conv.narrow_scatter)
+# and writes a graph output densely. Add "gate or narrow or
+# whole_image" to TESTS_K, and PASSAB_MODELS=selfie_segmentation.tflite PASSAB_OFF=gates,gate-scales,narrow-scatter
 # to a call's `passab` (the gate's fused kernel against three launches, where each launch costs 5.6 us of device).
 set -u
 export OUT=${OUT:-/tmp/out}
