@@ -247,6 +247,27 @@ def constant_only_ops(plan) -> list[str]:
             if not traits(op.name).side_effects and op.inputs and all(t < 0 or t not in runtime for t in op.inputs)]
 
 
+def elementwise_fused(model: bytes):
+    """The model's main subgraph's runner and its steps after ``fuse_elementwise`` alone (what the merging passes
+    see), every op on the device: (runner, steps), for a pass's test."""
+    from tflgpu.cpu.executor import ModelRunner
+    from tflgpu.graph.passes import PassStep, fuse_elementwise
+    from tflgpu.model import read_model
+
+    runner = ModelRunner(read_model(model)).runner(0)
+    steps, _ = fuse_elementwise([PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps], runner.sg,
+                                runner.consts)
+    return runner, steps
+
+
+def gpu_target(monkeypatch) -> None:
+    """Plans built from now on in the test take a GPU's target (its defaults and passes) on whatever device."""
+    from tflgpu.kernels.base import Target
+
+    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True,
+                                                                                      max_group=1024)))
+
+
 def plan_with_params(opencl_device, model: bytes, first_op: tuple[str, ...], params: dict, fp16: bool = False):
     """The model's OpenCL plan built straight from its CPU runner (no dense boundary, no cache), ``params`` given
     to the step at the first op named one of ``first_op`` (a merged step takes its first op's index); (its

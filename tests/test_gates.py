@@ -7,20 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tflgpu.cpu.executor import ModelRunner
 from tflgpu.graph.passes import (
     GATE,
     HIDDEN_FUSED,
     INPUT_SCALE,
-    PassStep,
     fold_gate_scales,
-    fuse_elementwise,
     fuse_gates,
 )
-from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 
-from .conftest import assert_close, litert, run_model
+from .conftest import assert_close, elementwise_fused, gpu_target, litert, run_model
 
 
 def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D", gate="LOGISTIC",
@@ -88,17 +84,10 @@ def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D",
     return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
 
 
-def _passes(model: bytes):
-    runner = ModelRunner(read_model(model)).runner(0)
-    steps, _ = fuse_elementwise([PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps], runner.sg,
-                                runner.consts)
-    return runner, steps
-
-
 @pytest.mark.parametrize("pool", ["MEAN", "AVERAGE_POOL_2D"])
 @pytest.mark.parametrize("gate", ["LOGISTIC", "hard sigmoid"])
 def test_pass_merges_a_gate(rng, pool, gate):
-    runner, steps = _passes(gate_model(rng, pool=pool, gate=gate)[0])
+    runner, steps = elementwise_fused(gate_model(rng, pool=pool, gate=gate)[0])
     merged, n = fuse_gates(steps, runner.sg, runner.consts)
     assert n == 2 and len(merged) == len(steps) - 2
     s = next(s for s in merged if s.op.name == GATE)
@@ -125,18 +114,10 @@ def test_pass_leaves_what_it_cannot_merge(rng, why):
     else:
         model = gate_model(rng, hidden_out=why == "hidden is an output",
                            extra_reader=why == "two readers of the mean")[0]
-    runner, steps = _passes(model)
+    runner, steps = elementwise_fused(model)
     allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
     merged, n = fuse_gates(steps, runner.sg, runner.consts, allowed)
     assert n == 0 and len(merged) == len(steps)
-
-
-def _target(monkeypatch, gpu: bool):
-    from tflgpu.kernels.base import Target
-
-    if gpu:
-        monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True,
-                                                                                          max_group=1024)))
 
 
 POINTS = {
@@ -171,7 +152,8 @@ def test_gate_variants_match_litert(opencl_device, rng, monkeypatch, gate, point
 
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
-    _target(monkeypatch, gpu)
+    if gpu:
+        gpu_target(monkeypatch)
     params, kernels = POINTS[point]
     model, feeds = gate_model(rng, **GATES[gate])
     it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
@@ -199,7 +181,7 @@ def test_defaults():
 
 @pytest.mark.parametrize("why", [None, "gated tensor is an output", "vetoed"])
 def test_scale_pass_folds_the_gates_mul_into_the_conv(rng, why):
-    runner, steps = _passes(gate_model(rng, project=(8, 1, 1, "VALID"), gated_out=why == "gated tensor is an output")[0])
+    runner, steps = elementwise_fused(gate_model(rng, project=(8, 1, 1, "VALID"), gated_out=why == "gated tensor is an output")[0])
     steps, _ = fuse_gates(steps, runner.sg, runner.consts)
     allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
     merged, n = fold_gate_scales(steps, runner.sg, runner.consts, allowed)
@@ -246,7 +228,8 @@ def test_scaled_conv_matches_litert(opencl_device, rng, monkeypatch, block, poin
 
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
-    _target(monkeypatch, gpu)
+    if gpu:
+        gpu_target(monkeypatch)
     params = SCALED_POINTS[point]
     model, feeds = gate_model(rng, **SCALED[block])
     it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)

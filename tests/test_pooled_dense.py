@@ -10,12 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import BETWEEN, POOLED_DENSE, PassStep, fuse_elementwise, fuse_pooled_dense
-from tflgpu.model import read_model
+from tflgpu.graph.passes import BETWEEN, POOLED_DENSE, fuse_pooled_dense
 from tflgpu.model.builder import ModelBuilder
 
-from .conftest import assert_close, litert, plan_with_params, run_model
+from .conftest import assert_close, elementwise_fused, gpu_target, litert, plan_with_params, run_model
 
 
 def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act="NONE", relu_after=False,
@@ -58,16 +56,9 @@ def head_model(rng, shape=(1, 7, 7, 64), units=37, dense="FULLY_CONNECTED", act=
     return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
 
 
-def _passes(model: bytes):
-    runner = ModelRunner(read_model(model)).runner(0)
-    steps, _ = fuse_elementwise([PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps], runner.sg,
-                                runner.consts)
-    return runner, steps
-
-
 @pytest.mark.parametrize("dense", ["FULLY_CONNECTED", "CONV_2D"])
 def test_pass_merges_a_head(rng, dense):
-    runner, steps = _passes(head_model(rng, dense=dense, relu_after=True)[0])
+    runner, steps = elementwise_fused(head_model(rng, dense=dense, relu_after=True)[0])
     merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts)
     assert n == 1 and len(merged) == len(steps) - 1
     (s,) = merged
@@ -92,10 +83,10 @@ def test_pass_takes_a_whole_image_average_pool(rng, monkeypatch):
          stride_h=1)
     b.output(y)
     model, feeds = b.build(), [rng.uniform(-1, 1, (1, 7, 7, 36)).astype(np.float32)]
-    runner, steps = _passes(model)
+    runner, steps = elementwise_fused(model)
     merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts)
     assert n == 1 and [op.name for op, _ in merged[0].members] == ["AVERAGE_POOL_2D", "CONV_2D"]
-    _gpu_target(monkeypatch)
+    gpu_target(monkeypatch)
     it = Interpreter(model_content=model)
     plan = GpuPlan(it.cpu_runner(), choose_device(), PlanConfig(), params={1: {"fused": True, "group": (4, 64)}})
     assert [s.op.name for s in plan.steps] == [POOLED_DENSE] and len(plan.steps[0].specs) == 1
@@ -106,7 +97,7 @@ def test_pass_takes_the_unary_ops_after_the_mean(rng):
     """Unary elementwise steps between the MEAN and the dense op (a quantized model's QUANT_SIM; here a TANH and
     a HARD_SWISH, one step after fuse_elementwise) join the head: run in order by the CPU, under BETWEEN for its
     kernel."""
-    runner, steps = _passes(head_model(rng, between=("TANH", "HARD_SWISH"))[0])
+    runner, steps = elementwise_fused(head_model(rng, between=("TANH", "HARD_SWISH"))[0])
     assert [s.op.name for s in steps] == ["MEAN", "TANH", "FULLY_CONNECTED"]
     merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts)
     assert n == 2 and len(merged) == len(steps) - 2
@@ -130,17 +121,10 @@ def test_pass_leaves_what_it_cannot_fuse(rng, why):
         model = b.build()
     else:
         model = head_model(rng, **kw)[0]
-    runner, steps = _passes(model)
+    runner, steps = elementwise_fused(model)
     allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
     merged, n = fuse_pooled_dense(steps, runner.sg, runner.consts, allowed)
     assert n == 0 and len(merged) == len(steps)
-
-
-def _gpu_target(monkeypatch):
-    from tflgpu.kernels.base import Target
-
-    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True,
-                                                                                      max_group=1024)))
 
 
 POINTS = {
@@ -173,7 +157,7 @@ def test_pooled_dense_variants_match_litert(opencl_device, rng, monkeypatch, fp1
     padded input and output lanes, fused activations and a fused op after the dense one."""
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
-    _gpu_target(monkeypatch)
+    gpu_target(monkeypatch)
     params, kernels = POINTS[point]
     model, feeds = head_model(rng, **HEADS[head])
     it, plan = plan_with_params(opencl_device, model, ("FULLY_CONNECTED", "CONV_2D"), params, fp16)  # (the head's)
@@ -234,7 +218,7 @@ def test_mobilenet_heads(opencl_device, monkeypatch):
     classes' probabilities are LiteRT's."""
     from .conftest import MODELS_DIR
 
-    _gpu_target(monkeypatch)
+    gpu_target(monkeypatch)
     x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
     for name in ("mobilenet_v1_1.0_224.tflite", "mobilenet_v2_1.0_224.tflite"):
         path = MODELS_DIR / name

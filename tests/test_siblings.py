@@ -8,12 +8,10 @@ import numpy as np
 import pytest
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import SIBLING_CONVS, PassStep, fuse_elementwise, merge_sibling_convs
-from tflgpu.model import read_model
+from tflgpu.graph.passes import SIBLING_CONVS, PassStep, merge_sibling_convs
 from tflgpu.model.builder import ModelBuilder
 
-from .conftest import assert_close, corpus_model, litert, plan_with_params, run_model
+from .conftest import assert_close, corpus_model, elementwise_fused, gpu_target, litert, plan_with_params, run_model
 
 
 def heads_model(rng, shape=(1, 9, 9, 40), couts=(12, 17, 34)):
@@ -38,17 +36,8 @@ def heads_model(rng, shape=(1, 9, 9, 40), couts=(12, 17, 34)):
     return b.build(), [rng.uniform(-1, 1, shape).astype(np.float32)]
 
 
-def _gpu_target(monkeypatch):
-    from tflgpu.kernels.base import Target
-
-    monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True,
-                                                                                      max_group=1024)))
-
-
 def test_pass_merges_the_pointwise_convs_of_one_input_and_activation(rng):
-    runner = ModelRunner(read_model(heads_model(rng)[0])).runner(0)
-    steps, _ = fuse_elementwise([PassStep(op, [(op, fn)], [], True) for op, fn in runner.steps], runner.sg,
-                                runner.consts)
+    runner, steps = elementwise_fused(heads_model(rng)[0])
     merged, n = merge_sibling_convs(steps, runner.sg, runner.consts)
     assert n == 2 and len(merged) == len(steps) - 2
     (s,) = [s for s in merged if s.op.name == SIBLING_CONVS]
@@ -80,7 +69,7 @@ def test_sibling_convs_match_litert(opencl_device, rng, monkeypatch, shape, poin
     scale): channel counts that are not whole slices, the slice layout an ADD reads, batches."""
     if fp16 and not opencl_device.identity.fp16:
         pytest.skip("device has no cl_khr_fp16")
-    _gpu_target(monkeypatch)
+    gpu_target(monkeypatch)
     params, kernels = POINTS[point]
     model, feeds = heads_model(rng, **SHAPES[shape])
     it, plan = plan_with_params(opencl_device, model, ("CONV_2D",), params, fp16)  # (the first head's index)
@@ -95,7 +84,7 @@ def test_sibling_convs_match_litert(opencl_device, rng, monkeypatch, shape, poin
 def test_graph_outputs_are_written_densely(opencl_device, rng, monkeypatch):
     """Through an Interpreter the heads that are graph outputs are written as their dense boundary buffers by the
     merged kernel itself (no conversion launch), the one an ADD reads in the slice layout."""
-    _gpu_target(monkeypatch)
+    gpu_target(monkeypatch)
     model, feeds = heads_model(rng)
     it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, tuning="none",
                                                                tiered_compile=False))
@@ -129,7 +118,7 @@ def test_defaults_and_invalid_points():
 def test_corpus_heads_under_a_gpus_target(opencl_device, monkeypatch, name, launches, merged):
     """PoseNet's four heads (17, 34, 32, 32 channels, graph outputs) are one launch under a GPU's target (26 -> 23),
     an SSD feature map's box and class convs one each (47 -> 45), within LiteRT's tolerance."""
-    _gpu_target(monkeypatch)
+    gpu_target(monkeypatch)
     path = corpus_model(name)
     rng = np.random.default_rng(3)
     probe = Interpreter(model_path=str(path))

@@ -112,11 +112,7 @@ def _fused_source(name: str, *, n_pixels: int, sin: int, sout: int, cout: int, g
         *_mean_lines(n_pixels, sin, items, between),
         f"  const int o = get_group_id(0) * {g} + lid / {per}; const int r = lid % {per};",
         *_dense_lines("xm", "wts", sin, sout, per),
-        f"  if (r == 0 && o < {sout}) {{",
-        "    float4 v = red[lid] + LD4(bias, o);",
-        "    " + activation(act, "v"),
-        "    " + _store(f"b * {sout} + o", "o", epilogue.code, pad_lanes_mask(cout, "o", "v")),
-        "  }",
+        *_output_lines(sout, cout, act, epilogue),
         "}"])
 
 
@@ -149,12 +145,18 @@ def _gate_source(name: str, *, n_pixels: int, sin: int, hidden: int, sout: int, 
         "  }",
         f"  const int o = get_group_id(0) * {g} + lid / {per};",
         *_dense_lines("hm", "wts", hidden, sout, per),
-        f"  if (r == 0 && o < {sout}) {{",
-        "    float4 v = red[lid] + LD4(bias, o);",
-        "    " + activation(act, "v"),
-        "    " + _store(f"b * {sout} + o", "o", epilogue.code, pad_lanes_mask(cout, "o", "v")),
-        "  }",
+        *_output_lines(sout, cout, act, epilogue),
         "}"])
+
+
+def _output_lines(sout: int, cout: int, act: int, epilogue) -> list[str]:
+    """Output slice ``o``'s store by its first work-item: its sum in ``red[lid]``, the bias, the dense op's
+    activation, its fused ops, the lanes past ``cout`` zeroed."""
+    return [f"  if (r == 0 && o < {sout}) {{",
+            "    float4 v = red[lid] + LD4(bias, o);",
+            "    " + activation(act, "v"),
+            "    " + _store(f"b * {sout} + o", "o", epilogue.code, pad_lanes_mask(cout, "o", "v")),
+            "  }"]
 
 
 def _dense_lines(xs: str, wts: str, sin: int, sout: int, per: int) -> list[str]:
