@@ -52,7 +52,7 @@
    two launches of the three go. Its generator's ``fused`` knob falls back to the three ops' own kernels.
 8c. ``fold_gate_scales`` — the MUL applying such a gate (x times a [batch, 1, 1, channels] tensor), read only by a
    CONV_2D (a block's projection), joins the conv's step: the conv multiplies each input slice it loads by the
-   gate's (``INPUT_SCALE``; kernels.conv's direct kernel), so the gated tensor is never stored.
+   gate's (``INPUT_SCALE``; kernels.conv's direct kernel and group tile), so the gated tensor is never stored.
 9. ``fuse_pooled_dense`` (on a GPU) — a spatial mean (as ``fuse_gates``') read only by a FULLY_CONNECTED or
    pointwise CONV_2D (a classifier's head) becomes one ``POOLED_DENSE`` step at the dense op's place
    (kernels.pooled_dense); its generator's ``fused`` knob falls back to the two ops' own kernels.
@@ -490,8 +490,8 @@ def fold_gate_scales(steps: list[PassStep], sg, consts: dict, allowed=lambda mul
     """Merge each device MUL of a 4-D float tensor x by a per-image, per-channel gate g ([batch, 1, 1, channels]:
     a squeeze-and-excitation gate's; no fused activation, no fused ops after it), whose output only a device
     CONV_2D reads (as its input alone), into that conv's step: the conv reads x and multiplies each input slice it
-    loads by g's (its ``INPUT_SCALE``; kernels.conv's direct kernel). Zero padding commutes with the scale, so any
-    window does. ``allowed(mul_op, conv_op)``: the caller's veto."""
+    loads by g's (its ``INPUT_SCALE``; kernels.conv's direct kernel and group tile). Zero padding commutes with the
+    scale, so any window does. ``allowed(mul_op, conv_op)``: the caller's veto."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
