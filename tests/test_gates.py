@@ -68,11 +68,12 @@ def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D",
     outs = [y]
     if project is not None:
         cout, k, stride, pad = project
-        oh, ow = ((h - k) // stride + 1, (w - k) // stride + 1) if pad == "VALID" else (-(-h // stride), -(-w // stride))
+        valid = pad == "VALID"
+        oh, ow = ((h - k) // stride + 1, (w - k) // stride + 1) if valid else (-(-h // stride), -(-w // stride))
         p = b.tensor("projected", (n, oh, ow, cout))
-        b.op("CONV_2D", [y, b.const("pw", (rng.standard_normal((cout, k, k, c)) / np.sqrt(k * k * c)).astype(np.float32)),
-                         b.const("pb", rng.standard_normal(cout).astype(np.float32))], [p], padding=pad,
-             stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
+        pw = (rng.standard_normal((cout, k, k, c)) / np.sqrt(k * k * c)).astype(np.float32)
+        b.op("CONV_2D", [y, b.const("pw", pw), b.const("pb", rng.standard_normal(cout).astype(np.float32))], [p],
+             padding=pad, stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
         outs = [p, y] if gated_out else [p]
     if hidden_out:
         outs.append(hid)
@@ -181,7 +182,8 @@ def test_defaults():
 
 @pytest.mark.parametrize("why", [None, "gated tensor is an output", "vetoed"])
 def test_scale_pass_folds_the_gates_mul_into_the_conv(rng, why):
-    runner, steps = elementwise_fused(gate_model(rng, project=(8, 1, 1, "VALID"), gated_out=why == "gated tensor is an output")[0])
+    model, _ = gate_model(rng, project=(8, 1, 1, "VALID"), gated_out=why == "gated tensor is an output")
+    runner, steps = elementwise_fused(model)
     steps, _ = fuse_gates(steps, runner.sg, runner.consts)
     allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
     merged, n = fold_gate_scales(steps, runner.sg, runner.consts, allowed)
@@ -234,10 +236,11 @@ def test_scaled_conv_matches_litert(opencl_device, rng, monkeypatch, block, poin
     model, feeds = gate_model(rng, **SCALED[block])
     it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
     runner = it.cpu_runner()
-    conv_index = [op.index for op, _ in runner.steps if op.name == "CONV_2D" or op.name == "FULLY_CONNECTED"][-1]
+    conv_index = [op.index for op, _ in runner.steps if op.name in ("CONV_2D", "FULLY_CONNECTED")][-1]
     plan = GpuPlan(runner, opencl_device, PlanConfig(fp16=fp16), params={conv_index: params})
     (step,) = [s for s in plan.steps if INPUT_SCALE in s.op.options]
     assert plan.pass_counts["fold_gate_scales"] == 1 and plan.cpu_op_count == 0
     assert len(step.specs) == 1 and "gsc" in step.specs[0].source
     assert {k: step.specs[0].params[k] for k in params} == params
-    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+    want = run_model(litert(), model, feeds)[0]
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], want, 1e-2 if fp16 else 1e-4)

@@ -204,6 +204,12 @@ class ConvShape:
         return self.dense or self.prologue
 
     @property
+    def float_loads(self) -> bool:
+        """Its kernel transforms each input value it loads (an input prologue, a gate's scale) in float arithmetic:
+        the direct kernel or the group tile, no Winograd, split sum, sub-group broadcast or FP16 arithmetic."""
+        return self.prologue or self.scaled
+
+    @property
     def split_ok(self) -> bool:
         """A pointwise conv of a single pixel (per image): a GEMV, whose sum over the input can be split."""
         return self.pointwise and self.pixels == 1 and not self.whole_pixel
@@ -216,7 +222,8 @@ class ConvShape:
     @property
     def broadcast_ok(self) -> bool:
         """A pointwise conv on a device with sub-group functions: the broadcast GEMM applies."""
-        return self.pointwise and self.subgroups is not None and not self.whole_pixel and not self.direct_only
+        return (self.pointwise and self.subgroups is not None and not self.whole_pixel and not self.direct_only
+                and not self.float_loads)
 
     @property
     def winograd_ok(self) -> bool:
@@ -383,7 +390,7 @@ class ConvKnobs(GroupTiled, Knobs):
         12.8 against 14.4.
         """
         if shape.gpu:
-            if shape.split_ok and not shape.direct_only and not shape.scaled:
+            if shape.split_ok and not shape.direct_only and not shape.float_loads:
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, split=32)
             if shape.pointwise and not shape.whole_pixel and not shape.direct_only:
                 if shape.sin >= DEEP_GEMM_SLICES:
@@ -411,18 +418,18 @@ class ConvKnobs(GroupTiled, Knobs):
         space = dict(CONV_SPACE)
         space["tile_x"] = [v for v in CONV_SPACE["tile_x"] if v == 1 or v < 2 * shape.row]
         space["tile_s"] = [v for v in CONV_SPACE["tile_s"] if v == 1 or v < 2 * shape.sout]
-        if not shape.winograd_ok or shape.whole_pixel or shape.direct_only or shape.scaled:
+        if not shape.winograd_ok or shape.whole_pixel or shape.direct_only or shape.float_loads:
             del space["winograd"]
         if shape.w_bytes > CONST_WEIGHT_BYTES:
             del space["const_weights"]
-        if not shape.split_ok or shape.direct_only or shape.scaled:
+        if not shape.split_ok or shape.direct_only or shape.float_loads:
             del space["split"]
         if not (shape.images and shape.gpu and shape.weight_texels <= IMAGE_ROW * IMAGE_ROW):  # (a GPU's variant)
             del space["image_weights"]
-        if not (shape.fp16 and shape.gpu) or shape.whole_pixel or shape.prologue or shape.scaled:  # (a GPU's variant: a CPU
-            # runtime emulates half)
+        if not (shape.fp16 and shape.gpu) or shape.whole_pixel or shape.float_loads:  # (a GPU's variant: a CPU runtime
+            # emulates half)
             del space["half_math"]
-        if not (shape.broadcast_ok and shape.gpu) or shape.scaled:  # (a GPU's variant)
+        if not (shape.broadcast_ok and shape.gpu):  # (a GPU's variant)
             del space["broadcast"]
         if shape.whole_pixel or shape.direct_only or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
@@ -455,13 +462,11 @@ class ConvKnobs(GroupTiled, Knobs):
         if shape.dense and (self.winograd or self.group_tile is not None or self.split != 1):
             bad.append("a conv reading or writing a dense boundary buffer runs the direct kernel: no Winograd, "
                        "group tile or split sum")
-        if shape.scaled and (self.winograd or self.split != 1 or self.broadcast or self.half_math is True):
-            bad.append("a conv scaling its input by a gate runs the direct kernel or the group tile in float: no "
-                       "Winograd, split sum, broadcast or FP16 arithmetic")
-        if shape.prologue and (self.winograd or self.group_tile is not None or self.split != 1 or self.broadcast
-                               or self.half_math is True):
-            bad.append("a conv applying an input prologue runs the direct kernel in float: no Winograd, group tile, "
-                       "split sum, broadcast or FP16 arithmetic")
+        if shape.float_loads and (self.winograd or self.split != 1 or self.broadcast or self.half_math is True):
+            bad.append("a conv transforming the values it loads (an input prologue, a gate's scale) runs the direct "
+                       "kernel or the group tile in float: no Winograd, split sum, broadcast or FP16 arithmetic")
+        if shape.prologue and self.group_tile is not None:
+            bad.append("a conv applying an input prologue runs the direct kernel: no group tile")
         if shape.dense_out and (self.winograd or self.split != 1 or self.broadcast):
             bad.append("a conv writing a dense boundary buffer runs the direct kernel or the group tile: no "
                        "Winograd, split sum or broadcast")
@@ -1499,16 +1504,12 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
     ts = knobs.tile_s
     bias = _bias_const(ctx, bias_idx, cout)
     ep = ctx.epilogue_code(cout)
-    dense_out = [ctx.final_output] if dense else []
-    if knobs.scatter and narrow_scatter(cout, ep):
+    narrow = knobs.scatter and narrow_scatter(cout, ep)
+    if narrow:
         src = _narrow_scatter_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, kh=kh, kw=kw, act=act, cout=cout,
                                      dense=dense)
-        return [KernelSpec(ctx.name, src, (iw, n * ih, 1), None, [
-            Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", narrow_scatter_weights(w)),
-            Arg("const", narrow_scatter_bias(bias, kh * kw)), Arg("tensor", ctx.final_output)],
-            [ctx.op.inputs[x_idx]], [ctx.final_output], knobs.params(), space=TransposeConvKnobs.space(shape),
-            flops=2 * n * ih * iw * cin * cout * kh * kw, dense=frozenset(dense_out))]
-    if knobs.scatter:
+        gsize, local = (iw, n * ih, 1), None
+    elif knobs.scatter:
         src = _scatter_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, sout=sout, kh=kh, kw=kw, ts=ts, act=act,
                               cout=cout, dense=dense)
         gsize, local, padded = (iw, n * ih, (sout + ts - 1) // ts), None, ts
@@ -1523,11 +1524,13 @@ def _transpose_conv(ctx: GenContext, x_idx: int, w_idx: int, bias_idx: int, out_
         src = _transpose_conv_source(ctx.name, ep, n=n, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw,
                                      sh=sh, sw=sw, pt=pt, pl=pl, ts=ts, act=act, cout=cout, dense=dense)
         gsize, local, padded = (ow, n * oh, (sout + ts - 1) // ts), None, ts
+    wts, biases = (narrow_scatter_weights(w), narrow_scatter_bias(bias, kh * kw)) if narrow else \
+        (weights_oi(w, 4, padded), vec_slices(bias, cout, padded))
     return [KernelSpec(ctx.name, src, gsize, local, [
-        Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", weights_oi(w, 4, padded)),
-        Arg("const", vec_slices(bias, cout, padded)), *ep.args, Arg("tensor", ctx.final_output)],
+        Arg("tensor", ctx.op.inputs[x_idx]), Arg("const", wts), Arg("const", biases), *ep.args,
+        Arg("tensor", ctx.final_output)],
         [ctx.op.inputs[x_idx], *ep.inputs], [ctx.final_output], knobs.params(), space=TransposeConvKnobs.space(shape),
-        flops=2 * n * ih * iw * cin * cout * kh * kw, dense=frozenset(dense_out))]
+        flops=2 * n * ih * iw * cin * cout * kh * kw, dense=frozenset([ctx.final_output] if dense else []))]
 
 
 def _stored(index: str, slice_expr: str, ep, cout: int, dense_at: str | None) -> str:

@@ -204,6 +204,15 @@ def _mean_lines(n_pixels: int, sin: int, items: int, between) -> list[str]:
         "  }"]
 
 
+def _dense_weights(ctx: GenContext, i: int, cin: int) -> tuple[np.ndarray, int]:
+    """Input ``i``, a dense op's weights over ``cin`` channels, as [O, 1, 1, cin], and O."""
+    w = _float_const(ctx, i)
+    cout = w.shape[0]
+    if w.size != cout * cin:
+        raise Unsupported("the dense op's weights do not take its input's channels")
+    return w.reshape(cout, 1, 1, cin), cout
+
+
 @composite(POOLED_DENSE)
 def _parts(op, epilogue: list) -> list[Part]:
     # (a MEAN's kernel takes no fused ops: the unary ops after it, a quantized model's QUANT_SIM, are the first one's
@@ -218,10 +227,7 @@ def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
     x_t = ctx.input_tensor(0)
     require_float(ctx, x_t, ctx.output_tensor())
     n, ih, iw, cin = ctx.layout(x_t).dims
-    w = _float_const(ctx, 1)
-    cout = w.shape[0]
-    if w.size != cout * cin:
-        raise Unsupported("the dense op's weights do not take the mean's channels")
+    w, cout = _dense_weights(ctx, 1, cin)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
     shape = PooledShape(sin, sout, ctx.target.gpu, ctx.target.max_group)
     knobs = PooledKnobs.resolve(shape, ctx.params)
@@ -233,7 +239,7 @@ def pooled_dense(ctx: GenContext) -> list[KernelSpec]:
     g, items = knobs.group
     src = _fused_source(ctx.name, n_pixels=ih * iw, sin=sin, sout=sout, cout=cout, g=g, items=items, act=act,
                         epilogue=ep, between=ctx.opt(BETWEEN, ()))
-    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(w.reshape(cout, 1, 1, cin))),
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(w)),
             Arg("const", vec_slices(_bias_const(ctx, 2, cout), cout)), *ep.args, Arg("tensor", ctx.final_output)]
     return [KernelSpec(ctx.name, src, (-(-sout // g) * items, n), (items, 1), args, [ctx.op.inputs[0], *ep.inputs],
                        [ctx.final_output], params, space=space, flops=2 * n * (cin * ih * iw + cout * cin))]
@@ -246,26 +252,17 @@ class GateKnobs(PooledKnobs):
         """Fused. On a GPU as POOLED_DENSE's; on a CPU device (its runtime runs a work-group on one core) one group
         takes every gate slice, so the means and the hidden slices are summed once: ``g`` the first power of two
         that is at least the gate's slices (every group recomputes them), 64 work-items or ``g``."""
-        if shape.gpu:
-            return cls(fused=cls(True).problems(shape) == [])
         g = 1 << max(shape.sout - 1, 0).bit_length()
-        knobs = cls(True, (g, max(g, 64)))
-        return knobs if knobs.problems(shape) == [] else cls(fused=cls(True).problems(shape) == [])
+        one_group = cls(True, (g, max(g, 64)))
+        if not shape.gpu and one_group.problems(shape) == []:
+            return one_group
+        return cls(fused=cls(True).problems(shape) == [])
 
 
 @composite(GATE)
 def _gate_parts(op, epilogue: list) -> list[Part]:
     return [Part(op.options["mean"], [], "mean"), Part(op.options["hidden"], list(op.options[HIDDEN_FUSED]), "hidden"),
             Part(op.options["dense"], epilogue, "dense")]
-
-
-def _dense_weights(ctx: GenContext, i: int, cin: int) -> tuple[np.ndarray, int]:
-    """Input ``i``, a dense op's weights over ``cin`` channels, as [O, 1, 1, cin], and O."""
-    w = _float_const(ctx, i)
-    cout = w.shape[0]
-    if w.size != cout * cin:
-        raise Unsupported("the dense op's weights do not take its input's channels")
-    return w.reshape(cout, 1, 1, cin), cout
 
 
 @generator(GATE)

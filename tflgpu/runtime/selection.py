@@ -32,8 +32,8 @@ The graph transforms, in the one order they run:
    device's compiler refused, back to the CPU.
 
 ``transform_graph`` runs 0-3c, ``fold_shapes`` 3d, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``,
-``link_splits`` and ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing else transforms the
-graph.
+``link_splits`` and ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing
+else transforms the graph.
 """
 
 from __future__ import annotations
@@ -421,9 +421,10 @@ DENSE_OUTPUT_DTYPES = (np.float32, np.int32, np.int64, np.bool_)
 def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, int]:
     """Merge the boundary layout conversion into the first and last kernels: a float graph input that one device
     kernel reads, as one argument (nothing else reads it, nor a fused op's operand, which reads the slice layout),
-    and a graph output that one device step writes and nothing on the device or the CPU reads, is read / written by that step's kernel as the dense NHWC float32 buffer the host copies
-    (``KernelSpec.dense``), where its generator has that form (the direct conv, RESIZE_BILINEAR): no conversion
-    pass and no slice-layout copy of the tensor. Regenerates those steps; returns the maker to generate with from
+    and a graph output that one device step writes and nothing on the device or the CPU reads, is read / written
+    by that step's kernel as the dense NHWC float32 buffer the host copies (``KernelSpec.dense``), where its
+    generator has that form (the direct conv, the direct transposed convs, RESIZE_BILINEAR): no conversion pass
+    and no slice-layout copy of the tensor. Regenerates those steps; returns the maker to generate with from
     now on (its ``dense`` set: tuning's candidates keep the form) and how many tensors are read or written
     densely."""
     sg = make.sg
