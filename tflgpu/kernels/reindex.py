@@ -43,8 +43,10 @@ def _epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
 
 
 def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
-            output: int | None = None, helpers: str = "") -> list[KernelSpec]:
-    """lane_value(coords) -> C expression of the output value at original-rank coords. An output in
+            output: int | None = None, helpers: str = "", slice_value=None) -> list[KernelSpec]:
+    """lane_value(coords) -> C expression of the output value at original-rank coords; or, where the op knows
+    each output slice's lanes statically, ``slice_value(s)`` -> the statements setting float4 ``v`` of output
+    slice ``s`` (a branch per slice: a channel concatenation's lanes each from a known input channel). An output in
     ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half; one the plan
     asks for dense (``ctx.dense``: a graph output) as its dense NHWC float buffer. The op's own output (``output``
     None) takes its fused elementwise ops (the kernel stores the last one's output)."""
@@ -56,7 +58,11 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
     names = dict(zip(_ORIG[len(out_shape)], coords))
     params = ", ".join([f"__global const STORE_T* in{i}" for i in range(len(inputs))] + ep.params)
     body = []
-    for j, lane in enumerate("xyzw"):
+    if slice_value is not None:
+        body.append("  switch (S) {")
+        body += [f"  case {s}: {{ {slice_value(s)} break; }}" for s in range(lay.s)]
+        body.append("  }")
+    for j, lane in enumerate("xyzw" if slice_value is None else ""):
         decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
         body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
                     f"\n      v.{lane} = {lane_value(coords)}; }} }}")
@@ -166,6 +172,9 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
     views = ctx.opt("views") or (None,) * len(ins)
     _check(out.shape, *(t.shape for t in ins))
     axis = ctx.opt("axis", 0) % max(rank, 1)
+    if axis == rank - 1 and not any(views) and bhwc(tuple(out.shape)).s <= MAX_STATIC_SLICES:
+        return lane_kernel(ctx, out.shape, list(ctx.op.inputs), None,
+                           slice_value=lambda s: _channel_slice(ins, s, bhwc(tuple(out.shape)).c))
 
     def value(coords):
         expr, start = "0.0f", 0
@@ -182,6 +191,41 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
         return expr
 
     return lane_kernel(ctx, out.shape, list(ctx.op.inputs), value)
+
+
+# a concatenation over channels of at most this many output slices takes a branch per slice (``_channel_slice``)
+MAX_STATIC_SLICES = 64
+
+
+def _channel_slice(ins: list[Tensor], s: int, c: int) -> str:
+    """Statements setting ``v``, output slice ``s`` of the concatenation of ``ins`` over their channels (the last
+    axis; every other dim equal, so each input's slice ``t`` at this pixel is its float4 at
+    ``((b * S_k + t) * h + y) * w + x``): each of the slice's channels is a known lane of a known input slice, so
+    each input slice is loaded once, and a slice whose four lanes are one input slice's is a float4 copy, where
+    the lane-by-lane form chose among the inputs per lane at run time (8 one-channel inputs: 3.8 ms for 425K
+    values on the Intel CPU runtime)."""
+    owners = []  # per lane: (input, its slice, its lane), or None past the last channel
+    for ch in range(4 * s, 4 * s + 4):
+        start = 0
+        for k, t in enumerate(ins):
+            size = t.shape[-1] if t.shape else 1
+            if ch < c and start <= ch < start + size:
+                owners.append((k, (ch - start) // 4, (ch - start) % 4))
+                break
+            start += size
+        else:
+            owners.append(None)
+    loads, names = [], {}
+    for own in owners:
+        if own is not None and own[:2] not in names:
+            k, t = own[:2]
+            lay = bhwc(tuple(ins[k].shape))
+            names[own[:2]] = f"t{len(names)}"
+            loads.append(f"const float4 {names[own[:2]]} = LD4(in{k}, ((b * {lay.s} + {t}) * {lay.h} + y) * {lay.w} + x);")
+    if len(names) == 1 and owners == [(*owners[0][:2], j) for j in range(4)]:
+        return f"{loads[0]} v = {names[owners[0][:2]]};"
+    lanes = ", ".join("0.0f" if own is None else f"{names[own[:2]]}.s{own[2]}" for own in owners)
+    return " ".join(loads) + f" v = (float4)({lanes});"
 
 
 @generator("PAD", "PADV2")
