@@ -674,6 +674,63 @@ def test_reshape_transpose_concat(gpu, rng):
         check_op("CONCATENATION", [In(rand(rng, s)) for s in shapes], axis=axis, **gpu)
 
 
+@pytest.mark.parametrize("channels,lead", [((1,) * 8, (1, 5, 7)), ((4, 4), (2, 3, 3)), ((3, 5, 8, 1), (1, 6, 2)),
+                                           ((2, 6), (3,)), ((1, 2, 3), (1, 9)), ((130, 130), (1, 2, 2))])
+def test_channel_concatenation(gpu, rng, channels, lead):
+    """Over the channels, each output slice's lanes come from known lanes of known input slices: a branch per slice
+    (each input slice loaded once, a float4 copy where the four lanes are one input slice's); past 64
+    output slices (130 + 130) the lane-by-lane form. Ranks 2 to 4."""
+    from tflgpu import Interpreter
+
+    from .oputil import op_model
+
+    inputs = [In(rand(rng, (*lead, c))) for c in channels]
+    check_op("CONCATENATION", inputs, axis=-1, **gpu)
+    model, _ = op_model("CONCATENATION", inputs, axis=-1)
+    (spec,) = Interpreter(model_content=model, delegate=gpu["delegate"]).gpu_plan.steps[0].specs
+    assert ("switch (S)" in spec.source) == (sum(channels) <= 256)
+    assert ("v = t0;" in spec.source) == (channels in ((4, 4), (3, 5, 8, 1)))  # (the 8 at channel 8: aligned)
+
+
+@pytest.mark.parametrize("op", ["MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"])
+@pytest.mark.parametrize("shape,axes", [((1, 17, 30), [1, 2]), ((2, 5, 6, 7), [1, 2, 3]), ((1, 4, 5, 6), [0, 1, 2, 3]),
+                                        ((5, 4, 9), [2, 1]), ((2, 3, 9), [-1, -2])])
+@pytest.mark.parametrize("keep", [True, False])
+def test_reductions_over_each_image(gpu, rng, op, shape, axes, keep):
+    """Every axis but the batch (and the batch too where there is one image): an audio model's min-max
+    normalization of its spectrogram (Basic Pitch's REDUCE_MIN / MAX of [1, 172, 309] over [1, 2]), a part-filled
+    last slice, five images' values in an output slice of its own shape [5] or one a slice kept as [5, 1, 1]."""
+    x = rand(rng, shape, 0.99, 1.01) if op == "REDUCE_PROD" else rand(rng, shape)
+    check_op(op, [In(x), np.array(axes, I32)], keep_dims=keep, **gpu)
+
+
+@pytest.mark.parametrize("group", [1, 32])
+@pytest.mark.parametrize("op", ["REDUCE_MAX", "REDUCE_MIN"])
+def test_reductions_over_each_image_after_a_nan(gpu, op, group):
+    """TFLite's builtin kernel folds the image's values in row-major order (pixel by pixel, each pixel's channels
+    in turn): the extreme after the last NaN in that order, NaN where the image's last value is one; in one
+    work-item and in a work-group's strided shares, which take the values in the slices' order instead. (LiteRT's
+    XNNPACK path folds in vector lanes: a NaN is lost unless it is last, so its answers differ from the builtin
+    kernel's here; the plan follows the builtin kernel, as the spatial and per-row forms do.)"""
+    from tflgpu import Interpreter
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .oputil import op_model, run_litert
+
+    # (each image's extreme its first value, before any NaN: only the values after the last NaN may count)
+    x = np.arange(4 * 3 * 6, dtype=np.float32).reshape(4, 3, 6) * (-1 if op == "REDUCE_MAX" else 1)
+    x[0, 1, 5] = np.nan  # image 0: the values after (1, 5), which come before (2, 0) in the slices' order
+    x[1, 2, 5] = np.nan  # image 1: its last value: NaN
+    x[2, 0, 0], x[2, 2, 1] = np.nan, np.nan  # image 2: two NaNs, the second in the last pixel's first slice
+    model, feeds = op_model(op, [In(x), np.array([1, 2], I32)], keep_dims=False)
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: {"group": group}})
+    want = run_litert(model, feeds, builtin_only=True)[0]
+    assert np.isnan(want).tolist() == [False, True, False, False]
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-3 if _fp16(gpu) else 0)
+
+
 def test_pad_slices_and_space_depth(gpu, rng):
     check_op("PAD", [In(rand(rng, (1, 4, 5, 3))), np.array([[0, 0], [1, 2], [2, 0], [0, 1]], I32)], **gpu)
     check_op("PADV2", [In(rand(rng, (1, 4, 5, 3))), np.array([[0, 0], [1, 1], [1, 1], [0, 0]], I32),

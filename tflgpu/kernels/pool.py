@@ -185,6 +185,68 @@ def _over_channels(ctx: GenContext, x_t, out, keep: bool) -> list[KernelSpec]:
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
 
 
+def _over_all(ctx: GenContext, x_t: Tensor, out: Tensor) -> list[KernelSpec]:
+    """A reduction of each image over every axis but the batch (and over the batch too where there is one image):
+    an audio model's normalization by its spectrogram's minimum and maximum. One work-group per output slice
+    reduces the images of its lanes in turn (an output of shape [n] holds four images' values a slice; one kept
+    as [n, 1, ...] one a slice), its work-items taking the input's float4s in memory order with the lanes past the
+    last channel left out; REDUCE_MAX / MIN take the values after the last NaN in TFLite's row-major order
+    (AFTER_LAST_NAN), whose index a float holds exactly below 2^24 values an image."""
+    n, h, w, c = ctx.layout(x_t).dims
+    s, hw = ctx.layout(x_t).s, h * w
+    total = hw * c
+    olay = ctx.layout(out)
+    per_slice = 4 if len(out.shape) == 1 and n > 1 else 1  # (the images whose values one output slice holds)
+    if olay.h * olay.w != 1 or olay.b * olay.s * per_slice < n or (per_slice == 1 and olay.c != 1):
+        raise Unsupported(f"{ctx.op.name} of {list(x_t.shape)} to {list(out.shape)}")
+    if ctx.op.name in AFTER_LAST_NAN and total >= 1 << 24:
+        raise Unsupported(f"{ctx.op.name} over {total} values an image")
+    init, kind = SPATIAL[ctx.op.name]
+    shape = ReduceShape.of(s * hw, ctx.target, kind)
+    knobs = ReduceKnobs.resolve(shape, ctx.params)
+    g = knobs.group
+    merge = _MERGE[kind]
+    nan = ctx.op.name in AFTER_LAST_NAN
+    # each float4's channels and row-major indices within its image: pixel p of slice S holds channels 4S..4S+3
+    lanes = f"""      const float4 ch = (float4)(4 * S) + (float4)(0.0f, 1.0f, 2.0f, 3.0f);
+      const int4 in_ = isless(ch, (float4)({c}.0f));
+      const float4 idx = (float4)(p * {c}) + ch;"""
+    walk = f"for (int i = l; i < {s * hw}; i += {g}) {{\n      const int S = i / {hw}; const int p = i - S * {hw};"
+    find = (f"    float4 last4 = (float4)(-1.0f);\n    {walk}\n{lanes}\n"
+            f"      const float4 x = LD4(src, base + i);\n"
+            f"      last4 = fmax(last4, select((float4)(-1.0f), idx, in_ & isnan(x)));\n    }}\n"
+            f"    float last = fmax(fmax(last4.x, last4.y), fmax(last4.z, last4.w));\n"
+            f"    {group_reduce(g, 'last', 'max', knobs.subgroups)}\n") if nan else ""
+    keep = "in_ & isgreater(idx, (float4)(last))" if nan else "in_"
+    finish = (f" * (1.0f / {total}.0f)" if ctx.op.name == "MEAN" else "")
+    batch = "4 * O + j" if per_slice == 4 else "O"
+    src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
+  const int l = get_local_id(0); const int O = get_global_id(1);
+  {f"__local float red[{g}];" if g > 1 else ""}
+  float4 v = (float4)(0.0f);
+  for (int j = 0; j < {per_slice}; ++j) {{
+    const int b = {batch};
+    if (b >= {n}) break;
+    const int base = b * {s * hw};
+{find}    float4 acc = (float4)({init});
+    {walk}
+{lanes}
+      const float4 x = select((float4)({init}), LD4(src, base + i), {keep});
+      acc = {merge.format(a="acc", b="x")};
+    }}
+    float r = {merge.format(a=merge.format(a="acc.x", b="acc.y"), b=merge.format(a="acc.z", b="acc.w"))};
+    {group_reduce(g, "r", kind, knobs.subgroups)}
+    {f"if (last == {total - 1}.0f) r = NAN;" if nan else ""}
+    r = r{finish};
+    if (j == 0) v.x = r; else if (j == 1) v.y = r; else if (j == 2) v.z = r; else v.w = r;
+  }}
+  if (l == 0) ST4(dst, O, v);
+}}"""
+    slices = olay.b * olay.s
+    return [KernelSpec(ctx.name, src, (g, slices), (g, 1), [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
+                       [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=ReduceKnobs.space(shape))]
+
+
 @generator(*SPATIAL)
 def mean(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
@@ -193,6 +255,10 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
     if axes is not None and 1 < len(x_t.shape) <= 4 and \
             {int(a) % len(x_t.shape) for a in axes.reshape(-1)} == {len(x_t.shape) - 1}:
         return _over_channels(ctx, x_t, out, bool(ctx.opt("keep_dims", False)))
+    if axes is not None and 1 < len(x_t.shape) <= 4:
+        ax = {int(a) % len(x_t.shape) for a in axes.reshape(-1)}
+        if ax >= set(range(1, len(x_t.shape))) and (0 not in ax or x_t.shape[0] == 1):
+            return _over_all(ctx, x_t, out)
     if axes is None or len(x_t.shape) != 4:
         raise Unsupported(f"{ctx.op.name} needs constant axes on a 4-D input")
     ax = sorted({int(a) % 4 for a in axes.reshape(-1)})
