@@ -5,9 +5,10 @@
 #   .gpu/site.tar.xz  the Python packages tflgpu and its benches need that the GPU machine's image lacks, as one
 #                     tree for PYTHONPATH (wheels for that machine's CPython 3.12, manylinux x86-64)
 #   .gpu/models/      the corpus as stand-ins (bench/standin_models.py: graphs and small constants; the weights
-#                     regenerated there), and MediaPipe's 14 released models so (python -m tflgpu.zoo --mediapipe;
-#                     1.6 MB packed: BENCH_MODELS="/tmp/models/iris_landmark.tflite ..." times them there; their
-#                     accuracy is tests/test_mediapipe_models.py's, on their real weights)
+#                     regenerated there), and the released models so: MediaPipe's 14 and Basic Pitch's
+#                     (python -m tflgpu.zoo --release NAME; 1.6 MB packed: BENCH_MODELS="/tmp/models/iris_landmark.tflite
+#                     /tmp/models/nmp.tflite ..." times them there; their accuracy is tests/test_released_models.py's,
+#                     on their real weights)
 #   .gl/*.deb         the Vulkan loader LiteRT's GPU path (WebGPU over Vulkan) opens, and the GL dispatch libraries
 #
 #   bash bench/gpu_prepare.sh [MODELS_DIR]      (default ../shared/models; about a minute; prints the sizes)
@@ -35,6 +36,7 @@ tar -C "$work/site" -cJf .gpu/site.tar.xz .
 rm -rf .gpu/models
 "$py" bench/standin_models.py pack "$models" .gpu/models >/dev/null
 "$py" -m tflgpu.zoo "$work/mediapipe" --mediapipe >/dev/null
+"$py" -m tflgpu.zoo "$work/mediapipe" --release basic-pitch >/dev/null
 "$py" bench/standin_models.py pack "$work/mediapipe" .gpu/models >/dev/null
 mkdir -p .gl
 # (with the GL vendor-neutral dispatch libraries: on an H100 the NVIDIA Vulkan ICD, libGLX_nvidia, failed to load

@@ -130,7 +130,7 @@
 # segmentation): a second call's bench over a few of them (BENCH_MODELS="/tmp/models/face_landmark.tflite
 # /tmp/models/hand_landmark_full.tflite /tmp/models/selfie_segmentation.tflite /tmp/models/iris_landmark.tflite"
 # BG_WAIT_S=20 ROUNDS=20 BENCH_ARGS=--no-torch) is the first GPU figure on models users run; add "mediapipe"
-# to TESTS_K (tests/test_mediapipe_models.py needs the real files: TFLGPU_MEDIAPIPE_DIR pointing at a carried
+# to TESTS_K (tests/test_released_models.py needs the real files: TFLGPU_MEDIAPIPE_DIR pointing at a carried
 # copy, 28 MB, else its tests skip there). The FP16 precision choice now also simulates a jittered rounding and
 # judges probability outputs against 1 (runtime.precision): NVIDIA has no fp16, so nothing to time there.
 # Since (2026-11-28, fourth session, no GPU): a fused ADD reads a channel PAD and a MAX_POOL through (a BlazeBlock's
@@ -233,7 +233,7 @@ gputests() {  # tiered compiles as a user's start has them (the suite's default 
         tests/test_dense_boundary.py tests/test_separable.py tests/test_separable_expand.py tests/test_pooled_dense.py \
         tests/test_autotune.py tests/test_const_pack.py tests/test_expand_depthwise.py tests/test_quantized.py \
         tests/test_siblings.py tests/test_ops_elementwise.py tests/test_exchange.py tests/test_fuzz_valid.py \
-        tests/test_cli.py tests/test_gates.py tests/test_mediapipe_models.py 2>&1 \
+        tests/test_cli.py tests/test_gates.py tests/test_released_models.py 2>&1 \
         | grep -v "^SKIPPED" | tail -30
 }
 

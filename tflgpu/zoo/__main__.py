@@ -1,5 +1,6 @@
 """``python -m tflgpu.zoo DIR [FILE ...]``: write the corpus stand-ins (all, or the files named) into DIR;
-with ``--mediapipe``, MediaPipe's released models (trained weights) instead, fetched from PyPI."""
+with ``--release NAME`` a maker's released models (trained weights) instead, fetched from PyPI in the maker's
+wheel (``--mediapipe``: ``--release mediapipe``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import STANDINS, ensure_standin, mediapipe
+from . import STANDINS, ensure_standin
+from .released import RELEASES, FetchError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,12 +18,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", type=Path, help="where to write the .tflite files (created if missing)")
     parser.add_argument("files", nargs="*", metavar="FILE", help=f"which (default: all): {', '.join(STANDINS)}")
     parser.add_argument("--list", action="store_true", help="list the stand-ins and what each one is, and exit")
-    parser.add_argument("--mediapipe", action="store_true",
-                        help=f"MediaPipe's released models instead (from the {mediapipe.WHEEL.project} "
-                             f"{mediapipe.WHEEL.version} wheel on PyPI, one download): {', '.join(mediapipe.MODELS)}")
+    parser.add_argument("--release", choices=RELEASES, default=None,
+                        help="a maker's released models instead, from its wheel on PyPI (one download): "
+                             + "; ".join(f"{r.name}: {r.wheel.project} {r.wheel.version}, {', '.join(r.models)}"
+                                         for r in RELEASES.values()))
+    parser.add_argument("--mediapipe", action="store_const", const="mediapipe", dest="release",
+                        help="--release mediapipe")
     args = parser.parse_intermixed_args(argv)
-    if args.mediapipe:
-        return _mediapipe(parser, args)
+    if args.release:
+        return _released(parser, args)
     if args.list:
         for spec in STANDINS.values():
             print(f"{spec.file:40s} {spec.precision.value:14s} {spec.description}")
@@ -41,17 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _mediapipe(parser, args) -> int:
+def _released(parser, args) -> int:
+    release = RELEASES[args.release]
     if args.list:
-        for spec in mediapipe.MODELS.values():
+        for spec in release.models.values():
             print(f"{spec.file:40s} {spec.description}")
         return 0
-    unknown = [f for f in args.files if f not in mediapipe.MODELS]
+    unknown = [f for f in args.files if f not in release.models]
     if unknown:
-        parser.error(f"no MediaPipe model {', '.join(unknown)}; choose from: {', '.join(mediapipe.MODELS)}")
+        parser.error(f"no {release.maker} model {', '.join(unknown)}; choose from: {', '.join(release.models)}")
     try:
-        paths = mediapipe.fetch(args.directory, args.files or None)
-    except mediapipe.FetchError as e:
+        paths = release.fetch(args.directory, args.files or None)
+    except FetchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for path in paths.values():

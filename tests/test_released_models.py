@@ -1,5 +1,5 @@
-"""MediaPipe's released models (tflgpu.zoo.mediapipe: trained weights, the graphs MediaPipe's converter wrote) on
-every path against LiteRT: the CPU kernels and the OpenCL device at FP32 within LiteRT's tolerance, or within
+"""The models their makers released (tflgpu.zoo.released: MediaPipe's 14 and Spotify's Basic Pitch; trained
+weights, the graphs their converters wrote) on every path against LiteRT: the CPU kernels and the OpenCL device at FP32 within LiteRT's tolerance, or within
 the spread of LiteRT's own two CPU paths where that is wider; FP16 within the FP16 bounds; every op on the
 device. The attention face mesh, whose custom ops LiteRT cannot resolve, is checked device against CPU kernels
 (those ops' kernels have their own tests against references written from MediaPipe's)."""
@@ -14,17 +14,22 @@ import pytest
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.benchmark import reference_inputs
 from tflgpu.model import read_model
-from tflgpu.zoo.mediapipe import MODELS
+from tflgpu.zoo.released import RELEASES
 
-from .conftest import FP16_MAX_RTOL, assert_close, assert_fp16_close, mediapipe_model, run_model
+from .conftest import FP16_MAX_RTOL, assert_close, assert_fp16_close, released_model, run_model
 from .oputil import run_litert
 
 PATHS = ["cpu", "gpu-fp32", "gpu-fp16"]
+MODELS = {name: (release, model) for release in RELEASES.values() for name, model in release.models.items()}
+
+
+def _path(name: str):
+    return released_model(MODELS[name][0].name, name)
 
 
 @functools.cache
 def _inputs(name: str) -> list[np.ndarray]:
-    it = Interpreter(model_path=str(mediapipe_model(name)))
+    it = Interpreter(model_path=str(_path(name)))
     return reference_inputs(it.get_input_details())
 
 
@@ -32,7 +37,7 @@ def _inputs(name: str) -> list[np.ndarray]:
 def _reference(name: str) -> tuple[list[np.ndarray], float]:
     """LiteRT's outputs (XNNPACK) and the relative spread between its two CPU paths (0 where the builtin kernels
     cannot run the model: selfie segmentation's transposed conv is XNNPACK's alone)."""
-    model = mediapipe_model(name).read_bytes()
+    model = _path(name).read_bytes()
     want = run_litert(model, _inputs(name))
     try:
         builtin = run_litert(model, _inputs(name), builtin_only=True)
@@ -48,7 +53,7 @@ def _probabilities(name: str) -> list[bool]:
     """Per output: whether a LOGISTIC makes it (through reshapes). Such an output is judged on its own scale,
     [0, 1]: a pose flag of 3e-9 on a random image is 0 to FP16 storage, not 100% wrong (the FP16 precision
     choice judges it so too)."""
-    sg = read_model(mediapipe_model(name)).subgraphs[0]
+    sg = read_model(_path(name)).subgraphs[0]
     producer = {t: op for op in sg.operators for t in op.outputs}
     found = []
     for t in sg.outputs:
@@ -61,13 +66,13 @@ def _probabilities(name: str) -> list[bool]:
 
 @functools.cache
 def _cpu(name: str) -> list[np.ndarray]:
-    return run_model(Interpreter, mediapipe_model(name), _inputs(name))
+    return run_model(Interpreter, _path(name), _inputs(name))
 
 
 def _run(name: str, path: str) -> list[np.ndarray]:
     if path == "cpu":
         return _cpu(name)
-    it = Interpreter(model_path=str(mediapipe_model(name)),
+    it = Interpreter(model_path=str(_path(name)),
                      experimental_delegates=[GpuDelegate(precision_loss_allowed=path == "gpu-fp16")])
     it.allocate_tensors()
     assert it.gpu_plan is not None and it.gpu_plan.fp16 == (path == "gpu-fp16")
@@ -80,16 +85,16 @@ def _run(name: str, path: str) -> list[np.ndarray]:
 
 
 # (a model LiteRT cannot run has its device paths checked against the CPU kernels, so no CPU case of its own)
-CASES = [(m.file, path) for m in MODELS.values() for path in PATHS if m.litert_runs or path != "cpu"]
+CASES = [(m.file, path) for _, m in MODELS.values() for path in PATHS if m.litert_runs or path != "cpu"]
 
 
 @pytest.mark.parametrize(("name", "path"), CASES)
-def test_mediapipe_model(name, path, request):
+def test_released_model(name, path, request):
     device = request.getfixturevalue("opencl_device") if path != "cpu" else None
     if path == "gpu-fp16" and not device.identity.fp16:
         pytest.skip("the OpenCL device has no cl_khr_fp16")
     got = _run(name, path)
-    if MODELS[name].litert_runs:
+    if MODELS[name][1].litert_runs:
         want, spread = _reference(name)
     else:
         want, spread = _cpu(name), 0.0
