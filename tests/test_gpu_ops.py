@@ -50,6 +50,43 @@ def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
              fused_activation_function=act, **gpu)
 
 
+@pytest.mark.parametrize("cout", [1, 2, 3])
+@pytest.mark.parametrize("shape,kh,kw,stride,pad", [((1, 12, 13, 8), 3, 3, 1, "SAME"), ((2, 9, 11, 33), 7, 3, 1, "VALID"),
+                                                    ((1, 10, 10, 4), 5, 5, 2, "SAME")])
+def test_conv2d_narrow_output(gpu, rng, cout, shape, kh, kw, stride, pad):
+    """Fewer than 4 output channels over whole input slices (a mask's, a heatmap's, Basic Pitch's note and onset
+    convs): each output channel's sum is a dot product of each input slice with that channel's weights, its lanes
+    summed after the loop (``dot0_0``), where broadcasting each input lane took 4 mads a slice."""
+    from tflgpu import Interpreter
+
+    from .oputil import op_model
+
+    inputs = [In(rand(rng, shape)), rand(rng, (cout, kh, kw, shape[3])), rand(rng, (cout,))]
+    options = {"padding": pad, "stride_w": stride, "stride_h": stride, "fused_activation_function": "RELU"}
+    check_op("CONV_2D", inputs, **options, **gpu)
+    model, _ = op_model("CONV_2D", inputs, **options)
+    (spec,) = Interpreter(model_content=model, delegate=gpu["delegate"]).gpu_plan.steps[0].specs
+    assert "dot0_0" in spec.source and (f"dot{cout - 1}_0" in spec.source) and f"dot{cout}_0" not in spec.source
+
+
+@pytest.mark.parametrize("tile_x,strided", [(1, False), (3, False), (7, True), (4, True)])
+@pytest.mark.parametrize("units", [1, 3])
+def test_narrow_output_register_tiles(opencl_device, rng, tile_x, strided, units):
+    """The narrow form in each register tile of one output slice, adjacent pixels or strided ones, and a
+    FULLY_CONNECTED of 1 and 3 units (a 1x1 conv of one pixel: a regressor's, a three-way classifier's)."""
+    from .conftest import assert_close, litert, plan_with_params, run_model
+    from .oputil import op_model
+
+    params = {"tile_x": tile_x, "tile_s": 1, "lanes": 4, "vec_hint": "float4", "strided": strided}
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 6, 17, 12))), rand(rng, (units, 3, 3, 12)),
+                                        rand(rng, (units,))], padding="SAME", stride_w=1, stride_h=1)
+    it, plan = plan_with_params(opencl_device, model, ("CONV_2D",), params)
+    assert "dot0_0" in plan.steps[0].specs[0].source
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+    check_op("FULLY_CONNECTED", [In(rand(rng, (2, 40))), rand(rng, (units, 40)), rand(rng, (units,))],
+             delegate=GpuDelegate())
+
+
 @pytest.mark.parametrize("strided", [False, True])
 @pytest.mark.parametrize("tile_x,tile_s,lanes,hint", [(1, 1, 4, None), (2, 4, 4, "float4"), (8, 2, 4, None),
                                                       (4, 4, 8, "float8"), (2, 8, 8, "float8"), (1, 2, 8, None),

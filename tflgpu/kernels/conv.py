@@ -615,6 +615,10 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         raise ValueError(f"{lanes}-lane accumulators need a tile_s that is a multiple of {per}")
     # half_math: FP16 arithmetic (an FP16 plan's half tensors and weights read as half vectors, half accumulators)
     vt, nacc = f"{'half' if half_math else 'float'}{lanes}", ts // per
+    # one output slice of fewer than 4 channels (a mask's, a heatmap's, a note's last conv) over whole input
+    # slices: each output channel's sum is a dot product of each input slice with that channel's weights, cout
+    # mads a slice and pixel where broadcasting each input lane took 4, and the lanes are summed after the loop
+    narrow = cout < 4 and sout == 1 and nacc == 1 and per == 1 and used == 4 and arg is None and not half_math
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wdecl = "__read_only image2d_t wts" if image_weights else \
@@ -641,7 +645,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         lines.append(f"  for (int S = 0; S < {sout}; S += {ts}) {{")
     for a in range(nacc):
         for t in range(tx):
-            lines.append(f"  {vt} acc{a}_{t} = ({vt})(0.0f);")
+            lines += [f"  float4 dot{o}_{t} = (float4)(0.0f);" for o in range(cout)] if narrow else \
+                [f"  {vt} acc{a}_{t} = ({vt})(0.0f);"]
     lines.append(f"  for (int ky = 0; ky < {kh}; ++ky) {{")
     lines.append(f"    const int iy = oy * {sh} - {pt} + ky * {dh};")
     if not trivial:
@@ -680,12 +685,21 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             load = image_load("wts", f"wb{a} + {k}") if image_weights else \
                 f"vload{lanes}(wb{a} + {k}, wts)" if half_math else f"LD{lanes}(wts, wb{a} + {k})"
             lines.append(f"        const {vt} w{a}_{k} = {load};")
+        if narrow:  # (channel o's weights over the slice's 4 input lanes: lane o of each input lane's row)
+            for o in range(cout):
+                lines.append(f"        const float4 wd{o} = (float4)({', '.join(f'w0_{k}.s{o}' for k in range(4))});")
+                lines += [f"        dot{o}_{t} = mad(x{t}, wd{o}, dot{o}_{t});" for t in range(tx)]
+            continue
         for t in range(tx):
             terms = f"acc{a}_{t}"
             for k in reversed(range(used)):
                 terms = f"mad(({vt})(x{t}.s{k}), w{a}_{k}, {terms})"
             lines.append(f"        acc{a}_{t} = {terms};")
     lines += ["      }", "    }", "  }"]
+    if narrow:
+        for t in range(tx):
+            sums = [f"dot(dot{o}_{t}, (float4)(1.0f))" for o in range(cout)] + ["0.0f"] * (4 - cout)
+            lines.append(f"  const float4 acc0_{t} = (float4)({', '.join(sums)});")
     after = None if arg is None else (
         lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
     lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
