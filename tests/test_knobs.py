@@ -367,3 +367,34 @@ def test_a_cpu_devices_small_kernels_get_a_work_group_per_compute_unit(opencl_de
     if not target.gpu and target.units == 2:  # (CI's device: this conv's grid splits in two)
         assert spec.local_size is not None
     assert_close(got, run_model(litert(), model, feeds)[0])
+
+
+def test_a_cpu_devices_moves_take_row_groups(opencl_device, rng):
+    """A value-moving kernel (a PAD, a slice, a concatenation: reindex.lane_kernel) of more than a small grid
+    takes, on a CPU device, a work-group of the most of a row that divides it and a group may take
+    (kernels.base.Target.row_group),
+    at least 16 work-items; none on a GPU, where the row does not split into one of 16 or more, or where the grid
+    is small (work_group's). The plan launches that group and pads as LiteRT does."""
+    from tflgpu.kernels.base import Target
+
+    cpu = Target(float_lanes=16, units=2, max_group=1024)
+    assert cpu.row_group((309, 172, 1)) == (309, 1, 1) and cpu.row_group((2060, 9, 2)) == (515, 1, 1)
+    assert cpu.row_group((1031, 40, 1)) is None and cpu.row_group((13, 300, 1)) is None  # (1031 prime; 13 < 16)
+    assert cpu.row_group((64, 8, 1)) is None  # (small: work_group's)
+    assert Target(gpu=True, units=132, max_group=1024).row_group((309, 172, 1)) is None
+    assert Target(units=1, max_group=1024).row_group((309, 172, 1)) is None
+
+    from tflgpu import GpuDelegate, Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import In, op_model, rand
+
+    model, feeds = op_model("PAD", [In(rand(rng, (1, 40, 73, 1))), np.array([[0, 0], [0, 0], [36, 0], [0, 0]], np.int32)])
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    got = run_model(lambda **kw: it, model, feeds)[0]
+    (spec,) = it.gpu_plan.steps[0].specs
+    target = it.gpu_plan.make.target
+    assert spec.local_size == target.row_group(tuple(spec.global_size)), (spec.global_size, target)
+    if not target.gpu and target.units >= 2 and target.max_group >= 109:  # (CI's device: rows of 109 pixels)
+        assert spec.local_size == (109, 1, 1)
+    assert_close(got, run_model(litert(), model, feeds)[0])

@@ -76,7 +76,7 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
            + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
            + f"  {store}\n}}")
     args = [Arg("tensor", t) for t in inputs] + ep.args + [Arg("tensor", output)]
-    return [KernelSpec(name, src, grid(lay), None, args, list(inputs) + ep.inputs, [output],
+    return [KernelSpec(name, src, grid(lay), ctx.target.row_group(grid(lay)), args, list(inputs) + ep.inputs, [output],
                        dense=frozenset([output] if dense else []))]
 
 
