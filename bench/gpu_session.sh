@@ -146,6 +146,11 @@
 # and writes a graph output densely. Add "gate or narrow or
 # whole_image" to TESTS_K, and PASSAB_MODELS=selfie_segmentation.tflite PASSAB_OFF=gates,gate-scales,narrow-scatter
 # to a call's `passab` (the gate's fused kernel against three launches, where each launch costs 5.6 us of device).
+# Since (2026-11-28, sixth session, no GPU): a channel concatenation branches per output slice, a reduction of each
+# image over every other axis runs on the device, a direct conv of fewer than 4 output channels sums dot products,
+# and .gpu/models holds Basic Pitch (nmp.tflite; tflgpu.zoo.released). Add "channel_concatenation or
+# over_each_image or narrow_output" to TESTS_K, and /tmp/models/nmp.tflite to a MediaPipe bench call's
+# BENCH_MODELS (an audio model: 1-D convs of 256 taps, a 3 x 39 conv, 144 launches on the CPU device).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
