@@ -20,11 +20,12 @@ from .conftest import FP16_MAX_RTOL, assert_close, assert_fp16_close, released_m
 from .oputil import run_litert
 
 PATHS = ["cpu", "gpu-fp32", "gpu-fp16"]
-MODELS = {name: (release, model) for release in RELEASES.values() for name, model in release.models.items()}
+RELEASE_OF = {name: release for release in RELEASES.values() for name in release.models}
+MODELS = {name: release.models[name] for name, release in RELEASE_OF.items()}
 
 
 def _path(name: str):
-    return released_model(MODELS[name][0].name, name)
+    return released_model(RELEASE_OF[name].name, name)
 
 
 @functools.cache
@@ -85,7 +86,7 @@ def _run(name: str, path: str) -> list[np.ndarray]:
 
 
 # (a model LiteRT cannot run has its device paths checked against the CPU kernels, so no CPU case of its own)
-CASES = [(m.file, path) for _, m in MODELS.values() for path in PATHS if m.litert_runs or path != "cpu"]
+CASES = [(m.file, path) for m in MODELS.values() for path in PATHS if m.litert_runs or path != "cpu"]
 
 
 @pytest.mark.parametrize(("name", "path"), CASES)
@@ -94,7 +95,7 @@ def test_released_model(name, path, request):
     if path == "gpu-fp16" and not device.identity.fp16:
         pytest.skip("the OpenCL device has no cl_khr_fp16")
     got = _run(name, path)
-    if MODELS[name][1].litert_runs:
+    if MODELS[name].litert_runs:
         want, spread = _reference(name)
     else:
         want, spread = _cpu(name), 0.0

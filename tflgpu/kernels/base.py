@@ -64,7 +64,6 @@ class Target:
             group[d], left = size // step, left // step
         return tuple(group) if left == 1 else None
 
-
     def row_group(self, global_size: tuple[int, ...]) -> tuple[int, ...] | None:
         """A CPU device's work-group for a value-moving kernel of more than a small grid (``work_group``'s):
         the most of the grid's first dimension (a row of pixels) a group may take, at least 16 work-items, else

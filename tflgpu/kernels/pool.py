@@ -252,13 +252,12 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
     axes = ctx.const(1)
-    if axes is not None and 1 < len(x_t.shape) <= 4 and \
-            {int(a) % len(x_t.shape) for a in axes.reshape(-1)} == {len(x_t.shape) - 1}:
+    rank = len(x_t.shape)
+    reduced = {int(a) % rank for a in axes.reshape(-1)} if axes is not None and 1 < rank <= 4 else None
+    if reduced == {rank - 1}:
         return _over_channels(ctx, x_t, out, bool(ctx.opt("keep_dims", False)))
-    if axes is not None and 1 < len(x_t.shape) <= 4:
-        ax = {int(a) % len(x_t.shape) for a in axes.reshape(-1)}
-        if ax >= set(range(1, len(x_t.shape))) and (0 not in ax or x_t.shape[0] == 1):
-            return _over_all(ctx, x_t, out)
+    if reduced is not None and reduced >= set(range(1, rank)) and (0 not in reduced or x_t.shape[0] == 1):
+        return _over_all(ctx, x_t, out)
     if axes is None or len(x_t.shape) != 4:
         raise Unsupported(f"{ctx.op.name} needs constant axes on a 4-D input")
     ax = sorted({int(a) % 4 for a in axes.reshape(-1)})
