@@ -13,7 +13,7 @@ import numpy as np
 from ..graph.conv_arg import CONV_ARG
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
 from ..ops.custom_options import transpose_conv_params
-from ..ops.jit import njit, prange
+from ..ops.jit import njit, prange, readonly
 from .elementwise import dequant_params
 from .gemm import conv_bias_clamp, gemm_bias_clamp
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
@@ -383,10 +383,10 @@ def depthwise_conv2d(ctx: OpContext):
             x, mult = np.repeat(x, mult, axis=3), 1  # (32x32x8, multiplier 2: 106 -> 62 us)
         if oc < ROWS_BELOW_CHANNELS and oh > 0 and ow > 0:
             w_rows, bias_row = tiled(ow, w)
-            return [_depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
+            return [_depthwise_rows(x, readonly(w_rows), readonly(bias_row), sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
         if kh == kw == 3 and oh > 0 and ow > 0:
-            return [_depthwise3x3(x, w[0], bias, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
-        return [_depthwise(x, w, bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi)]
+            return [_depthwise3x3(x, readonly(w[0]), readonly(bias), sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
+        return [_depthwise(x, readonly(w), readonly(bias), sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi)]
 
     tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 

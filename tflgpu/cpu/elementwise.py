@@ -13,7 +13,7 @@ import numpy as np
 from ..graph.float_view import sim_grid
 from ..model import reader
 from ..ops.attributes import activation_bounds
-from ..ops.jit import PARALLEL_ELEMENTS, njit, prange
+from ..ops.jit import PARALLEL_ELEMENTS, njit, prange, readonly
 from ..ops.quantization import RAW_MEAN_SNAP
 from .registry import KernelError, OpContext, apply_activation, fits, register
 
@@ -152,7 +152,7 @@ def prelu(ctx: OpContext):
         x, alpha = xs[0], xs[1]
         a = _per_channel(alpha, x) if x.size >= PARALLEL_ELEMENTS else None
         if a is not None:
-            return [_prelu_channels(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), a).reshape(x.shape)]
+            return [_prelu_channels(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), readonly(a)).reshape(x.shape)]
         return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
 
     return run

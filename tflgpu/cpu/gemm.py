@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ops.jit import njit, prange
+from ..ops.jit import njit, prange, readonly
 
 log = logging.getLogger("tflgpu")
 
@@ -97,7 +97,8 @@ def _agrees(s: Blas, dtype) -> bool:
     b = rng.standard_normal((19, 23)).astype(dtype)
     bias = rng.standard_normal(23).astype(dtype)
     got = np.empty((37, 23), dtype)
-    _gemm_bias_clamp(a, b, bias, dtype(-1.0), dtype(1.0), got, s.gemm(dtype), s.ilp64, 1, 7, False)
+    _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dtype(-1.0), dtype(1.0), got, s.gemm(dtype), s.ilp64, 1,
+                     7, False)
     return bool(np.allclose(got, np.clip(a @ b + bias, -1.0, 1.0), rtol=1e-4, atol=1e-4))
 
 
@@ -310,7 +311,7 @@ def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: f
     bias = np.zeros(n, dt) if bias is None else bias
     threads = _threads()
     split_columns = m < 2 * threads or (m < COLUMN_SPLIT_ROWS and k * n >= COLUMN_SPLIT_WEIGHTS)
-    return _gemm_bias_clamp(a, b, bias, dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, threads, rows_per_block(k, n),
+    return _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, threads, rows_per_block(k, n),
                             split_columns)
 
 
@@ -332,7 +333,7 @@ def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, lo: 
     out = np.empty((m, oc), dt)
     bias = np.zeros(oc, dt) if bias is None else bias
     threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
-    return _conv_bias_clamp(x, wm, bias, dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
+    return _conv_bias_clamp(readonly(x), readonly(wm), readonly(bias), dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
                             out, s.gemm(dt), s.ilp64, threads, rows_per_block(*wm.shape))
 
 

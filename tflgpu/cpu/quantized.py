@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
-from ..ops.jit import materialize, njit, prange
+from ..ops.jit import materialize, njit, prange, readonly
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
 from .conv import _bias, _depthwise, border_taps, conv_product, window_rows
@@ -524,7 +524,8 @@ def add_sub_q(ctx: OpContext):
 
     def block(a, b):
         out = np.empty(a.shape, po.dtype)
-        _add_sub(np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1), out.reshape(-1), *fixed)
+        _add_sub(readonly(np.ascontiguousarray(a).reshape(-1)), readonly(np.ascontiguousarray(b).reshape(-1)), out.reshape(-1),
+                 *fixed)
         return out
 
     def run(xs):
@@ -926,7 +927,7 @@ def hybrid_factory(ctx: OpContext):
             qz, scales = _quantize_rows_qd8(np.ascontiguousarray(x.reshape(-1, d)))
             wm = w_mat()
             acc = gemm_bias_clamp(qz.astype(wm.dtype, copy=False), wm, None, -np.inf, np.inf)
-            y = _hybrid_scale(acc, scales, w_scale, bias, lo, hi)
+            y = _hybrid_scale(acc, readonly(scales), readonly(w_scale), readonly(bias), lo, hi)
             if name == "CONV_2D":
                 return [y.reshape(x.shape[:-1] + (oc,))]
             return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
@@ -948,7 +949,8 @@ def hybrid_factory(ctx: OpContext):
             acc = _depthwise(np.ascontiguousarray(qz.astype(np.int32)), w_i(), np.zeros(oc, np.int32), sh, sw,
                              dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, INT32_MIN, INT32_MAX)
         per_pixel = np.repeat(scales, acc.size // max(1, n * oc))
-        y = _hybrid_scale(np.ascontiguousarray(acc).reshape(-1, oc), per_pixel, w_scale, bias, lo, hi)
+        y = _hybrid_scale(np.ascontiguousarray(acc).reshape(-1, oc), readonly(per_pixel), readonly(w_scale), readonly(bias),
+                          lo, hi)
         return [y.reshape(acc.shape)]
 
     return run

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.jit import njit
+from ..ops.jit import njit, readonly
 from .conv import _float_weights
 from .registry import KernelError, OpContext, register
 from .vecmath import sigmoid_into, tanh_into
@@ -198,8 +198,9 @@ class _LstmCell:
             raise KernelError(f"LSTM state of shape {list(h.shape)} / {list(c.shape)}, the weights need "
                               f"[batch, {self.n_out}] / [batch, {self.units}]")
         outs = np.empty((xw.shape[0], xw.shape[1], self.n_out), np.float32)
-        _recurrence(np.ascontiguousarray(xw, np.float32), self.wh, self.bias, self.peep, self.ln, self.proj,
-                    self.proj_bias, self.flags, self.act, self.cell_clip, self.proj_clip, h, c, outs)
+        weights = (self.wh, self.bias, self.peep, self.ln, self.proj, self.proj_bias, self.flags)
+        _recurrence(np.ascontiguousarray(xw, np.float32), *map(readonly, weights), self.act, self.cell_clip,
+                    self.proj_clip, h, c, outs)
         return outs
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .jit import PARALLEL_ELEMENTS, njit, prange
+from .jit import PARALLEL_ELEMENTS, njit, prange, readonly
 
 QTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
@@ -169,7 +169,7 @@ def dequantize_values(q: np.ndarray, p: QParams) -> np.ndarray:
     q = np.asarray(q)
     if len(p.scale) == 1 and q.ndim > 0 and q.dtype in QTYPES:  # (one pass, no temporaries)
         out = np.empty(q.shape, np.float32)
-        _dequantize_flat(np.ascontiguousarray(q).reshape(-1), np.float32(p.zero_point[0]), np.float32(p.scale[0]),
+        _dequantize_flat(readonly(np.ascontiguousarray(q).reshape(-1)), np.float32(p.zero_point[0]), np.float32(p.scale[0]),
                          out.reshape(-1))
         return out
     scale, zp = p.broadcast(np.ndim(q))
