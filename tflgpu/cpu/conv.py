@@ -273,10 +273,11 @@ def _col2im(cols, n, h, w, oh, ow, kh, kw, oc, sh, sw, pt, pl, out):
 
 
 def _bias(ctx: OpContext, idx: int, n: int) -> np.ndarray:
+    """The constant bias as float32 [n] (zeros where there is none), read-only as the kernels take it."""
     b = ctx.const(idx) if ctx.has_input(idx) else None
     if b is None:
-        return np.zeros(n, np.float32)
-    return np.ascontiguousarray(b, dtype=np.float32).reshape(n)
+        return readonly(np.zeros(n, np.float32))
+    return readonly(np.ascontiguousarray(b, dtype=np.float32).reshape(n))
 
 
 def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
@@ -368,7 +369,7 @@ def depthwise_conv2d(ctx: OpContext):
                    out_channels=oc)
     bias = _bias(ctx, 2, oc)
     lo, hi = activation_bounds(act)
-    w_c = np.ascontiguousarray(w_const) if w_const is not None else None
+    w_c = readonly(np.ascontiguousarray(w_const)) if w_const is not None else None
 
     def run(xs):
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
@@ -383,21 +384,21 @@ def depthwise_conv2d(ctx: OpContext):
             x, mult = np.repeat(x, mult, axis=3), 1  # (32x32x8, multiplier 2: 106 -> 62 us)
         if oc < ROWS_BELOW_CHANNELS and oh > 0 and ow > 0:
             w_rows, bias_row = tiled(ow, w)
-            return [_depthwise_rows(x, readonly(w_rows), readonly(bias_row), sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
+            return [_depthwise_rows(x, w_rows, bias_row, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
         if kh == kw == 3 and oh > 0 and ow > 0:
-            return [_depthwise3x3(x, readonly(w[0]), readonly(bias), sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
-        return [_depthwise(x, readonly(w), readonly(bias), sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi)]
+            return [_depthwise3x3(x, readonly(w[0]), bias, sh, sw, dh, dw, pt, pl, oh, ow, lo, hi)]
+        return [_depthwise(x, readonly(w), bias, sh, sw, dh, dw, pt, pl, oh, ow, mult, lo, hi)]
 
     tiles: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def tiled(ow: int, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The weights [kh, kw, ow*oc] and bias [ow*oc] tiled along an output row of ``ow`` pixels (once per
-        width for constant weights)."""
+        width for constant weights), read-only as the kernel takes them."""
         if w is not w_c:
-            return np.ascontiguousarray(np.tile(w[0], (1, 1, ow))), np.tile(bias, ow)
+            return readonly(np.ascontiguousarray(np.tile(w[0], (1, 1, ow)))), readonly(np.tile(bias, ow))
         t = tiles.get(ow)
         if t is None:
-            t = tiles[ow] = (np.ascontiguousarray(np.tile(w[0], (1, 1, ow))), np.tile(bias, ow))
+            t = tiles[ow] = (readonly(np.ascontiguousarray(np.tile(w[0], (1, 1, ow)))), readonly(np.tile(bias, ow)))
         return t
 
     return run

@@ -152,7 +152,8 @@ def prelu(ctx: OpContext):
         x, alpha = xs[0], xs[1]
         a = _per_channel(alpha, x) if x.size >= PARALLEL_ELEMENTS else None
         if a is not None:
-            return [_prelu_channels(np.ascontiguousarray(x).reshape(-1, x.shape[-1]), readonly(a)).reshape(x.shape)]
+            x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+            return [_prelu_channels(x2, readonly(a)).reshape(x.shape)]
         return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
 
     return run

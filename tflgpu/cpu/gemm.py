@@ -97,8 +97,8 @@ def _agrees(s: Blas, dtype) -> bool:
     b = rng.standard_normal((19, 23)).astype(dtype)
     bias = rng.standard_normal(23).astype(dtype)
     got = np.empty((37, 23), dtype)
-    _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dtype(-1.0), dtype(1.0), got, s.gemm(dtype), s.ilp64, 1,
-                     7, False)
+    _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dtype(-1.0), dtype(1.0), got, s.gemm(dtype),
+                     s.ilp64, 1, 7, False)
     return bool(np.allclose(got, np.clip(a @ b + bias, -1.0, 1.0), rtol=1e-4, atol=1e-4))
 
 
@@ -311,8 +311,8 @@ def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: f
     bias = np.zeros(n, dt) if bias is None else bias
     threads = _threads()
     split_columns = m < 2 * threads or (m < COLUMN_SPLIT_ROWS and k * n >= COLUMN_SPLIT_WEIGHTS)
-    return _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dt(lo), dt(hi), out, s.gemm(dt), s.ilp64, threads, rows_per_block(k, n),
-                            split_columns)
+    return _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dt(lo), dt(hi), out, s.gemm(dt), s.ilp64,
+                            threads, rows_per_block(k, n), split_columns)
 
 
 def rows_per_block(k: int, n: int) -> int:
@@ -333,8 +333,8 @@ def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, lo: 
     out = np.empty((m, oc), dt)
     bias = np.zeros(oc, dt) if bias is None else bias
     threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
-    return _conv_bias_clamp(readonly(x), readonly(wm), readonly(bias), dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt, pl, oh, ow,
-                            out, s.gemm(dt), s.ilp64, threads, rows_per_block(*wm.shape))
+    return _conv_bias_clamp(readonly(x), readonly(wm), readonly(bias), dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt,
+                            pl, oh, ow, out, s.gemm(dt), s.ilp64, threads, rows_per_block(*wm.shape))
 
 
 def conv_requantize(x: np.ndarray, xz: int, wm: np.ndarray, bias: np.ndarray, scale: np.ndarray, oz: int, lo: int,

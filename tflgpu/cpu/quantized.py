@@ -524,8 +524,8 @@ def add_sub_q(ctx: OpContext):
 
     def block(a, b):
         out = np.empty(a.shape, po.dtype)
-        _add_sub(readonly(np.ascontiguousarray(a).reshape(-1)), readonly(np.ascontiguousarray(b).reshape(-1)), out.reshape(-1),
-                 *fixed)
+        flat = lambda v: readonly(np.ascontiguousarray(v).reshape(-1))
+        _add_sub(flat(a), flat(b), out.reshape(-1), *fixed)
         return out
 
     def run(xs):
@@ -911,8 +911,8 @@ def hybrid_factory(ctx: OpContext):
         _, kh, kw, oc = w.shape
         n_out = oc
         w_i = once(lambda: np.ascontiguousarray(centered().astype(np.int32)))
-    w_scale = np.ascontiguousarray(np.broadcast_to(pw.scale.astype(np.float32), (n_out,)))
-    bias = _bias(ctx, 2, n_out) if ctx.has_input(2) else np.zeros(n_out, np.float32)
+    w_scale = readonly(np.ascontiguousarray(np.broadcast_to(pw.scale.astype(np.float32), (n_out,))))
+    bias = _bias(ctx, 2, n_out)
     lo, hi = (np.float32(v) for v in activation_bounds(act))
     sh, sw, dh, dw, pad = conv_options(ctx.op.options)
     keep = ctx.opt("keep_num_dims", False)
@@ -927,7 +927,7 @@ def hybrid_factory(ctx: OpContext):
             qz, scales = _quantize_rows_qd8(np.ascontiguousarray(x.reshape(-1, d)))
             wm = w_mat()
             acc = gemm_bias_clamp(qz.astype(wm.dtype, copy=False), wm, None, -np.inf, np.inf)
-            y = _hybrid_scale(acc, readonly(scales), readonly(w_scale), readonly(bias), lo, hi)
+            y = _hybrid_scale(acc, scales, w_scale, bias, lo, hi)
             if name == "CONV_2D":
                 return [y.reshape(x.shape[:-1] + (oc,))]
             return [y.reshape(x.shape[:-1] + (units,)) if keep else y]
@@ -949,8 +949,7 @@ def hybrid_factory(ctx: OpContext):
             acc = _depthwise(np.ascontiguousarray(qz.astype(np.int32)), w_i(), np.zeros(oc, np.int32), sh, sw,
                              dh, dw, pt, pl, max(oh, 0), max(ow, 0), oc // c, INT32_MIN, INT32_MAX)
         per_pixel = np.repeat(scales, acc.size // max(1, n * oc))
-        y = _hybrid_scale(np.ascontiguousarray(acc).reshape(-1, oc), readonly(per_pixel), readonly(w_scale), readonly(bias),
-                          lo, hi)
+        y = _hybrid_scale(np.ascontiguousarray(acc).reshape(-1, oc), per_pixel, w_scale, bias, lo, hi)
         return [y.reshape(acc.shape)]
 
     return run

@@ -185,6 +185,9 @@ class _LstmCell:
         self.proj_bias = proj_bias.astype(np.float32) if proj_bias is not None else np.zeros(0, np.float32)
         self.flags = np.array([self.cifg, *(v is not None for v in peeps), any(v is not None for v in layer_norm),
                                proj is not None, proj_bias is not None], np.bool_)
+        # (read-only, as the recurrence kernel takes them: one compile whichever way they were made)
+        self.weights = tuple(map(readonly, (self.wh, self.bias, self.peep, self.ln, self.proj, self.proj_bias,
+                                            self.flags)))
         self.act = ctx.opt("fused_activation_function", 4)
         if self.act not in ACTIVATIONS:
             raise ctx.fail(f"LSTM activation {self.act} is not supported")
@@ -198,9 +201,8 @@ class _LstmCell:
             raise KernelError(f"LSTM state of shape {list(h.shape)} / {list(c.shape)}, the weights need "
                               f"[batch, {self.n_out}] / [batch, {self.units}]")
         outs = np.empty((xw.shape[0], xw.shape[1], self.n_out), np.float32)
-        weights = (self.wh, self.bias, self.peep, self.ln, self.proj, self.proj_bias, self.flags)
-        _recurrence(np.ascontiguousarray(xw, np.float32), *map(readonly, weights), self.act, self.cell_clip,
-                    self.proj_clip, h, c, outs)
+        _recurrence(np.ascontiguousarray(xw, np.float32), *self.weights, self.act, self.cell_clip, self.proj_clip, h, c,
+                    outs)
         return outs
 
 

@@ -169,8 +169,8 @@ def dequantize_values(q: np.ndarray, p: QParams) -> np.ndarray:
     q = np.asarray(q)
     if len(p.scale) == 1 and q.ndim > 0 and q.dtype in QTYPES:  # (one pass, no temporaries)
         out = np.empty(q.shape, np.float32)
-        _dequantize_flat(readonly(np.ascontiguousarray(q).reshape(-1)), np.float32(p.zero_point[0]), np.float32(p.scale[0]),
-                         out.reshape(-1))
+        _dequantize_flat(readonly(np.ascontiguousarray(q).reshape(-1)), np.float32(p.zero_point[0]),
+                         np.float32(p.scale[0]), out.reshape(-1))
         return out
     scale, zp = p.broadcast(np.ndim(q))
     return ((np.asarray(q, np.float32) - np.asarray(zp, np.float32)) * np.asarray(scale, np.float32)).astype(np.float32)
