@@ -215,6 +215,9 @@ def cmd_run(args) -> int:
             s = interp.tuning_status()
             print(f"tuning:  {s.kernels_searched} kernels searched in {s.seconds:.1f} s, {s.kernels_improved} "
                   f"faster than their defaults (kernel time {s.speedup:.2f}x)")
+            if s.plan_start_us:
+                print(f"         together, end to end: {s.plan_tuned_us / 1e3:.2f} ms against the start's "
+                      f"{s.plan_start_us / 1e3:.2f} ms: " + ("the start's kernels put back" if s.reverted else "kept"))
     times = time_invokes(interp, warmup=1, repeats=args.repeat)
     print(f"latency: median {1e3 * statistics.median(times):.2f} ms, min {1e3 * min(times):.2f} ms "
           f"over {len(times)} invokes (after 1 warm-up)")

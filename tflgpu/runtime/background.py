@@ -12,8 +12,13 @@
    checked against the current kernel's on the same input (``autotune``), recorded whole (a process that exits
    mid-search leaves a consistent cache, and the next one resumes with the kernels still untuned), and handed
    to the plan. Another interpreter or process tuning the same kernel holds its claim, and this one skips it.
-3. With anything tuned, the whole program is rebuilt with the winners and stored with the plan, so the next
-   start loads the tuned plan directly.
+3. **The winners together** (``upgrades.check_plan``): each beat its kernel's start alone, but a plan may still
+   be slower with all of them (a fused pair that saves a launch but runs slower beside its neighbours: MobileNet
+   v1 on an H100, 0.599 ms after its search against 0.525 at its start). The plan's kernels before and after
+   the search are timed end to end, alternated, with invokes held off for each run (``Activity.exclusive``);
+   where the search's are slower, the start's go back and are recorded as those kernels' choice.
+4. With anything tuned and kept, the whole program is rebuilt with the winners and stored with the plan, so the
+   next start loads the tuned plan directly.
 
 Nothing here touches a live kernel: every result is a ``Swap`` that the plan applies at the start of its next
 ``run``, between invokes, never during one. An error here is logged and ends the work; the plan keeps running
@@ -68,13 +73,15 @@ class Activity:
         self._busy = False
         self._idle_since = time.monotonic()
         self.stopped = False
+        self._device = threading.Lock()  # held by an invoke, and by background work launching the plan's kernels
 
     @contextmanager
     def invoke(self):
         with self._cond:
             self._busy = True
         try:
-            yield
+            with self._device:
+                yield
         finally:
             with self._cond:
                 self._busy = False
@@ -94,6 +101,21 @@ class Activity:
                     self._cond.wait(left)
                 else:
                     self._cond.wait(0.1)
+
+    @contextmanager
+    def exclusive(self, quiet_s: float = LAUNCH_QUIET_S):
+        """Hold off invokes (after idle time, as ``wait_idle``) while background work launches the plan's own
+        kernels on its buffers: an invoke that starts meanwhile waits for the block to end. Raises Stopped."""
+        while True:
+            self.wait_idle(quiet_s)
+            self._device.acquire()
+            if not self._busy:
+                break
+            self._device.release()  # (an invoke came between: it goes first)
+        try:
+            yield
+        finally:
+            self._device.release()
 
     def stop(self) -> None:
         with self._cond:
@@ -162,6 +184,11 @@ class BackgroundStatus:
     finished: bool
     seconds: float  # since the work started
     last_error: str = ""
+    # the plan's kernels timed end to end before and after the search's winners (upgrades.check_plan; 0: not
+    # checked), and whether the winners were taken back for being slower together
+    plan_start_us: float = 0.0
+    plan_tuned_us: float = 0.0
+    reverted: bool = False
 
 
 class Background:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
-from ..autotune import TuneTask, kernel_key, tune_tasks
+from ..autotune import TuneResult, TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
 from ..autotune.tuner import KernelTuner, kernel_family, kernel_shape, space_size, study_storage
@@ -20,7 +20,7 @@ from ..model.ir import Operator
 from ..ops.layout import bhwc
 from .background import lower_thread_priority
 from .selection import KernelMaker, Step
-from .upgrades import retune_steps
+from .upgrades import check_plan, kernel_sets, retune_steps
 
 log = logging.getLogger("tflgpu")
 
@@ -384,8 +384,9 @@ def _applied(make: KernelMaker, op: Operator, epilogue: list, params: dict) -> t
 def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Callable) -> list[Callable]:
     """The background search of ``untuned`` kernels as jobs for ``runtime.background.Background``: first
     every default is timed (while idle), then the kernels are searched slowest first (default time times the
-    layers sharing it), each within an even share of what is left of the budget. ``bench(task)`` makes a
-    KernelBench; each job gets the Background it runs in."""
+    layers sharing it), each within an even share of what is left of the budget, and last the winners are
+    checked together, end to end (``confirm``). ``bench(task)`` makes a KernelBench; each job gets the
+    Background it runs in."""
     budget = config.model_budget()
     if not untuned or budget == 0:
         return []
@@ -420,7 +421,12 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                 tuners.append((tuner, u))
         tuners.sort(key=lambda tu: -tu[0].default_us * tu[1].layers)
 
+    start: list[dict] = []  # the plan's kernels before the search (upgrades.kernel_sets)
+    won: list[tuple[Untuned, TuneResult]] = []  # the searches whose winners the plan took
+
     def search(bg) -> None:
+        with bg.activity.exclusive():
+            start.append(kernel_sets(bg.plan()))
         queued = {u.task.key for _, u in tuners}
         for i, (tuner, u) in enumerate(tuners):  # (the parts of a block it leaves unfused join the list as it goes)
             left = (budget - spent[0]) / (len(tuners) - i)
@@ -440,6 +446,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
             log.info("background tuning %s: %.0f -> %.0f us (%.2fx) %s", r.op, r.default_us, r.best_us, r.speedup,
                      r.params)
             if r.params:
+                won.append((u, r))
                 retune_steps(bg.plan(), [s.op.index for s in u.steps], r.params, r.op, wait=bg.wait_idle)
                 if u.decided(r.params):  # (each host with its own parameters, its parts with their records)
                     retune_steps(bg.plan(), [h.op.index for h in u.hosts], None, f"{r.op}'s hosts",
@@ -454,5 +461,14 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                         tuners.append((tuner, p))
             bg.tuned(r.default_us, r.best_us, bool(r.params))
 
-    return [measure_defaults, search]
+    def confirm(bg) -> None:
+        """The winners together, end to end (upgrades.check_plan); where they were slower than the start, each
+        kernel's record becomes its start's parameters (the check counts as one more trial: it replaces the
+        search's record, records.replaces), so later starts keep the start and search them no more."""
+        if won and check_plan(bg, start[0]) and config.db is not None:
+            config.db.put_many(device_key, {u.task.key: replace(u.task.record(r), params=u.task.start,
+                                                                best_us=r.default_us, trials=r.trials + 1)
+                                            for u, r in won})
+
+    return [measure_defaults, search, confirm]
 

@@ -6,12 +6,22 @@ invokes."""
 from __future__ import annotations
 
 import logging
+import statistics
+import time
+from dataclasses import dataclass
 
+from ..autotune.tuner import MIN_GAIN
 from ..kernels.common import dense_tensors
 from ..kernels.program import build_program, compiled_sources, kernel_name, make_kernel
 from .background import Background, Swap
 
 log = logging.getLogger("tflgpu")
+
+# the end-to-end check of a search's winners (check_plan): timed runs of each kernel set, alternated, within
+# about this much time (at least MIN_ROUNDS each, however long a run takes)
+CHECK_ROUNDS = 15
+MIN_ROUNDS = 5
+CHECK_S = 3.0
 
 
 def tier_up(bg: Background) -> None:
@@ -72,7 +82,7 @@ def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wa
 def store_tuned_plan(bg: Background) -> None:
     """With any kernel tuned: store the plan's record (its steps as they are once the queued swaps are installed)
     and the whole program with the tuned kernels, so the next start loads the tuned plan directly."""
-    if not bg.status.kernels_improved:
+    if not bg.status.kernels_improved or bg.status.reverted:
         return
     bg.wait_idle()
     plan = bg.plan()
@@ -82,3 +92,93 @@ def store_tuned_plan(bg: Background) -> None:
     sources = plan.save_record({i: (sw.specs[i], sw.params[i]) for sw in pending for i in sw.specs})
     build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
     log.info("stored the tuned plan")
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """One device step's kernels and what they were made from: enough to launch them, or to put them back."""
+
+    kernels: list
+    specs: list
+    params: dict
+    args: tuple  # (argument values, constant buffers): what keeps their buffers alive
+
+
+def kernel_sets(plan) -> dict[int, StepKernels]:
+    """Each device step's kernels as they will be once the queued swaps are installed. Call it holding off
+    invokes (``Activity.exclusive``): an invoke installs swaps."""
+    sets = {i: StepKernels(s.kernels, s.specs, s.params, (plan.io.args[i], plan.io.const_buffers[i]))
+            for i, s in enumerate(plan.steps) if s.device == "gpu"}
+    for sw in plan.swaps.pending():
+        for i, kernels in sw.kernels.items():
+            was = sets[i]
+            sets[i] = StepKernels(kernels, sw.specs.get(i, was.specs), sw.params.get(i, was.params),
+                                  sw.args.get(i, was.args))
+    return sets
+
+
+def checkable(plan) -> str:
+    """Why the plan's own kernels may not be launched outside an invoke ("" where they may): a caller's bound
+    buffer (an output read on demand would change) or state kept between invokes (it would advance)."""
+    if plan.io.bound:
+        return "the caller's buffers are bound to it"
+    if plan.io.tensors.state_tensors:
+        return "it keeps state between invokes"
+    return ""
+
+
+def time_kernel_sets(bg: Background, sets: list[dict[int, StepKernels]]) -> list[list[float]]:
+    """Seconds of runs of each set of the plan's device-step kernels (enqueued in step order, then a finish),
+    on the plan's own buffers and queue, alternated (each round in the other order; the first round untimed),
+    every run in idle time with invokes held off. The host steps between are not run: what differs between the
+    sets is the device's work and its launches."""
+    cl = bg.plan().cl
+    times: list[list[float]] = [[] for _ in sets]
+    started = time.perf_counter()
+    for r in range(CHECK_ROUNDS + 1):
+        if r > MIN_ROUNDS and time.perf_counter() - started > CHECK_S:
+            break
+        for j in (range(len(sets)) if r % 2 == 0 else reversed(range(len(sets)))):
+            with bg.activity.exclusive():
+                q = bg.plan().queue
+                t0 = time.perf_counter()
+                for i in sorted(sets[j]):
+                    st = sets[j][i]
+                    for spec, k in zip(st.specs, st.kernels):
+                        cl.enqueue_nd_range_kernel(q, k, spec.global_size, spec.local_size)
+                q.finish()
+                if r:
+                    times[j].append(time.perf_counter() - t0)
+    return times
+
+
+def check_plan(bg: Background, start: dict[int, StepKernels]) -> bool:
+    """After a background search: time the plan's kernels as the search leaves them against ``start`` (as they
+    were before it), end to end. Each winner beat its kernel's start alone; together, in the plan, they may not
+    (a fused pair that saves a launch but runs slower beside its neighbours). Where the search's kernels are
+    slower by more than timing noise (``MIN_GAIN``), the start's are queued back. Returns whether they were
+    (the caller then records the start as these kernels' choice); ``bg.status`` holds both times."""
+    with bg.activity.exclusive():
+        plan = bg.plan()
+        why = checkable(plan)
+        tuned = kernel_sets(plan)
+    if why:
+        log.info("the search's kernels are not checked end to end: %s", why)
+        return False
+    changed = [i for i in tuned if tuned[i].kernels is not start[i].kernels]
+    if not changed:
+        return False
+    before, after = (statistics.median(t) for t in time_kernel_sets(bg, [start, tuned]))
+    bg.status.plan_start_us, bg.status.plan_tuned_us = before * 1e6, after * 1e6
+    if after <= before * (1 + MIN_GAIN):
+        log.info("the search's kernels end to end: %.0f us, the start's %.0f us: kept", after * 1e6, before * 1e6)
+        return False
+    swap = Swap("the start's kernels back (the search's were slower together)", None, {})
+    for i in changed:
+        st = start[i]
+        swap.kernels[i], swap.specs[i], swap.params[i], swap.args[i] = st.kernels, st.specs, st.params, st.args
+    bg.plan().swaps.post(swap)
+    bg.status.reverted = True
+    log.info("the search's kernels end to end: %.0f us, the start's %.0f us: the start's put back",
+             after * 1e6, before * 1e6)
+    return True
