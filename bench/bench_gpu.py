@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.autotune.exchange import cache_records, merge_records, write_records
+from tflgpu.autotune.exchange import DeviceRecords, cache_records, merge_records, write_records
+from tflgpu.autotune.records import MemoryTuningDB
 from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
@@ -143,6 +144,9 @@ def main() -> int:
                    help="write the records each model's background search left in its fresh cache to FILE (one "
                         "export file, every model's kernels; bench/merge_records.py folds it into a shipped "
                         "database, so that a fresh cache starts where the background search ended)")
+    p.add_argument("--export-exhaustive", metavar="FILE",
+                   help="write the records of each model's exhaustive search to FILE (as --export-background; "
+                        "bench/merge_records.py prefers them to a background search's, drawn from fewer trials)")
     p.add_argument("--host-share", type=float, default=None,
                    help="the share of a step's enqueue time beyond its device span that the searches cost "
                         "(autotune.measure.step_cost; default: HOST_EXCESS_SHARE; 1: the longer of the two)")
@@ -165,7 +169,8 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes, speedups, starts = [], [], []
     background_records: list = []  # (--export-background)
-    exported = 0
+    exhaustive_records: list = []  # (--export-exhaustive)
+    exported = exported_exhaustive = 0
     shown = 0
     for m in models:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
@@ -194,9 +199,20 @@ def main() -> int:
                 work.stop()
                 background.wait_background()
             lap("background wait")
+            st = background.tuning_status()
+            if st is not None and st.plan_start_us:  # (runtime.upgrades.check_plan)
+                notes.append(f"{m.name}: the background search's kernels end to end {st.plan_tuned_us:.0f} us, the "
+                             f"start's {st.plan_start_us:.0f} us: {'the start put back' if st.reverted else 'kept'}")
+            searched = MemoryTuningDB()  # (no cache: its records only here, for --export-exhaustive)
             exhaustive = _prepare(Interpreter, m, inputs, delegate=GpuDelegate(
-                **kw, cache=False, tuning="exhaustive", tuning_budget_s=args.exhaustive_budget_s))
+                **kw, cache=False, tuning="exhaustive", tuning_budget_s=args.exhaustive_budget_s,
+                tuning_db=searched))
             lap("exhaustive plan")
+            if args.export_exhaustive and exhaustive.gpu_plan is not None:
+                found = DeviceRecords(exhaustive.gpu_plan.device.identity.as_dict())
+                found.records = {k: r for d, k, r in searched.items() if d == found.key}
+                exported_exhaustive += merge_records(exhaustive_records, [found])
+                write_records(args.export_exhaustive, exhaustive_records)
             peers = [LiteRT(model_path=str(m), num_threads=cores)]
             try:
                 peers[0].allocate_tensors()
@@ -250,6 +266,8 @@ def main() -> int:
     print(f"\ngeomean: start / exhaustive {geomean(starts):.2f}, LiteRT CPU / background {versus}")
     if args.export_background:
         print(f"background searches' records: {exported} written to {args.export_background}")
+    if args.export_exhaustive:
+        print(f"exhaustive searches' records: {exported_exhaustive} written to {args.export_exhaustive}")
     for n in notes:
         print(f"- {n}")
     if not args.no_torch:
