@@ -158,10 +158,8 @@ def check_plan(bg: Background, start: dict[int, StepKernels]) -> bool:
     (a fused pair that saves a launch but runs slower beside its neighbours). Where the search's kernels are
     slower by more than timing noise (``MIN_GAIN``), the start's are queued back. Returns whether they were
     (the caller then records the start as these kernels' choice); ``bg.status`` holds both times."""
-    with bg.activity.exclusive():
-        plan = bg.plan()
-        why = checkable(plan)
-        tuned = kernel_sets(plan)
+    with bg.activity.exclusive():  # (the plan only while needed: a worker must not keep it alive)
+        why, tuned = checkable(bg.plan()), kernel_sets(bg.plan())
     if why:
         log.info("the search's kernels are not checked end to end: %s", why)
         return False
