@@ -474,6 +474,41 @@ def test_a_block_the_search_unfuses_has_its_convs_searched_in_the_same_run(openc
     assert {t.source for t in again.gpu_plan.tuning_results} == {"record"}
 
 
+def test_a_stored_plans_block_a_record_unfuses_has_its_convs_searched(opencl_device, unfusing, tmp_path):
+    """A process that exits after the search left a block unfused but before it searched the block's convs leaves
+    a stored plan with the block fused and the block's record: the next start runs the block unfused from that
+    record, and searches its convs (before, only the plan's steps as stored were searched: the convs ran their
+    heuristics at every later start)."""
+    from tflgpu.autotune import MemoryTuningDB
+    from tflgpu.autotune.records import CacheTuningDB
+    from tflgpu.cache.store import CacheStore
+
+    u = unfusing
+    dev = opencl_device.identity.key()
+    searched = MemoryTuningDB()  # (the block's decision, from a search in a cache of its own)
+    Interpreter(model_content=u.model, delegate=GpuDelegate(cache=False, tuning="fast", tuning_db=searched,
+                                                            tuning_trials=4))
+    (block,) = [(k, r) for d, k, r in searched.items() if d == dev and k not in u.keys.values()]
+    assert block[1].params["fused"] is False
+    cache = tmp_path / "cache"
+    options = {"serialization_dir": cache, "tuning": "background", "tuning_trials": 4}
+    first = Interpreter(model_content=u.model, delegate=GpuDelegate(**options, tuning_budget_s=0))  # (stores it)
+    assert [s.specs[0].params.get("fused") for s in first.gpu_plan.steps if s.op.name == SEPARABLE_CONV] == [True]
+    del first
+    db = CacheTuningDB(CacheStore(cache))
+    db.put(dev, *block)  # (what the exiting process had recorded)
+    again = Interpreter(model_content=u.model, delegate=GpuDelegate(**options, tuning_budget_s=120))
+    assert again.gpu_plan.build_stats["plan"] == "cache"
+    (step,) = [s for s in again.gpu_plan.steps if s.op.name == SEPARABLE_CONV]
+    assert step.specs[0].params["fused"] is False and len(step.specs) == 2
+    assert again.tuning_status() is not None and again.wait_background(300)
+    status = again.tuning_status()
+    assert not status.last_error and status.kernels_searched == status.kernels_done == len(u.keys)
+    for name, key in u.keys.items():
+        assert db.get(dev, key).params["tile_x"] == u.favoured[name], name
+    assert_close(run_model(lambda **_: again, u.model, u.feeds)[0], run_model(litert(), u.model, u.feeds)[0], 1e-4)
+
+
 @pytest.mark.parametrize("spent", [False, True])
 def test_the_convs_round_shares_the_models_budget(opencl_device, unfusing, monkeypatch, caplog, spent):
     """A fast search's round for the convs of a block it left unfused gets what the first round left of the

@@ -245,12 +245,16 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
     found = _identities(steps, make, explicit, parts)
     decided, todo = [], []
     reuse = config.db is not None and config.reuse_records
+    # steps a record gives other parameters (a stored plan's composite may launch its parts now; one that starts
+    # from the nearest device's record is searched itself, and its parts after it, if it stays unfused)
+    changed: list[Step] = []
     for key, ident in found.items():
         flops = sum(sp.flops for sp in ident.specs)
         rec = config.db.get(device_key, key) if reuse else None
         if rec is not None:  # (the hosts' part records found it too)
             if any(s.params != rec.params for s in ident.steps):  # (a stored plan may have them already)
                 set_params(ident.steps, make, rec.params)
+                changed.extend(ident.steps)
             decided.append(TunedKernel(key, ident.op.name, ident.layers, rec.default_us, rec.best_us, rec.params,
                                        "record", flops=flops))
             continue
@@ -266,6 +270,9 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                            flops=flops))
         if config.mode != "none":
             todo.append(_untuned(key, ident, make, parts, layouts))
+    if config.mode != "none":  # (a stored plan's composite that a record now runs unfused: its parts, unrecorded)
+        todo += [p for p in unsearched_parts(changed, parts, make, config.db if reuse else None, device_key)
+                 if p.task.key not in found]
     if not todo or config.mode == "background":
         return decided, 0.0, todo
     t0 = time.perf_counter()
