@@ -107,6 +107,13 @@ class TuneTask:
         return TuningRecord(self.kept(r), r.default_us, r.best_us, r.trials, r.op, family=self.family,
                             shape=self.shape)
 
+    def overruled(self, r: TuneResult) -> TuningRecord:
+        """The record of search ``r`` where a later check (its winner and others together, timed end to end) took
+        the start back: the start's parameters at the default's time, one trial more than the search's, so it
+        replaces the search's own record (records.replaces)."""
+        return TuningRecord(self.start, r.default_us, r.default_us, r.trials + 1, r.op, family=self.family,
+                            shape=self.shape)
+
 
 @dataclass
 class TuneResult:

@@ -470,12 +470,10 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
 
     def confirm(bg) -> None:
         """The winners together, end to end (upgrades.check_plan); where they were slower than the start, each
-        kernel's record becomes its start's parameters (the check counts as one more trial: it replaces the
-        search's record, records.replaces), so later starts keep the start and search them no more."""
+        kernel's record becomes its start's (TuneTask.overruled), so later starts keep the start and search them
+        no more."""
         if won and check_plan(bg, start[0]) and config.db is not None:
-            config.db.put_many(device_key, {u.task.key: replace(u.task.record(r), params=u.task.start,
-                                                                best_us=r.default_us, trials=r.trials + 1)
-                                            for u, r in won})
+            config.db.put_many(device_key, {u.task.key: u.task.overruled(r) for u, r in won})
 
     return [measure_defaults, search, confirm]
 
