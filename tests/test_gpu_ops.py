@@ -2209,34 +2209,41 @@ def test_conv_arg_tiles(opencl_device, rng, params):
 
 
 @pytest.mark.parametrize("dims", [(1, 5, 7, 3), (2, 3, 4, 9), (1, 1, 1, 1001), (1, 6, 2, 8)])
-@pytest.mark.parametrize("loop_slices", [True, False])
-def test_boundary_kernels_convert_both_ways(opencl_device, rng, dims, loop_slices):
+@pytest.mark.parametrize(("loop_slices", "fp32"), [(True, False), (False, False), (True, True), (False, True)])
+def test_boundary_kernels_convert_both_ways(opencl_device, rng, dims, loop_slices, fp32):
     """The dense NHWC <-> slice layout kernels at the device boundary, in both grids (a CPU runtime's pixel per
     work-item looping over slices; a GPU's pixel and slice per work-item): what goes in comes back, and the
-    slice-layout side is ``to_slices`` of it, padding lanes zero."""
+    slice-layout side is ``to_slices`` of it, padding lanes zero. The float32 form keeps float32 storage inside an
+    FP16 program (where the device has fp16). A form's program serves every shape of its channel count: one
+    program converts each tensor of that many channels here."""
     import pyopencl as cl
 
-    from tflgpu.kernels.common import PREAMBLE, boundary_grid, boundary_kernels, fp32_region, to_slices
-    from tflgpu.kernels.program import build
+    from tflgpu.kernels.common import BoundaryForm, boundary_args, boundary_grid, to_slices
+    from tflgpu.kernels.program import build, program_source
     from tflgpu.ops.layout import Layout
 
-    lay = Layout(*dims)
+    if fp32 and not opencl_device.identity.fp16:
+        pytest.skip("the OpenCL device has no cl_khr_fp16")
     ctx = cl.Context([opencl_device.cl_device])
     q = cl.CommandQueue(ctx)
-    prog = build(cl.Program(ctx, PREAMBLE + fp32_region(boundary_kernels("io", lay, loop_slices))), [])
-    x = rng.standard_normal(dims).astype(np.float32)
-    mf = cl.mem_flags
-    dense = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x)
-    slices = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.full(lay.elements, 7.0, np.float32))
-    back = cl.Buffer(ctx, mf.READ_WRITE, x.nbytes)
-    grid = boundary_grid(lay, loop_slices)
-    cl.enqueue_nd_range_kernel(q, _kernel(cl, prog, "io_in", dense, slices), grid, None)
-    cl.enqueue_nd_range_kernel(q, _kernel(cl, prog, "io_out", slices, back), grid, None)
-    got_slices, got_back = np.empty(lay.elements, np.float32), np.empty_like(x)
-    cl.enqueue_copy(q, got_slices, slices)
-    cl.enqueue_copy(q, got_back, back)
-    np.testing.assert_array_equal(got_slices, to_slices(x, lay, np.float32))
-    np.testing.assert_array_equal(got_back, x)
+    form = BoundaryForm(dims[3], loop_slices, fp32)
+    prog = build(cl.Program(ctx, program_source([form.source()])), ["-DTFLGPU_FP16"] if fp32 else [])
+    for shape in (dims, (2, dims[2] + 1, dims[1], dims[3])):  # (one program, shapes of the same channel count)
+        lay = Layout(*shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        mf = cl.mem_flags
+        dense = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=x)
+        slices = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.full(lay.elements, 7.0, np.float32))
+        back = cl.Buffer(ctx, mf.READ_WRITE, x.nbytes)
+        grid = boundary_grid(lay, loop_slices)
+        args = boundary_args(lay)
+        cl.enqueue_nd_range_kernel(q, _kernel(cl, prog, form.name + "_in", dense, slices, *args), grid, None)
+        cl.enqueue_nd_range_kernel(q, _kernel(cl, prog, form.name + "_out", slices, back, *args), grid, None)
+        got_slices, got_back = np.empty(lay.elements, np.float32), np.empty_like(x)
+        cl.enqueue_copy(q, got_slices, slices)
+        cl.enqueue_copy(q, got_back, back)
+        np.testing.assert_array_equal(got_slices, to_slices(x, lay, np.float32))
+        np.testing.assert_array_equal(got_back, x)
 
 
 def _kernel(cl, prog, name, *args):

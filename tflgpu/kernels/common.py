@@ -305,31 +305,56 @@ def boundary_loops_slices(lay: Layout, gpu: bool) -> bool:
     return not gpu or lay.b * lay.h * lay.w >= LOOP_SLICES_PIXELS
 
 
-def boundary_kernels(name: str, lay: Layout, loop_slices: bool) -> str:
-    """Two kernels converting a dense NHWC float32 buffer to the slice layout and back.
+@dataclass(frozen=True)
+class BoundaryForm:
+    """The two kernels converting a dense NHWC float32 buffer of ``channels`` channels to the slice layout and
+    back, at the graph/partition boundary, so the host copies plain NHWC data and never transposes.
 
-    Used at the graph/partition boundary so the host copies plain NHWC data and never transposes. Their grid is
-    ``boundary_grid``: with ``loop_slices`` a work-item takes one pixel and all its slices in turn (its dense
-    side one contiguous run; a CPU runtime, vectorizing over pixels, writes each line of the dense buffer once,
-    where a pass per slice rewrote the whole buffer per slice: 25-30% faster on the Intel CPU runtime, and 8x
-    on a 1x1x1001 classifier output), else one (pixel, slice) each (a GPU's parallel form for a small tensor).
-    """
-    head = (f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
-            f"  if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;\n"
-            f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n")
-    if loop_slices:
-        head, tail = head + f"  for (int S = 0; S < {lay.s}; ++S) {{\n", "  }\n"
-    else:
-        head, tail = head + f"  const int S = get_global_id(2); if (S >= {lay.s}) return;\n", ""
-    head += (f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n"
-             f"  const int d = ((b * {lay.h} + y) * {lay.w} + x) * {lay.c} + S * 4;\n")
-    lanes = "xyzw"
-    load = "\n".join(f"  if (S * 4 + {j} < {lay.c}) v.{lanes[j]} = dense[d + {j}];" for j in range(4))
-    store = "\n".join(f"  if (S * 4 + {j} < {lay.c}) dense[d + {j}] = v.{lanes[j]};" for j in range(4))
-    return (f"__kernel void {name}_in(__global const float* dense, __global STORE_T* dst) {{\n{head}"
-            f"  float4 v = (float4)(0.0f);\n{load}\n  ST4(dst, o, v);\n{tail}}}\n\n"
-            f"__kernel void {name}_out(__global const STORE_T* src, __global float* dense) {{\n{head}"
-            f"  const float4 v = LD4(src, o);\n{store}\n{tail}}}\n")
+    ``loop_slices``: a work-item takes one pixel and all its slices in turn (its dense side one contiguous run; a
+    CPU runtime, vectorizing over pixels, writes each line of the dense buffer once, where a pass per slice rewrote
+    the whole buffer per slice: 25-30% faster on the Intel CPU runtime, and 8x on a 1x1x1001 classifier output),
+    else one (pixel, slice) each (a GPU's parallel form for a small tensor); the grid is ``boundary_grid``.
+    ``fp32``: the slice side stored in float32 inside a program built for FP16 storage (per-op precision).
+
+    The channel count is in the code (the dense side's stride: the Intel CPU runtime ran the conversions 1.3-1.7x
+    slower with it an argument); the rest of the shape is arguments (``boundary_args``), so a form is one program
+    for every tensor of that many channels, in any model: built once per device and cache, then loaded (a
+    program of conversions specialized to each shape cost every plan 0.18 s or more to build on that runtime)."""
+
+    channels: int
+    loop_slices: bool
+    fp32: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"tflgpu_io_c{self.channels}_" + ("pixels" if self.loop_slices else "slices") + \
+            ("_f32" if self.fp32 else "")
+
+    def source(self) -> str:
+        c, s = self.channels, (self.channels + 3) // 4
+        head = ("  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
+                "  if (x >= W || Y >= BH) return;\n"
+                "  const int b = Y / H; const int y = Y % H;\n")
+        if self.loop_slices:
+            head, tail = head + f"  for (int S = 0; S < {s}; ++S) {{\n", "  }\n"
+        else:
+            head, tail = head + f"  const int S = get_global_id(2); if (S >= {s}) return;\n", ""
+        head += (f"  const int o = ((b * {s} + S) * H + y) * W + x;\n"
+                 f"  const int d = ((b * H + y) * W + x) * {c} + S * 4;\n")
+        lanes = "xyzw"
+        load = "\n".join(f"  if (S * 4 + {j} < {c}) v.{lanes[j]} = dense[d + {j}];" for j in range(4))
+        store = "\n".join(f"  if (S * 4 + {j} < {c}) dense[d + {j}] = v.{lanes[j]};" for j in range(4))
+        dims = "const int W, const int H, const int BH"
+        code = (f"__kernel void {self.name}_in(__global const float* dense, __global STORE_T* dst, {dims}) {{\n"
+                f"{head}  float4 v = (float4)(0.0f);\n{load}\n  ST4(dst, o, v);\n{tail}}}\n\n"
+                f"__kernel void {self.name}_out(__global const STORE_T* src, __global float* dense, {dims}) {{\n"
+                f"{head}  const float4 v = LD4(src, o);\n{store}\n{tail}}}\n")
+        return fp32_region(code) if self.fp32 else code
+
+
+def boundary_args(lay: Layout) -> list[np.int32]:
+    """A tensor's shape as its conversions' last arguments (after the dense and the slice-layout buffer)."""
+    return [np.int32(v) for v in (lay.w, lay.h, lay.b * lay.h)]
 
 
 def boundary_grid(lay: Layout, loop_slices: bool) -> tuple[int, ...]:

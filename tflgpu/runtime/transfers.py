@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cpu.executor import SubgraphRunner
 from ..kernels.base import Target
-from ..kernels.common import boundary_grid, boundary_kernels, boundary_loops_slices, fp32_region
+from ..kernels.common import BoundaryForm, boundary_args, boundary_grid, boundary_loops_slices
 from ..kernels.program import argument_positions, kernel_args, kernel_name, make_kernel
 from ..model.ir import Subgraph
 from ..ops.layout import Layout, bhwc
@@ -328,16 +328,16 @@ class DeviceTensors:
             self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t), self.host_in.get(t),
                                       self.pinned.get(t))
         converted = sorted(crossing - tp.dense_steps.keys())
-        loops = {t: boundary_loops_slices(self._layout(t), target.gpu) for t in converted}
-        sources = [boundary_kernels(f"io_{t}", self._layout(t), loops[t]) if tp.half[t] == self.fp16
-                   else fp32_region(boundary_kernels(f"io_{t}", self._layout(t), loops[t])) for t in converted]
-        prog = build(sources) if sources else None
-        for t in converted:
+        forms = {t: BoundaryForm(self._layout(t).c, boundary_loops_slices(self._layout(t), target.gpu),
+                                 tp.half[t] != self.fp16) for t in converted}
+        # (a program each: a form's is the same for any model, so it is in the cache after its first build)
+        programs = {form: build([form.source()]) for form in set(forms.values())}
+        for t, form in forms.items():
             lay = self._layout(t)
-            dense = self._dense_buffer(t)
-            self.staging[t] = Staging(dense, make_kernel(cl, prog, f"io_{t}_in", [dense, self.tensor_buffer[t]]),
-                                      make_kernel(cl, prog, f"io_{t}_out", [self.tensor_buffer[t], dense]),
-                                      boundary_grid(lay, loops[t]), self.host_out.get(t), self.host_in.get(t),
+            prog, dense, slices, shape = programs[form], self._dense_buffer(t), self.tensor_buffer[t], boundary_args(lay)
+            self.staging[t] = Staging(dense, make_kernel(cl, prog, f"{form.name}_in", [dense, slices, *shape]),
+                                      make_kernel(cl, prog, f"{form.name}_out", [slices, dense, *shape]),
+                                      boundary_grid(lay, form.loop_slices), self.host_out.get(t), self.host_in.get(t),
                                       self.pinned.get(t))
 
     def bind(self, t: int, buffer) -> None:
