@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -33,6 +34,21 @@ def reference():
 def build(cache_dir, **kw):
     kw.setdefault("tuning", "none")
     return Interpreter(model_path=str(MODEL), delegate=GpuDelegate(serialization_dir=cache_dir, **kw))
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory, opencl_device):
+    """A cache the model was built into (no tuning), once a module."""
+    root = tmp_path_factory.mktemp("pristine") / "cache"
+    build(root)
+    return root
+
+
+def copy_of(pristine, dest):
+    """``dest``: a copy of the pristine cache (its files and modes): what building the model there would leave, for
+    tests that damage one. The build is the same one each time; the rebuilds after the damage are what they test."""
+    shutil.copytree(pristine, dest, symlinks=True, dirs_exist_ok=True)
+    return dest
 
 
 def outputs(it, inputs):
@@ -107,8 +123,8 @@ def flip_byte(path, at=-20):
 
 @pytest.mark.parametrize("damage", ["binary-bitflip", "binary-rejected", "plan-truncated", "plan-garbage",
                                     "older-driver", "older-library"])
-def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, reference, caplog, damage):
-    build(tmp_path)
+def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, reference, caplog, damage, pristine):
+    copy_of(pristine, tmp_path)
     programs, (plan,) = files(tmp_path, "program"), files(tmp_path, "plan")
     if damage == "binary-bitflip":
         flip_byte(programs[0], at=len(programs[0].read_bytes()) // 2)
@@ -252,9 +268,8 @@ def test_concurrent_warmups_and_cache_commands(tmp_path, opencl_device, rng):
 
 
 @pytest.mark.parametrize("attack", ["symlinked-entry", "symlinked-dir", "world-writable", "huge", "other-user"])
-def test_hostile_entries_are_never_followed_or_loaded(tmp_path, opencl_device, reference, caplog, attack):
-    cache = tmp_path / "cache"
-    build(cache)
+def test_hostile_entries_are_never_followed_or_loaded(tmp_path, opencl_device, reference, caplog, attack, pristine):
+    cache = copy_of(pristine, tmp_path / "cache")
     (plan,) = files(cache, "plan")
     victim = tmp_path / "victim.bin"
     original = plan.read_bytes()
