@@ -70,6 +70,29 @@ def test_picks_the_faster_variant_and_rejects_a_wrong_one(ctx, opencl_device):
     assert r.rejected >= 1 and any("differs from the default" in why for why in r.reasons), r.reasons
 
 
+def test_a_kernel_timed_again_is_not_built_again(ctx, opencl_device):
+    """The confirmation times the default and the winner again (``compare``) on the programs built when they were
+    first timed, and a plan swapping the winner in finds it too (the memo is shared): one build per kernel."""
+    import pyopencl as cl
+
+    from tflgpu.kernels.program import ProgramMemo, build_program, compiled_sources
+
+    memo = ProgramMemo(capacity=2)
+    b = KernelBench(cl, ctx, opencl_device, False, LAYOUTS, programs=memo)
+    slow, fast = scale_kernel({"slow": True}), scale_kernel({"slow": False})
+    b.time(slow)
+    b.time(fast)
+    assert b.compiles == 2
+    b.compare(slow, fast, rounds=1)
+    assert b.compiles == 2
+    stats: dict = {}
+    assert build_program(cl, ctx, compiled_sources(fast), False, stats=stats, memo=memo) is not None
+    assert "source_builds" not in stats
+    b.time(scale_kernel({"slow": True, "n": 1}))  # a third program: the memo keeps the last two
+    b.time(slow)
+    assert b.compiles == 4
+
+
 def test_a_candidate_that_fails_to_compile_is_rejected(ctx, opencl_device):
     def make(params):
         specs = scale_kernel({"slow": True})

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.common import KernelSpec, to_slices
-from ..kernels.program import bind_kernel, build_program, compiled_sources
+from ..kernels.program import ProgramMemo, bind_kernel, build_program, compiled_sources, program_key
 from ..ops.layout import Layout
 
 
@@ -85,7 +85,8 @@ class KernelBench:
 
     def __init__(self, cl, ctx, device, fp16: bool, layouts: dict[int, Layout], seed: int = 0,
                  warmup: int = 1, k: int = 5, max_samples: int = 15, max_seconds: float = 1.0,
-                 stable_rel: float = 0.05, discard_ratio: float = 1.5, host_share: float | None = None):
+                 stable_rel: float = 0.05, discard_ratio: float = 1.5, host_share: float | None = None,
+                 programs: ProgramMemo | None = None):
         self.cl, self.ctx, self.device, self.fp16 = cl, ctx, device, fp16
         self.host_share = HOST_EXCESS_SHARE if host_share is None else host_share  # (step_cost)
         self.queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
@@ -94,7 +95,8 @@ class KernelBench:
         self.warmup, self.k, self.max_samples = warmup, k, max_samples
         self.max_seconds, self.stable_rel, self.discard_ratio = max_seconds, stable_rel, discard_ratio
         self._inputs: dict[int, np.ndarray] = {}
-        self.compiles = 0
+        self.compiles = 0  # (programs built: one timed again, as ``compare`` does, is found in ``programs``)
+        self.programs = programs if programs is not None else ProgramMemo()
         self.last = (0.0, 0.0)  # the last sample's (host, device) time, us
         # gate(kind), kind "compile" | "launch": called before each, so a background search can wait for idle
         self.gate = None
@@ -144,11 +146,14 @@ class KernelBench:
         cl = self.cl
         if self.gate is not None:
             self.gate("compile")
-        try:
+        sources = compiled_sources(specs)
+        program = self.programs.get(program_key(sources, self.fp16))
+        if program is None:
             self.compiles += 1
-            program = build_program(cl, self.ctx, compiled_sources(specs), self.fp16)
-        except cl.Error as e:
-            raise CandidateRejected(f"build failed: {str(e).splitlines()[0][:160]}") from e
+            try:
+                program = build_program(cl, self.ctx, sources, self.fp16, memo=self.programs)
+            except cl.Error as e:
+                raise CandidateRejected(f"build failed: {str(e).splitlines()[0][:160]}") from e
         bufs, outs = self._buffers(specs)
         launches = []
         for spec in specs:

@@ -7,6 +7,7 @@ import logging
 import re
 import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -89,12 +90,43 @@ def load_binary(cl, ctx, key: str, fp16: bool, store, device, options: list[str]
             return None
 
 
+class ProgramMemo:
+    """The programs built lately in one context, by key (``program_key``), the last ``capacity`` of them: a kernel
+    search builds a program per candidate, then times the default and its winner again (``KernelBench.compare``),
+    and the winner's swap into the plan builds its step's program once more; each of those finds it here instead
+    (the background search of the default model built a third of its programs two or three times)."""
+
+    def __init__(self, capacity: int = 32):
+        self.capacity = capacity
+        self._programs: OrderedDict[str, object] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str):
+        with self._lock:
+            if key in self._programs:
+                self._programs.move_to_end(key)
+            return self._programs.get(key)
+
+    def put(self, key: str, program) -> None:
+        with self._lock:
+            self._programs[key] = program
+            self._programs.move_to_end(key)
+            while len(self._programs) > self.capacity:
+                self._programs.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._programs.clear()
+
+
 def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=None, stats: dict | None = None,
-                  options: list[str] | None = None, prefetched: tuple | None = None):
+                  options: list[str] | None = None, prefetched: tuple | None = None,
+                  memo: ProgramMemo | None = None):
     """One program from the preamble and ``sources``; raises ``cl.Error`` if the compiler rejects it.
 
     ``prefetched``: (key, future) of a ``load_binary`` started while the sources were being generated
-    (a warm start knows its program key from the stored plan); used when the key matches.
+    (a warm start knows its program key from the stored plan); used when the key matches. ``memo``: programs of
+    the same context built lately (``ProgramMemo``), looked in before compiling; what is built is put there.
 
     With a ``tflgpu.cache.CacheStore`` (and the ``DeviceInfo``), the driver's binary is stored under
     the hash of the exact source and options, so a kernel shared by models is stored once, and a
@@ -103,19 +135,23 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     opts = _options(fp16, options)
     src = program_source(sources)
     stats = stats if stats is not None else {}
+    key = _key(src, opts)
     if store is not None:
-        key = _key(src, opts)
         prg = prefetched[1].result() if prefetched is not None and prefetched[0] == key else None
         if prg is None:
             prg = load_binary(cl, ctx, key, fp16, store, device, options, repair=True)
         if prg is not None:
             stats["binary_loads"] = stats.get("binary_loads", 0) + 1
             return prg
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cl.CompilerWarning)
-        # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
-        prg = build(cl.Program(ctx, src), opts, cache_dir=False)
-        stats["source_builds"] = stats.get("source_builds", 0) + 1
+    prg = memo.get(key) if memo is not None else None
+    if prg is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
+            prg = build(cl.Program(ctx, src), opts, cache_dir=False)
+            stats["source_builds"] = stats.get("source_builds", 0) + 1
+        if memo is not None:
+            memo.put(key, prg)
     if store is not None:
         try:
             binary = prg.get_info(cl.program_info.BINARIES)[0]

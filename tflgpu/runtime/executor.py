@@ -21,7 +21,7 @@ from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
 from ..kernels import Target
 from ..kernels.common import CONST_KINDS, KernelSpec, relayout_cache
-from ..kernels.program import build_program, compiled_sources, program_key
+from ..kernels.program import ProgramMemo, build_program, compiled_sources, program_key
 from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
@@ -145,6 +145,8 @@ class GpuPlan:
         clock.phase("stored plan", "looking for a plan of these options and shapes")
         record = cache.load(self.input_shapes, dev, len(runner.sg.tensors)) if cache else None
         self.ctx = cl.Context([device.cl_device])
+        # programs a kernel search built in this context lately, which a swap of its winner into the plan builds again
+        self.built = ProgramMemo()
         self.programs = PlanProgram(cl, self.ctx, device, self.fp16, self.store, self.build_stats, tiered,
                                     record.program_key if record is not None else None)
         if record is not None:
@@ -194,7 +196,8 @@ class GpuPlan:
             self.tuning_results: list[TunedKernel] = []  # one per tunable kernel identity
             self.tuning_seconds = 0.0
             ctx, fp16 = self.ctx, self.fp16  # (the bench must not hold the plan: background work outlives no plan)
-            bench = lambda task: KernelBench(cl, ctx, device, fp16, task.layouts, seed=tuning.seed)
+            built = self.built
+            bench = lambda task: KernelBench(cl, ctx, device, fp16, task.layouts, seed=tuning.seed, programs=built)
             untuned = []
             if tuning is None or tuning.mode in ("none", "background"):
                 clock.phase("tuning records", "records of this device")
@@ -230,8 +233,11 @@ class GpuPlan:
         self.cadence = self.cadence_trial()
         jobs = ([tier_up] if self.build_stats["tier"] == "quick" else []) + \
             (background_jobs(untuned, tuning, dev, bench) + [store_tuned_plan] if untuned else [])
-        if jobs:
-            self.background = Background(self, jobs, len(untuned), self.build_stats["tier"])
+        if jobs:  # (the last job: the search is over, nothing builds its programs again)
+            self.background = Background(self, [*jobs, lambda bg: bg.plan().built.clear()], len(untuned),
+                                         self.build_stats["tier"])
+        else:
+            self.built.clear()
 
     def save_record(self, tuned: dict[int, tuple[list, dict]] | None = None) -> list[str]:
         """Store this plan (its steps' placement and parameters, shapes, program) for a later warm start;

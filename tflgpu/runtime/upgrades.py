@@ -68,7 +68,7 @@ def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wa
     if wait is not None:
         wait()
     sources = compiled_sources([sp for i in steps for sp in swap.specs[i]])
-    program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
+    program = build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device, memo=plan.built)
     for i in steps:
         scratch = plan.io.scratch_buffers(swap.specs[i])
         swap.scratch.update(scratch)
