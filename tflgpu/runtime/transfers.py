@@ -327,16 +327,16 @@ class DeviceTensors:
         for t in tp.dense_steps.keys() & crossing:  # (its kernels convert it themselves)
             self.staging[t] = Staging(self.tensor_buffer[t], None, None, (), self.host_out.get(t), self.host_in.get(t),
                                       self.pinned.get(t))
-        converted = sorted(crossing - tp.dense_steps.keys())
-        forms = {t: BoundaryForm(self._layout(t).c, boundary_loops_slices(self._layout(t), target.gpu),
-                                 tp.half[t] != self.fp16) for t in converted}
+        layouts = {t: self._layout(t) for t in sorted(crossing - tp.dense_steps.keys())}
+        forms = {t: BoundaryForm(lay.c, boundary_loops_slices(lay, target.gpu), tp.half[t] != self.fp16)
+                 for t, lay in layouts.items()}
         # (a program each: a form's is the same for any model, so it is in the cache after its first build)
         programs = {form: build([form.source()]) for form in set(forms.values())}
-        for t, form in forms.items():
-            lay = self._layout(t)
-            prog, dense, slices, shape = programs[form], self._dense_buffer(t), self.tensor_buffer[t], boundary_args(lay)
-            self.staging[t] = Staging(dense, make_kernel(cl, prog, f"{form.name}_in", [dense, slices, *shape]),
-                                      make_kernel(cl, prog, f"{form.name}_out", [slices, dense, *shape]),
+        for t, lay in layouts.items():
+            form, dense, slices = forms[t], self._dense_buffer(t), self.tensor_buffer[t]
+            args = boundary_args(lay)
+            self.staging[t] = Staging(dense, make_kernel(cl, programs[form], f"{form.name}_in", [dense, slices, *args]),
+                                      make_kernel(cl, programs[form], f"{form.name}_out", [slices, dense, *args]),
                                       boundary_grid(lay, form.loop_slices), self.host_out.get(t), self.host_in.get(t),
                                       self.pinned.get(t))
 
