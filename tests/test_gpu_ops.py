@@ -361,6 +361,36 @@ def test_binary_with_constant(gpu, rng):
     check_op("MUL", [In(rand(rng, (1, 4, 4, 6))), rand(rng, (6,))], **gpu)
 
 
+def test_open_ended_clip_then_log_in_one_region(gpu, rng):
+    """openWakeWord's melspectrogram clips with an open end (tf.clip_by_value(x, 1e-10, inf): a MINIMUM with +inf),
+    in a region of elementwise steps (graph.passes.fuse_regions), which writes its scalar constants into the kernel:
+    +inf was written "inff", which OpenCL C does not know, and the region fell back to the CPU. Infinities and NaN
+    are its built-in constants now (kernels.common.c_float). Here MINIMUM(x, inf) is read by two branches (one a
+    MAXIMUM with -inf), joined again."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 1, 5, 32))
+    clip, floor, log, scaled, out = (b.tensor(n, (1, 1, 5, 32)) for n in ("clip", "floor", "log", "scaled", "out"))
+    b.op("MINIMUM", [x, b.const("inf", np.array(np.inf, np.float32))], [clip])
+    b.op("MAXIMUM", [clip, b.const("tiny", np.array(1e-10, np.float32))], [floor])
+    b.op("LOG", [floor], [log])
+    b.op("MAXIMUM", [clip, b.const("-inf", np.array(-np.inf, np.float32))], [scaled])
+    b.op("ADD", [log, scaled], [out])
+    b.output(out)
+    model = b.build()
+    feed = [rand(rng, (1, 1, 5, 32), -1, 50)]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.cpu_op_count == 0, [s.reason for s in it.gpu_plan.steps if s.device == "cpu"]
+    if not _fp16(gpu):  # (an FP16 plan keeps the LOG's operand in FP32 there: casts between, no region)
+        assert [s.op.name for s in it.gpu_plan.steps] == ["TFLGPU_ELEMENTWISE_REGION"]
+    got = run_model(lambda **kw: it, model, feed)[0]
+    assert_close(got, run_model(litert(), model, feed)[0], gpu["rtol_scale"])
+
+
 @pytest.mark.parametrize("op,lo,hi", [("RELU", -2, 2), ("RELU6", -3, 9), ("RELU_N1_TO_1", -3, 3), ("LOGISTIC", -6, 6),
                                       ("TANH", -3, 3), ("EXP", -3, 3), ("HARD_SWISH", -5, 5), ("ABS", -2, 2),
                                       ("RSQRT", 0.2, 4), ("SQRT", 0, 4), ("NEG", -1, 1), ("ELU", -3, 3),

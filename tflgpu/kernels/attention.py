@@ -19,7 +19,7 @@ from ..ops.custom_options import (
     transform_tensor_params,
 )
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec
+from .common import Arg, KernelSpec, c_float
 from .elementwise import grid, grid_prologue
 
 _MATRIX_V1 = """
@@ -28,14 +28,14 @@ _MATRIX_V1 = """
   const float ca = cos(a), sa = sin(a);
   float2 hi = (float2)(-100000.0f), lo = (float2)(100000.0f);
 {points}
-  const float bw = (hi.x - lo.x) * {mult}f, bh = (hi.y - lo.y) * {mult}f;
+  const float bw = (hi.x - lo.x) * {mult}, bh = (hi.y - lo.y) * {mult};
   const float2 mid = (hi + lo) / 2.0f;
   const float cn = cos(-a), sn = sin(-a);
   const float rmx = mid.x * cn - mid.y * sn, rmy = mid.x * sn + mid.y * cn;
   /* to_absolute * rotation * scale * to_relative, written out */
   const float ax = {in_w1} / 2.0f, ay = {in_h1} / 2.0f;
-  const float tx = rmx / {rng}f * 2.0f - 1.0f, ty = rmy / {rng}f * 2.0f - 1.0f;
-  const float sx = bw / {rng}f, sy = bh / {rng}f, kx = 2.0f / {out_w1}, ky = 2.0f / {out_h1};
+  const float tx = rmx / {rng} * 2.0f - 1.0f, ty = rmy / {rng} * 2.0f - 1.0f;
+  const float sx = bw / {rng}, sy = bh / {rng}, kx = 2.0f / {out_w1}, ky = 2.0f / {out_h1};
   /* R = to_absolute * rotation: rows (ax*cn, -ax*sn, ax*tx + ax), (ay*sn, ay*cn, ay*ty + ay), (0, 0, 1) */
   const float r00 = ax * cn, r01 = -ax * sn, r02 = ax * tx + ax;
   const float r10 = ay * sn, r11 = ay * cn, r12 = ay * ty + ay;
@@ -49,7 +49,7 @@ _MATRIX_V1 = """
 
 _MATRIX_V2 = """
   const float2 l = (float2)(LM({left}, 0), LM({left}, 1)), r = (float2)(LM({right}, 0), LM({right}, 1));
-  const float rot = {target}f - atan2(r.y - l.y, r.x - l.x);
+  const float rot = {target} - atan2(r.y - l.y, r.x - l.x);
   const float ca = cos(rot), sa = sin(rot);
   float2 hi = (float2)(-INFINITY), lo = (float2)(INFINITY);
 {points}
@@ -57,7 +57,7 @@ _MATRIX_V2 = """
   const float2 c = (hi + lo) / 2.0f;
   const float cn = cos(-rot), sn = sin(-rot);
   const float cx = c.x * cn - c.y * sn, cy = c.x * sn + c.y * cn;
-  const float sx = {scale_x}f * w / {out_w}.0f, sy = {scale_y}f * h / {out_h}.0f;
+  const float sx = {scale_x} * w / {out_w}.0f, sy = {scale_y} * h / {out_h}.0f;
   /* shift(cx, cy) * rotation(-rot) * diag(sx, sy) * shift(-out_w / 2, -out_h / 2), written out */
   const float m00 = cn * sx, m01 = -sn * sy, m10 = sn * sx, m11 = cn * sy;
   const float hx = -{out_w}.0f / 2.0f, hy = -{out_h}.0f / 2.0f;
@@ -91,12 +91,12 @@ def landmarks_to_transform_matrix(ctx: GenContext) -> list[KernelSpec]:
         for pair in p.subset for i in pair)
     if v1:
         (in_h, in_w), (out_h, out_w) = p.input_hw, p.output_hw
-        body = _MATRIX_V1.format(left=p.left, right=p.right, points=points, mult=repr(p.bbox_size_multiplier),
-                                 rng=repr(float(p.landmarks_range)), in_w1=f"{in_w - 1}.0f", in_h1=f"{in_h - 1}.0f",
+        body = _MATRIX_V1.format(left=p.left, right=p.right, points=points, mult=c_float(p.bbox_size_multiplier),
+                                 rng=c_float(p.landmarks_range), in_w1=f"{in_w - 1}.0f", in_h1=f"{in_h - 1}.0f",
                                  out_w1=f"{out_w - 1}.0f", out_h1=f"{out_h - 1}.0f")
     else:
-        body = _MATRIX_V2.format(left=p.left, right=p.right, points=points, target=repr(p.target_rotation_radians),
-                                 scale_x=repr(p.scale_x), scale_y=repr(p.scale_y), out_w=p.output_width,
+        body = _MATRIX_V2.format(left=p.left, right=p.right, points=points, target=c_float(p.target_rotation_radians),
+                                 scale_x=c_float(p.scale_x), scale_y=c_float(p.scale_y), out_w=p.output_width,
                                  out_h=p.output_height)
     src = f"""#define LM(i, k) LD1(src, (i) * {stride} + (k))
 __kernel void {ctx.name}(__global const STORE_T* src, __global STORE_T* dst) {{
@@ -157,7 +157,7 @@ def transform_landmarks(ctx: GenContext) -> list[KernelSpec]:
         raise Unsupported(f"landmarks {list(x.shape)} to {list(out.shape)}")
     lay = ctx.layout(x)
     head = (f"{grid_prologue(lay)}  float4 rx = LD4(mat, 0), ry = LD4(mat, 1);\n"
-            f"  rx.w *= {scale!r}f; ry.w *= {scale!r}f;\n")
+            f"  rx.w *= {c_float(scale)}; ry.w *= {c_float(scale)};\n")
     if ctx.op.version == 2 and len(x.shape) == 3 and lay.s == 1:  # a landmark per pixel: lanes x, y(, z)
         body = ("  float4 v = LD4(src, o);\n"
                 "  const float4 p = (float4)(v.x, v.y, 0.0f, 1.0f);\n"

@@ -11,6 +11,7 @@ through vload_half/vstore_half, core OpenCL, so long sums never accumulate in ha
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,17 @@ def _generator_version() -> int:
 
 
 GENERATOR_VERSION = _generator_version()
+
+def c_float(x: float) -> str:
+    """``x`` as an OpenCL C float literal: ``repr`` (which round-trips) with the ``f`` suffix, and the built-in
+    constants for what has no literal (a model's +-inf clip or padding value, a NaN)."""
+    x = float(x)
+    if math.isnan(x):
+        return "NAN"
+    if math.isinf(x):
+        return "INFINITY" if x > 0 else "(-INFINITY)"
+    return f"{x!r}f"
+
 
 def storage_macros(fp16: bool) -> str:
     """The storage type and its load/store macros for one precision (re-definable: each is #undef'd first)."""
@@ -221,9 +233,9 @@ def clamped(var: str, lo: float, hi: float, vt: str = "float4") -> str:
     On the Intel CPU runtime MobileNet v2 runs as fast either way (2.83 / 2.87 ms, interleaved)."""
     e = var
     if lo > -np.inf:
-        e = f"select({e}, ({vt})({lo!r}f), {e} < ({vt})({lo!r}f))"
+        e = f"select({e}, ({vt})({c_float(lo)}), {e} < ({vt})({c_float(lo)}))"
     if hi < np.inf:
-        e = f"select({e}, ({vt})({hi!r}f), {e} > ({vt})({hi!r}f))"
+        e = f"select({e}, ({vt})({c_float(hi)}), {e} > ({vt})({c_float(hi)}))"
     return e
 
 

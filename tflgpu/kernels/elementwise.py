@@ -10,7 +10,7 @@ from ..graph.passes import ELEMENTWISE_REGION
 from ..ops.layout import Layout
 from ..ops.traits import traits
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, pad_lanes_mask, to_slices, vec_slices
+from .common import Arg, KernelSpec, activation, c_float, pad_lanes_mask, to_slices, vec_slices
 from .epilogue import Epilogue
 from .expressions import BINARY, LOGIC, UNARY, unary_expr
 
@@ -144,7 +144,7 @@ def elementwise_region(ctx: GenContext) -> list[KernelSpec]:
             return reg[t]
         c = np.asarray(ctx.consts[t], np.float32).reshape(-1)
         if c.size == 1:
-            return f"(float4)({float(c[0])!r}f)"
+            return f"(float4)({c_float(c[0])})"
         params.append(f"__global const STORE_T* c{len(args)}")
         args.append(Arg("const", vec_slices(c, lay.c)))
         return f"LD4(c{len(args) - 1}, S)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .common import Arg, activation, pad_lanes_mask, vec_slices
+from .common import Arg, activation, c_float, pad_lanes_mask, vec_slices
 from .expressions import BINARY, unary_expr
 
 
@@ -37,7 +37,7 @@ def epilogue(fused: list, var: str, index: str, cout: int) -> Epilogue:
             if f.other_channels is not None:  # (a folded channel PAD: a batch-1 tensor of fewer slices, the rest 0)
                 other = f"(S_ep < {(f.other_channels + 3) // 4} ? {other} : (float4)(0.0f))"
         elif f.other_const.size == 1:
-            other = f"(float4)({float(f.other_const.reshape(-1)[0])!r}f)"
+            other = f"(float4)({c_float(f.other_const.reshape(-1)[0])})"
         else:
             args.append(Arg("const", vec_slices(f.other_const.reshape(-1), cout)))
             other = f"LD4(ep{k}, S_ep)"

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..graph.float_view import sim_grid
 from ..ops.quantization import RAW_MEAN_SNAP
-from .common import clamped
+from .common import c_float, clamped
 from .errors import Unsupported
 
 UNARY = {
@@ -58,16 +58,16 @@ def unary_expr(op) -> str:
             # round() is half away from zero)
             inv = float(np.float32(1.0) / np.float32(o["scale"]))
             zp, lo, hi, scale = (float(o[k]) for k in ("zero_point", "qmin", "qmax", "scale"))
-            q = f"round(rint((v * {inv!r}f + {zp!r}f) * {RAW_MEAN_SNAP!r}f) * {1 / RAW_MEAN_SNAP!r}f)"
-            return (f"(clamp({q}, (float4)({lo!r}f), (float4)({hi!r}f)) - {zp!r}f)"
-                    f" * {float(np.float32(scale))!r}f")
+            q = f"round(rint((v * {c_float(inv)} + {c_float(zp)}) * {c_float(RAW_MEAN_SNAP)}) * {c_float(1 / RAW_MEAN_SNAP)})"
+            return (f"(clamp({q}, (float4)({c_float(lo)}), (float4)({c_float(hi)})) - {c_float(zp)})"
+                    f" * {c_float(np.float32(scale))}")
         grid = sim_grid(o)  # (ops.quantization.SimGrid: TFLite's rounding in five steps, an activation's clamp
         # taken over included)
         if grid is None:
             raise Unsupported(f"a quantization simulator whose clamp {o.get('clamp')} leaves no value on its grid")
-        q = f"rint(clamp(v * {float(grid.inv)!r}f, (float4)({float(grid.lo)!r}f), (float4)({float(grid.hi)!r}f)))"
-        return f"({q}{' + 0.0f' if grid.plus_zero else ''}) * {float(grid.scale)!r}f"
-    return expr.replace("ALPHA", f"{float(op.options.get('alpha', 0.2))!r}f")
+        q = f"rint(clamp(v * {c_float(grid.inv)}, (float4)({c_float(grid.lo)}), (float4)({c_float(grid.hi)})))"
+        return f"({q}{' + 0.0f' if grid.plus_zero else ''}) * {c_float(grid.scale)}"
+    return expr.replace("ALPHA", c_float(op.options.get('alpha', 0.2)))
 
 # comparisons and logic produce/consume bool tensors, stored as exact 0.0 / 1.0 (a vector comparison's true is -1:
 # negated as an integer before the conversion, since 0 times -1.0f is -0.0, which a product or a division would

@@ -13,7 +13,7 @@ from ..ops.attributes import conv_padding
 from ..ops.custom_options import pool_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, activation, dense_store4, pad_lanes_mask, store_element
+from .common import Arg, KernelSpec, activation, c_float, dense_store4, pad_lanes_mask, store_element
 from .elementwise import grid, grid_prologue
 from .epilogue import stored_at_slice
 from .knobs import Knobs, one_of
@@ -329,7 +329,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     require_float(ctx, x_t, out)
     lay = ctx.layout(x_t)
     form = ROW_FORMS[ctx.op.name]
-    beta = f"{float(ctx.opt('beta', 1.0))!r}f"
+    beta = c_float(ctx.opt('beta', 1.0))
     term, value = form.term.replace("BETA", beta), form.value.replace("BETA", beta)
     ep = ctx.epilogue_code(lay.c)  # (the fused ops after it: a quantized model's QUANT_SIM of its probabilities)
     final = ctx.final_output

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec
+from .common import Arg, KernelSpec, c_float
 from .knobs import Knobs, one_of
 from .reindex import offset
 
@@ -130,7 +130,7 @@ for (int q = 0; q < 4; ++q) {{
 }}
 const float ig = 1.0f / (1.0f + exp(-g[0])), fg = 1.0f / (1.0f + exp(-g[1]));
 const float gg = tanh(g[2]), og = 1.0f / (1.0f + exp(-g[3]));"""
-    clip_c = f"c = clamp(c, {-clip!r}f, {clip!r}f);" if clip > 0 else ""
+    clip_c = f"c = clamp(c, {c_float(-clip)}, {c_float(clip)});" if clip > 0 else ""
     src = f"""__kernel void {name}(__global const STORE_T* x, __global const float* wx, __global const float* wh,
     __global const float* bias, __global STORE_T* hstate, __global STORE_T* cstate, __global STORE_T* y,
     const int t) {{

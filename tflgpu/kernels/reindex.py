@@ -19,7 +19,7 @@ from ..model.ir import Tensor
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, dense_store4
+from .common import Arg, KernelSpec, c_float, dense_store4
 from .elementwise import grid, grid_prologue
 from .epilogue import Epilogue, stored_at_slice
 
@@ -236,7 +236,7 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
     def value(coords):
         ic = [f"({c} - {int(a)})" for c, (a, _) in zip(coords, p)]
         inside = " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
-        return f"(({inside}) ? LD1(in0, {offset(shape, ic)}) : {cval!r}f)"
+        return f"(({inside}) ? LD1(in0, {offset(shape, ic)}) : {c_float(cval)})"
 
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
@@ -457,7 +457,7 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
     s = lay.s
 
     def coord(var, scale, in_size):
-        v = f"(((float){var} + 0.5f) * {scale!r}f - 0.5f)" if half else f"((float){var} * {scale!r}f)"
+        v = f"(((float){var} + 0.5f) * {c_float(scale)} - 0.5f)" if half else f"((float){var} * {c_float(scale)})"
         return (f"  const float f{var} = {v};\n"
                 f"  const int {var}0 = max((int)floor(f{var}), 0);\n"
                 f"  const int {var}1 = min((int)ceil(f{var}), {in_size - 1});\n"
@@ -531,7 +531,7 @@ def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
 
     def coord(var, in_size, out_size):
         scale = resize_scale(in_size, out_size, align)
-        v = f"(((float){var} + {0.5 if half else 0.0!r}f) * {scale!r}f)"
+        v = f"(((float){var} + {c_float(0.5 if half else 0.0)}) * {c_float(scale)})"
         i = f"(int)round({v})" if align else f"(int)floor({v})"
         i = f"min({i}, {in_size - 1})"
         return f"max({i}, 0)" if half else i

@@ -15,6 +15,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .common import c_float
+
 F = Fraction
 BT = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
       [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
@@ -41,7 +43,7 @@ def _lin(coefs, terms) -> str:
         elif c == -1:
             parts.append(f"-{t}")
         else:
-            parts.append(f"+({float(c)!r}f)*{t}")
+            parts.append(f"+({c_float(c)})*{t}")
     return "".join(parts).lstrip("+") or "(float4)(0.0f)"
 
 
