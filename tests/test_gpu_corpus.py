@@ -13,7 +13,7 @@ from tflgpu.benchmark import reference_inputs
 from tflgpu.graph.passes import POOLED_DENSE
 
 from .conftest import assert_close, assert_fp16_close, constant_only_ops, corpus_model, litert, run_model
-from .oputil import cpu_op, device_cpu_device_model
+from .oputil import cpu_op, device_cpu_device_model, rand
 
 # model -> ops expected on the CPU (everything else on the OpenCL device)
 EXPECTED_CPU_OPS = {
@@ -130,6 +130,37 @@ def test_resize_rebuilds_the_plan(opencl_device, rng):
         ref.invoke()
         for d in ref.get_output_details():
             assert_close(it.get_tensor(d["index"]), ref.get_tensor(d["index"]))
+
+
+def test_a_dynamic_input_stored_too_small_to_run_waits_for_its_resize(opencl_device, rng):
+    """openWakeWord's melspectrogram model stores its dynamic [-1, -1] input as [1, 1], which its 512-tap conv
+    cannot take: its callers resize the input first. The constructor with a GpuDelegate raised there; now the plan
+    waits for allocate_tensors(), which names the resize where it was left out (as LiteRT refuses those shapes
+    there), and runs the model once it is resized."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 1, 1, 1), shape_signature=(1, -1, -1, 1))
+    y = b.tensor("y", (1, 1, 1, 4), shape_signature=(1, -1, -1, 4))
+    b.op("CONV_2D", [x, b.const("w", rand(rng, (4, 3, 3, 1))), b.const("b", rand(rng, (4,)))], [y],
+         padding="VALID", stride_w=1, stride_h=1)
+    b.output(y)
+    model = b.build()
+    it = Interpreter(model_content=model, delegate=GpuDelegate())
+    with pytest.raises(RuntimeError, match=r"^Node number 0 \(CONV_2D\) failed to invoke: .*input 'x' has the dynamic "
+                                           r"shape \[1, -1, -1, 1\], stored as \[1, 1, 1, 1\]: resize_tensor_input"):
+        it.allocate_tensors()
+    feed = rand(rng, (1, 9, 7, 1))
+    ref = litert()(model_content=model)
+    for interp in (it, ref):
+        interp.resize_tensor_input(0, list(feed.shape))
+        interp.allocate_tensors()
+        interp.set_tensor(0, feed)
+        interp.invoke()
+    assert it.gpu_plan is not None and it.gpu_plan.cpu_op_count == 0
+    out = it.get_output_details()[0]["index"]
+    assert it.get_tensor(out).shape == (1, 7, 5, 4)
+    assert_close(it.get_tensor(out), ref.get_tensor(out))
 
 
 def test_max_delegated_partitions(opencl_device):

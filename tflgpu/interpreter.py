@@ -30,7 +30,7 @@ from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
 from .model.ir import Model, Tensor
-from .runtime import DeviceError
+from .runtime import DeviceError, ShapeError
 from .runtime.startup import StartupClock, format_phases
 
 log = logging.getLogger("tflgpu")
@@ -356,7 +356,14 @@ class Interpreter:
                 token = model_token(self._model_bytes.data)
             request = options.plan_request()
             name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
-            session.gpu_plan = build_plan(runner, request, token=token, model_name=name)  # at construction, as TFLite
+            try:
+                session.gpu_plan = build_plan(runner, request, token=token, model_name=name)  # at construction, as TFLite
+            except ShapeError as e:
+                # The stored input shapes do not run (a dynamic input stored as [1, 1], made to be resized first):
+                # the plan is built by allocate_tensors() for the shapes then set, which raises where they fail too,
+                # as LiteRT's delegates refuse such shapes there, not in the constructor.
+                log.info("GpuDelegate: the plan waits for allocate_tensors(): the stored input shapes do not run (%s)", e)
+                session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
             if session.gpu_plan is not None:
                 session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
                 source.release_pages()  # (the weights are on the device now)
@@ -391,7 +398,18 @@ class Interpreter:
         """
         if self._prepare_error is not None:
             raise self._prepare_error
-        self._session(0).allocate()
+        session = self._session(0)
+        try:
+            session.allocate()
+        except ShapeError as e:
+            unresized = [t for t in (session.sg.tensors[i] for i in session.sg.inputs)
+                         if -1 in t.shape_signature and session.input_shapes[t.index] == t.shape]
+            if not unresized:
+                raise
+            t = unresized[0]
+            raise ShapeError(f"{e} (input {t.name!r} has the dynamic shape {list(t.shape_signature)}, stored as "
+                             f"{list(t.shape)}: resize_tensor_input() it to the shape it will be given before "
+                             f"allocate_tensors())") from e
 
     def get_input_details(self) -> list[dict[str, Any]]:
         """Details of each model input: name, index, shape, dtype, quantization..."""

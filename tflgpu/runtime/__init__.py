@@ -3,3 +3,7 @@
 
 class DeviceError(RuntimeError):
     """The OpenCL device failed while running a plan (out of resources, lost device, ...)."""
+
+
+class ShapeError(RuntimeError):
+    """An op of the subgraph refused the shapes it got while they were propagated (its message names it)."""

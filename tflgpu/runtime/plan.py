@@ -10,9 +10,10 @@ import xxhash
 
 from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
+from . import ShapeError
 from .config import PlanConfig, PlanRequest
 from .device import NoDeviceError, choose_device
-from .selection import ShapeError, transform_graph
+from .selection import transform_graph
 from .startup import StartupClock
 
 log = logging.getLogger("tflgpu")

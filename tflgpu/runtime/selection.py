@@ -78,6 +78,7 @@ from ..kernels.program import shared_names
 from ..kernels.reindex import casts_held_values
 from ..model.ir import Operator, Subgraph
 from ..ops.layout import bhwc, same_slice_order
+from . import ShapeError
 
 log = logging.getLogger("tflgpu")
 
@@ -262,10 +263,6 @@ def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
     log.info("float view of a quantized model: %d quantization simulators%s", view.simulators,
              f"; on integer kernels: {', '.join(view.kept_integer)}" if view.kept_integer else "")
     return view_runner, view.io
-
-
-class ShapeError(RuntimeError):
-    """An op of the subgraph refused the shapes it got while they were propagated (its message names it)."""
 
 
 def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
