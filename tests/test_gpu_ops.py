@@ -1153,6 +1153,16 @@ def test_batch_matmul(gpu, rng, adj_x, adj_y, sa, sb):
     check_op("BATCH_MATMUL", [In(rand(rng, sa)), In(rand(rng, sb))], adj_x=adj_x, adj_y=adj_y, **gpu)
 
 
+@pytest.mark.parametrize("sa,sb,adj_y", [((1, 1, 1, 257), (257, 32), False), ((2, 3, 7, 10), (10, 6), False),
+                                         ((3, 5, 9), (1, 9, 5), False), ((4, 6, 8), (3, 8), True),
+                                         ((5, 12), (12, 3), False)])
+def test_batch_matmul_by_a_constant(gpu, rng, sa, sb, adj_y):
+    """A MatMul by a weight matrix as ONNX converters write it: BATCH_MATMUL with a constant y (openWakeWord's
+    melspectrogram, [1, 1, 1, 257] @ [257, 32], its mel filter bank) ran on the CPU between two device partitions.
+    y is uploaded once, repeated over x's batch dims, and read by the tiled form, transposed or not."""
+    check_op("BATCH_MATMUL", [In(rand(rng, sa)), rand(rng, sb)], adj_y=adj_y, **gpu)
+
+
 def test_batch_matmul_takes_the_tiled_form(opencl_device, rng):
     from tflgpu import Interpreter
 

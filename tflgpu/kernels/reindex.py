@@ -19,7 +19,7 @@ from ..model.ir import Tensor
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
-from .common import Arg, KernelSpec, c_float, dense_store4
+from .common import Arg, KernelSpec, c_float, dense_store4, to_slices
 from .elementwise import grid, grid_prologue
 from .epilogue import Epilogue, stored_at_slice
 
@@ -543,15 +543,17 @@ def resize_nearest(ctx: GenContext) -> list[KernelSpec]:
     return lane_kernel(ctx, (n, oh, ow, c), [ctx.op.inputs[0]], value)
 
 
+MAX_BROADCAST_WEIGHTS = 1 << 22  # values of a constant BATCH_MATMUL operand repeated over the batch (16 MB)
 MATMUL_ROWS = 8  # output rows per work-item of the tiled BATCH_MATMUL (4: 0.52-0.62 ms, 8: 0.41-0.49, 16: 0.38 below)
 
 
-def _matmul_tiles(ctx: GenContext, ash, bsh, osh, adj_y: bool) -> list[KernelSpec]:
+def _matmul_tiles(ctx: GenContext, ash, bsh, osh, adj_y: bool, b_value: np.ndarray | None = None) -> list[KernelSpec]:
     """BATCH_MATMUL of operands with the same batch dims, x not transposed: a work-item takes MATMUL_ROWS rows of
     one output slice (4 columns) and sums over the slices of x's rows, float4 by float4: y's rows one float4 each
     (or, ``adj_y``, y's rows are the columns: a dot product per lane). Attention's two products on the Intel CPU
     device (4 heads x 196 tokens x 64, bench/make_transformer_block.py): 2.8 ms each lane by lane (the general
-    form below), 0.41-0.49 ms each this way (profiled, while a fuzz run held a core)."""
+    form below), 0.41-0.49 ms each this way (profiled, while a fuzz run held a core). ``b_value``: y is that
+    constant, of shape ``bsh`` (uploaded once, in slices as a tensor of that shape is stored)."""
     m, k, n = osh[-2], ash[-1], osh[-1]
     batch = int(np.prod(osh[:-2])) if len(osh) > 2 else 1
     ks, ns, tm = -(-k // 4), -(-n // 4), MATMUL_ROWS
@@ -587,18 +589,22 @@ def _matmul_tiles(ctx: GenContext, ash, bsh, osh, adj_y: bool) -> list[KernelSpe
         lines.append(f"  if (R + {r} < {m}) {{ const int o = {at(osh, f'R + {r}', 'S * 4')}; float4 v = acc{r};")
         lines.append(stored_at_slice(ep, n) + "    ST4(dst, o, v); }")
     lines.append("}")
-    args = [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.inputs[1]), *ep.args, Arg("tensor", ctx.final_output)]
-    return [KernelSpec(ctx.name, "\n".join(lines), (ns, -(-m // tm), batch), None, args,
-                       [ctx.op.inputs[0], ctx.op.inputs[1], *ep.inputs], [ctx.final_output],
-                       flops=2 * batch * m * n * k)]
+    y_arg = Arg("tensor", ctx.op.inputs[1]) if b_value is None else Arg("const", to_slices(b_value, bhwc(bsh), np.float32))
+    reads = [ctx.op.inputs[0]] + ([ctx.op.inputs[1]] if b_value is None else [])
+    args = [Arg("tensor", ctx.op.inputs[0]), y_arg, *ep.args, Arg("tensor", ctx.final_output)]
+    return [KernelSpec(ctx.name, "\n".join(lines), (ns, -(-m // tm), batch), None, args, reads + ep.inputs,
+                       [ctx.final_output], flops=2 * batch * m * n * k)]
 
 
 @generator("BATCH_MATMUL")
 def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
+    """x @ y over the batch dims. A constant y (a MatMul by a weight matrix, as ONNX converters write it: the
+    openWakeWord melspectrogram's mel filter bank) is uploaded once, broadcast over x's batch dims, and takes the
+    tiled form; a constant x is left to the CPU kernels."""
     a_t, b_t, out = ctx.input_tensor(0), ctx.input_tensor(1), ctx.output_tensor()
     require_float(ctx, a_t, b_t, out)
-    if any(ctx.const(i) is not None for i in (0, 1)):
-        raise Unsupported("constant operand")
+    if ctx.const(0) is not None:
+        raise Unsupported("constant first operand")
     adj_x, adj_y = ctx.opt("adj_x", False), ctx.opt("adj_y", False)
     ash, bsh, osh = a_t.shape, b_t.shape, out.shape
     if min(len(ash), len(bsh)) < 2 or max(len(ash), len(bsh), len(osh)) > 4:
@@ -606,6 +612,16 @@ def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
     k_dim = ash[-2] if adj_x else ash[-1]
     if (bsh[-1] if adj_y else bsh[-2]) != k_dim:
         raise Unsupported("inner dimensions differ")
+    weights = ctx.const(1)
+    if weights is not None:
+        full = tuple(ash[:-2]) + tuple(bsh[-2:])  # (y repeated over x's batch dims, as the tiles read it)
+        if adj_x or tuple(osh[:-2]) != tuple(ash[:-2]) or int(np.prod(full)) > MAX_BROADCAST_WEIGHTS:
+            raise Unsupported("constant second operand: x transposed, or its batch too large to repeat it over")
+        try:
+            value = np.broadcast_to(np.asarray(weights, np.float32).reshape(bsh), full)
+        except ValueError:
+            raise Unsupported("constant second operand: batch dims that do not broadcast") from None
+        return _matmul_tiles(ctx, ash, full, osh, adj_y, value)
 
     if not adj_x and tuple(ash[:-2]) == tuple(bsh[:-2]) == tuple(osh[:-2]):
         return _matmul_tiles(ctx, ash, bsh, osh, adj_y)
