@@ -350,3 +350,17 @@ def widened_block(rng, *, cin=5, cout=12, batch=1, pool=True, pad_first=False, p
         outs.append(twice)
     b.output(*outs)
     return b, wide
+
+
+def stored_too_small_model(rng) -> bytes:
+    """A model whose dynamic input is stored at a size its op cannot take (as openWakeWord's melspectrogram, [-1, -1]
+    stored as [1, 1], its callers resizing it first): x [1, -1, -1, 1] stored [1, 1, 1, 1], a 3x3 VALID CONV_2D."""
+    from tflgpu.model.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 1, 1, 1), shape_signature=(1, -1, -1, 1))
+    y = b.tensor("y", (1, 1, 1, 4), shape_signature=(1, -1, -1, 4))
+    b.op("CONV_2D", [x, b.const("w", rand(rng, (4, 3, 3, 1))), b.const("b", rand(rng, (4,)))], [y],
+         padding="VALID", stride_w=1, stride_h=1)
+    b.output(y)
+    return b.build()

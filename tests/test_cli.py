@@ -195,6 +195,26 @@ def test_input_of_another_shape_is_refused_unless_resize(tmp_path, capsys):
     assert f"--input {tmp_path / 'bad.npy'}: cannot read it as a .npy array" in capsys.readouterr().err
 
 
+def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, capsys, rng):
+    """A model whose dynamic input is stored at a size it cannot run (oputil.stored_too_small_model) runs at the
+    --input array's shape with --resize, resized before the first allocation; without them the error says how."""
+    from .oputil import stored_too_small_model
+
+    model = tmp_path / "dynamic.tflite"
+    model.write_bytes(stored_too_small_model(rng))
+    x = rng.uniform(-1, 1, (1, 9, 7, 1)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", "--repeat", "1", str(model)]) == 1
+    assert "stored as [1, 1, 1, 1]" in (err := capsys.readouterr().err) and "--input FILE.npy --resize" in err
+    assert main(["run", "--repeat", "1", "--input", str(tmp_path / "x.npy"), str(model)]) == 1
+    assert "pass --resize" in capsys.readouterr().err
+    assert main(["run", "--repeat", "1", "--resize", "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path / "out"),
+                 str(model)]) == 0
+    got = np.load(next((tmp_path / "out").iterdir()))
+    assert got.shape == (1, 7, 5, 4)
+    assert_close(got, run_model(litert(), model, [x])[0])
+
+
 def test_gpu_only_options_with_the_cpu_delegate_say_they_are_ignored(capsys):
     assert main(["run", "--delegate", "cpu", "--repeat", "1", "--precision", "fp16"]) == 0
     assert "note: with --delegate cpu, --precision fp16 is ignored (options of the GPU delegate)" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from tflgpu.benchmark import reference_inputs
 from tflgpu.graph.passes import POOLED_DENSE
 
 from .conftest import assert_close, assert_fp16_close, constant_only_ops, corpus_model, litert, run_model
-from .oputil import cpu_op, device_cpu_device_model, rand
+from .oputil import cpu_op, device_cpu_device_model, rand, stored_too_small_model
 
 # model -> ops expected on the CPU (everything else on the OpenCL device)
 EXPECTED_CPU_OPS = {
@@ -137,15 +137,7 @@ def test_a_dynamic_input_stored_too_small_to_run_waits_for_its_resize(opencl_dev
     cannot take: its callers resize the input first. The constructor with a GpuDelegate raised there; now the plan
     waits for allocate_tensors(), which names the resize where it was left out (as LiteRT refuses those shapes
     there), and runs the model once it is resized."""
-    from tflgpu.model.builder import ModelBuilder
-
-    b = ModelBuilder()
-    x = b.input("x", (1, 1, 1, 1), shape_signature=(1, -1, -1, 1))
-    y = b.tensor("y", (1, 1, 1, 4), shape_signature=(1, -1, -1, 4))
-    b.op("CONV_2D", [x, b.const("w", rand(rng, (4, 3, 3, 1))), b.const("b", rand(rng, (4,)))], [y],
-         padding="VALID", stride_w=1, stride_h=1)
-    b.output(y)
-    model = b.build()
+    model = stored_too_small_model(rng)
     it = Interpreter(model_content=model, delegate=GpuDelegate())
     with pytest.raises(RuntimeError, match=r"^Node number 0 \(CONV_2D\) failed to invoke: .*input 'x' has the dynamic "
                                            r"shape \[1, -1, -1, 1\], stored as \[1, 1, 1, 1\]: resize_tensor_input"):

@@ -158,6 +158,7 @@ def _output_dir(path: str, flag: str = "--save") -> Path:
 def cmd_run(args) -> int:
     from .benchmark import reference_inputs, time_invokes
     from .interpreter import Interpreter
+    from .runtime import ShapeError
 
     path = Path(args.model) if args.model else _default_model()
     _require_files([path])
@@ -166,7 +167,18 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     with _StartupProgress():
         interp = Interpreter(model_path=str(path), num_threads=_threads(args), delegate=_delegate(args))
-        interp.allocate_tensors()
+        if given is not None and args.resize:  # (before the first allocation: a dynamic input's stored size may not run)
+            for d, x in zip(interp.get_input_details(), given):
+                if list(x.shape) != list(d["shape"]):
+                    interp.resize_tensor_input(d["index"], x.shape)
+        try:
+            interp.allocate_tensors()
+        except ShapeError as e:
+            if given is not None and args.resize:
+                raise
+            how = "pass --resize to run it at the --input arrays' shapes" if given is not None else \
+                "with tflgpu run: --input FILE.npy --resize, an array of the shape to run"
+            raise ShapeError(f"{e}; {how}") from e
     init_s = time.perf_counter() - t0
     details = interp.get_input_details()
     if args.input:
