@@ -5,7 +5,7 @@
 #   .gpu/site.tar.xz  the Python packages tflgpu and its benches need that the GPU machine's image lacks, as one
 #                     tree for PYTHONPATH (wheels for that machine's CPython 3.12, manylinux x86-64)
 #   .gpu/models/      the corpus as stand-ins (bench/standin_models.py: graphs and small constants; the weights
-#                     regenerated there), and the released models so: MediaPipe's 14 and Basic Pitch's
+#                     regenerated there), and the released models so: MediaPipe's 14, Basic Pitch's, openWakeWord's 8
 #                     (python -m tflgpu.zoo --release NAME; 1.6 MB packed: BENCH_MODELS="/tmp/models/iris_landmark.tflite
 #                     /tmp/models/nmp.tflite ..." times them there; their accuracy is tests/test_released_models.py's,
 #                     on their real weights)
@@ -37,6 +37,7 @@ rm -rf .gpu/models
 "$py" bench/standin_models.py pack "$models" .gpu/models >/dev/null
 "$py" -m tflgpu.zoo "$work/mediapipe" --mediapipe >/dev/null
 "$py" -m tflgpu.zoo "$work/mediapipe" --release basic-pitch >/dev/null
+"$py" -m tflgpu.zoo "$work/mediapipe" --release openwakeword >/dev/null
 "$py" bench/standin_models.py pack "$work/mediapipe" .gpu/models >/dev/null
 mkdir -p .gl
 # (with the GL vendor-neutral dispatch libraries: on an H100 the NVIDIA Vulkan ICD, libGLX_nvidia, failed to load

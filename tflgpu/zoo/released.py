@@ -3,6 +3,7 @@ weights, fetched by pip, each wheel pinned by its SHA-256, the models extracted 
 
     python -m tflgpu.zoo DIR --mediapipe              # MediaPipe's 14 models into DIR (one 36 MB download)
     python -m tflgpu.zoo DIR --release basic-pitch    # Spotify's Basic Pitch (audio to notes; 0.8 MB)
+    python -m tflgpu.zoo DIR --release openwakeword   # openWakeWord's 8: mel spectrogram, embedding, wake words (16 MB)
 
 Where the corpus and the stand-ins hold random weights, these hold trained ones: their activations have the
 ranges a deployed model's have (what FP16 and the fused kernels meet in use), and their graphs are what their
@@ -10,8 +11,10 @@ makers' converters wrote. MediaPipe's: float16 weights behind DEQUANTIZE, a spar
 nearly every conv, MediaPipe's custom ops. Basic Pitch's: its constant-Q transform computed in the graph from 2 s
 of 22 kHz audio (strided 1-D convs, a min-max normalization over the whole spectrogram, its harmonics stacked by
 slicing, padding and concatenating one-channel maps), then 2-D convs of 3 x 39 and 7 x 7 over the 172 x 264 map.
-Nothing of them ships with tflgpu (MediaPipe: Apache License 2.0; Basic Pitch: Apache License 2.0; each wheel's
-LICENSE).
+openWakeWord's: graphs converted from ONNX (BATCH_MATMULs by constant matrices, an IF, a dynamic audio input stored
+as [1, 1] that its callers resize), a spectrogram clipped with tf.clip_by_value(x, 1e-10, inf).
+Nothing of them ships with tflgpu (MediaPipe: Apache License 2.0; Basic Pitch: Apache License 2.0; openWakeWord: its
+code Apache License 2.0, its trained wake-word models CC BY-NC-SA 4.0 by its README; each wheel's LICENSE).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ class ReleasedModel:
     file: str
     description: str
     litert_runs: bool = True  # False: a custom op LiteRT's Python package does not resolve
+    # the input shapes its callers resize to before allocate_tensors() (a dynamic input stored as [1, 1]); () as stored
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    # the ops its graph leaves to the CPU kernels on any device (the description says why)
+    host_ops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,25 @@ BASIC_PITCH = Release("basic-pitch", "Basic Pitch",
     ReleasedModel("nmp.tflite", "Spotify's Basic Pitch: notes, onsets and pitch contours of 2 s of 22,050 Hz audio"),
 )})
 
-RELEASES = {r.name: r for r in (MEDIAPIPE, BASIC_PITCH)}
+OPENWAKEWORD = Release("openwakeword", "openWakeWord",
+                       # the last openWakeWord wheel that carries its models (later ones fetch them at run time)
+                       Wheel("openwakeword", "0.5.0", "3.12", "none", "any",
+                             "1ac1e5a7fb0e24484a841bd1b8332394c96ecb1c61d946d61a3ea732c8c1adaa"),
+                       "openwakeword/resources/models/", {m.file: m for m in (
+    ReleasedModel("melspectrogram.tflite", "log-mel spectrogram of 16 kHz audio (an STFT as two 512-tap convs, a mel "
+                  "filter bank as a MatMul): 1,760 samples, as its callers resize it, to 8 frames x 32 bands",
+                  input_shapes=((1, 1760),)),
+    ReleasedModel("embedding_model.tflite", "Google's speech embedding: 76 mel frames to one 96-value embedding"),
+    ReleasedModel("alexa_v0.1.tflite", "wake word \"alexa\": 16 embeddings to a score"),
+    ReleasedModel("hey_jarvis_v0.1.tflite", "wake word \"hey jarvis\" (its ONNX graph's IF on a computed condition, "
+                  "and the RESHAPE of that boolean, run on the CPU kernels)", host_ops=("RESHAPE", "IF")),
+    ReleasedModel("hey_mycroft_v0.1.tflite", "wake word \"hey mycroft\""),
+    ReleasedModel("hey_rhasspy_v0.1.tflite", "wake word \"hey rhasspy\""),
+    ReleasedModel("timer_v0.1.tflite", "timer intents, 34 embeddings to 7 scores"),
+    ReleasedModel("weather_v0.1.tflite", "weather intent, 22 embeddings to a score"),
+)})
+
+RELEASES = {r.name: r for r in (MEDIAPIPE, BASIC_PITCH, OPENWAKEWORD)}
 
 
 class FetchError(RuntimeError):
