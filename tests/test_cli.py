@@ -197,7 +197,8 @@ def test_input_of_another_shape_is_refused_unless_resize(tmp_path, capsys):
 
 def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, capsys, rng):
     """A model whose dynamic input is stored at a size it cannot run (oputil.stored_too_small_model) runs at the
-    --input array's shape with --resize, resized before the first allocation; without them the error says how."""
+    --input array's shape with --resize, resized before the first allocation; without them the error says how.
+    tflgpu bench takes the shape as --input-shape."""
     from .oputil import stored_too_small_model
 
     model = tmp_path / "dynamic.tflite"
@@ -213,6 +214,12 @@ def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, caps
     got = np.load(next((tmp_path / "out").iterdir()))
     assert got.shape == (1, 7, 5, 4)
     assert_close(got, run_model(litert(), model, [x])[0])
+    # tflgpu bench at the shape given (beside LiteRT, resized alike), with its profile; a count that does not fit
+    assert main(["bench", "--repeat", "2", "--warmup", "0", "--input-shape", "1,9,7,1", "--profile", str(model)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| dynamic.tflite"))
+    assert float(row.split("|")[-2]) < 1e-4  # (max rel err against LiteRT)
+    assert main(["bench", "--repeat", "2", "--input-shape", "1,9,7,1", "--input-shape", "2", str(model)]) == 1
+    assert "2 input shapes given for the model's 1 inputs" in capsys.readouterr().err
 
 
 def test_gpu_only_options_with_the_cpu_delegate_say_they_are_ignored(capsys):

@@ -146,10 +146,23 @@ def _native_stderr_quiet(quiet: bool):
         os.close(saved)
 
 
+def resized(it, input_shapes=None):
+    """``it`` with its inputs resized to ``input_shapes`` (one per input, in order; None: as stored), as a caller of
+    a model with a dynamic input does before allocate_tensors(); refused where the count differs."""
+    if input_shapes:
+        details = it.get_input_details()
+        if len(input_shapes) != len(details):
+            raise ValueError(f"{len(input_shapes)} input shapes given for the model's {len(details)} inputs")
+        for d, shape in zip(details, input_shapes):
+            if tuple(d["shape"]) != tuple(shape):
+                it.resize_tensor_input(d["index"], list(shape))
+    return it
+
+
 def _prepare(interp_cls, path: Path, inputs, settle: bool = True, **kw):
-    """An interpreter of ``path`` with ``inputs`` set, its tensors allocated; ``settle``: once its background work
-    is done (``settled``; else the caller waits as it sees fit)."""
-    it = interp_cls(model_path=str(path), **kw)
+    """An interpreter of ``path`` with ``inputs`` set (resized to their shapes), its tensors allocated; ``settle``:
+    once its background work is done (``settled``; else the caller waits as it sees fit)."""
+    it = resized(interp_cls(model_path=str(path), **kw), [np.shape(x) for x in inputs])
     if settle:
         settled(it)
     with _native_stderr_quiet(not interp_cls.__module__.startswith("tflgpu")):
@@ -160,13 +173,15 @@ def _prepare(interp_cls, path: Path, inputs, settle: bool = True, **kw):
 
 
 def bench_model(path: str | Path, num_threads: int = 2, warmup: int = 3, repeats: int = 20,
-                compare: bool = True, interpreter_kwargs: dict | None = None) -> BenchRow:
-    """Median latency of tflgpu (and LiteRT with XNNPACK, same thread count) on one model."""
+                compare: bool = True, interpreter_kwargs: dict | None = None, input_shapes=None) -> BenchRow:
+    """Median latency of tflgpu (and LiteRT with XNNPACK, same thread count) on one model (its inputs resized to
+    ``input_shapes`` where given)."""
     from .interpreter import Interpreter
 
     path = Path(path)
     t0 = time.perf_counter()
-    ours = Interpreter(model_path=str(path), num_threads=num_threads, **(interpreter_kwargs or {}))
+    ours = resized(Interpreter(model_path=str(path), num_threads=num_threads, **(interpreter_kwargs or {})),
+                   input_shapes)
     ours.allocate_tensors()
     init_ms = 1e3 * (time.perf_counter() - t0)
     settled(ours)
@@ -222,12 +237,12 @@ def format_table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def _profiled(path: str | Path, delegate):
+def _profiled(path: str | Path, delegate, input_shapes=None):
     """An interpreter with profiling on after its warm-up invokes (reference inputs; the background work done)."""
     from .interpreter import Interpreter
 
     delegate.profile = True
-    it = settled(Interpreter(model_path=str(path), delegate=delegate))
+    it = settled(resized(Interpreter(model_path=str(path), delegate=delegate), input_shapes))
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
         it.set_tensor(d["index"], x)
@@ -235,10 +250,10 @@ def _profiled(path: str | Path, delegate):
     return it
 
 
-def profiled_plan(path: str | Path, delegate):
+def profiled_plan(path: str | Path, delegate, input_shapes=None):
     """The model's plan after one profiled invoke (reference inputs, after a warm-up invoke, the background work
     done), or None without an OpenCL device: what ``kernel_profile`` and ``trace.write_trace`` read."""
-    return _profiled(path, delegate).gpu_plan
+    return _profiled(path, delegate, input_shapes).gpu_plan
 
 
 @dataclass
@@ -334,9 +349,9 @@ def launch_stats(path: str | Path, delegate, repeats: int = 20, top: int = 3) ->
                        statistics.median(walls), rates[:top], statistics.median(moved), statistics.median(spans))
 
 
-def kernel_profile(path: str | Path, delegate, top: int = 10) -> str:
+def kernel_profile(path: str | Path, delegate, top: int = 10, input_shapes=None) -> str:
     """Per-kernel OpenCL event times of one invoke (after a warm-up), largest first."""
-    plan = profiled_plan(path, delegate)
+    plan = profiled_plan(path, delegate, input_shapes)
     if plan is None:
         return "(no OpenCL plan)"
     rows = sorted(plan.profile_report(), key=lambda r: -r[2])

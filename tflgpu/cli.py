@@ -454,7 +454,7 @@ def cmd_bench(args) -> int:
     for m in models:
         kwargs = {} if on_cpu else {"delegate": _delegate(args)}
         rows.append(bench_model(m, num_threads=_threads(args), warmup=args.warmup, repeats=args.repeat,
-                                compare=not args.no_compare, interpreter_kwargs=kwargs))
+                                compare=not args.no_compare, interpreter_kwargs=kwargs, input_shapes=args.input_shape))
         print(f"  {rows[-1].model}: {rows[-1].tflgpu_ms:.2f} ms ({rows[-1].backend})", file=sys.stderr)
     print(f"{_threads(args)} CPU threads for tflgpu's CPU kernels and LiteRT alike; timed in alternation")
     print(format_table(rows))
@@ -463,12 +463,12 @@ def cmd_bench(args) -> int:
 
         for m in models:
             print(f"\nper-kernel profile of {Path(m).name} (OpenCL events, one invoke):")
-            print(kernel_profile(m, _delegate(args)))
+            print(kernel_profile(m, _delegate(args), input_shapes=args.input_shape))
     if traces:
         from .trace import write_trace
 
         for m, out in traces.items():
-            doc = write_trace(out, m, _delegate(args))
+            doc = write_trace(out, m, _delegate(args), input_shapes=args.input_shape)
             print(f"trace of one invoke of {Path(m).name}: {out} ({doc['otherData']['kernels']} kernels, "
                   f"{doc['otherData']['host spans']} host spans; open it in ui.perfetto.dev or chrome://tracing)")
     return 0
@@ -816,6 +816,17 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    """An argparse type: a tensor shape, "1,1760" (or "1x1760"), every dimension at least 1."""
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: integers separated by commas, e.g. 1,1760") from None
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be at least 1")
+    return dims
+
+
 def _count(least: int):
     """An argparse type: an integer of at least ``least`` (checked before any work starts)."""
     def parse(text: str) -> int:
@@ -879,6 +890,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=_count(0), default=3)
     b.add_argument("--repeat", type=_count(1), default=20)
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
+    b.add_argument("--input-shape", type=_shape, action="append", metavar="D,D,...",
+                   help="run the model's input at this shape (once per input, in order): a dynamic input stored "
+                        "at a size that does not run (an audio model's [1, 1], say), or another batch")
     b.add_argument("--compare-litert", action="store_true", help="compare with LiteRT (the default)")
     b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
     b.add_argument("--trace", metavar="FILE.json",

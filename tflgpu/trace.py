@@ -57,11 +57,11 @@ def chrome_trace(plan, title: str = "") -> dict:
                           "host spans": len(run.host)}}
 
 
-def write_trace(path: str | Path, model: str | Path, delegate) -> dict:
+def write_trace(path: str | Path, model: str | Path, delegate, input_shapes=None) -> dict:
     """Run ``model`` (reference inputs, one warm-up invoke) with profiling on and write its trace to ``path``."""
     from .benchmark import profiled_plan
 
-    plan = profiled_plan(model, delegate)
+    plan = profiled_plan(model, delegate, input_shapes)
     if plan is None:
         raise RuntimeError("no OpenCL plan to trace (no OpenCL device)")
     doc = chrome_trace(plan, title=f"tflgpu: {Path(model).name}")
