@@ -164,6 +164,11 @@
 # and .gpu/models holds Basic Pitch (nmp.tflite; tflgpu.zoo.released). Add "channel_concatenation or
 # over_each_image or narrow_output" to TESTS_K, and /tmp/models/nmp.tflite to a MediaPipe bench call's
 # BENCH_MODELS (an audio model: 1-D convs of 256 taps, a 3 x 39 conv, 144 launches on the CPU device).
+# Since (2026-11-29, second session, no GPU): BATCH_MATMUL by a constant matrix runs on the device (the tiled form),
+# float literals go through kernels.common.c_float (+-inf and NaN as OpenCL C's constants), and .gpu/models holds
+# openWakeWord's 8 (gpu_prepare.sh). Add "batch_matmul_by or open_ended or dynamic_input_stored" to the first call's
+# TESTS_K. Timing the wake-word classifiers there can wait: LiteRT's CPU runs each in 10-20 us, so a device's fixed
+# cost per invoke decides them (0.12-0.17 ms on the Intel CPU device, most of it that cost).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
