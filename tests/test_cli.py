@@ -220,6 +220,11 @@ def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, caps
     assert float(row.split("|")[-2]) < 1e-4  # (max rel err against LiteRT)
     assert main(["bench", "--repeat", "2", "--input-shape", "1,9,7,1", "--input-shape", "2", str(model)]) == 1
     assert "2 input shapes given for the model's 1 inputs" in capsys.readouterr().err
+    # the commands that plan the model at its stored shapes say why they cannot (they said "no OpenCL device")
+    for command in (["inspect", "--memory"], ["inspect", "--passes"], ["tune", "--mode", "fast"]):
+        assert main([*command, str(model)]) == 1, command
+        out = capsys.readouterr()
+        assert "stored as [1, 1, 1, 1]" in out.err and "no OpenCL device" not in out.out + out.err, command
 
 
 def test_gpu_only_options_with_the_cpu_delegate_say_they_are_ignored(capsys):

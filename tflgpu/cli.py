@@ -262,6 +262,7 @@ def cmd_memory(args) -> int:
 
     interp = Interpreter(model_path=args.model, delegate=GpuDelegate(precision_loss_allowed=args.precision == "fp16",
                                                                      device=args.device, tuning="none"))
+    interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -281,6 +282,7 @@ def cmd_passes(args) -> int:
 
     # inspection never searches (tuning="none"); recorded parameters still apply
     interp = Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device, tuning="none"))
+    interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: the passes run when a plan is built")
@@ -304,6 +306,7 @@ def cmd_precision(args) -> int:
     budget = DEFAULT_FP16_ERROR_BUDGET if args.fp16_error_budget is None else args.fp16_error_budget
     interp = Interpreter(model_path=args.model, delegate=GpuDelegate(
         precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget))
+    interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -607,6 +610,7 @@ def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dic
             precision_loss_allowed=precision == "fp16", tiered_compile=False, tuning=opts.tuning, device=opts.device,
             serialization_dir=opts.cache_dir, tuning_progress=progress, tuning_trials=opts.trials,
             tuning_budget_s=opts.budget_s))
+        it.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     finally:
         log.removeHandler(collector)
         log.propagate = propagate

@@ -73,6 +73,7 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
                            tiered_compile=False)
     t0 = time.perf_counter()
     tuned = Interpreter(model_path=str(path), delegate=delegate)
+    tuned.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     start_s = time.perf_counter() - t0
     plan = tuned.gpu_plan
     if plan is None:
