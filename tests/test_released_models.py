@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.benchmark import reference_inputs
+from tflgpu.benchmark import reference_inputs, resized
 from tflgpu.model import read_model
 from tflgpu.zoo.released import RELEASES
 
@@ -77,9 +77,7 @@ def _run(name: str, path: str) -> list[np.ndarray]:
         return _cpu(name)
     it = Interpreter(model_path=str(_path(name)),
                      experimental_delegates=[GpuDelegate(precision_loss_allowed=path == "gpu-fp16")])
-    for d, x in zip(it.get_input_details(), _inputs(name)):
-        if tuple(d["shape"]) != x.shape:
-            it.resize_tensor_input(d["index"], list(x.shape))
+    resized(it, [x.shape for x in _inputs(name)])
     it.allocate_tensors()
     assert it.gpu_plan is not None and it.gpu_plan.fp16 == (path == "gpu-fp16")
     on_cpu = [s.op.name for s in it.gpu_plan.steps if s.device == "cpu"]

@@ -156,7 +156,7 @@ def _output_dir(path: str, flag: str = "--save") -> Path:
 
 
 def cmd_run(args) -> int:
-    from .benchmark import reference_inputs, time_invokes
+    from .benchmark import reference_inputs, resized, time_invokes
     from .interpreter import Interpreter
     from .runtime import ShapeError
 
@@ -167,10 +167,8 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     with _StartupProgress():
         interp = Interpreter(model_path=str(path), num_threads=_threads(args), delegate=_delegate(args))
-        if given is not None and args.resize:  # (before the first allocation: a dynamic input's stored size may not run)
-            for d, x in zip(interp.get_input_details(), given):
-                if list(x.shape) != list(d["shape"]):
-                    interp.resize_tensor_input(d["index"], x.shape)
+        if given is not None and args.resize and len(given) == len(interp.get_input_details()):
+            resized(interp, [x.shape for x in given])  # (before the first allocation: a stored size may not run)
         try:
             interp.allocate_tensors()
         except ShapeError as e:

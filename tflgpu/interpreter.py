@@ -356,16 +356,17 @@ class Interpreter:
                 token = model_token(self._model_bytes.data)
             request = options.plan_request()
             name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
+            factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
             try:
-                session.gpu_plan = build_plan(runner, request, token=token, model_name=name)  # at construction, as TFLite
+                session.gpu_plan = factory(None)  # at construction, as TFLite (None: the stored input shapes)
             except ShapeError as e:
                 # The stored input shapes do not run (a dynamic input stored as [1, 1], made to be resized first):
                 # the plan is built by allocate_tensors() for the shapes then set, which raises where they fail too,
                 # as LiteRT's delegates refuse such shapes there, not in the constructor.
                 log.info("GpuDelegate: the plan waits for allocate_tensors(): the stored input shapes do not run (%s)", e)
-                session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
+                session.gpu_factory = factory
             if session.gpu_plan is not None:
-                session.gpu_factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
+                session.gpu_factory = factory
                 source.release_pages()  # (the weights are on the device now)
 
     # -- internals ----------------------------------------------------------

@@ -36,6 +36,7 @@ def _generator_version() -> int:
 
 GENERATOR_VERSION = _generator_version()
 
+
 def c_float(x: float) -> str:
     """``x`` as an OpenCL C float literal: ``repr`` (which round-trips) with the ``f`` suffix, and the built-in
     constants for what has no literal (a model's +-inf clip or padding value, a NaN)."""
