@@ -369,8 +369,8 @@ def test_one_slow_end_to_end_timing_does_not_throw_a_search_away(rng, tmp_path, 
     """`tflgpu tune` keeps its records only if the model is not slower with them end to end. A first timing
     that says "slower" is taken again, for longer (``CONFIRM_S``), and the second decides: a burst of another
     process during the first (what failed CI once, on a fleet machine) no longer discards the search."""
-    import tflgpu.autotune.tuner as tuner
-    import tflgpu.tuning_report as report
+    from tflgpu import tuning_report as report
+    from tflgpu.autotune import tuner
 
     monkeypatch.setattr(tuner, "MIN_GAIN", -1.0)  # (any candidate is chosen: the end-to-end check is what is tested)
     calls = []
