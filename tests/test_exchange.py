@@ -268,6 +268,34 @@ def test_a_new_kernel_starts_from_its_nearest_tuned_neighbour(opencl_device, rng
     assert shape == (1, 20, 20, 8, 1, 20, 20, 16)
 
 
+def test_a_stored_plan_keeps_its_start_over_a_neighbours_record(opencl_device, rng, tmp_path):
+    """A kernel with no record of its own starts from the nearest tuned kernel of its family in a new plan; in a
+    stored plan it keeps the parameters stored with it (their program is compiled already: MobileNet v2 built a
+    quick program at its first start after `tflgpu warmup` otherwise), and a search decides, as ever."""
+    from tflgpu.autotune.records import CacheTuningDB
+    from tflgpu.autotune.tuner import kernel_family
+    from tflgpu.cache.store import CacheStore
+
+    model, _ = _conv(rng, 20)
+    opts = {"serialization_dir": tmp_path, "tuning": "none", "tiered_compile": False}
+    first = Interpreter(model_content=model, delegate=GpuDelegate(**opts))
+    first.allocate_tensors()
+    near = {"tile_x": 1, "tile_s": 1, "lanes": 4, "vec_hint": "float4"}
+    assert first.gpu_plan.steps[0].params != near
+    family = kernel_family("CONV_2D", first.gpu_plan.steps[0].specs, False)
+    CacheTuningDB(CacheStore(tmp_path)).put(opencl_device.identity.key(), "another-kernel",
+                                            replace(_rec(near), family=family, shape=(1, 16, 16, 8, 1, 16, 16, 16)))
+    # a new plan (another token: no stored plan) of the same model takes the neighbour's parameters
+    fresh = Interpreter(model_content=model, delegate=GpuDelegate(**opts, model_token="fresh"))
+    assert fresh.gpu_plan.steps[0].params == near and fresh.gpu_plan.build_stats["plan"] == "built"
+    assert fresh.gpu_plan.program_key() != first.gpu_plan.program_key()
+    again = Interpreter(model_content=model, delegate=GpuDelegate(**opts))
+    stats = again.gpu_plan.build_stats
+    assert stats["plan"] == "cache" and stats["source_builds"] == 0 and stats["binary_loads"] == 1
+    assert again.gpu_plan.steps[0].params == first.gpu_plan.steps[0].params
+    assert again.gpu_plan.program_key() == first.gpu_plan.program_key()
+
+
 def test_a_neighbours_choice_to_fuse_is_lent_only_at_its_channel_counts(tmp_path):
     """A composite's ``fused`` travels by the nearest-shape links (this device's records, the shipped family table)
     only to a kernel of the same channel counts (DeepLab's 17x17 block from MobileNet v2's 14x14); to other counts

@@ -278,7 +278,7 @@ def test_the_option_is_part_of_a_stored_plans_identity(opencl_device, rng, monke
     assert _delegate(build_parser().parse_args(["bench", "m.tflite"])).fuse_expansions is None
     assert PlanConfig(fuse_expansions=True).summary().endswith("fused expansions")
     assert PlanConfig(fuse_expansions=False).summary().endswith("no expansion blocks")
-    assert PlanConfig().summary() == "fp32, tuning none"
+    assert PlanConfig().summary() == "fp32"
     with pytest.raises(ValueError, match="fuse_expansions must be None"):
         GpuDelegate(fuse_expansions="yes")
 

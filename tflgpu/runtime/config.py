@@ -20,7 +20,9 @@ class PlanRequest:
     profile: bool
     allow_buffer_handle_output: bool
     quantized_models_allowed: bool
-    tuning: Any  # a tflgpu.autotune.TuningConfig (its mode is part of the plan's identity)
+    # a tflgpu.autotune.TuningConfig. Not part of the plan's identity: a stored plan's parameters are a start, checked
+    # against the records at every start (and searched where there is none, as the mode says)
+    tuning: Any
     records: bool  # tuning records are read (and written)
     store: Any  # a tflgpu.cache.CacheStore, or None: nothing read or written
     model_token: str | None
@@ -38,7 +40,6 @@ class PlanConfig:
 
     fp16: bool = False
     max_partitions: int = 1 << 30
-    tuning: str = "none"
     records: bool = True
     subgraph: int = 0
     quantized_models_allowed: bool = True
@@ -75,8 +76,8 @@ class PlanConfig:
             return None
 
     def summary(self) -> str:
-        """In a few words, for listings: precision, tuning mode, and what differs from the defaults."""
-        words = ["fp16" if self.fp16 else "fp32", f"tuning {self.tuning}"]
+        """In a few words, for listings: precision, and what differs from the defaults."""
+        words = ["fp16" if self.fp16 else "fp32"]
         if self.fp16 and self.fp16_error_budget != DEFAULT_FP16_ERROR_BUDGET:
             words.append(f"fp16 error budget {self.fp16_error_budget:g}")
         if self.fp16 and self.calibration:

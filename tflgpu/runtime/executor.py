@@ -203,9 +203,10 @@ class GpuPlan:
                 clock.phase("tuning records", "records of this device")
             else:
                 clock.phase("tuning", f"searching kernels without a record ({tuning.mode})")
-            if tuning is not None and (record is None or tuning.mode == "background"):
+            if tuning is not None:  # (a stored plan's too: records since, and kernels it holds no decision for)
                 self.tuning_results, self.tuning_seconds, untuned = apply_tuning(
-                    self.steps, make, tuning, dev, explicit=explicit, bench=bench, nearest=nearest, parts=parts)
+                    self.steps, make, tuning, dev, explicit=explicit, bench=bench, nearest=nearest, parts=parts,
+                    restored=record is not None)
         align = max(device.cl_device.mem_base_addr_align // 8, 1)  # (bits)
         if config.link_concat:
             self.pass_counts["link_concat"] = link_concatenations(self.steps, make, align)
@@ -223,8 +224,8 @@ class GpuPlan:
                                 lambda sources: build_program(cl, self.ctx, sources, self.fp16, self.store, device,
                                                               self.build_stats, options=[]),
                                 make.target)
-        if cache is not None and record is None:
-            self.save_record()
+        if cache is not None and (record is None or self.program_key() != record.program_key):
+            self.save_record()  # (a stored plan that records or a search changed since: stored as it is now)
         clock.stop()
         self.last_run = RunTimeline()  # (profiled runs)
         self._state_at = "host"
@@ -246,11 +247,18 @@ class GpuPlan:
         tuned = tuned or {}
         steps = [StepRecord(s.op.index, s.device == "gpu", tuned[i][1] if i in tuned else s.params, s.reason)
                  for i, s in enumerate(self.steps)]
-        sources = compiled_sources([spec for i, s in enumerate(self.steps) if s.device == "gpu"
-                                    for spec in (tuned[i][0] if i in tuned else s.specs)])
+        sources = self._sources(tuned)
         self.cache.save(steps, self.input_shapes, [t.shape for t in self.sg.tensors[:self.base_tensors]],
                         program_key(sources, self.fp16), self.device.identity.key(), self.precision)
         return sources
+
+    def _sources(self, tuned: dict[int, tuple[list, dict]]) -> list[str]:
+        return compiled_sources([spec for i, s in enumerate(self.steps) if s.device == "gpu"
+                                 for spec in (tuned[i][0] if i in tuned else s.specs)])
+
+    def program_key(self) -> str:
+        """The key of the program of the device steps' kernels as they are now (what a stored plan names)."""
+        return program_key(self._sources({}), self.fp16)
 
     # -- background work: tier-up and tuning results (runtime.upgrades), installed between invokes ------
 

@@ -76,7 +76,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
     def plan(quantized_models_allowed: bool):
         clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
         graph = transform_graph(runner, quantized_models_allowed)
-        config = PlanConfig(fp16, options.max_partitions, options.tuning.mode, options.records, graph.runner.sg.index,
+        config = PlanConfig(fp16, options.max_partitions, options.records, graph.runner.sg.index,
                             quantized_models_allowed, **(_precision_key(options) if fp16 else {}),
                             fuse_expansions=options.fuse_expansions)
         cache = PlanCache(options.store, token, config.key(), model_name) if cacheable else None

@@ -232,14 +232,16 @@ class Untuned:
 
 
 def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, bench: Callable,
-                 explicit: set, nearest: NearestRecords | None = None,
-                 parts: PartRecords | None = None) -> tuple[list[TunedKernel], float, list[Untuned]]:
+                 explicit: set, nearest: NearestRecords | None = None, parts: PartRecords | None = None,
+                 restored: bool = False) -> tuple[list[TunedKernel], float, list[Untuned]]:
     """Give every tunable device step its recorded parameters; search those without a record now when
     ``config.mode`` is "fast" or "exhaustive" (``bench(task)`` measures candidates), record the results, and
     regenerate the steps' kernels. A kernel without a record of this device starts from the nearest device's
     (``nearest``: the device's fallback chain, autotune.exchange), and a search starts there too. With ``parts``
     (the plan's KernelMaker's part records), the kernels composite steps launch unfused are searched as well,
-    their records found there, and the steps regenerated with a search's decision.
+    their records found there, and the steps regenerated with a search's decision. ``restored``: the steps are a
+    stored plan's: a kernel without a record keeps its stored parameters (compiled already) as its start, not
+    the nearest device's.
     Returns what was decided per identity, the seconds searched, and the kernels left without a record (for a
     background search, with ``config.mode`` "background")."""
     found = _identities(steps, make, explicit, parts)
@@ -261,7 +263,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
         layouts = _layouts(make, ident.specs, ident.ops)
         family = kernel_family(ident.op.name, ident.specs, ident.specs[0].fp16)
         shape = kernel_shape(ident.specs, layouts)
-        near = nearest.find(key, family, shape) if nearest is not None else None
+        near = nearest.find(key, family, shape) if nearest is not None and not restored else None
         if near is not None:
             set_params(ident.steps, make, near.record.params)
             if config.mode in ("none", "background"):  # (a search now reports its own result)
