@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from tflgpu import Interpreter
+from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cli import main
 from tflgpu.model.default_model import DEFAULT_MODEL_PATH, build_default_model
 
@@ -221,10 +221,22 @@ def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, caps
     assert main(["bench", "--repeat", "2", "--input-shape", "1,9,7,1", "--input-shape", "2", str(model)]) == 1
     assert "2 input shapes given for the model's 1 inputs" in capsys.readouterr().err
     # the commands that plan the model at its stored shapes say why they cannot (they said "no OpenCL device")
-    for command in (["inspect", "--memory"], ["inspect", "--passes"], ["tune", "--mode", "fast"]):
-        assert main([*command, str(model)]) == 1, command
+    # and which option plans it at another: --input-shape, with which they run, and warmup stores the plan that the
+    # model's caller (resized alike, default options) then starts from
+    cache = tmp_path / "cache"
+    for command in (["inspect", "--memory"], ["inspect", "--passes"], ["inspect", "--startup"],
+                    ["tune", "--mode", "fast", "--trials", "1"], ["warmup", "--cache-dir", str(cache)]):
+        assert main([command[0], str(model), *command[1:]]) == 1, command
         out = capsys.readouterr()
-        assert "stored as [1, 1, 1, 1]" in out.err and "no OpenCL device" not in out.out + out.err, command
+        said = out.out + out.err
+        assert "stored as [1, 1, 1, 1]" in said and "no OpenCL device" not in said, command
+        assert "pass --input-shape D,D,... (once per input)" in said, command
+        assert main([command[0], str(model), *command[1:], "--input-shape", "1,9,7,1"]) == 0, command
+        capsys.readouterr()
+    it = Interpreter(str(model), delegate=GpuDelegate(serialization_dir=cache, tuning="background"))
+    it.resize_tensor_input(it.get_input_details()[0]["index"], [1, 9, 7, 1])
+    it.allocate_tensors()
+    assert it.gpu_plan.build_stats["plan"] == "cache" and it.gpu_plan.build_stats["source_builds"] == 0
 
 
 def test_gpu_only_options_with_the_cpu_delegate_say_they_are_ignored(capsys):
@@ -287,6 +299,12 @@ def test_warmup_shows_kernels_and_names_each_warning(tmp_path, rng, opencl_devic
     assert "conv.tflite [fp32]: kernel 1/1 tuned" in err, err
     assert "something the user should know" not in err
     assert "conv.tflite [fp32]: warning: something the user should know" in out, out
+    assert "best parameters searched for 1 kernels" in out and "not searched" not in out, out
+    # a budget that runs out before the kernel is searched: said so (it was "searched for 1 kernels")
+    assert main(["warmup", str(path), "--tuning", "fast", "--budget-s", "0.001", "-q",
+                 "--cache-dir", str(tmp_path / "cache2")]) == 0
+    out = capsys.readouterr().out
+    assert "1 not searched: the budget ran out" in out and "best parameters searched" not in out, out
 
 
 def test_warmup_jobs_relay_kernel_progress(tmp_path, rng, opencl_device):

@@ -255,11 +255,12 @@ def cmd_devices(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    from .benchmark import resized
     from .delegate import GpuDelegate
     from .interpreter import Interpreter
 
-    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(precision_loss_allowed=args.precision == "fp16",
-                                                                     device=args.device, tuning="none"))
+    interp = resized(Interpreter(model_path=args.model, delegate=GpuDelegate(
+        precision_loss_allowed=args.precision == "fp16", device=args.device, tuning="none")), args.input_shape)
     interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     plan = interp.gpu_plan
     if plan is None:
@@ -274,12 +275,14 @@ def cmd_memory(args) -> int:
 
 
 def cmd_passes(args) -> int:
+    from .benchmark import resized
     from .delegate import GpuDelegate
     from .graph import passes
     from .interpreter import Interpreter
 
     # inspection never searches (tuning="none"); recorded parameters still apply
-    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device, tuning="none"))
+    interp = resized(Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device, tuning="none")),
+                     args.input_shape)
     interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     plan = interp.gpu_plan
     if plan is None:
@@ -296,14 +299,15 @@ def cmd_passes(args) -> int:
 
 def cmd_precision(args) -> int:
     """Which ops of an FP16 plan keep FP32 storage, and why (runtime.precision)."""
+    from .benchmark import resized
     from .delegate import GpuDelegate
     from .graph.precision import STORAGE_CAST
     from .interpreter import Interpreter
     from .runtime.config import DEFAULT_FP16_ERROR_BUDGET
 
     budget = DEFAULT_FP16_ERROR_BUDGET if args.fp16_error_budget is None else args.fp16_error_budget
-    interp = Interpreter(model_path=args.model, delegate=GpuDelegate(
-        precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget))
+    interp = resized(Interpreter(model_path=args.model, delegate=GpuDelegate(
+        precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget)), args.input_shape)
     interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     plan = interp.gpu_plan
     if plan is None:
@@ -412,12 +416,12 @@ def _float_view_census(model) -> dict[str, int] | None:
 
 def cmd_startup(args) -> int:
     """One start of the model as the user's code would make it (cache as it is), and where the time went."""
-    from .benchmark import reference_inputs
+    from .benchmark import reference_inputs, resized
     from .interpreter import Interpreter
 
     t0 = time.perf_counter()
     with _StartupProgress():
-        interp = Interpreter(model_path=str(args.model), delegate=_delegate(args))
+        interp = resized(Interpreter(model_path=str(args.model), delegate=_delegate(args)), args.input_shape)
         interp.allocate_tensors()
         for d, x in zip(interp.get_input_details(), reference_inputs(interp.get_input_details())):
             interp.set_tensor(d["index"], x)
@@ -543,7 +547,7 @@ def cmd_tune(args) -> int:
             reports.append(tune_model(m, mode=args.mode, precision=args.precision, budget_s=args.budget_s,
                                       trials=args.trials, storage=storage, db=db, device=args.device,
                                       retune=args.retune, progress=progress, rounds=args.repeat,
-                                      fetch=args.fetch))
+                                      fetch=args.fetch, input_shapes=args.input_shape))
         finally:
             for bar in bars:
                 bar.close()
@@ -583,6 +587,7 @@ class WarmOptions:
     cache_dir: str | None
     trials: int | None = None  # candidates per kernel (None: the mode's default)
     budget_s: float | None = None  # search budget per model (None: the mode's default)
+    input_shapes: tuple | None = None  # the inputs' shapes, resized to before allocation (None: as stored)
 
 
 def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dict:
@@ -590,6 +595,7 @@ def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dic
     (anything with ``put``) gets (model, precision, kernels done, kernels total) as each kernel is tuned."""
     import time
 
+    from .benchmark import resized
     from .delegate import GpuDelegate
     from .interpreter import Interpreter
 
@@ -604,10 +610,10 @@ def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dic
     t0 = time.perf_counter()
     try:
         # (ahead of time: the optimized build at once, not a quick one first)
-        it = Interpreter(model_path=model, delegate=GpuDelegate(
+        it = resized(Interpreter(model_path=model, delegate=GpuDelegate(
             precision_loss_allowed=precision == "fp16", tiered_compile=False, tuning=opts.tuning, device=opts.device,
             serialization_dir=opts.cache_dir, tuning_progress=progress, tuning_trials=opts.trials,
-            tuning_budget_s=opts.budget_s))
+            tuning_budget_s=opts.budget_s)), opts.input_shapes)
         it.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     finally:
         log.removeHandler(collector)
@@ -616,7 +622,9 @@ def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dic
     if plan is None:
         raise RuntimeError("no OpenCL device" + "".join(f"; {m}" for m in collector.messages))
     return {"model": Path(model).name, "seconds": time.perf_counter() - t0, **plan.build_stats,
-            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned"), "warnings": collector.messages}
+            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned" and k.result.decided),
+            "unsearched": sum(1 for k in plan.tuning_results if k.source == "tuned" and not k.result.decided),
+            "warnings": collector.messages}
 
 
 class _BarEvents:
@@ -642,7 +650,8 @@ def cmd_warmup(args) -> int:
 
         usable_cache_dir(Path(args.cache_dir), "--cache-dir")  # checked before the models are warmed
     jobs = [(m, p) for m in args.models for p in args.precision]
-    opts = WarmOptions(args.tuning, args.device, args.cache_dir, args.trials, args.budget_s)
+    opts = WarmOptions(args.tuning, args.device, args.cache_dir, args.trials, args.budget_s,
+                       tuple(args.input_shape) if args.input_shape else None)
     failed = 0
     results = []
     with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
@@ -679,13 +688,16 @@ def cmd_warmup(args) -> int:
     for (m, p), r, err in sorted(results, key=lambda x: x[0]):
         if err is not None:
             failed += 1
-            print(f"{Path(m).name} [{p}]: FAILED: {err}")
+            print(f"{Path(m).name} [{p}]: FAILED: {err}{_shape_hint(err, args)}")
         else:
             if r["plan"] == "cache":
                 what = "already in the cache"
             else:
                 compiled = "kernels compiled" if r["source_builds"] else "kernels already compiled in the cache"
                 searched = f", best parameters searched for {r['tuned']} kernels" if r["tuned"] else ""
+                if r["unsearched"]:
+                    searched += (f", {r['unsearched']} not searched: the budget ran out (a longer --budget-s, or "
+                                 "the background search at the next start)")
                 what = f"built and stored ({compiled}{searched})"
             print(f"{r['model']} [{p}]: {what} ({r['seconds']:.1f} s)")
             for w in r["warnings"]:
@@ -829,6 +841,14 @@ def _shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def _input_shape_arg(parser, scope: str = "") -> None:
+    """--input-shape, for the commands that plan a model: the shape its input is resized to before allocation."""
+    parser.add_argument("--input-shape", type=_shape, action="append", metavar="D,D,...",
+                        help="run the model's input at this shape (once per input, in order): a dynamic input stored "
+                             "at a size that does not run (an audio model's [1, 1], say), or another batch"
+                             + (f" {scope}" if scope else ""))
+
+
 def _count(least: int):
     """An argparse type: an integer of at least ``least`` (checked before any work starts)."""
     def parse(text: str) -> int:
@@ -883,6 +903,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--fp16-error-budget", type=float, default=None, metavar="REL",
                    help="the FP16 plan's error budget for --precision (GpuDelegate(fp16_error_budget=...))")
     i.add_argument("--device", help="OpenCL device: index or name substring")
+    _input_shape_arg(i, "(with --memory, --passes, --precision, --startup)")
     i.set_defaults(func=cmd_inspect)
 
     b = command("bench", help="latency of models through tflgpu, side by side with LiteRT")
@@ -892,9 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=_count(0), default=3)
     b.add_argument("--repeat", type=_count(1), default=20)
     b.add_argument("--no-compare", action="store_true", help="skip LiteRT")
-    b.add_argument("--input-shape", type=_shape, action="append", metavar="D,D,...",
-                   help="run the model's input at this shape (once per input, in order): a dynamic input stored "
-                        "at a size that does not run (an audio model's [1, 1], say), or another batch")
+    _input_shape_arg(b)
     b.add_argument("--compare-litert", action="store_true", help="compare with LiteRT (the default)")
     b.add_argument("--profile", action="store_true", help="per-kernel OpenCL profile (with --delegate gpu)")
     b.add_argument("--trace", metavar="FILE.json",
@@ -922,6 +941,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(tuning them first where needed)")
     t.add_argument("--import", dest="import_file", metavar="FILE",
                    help="merge a file of records (any device's; --export writes one) into the cache first")
+    _input_shape_arg(t)
     t.add_argument("--json", action="store_true", help="also print the reports as JSON")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_tune)
@@ -936,6 +956,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--jobs", type=_count(1), default=1, help="models warmed in parallel processes")
     w.add_argument("--device", help="OpenCL device: index or name substring")
     w.add_argument("--cache-dir", help="the cache directory (default: $TFLGPU_CACHE_DIR or the user cache dir)")
+    _input_shape_arg(w)
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=cmd_warmup)
 
@@ -961,8 +982,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except (ValueError, RuntimeError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{_shape_hint(e, args)}", file=sys.stderr)
         return 1
+
+
+def _shape_hint(e: Exception, args) -> str:
+    """What a command taking --input-shape adds to an input shape's error where that option was not given."""
+    from .runtime import ShapeError
+
+    if isinstance(e, ShapeError) and hasattr(args, "input_shape") and not args.input_shape:
+        return "; pass --input-shape D,D,... (once per input) to plan it at the shape it runs at"
+    return ""
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .autotune.records import StagedTuningDB, default_tuning_db
 from .autotune.tuner import BUDGET_SPENT, FETCHED, MIN_GAIN, NOT_IN_STORAGE, TuningConfig
-from .benchmark import _prepare, interleaved_ms, reference_inputs
+from .benchmark import _prepare, interleaved_ms, reference_inputs, resized
 from .cache.plans import model_token
 from .cache.store import CacheStore
 from .delegate import GpuDelegate
@@ -57,7 +57,8 @@ class ModelTuning:
 @pages_kept()  # (a measuring job: its end-to-end check compares few timings)
 def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32", budget_s: float | None = None,
                trials: int | None = None, storage: str | None = None, db=None, device=None,
-               retune: bool = False, progress=None, rounds: int = 30, fetch: bool = False) -> ModelTuning:
+               retune: bool = False, progress=None, rounds: int = 30, fetch: bool = False,
+               input_shapes=None) -> ModelTuning:
     """Tune every kernel of a model on one device; time it with heuristics vs tuned parameters.
 
     The new records are stored unless the model, timed end to end in alternation, is slower with them than
@@ -74,7 +75,7 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     delegate = GpuDelegate(precision_loss_allowed=fp16, device=device, tuning=config, cache=False,
                            tiered_compile=False)
     t0 = time.perf_counter()
-    tuned = Interpreter(model_path=str(path), delegate=delegate)
+    tuned = resized(Interpreter(model_path=str(path), delegate=delegate), input_shapes)
     tuned.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
     start_s = time.perf_counter() - t0
     plan = tuned.gpu_plan
