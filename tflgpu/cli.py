@@ -254,14 +254,21 @@ def cmd_devices(args) -> int:
     return 0
 
 
-def cmd_memory(args) -> int:
+def _allocated(interp, args):
+    """``interp`` resized to --input-shape, its tensors allocated (a plan waiting for its inputs' shapes is built
+    here, or says why it cannot be)."""
     from .benchmark import resized
+
+    resized(interp, args.input_shape).allocate_tensors()
+    return interp
+
+
+def cmd_memory(args) -> int:
     from .delegate import GpuDelegate
     from .interpreter import Interpreter
 
-    interp = resized(Interpreter(model_path=args.model, delegate=GpuDelegate(
-        precision_loss_allowed=args.precision == "fp16", device=args.device, tuning="none")), args.input_shape)
-    interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
+    interp = _allocated(Interpreter(model_path=args.model, delegate=GpuDelegate(
+        precision_loss_allowed=args.precision == "fp16", device=args.device, tuning="none")), args)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -275,15 +282,13 @@ def cmd_memory(args) -> int:
 
 
 def cmd_passes(args) -> int:
-    from .benchmark import resized
     from .delegate import GpuDelegate
     from .graph import passes
     from .interpreter import Interpreter
 
     # inspection never searches (tuning="none"); recorded parameters still apply
-    interp = resized(Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device, tuning="none")),
-                     args.input_shape)
-    interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
+    interp = _allocated(Interpreter(model_path=args.model, delegate=GpuDelegate(device=args.device, tuning="none")),
+                        args)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: the passes run when a plan is built")
@@ -299,16 +304,14 @@ def cmd_passes(args) -> int:
 
 def cmd_precision(args) -> int:
     """Which ops of an FP16 plan keep FP32 storage, and why (runtime.precision)."""
-    from .benchmark import resized
     from .delegate import GpuDelegate
     from .graph.precision import STORAGE_CAST
     from .interpreter import Interpreter
     from .runtime.config import DEFAULT_FP16_ERROR_BUDGET
 
     budget = DEFAULT_FP16_ERROR_BUDGET if args.fp16_error_budget is None else args.fp16_error_budget
-    interp = resized(Interpreter(model_path=args.model, delegate=GpuDelegate(
-        precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget)), args.input_shape)
-    interp.allocate_tensors()  # (a plan waiting for its inputs' shapes says so here)
+    interp = _allocated(Interpreter(model_path=args.model, delegate=GpuDelegate(
+        precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget)), args)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -416,13 +419,12 @@ def _float_view_census(model) -> dict[str, int] | None:
 
 def cmd_startup(args) -> int:
     """One start of the model as the user's code would make it (cache as it is), and where the time went."""
-    from .benchmark import reference_inputs, resized
+    from .benchmark import reference_inputs
     from .interpreter import Interpreter
 
     t0 = time.perf_counter()
     with _StartupProgress():
-        interp = resized(Interpreter(model_path=str(args.model), delegate=_delegate(args)), args.input_shape)
-        interp.allocate_tensors()
+        interp = _allocated(Interpreter(model_path=str(args.model), delegate=_delegate(args)), args)
         for d, x in zip(interp.get_input_details(), reference_inputs(interp.get_input_details())):
             interp.set_tensor(d["index"], x)
         interp.invoke()
@@ -622,8 +624,9 @@ def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dic
     if plan is None:
         raise RuntimeError("no OpenCL device" + "".join(f"; {m}" for m in collector.messages))
     return {"model": Path(model).name, "seconds": time.perf_counter() - t0, **plan.build_stats,
-            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned" and k.result.decided),
-            "unsearched": sum(1 for k in plan.tuning_results if k.source == "tuned" and not k.result.decided),
+            "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned" and k.result and k.result.decided),
+            "unsearched": sum(1 for k in plan.tuning_results
+                              if k.source == "tuned" and not (k.result and k.result.decided)),
             "warnings": collector.messages}
 
 

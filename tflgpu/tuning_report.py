@@ -64,6 +64,7 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     The new records are stored unless the model, timed end to end in alternation, is slower with them than
     with the heuristics by more than timing noise (then each searched kernel is recorded as "keep the
     heuristic"). ``fetch``: take the decisions other workers stored in ``storage`` instead of searching.
+    ``input_shapes``: the inputs' shapes to tune at, one per input (None: as the model stores them).
     """
 
     db = default_tuning_db() if db is None else db
