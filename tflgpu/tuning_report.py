@@ -30,6 +30,8 @@ class KernelRow:
     source: str  # "tuned" (searched now) | "record" (from the database)
     flops: int = 0
     search: str = ""  # how it was decided, in words: "record", "grid, 12 timed", "not searched: budget spent"
+    used: bool = True  # False: ``params`` is what the search found, but the model was slower with it end to end, so
+    #                    its record keeps the heuristic default (what later starts run)
 
     @property
     def speedup(self) -> float:
@@ -114,7 +116,8 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     if new:
         _drop_plans(Path(path))
     rows = [KernelRow(k.op, k.key, k.layers, k.default_us, k.best_us, k.params, k.source, k.flops,
-                      _search_words(k) + (" (not used)" if dropped and k.key in chosen else ""))
+                      _search_words(k) + (" (not used)" if dropped and k.key in chosen else ""),
+                      used=not (dropped and k.key in chosen))
             for k in plan.tuning_results]
     rows.sort(key=lambda r: -r.heuristic_us * max(r.layers, 1))
     return ModelTuning(Path(path).name, h_ms, t_ms, plan.tuning_seconds, rows, plan.device.identity.device, verdict,
