@@ -304,6 +304,15 @@ settings.register_profile("thorough", max_examples=300, deadline=None,
 settings.load_profile(os.environ.get("TFLGPU_HYPOTHESIS", "ci"))
 
 
+@pytest.fixture
+def new_process():
+    """As in a new process: nothing compiled in this one yet (``kernels.program.COMPILED``, which other tests of
+    this worker filled). For tests of a process's first start: what it compiles, its tiers, its cache's repair."""
+    from tflgpu.kernels.program import COMPILED
+
+    COMPILED.clear()
+
+
 @pytest.fixture(scope="session")
 def opencl_device():
     """The OpenCL device the GPU-path tests run on ($TFLGPU_DEVICE, else the first; in CI the pip CPU

@@ -71,7 +71,7 @@ def files(root, kind):
     return sorted(root.glob(f"v1/*/{kind}/*.bin"))
 
 
-def test_warm_start_loads_everything(tmp_path, opencl_device, reference):
+def test_warm_start_loads_everything(tmp_path, opencl_device, new_process, reference):
     cold = build(tmp_path, tuning="fast", tuning_budget_s=60, tuning_trials=2)
     assert cold.gpu_plan.build_stats["plan"] == "built" and cold.gpu_plan.build_stats["source_builds"] >= 1
     assert any(k.source == "tuned" for k in cold.gpu_plan.tuning_results)
@@ -175,7 +175,7 @@ def flip_byte(path, at=-20):
 
 @pytest.mark.parametrize("damage", ["binary-bitflip", "binary-rejected", "plan-truncated", "plan-garbage",
                                     "older-driver", "older-library"])
-def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, reference, caplog, damage, pristine):
+def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, new_process, reference, caplog, damage, pristine):
     copy_of(pristine, tmp_path)
     programs, (plan,) = files(tmp_path, "program"), files(tmp_path, "plan")
     if damage == "binary-bitflip":

@@ -128,7 +128,7 @@ def test_explicit_parameters_without_a_dense_form_keep_the_conversion(opencl_dev
 
 
 @pytest.mark.parametrize("device_outputs", [False, True])
-def test_bound_buffers_are_read_and_written_by_the_kernels_across_swaps(opencl_device, rng, device_outputs):
+def test_bound_buffers_are_read_and_written_by_the_kernels_across_swaps(opencl_device, new_process, rng, device_outputs):
     """Zero-copy buffers bound to a dense input and output: the stem conv reads the caller's buffer and the resize
     writes the caller's, also in the optimized kernels the background work made before the binding (new
     instances, installed at the next invoke)."""

@@ -32,7 +32,7 @@ def invoke(it) -> np.ndarray:
     return it.get_tensor(it.get_output_details()[0]["index"])
 
 
-def test_tiered_start_runs_quick_code_then_the_optimized_program(opencl_device, tmp_path, reference):
+def test_tiered_start_runs_quick_code_then_the_optimized_program(opencl_device, new_process, tmp_path, reference):
     it = Interpreter(MODEL, delegate=GpuDelegate(serialization_dir=tmp_path, tiered_compile=True, tuning="none"))
     it.allocate_tensors()
     plan = it.gpu_plan
@@ -69,6 +69,40 @@ def test_hot_swap_installs_new_kernels_between_invokes(opencl_device, tmp_path, 
     assert_close(invoke(it), reference)
     assert conv.params == params and conv.specs[0].params == params and conv.kernels != old_kernels
     assert_close(invoke(it), reference)
+
+
+def test_a_program_compiled_in_this_process_is_not_compiled_again(opencl_device, new_process, reference):
+    """A second interpreter of a model in one process, without a disk cache, builds its programs from the binaries
+    the first compiled (``kernels.program.COMPILED``), and starts on the optimized tier where a tiered start
+    would compile a quick program first; it computes the same."""
+    delegate = dict(cache=False, tuning="none", tiered_compile=True)
+    first = Interpreter(MODEL, delegate=GpuDelegate(**delegate))
+    assert first.gpu_plan.build_stats["tier"] == "quick" and first.gpu_plan.build_stats["source_builds"] >= 1
+    assert first.wait_background(120)
+    first.allocate_tensors()
+    got = invoke(first)  # (the optimized program, installed at this invoke)
+    second = Interpreter(MODEL, delegate=GpuDelegate(**delegate))
+    second.allocate_tensors()
+    stats = second.gpu_plan.build_stats
+    assert stats["tier"] == "optimized" and stats["source_builds"] == 0 and stats["memory_loads"] >= 1, stats
+    assert second.tuning_status() is None  # (nothing left to build in the background)
+    np.testing.assert_array_equal(invoke(second), got)
+    assert_close(got, reference)
+
+
+def test_compiled_binaries_are_bounded_by_bytes_least_recently_used_first():
+    from tflgpu.kernels.program import CompiledBinaries
+
+    memo = CompiledBinaries(limit=10)
+    memo.put(1, "a", b"aaaa")
+    memo.put(1, "b", b"bbbb")
+    assert memo.get(1, "a") == b"aaaa" and memo.get(2, "a") is None  # (per device)
+    memo.put(1, "c", b"cccc")  # 12 bytes: the least recently used ("b") goes
+    assert memo.get(1, "b") is None and memo.get(1, "a") == b"aaaa" and memo.get(1, "c") == b"cccc"
+    memo.put(1, "big", b"x" * 11)  # larger than the whole limit: not kept, nothing evicted for it
+    assert memo.get(1, "big") is None and memo.get(1, "a") == b"aaaa"
+    memo.put(1, "a", b"aaaaaa")  # replaced: counted at its new size (6 + 4)
+    assert memo.get(1, "a") == b"aaaaaa" and memo.get(1, "c") == b"cccc"
 
 
 def test_background_search_keeps_invokes_correct_and_records_every_kernel(opencl_device, tmp_path, reference):

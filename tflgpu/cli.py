@@ -113,6 +113,8 @@ def _plan_words(interp) -> str:
                  "in the background"]
     elif st["source_builds"]:
         words = ["compiled the kernels with the compiler's optimizations"]
+    elif st.get("memory_loads"):
+        words = ["built the plan; its kernels were compiled earlier in this process"]
     else:
         words = ["built the plan; its compiled kernels came from the cache"]
     tuned = sum(1 for k in plan.tuning_results if k.source == "tuned")
@@ -696,7 +698,8 @@ def cmd_warmup(args) -> int:
             if r["plan"] == "cache":
                 what = "already in the cache"
             else:
-                compiled = "kernels compiled" if r["source_builds"] else "kernels already compiled in the cache"
+                compiled = ("kernels compiled" if r["source_builds"] or r.get("memory_loads")
+                            else "kernels already compiled in the cache")
                 searched = f", best parameters searched for {r['tuned']} kernels" if r["tuned"] else ""
                 if r["unsearched"]:
                     searched += (f", {r['unsearched']} not searched: the budget ran out (a longer --budget-s, or "

@@ -8,6 +8,7 @@ import re
 import threading
 import warnings
 from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -119,14 +120,87 @@ class ProgramMemo:
             self._programs.clear()
 
 
+class CompiledBinaries:
+    """The program binaries this process compiled from source lately, by device and program key (``program_key``),
+    at most ``limit`` bytes of them (the least recently used go first). A build of the same source and options for
+    the same device in any context, with any cache or none, loads the binary instead of compiling again: on the
+    Intel CPU runtime that takes a few milliseconds where compiling took 0.2 s for one small kernel and 13 s for
+    MediaPipe's face landmark model. Where it pays: ``tflgpu tune`` (its heuristic plan runs without the disk
+    cache), several interpreters of one model in a process, a search's candidates met again in another model, and
+    the test suite (a third of its compiling was the same programs again)."""
+
+    def __init__(self, limit: int = 64 << 20):
+        self.limit = limit
+        self._binaries: OrderedDict[tuple[int, str], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, device: int, key: str) -> bytes | None:
+        with self._lock:
+            binary = self._binaries.get((device, key))
+            if binary is not None:
+                self._binaries.move_to_end((device, key))
+            return binary
+
+    def put(self, device: int, key: str, binary: bytes) -> None:
+        if not binary or len(binary) > self.limit:
+            return
+        with self._lock:
+            old = self._binaries.pop((device, key), None)
+            self._bytes += len(binary) - (len(old) if old is not None else 0)
+            self._binaries[(device, key)] = binary
+            while self._bytes > self.limit:
+                self._bytes -= len(self._binaries.popitem(last=False)[1])
+
+    def clear(self) -> None:
+        """Forget every binary (a test's way of starting like a new process)."""
+        with self._lock:
+            self._binaries.clear()
+            self._bytes = 0
+
+
+COMPILED = CompiledBinaries()
+
+
+def _device_of(ctx) -> tuple[object, int]:
+    """A single-device context's device and its id, which stays the same across the process's contexts."""
+    device = ctx.devices[0]
+    return device, device.int_ptr
+
+
+def load_compiled(cl, ctx, key: str, fp16: bool, options: list[str] | None = None):
+    """The program ``key`` built from the binary this process compiled earlier (``COMPILED``), or None."""
+    device, device_id = _device_of(ctx)
+    binary = COMPILED.get(device_id, key)
+    if binary is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        try:
+            return build(cl.Program(ctx, [device], [binary]), _options(fp16, options))
+        except cl.Error as e:  # (never seen: the same driver made it)
+            log.info("a binary compiled earlier in this process was refused, compiling again: %s", str(e)[:120])
+            return None
+
+
+@dataclass(frozen=True)
+class Loading:
+    """A program load started before its build was asked for (``build_program``'s ``prefetched``): a warm start
+    knows its program key from the stored plan and loads it while the kernels are generated."""
+
+    key: str
+    program: Future  # the program, or None where it could not be loaded
+    counted_as: str = "binary_loads"  # the stat a use of it counts: "memory_loads" where COMPILED held it
+
+
 def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=None, stats: dict | None = None,
-                  options: list[str] | None = None, prefetched: tuple | None = None,
+                  options: list[str] | None = None, prefetched: Loading | None = None,
                   memo: ProgramMemo | None = None):
     """One program from the preamble and ``sources``; raises ``cl.Error`` if the compiler rejects it.
 
-    ``prefetched``: (key, future) of a ``load_binary`` started while the sources were being generated
-    (a warm start knows its program key from the stored plan); used when the key matches. ``memo``: programs of
+    ``prefetched``: a load of the program started earlier (``Loading``), used when its key matches. ``memo``: programs of
     the same context built lately (``ProgramMemo``), looked in before compiling; what is built is put there.
+    A program this process compiled before, in any context, is built from its binary (``COMPILED``).
 
     With a ``tflgpu.cache.CacheStore`` (and the ``DeviceInfo``), the driver's binary is stored under
     the hash of the exact source and options, so a kernel shared by models is stored once, and a
@@ -136,27 +210,37 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     src = program_source(sources)
     stats = stats if stats is not None else {}
     key = _key(src, opts)
-    if store is not None:
-        prg = prefetched[1].result() if prefetched is not None and prefetched[0] == key else None
-        if prg is None:
-            prg = load_binary(cl, ctx, key, fp16, store, device, options, repair=True)
-        if prg is not None:
-            stats["binary_loads"] = stats.get("binary_loads", 0) + 1
-            return prg
-    prg = memo.get(key) if memo is not None else None
+    prg = prefetched.program.result() if prefetched is not None and prefetched.key == key else None
+    if prg is not None:
+        stats[prefetched.counted_as] = stats.get(prefetched.counted_as, 0) + 1
+        return prg
+    prg = load_binary(cl, ctx, key, fp16, store, device, options, repair=True) if store is not None else None
+    if prg is not None:
+        stats["binary_loads"] = stats.get("binary_loads", 0) + 1
+        return prg
+    prg, binary = memo.get(key) if memo is not None else None, None
     if prg is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", cl.CompilerWarning)
-            # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
-            prg = build(cl.Program(ctx, src), opts, cache_dir=False)
-            stats["source_builds"] = stats.get("source_builds", 0) + 1
+        prg = load_compiled(cl, ctx, key, fp16, options)
+        if prg is not None:
+            stats["memory_loads"] = stats.get("memory_loads", 0) + 1
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
+                prg = build(cl.Program(ctx, src), opts, cache_dir=False)
+                stats["source_builds"] = stats.get("source_builds", 0) + 1
+            try:
+                binary = bytes(prg.get_info(cl.program_info.BINARIES)[0])
+                COMPILED.put(_device_of(ctx)[1], key, binary)
+            except cl.Error as e:
+                log.info("could not read a program binary back: %s", e)
         if memo is not None:
             memo.put(key, prg)
     if store is not None:
         try:
-            binary = prg.get_info(cl.program_info.BINARIES)[0]
+            binary = binary if binary is not None else bytes(prg.get_info(cl.program_info.BINARIES)[0])
             if binary:
-                store.put("program", key, device.identity.key(), bytes(binary))
+                store.put("program", key, device.identity.key(), binary)
         except (cl.Error, OSError) as e:
             log.warning("tflgpu cache: could not store a program binary: %s", e)
     return prg

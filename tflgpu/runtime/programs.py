@@ -7,7 +7,15 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..kernels.program import QUICK_BUILD_OPTIONS, build_program, compiled_sources, load_binary, program_key
+from ..kernels.program import (
+    QUICK_BUILD_OPTIONS,
+    Loading,
+    build_program,
+    compiled_sources,
+    load_binary,
+    load_compiled,
+    program_key,
+)
 from .selection import Step
 from .startup import StartupClock
 
@@ -27,30 +35,36 @@ class PlanProgram:
         self.stats, self.tiered = stats, tiered
         self.prefetched = self._prefetch(stored_key) if stored_key else None
 
-    def _prefetch(self, key: str) -> tuple[str, Future]:
-        """(key, future) of a stored binary loading on a worker thread while the kernels are generated."""
+    def _prefetch(self, key: str) -> Loading:
+        """A stored binary loading on a worker thread while the kernels are generated."""
         pool = ThreadPoolExecutor(1, thread_name_prefix="tflgpu-binary")
         future = pool.submit(load_binary, self.cl, self.ctx, key, self.fp16, self.store, self.device)
         pool.shutdown(wait=False)
-        return key, future
+        return Loading(key, future)
 
     def _stored(self, sources: list[str]) -> bool:
-        """Whether the optimized program of ``sources`` is in the cache (it is then loaded, not built)."""
-        if self.store is None:
-            return False
+        """Whether the optimized program of ``sources`` is in the cache, or compiled earlier in this process (it is
+        then loaded, not built)."""
         key = program_key(sources, self.fp16)
-        if self.prefetched is None or self.prefetched[0] != key:
-            done: Future = Future()
-            done.set_result(load_binary(self.cl, self.ctx, key, self.fp16, self.store, self.device, repair=True))
-            self.prefetched = key, done
-        return self.prefetched[1].result() is not None
+        if self.prefetched is not None and self.prefetched.key == key:
+            prg = self.prefetched.program.result()
+        else:
+            prg = None if self.store is None else load_binary(self.cl, self.ctx, key, self.fp16, self.store,
+                                                              self.device, repair=True)
+        counted_as = "binary_loads"
+        if prg is None:
+            prg, counted_as = load_compiled(self.cl, self.ctx, key, self.fp16), "memory_loads"
+        done: Future = Future()
+        done.set_result(prg)
+        self.prefetched = Loading(key, done, counted_as)
+        return prg is not None
 
     def build(self, sources: list[str], store: bool = True):
         if self.stats["tier"] == "quick":  # (not stored: the optimized build replaces it soon)
             return build_program(self.cl, self.ctx, sources, self.fp16, None, self.device, self.stats,
                                  options=QUICK_BUILD_OPTIONS)
         return build_program(self.cl, self.ctx, sources, self.fp16, self.store if store else None, self.device,
-                             self.stats, prefetched=self.prefetched if store else None)
+                             self.stats, prefetched=self.prefetched)
 
     def compile(self, steps: list[Step], clock: StartupClock):
         """The program of every device step, or None when there is none. A step whose kernels the compiler
