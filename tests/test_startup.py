@@ -75,7 +75,7 @@ def test_a_program_compiled_in_this_process_is_not_compiled_again(opencl_device,
     """A second interpreter of a model in one process, without a disk cache, builds its programs from the binaries
     the first compiled (``kernels.program.COMPILED``), and starts on the optimized tier where a tiered start
     would compile a quick program first; it computes the same."""
-    delegate = dict(cache=False, tuning="none", tiered_compile=True)
+    delegate = {"cache": False, "tuning": "none", "tiered_compile": True}
     first = Interpreter(MODEL, delegate=GpuDelegate(**delegate))
     assert first.gpu_plan.build_stats["tier"] == "quick" and first.gpu_plan.build_stats["source_builds"] >= 1
     assert first.wait_background(120)
