@@ -105,6 +105,29 @@ def test_compiled_binaries_are_bounded_by_bytes_least_recently_used_first():
     assert memo.get(1, "a") == b"aaaaaa" and memo.get(1, "c") == b"cccc"
 
 
+def test_a_binary_loaded_from_the_cache_is_held_for_the_process_too(opencl_device, new_process, tmp_path):
+    import pyopencl as cl
+
+    from tflgpu.cache.store import CacheStore
+    from tflgpu.kernels.program import COMPILED, build_program
+
+    src = ["__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"]
+    store = CacheStore(tmp_path)
+    stats = [{}, {}, {}]
+    build_program(cl, cl.Context([opencl_device.cl_device]), src, False, store, opencl_device, stats[0])
+    COMPILED.clear()  # (a new process, with the binary in its cache)
+    build_program(cl, cl.Context([opencl_device.cl_device]), src, False, store, opencl_device, stats[1])
+    ctx = cl.Context([opencl_device.cl_device])
+    program = build_program(cl, ctx, src, False, None, opencl_device, stats[2])  # no cache: from memory
+    assert stats == [{"source_builds": 1}, {"binary_loads": 1}, {"memory_loads": 1}]
+    a = np.arange(4, dtype=np.float32)
+    queue = cl.CommandQueue(ctx)
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=a)
+    program.twice(queue, (4,), None, buf)
+    cl.enqueue_copy(queue, a, buf)
+    np.testing.assert_array_equal(a, [0, 2, 4, 6])
+
+
 def test_background_search_keeps_invokes_correct_and_records_every_kernel(opencl_device, tmp_path, reference):
     from tflgpu.autotune.records import CacheTuningDB
 
