@@ -115,9 +115,9 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
         verdict = f"stored {len(new)} records ({len(chosen)} with tuned parameters, the rest keep the heuristics)"
     if new:
         _drop_plans(Path(path))
+    unused = chosen if dropped else set()
     rows = [KernelRow(k.op, k.key, k.layers, k.default_us, k.best_us, k.params, k.source, k.flops,
-                      _search_words(k) + (" (not used)" if dropped and k.key in chosen else ""),
-                      used=not (dropped and k.key in chosen))
+                      _search_words(k) + (" (not used)" if k.key in unused else ""), used=k.key not in unused)
             for k in plan.tuning_results]
     rows.sort(key=lambda r: -r.heuristic_us * max(r.layers, 1))
     return ModelTuning(Path(path).name, h_ms, t_ms, plan.tuning_seconds, rows, plan.device.identity.device, verdict,

@@ -80,17 +80,22 @@ def load_binary(cl, ctx, key: str, fp16: bool, store, device, options: list[str]
     binary = store.get("program", key, dev_key)
     if binary is None:
         return None
+    try:
+        program = _from_binary(cl, ctx, device.cl_device, binary, _options(fp16, options))
+    except cl.Error as e:
+        if repair:
+            store.discard(store.path("program", key, dev_key),
+                          f"the driver rejects the stored binary ({str(e).splitlines()[0][:120]})")
+        return None
+    COMPILED.put(device.cl_device.int_ptr, key, bytes(binary))
+    return program
+
+
+def _from_binary(cl, ctx, cl_device, binary: bytes, options: list[str]):
+    """A program built from a driver's binary; raises ``cl.Error`` where the driver refuses it."""
     with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        try:
-            program = build(cl.Program(ctx, [device.cl_device], [binary]), _options(fp16, options))
-        except cl.Error as e:
-            if repair:
-                store.discard(store.path("program", key, dev_key),
-                              f"the driver rejects the stored binary ({str(e).splitlines()[0][:120]})")
-            return None
-    COMPILED.put(_device_of(ctx)[1], key, bytes(binary))
-    return program
+        return build(cl.Program(ctx, [cl_device], [binary]), options)
 
 
 class ProgramMemo:
@@ -123,7 +128,8 @@ class ProgramMemo:
 
 
 class CompiledBinaries:
-    """The program binaries this process compiled from source lately, by device and program key (``program_key``),
+    """The program binaries this process compiled from source lately, by device (its ``cl_device_id``, the same in
+    every context of the process) and program key (``program_key``),
     at most ``limit`` bytes of them (the least recently used go first). A build of the same source and options for
     the same device in any context, with any cache or none, loads the binary instead of compiling again: on the
     Intel CPU runtime that takes a few milliseconds where compiling took 0.2 s for one small kernel and 13 s for
@@ -165,25 +171,33 @@ class CompiledBinaries:
 COMPILED = CompiledBinaries()
 
 
-def _device_of(ctx) -> tuple[object, int]:
-    """A single-device context's device and its id, which stays the same across the process's contexts."""
-    device = ctx.devices[0]
-    return device, device.int_ptr
-
-
 def load_compiled(cl, ctx, key: str, fp16: bool, options: list[str] | None = None):
     """The program ``key`` built from the binary this process compiled earlier (``COMPILED``), or None."""
-    device, device_id = _device_of(ctx)
-    binary = COMPILED.get(device_id, key)
+    device = ctx.devices[0]
+    binary = COMPILED.get(device.int_ptr, key)
     if binary is None:
         return None
+    try:
+        return _from_binary(cl, ctx, device, binary, _options(fp16, options))
+    except cl.Error as e:  # (never seen: the same driver made it)
+        log.info("a binary compiled earlier in this process was refused, compiling again: %s", str(e)[:120])
+        return None
+
+
+def _compile(cl, ctx, src: str, opts: list[str], key: str) -> tuple[object, bytes | None]:
+    """The program compiled from source, and its binary, now held in ``COMPILED`` (None where the driver gives
+    none back)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        try:
-            return build(cl.Program(ctx, [device], [binary]), _options(fp16, options))
-        except cl.Error as e:  # (never seen: the same driver made it)
-            log.info("a binary compiled earlier in this process was refused, compiling again: %s", str(e)[:120])
-            return None
+        # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
+        prg = build(cl.Program(ctx, src), opts, cache_dir=False)
+    try:
+        binary = bytes(prg.get_info(cl.program_info.BINARIES)[0])
+    except cl.Error as e:
+        log.info("could not read a program binary back: %s", e)
+        return prg, None
+    COMPILED.put(ctx.devices[0].int_ptr, key, binary)
+    return prg, binary
 
 
 @dataclass(frozen=True)
@@ -221,22 +235,15 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
     if prg is not None:
         stats["binary_loads"] = stats.get("binary_loads", 0) + 1
         return prg
-    prg, binary = memo.get(key) if memo is not None else None, None
+    binary = None
+    prg = memo.get(key) if memo is not None else None
     if prg is None:
         prg = load_compiled(cl, ctx, key, fp16, options)
         if prg is not None:
             stats["memory_loads"] = stats.get("memory_loads", 0) + 1
         else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", cl.CompilerWarning)
-                # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
-                prg = build(cl.Program(ctx, src), opts, cache_dir=False)
-                stats["source_builds"] = stats.get("source_builds", 0) + 1
-            try:
-                binary = bytes(prg.get_info(cl.program_info.BINARIES)[0])
-                COMPILED.put(_device_of(ctx)[1], key, binary)
-            except cl.Error as e:
-                log.info("could not read a program binary back: %s", e)
+            prg, binary = _compile(cl, ctx, src, opts, key)
+            stats["source_builds"] = stats.get("source_builds", 0) + 1
         if memo is not None:
             memo.put(key, prg)
     if store is not None:
