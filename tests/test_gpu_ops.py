@@ -91,7 +91,8 @@ def test_narrow_output_register_tiles(opencl_device, rng, tile_x, strided, units
 @pytest.mark.parametrize("tile_x,tile_s,lanes,hint", [(1, 1, 4, None), (2, 4, 4, "float4"), (8, 2, 4, None),
                                                       (4, 4, 8, "float8"), (2, 8, 8, "float8"), (1, 2, 8, None),
                                                       (4, 8, 16, "float16"), (2, 4, 16, None), (7, 4, 16, "float16"),
-                                                      (5, 4, 16, None), (4, 16, 16, "float16")])
+                                                      (5, 4, 16, None), (4, 16, 16, "float16"),
+                                                      (4, 12, 16, "float16"), (2, 12, 16, None), (4, 6, 8, "float8")])
 def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, strided):
     """Every register tile the generator offers computes the same conv (10 output channels: a 16-lane
     accumulator's last 6 lanes are padding)."""
@@ -145,6 +146,32 @@ def test_conv2d_16_lane_tiles(gpu, rng, shape, cout, k, stride, dil, pad, tile):
     (spec,) = plan.steps[0].specs
     assert {k: spec.params[k] for k in params} == params and "float16 acc" in spec.source
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("cout,tile", [(24, (6, 8)), (48, (12, 16)), (72, (6, 8)), (64, (8, 16)), (40, (12, 16))])
+def test_windowed_conv_tiles_leave_few_slices_unused(gpu, rng, cout, tile):
+    """A windowed conv's default on a 16-lane device takes 8 output slices a work-item where they tile the output,
+    else 12 (three float16 accumulators a pixel) or 6 (three float8s), whichever leaves fewer unused (openWakeWord's
+    1x3 / 3x1 convs of 24, 48 and 72 channels); the tile it picks computes LiteRT's conv, on a row narrower than
+    the default's 4 pixels too."""
+    from tflgpu import Interpreter
+    from tflgpu.kernels.conv import slice_tile
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    assert slice_tile((cout + 3) // 4) == tile
+    for shape in ((1, 9, 8, 12), (1, 6, 2, 12)):
+        model, feeds = op_model("CONV_2D", [In(rand(rng, shape)), rand(rng, (cout, 1, 3, 12)), rand(rng, (cout,))],
+                                padding="SAME", stride_w=1, stride_h=1, fused_activation_function="RELU")
+        it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+        plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)))
+        (spec,) = plan.steps[0].specs
+        if plan.make.target.float_lanes >= 16 and not plan.make.target.gpu:
+            assert (spec.params["tile_s"], spec.params["lanes"], spec.params["tile_x"]) == (*tile, min(4, shape[2]))
+        assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0],
+                     gpu["rtol_scale"])
 
 
 @pytest.mark.parametrize("shape,mult,k,stride,dil,pad", [
@@ -478,6 +505,39 @@ def test_prelu_after_a_conv_is_its_fused_op(gpu, rng, alpha_shape, fused):
 def test_pool(gpu, rng, op, pad):
     check_op(op, [In(rand(rng, (1, 9, 8, 6)))], padding=pad, stride_w=2, stride_h=2, filter_width=3,
              filter_height=3, **gpu)
+
+
+@pytest.mark.parametrize("rows", [False, True])
+@pytest.mark.parametrize("op,window,pad,act", [
+    ("MAX_POOL_2D", (2, 2, 2, 2), "VALID", "NONE"),  # every window inside the image: its taps unrolled
+    ("MAX_POOL_2D", (1, 2, 1, 2), "VALID", "RELU"),  # (openWakeWord's pools over the time axis only)
+    ("AVERAGE_POOL_2D", (3, 3, 2, 2), "SAME", "RELU6"),  # windows clipped at the border: the count varies
+    ("AVERAGE_POOL_2D", (2, 3, 1, 2), "VALID", "NONE"),
+    ("L2_POOL_2D", (2, 2, 2, 1), "SAME", "NONE"),
+])
+def test_pool_forms(gpu, rng, rows, op, window, pad, act):
+    """Both pooling forms, a work-item per output float4 (a GPU's) and a work-item per output row (a CPU device's
+    default), compute LiteRT's pool: windows inside the image (unrolled) and clipped at its border, 10 channels (a
+    part-filled last slice), two images, a fused activation."""
+    from tflgpu.kernels.pool import PoolKnobs, PoolShape
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import op_model
+
+    kh, kw, sh, sw = window
+    x = rand(rng, (2, 9, 12, 10))
+    model, feeds = op_model(op, [In(x)], padding=pad, filter_height=kh, filter_width=kw, stride_h=sh, stride_w=sw,
+                            fused_activation_function=act)
+    from tflgpu import Interpreter
+
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: {"rows": rows}})
+    (spec,) = plan.steps[0].specs
+    assert spec.params == {"rows": rows} and ("vec_type_hint(float4)" in spec.source) == rows
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+    # the default: rows on a CPU device, a float4 a work-item on a GPU
+    assert PoolKnobs.default(PoolShape(6, gpu=False)).rows and not PoolKnobs.default(PoolShape(6, gpu=True)).rows
 
 
 @pytest.mark.parametrize("keep", [True, False])
