@@ -24,7 +24,7 @@ import xxhash
 from ..cache.records import TuningRecord
 from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
-from ..kernels.knobs import ADDED_KNOBS, LAUNCH_KNOBS
+from ..kernels.knobs import ADDED_KNOBS, ADDED_VALUES, LAUNCH_KNOBS
 from ..ops.layout import Layout
 from .measure import CandidateRejected, Interrupted, KernelBench
 
@@ -162,8 +162,9 @@ def kernel_family(op_name: str, specs: list[KernelSpec], fp16: bool) -> str:
     which version it was measured with, and whether another version's knobs are still a fair start is the
     reader's call (a shipped database outlives generator changes; this device's own records do not). Knobs added
     to a space since (``kernels.knobs.ADDED_KNOBS``) do not split it: a record without them means their old
-    value."""
-    space = sorted((k, list(v)) for k, v in (specs[0].space if specs else {}).items() if k not in ADDED_KNOBS)
+    value; nor do values added to a knob's list (``ADDED_VALUES``), which no older record holds."""
+    space = sorted((k, [x for x in v if x not in ADDED_VALUES.get(k, ())])
+                   for k, v in (specs[0].space if specs else {}).items() if k not in ADDED_KNOBS)
     return xxhash.xxh64(f"{op_name}|{int(fp16)}|{space!r}".encode()).hexdigest()
 
 

@@ -33,6 +33,9 @@ LAUNCH_KNOBS = ("fused", "local_size", "group_tile")
 # Either way such a record is as fair a start in the grown space as in the old one, so a kernel's family
 # (autotune.tuner.kernel_family, which the shipped records are found by) leaves them out
 ADDED_KNOBS = frozenset({"k_split", "prefetch"})
+# values added to a knob's list since, by knob name: a record never holds them, so a family leaves them out as well
+# (ConvKnobs' tile_s 6 and 12: the windowed conv's tiles of three accumulators a pixel, kernels.conv.slice_tile)
+ADDED_VALUES = {"tile_s": frozenset({6, 12})}
 
 
 class InvalidKnobs(Unsupported):
