@@ -169,6 +169,10 @@
 # openWakeWord's 8 (gpu_prepare.sh). Add "batch_matmul_by or open_ended or dynamic_input_stored" to the first call's
 # TESTS_K. Timing the wake-word classifiers there can wait: LiteRT's CPU runs each in 10-20 us, so a device's fixed
 # cost per invoke decides them (0.12-0.17 ms on the Intel CPU device, most of it that cost).
+# Since (2026-11-29, third session, no GPU): pooling's float4-a-work-item form (a GPU's) unrolls a window inside the
+# image, a layer norm's seven ops are one kernel (graph.passes.fuse_layer_norms: kernels.pool's row form, a
+# work-group a row on a GPU), and a CPU device's windowed convs take 12 / 6-slice tiles where 8 would be ragged
+# (not a GPU's tiles). Add "pool_forms or layer_norm" to the first call's TESTS_K.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

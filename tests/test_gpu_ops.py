@@ -697,6 +697,84 @@ def test_softmax_applies_the_fused_ops_after_it(gpu, rng, shape, group):
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
 
 
+def _layer_norm_model(shape, *, affine: bool = True, mean_out: bool = False, eps_input: bool = False) -> bytes:
+    """x -> MEAN, SUB, MUL, MEAN, ADD epsilon, RSQRT, MUL: a layer norm over the last axis as converters from ONNX
+    write it (openWakeWord's wake-word models); ``affine``: then a MUL by a per-channel scale and an ADD of a shift
+    with a RELU; ``mean_out``: the row means are a graph output too; ``eps_input``: the epsilon is a graph input."""
+    from tflgpu.model.builder import ModelBuilder
+
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    row = tuple(shape[:-1]) + (1,)
+    x = b.input("x", shape)
+    # (an epsilon as large as a tenth of the rows' variance: a kernel leaving it out is off by 5%)
+    eps = b.input("eps", (1,)) if eps_input else b.const("eps", np.array(0.25, np.float32))
+    m, v, ve, r = (b.tensor(n, row) for n in ("m", "v", "ve", "r"))
+    d, sq, y = (b.tensor(n, shape) for n in ("d", "sq", "y"))
+    axis = b.const("axis", np.array([-1], np.int32))
+    b.op("MEAN", [x, axis], [m], keep_dims=True)
+    b.op("SUB", [x, m], [d])
+    b.op("MUL", [d, d], [sq])
+    b.op("MEAN", [sq, axis], [v], keep_dims=True)
+    b.op("ADD", [v, eps], [ve])
+    b.op("RSQRT", [ve], [r])
+    b.op("MUL", [d, r], [y])
+    out = y
+    if affine:
+        scaled, out = b.tensor("scaled", shape), b.tensor("out", shape)
+        b.op("MUL", [y, b.const("gamma", rng.uniform(0.5, 2, shape[-1]).astype(np.float32))], [scaled])
+        b.op("ADD", [scaled, b.const("beta", rng.uniform(-1, 1, shape[-1]).astype(np.float32))], [out],
+             fused_activation_function="RELU")
+    b.output(out, *([m] if mean_out else []))
+    return b.build()
+
+
+@pytest.mark.parametrize("group", [1, 32])
+@pytest.mark.parametrize("shape", [(1, 128), (2, 5, 10), (1, 3, 4, 36)])
+def test_layer_norm_is_one_kernel(gpu, rng, shape, group):
+    """A layer norm's seven ops are one step (graph.passes.fuse_layer_norms) whose kernel takes each row's mean,
+    variance and normalized values, with the scale, shift and RELU after it fused: one launch, LiteRT's values; in
+    one work-item a row (a CPU device's default) and in a work-group a row (a GPU's), rows of 10 channels (a
+    part-filled slice) and of 128, rank 2 to 4, FP32 and FP16."""
+    from tflgpu import Interpreter
+    from tflgpu.graph.passes import LAYER_NORM
+    from tflgpu.runtime.executor import GpuPlan
+
+    from .conftest import assert_close, litert, run_model
+
+    model = _layer_norm_model(shape)
+    feeds = [rand(rng, shape, -3, 5)]
+    it = Interpreter(model_content=model)  # (on the CPU: the plan under test is built below)
+    norm = it.model.main.operators[6].index  # (the merged step takes the last MUL's place and index)
+    knobs = {} if group == 1 else _reduction_knobs(_device(), group, False)
+    plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={norm: {"group": group, **knobs}})
+    (step,) = [s for s in plan.steps if s.device == "gpu"]
+    assert step.op.name == LAYER_NORM and [f.op.name for f in step.epilogue] == ["MUL", "ADD"]
+    assert plan.launch_count() == 1 and plan.pass_counts["fuse_layer_norms"] == 7 and plan.cpu_op_count == 0
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
+
+
+@pytest.mark.parametrize("case", ["mean_out", "eps_input", "plain"])
+def test_layer_norm_merged_only_where_its_parts_are_its_own(opencl_device, rng, case):
+    """A chain whose row means are also a graph output, or whose epsilon is not a constant, keeps its ops' own
+    kernels; one with nothing after it is merged alone. LiteRT's values either way."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+
+    shape = (3, 20)
+    model = _layer_norm_model(shape, affine=False, mean_out=case == "mean_out", eps_input=case == "eps_input")
+    feeds = [rand(rng, shape, -2, 2)] + ([np.array([1e-3], np.float32)] if case == "eps_input" else [])
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False))
+    plan = it.gpu_plan
+    merged = plan.pass_counts["fuse_layer_norms"]
+    assert merged == (7 if case == "plain" else 0) and plan.cpu_op_count == 0
+    assert (plan.launch_count() == 1) == (case == "plain")
+    got, want = run_model(lambda **kw: it, model, feeds), run_model(litert(), model, feeds)
+    for g, w in zip(got, want):
+        assert_close(g, w)
+
+
 def test_softmax_fused_ops_leave_its_padded_lanes_zero(gpu, rng):
     """A fused LOG after a SOFTMAX of 10 channels makes its padded lanes -inf (log 0); the kernel stores them as
     zeros, so the FULLY_CONNECTED reading the log-probabilities (whose weights' padded lanes are zero) sums no

@@ -25,6 +25,10 @@
    rows: its reshapes' launches go, and its LOGISTIC joins it in the next pass).
 6c. ``fold_tensordot`` — RESHAPE to rows -> FULLY_CONNECTED -> RESHAPE back (TensorFlow's Tensordot) becomes one
    FULLY_CONNECTED keeping its input's dims: its two layout-changing reshapes go (BirdNET's spectrogram rows).
+6d. ``fuse_layer_norms`` — a layer normalization as converters from ONNX write it (MEAN over the last axis, SUB,
+   MUL of the difference by itself, MEAN, ADD of a constant epsilon, RSQRT, MUL), each tensor between its ops read
+   by them alone, becomes one ``LAYER_NORM`` step at the last MUL's place: one kernel (kernels.pool's row form)
+   instead of seven; its scale and shift join it in the next pass.
 7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM/PRELU with a same-layout tensor or a constant: PRELU's alpha per channel)
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
@@ -97,6 +101,8 @@ SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 # graph.passes.fuse_pooled_dense's op: inputs (the mean's input, the dense op's weights and bias), the dense op's
 # outputs, index and options, and under "mean" and "dense" the two merged ops
 POOLED_DENSE = "TFLGPU_POOLED_DENSE"
+# graph.passes.fuse_layer_norms' op: input x, the last op's output, index and options {"epsilon": ...}
+LAYER_NORM = "TFLGPU_LAYER_NORM"
 # graph.passes.fuse_gates' op: inputs (the pool's input, the hidden dense op's weights and bias, the gate's weights
 # and bias), the gate's outputs, index and options, and under "mean", "hidden" and "dense" the three merged ops,
 # under HIDDEN_FUSED the unary ops fused after the hidden one (as Fused)
@@ -711,6 +717,98 @@ def fold_tensordot(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassSt
         return k, [i, j], PassStep(merged, s.members + f.members + r.members, [], True)
 
     return _merge_pairs(steps, sg, pair)
+
+
+def _last_axis_mean(op, sg, consts: dict) -> bool:
+    """A MEAN of a float tensor over its last axis alone, the axis kept (a layer norm's)."""
+    if op.name != "MEAN" or len(op.inputs) != 2 or not op.options.get("keep_dims", False):
+        return False
+    x, axes = sg.tensors[op.inputs[0]], consts.get(op.inputs[1])
+    rank = len(x.shape)
+    return (x.dtype == np.float32 and rank >= 2 and axes is not None and axes.size == 1
+            and int(axes.reshape(-1)[0]) % rank == rank - 1)
+
+
+def fuse_layer_norms(steps: list[PassStep], sg, consts: dict, allowed=lambda ops: True,
+                     ) -> tuple[list[PassStep], int]:
+    """Merge each layer normalization as converters from ONNX write it, ``m = MEAN(x)``, ``d = SUB(x, m)``,
+    ``MEAN(MUL(d, d))``, ``ADD`` of a constant epsilon, ``RSQRT``, ``MUL(d, that)`` (means over the last axis,
+    kept; no fused activations), into one ``LAYER_NORM`` step at the last MUL's place: one kernel takes each row's
+    mean, then its variance, then writes the normalized row (kernels.pool's row form), where the ops took seven
+    launches. Every tensor between them is read by the chain alone and is no graph output; the scale and shift
+    after it join it in ``fuse_elementwise``. ``allowed(ops)``: the caller's veto (their storage precisions)."""
+    readers, graph_out = _readers(steps), set(sg.outputs)
+
+    def lone(i: int) -> object | None:
+        s = steps[i]
+        return s.op if s.gpu and len(s.members) == 1 and not s.epilogue and len(s.op.outputs) == 1 else None
+
+    def only_reader(t: int, name: str) -> tuple[int, object] | None:
+        """The step reading ``t`` (no graph output) alone, a lone ``name`` op."""
+        rs = set(readers.get(t, []))
+        if t in graph_out or len(rs) != 1:
+            return None
+        (j,) = rs
+        op = lone(j)
+        return (j, op) if op is not None and op.name == name else None
+
+    def plain(op) -> bool:
+        return op.options.get("fused_activation_function", 0) == 0
+
+    def chain(i: int) -> tuple[list[int], float] | None:
+        mean = lone(i)
+        if mean is None or not _last_axis_mean(mean, sg, consts):
+            return None
+        x, m = mean.inputs[0], mean.outputs[0]
+        sub = only_reader(m, "SUB")
+        if sub is None or sub[1].inputs != (x, m) or not plain(sub[1]):
+            return None
+        d = sub[1].outputs[0]
+        rs = set(readers.get(d, []))
+        square = next((j for j in rs if lone(j) is not None and lone(j).name == "MUL" and lone(j).inputs == (d, d)),
+                      None)
+        if d in graph_out or square is None or len(rs) != 2 or not plain(steps[square].op):
+            return None
+        mean2 = only_reader(steps[square].op.outputs[0], "MEAN")
+        if mean2 is None or not _last_axis_mean(mean2[1], sg, consts):
+            return None
+        add = only_reader(mean2[1].outputs[0], "ADD")
+        if add is None or not plain(add[1]):
+            return None
+        v = mean2[1].outputs[0]
+        (eps_t,) = [t for t in add[1].inputs if t != v] or [None]
+        eps = consts.get(eps_t) if eps_t is not None else None
+        if eps is None or eps.size != 1 or eps.dtype != np.float32:
+            return None
+        rsqrt = only_reader(add[1].outputs[0], "RSQRT")
+        if rsqrt is None:
+            return None
+        norm = only_reader(rsqrt[1].outputs[0], "MUL")
+        r = rsqrt[1].outputs[0]
+        if norm is None or set(norm[1].inputs) != {d, r} or not plain(norm[1]) or norm[0] not in rs \
+                or sg.tensors[norm[1].outputs[0]].shape != sg.tensors[x].shape:
+            return None
+        found = [i, sub[0], square, mean2[0], add[0], rsqrt[0], norm[0]]
+        if len(set(found)) != 7 or not allowed([steps[k].op for k in found]):
+            return None
+        return found, float(eps.reshape(-1)[0])
+
+    gone: set[int] = set()
+    merged: dict[int, PassStep] = {}
+    for i in range(len(steps)):
+        if i in gone:
+            continue
+        found = chain(i)
+        if found is None or gone & set(found[0]):
+            continue
+        ks, eps = found
+        last = steps[ks[-1]].op
+        op = replace(last, name=LAYER_NORM, builtin_code=-1, inputs=(steps[i].op.inputs[0],), outputs=last.outputs,
+                     options={"epsilon": eps})
+        merged[ks[-1]] = PassStep(op, [m for k in sorted(ks) for m in steps[k].members], [], True)
+        gone.update(ks)
+    out = [merged.get(i, s) for i, s in enumerate(steps) if i not in gone or i in merged]
+    return out, 7 * len(merged)
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

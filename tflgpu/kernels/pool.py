@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.conv_arg import HALF_EXACT, ranks_channels
+from ..graph.passes import LAYER_NORM
 from ..model.ir import Tensor
 from ..ops.attributes import conv_padding
 from ..ops.custom_options import pool_params
@@ -368,20 +369,24 @@ def mean(ctx: GenContext) -> list[KernelSpec]:
 
 @dataclass(frozen=True)
 class RowForm:
-    """A normalization over each row of channels (the last axis) in three passes: the row's maximum (``peak``),
-    a sum of ``term`` over the row, then each value's ``value``; ``term`` and ``value`` are float4 expressions
-    over ``xv`` (a slice), ``m`` (the maximum) and, in ``value``, ``sum``."""
+    """A normalization over each row of channels (the last axis) in three passes: the row's maximum (``first``
+    "peak") or mean ("mean"), or neither (None), a sum of ``term`` over the row, then each value's ``value``;
+    ``term`` and ``value`` are float4 expressions over ``xv`` (a slice), ``m`` (that maximum or mean) and, in
+    ``value``, ``sum``; BETA, EPS and C stand for the op's beta, its epsilon and the row's channels."""
 
-    peak: bool
+    first: str | None
     term: str
     value: str
 
 
 ROW_FORMS = {
-    "SOFTMAX": RowForm(True, "exp((xv - m) * BETA)", "exp((xv - m) * BETA) * (1.0f / sum)"),
-    "LOG_SOFTMAX": RowForm(True, "exp(xv - m)", "xv - m - log(sum)"),
+    "SOFTMAX": RowForm("peak", "exp((xv - m) * BETA)", "exp((xv - m) * BETA) * (1.0f / sum)"),
+    "LOG_SOFTMAX": RowForm("peak", "exp(xv - m)", "xv - m - log(sum)"),
     # (TFLite's x / sqrt(max(sum of squares, 1e-6)), std::max keeping a NaN sum where fmax would drop it)
-    "L2_NORMALIZATION": RowForm(False, "xv * xv", "xv / sqrt(sum < 1e-6f ? 1e-6f : sum)"),
+    "L2_NORMALIZATION": RowForm(None, "xv * xv", "xv / sqrt(sum < 1e-6f ? 1e-6f : sum)"),
+    # (graph.passes.fuse_layer_norms: MEAN, SUB, MUL, MEAN, ADD, RSQRT, MUL as their ops compute them, the mean of
+    # the squared differences plus epsilon under the RSQRT)
+    LAYER_NORM: RowForm("mean", "(xv - m) * (xv - m)", "(xv - m) * rsqrt(sum * (1.0f / C) + EPS)"),
 }
 
 
@@ -391,8 +396,8 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     require_float(ctx, x_t, out)
     lay = ctx.layout(x_t)
     form = ROW_FORMS[ctx.op.name]
-    beta = c_float(ctx.opt('beta', 1.0))
-    term, value = form.term.replace("BETA", beta), form.value.replace("BETA", beta)
+    beta, eps, n = c_float(ctx.opt("beta", 1.0)), c_float(ctx.opt("epsilon", 0.0)), c_float(float(lay.c))
+    term, value = (e.replace("BETA", beta).replace("EPS", eps).replace("C", n) for e in (form.term, form.value))
     ep = ctx.epilogue_code(lay.c)  # (the fused ops after it: a quantized model's QUANT_SIM of its probabilities)
     final = ctx.final_output
     s, c = lay.s, lay.c
@@ -422,7 +427,14 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     m = fmax(m, fmax(fmax(v.x, v.y), fmax(v.z, v.w)));
   }}
   {group_reduce(g, "m", "max", knobs.subgroups)}
-""" if form.peak else ""
+""" if form.first == "peak" else f"""  m = 0.0f;
+  for (int S = {first}; S < {s}; S += {step}) {{
+    const float4 v = select((float4)(0.0f), LD4(src, {at}), {valid});
+    m += v.x + v.y + v.z + v.w;
+  }}
+  {group_reduce(g, "m", "add", knobs.subgroups)}
+  m = m * (1.0f / {n});
+""" if form.first == "mean" else ""
     src = f"""{subgroup_pragma(knobs, ctx.target)}__kernel void {ctx.name}(__global const STORE_T* src, {"".join(f"{p}, " for p in ep.params)}__global {"float" if dense else "STORE_T"}* dst) {{
 {head}
   float m = -INFINITY;

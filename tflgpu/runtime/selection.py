@@ -62,6 +62,7 @@ from ..graph.passes import (
     fuse_expansions,
     fuse_gates,
     fuse_input_prologue,
+    fuse_layer_norms,
     fuse_pooled_dense,
     fuse_regions,
     fuse_separable,
@@ -330,6 +331,8 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
     steps, counts["fold_tensordot"] = fold_tensordot(steps, sg, consts)
+    steps, counts["fuse_layer_norms"] = fuse_layer_norms(
+        steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops[1:]))
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     if make.target.gpu:  # (a launch saved; on the Intel CPU runtime the stem conv reading the dense input with the
         # prologue made the int8 MobileNet v2 7% slower than the simulator's own kernel: bench/pass_ab.py)
