@@ -325,6 +325,25 @@ def test_warmup_jobs_relay_kernel_progress(tmp_path, rng, opencl_device):
     assert "kernel 1/1 tuned" in r.stderr, r.stderr[-3000:]
 
 
+def test_a_resized_model_is_profiled_and_prepared_after_its_optimized_build(tmp_path, rng, opencl_device,
+                                                                           new_process):
+    """A resized input's plan is built at allocate_tensors(), its optimized program in the background (a tiered
+    start): the profile (`bench --profile`, `--trace`) and a bench's fresh interpreters wait for that build after
+    the allocation, so what they time and show is the plan a user gets, not its quick tier."""
+    from tflgpu.benchmark import _prepare, profiled_plan
+
+    from .oputil import rand, stored_too_small_model
+
+    model = tmp_path / "stored_small.tflite"
+    model.write_bytes(stored_too_small_model(rng))
+    delegate = GpuDelegate(tiered_compile=True, cache=False)
+    plan = profiled_plan(model, delegate, input_shapes=[(1, 9, 7, 1)])
+    assert plan is not None and plan.build_stats["tier"] == "optimized"
+    it = _prepare(Interpreter, model, [rand(rng, (1, 12, 5, 1))], delegate=GpuDelegate(tiered_compile=True, cache=False))
+    it.invoke()  # (a build the background finished is installed at the next invoke)
+    assert it.gpu_plan.build_stats["tier"] == "optimized"
+
+
 def test_bench_trace_is_a_chrome_trace_of_the_profiled_invoke(tmp_path, rng, opencl_device, capsys):
     """`bench --trace`: a Chrome/Perfetto trace whose kernel events are the profile's kernels, in order on one
     clock, with the CPU ops, copies and the device's idle time between kernels; and chrome_trace of a plan

@@ -163,10 +163,10 @@ def _prepare(interp_cls, path: Path, inputs, settle: bool = True, **kw):
     """An interpreter of ``path`` with ``inputs`` set (resized to their shapes), its tensors allocated; ``settle``:
     once its background work is done (``settled``; else the caller waits as it sees fit)."""
     it = resized(interp_cls(model_path=str(path), **kw), [np.shape(x) for x in inputs])
-    if settle:
-        settled(it)
     with _native_stderr_quiet(not interp_cls.__module__.startswith("tflgpu")):
         it.allocate_tensors()
+    if settle:  # (after the allocation: a resized input's plan is built there, and its background work starts)
+        settled(it)
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     return it
@@ -242,8 +242,9 @@ def _profiled(path: str | Path, delegate, input_shapes=None):
     from .interpreter import Interpreter
 
     delegate.profile = True
-    it = settled(resized(Interpreter(model_path=str(path), delegate=delegate), input_shapes))
+    it = resized(Interpreter(model_path=str(path), delegate=delegate), input_shapes)
     it.allocate_tensors()
+    settled(it)  # (after the allocation, which builds a resized input's plan)
     for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
         it.set_tensor(d["index"], x)
     warm_up(it, 2)
