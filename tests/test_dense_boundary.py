@@ -500,3 +500,26 @@ def test_a_dense_output_refuses_the_forms_that_cannot_write_it():
     assert ConvKnobs.space(shape) == ConvKnobs.space(replace(shape, dense_out=False))  # (its records' family)
     for bad in ({"broadcast": 16, "group_tile": None, "k_split": 1}, {"winograd": True}):
         assert any("dense boundary" in p for p in replace(ok, **bad).problems(shape))
+
+
+@pytest.mark.parametrize("shape,to", [((1, 16, 96), (1, 1536)), ((2, 3, 5, 7), (2, 105)), ((1, 4, 6, 10), (4, 60))])
+def test_a_reshaped_graph_input_is_read_densely_by_its_reshape(opencl_device, rng, fp16, shape, to):
+    """A graph input whose one reader is a RESHAPE (a wake-word model's [1, 16, 96] embeddings to [1, 1536] for its
+    first FC): the reshape's kernel reads the input's dense buffer at each output value's row-major index, which
+    the reshape keeps, so the input's conversion to slices goes (one kernel fewer); LiteRT's values, twice."""
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    flat, y = b.tensor("flat", to), b.tensor("y", to[:-1] + (9,))
+    b.op("RESHAPE", [x, b.const("shape", np.array(to, np.int32))], [flat])
+    b.op("FULLY_CONNECTED", [flat, b.const("w", rng.standard_normal((9, to[-1])).astype(np.float32)),
+                             b.const("b", rng.standard_normal(9).astype(np.float32))], [y], keep_num_dims=True)
+    b.output(y)
+    model = b.build()
+    plan = _plan(model, fp16)
+    (xt,), (out,) = plan.sg.inputs, plan.sg.outputs
+    reshape = next(s for s in plan.steps if s.op.name == "RESHAPE")
+    assert xt in reshape.specs[0].dense and plan.io.staging[xt].to_device is None and xt not in plan.io.buffers
+    assert plan.launch_count() == 2
+    for _ in range(2):
+        feeds = [rng.uniform(-2, 2, shape).astype(np.float32)]
+        assert_close(plan.run(feeds)[out], run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-5)

@@ -43,20 +43,23 @@ def _epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
 
 
 def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
-            output: int | None = None, helpers: str = "", slice_value=None) -> list[KernelSpec]:
+            output: int | None = None, helpers: str = "", slice_value=None,
+            dense_inputs: frozenset = frozenset()) -> list[KernelSpec]:
     """lane_value(coords) -> C expression of the output value at original-rank coords; or, where the op knows
     each output slice's lanes statically, ``slice_value(s)`` -> the statements setting float4 ``v`` of output
     slice ``s`` (a branch per slice: a channel concatenation's lanes each from a known input channel). An output in
     ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half; one the plan
     asks for dense (``ctx.dense``: a graph output) as its dense NHWC float buffer. The op's own output (``output``
-    None) takes its fused elementwise ops (the kernel stores the last one's output)."""
+    None) takes its fused elementwise ops (the kernel stores the last one's output). ``dense_inputs``: inputs read
+    as the dense NHWC float buffer the host copies (a graph input's), which ``lane_value`` indexes so."""
     name = name or ctx.name
     lay = bhwc(tuple(out_shape))
     ep_code, ep = _epilogue(ctx, lay) if output is None else ("", Epilogue())
     output = ctx.final_output if output is None else output
     coords = [f"o{i}" for i in range(len(out_shape))]
     names = dict(zip(_ORIG[len(out_shape)], coords))
-    params = ", ".join([f"__global const STORE_T* in{i}" for i in range(len(inputs))] + ep.params)
+    params = ", ".join([f"__global const {'float' if t in dense_inputs else 'STORE_T'}* in{i}"
+                        for i, t in enumerate(inputs)] + ep.params)
     body = []
     if slice_value is not None:
         body.append("  switch (S) {")
@@ -77,7 +80,7 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
            + f"  {store}\n}}")
     args = [Arg("tensor", t) for t in inputs] + ep.args + [Arg("tensor", output)]
     return [KernelSpec(name, src, grid(lay), ctx.target.row_group(grid(lay)), args, list(inputs) + ep.inputs, [output],
-                       dense=frozenset([output] if dense else []))]
+                       dense=frozenset([output] if dense else []) | (dense_inputs & set(inputs)))]
 
 
 def _constant(ctx: GenContext, i: int, what: str) -> np.ndarray:
@@ -103,6 +106,13 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
     if int(np.prod(ishape)) != int(np.prod(oshape)):
         raise Unsupported("reshape with inferred/dynamic shape")
     il, ol = bhwc(tuple(ishape)), bhwc(tuple(oshape))
+    x = ctx.op.inputs[0]
+    if x in ctx.dense:  # a graph input's dense buffer (runtime.selection.dense_boundary): in the reshape's
+        # row-major order already, so each output value reads it at its own row-major index, and the input's
+        # conversion to slices goes (a wake-word model's [1, 16, 96] -> [1, 1536])
+        strides = [int(np.prod(oshape[i + 1:])) for i in range(len(oshape))]
+        return lane_kernel(ctx, oshape, [x], lambda coords: "in0[{}]".format(
+            " + ".join(f"{c} * {st}" for c, st in zip(coords, strides)) or "0"), dense_inputs=frozenset([x]))
     if (il.b, il.c, il.h * il.w) == (ol.b, ol.c, ol.h * ol.w):
         # the same slices in the same order (only the pixels' rows change: [1, 32, 32, 80] -> [1, 1024, 80]): a
         # float4 copy, where the lane-by-lane index arithmetic below took 158 us for 80K values (CPU device)
