@@ -172,7 +172,8 @@
 # Since (2026-11-29, third session, no GPU): pooling's float4-a-work-item form (a GPU's) unrolls a window inside the
 # image, a layer norm's seven ops are one kernel (graph.passes.fuse_layer_norms: kernels.pool's row form, a
 # work-group a row on a GPU), and a CPU device's windowed convs take 12 / 6-slice tiles where 8 would be ragged
-# (not a GPU's tiles). Add "pool_forms or layer_norm" to the first call's TESTS_K.
+# (not a GPU's tiles), and a graph input read only by a RESHAPE is read densely by it. Add "pool_forms or layer_norm
+# or reshaped_graph_input" to the first call's TESTS_K.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then
