@@ -737,78 +737,57 @@ def fuse_layer_norms(steps: list[PassStep], sg, consts: dict, allowed=lambda ops
     mean, then its variance, then writes the normalized row (kernels.pool's row form), where the ops took seven
     launches. Every tensor between them is read by the chain alone and is no graph output; the scale and shift
     after it join it in ``fuse_elementwise``. ``allowed(ops)``: the caller's veto (their storage precisions)."""
-    readers, graph_out = _readers(steps), set(sg.outputs)
-
-    def lone(i: int) -> object | None:
-        s = steps[i]
-        return s.op if s.gpu and len(s.members) == 1 and not s.epilogue and len(s.op.outputs) == 1 else None
-
-    def only_reader(t: int, name: str) -> tuple[int, object] | None:
-        """The step reading ``t`` (no graph output) alone, a lone ``name`` op."""
-        rs = set(readers.get(t, []))
-        if t in graph_out or len(rs) != 1:
-            return None
-        (j,) = rs
-        op = lone(j)
-        return (j, op) if op is not None and op.name == name else None
 
     def plain(op) -> bool:
         return op.options.get("fused_activation_function", 0) == 0
 
-    def chain(i: int) -> tuple[list[int], float] | None:
-        mean = lone(i)
-        if mean is None or not _last_axis_mean(mean, sg, consts):
+    def only(view: _Pairing, t: int, name: str) -> tuple[int, PassStep] | None:
+        """The lone reader of ``t`` (no graph output; ``_lone_reader``), where it is a ``name`` op with no fused
+        activation."""
+        found = _lone_reader(view, t) if t not in view.graph_out else None
+        return found if found is not None and found[1].op.name == name and plain(found[1].op) else None
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        if not (s.gpu and len(s.members) == 1 and not s.epilogue and _last_axis_mean(s.op, sg, consts)):
             return None
-        x, m = mean.inputs[0], mean.outputs[0]
-        sub = only_reader(m, "SUB")
-        if sub is None or sub[1].inputs != (x, m) or not plain(sub[1]):
+        x, m = s.op.inputs[0], s.op.outputs[0]
+        sub = only(view, m, "SUB")
+        if sub is None or sub[1].op.inputs != (x, m):
             return None
-        d = sub[1].outputs[0]
-        rs = set(readers.get(d, []))
-        square = next((j for j in rs if lone(j) is not None and lone(j).name == "MUL" and lone(j).inputs == (d, d)),
-                      None)
-        if d in graph_out or square is None or len(rs) != 2 or not plain(steps[square].op):
+        d = sub[1].op.outputs[0]
+        rs = set(view.readers.get(d, []))  # (the square reads d twice, the normalizing MUL once)
+        square = next((j for j in rs if j not in view.drop and view.steps[j].op.name == "MUL"
+                       and view.steps[j].op.inputs == (d, d)), None)
+        if d in view.graph_out or len(rs) != 2 or square is None:
             return None
-        mean2 = only_reader(steps[square].op.outputs[0], "MEAN")
-        if mean2 is None or not _last_axis_mean(mean2[1], sg, consts):
+        sq = view.steps[square]
+        if not (sq.gpu and len(sq.members) == 1 and not sq.epilogue and plain(sq.op)):
             return None
-        add = only_reader(mean2[1].outputs[0], "ADD")
-        if add is None or not plain(add[1]):
+        mean2 = only(view, sq.op.outputs[0], "MEAN")
+        if mean2 is None or not _last_axis_mean(mean2[1].op, sg, consts):
             return None
-        v = mean2[1].outputs[0]
-        (eps_t,) = [t for t in add[1].inputs if t != v] or [None]
-        eps = consts.get(eps_t) if eps_t is not None else None
+        v = mean2[1].op.outputs[0]
+        add = only(view, v, "ADD")
+        others = [t for t in add[1].op.inputs if t != v] if add is not None else []
+        eps = consts.get(others[0]) if len(others) == 1 else None
         if eps is None or eps.size != 1 or eps.dtype != np.float32:
             return None
-        rsqrt = only_reader(add[1].outputs[0], "RSQRT")
-        if rsqrt is None:
-            return None
-        norm = only_reader(rsqrt[1].outputs[0], "MUL")
-        r = rsqrt[1].outputs[0]
-        if norm is None or set(norm[1].inputs) != {d, r} or not plain(norm[1]) or norm[0] not in rs \
-                or sg.tensors[norm[1].outputs[0]].shape != sg.tensors[x].shape:
+        rsqrt = only(view, add[1].op.outputs[0], "RSQRT")
+        r = rsqrt[1].op.outputs[0] if rsqrt is not None else None
+        norm = only(view, r, "MUL") if r is not None else None
+        if norm is None or set(norm[1].op.inputs) != {d, r} or norm[0] not in rs \
+                or sg.tensors[norm[1].op.outputs[0]].shape != sg.tensors[x].shape:
             return None
         found = [i, sub[0], square, mean2[0], add[0], rsqrt[0], norm[0]]
-        if len(set(found)) != 7 or not allowed([steps[k].op for k in found]):
+        if not allowed([view.steps[k].op for k in found]):
             return None
-        return found, float(eps.reshape(-1)[0])
+        last = norm[1].op
+        op = replace(last, name=LAYER_NORM, builtin_code=-1, inputs=(x,), outputs=last.outputs,
+                     options={"epsilon": float(eps.reshape(-1)[0])})
+        return norm[0], found[:-1], PassStep(op, [mb for k in sorted(found) for mb in view.steps[k].members], [], True)
 
-    gone: set[int] = set()
-    merged: dict[int, PassStep] = {}
-    for i in range(len(steps)):
-        if i in gone:
-            continue
-        found = chain(i)
-        if found is None or gone & set(found[0]):
-            continue
-        ks, eps = found
-        last = steps[ks[-1]].op
-        op = replace(last, name=LAYER_NORM, builtin_code=-1, inputs=(steps[i].op.inputs[0],), outputs=last.outputs,
-                     options={"epsilon": eps})
-        merged[ks[-1]] = PassStep(op, [m for k in sorted(ks) for m in steps[k].members], [], True)
-        gone.update(ks)
-    out = [merged.get(i, s) for i, s in enumerate(steps) if i not in gone or i in merged]
-    return out, 7 * len(merged)
+    out, gone = _merge_pairs(steps, sg, pair)
+    return out, gone // 6 * 7  # (each layer norm's seven ops: six merged away into the last one's step)
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

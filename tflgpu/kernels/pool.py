@@ -67,7 +67,7 @@ def static_window(size: int, kernel: int, stride: int, before: int, out: int) ->
 def pool2d(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out)
-    n, ih, iw, c = ctx.layout(x_t).dims
+    _, ih, iw, c = ctx.layout(x_t).dims
     kh, kw = ctx.opt("filter_height", 1), ctx.opt("filter_width", 1)
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
     pad = ctx.opt("padding", 0)
@@ -114,7 +114,6 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
   }}
 }}"""
         gsize = grid(lay)
-    del n
     return [KernelSpec(ctx.name, src, gsize, None, [Arg("tensor", ctx.op.inputs[0]), Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]], knobs.params(), space=PoolKnobs.space(shape))]
 
@@ -372,7 +371,7 @@ class RowForm:
     """A normalization over each row of channels (the last axis) in three passes: the row's maximum (``first``
     "peak") or mean ("mean"), or neither (None), a sum of ``term`` over the row, then each value's ``value``;
     ``term`` and ``value`` are float4 expressions over ``xv`` (a slice), ``m`` (that maximum or mean) and, in
-    ``value``, ``sum``; BETA, EPS and C stand for the op's beta, its epsilon and the row's channels."""
+    ``value``, ``sum``; BETA, EPS and CHANNELS stand for the op's beta, its epsilon and the row's channels."""
 
     first: str | None
     term: str
@@ -386,7 +385,7 @@ ROW_FORMS = {
     "L2_NORMALIZATION": RowForm(None, "xv * xv", "xv / sqrt(sum < 1e-6f ? 1e-6f : sum)"),
     # (graph.passes.fuse_layer_norms: MEAN, SUB, MUL, MEAN, ADD, RSQRT, MUL as their ops compute them, the mean of
     # the squared differences plus epsilon under the RSQRT)
-    LAYER_NORM: RowForm("mean", "(xv - m) * (xv - m)", "(xv - m) * rsqrt(sum * (1.0f / C) + EPS)"),
+    LAYER_NORM: RowForm("mean", "(xv - m) * (xv - m)", "(xv - m) * rsqrt(sum * (1.0f / CHANNELS) + EPS)"),
 }
 
 
@@ -397,7 +396,7 @@ def softmax(ctx: GenContext) -> list[KernelSpec]:
     lay = ctx.layout(x_t)
     form = ROW_FORMS[ctx.op.name]
     beta, eps, n = c_float(ctx.opt("beta", 1.0)), c_float(ctx.opt("epsilon", 0.0)), c_float(float(lay.c))
-    term, value = (e.replace("BETA", beta).replace("EPS", eps).replace("C", n) for e in (form.term, form.value))
+    term, value = (e.replace("BETA", beta).replace("EPS", eps).replace("CHANNELS", n) for e in (form.term, form.value))
     ep = ctx.epilogue_code(lay.c)  # (the fused ops after it: a quantized model's QUANT_SIM of its probabilities)
     final = ctx.final_output
     s, c = lay.s, lay.c
