@@ -96,3 +96,80 @@ def test_shapes_computed_at_run_time_are_constants_of_the_plan(opencl_device):
     assert it.gpu_plan.cpu_op_count == 0, [(s.op.name, s.reason) for s in it.gpu_plan.steps if s.device == "cpu"]
     assert it.gpu_plan.pass_counts["fold_constants"] == 3  # (SHAPE, STRIDED_SLICE, PACK)
     assert_close(got[0], run_model(litert(), data, [x])[0])
+
+
+def _spectrum_model(shape, n: int, part: str, rows_first: bool = False) -> bytes:
+    """An STFT's spectrum as TensorFlow writes it: RFFT2D of each frame's one row (``fft_length`` [1, n]), SQUEEZE of
+    that row, then ``part`` (REAL, IMAG, COMPLEX_ABS, or CAST to float: the real part) and a MUL after it.
+    ``rows_first``: a RESHAPE of the complex values to [frames, bins] first, where the SQUEEZE was."""
+    b = ModelBuilder()
+    x = b.input("x", shape)
+    bins = n // 2 + 1
+    spec = b.tensor("spec", (*shape[:-2], 1, bins), np.complex64)
+    b.op("RFFT2D", [x, b.const("fft_length", np.array([1, n], np.int32))], [spec])
+    if rows_first:
+        flat = (int(np.prod(shape[:-2])), bins)
+        sq = b.tensor("rows", flat, np.complex64)
+        b.op("RESHAPE", [spec, b.const("to_rows", np.array(flat, np.int32))], [sq])
+    else:
+        flat = (*shape[:-2], bins)
+        sq = b.tensor("squeezed", flat, np.complex64)
+        b.op("SQUEEZE", [spec], [sq], squeeze_dims=[len(shape) - 2])
+    y = b.tensor("part", flat)
+    b.op(part, [sq], [y])
+    z = b.tensor("scaled", flat)
+    b.op("MUL", [y, b.const("k", np.array(0.5, np.float32))], [z], fused_activation_function="NONE")
+    b.output(z)
+    return b.build()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize(("shape", "n", "part", "rows_first"), [
+    ((1, 511, 1, 2048), 2048, "CAST", False),  # BirdNET 2.4's first spectrogram: 511 frames of 2,048 samples
+    ((1, 9, 1, 100), 128, "REAL", False),  # a frame shorter than the transform: zero-padded (a part-filled slice)
+    ((2, 5, 1, 300), 256, "IMAG", True),  # longer: cropped; two images
+    ((1, 6, 2, 64), 64, "COMPLEX_ABS", False),  # two rows a frame: the transform takes the first
+    ((1, 3, 1, 6), 4, "REAL", False),  # the shortest transform: two complex values
+])
+@pytest.mark.parametrize("group", [0, 32, 64])
+def test_a_spectrum_runs_on_the_device(opencl_device, precision, shape, n, part, rows_first, group):
+    """RFFT2D -> SQUEEZE (or RESHAPE) -> a float part of each bin is one device step (graph.passes.fuse_spectra:
+    kernels.spectral, a work-item or a work-group a frame), no op left on the CPU, and computes LiteRT's values
+    (which TFLite transforms in double) within a few float roundings of the spectrum's scale."""
+    from tflgpu.graph.passes import RFFT_PART
+    from tflgpu.runtime.config import PlanConfig
+    from tflgpu.runtime.executor import GpuPlan
+
+    fp16 = precision == "fp16"
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    data = _spectrum_model(shape, n, part, rows_first)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    it = Interpreter(model_content=data)  # (on the CPU: the plan under test is built below)
+    part_op = next(op for op in it.model.main.operators if op.name == part)
+    plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=fp16), params={part_op.index: {"group": group}})
+    assert [(s.op.name, s.device) for s in plan.steps] == [(RFFT_PART, "gpu"), ("MUL", "gpu")], \
+        [(s.op.name, s.device, s.reason) for s in plan.steps]
+    assert plan.pass_counts["fuse_spectra"] == 3
+    (spec,) = plan.steps[0].specs
+    assert spec.params == {"group": group}
+    got = plan.run([x])[it.model.main.outputs[0]]
+    want = run_model(litert(), data, [x])[0]
+    assert got.shape == want.shape
+    assert_close(got, want, 1e-2 if fp16 else 2e-6, what=f"{part} of {n}-sample frames")
+
+
+@pytest.mark.parametrize(("shape", "fft_length"), [((1, 4, 1, 64), (1, 64)), ((1, 4, 8), (4, 8))],
+                         ids=["read-twice", "two-dimensional"])
+def test_a_spectrum_read_twice_stays_on_the_cpu_kernels(opencl_device, shape, fft_length):
+    """Where the complex values are read by more than one op (the real and imaginary parts of one transform), or
+    the transform takes more than one row (a 2-D RFFT2D), the ops keep the CPU kernels, and the plan matches
+    LiteRT."""
+    data = _spectral_model(shape, fft_length)
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    it = Interpreter(model_content=data, delegate=GpuDelegate())
+    got = run_model(lambda **kw: it, data, [x])
+    names = {s.op.name: s.device for s in it.gpu_plan.steps}
+    assert names["RFFT2D"] == "cpu" and it.gpu_plan.pass_counts["fuse_spectra"] == 0
+    for g, w in zip(got, run_model(litert(), data, [x])):
+        assert_close(g, w, 1e-5)

@@ -29,6 +29,11 @@
    MUL of the difference by itself, MEAN, ADD of a constant epsilon, RSQRT, MUL), each tensor between its ops read
    by them alone, becomes one ``LAYER_NORM`` step at the last MUL's place: one kernel (kernels.pool's row form)
    instead of seven; its scale and shift join it in the next pass.
+6e. ``fuse_spectra`` — an RFFT2D of one row a frame (``fft_length`` [1, N]: an STFT), the shape-only ops after it
+   and the op taking a float part of its complex values (REAL, IMAG, COMPLEX_ABS, or CAST to float32, which keeps
+   the real part), each complex tensor between them read by them alone, become one ``RFFT_PART`` step at the last
+   one's place: a device kernel transforms each frame (kernels.spectral), where the CPU kernels had, the frames
+   copied to the host and the spectrum back (BirdNET 2.4's two mel spectrograms).
 7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM/PRELU with a same-layout tensor or a constant: PRELU's alpha per channel)
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
@@ -103,6 +108,11 @@ SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 POOLED_DENSE = "TFLGPU_POOLED_DENSE"
 # graph.passes.fuse_layer_norms' op: input x, the last op's output, index and options {"epsilon": ...}
 LAYER_NORM = "TFLGPU_LAYER_NORM"
+# graph.passes.fuse_spectra's op: input x (the RFFT2D's frames), the part op's outputs and index, and options
+# {"length": N, "part": one of SPECTRUM_PARTS' values}
+RFFT_PART = "TFLGPU_RFFT_PART"
+# the float value each op reading a complex tensor takes of it (TFLite's CAST from complex keeps the real part)
+SPECTRUM_PARTS = {"REAL": "real", "CAST": "real", "IMAG": "imag", "COMPLEX_ABS": "abs"}
 # graph.passes.fuse_gates' op: inputs (the pool's input, the hidden dense op's weights and bias, the gate's weights
 # and bias), the gate's outputs, index and options, and under "mean", "hidden" and "dense" the three merged ops,
 # under HIDDEN_FUSED the unary ops fused after the hidden one (as Fused)
@@ -788,6 +798,49 @@ def fuse_layer_norms(steps: list[PassStep], sg, consts: dict, allowed=lambda ops
 
     out, gone = _merge_pairs(steps, sg, pair)
     return out, gone // 6 * 7  # (each layer norm's seven ops: six merged away into the last one's step)
+
+
+def fuse_spectra(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
+    """Merge each RFFT2D of one row a frame (a constant ``fft_length`` [1, N], N a power of two from 4: an STFT's
+    frames, each its own 1-D transform) of a float32 input, the shape-only ops after it (SQUEEZE, RESHAPE,
+    EXPAND_DIMS) and the op taking a float32 part of its complex values (``SPECTRUM_PARTS``) into one ``RFFT_PART``
+    step at that op's place. Every complex tensor between them is read by the chain alone and is no graph output.
+    The members are the chain's ops, so a device that cannot take the step runs them as before."""
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        op = s.op
+        if op.name != "RFFT2D" or len(s.members) != 1 or s.epilogue or len(op.inputs) != 2:
+            return None
+        fft = consts.get(op.inputs[1])
+        x = sg.tensors[op.inputs[0]]
+        if fft is None or fft.size != 2 or x.dtype != np.float32 or len(x.shape) < 2:
+            return None
+        rows, n = (int(v) for v in fft.reshape(-1))
+        if rows != 1 or n < 4 or n & (n - 1):
+            return None
+        chain, t = [i], op.outputs[0]
+        while True:
+            rs = view.readers.get(t, [])
+            if t in view.graph_out or len(rs) != 1 or rs[0] in view.drop:
+                return None
+            nxt = view.steps[rs[0]]
+            if len(nxt.members) != 1 or nxt.epilogue or not nxt.op.inputs or nxt.op.inputs[0] != t:
+                return None
+            chain.append(rs[0])
+            if traits(nxt.op.name).reshapes:
+                t = nxt.op.outputs[0]
+                continue
+            part = SPECTRUM_PARTS.get(nxt.op.name)
+            if part is None or len(nxt.op.outputs) != 1 or sg.tensors[nxt.op.outputs[0]].dtype != np.float32:
+                return None
+            break
+        last = nxt.op
+        merged = replace(last, name=RFFT_PART, builtin_code=-1, inputs=(op.inputs[0],),
+                         options={"length": n, "part": part})
+        return chain[-1], chain[:-1], PassStep(merged, [mb for k in chain for mb in view.steps[k].members], [], True)
+
+    out, gone = _merge_pairs(steps, sg, pair)
+    return out, gone + sum(s.op.name == RFFT_PART for s in out)  # (every op of each chain)
 
 
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (registers the generators)
     separable,
     separable_expand,
     siblings,
+    spectral,
     storage,
 )
 from .base import GenContext, Target, Unsupported, generator_for, gpu_ops

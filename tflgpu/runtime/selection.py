@@ -66,6 +66,7 @@ from ..graph.passes import (
     fuse_pooled_dense,
     fuse_regions,
     fuse_separable,
+    fuse_spectra,
     merge_pad,
     merge_sibling_convs,
     moves_in_place,
@@ -333,6 +334,7 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     steps, counts["fold_tensordot"] = fold_tensordot(steps, sg, consts)
     steps, counts["fuse_layer_norms"] = fuse_layer_norms(
         steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops[1:]))
+    steps, counts["fuse_spectra"] = fuse_spectra(steps, sg, consts)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     if make.target.gpu:  # (a launch saved; on the Intel CPU runtime the stem conv reading the dense input with the
         # prologue made the int8 MobileNet v2 7% slower than the simulator's own kernel: bench/pass_ab.py)
