@@ -8,6 +8,7 @@ off at a time:
 - prelu: PRELU is no fused op (ops.traits): its own kernel after the conv (U-Net's);
 - concat-views: no ``fold_reshapes`` (an SSD head's reshapes launch again before their concatenation);
 - tensordot: no ``fold_tensordot`` (a Tensordot's reshapes to rows and back launch again around its FC);
+- moves: no ``fold_moves`` (moves in a row, a reshape after a transpose or a gather, launch a kernel each again);
 - spectra: no ``fuse_spectra`` (an STFT's RFFT2D and the part taken of its complex values run on the CPU kernels
   again, the frames copied to the host and the spectrum back);
 - channel-pad: a PAD adding zero channels (a residual block's skip branch) is no operand a fused op reads through
@@ -27,7 +28,7 @@ off at a time:
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,spectra,channel-pad,pool-read,hoist,cpu-groups,gates,gate-scales,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,moves,spectra,channel-pad,pool-read,hoist,cpu-groups,gates,gate-scales,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -58,6 +59,7 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
         "prelu": lambda: [(traits._TABLE, "PRELU", dataclasses.replace(traits._TABLE["PRELU"], fusable=None))],
         "concat-views": lambda: [(selection, "fold_reshapes", no_pass)],
         "tensordot": lambda: [(selection, "fold_tensordot", lambda steps, sg, consts: (steps, 0))],
+        "moves": lambda: [(selection, "fold_moves", no_pass)],
         "spectra": lambda: [(selection, "fuse_spectra", lambda steps, sg, consts: (steps, 0))],
         "channel-pad": lambda: [(passes, "_channel_pad_input", lambda step, sg, consts: None)],
         "pool-read": lambda: [(passes, "_pool_read", lambda step, sg: None)],

@@ -25,6 +25,11 @@
    rows: its reshapes' launches go, and its LOGISTIC joins it in the next pass).
 6c. ``fold_tensordot`` — RESHAPE to rows -> FULLY_CONNECTED -> RESHAPE back (TensorFlow's Tensordot) becomes one
    FULLY_CONNECTED keeping its input's dims: its two layout-changing reshapes go (BirdNET's spectrogram rows).
+6c'. ``fold_moves`` — a move whose every output value is one input value (a reshape, transpose, slice, gather by
+   constant indices: ops.traits' maps_indices) read only by another one joins it: one ``MOVES`` step at the
+   reader's place, one kernel reading each value through their index maps (an STFT's framing: a slice, a reshape
+   to sample pairs, the frames' GATHER and a reshape back are one kernel, the 8 MB between them never stored).
+   Only moves that launch a kernel each (not one the plan links in place), at most ``MAX_MOVES``.
 6d. ``fuse_layer_norms`` — a layer normalization as converters from ONNX write it (MEAN over the last axis, SUB,
    MUL of the difference by itself, MEAN, ADD of a constant epsilon, RSQRT, MUL), each tensor between its ops read
    by them alone, becomes one ``LAYER_NORM`` step at the last MUL's place: one kernel (kernels.pool's row form)
@@ -108,6 +113,10 @@ SEPARABLE_EXPAND = "TFLGPU_SEPARABLE_EXPAND"
 POOLED_DENSE = "TFLGPU_POOLED_DENSE"
 # graph.passes.fuse_layer_norms' op: input x, the last op's output, index and options {"epsilon": ...}
 LAYER_NORM = "TFLGPU_LAYER_NORM"
+# graph.passes.fold_moves' op: input x (the first move's), the last move's outputs and index, and options
+# {"chain": the moves (ops.traits' maps_indices) in order}
+MOVES = "TFLGPU_MOVES"
+MAX_MOVES = 4  # (moves one kernel reads through)
 # graph.passes.fuse_spectra's op: input x (the RFFT2D's frames), the part op's outputs and index, and options
 # {"length": N, "part": one of SPECTRUM_PARTS' values}
 RFFT_PART = "TFLGPU_RFFT_PART"
@@ -798,6 +807,45 @@ def fuse_layer_norms(steps: list[PassStep], sg, consts: dict, allowed=lambda ops
 
     out, gone = _merge_pairs(steps, sg, pair)
     return out, gone // 6 * 7  # (each layer norm's seven ops: six merged away into the last one's step)
+
+
+def fold_moves(steps: list[PassStep], sg, consts: dict, allowed=lambda ops: True) -> tuple[list[PassStep], int]:
+    """Merge each device move with no fused ops whose output only another such move reads (and is no graph output)
+    into one ``MOVES`` step at the reader's place, as long as its chain has at most ``MAX_MOVES`` ops, each of which
+    launches a kernel of its own: not one that ``moves_in_place``, which the plan links (launching nothing; read
+    through, it would only add index arithmetic to the kernel after it). Its first op reads no graph input (a reshape of one reads its dense buffer: kernels.reindex.reshape). ``allowed(ops)``: the
+    caller's veto (their storage precisions)."""
+
+    def chain(step: PassStep) -> tuple:
+        return step.op.options["chain"] if step.op.name == MOVES else (step.op,)
+
+    def movable(step: PassStep) -> bool:
+        op = step.op
+        if not step.gpu or step.epilogue or len(op.outputs) != 1:
+            return False
+        if op.name == MOVES:
+            return True
+        return (traits(op.name).maps_indices and len(step.members) == 1 and not moves_in_place(op, sg, consts)
+                and (op.name != "GATHER" or consts.get(op.inputs[1]) is not None))
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        if not movable(s):
+            return None
+        t = s.op.outputs[0]
+        rs = view.readers.get(t, [])
+        if t in view.graph_out or len(rs) != 1 or rs[0] in view.drop:
+            return None
+        j, c = rs[0], view.steps[rs[0]]
+        if not movable(c) or c.op.inputs[0] != t or t in c.op.inputs[1:]:
+            return None
+        ops = (*chain(s), *chain(c))
+        if len(ops) > MAX_MOVES or ops[0].inputs[0] in sg.inputs or not allowed(list(ops)):
+            return None
+        merged = replace(c.op, name=MOVES, builtin_code=-1, inputs=(ops[0].inputs[0],), options={"chain": ops})
+        return j, [i], PassStep(merged, s.members + c.members, [], True)
+
+    out, gone = _merge_pairs(steps, sg, pair)
+    return out, gone + sum(s.op.name == MOVES for s in out)  # (every op of each chain)
 
 
 def fuse_spectra(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

@@ -11,10 +11,13 @@ RESIZE_BILINEAR interpolates float4s with TFLite's coordinate rules.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from ..graph.conv_arg import HALF_EXACT
-from ..graph.passes import CONCAT_VIEWS
+from ..graph.passes import CONCAT_VIEWS, MOVES
 from ..model.ir import Tensor
 from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
@@ -97,14 +100,36 @@ def _check(*shapes) -> None:
             raise Unsupported(f"rank {len(s)} > 4")
 
 
-@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
-def reshape(ctx: GenContext) -> list[KernelSpec]:
+@dataclass(frozen=True)
+class IndexMap:
+    """A move whose every output value is one input value (ops.traits' maps_indices): its output coordinates ->
+    its input's (C int expressions, original ranks), with the helper code they use (a gather's index table). Moves
+    in a row compose (``moves``): the last one's output coordinates go through each map in turn to the first
+    one's input, which one load reads."""
+
+    ishape: tuple[int, ...]
+    oshape: tuple[int, ...]
+    to_input: Callable[[list[str]], list[str]]
+    helpers: str = ""
+
+    def load(self, coords: list[str], ptr: str = "in0") -> str:
+        return f"LD1({ptr}, {offset(self.ishape, self.to_input(coords))})"
+
+
+def _reshape_map(ctx: GenContext) -> IndexMap:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_index=True)
-    ishape, oshape = x_t.shape, out.shape
+    ishape, oshape = tuple(x_t.shape), tuple(out.shape)
     _check(ishape, oshape)
     if int(np.prod(ishape)) != int(np.prod(oshape)):
         raise Unsupported("reshape with inferred/dynamic shape")
+    return IndexMap(ishape, oshape, lambda coords: _through(oshape, ishape, coords))
+
+
+@generator("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+def reshape(ctx: GenContext) -> list[KernelSpec]:
+    moved = _reshape_map(ctx)
+    ishape, oshape = moved.ishape, moved.oshape
     il, ol = bhwc(tuple(ishape)), bhwc(tuple(oshape))
     x = ctx.op.inputs[0]
     if x in ctx.dense:  # a graph input's dense buffer (runtime.selection.dense_boundary): in the reshape's
@@ -126,27 +151,29 @@ def reshape(ctx: GenContext) -> list[KernelSpec]:
         return [KernelSpec(ctx.name, src, (n4,), None, [Arg("tensor", x), *ep.args, Arg("tensor", y)],
                            [x, *ep.inputs], [y])]
 
-    def value(coords):
-        return f"LD1(in0, {offset(tuple(ishape), _through(tuple(oshape), tuple(ishape), coords))})"
-
-    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], moved.load)
 
 
-@generator("TRANSPOSE")
-def transpose(ctx: GenContext) -> list[KernelSpec]:
+def _transpose_map(ctx: GenContext) -> IndexMap:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_index=True)
     perm = _constant(ctx, 1, "permutation")
     perm = [int(p) for p in perm.reshape(-1)]
     _check(x_t.shape)
 
-    def value(coords):
+    def to_input(coords):
         icoords = ["0"] * len(perm)
         for i, p in enumerate(perm):
             icoords[p] = coords[i]
-        return f"LD1(in0, {offset(x_t.shape, icoords)})"
+        return icoords
 
-    return lane_kernel(ctx, tuple(x_t.shape[p] for p in perm), [ctx.op.inputs[0]], value)
+    return IndexMap(tuple(x_t.shape), tuple(x_t.shape[p] for p in perm), to_input)
+
+
+@generator("TRANSPOSE")
+def transpose(ctx: GenContext) -> list[KernelSpec]:
+    moved = _transpose_map(ctx)
+    return lane_kernel(ctx, moved.oshape, [ctx.op.inputs[0]], moved.load)
 
 
 def _through(view: tuple[int, ...], shape: tuple[int, ...], coords: list[str]) -> list[str]:
@@ -384,8 +411,7 @@ def space_batch(ctx: GenContext) -> list[KernelSpec]:
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
 
 
-@generator("STRIDED_SLICE", "SLICE")
-def strided_slice(ctx: GenContext) -> list[KernelSpec]:
+def _slice_map(ctx: GenContext) -> IndexMap:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
     require_float(ctx, x_t, out, allow_index=True)
     shape = x_t.shape
@@ -423,12 +449,17 @@ def strided_slice(ctx: GenContext) -> list[KernelSpec]:
     if tuple(out.shape) != oshape or min(counts, default=1) <= 0:
         raise Unsupported("slice output shape")
 
-    def value(coords):
+    def to_input(coords):
         it = iter(coords)
-        ic = [f"({starts[i]} + {steps[i]} * {next(it)})" if i in keep else str(starts[i]) for i in range(len(shape))]
-        return f"LD1(in0, {offset(shape, ic)})"
+        return [f"({starts[i]} + {steps[i]} * {next(it)})" if i in keep else str(starts[i]) for i in range(len(shape))]
 
-    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+    return IndexMap(tuple(shape), oshape, to_input)
+
+
+@generator("STRIDED_SLICE", "SLICE")
+def strided_slice(ctx: GenContext) -> list[KernelSpec]:
+    moved = _slice_map(ctx)
+    return lane_kernel(ctx, moved.oshape, [ctx.op.inputs[0]], moved.load)
 
 
 @generator("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
@@ -659,6 +690,21 @@ MAX_INDEX_TABLE = 4096  # entries of a constant index table written into a kerne
 
 @generator("GATHER")
 def gather(ctx: GenContext) -> list[KernelSpec]:
+    """GATHER by a tensor of indices (``_gather_by_tensor``), or by constant ones (``_gather_map``)."""
+    if ctx.const(1) is None:
+        x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+        require_float(ctx, x_t, out, allow_bool=True, allow_index=True)
+        if ctx.opt("batch_dims", 0):
+            raise Unsupported("batch_dims != 0")
+        ishape, oshape = tuple(x_t.shape), tuple(out.shape)
+        _check(ishape, oshape)
+        axis = ctx.opt("axis", 0)
+        return _gather_by_tensor(ctx, ishape, oshape, axis + len(ishape) if axis < 0 else axis)
+    moved = _gather_map(ctx)
+    return lane_kernel(ctx, moved.oshape, [ctx.op.inputs[0]], moved.load, helpers=moved.helpers)
+
+
+def _gather_map(ctx: GenContext) -> IndexMap:
     """GATHER with constant indices (e.g. a time step picked by an unrolled loop): the indices are a
     ``__constant`` table in the source, so the kernel is a plain reindexing; where they are an affine function of
     their position (``_affine``: a signal's frames, tf.signal.frame's hop * frame + sample; a time step), the
@@ -674,7 +720,7 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
     axis = ctx.opt("axis", 0)
     axis = axis + rank if axis < 0 else axis
     if idx is None:
-        return _gather_by_tensor(ctx, ishape, oshape, axis)
+        raise Unsupported("indices that are a tensor")
     idx = np.asarray(idx, np.int64)
     affine = _affine(idx)
     if not 0 <= axis < rank or idx.size == 0 or (affine is None and idx.size > MAX_INDEX_TABLE):
@@ -698,11 +744,8 @@ def gather(ctx: GenContext) -> list[KernelSpec]:
             return " + ".join([str(start)] + [f"({c}) * {step}" for c, step in zip(at, steps) if step])
         return f"{table}[{' + '.join(f'({c}) * {st}' for c, st in zip(at, strides)) or '0'}]"
 
-    def value(coords):
-        icoords = coords[:axis] + [f"({position(coords)})"] + coords[axis + r:]
-        return f"LD1(in0, {offset(ishape, icoords)})"
-
-    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value, helpers=helpers)
+    return IndexMap(ishape, oshape, lambda coords: coords[:axis] + [f"({position(coords)})"] + coords[axis + r:],
+                    helpers)
 
 
 def _affine(idx: np.ndarray) -> tuple[int, list[int]] | None:
@@ -853,3 +896,35 @@ def cast(ctx: GenContext) -> list[KernelSpec]:
     shape = tuple(x_t.shape)
     _check(shape)
     return lane_kernel(ctx, shape, [ctx.op.inputs[0]], lambda coords: f"LD1(in0, {offset(shape, coords)})")
+
+
+# the moves whose index maps compose (ops.traits' maps_indices)
+INDEX_MAPS = {"RESHAPE": _reshape_map, "SQUEEZE": _reshape_map, "EXPAND_DIMS": _reshape_map, "TRANSPOSE": _transpose_map,
+              "GATHER": _gather_map, "STRIDED_SLICE": _slice_map, "SLICE": _slice_map}
+
+
+@generator(MOVES)
+def moves(ctx: GenContext) -> list[KernelSpec]:
+    """graph.passes.fold_moves' chain of moves as one kernel: each output value's coordinates go through the moves'
+    index maps, last to first, in a helper function (one variable a coordinate at each step, so the expressions do
+    not nest), and one load reads the first move's input there."""
+    maps = []
+    for op in ctx.opt("chain", ()):
+        make = INDEX_MAPS.get(op.name)
+        if make is None:
+            raise Unsupported(f"{op.name} is no index map")
+        maps.append(make(replace(ctx, op=op, epilogue=[])))
+    if not maps:
+        raise Unsupported("no moves")
+    fn = f"{ctx.name}_at"
+    oshape = maps[-1].oshape
+    names = [f"o{d}" for d in range(len(oshape))]
+    lines = [f"static inline int {fn}({', '.join(f'const int {n}' for n in names) or 'void'}) {{"]
+    for k, m in enumerate(reversed(maps)):
+        coords = m.to_input(names)
+        names = [f"m{k}_{d}" for d in range(len(coords))]
+        lines += [f"  const int {n} = {e};" for n, e in zip(names, coords)]
+    lines += [f"  return {offset(maps[0].ishape, names)};", "}", ""]
+    helpers = "".join(m.helpers for m in maps) + "\n".join(lines)
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], lambda coords: f"LD1(in0, {fn}({', '.join(coords)}))",
+                       helpers=helpers)

@@ -54,6 +54,10 @@ class OpTraits:
     # Its ``fused_activation_function`` clamps its output (TFLite's CalculateActivationRange: the RELU family),
     # so a float view may move that clamp into the quantization simulator after it (graph.float_view).
     clamps_output: bool = False
+    # Each output value is one input value at coordinates its own coordinates give (kernels.reindex.IndexMap: a
+    # reshape, a transpose, a slice, a gather by constant indices), so such moves in a row compose into one kernel
+    # (graph.passes.fold_moves).
+    maps_indices: bool = False
     # Its float output lies within [-1, 1] whatever its input (a probability, a squashed value): a graph output
     # it makes is judged on that scale by the FP16 calibration (runtime.precision), so a probability of 3e-9
     # that half storage makes 0 is an error of 3e-9, not the whole of the output.
@@ -86,6 +90,7 @@ _add("TFLGPU_CONV_ARG CAST", casts_own_output=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 TFLGPU_CONV_ARG", makes_index=True)
 _add("RESHAPE SQUEEZE EXPAND_DIMS SLICE STRIDED_SLICE GATHER TRANSPOSE", picks_first=True)
 _add("RESHAPE SQUEEZE EXPAND_DIMS", reshapes=True)
+_add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE GATHER STRIDED_SLICE SLICE", maps_indices=True)
 _add("CAST BITCAST", raw_integers=True)
 _add("RELU RELU6 RELU_N1_TO_1 LOGISTIC TANH EXP LOG HARD_SWISH ABS RSQRT SQRT NEG SQUARE SIN COS ELU "
      "LEAKY_RELU QUANT_SIM GELU FLOOR CEIL ROUND SIGN RELU_0_TO_1", fusable="unary")
@@ -100,7 +105,7 @@ _add("LOGISTIC SOFTMAX TANH RELU_0_TO_1 RELU_N1_TO_1", unit_bounded=True)
 # a move of one output made by kernels.reindex's lane kernel (a reshape's copy too) stores through the same
 # epilogue: a PAD -> RELU, a RESHAPE -> MUL is one launch (not a concatenation: linked, it launches nothing)
 _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE PAD PADV2 STRIDED_SLICE SLICE DEPTH_TO_SPACE "
-     "SPACE_TO_DEPTH RESIZE_NEAREST_NEIGHBOR BATCH_MATMUL GATHER MIRROR_PAD TILE BROADCAST_TO REVERSE_V2 PACK",
+     "SPACE_TO_DEPTH RESIZE_NEAREST_NEIGHBOR BATCH_MATMUL GATHER MIRROR_PAD TILE BROADCAST_TO REVERSE_V2 PACK TFLGPU_MOVES",
      takes_epilogue=True)
 # an elementwise op's own kernel (kernels.elementwise) takes the elementwise ops after it too: a chain is one launch
 _add(" ".join(name for name, facts in _TABLE.items() if facts.fusable), takes_epilogue=True)

@@ -55,6 +55,7 @@ from ..graph.passes import (
     cull_dead,
     drop_identities,
     fold_gate_scales,
+    fold_moves,
     fold_reshapes,
     fold_tensordot,
     fuse_elementwise,
@@ -332,6 +333,7 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
     steps, counts["fold_tensordot"] = fold_tensordot(steps, sg, consts)
+    steps, counts["fold_moves"] = fold_moves(steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops))
     steps, counts["fuse_layer_norms"] = fuse_layer_norms(
         steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops[1:]))
     steps, counts["fuse_spectra"] = fuse_spectra(steps, sg, consts)

@@ -1,0 +1,156 @@
+"""Moves in a row as one kernel (graph.passes.fold_moves, kernels.reindex.moves): each output value read through the
+moves' index maps, against LiteRT, FP32 and FP16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.graph.passes import MOVES
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import assert_close, litert, run_model
+
+I32 = np.int32
+
+
+@pytest.fixture(params=[False, True], ids=["fp32", "fp16"])
+def precision(request, opencl_device):
+    if request.param and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    return request.param
+
+
+def _scaled(b: ModelBuilder, x, shape, k: float, name: str):
+    """x times k: a device op before or after the moves (so the moves' input is no graph input)."""
+    y = b.tensor(name, shape)
+    b.op("MUL", [x, b.const(f"{name}_k", np.array(k, np.float32))], [y], fused_activation_function="NONE")
+    return y
+
+
+def _softmax(b: ModelBuilder, x, shape, name: str):
+    """A SOFTMAX of x: a device op before the moves that graph.sink does not move past them (an elementwise one
+    it would, and the moves would read the graph input)."""
+    y = b.tensor(name, shape)
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    return y
+
+
+def _framing(samples: int, hop: int, frame: int) -> tuple[bytes, tuple]:
+    """tf.signal.frame as TensorFlow converts it (BirdNET 2.4's STFT): a full STRIDED_SLICE of the signal, a RESHAPE
+    to sample pairs, a GATHER of each frame's pairs (hop * frame + pair, an affine index table) and a RESHAPE of the
+    frames back to samples; then the window's MUL."""
+    b = ModelBuilder()
+    x = b.input("x", (1, samples))
+    s = _scaled(b, x, (1, samples), 2.0, "scaled")
+    sl = b.tensor("sliced", (1, samples))
+    b.op("STRIDED_SLICE", [s, b.const("begin", np.array([0, 0], I32)), b.const("end", np.array([1, samples], I32)),
+                           b.const("strides", np.array([1, 1], I32))], [sl])
+    pairs = b.tensor("pairs", (1, samples // 2, 2))
+    b.op("RESHAPE", [sl, b.const("to_pairs", np.array([1, samples // 2, 2], I32))], [pairs])
+    frames = (samples - frame) // hop + 1
+    idx = (np.arange(frames)[:, None] * (hop // 2) + np.arange(frame // 2)[None, :]).astype(I32)
+    g = b.tensor("gathered", (1, frames, frame // 2, 2))
+    b.op("GATHER", [pairs, b.const("idx", idx)], [g], axis=1, batch_dims=0)
+    flat = b.tensor("frames", (1, frames, frame))
+    b.op("RESHAPE", [g, b.const("to_frames", np.array([1, frames, frame], I32))], [flat])
+    window = np.hanning(frame).astype(np.float32)
+    out = b.tensor("windowed", (1, frames, frame))
+    b.op("MUL", [flat, b.const("window", window)], [out], fused_activation_function="NONE")
+    b.output(out)
+    return b.build(), (1, samples)
+
+
+def _shuffle(h: int, w: int, groups: int, per: int) -> tuple[bytes, tuple]:
+    """A channel shuffle (ShuffleNet): RESHAPE to [1, pixels, groups, per], TRANSPOSE the last two, RESHAPE back."""
+    c = groups * per
+    b = ModelBuilder()
+    x = b.input("x", (1, h, w, c))
+    s = _softmax(b, x, (1, h, w, c), "normalized")
+    g = b.tensor("grouped", (1, h * w, groups, per))
+    b.op("RESHAPE", [s, b.const("to_groups", np.array([1, h * w, groups, per], I32))], [g])
+    t = b.tensor("swapped", (1, h * w, per, groups))
+    b.op("TRANSPOSE", [g, b.const("perm", np.array([0, 1, 3, 2], I32))], [t])
+    y = b.tensor("shuffled", (1, h, w, c))
+    b.op("RESHAPE", [t, b.const("back", np.array([1, h, w, c], I32))], [y])
+    b.output(y)
+    return b.build(), (1, h, w, c)
+
+
+def _picked(rows: int, cols: int) -> tuple[bytes, tuple]:
+    """A GATHER by a constant table that is no affine function (a permutation of rows), a SLICE of its columns and a
+    TRANSPOSE."""
+    b = ModelBuilder()
+    x = b.input("x", (rows, cols))
+    s = _softmax(b, x, (rows, cols), "normalized")
+    order = np.random.default_rng(5).permutation(rows).astype(I32)
+    g = b.tensor("picked", (rows, cols))
+    b.op("GATHER", [s, b.const("order", order)], [g], axis=0, batch_dims=0)
+    sl = b.tensor("columns", (rows, cols - 3))
+    b.op("SLICE", [g, b.const("begin", np.array([0, 1], I32)), b.const("size", np.array([rows, cols - 3], I32))], [sl])
+    t = b.tensor("transposed", (cols - 3, rows))
+    b.op("TRANSPOSE", [sl, b.const("perm", np.array([1, 0], I32))], [t])
+    b.output(t)
+    return b.build(), (rows, cols)
+
+
+@pytest.mark.parametrize(("model", "merged"), [
+    (lambda: _framing(1200, 160, 256), 3),  # three moves (the full slice stays linked); the window's MUL after them
+    (lambda: _framing(610, 6, 10), 3),  # frames of 10 samples: part-filled slices
+    (lambda: _shuffle(5, 3, 3, 4), 3),
+    (lambda: _shuffle(2, 7, 2, 5), 3),
+    (lambda: _picked(9, 11), 3),  # a table of indices in the kernel's source
+], ids=["stft-framing", "short-frames", "shuffle", "shuffle-ragged", "permuted-rows"])
+def test_moves_in_a_row_are_one_kernel(opencl_device, precision, model, merged):
+    """Each chain of moves is one step of one kernel (the ops before and after it keep theirs), and the plan computes
+    LiteRT's values exactly as far as storage allows (a move only copies)."""
+    data, shape = model()
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    it = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=precision))
+    got = run_model(lambda **kw: it, data, [x])
+    plan = it.gpu_plan
+    assert plan.cpu_op_count == 0 and plan.pass_counts["fold_moves"] == merged
+    (step,) = [s for s in plan.steps if s.op.name == MOVES]
+    assert len(step.specs) == 1 and len(step.op.options["chain"]) == merged
+    assert plan.launch_count() == 2  # (the op before; the moves, with the window's MUL fused after them)
+    assert_close(got[0], run_model(litert(), data, [x])[0], 1e-3 if precision else 1e-6)
+
+
+def test_a_move_read_twice_or_linked_keeps_its_own_step(opencl_device):
+    """A move whose output another op reads too stays a step of its own, and moves the plan links in place (a
+    reshape between shapes the slice layout orders alike) are not made a kernel: no launch is added."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 6, 8))
+    s = _scaled(b, x, (1, 4, 6, 8), 2.0, "scaled")
+    t = b.tensor("transposed", (1, 6, 4, 8))
+    b.op("TRANSPOSE", [s, b.const("perm", np.array([0, 2, 1, 3], I32))], [t])
+    r = b.tensor("rows", (1, 6, 32))  # (read by the RESHAPE below and by the graph's output MUL)
+    b.op("RESHAPE", [t, b.const("to_rows", np.array([1, 6, 32], I32))], [r])
+    image = b.tensor("image", (1, 6, 1, 32))  # (in place: the same slices in the same order)
+    b.op("RESHAPE", [r, b.const("to_image", np.array([1, 6, 1, 32], I32))], [image])
+    back = b.tensor("back", (1, 6, 32))
+    b.op("RESHAPE", [image, b.const("to_back", np.array([1, 6, 32], I32))], [back])
+    y = _scaled(b, r, (1, 6, 32), 3.0, "y")
+    z = _scaled(b, back, (1, 6, 32), 5.0, "z")
+    b.output(y, z)
+    data = b.build()
+    xv = np.random.default_rng(7).standard_normal((1, 4, 6, 8)).astype(np.float32)
+    it = Interpreter(model_content=data, delegate=GpuDelegate())
+    got = run_model(lambda **kw: it, data, [xv])
+    plan = it.gpu_plan
+    # the TRANSPOSE and the first RESHAPE join; the two in-place reshapes after it stay linked (no launch)
+    assert plan.pass_counts["fold_moves"] == 2 and plan.pass_counts["link_reshape"] == 2
+    assert [s.op.name for s in plan.steps if s.op.name == MOVES or s.op.name == "RESHAPE"] == \
+        [MOVES, "RESHAPE", "RESHAPE"]
+    for g, w in zip(got, run_model(litert(), data, [xv])):
+        assert_close(g, w, 1e-6)
+
+
+def test_the_index_maps_are_the_ops_traits_name():
+    """The moves the pass merges (ops.traits' maps_indices) are the moves kernels.reindex has an index map of, so a
+    merged step never names an op its kernel cannot read through (which would send its moves to the CPU)."""
+    from tflgpu.kernels.reindex import INDEX_MAPS
+    from tflgpu.ops.traits import ops_with
+
+    assert set(INDEX_MAPS) == ops_with(maps_indices=True)
