@@ -9,6 +9,7 @@ off at a time:
 - concat-views: no ``fold_reshapes`` (an SSD head's reshapes launch again before their concatenation);
 - tensordot: no ``fold_tensordot`` (a Tensordot's reshapes to rows and back launch again around its FC);
 - moves: no ``fold_moves`` (moves in a row, a reshape after a transpose or a gather, launch a kernel each again);
+- swish: no ``fuse_swish`` (a swish's LOGISTIC and MUL launch a kernel of their own after x's producer again);
 - spectra: no ``fuse_spectra`` (an STFT's RFFT2D and the part taken of its complex values run on the CPU kernels
   again, the frames copied to the host and the spectrum back);
 - channel-pad: a PAD adding zero channels (a residual block's skip branch) is no operand a fused op reads through
@@ -28,7 +29,7 @@ off at a time:
 
 Each variant's outputs are checked against the plan's; a rule that changes nothing in a model builds the same plan.
 
-    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,moves,spectra,channel-pad,pool-read,hoist,cpu-groups,gates,gate-scales,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
+    python bench/pass_ab.py MODEL... [--off between,prelu,concat-views,tensordot,moves,swish,spectra,channel-pad,pool-read,hoist,cpu-groups,gates,gate-scales,narrow-scatter,input-prologue,sim-clamp] [--device D] [--rounds 40] [--gpu-target]
 
 ``--gpu-target``: the plans under a GPU's target on whatever device (its defaults and passes; launch counts, not
 a GPU's times).
@@ -60,6 +61,7 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
         "concat-views": lambda: [(selection, "fold_reshapes", no_pass)],
         "tensordot": lambda: [(selection, "fold_tensordot", lambda steps, sg, consts: (steps, 0))],
         "moves": lambda: [(selection, "fold_moves", no_pass)],
+        "swish": lambda: [(selection, "fuse_swish", lambda steps, sg, consts: (steps, 0))],
         "spectra": lambda: [(selection, "fuse_spectra", lambda steps, sg, consts: (steps, 0))],
         "channel-pad": lambda: [(passes, "_channel_pad_input", lambda step, sg, consts: None)],
         "pool-read": lambda: [(passes, "_pool_read", lambda step, sg: None)],

@@ -39,6 +39,9 @@
    the real part), each complex tensor between them read by them alone, become one ``RFFT_PART`` step at the last
    one's place: a device kernel transforms each frame (kernels.spectral), where the CPU kernels had, the frames
    copied to the host and the spectrum back (BirdNET 2.4's two mel spectrograms).
+6f. ``fuse_swish`` — a swish as converters write it, ``MUL(x, LOGISTIC(x))`` (EfficientNet's activation; the
+   LOGISTIC read by the MUL alone), becomes one unary ``SWISH`` step reading x once, so the next pass fuses it
+   into x's producer like any activation (BirdNET 2.4's 45: one launch and a tensor's store and reads each).
 7. ``fuse_elementwise`` — a single-consumer elementwise op (RELU*, LOGISTIC, TANH, HARD_SWISH, ...,
    or ADD/SUB/MUL/MAXIMUM/MINIMUM/PRELU with a same-layout tensor or a constant: PRELU's alpha per channel)
    joins its producer (a CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, a SOFTMAX, an elementwise op: those
@@ -117,6 +120,9 @@ LAYER_NORM = "TFLGPU_LAYER_NORM"
 # {"chain": the moves (ops.traits' maps_indices) in order}
 MOVES = "TFLGPU_MOVES"
 MAX_MOVES = 4  # (moves one kernel reads through)
+# graph.passes.fuse_swish's op: a unary elementwise op x * sigmoid(x) (kernels.expressions), input x, the MUL's
+# outputs, index and options
+SWISH = "TFLGPU_SWISH"
 # graph.passes.fuse_spectra's op: input x (the RFFT2D's frames), the part op's outputs and index, and options
 # {"length": N, "part": one of SPECTRUM_PARTS' values}
 RFFT_PART = "TFLGPU_RFFT_PART"
@@ -186,12 +192,14 @@ class PassStep:
 
 
 def _readers(steps: list[PassStep]) -> dict[int, list[int]]:
+    """Each tensor's reading steps, in order, each step once however many of its ops read the tensor (a merged
+    swish's LOGISTIC and MUL both read x: one reader, which its producer may take as an epilogue)."""
     readers: dict[int, list[int]] = {}
     for i, s in enumerate(steps):
         for op, _ in s.members:
             for t in op.inputs:
-                if t >= 0:
-                    readers.setdefault(t, []).append(i)
+                if t >= 0 and readers.setdefault(t, [])[-1:] != [i]:
+                    readers[t].append(i)
     return readers
 
 
@@ -891,6 +899,32 @@ def fuse_spectra(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep
     return out, gone + sum(s.op.name == RFFT_PART for s in out)  # (every op of each chain)
 
 
+def fuse_swish(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
+    """Merge each device LOGISTIC (no fused ops) of a float tensor x whose only reader is a device MUL of x and it
+    (either order, no fused activation or ops) into one ``SWISH`` step at the MUL's place: the unary op
+    x * sigmoid(x), computed as the two ops compute it (kernels.expressions), reading x once. x may have other
+    readers. Returns the steps and how many ops merged (two a swish)."""
+
+    def pair(i: int, s: PassStep, view: _Pairing):
+        op = s.op
+        if op.name != "LOGISTIC" or not s.gpu or len(s.members) != 1 or s.epilogue or len(op.inputs) != 1:
+            return None
+        x, y = op.inputs[0], op.outputs[0]
+        found = _lone_reader(view, y) if y not in view.graph_out else None
+        if found is None or sg.tensors[x].dtype != np.float32:
+            return None
+        j, mul = found
+        if mul.op.name != "MUL" or set(mul.op.inputs) != {x, y} or len(mul.op.inputs) != 2 \
+                or mul.op.options.get("fused_activation_function", 0) not in (0, "NONE") \
+                or tuple(sg.tensors[mul.op.outputs[0]].shape) != tuple(sg.tensors[x].shape):
+            return None
+        merged = replace(mul.op, name=SWISH, builtin_code=-1, inputs=(x,), options={})
+        return j, [i], PassStep(merged, s.members + mul.members, [], True)
+
+    out, gone = _merge_pairs(steps, sg, pair)
+    return out, 2 * gone
+
+
 def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
     graph_out = set(sg.outputs)
     fused = 0
@@ -939,7 +973,9 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                     break
                 j = rs[0]
                 nxt = steps[j]
-                if j in absorbed or not nxt.gpu or len(nxt.members) != 1 or nxt.epilogue:
+                # (one op, or a swish's two: fuse_swish)
+                if j in absorbed or not nxt.gpu or len(nxt.members) != (2 if nxt.op.name == SWISH else 1) \
+                        or nxt.epilogue:
                     break
                 f = _fusable(nxt.op, t, sg, consts)
                 f, through, hoisted = operand(f, i, j) if f is not None else (f, [], None)

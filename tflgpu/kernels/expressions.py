@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.float_view import sim_grid
+from ..graph.passes import SWISH
 from ..ops.quantization import RAW_MEAN_SNAP
 from .common import c_float, clamped
 from .errors import Unsupported
@@ -40,6 +41,8 @@ UNARY = {
     # (LiteRT's: +0.0 for a zero of either sign, NaN for NaN; a vector comparison's true is -1)
     "SIGN": "select(convert_float4(isless(v, (float4)(0.0f)) - isgreater(v, (float4)(0.0f))), v, isnan(v))",
     "RELU_0_TO_1": clamped("v", 0.0, 1.0),
+    # (graph.passes.fuse_swish: MUL(x, LOGISTIC(x)) as those two ops compute it, so its values are theirs)
+    SWISH: "v * (1.0f / (1.0f + exp(-v)))",
 }
 # GELU with ``approximate`` set: TFLite's 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 GELU_TANH = "0.5f * v * (1.0f + tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)))"

@@ -68,6 +68,7 @@ from ..graph.passes import (
     fuse_regions,
     fuse_separable,
     fuse_spectra,
+    fuse_swish,
     merge_pad,
     merge_sibling_convs,
     moves_in_place,
@@ -337,6 +338,7 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     steps, counts["fuse_layer_norms"] = fuse_layer_norms(
         steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops[1:]))
     steps, counts["fuse_spectra"] = fuse_spectra(steps, sg, consts)
+    steps, counts["fuse_swish"] = fuse_swish(steps, sg, consts)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
     if make.target.gpu:  # (a launch saved; on the Intel CPU runtime the stem conv reading the dense input with the
         # prologue made the int8 MobileNet v2 7% slower than the simulator's own kernel: bench/pass_ab.py)
