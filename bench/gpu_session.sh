@@ -175,9 +175,10 @@
 # (not a GPU's tiles), and a graph input read only by a RESHAPE is read densely by it. Add "pool_forms or layer_norm
 # or reshaped_graph_input" to the first call's TESTS_K.
 # Since (2026-11-29, fourth session, no GPU): an STFT's spectrum runs on the device (graph.passes.fuse_spectra,
-# kernels.spectral: a work-group a frame in local memory on a GPU, the default there, never run on one), moves in a
+# kernels.spectral: a work-group a frame in local memory on a GPU, the default there, never run on one), a swish is
+# its producer's activation (fuse_swish), moves in a
 # row are one kernel (fold_moves), and elementwise kernels of one-pixel rows run along the slices first. Add
-# "spectrum or moves_in_a_row or read_twice or one_pixel_rows" to the first call's TESTS_K. BirdNET 2.4 (51 MB,
+# "spectrum or moves_in_a_row or read_twice or one_pixel_rows or swish" to the first call's TESTS_K. BirdNET 2.4 (51 MB,
 # `python -m tflgpu.zoo DIR --release birdnet`) does not fit the carry beside the wheels; its spectrum's shape is
 # in those tests (511 frames of 2,048 samples).
 set -u
