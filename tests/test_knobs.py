@@ -18,6 +18,7 @@ from tflgpu.kernels.conv import (
 )
 from tflgpu.kernels.knobs import InvalidKnobs
 from tflgpu.kernels.pool import ReduceKnobs, ReduceShape
+from tflgpu.kernels.spectral import SpectrumKnobs, SpectrumShape
 
 CONV_3X3 = ConvShape(3, 3, 1, 1, 1, 1, sin=4, sout=8, row=28, pixels=784, w_bytes=32 * 16 * 9 * 4)
 CONV_1X1_BIG = ConvShape(1, 1, 1, 1, 1, 1, sin=64, sout=64, row=49, pixels=49, w_bytes=256 * 256 * 4)
@@ -33,7 +34,11 @@ FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_S
             (ConvKnobs, replace(CONV_1X1, **GPU)),
             (ConvKnobs, replace(CONV_1PX, **GPU)), (FullyConnectedKnobs, FcShape(250, gpu=True)),
             (DepthwiseKnobs, DepthwiseShape(14, 8, **GPU)), (ReduceKnobs, ReduceShape(251, gpu=True)),
-            (ReduceKnobs, ReduceShape(3)), (ReduceKnobs, ReduceShape(40, subgroups=True))]
+            (ReduceKnobs, ReduceShape(3)), (ReduceKnobs, ReduceShape(40, subgroups=True)),
+            (SpectrumKnobs, SpectrumShape(2048, gpu=False, max_group=8192)),
+            (SpectrumKnobs, SpectrumShape(2048, gpu=True, max_group=1024)),
+            (SpectrumKnobs, SpectrumShape(8192, gpu=False, max_group=8192)),  # (too long for a work-item)
+            (SpectrumKnobs, SpectrumShape(4, gpu=True, max_group=64)), (SpectrumKnobs, SpectrumShape(64, False, 16))]
 
 
 MOST_POINTS = 20_000  # points a family's check resolves: all of a smaller space, a seeded sample of a larger one

@@ -46,14 +46,22 @@ class SpectrumKnobs(Knobs):
 
     @classmethod
     def default(cls, shape: SpectrumShape) -> SpectrumKnobs:
-        if shape.gpu or shape.length > MAX_PRIVATE:
-            return cls(group=max(g for g in GROUPS if g <= max(GROUPS[0], min(shape.length // 4, shape.max_group))))
+        """A work-group a frame on a GPU (or where a work-item cannot hold the frame), the largest that has a
+        butterfly for each work-item (N / 4 of them a stage); a work-item a frame on a CPU device."""
+        groups = cls._groups(shape)
+        if (shape.gpu or shape.length > MAX_PRIVATE) and groups:
+            return cls(group=groups[-1])
         return cls()
 
     @classmethod
     def space(cls, shape: SpectrumShape) -> dict[str, list]:
-        groups = [g for g in GROUPS if g <= shape.max_group and g <= max(GROUPS[0], shape.length // 4)]
-        return {"group": ([0] if shape.length <= MAX_PRIVATE else []) + groups}
+        return {"group": ([0] if shape.length <= MAX_PRIVATE else []) + cls._groups(shape)}
+
+    @staticmethod
+    def _groups(shape: SpectrumShape) -> list[int]:
+        """The work-groups the device takes, none larger than a stage's butterflies (but the smallest)."""
+        fit = [g for g in GROUPS if g <= shape.max_group]
+        return [g for g in fit if g <= shape.length // 4] or fit[:1]
 
     def problems(self, shape: SpectrumShape) -> list[str]:
         bad = one_of("group", self.group, (0, *GROUPS))
