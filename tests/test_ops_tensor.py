@@ -76,6 +76,9 @@ def test_log_softmax(rng):
 
 def test_l2_normalization(rng):
     check_op("L2_NORMALIZATION", [In(rand(rng, (2, 3, 6)))])
+    # TFLite clamps the norm at 1e-6, not its square: rows of norm 1e-7 to 3e-4 (the valid-model fuzz's seed 7401338)
+    check_op("L2_NORMALIZATION", [In(np.array([1e-7, 1.04e-4, 3e-4, -2e-7, 5.0], np.float32).reshape(1, 5, 1))])
+    check_op("L2_NORMALIZATION", [In(rand(rng, (4, 3)) * np.float32([[1e-7], [1e-5], [1e-4], [1.0]]))])
 
 
 @pytest.mark.parametrize("op", ["ARG_MAX", "ARG_MIN"])

@@ -148,7 +148,10 @@ def l2_norm(ctx: OpContext):
 
     def run(xs):
         x = xs[0]
-        norm = np.sqrt(np.maximum(np.sum(x * x, axis=-1, keepdims=True), np.float32(1e-6)))
+        # (TFLite's reference: the norm clamped to at least 1e-6, not its square: a row of norm 1e-4 is
+        # normalized to 1, where clamping the square made it 0.1; NaN kept, as std::max keeps its first argument)
+        norm = np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
+        norm = np.where(norm < np.float32(1e-6), np.float32(1e-6), norm)
         return [apply_activation((x / norm).astype(np.float32), act)]
 
     return run

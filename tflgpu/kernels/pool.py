@@ -381,8 +381,9 @@ class RowForm:
 ROW_FORMS = {
     "SOFTMAX": RowForm("peak", "exp((xv - m) * BETA)", "exp((xv - m) * BETA) * (1.0f / sum)"),
     "LOG_SOFTMAX": RowForm("peak", "exp(xv - m)", "xv - m - log(sum)"),
-    # (TFLite's x / sqrt(max(sum of squares, 1e-6)), std::max keeping a NaN sum where fmax would drop it)
-    "L2_NORMALIZATION": RowForm(None, "xv * xv", "xv / sqrt(sum < 1e-6f ? 1e-6f : sum)"),
+    # (TFLite's x / max(sqrt(sum of squares), 1e-6): the norm clamped, not its square; std::max keeping a NaN norm
+    # where fmax would drop it)
+    "L2_NORMALIZATION": RowForm(None, "xv * xv", "xv / (sqrt(sum) < 1e-6f ? 1e-6f : sqrt(sum))"),
     # (graph.passes.fuse_layer_norms: MEAN, SUB, MUL, MEAN, ADD, RSQRT, MUL as their ops compute them, the mean of
     # the squared differences plus epsilon under the RSQRT)
     LAYER_NORM: RowForm("mean", "(xv - m) * (xv - m)", "(xv - m) * rsqrt(sum * (1.0f / CHANNELS) + EPS)"),
