@@ -95,6 +95,11 @@ def _reverse(name: str, bits: int) -> str:
 _PARTS = {"real": "X.x", "imag": "X.y", "abs": "hypot(X.x, X.y)"}
 
 
+def _cmul(a: str, b: str) -> str:
+    """The complex product of two float2s."""
+    return f"(float2)({a}.x * {b}.x - {a}.y * {b}.y, {a}.x * {b}.y + {a}.y * {b}.x)"
+
+
 def _pixel_base(var: str, pixel: str, lay) -> str:
     """A declaration of ``var``: the slice-layout float4 index of slice 0 of NHWC pixel ``pixel`` (slice s is
     ``s * h * w`` further)."""
@@ -144,9 +149,25 @@ def rfft_part(ctx: GenContext) -> list[KernelSpec]:
         return ("      float4 v = (float4)(0.0f);\n" + "\n".join(lanes) + f"\n      ST4(dst, ob + ({s}) * {ol.h * ol.w}, v);")
 
     def butterfly(i: str, j: str, h: str) -> str:
+        """A radix-2 stage's butterfly of z[i] and z[i + h] (span h, twiddle j)."""
         return (f"const float2 w_ = tw[({j}) * ({m} / {h})]; const float2 a_ = z[{i}]; const float2 b_ = z[{i} + {h}];\n"
-                f"        const float2 t_ = (float2)(b_.x * w_.x - b_.y * w_.y, b_.x * w_.y + b_.y * w_.x);\n"
+                f"        const float2 t_ = {_cmul('b_', 'w_')};\n"
                 f"        z[{i}] = a_ + t_; z[{i} + {h}] = a_ - t_;")
+
+    def quad(i: str, j: str, h: str) -> str:
+        """Two radix-2 stages (spans h and 2h) at once over z[i], z[i + h], z[i + 2h], z[i + 3h] (twiddle j < h):
+        half the passes over the frame."""
+        return (f"const float2 w1_ = tw[({j}) * ({m} / {h})]; const float2 w2_ = tw[({j}) * ({m} / (2 * {h}))];\n"
+                f"        const float2 w3_ = tw[(({j}) + {h}) * ({m} / (2 * {h}))];\n"
+                f"        float2 a_ = z[{i}], b_ = z[{i} + {h}], c_ = z[{i} + 2 * {h}], d_ = z[{i} + 3 * {h}];\n"
+                f"        float2 t_ = {_cmul('b_', 'w1_')}; b_ = a_ - t_; a_ = a_ + t_;\n"
+                f"        t_ = {_cmul('d_', 'w1_')}; d_ = c_ - t_; c_ = c_ + t_;\n"
+                f"        t_ = {_cmul('c_', 'w2_')}; c_ = a_ - t_; a_ = a_ + t_;\n"
+                f"        t_ = {_cmul('d_', 'w3_')}; d_ = b_ - t_; b_ = b_ + t_;\n"
+                f"        z[{i}] = a_; z[{i} + {h}] = b_; z[{i} + 2 * {h}] = c_; z[{i} + 3 * {h}] = d_;")
+
+    odd = (m.bit_length() - 1) % 2  # (log2(M) odd: one radix-2 stage first, of span 1)
+    first = 2 if odd else 1  # the first radix-4 pass's span
 
     load = (f"const float4 x_ = LD4(src, ib + s * {xl.h * xl.w}); "
             f"z[{rev}(2 * s)] = x_.s01; z[{rev}(2 * s + 1)] = x_.s23;")
@@ -158,11 +179,14 @@ def rfft_part(ctx: GenContext) -> list[KernelSpec]:
   float2 z[{m}];
   for (int s = 0; s < {loads}; ++s) {{ {load} }}
   for (int q = {2 * loads}; q < {m}; ++q) z[{rev}(q)] = (float2)(0.0f);
-  for (int h = 1; h < {m}; h <<= 1) {{
-    for (int i0 = 0; i0 < {m}; i0 += 2 * h) {{
+  for (int i = 0; i < {m * odd}; i += 2) {{
+    {butterfly("i", "0", "1")}
+  }}
+  for (int h = {first}; h < {m}; h <<= 2) {{
+    for (int i0 = 0; i0 < {m}; i0 += 4 * h) {{
       for (int j = 0; j < h; ++j) {{
         const int i = i0 + j;
-        {butterfly("i", "j", "h")}
+        {quad("i", "j", "h")}
       }}
     }}
   }}
@@ -180,10 +204,17 @@ def rfft_part(ctx: GenContext) -> list[KernelSpec]:
     else {{ z[{rev}(2 * s)] = (float2)(0.0f); z[{rev}(2 * s + 1)] = (float2)(0.0f); }}
   }}
   barrier(CLK_LOCAL_MEM_FENCE);
-  for (int h = 1; h < {m}; h <<= 1) {{
+  if ({odd}) {{
     for (int q = l; q < {m // 2}; q += {g}) {{
-      const int j = q & (h - 1); const int i = ((q - j) << 1) + j;
-      {butterfly("i", "j", "h")}
+      const int i = 2 * q;
+      {butterfly("i", "0", "1")}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  for (int h = {first}; h < {m}; h <<= 2) {{
+    for (int q = l; q < {m // 4}; q += {g}) {{
+      const int j = q & (h - 1); const int i = ((q - j) << 2) + j;
+      {quad("i", "j", "h")}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
   }}
