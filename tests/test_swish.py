@@ -59,10 +59,20 @@ def test_a_swish_is_its_producers_activation(opencl_device, precision, producer,
     got = run_model(lambda **kw: it, data, [xv])[0]
     plan = it.gpu_plan
     assert plan.cpu_op_count == 0 and plan.pass_counts["fuse_swish"] == 2
+    assert plan.gpu_op_count == (4 if residual else 3)  # (the model's ops: the swish's one step member stands for two)
     swish = [s for s in plan.steps if s.op.name == SWISH or any(f.op.name == SWISH for f in s.epilogue)]
     assert len(swish) == 1
     if residual:  # (the conv, then the swish with the ADD fused after it)
         assert swish[0].op.name == SWISH and plan.launch_count() == 2
     else:
         assert swish[0].op.name == producer and plan.launch_count() == 1
-    assert_close(got, run_model(litert(), data, [xv])[0], 1e-2 if precision else 1e-6)
+    want = run_model(litert(), data, [xv])[0]
+    assert_close(got, want, 1e-2 if precision else 1e-6)
+    # the CPU fallback of the merged steps (a device that cannot take them runs their members' CPU kernels): the
+    # swish is one member running the LOGISTIC's kernel and the MUL's in the model's operand order
+    values = {it.model.main.inputs[0]: xv}
+    for s in plan.steps:
+        for op, fn in s.members:
+            for t, v in zip(op.outputs, fn([values.get(i) if i >= 0 else None for i in op.inputs])):
+                values[t] = v
+    assert_close(values[it.model.main.outputs[0]], want, 1e-6)

@@ -121,8 +121,11 @@ LAYER_NORM = "TFLGPU_LAYER_NORM"
 MOVES = "TFLGPU_MOVES"
 MAX_MOVES = 4  # (moves one kernel reads through)
 # graph.passes.fuse_swish's op: a unary elementwise op x * sigmoid(x) (kernels.expressions), input x, the MUL's
-# outputs, index and options
+# outputs and index, and under MERGED the LOGISTIC and the MUL
 SWISH = "TFLGPU_SWISH"
+# the option of an op that is one member of its step (one CPU function) but stands for several of the model's ops:
+# those ops, which the placement report counts and names (``model_ops``)
+MERGED = "merged"
 # graph.passes.fuse_spectra's op: input x (the RFFT2D's frames), the part op's outputs and index, and options
 # {"length": N, "part": one of SPECTRUM_PARTS' values}
 RFFT_PART = "TFLGPU_RFFT_PART"
@@ -899,11 +902,28 @@ def fuse_spectra(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep
     return out, gone + sum(s.op.name == RFFT_PART for s in out)  # (every op of each chain)
 
 
+def model_ops(op) -> tuple:
+    """The model's ops a step member stands for: itself, or those it merged (``MERGED``: a swish's two)."""
+    return tuple(op.options.get(MERGED, ())) or (op,)
+
+
+def _swish_fn(logistic, mul, x_first: bool):
+    """A swish's CPU kernel (a member's function: input values -> output values): the LOGISTIC's, then the MUL's of
+    x and that, in the model's operand order, so the CPU fallback computes what the two ops did."""
+
+    def run(xs):
+        (s,) = logistic([xs[0]])
+        return mul([xs[0], s] if x_first else [s, xs[0]])
+
+    return run
+
+
 def fuse_swish(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
     """Merge each device LOGISTIC (no fused ops) of a float tensor x whose only reader is a device MUL of x and it
     (either order, no fused activation or ops) into one ``SWISH`` step at the MUL's place: the unary op
     x * sigmoid(x), computed as the two ops compute it (kernels.expressions), reading x once. x may have other
-    readers. Returns the steps and how many ops merged (two a swish)."""
+    readers. Its one member runs the two ops' CPU kernels in turn (``_swish_fn``), so the step is one op as every
+    pass sees it. Returns the steps and how many ops merged (two a swish)."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
@@ -918,8 +938,9 @@ def fuse_swish(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep],
                 or mul.op.options.get("fused_activation_function", 0) not in (0, "NONE") \
                 or tuple(sg.tensors[mul.op.outputs[0]].shape) != tuple(sg.tensors[x].shape):
             return None
-        merged = replace(mul.op, name=SWISH, builtin_code=-1, inputs=(x,), options={})
-        return j, [i], PassStep(merged, s.members + mul.members, [], True)
+        merged = replace(mul.op, name=SWISH, builtin_code=-1, inputs=(x,), options={MERGED: (op, mul.op)})
+        return j, [i], PassStep(merged, [(merged, _swish_fn(s.members[0][1], mul.members[0][1],
+                                                            mul.op.inputs[0] == x))], [], True)
 
     out, gone = _merge_pairs(steps, sg, pair)
     return out, 2 * gone
@@ -973,9 +994,7 @@ def fuse_elementwise(steps: list[PassStep], sg, consts: dict) -> tuple[list[Pass
                     break
                 j = rs[0]
                 nxt = steps[j]
-                # (one op, or a swish's two: fuse_swish)
-                if j in absorbed or not nxt.gpu or len(nxt.members) != (2 if nxt.op.name == SWISH else 1) \
-                        or nxt.epilogue:
+                if j in absorbed or not nxt.gpu or len(nxt.members) != 1 or nxt.epilogue:
                     break
                 f = _fusable(nxt.op, t, sg, consts)
                 f, through, hoisted = operand(f, i, j) if f is not None else (f, [], None)

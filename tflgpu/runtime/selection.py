@@ -71,6 +71,7 @@ from ..graph.passes import (
     fuse_swish,
     merge_pad,
     merge_sibling_convs,
+    model_ops,
     moves_in_place,
 )
 from ..graph.precision import STORAGE_CAST, stored_fp16
@@ -584,13 +585,16 @@ def limit_partitions(steps: list[Step], max_partitions: int) -> int:
 
 
 def report_placement(steps: list[Step], partitions: int) -> tuple[int, int]:
-    """(ops on the device, ops on the CPU); one warning listing why each CPU op is there, as TFLite does."""
+    """(ops on the device, ops on the CPU), the model's ops (graph.passes.model_ops); one warning listing why each
+    CPU op is there, as TFLite does."""
     cpu = [s for s in steps if s.device == "cpu"]
-    cpu_ops = sum(op.name != STORAGE_CAST for s in cpu for op, _ in s.members)  # (a plan's casts are not the model's)
-    gpu_ops = sum(op.name != STORAGE_CAST for s in steps for op, _ in s.members) - cpu_ops
+    ops = lambda among: [m for s in among for op, _ in s.members for m in model_ops(op)
+                         if m.name != STORAGE_CAST]  # (a plan's casts are not the model's)
+    cpu_ops = len(ops(cpu))
+    gpu_ops = len(ops(steps)) - cpu_ops
     if cpu:
         lines = [f"op code #{op.builtin_code} ({op.name}) cannot be handled by this delegate: {s.reason}"
-                 for s in cpu for op, _ in s.members]
+                 for s in cpu for member, _ in s.members for op in model_ops(member)]
         log.warning("%s\n%d ops run on the OpenCL device (%d partitions), %d on the CPU",
                     "\n".join(dict.fromkeys(lines)), gpu_ops, partitions, cpu_ops)
     return gpu_ops, cpu_ops
