@@ -55,14 +55,15 @@ def _rule_patches(name: str) -> list[tuple[object, str, object]]:
     from tflgpu.runtime import selection
 
     no_pass = lambda steps, sg, consts, allowed: (steps, 0)
+    no_plain_pass = lambda steps, sg, consts: (steps, 0)  # (a pass that takes no veto)
     rules = {
         "between": lambda: [(passes, "_unary_chain", lambda view, t, sg, consts: passes._Between((), t))],
         "prelu": lambda: [(traits._TABLE, "PRELU", dataclasses.replace(traits._TABLE["PRELU"], fusable=None))],
         "concat-views": lambda: [(selection, "fold_reshapes", no_pass)],
-        "tensordot": lambda: [(selection, "fold_tensordot", lambda steps, sg, consts: (steps, 0))],
+        "tensordot": lambda: [(selection, "fold_tensordot", no_plain_pass)],
         "moves": lambda: [(selection, "fold_moves", no_pass)],
-        "swish": lambda: [(selection, "fuse_swish", lambda steps, sg, consts: (steps, 0))],
-        "spectra": lambda: [(selection, "fuse_spectra", lambda steps, sg, consts: (steps, 0))],
+        "swish": lambda: [(selection, "fuse_swish", no_plain_pass)],
+        "spectra": lambda: [(selection, "fuse_spectra", no_plain_pass)],
         "channel-pad": lambda: [(passes, "_channel_pad_input", lambda step, sg, consts: None)],
         "pool-read": lambda: [(passes, "_pool_read", lambda step, sg: None)],
         "hoist": lambda: [(passes, "_runs_earlier", lambda step, sg, made: False)],

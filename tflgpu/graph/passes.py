@@ -195,8 +195,8 @@ class PassStep:
 
 
 def _readers(steps: list[PassStep]) -> dict[int, list[int]]:
-    """Each tensor's reading steps, in order, each step once however many of its ops read the tensor (a merged
-    swish's LOGISTIC and MUL both read x: one reader, which its producer may take as an epilogue)."""
+    """Each tensor's reading steps, in order, each step once however many of its ops read the tensor (a layer norm's
+    MEAN and SUB both read x: one reader)."""
     readers: dict[int, list[int]] = {}
     for i, s in enumerate(steps):
         for op, _ in s.members:
@@ -316,6 +316,15 @@ def _merge_pairs(steps: list[PassStep], sg, pair) -> tuple[list[PassStep], int]:
     return [s for k, s in enumerate(view.steps) if k not in view.drop], len(view.drop)
 
 
+def _only_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
+    """The step reading tensor ``t`` where it is the only one (and not merged away), and ``t`` is no graph output:
+    its index and itself; else None."""
+    rs = view.readers.get(t, [])
+    if t in view.graph_out or len(rs) != 1 or rs[0] in view.drop:
+        return None
+    return rs[0], view.steps[rs[0]]
+
+
 def _lone_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
     """The step reading tensor ``t`` where it is the only one (and not merged away): its index and itself, where it
     is one device op with no fused ops after it; else None."""
@@ -324,6 +333,11 @@ def _lone_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
         return None
     nxt = view.steps[rs[0]]
     return (rs[0], nxt) if nxt.gpu and len(nxt.members) == 1 and not nxt.epilogue else None
+
+
+def _no_activation(op) -> bool:
+    """``op`` clamps nothing after it (no fused activation function)."""
+    return op.options.get("fused_activation_function", 0) == 0
 
 
 @dataclass(frozen=True)
@@ -532,7 +546,7 @@ def fold_gate_scales(steps: list[PassStep], sg, consts: dict, allowed=lambda mul
     def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
         if not (s.gpu and len(s.members) == 1 and not s.epilogue and op.name == "MUL" and len(op.inputs) == 2
-                and len(op.outputs) == 1 and op.options.get("fused_activation_function", 0) == 0
+                and len(op.outputs) == 1 and _no_activation(op)
                 and all(t >= 0 and t not in consts for t in op.inputs) and _float4d(sg, *op.inputs, op.outputs[0])):
             return None
         shapes = [sg.tensors[t].shape for t in op.inputs]
@@ -566,7 +580,7 @@ def _global_mean(op, sg, consts: dict) -> bool:
     _, h, w, _ = sg.tensors[op.inputs[0]].shape
     o = op.options
     return (sg.tensors[op.outputs[0]].shape[1:3] == (1, 1) and (o.get("filter_height"), o.get("filter_width")) == (h, w)
-            and o.get("fused_activation_function", 0) == 0)
+            and _no_activation(op))
 
 
 def fuse_input_prologue(steps: list[PassStep], sg, consts: dict, allowed=lambda first, conv: True,
@@ -768,14 +782,11 @@ def fuse_layer_norms(steps: list[PassStep], sg, consts: dict, allowed=lambda ops
     launches. Every tensor between them is read by the chain alone and is no graph output; the scale and shift
     after it join it in ``fuse_elementwise``. ``allowed(ops)``: the caller's veto (their storage precisions)."""
 
-    def plain(op) -> bool:
-        return op.options.get("fused_activation_function", 0) == 0
-
     def only(view: _Pairing, t: int, name: str) -> tuple[int, PassStep] | None:
         """The lone reader of ``t`` (no graph output; ``_lone_reader``), where it is a ``name`` op with no fused
         activation."""
         found = _lone_reader(view, t) if t not in view.graph_out else None
-        return found if found is not None and found[1].op.name == name and plain(found[1].op) else None
+        return found if found is not None and found[1].op.name == name and _no_activation(found[1].op) else None
 
     def pair(i: int, s: PassStep, view: _Pairing):
         if not (s.gpu and len(s.members) == 1 and not s.epilogue and _last_axis_mean(s.op, sg, consts)):
@@ -791,7 +802,7 @@ def fuse_layer_norms(steps: list[PassStep], sg, consts: dict, allowed=lambda ops
         if d in view.graph_out or len(rs) != 2 or square is None:
             return None
         sq = view.steps[square]
-        if not (sq.gpu and len(sq.members) == 1 and not sq.epilogue and plain(sq.op)):
+        if not (sq.gpu and len(sq.members) == 1 and not sq.epilogue and _no_activation(sq.op)):
             return None
         mean2 = only(view, sq.op.outputs[0], "MEAN")
         if mean2 is None or not _last_axis_mean(mean2[1].op, sg, consts):
@@ -843,10 +854,10 @@ def fold_moves(steps: list[PassStep], sg, consts: dict, allowed=lambda ops: True
         if not movable(s):
             return None
         t = s.op.outputs[0]
-        rs = view.readers.get(t, [])
-        if t in view.graph_out or len(rs) != 1 or rs[0] in view.drop:
+        found = _only_reader(view, t)
+        if found is None:
             return None
-        j, c = rs[0], view.steps[rs[0]]
+        j, c = found
         if not movable(c) or c.op.inputs[0] != t or t in c.op.inputs[1:]:
             return None
         ops = (*chain(s), *chain(c))
@@ -879,13 +890,13 @@ def fuse_spectra(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep
             return None
         chain, t = [i], op.outputs[0]
         while True:
-            rs = view.readers.get(t, [])
-            if t in view.graph_out or len(rs) != 1 or rs[0] in view.drop:
+            found = _only_reader(view, t)
+            if found is None:
                 return None
-            nxt = view.steps[rs[0]]
+            j, nxt = found
             if len(nxt.members) != 1 or nxt.epilogue or not nxt.op.inputs or nxt.op.inputs[0] != t:
                 return None
-            chain.append(rs[0])
+            chain.append(j)
             if traits(nxt.op.name).reshapes:
                 t = nxt.op.outputs[0]
                 continue
@@ -934,8 +945,7 @@ def fuse_swish(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep],
         if found is None or sg.tensors[x].dtype != np.float32:
             return None
         j, mul = found
-        if mul.op.name != "MUL" or set(mul.op.inputs) != {x, y} or len(mul.op.inputs) != 2 \
-                or mul.op.options.get("fused_activation_function", 0) not in (0, "NONE") \
+        if mul.op.name != "MUL" or set(mul.op.inputs) != {x, y} or len(mul.op.inputs) != 2 or not _no_activation(mul.op) \
                 or tuple(sg.tensors[mul.op.outputs[0]].shape) != tuple(sg.tensors[x].shape):
             return None
         merged = replace(mul.op, name=SWISH, builtin_code=-1, inputs=(x,), options={MERGED: (op, mul.op)})

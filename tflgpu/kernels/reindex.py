@@ -112,8 +112,9 @@ class IndexMap:
     to_input: Callable[[list[str]], list[str]]
     helpers: str = ""
 
-    def load(self, coords: list[str], ptr: str = "in0") -> str:
-        return f"LD1({ptr}, {offset(self.ishape, self.to_input(coords))})"
+    def load(self, coords: list[str]) -> str:
+        """The value at output ``coords``, read from the move's input ``in0`` (its kernel's)."""
+        return f"LD1(in0, {offset(self.ishape, self.to_input(coords))})"
 
 
 def _reshape_map(ctx: GenContext) -> IndexMap:
@@ -688,18 +689,23 @@ def batch_matmul(ctx: GenContext) -> list[KernelSpec]:
 MAX_INDEX_TABLE = 4096  # entries of a constant index table written into a kernel's source
 
 
+def _gather_axes(ctx: GenContext) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """A GATHER's input and output shapes and its axis (made non-negative), checked as both its forms need."""
+    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
+    require_float(ctx, x_t, out, allow_bool=True, allow_index=True)
+    if ctx.opt("batch_dims", 0):
+        raise Unsupported("batch_dims != 0")
+    ishape, oshape = tuple(x_t.shape), tuple(out.shape)
+    _check(ishape, oshape)
+    axis = ctx.opt("axis", 0)
+    return ishape, oshape, axis + len(ishape) if axis < 0 else axis
+
+
 @generator("GATHER")
 def gather(ctx: GenContext) -> list[KernelSpec]:
     """GATHER by a tensor of indices (``_gather_by_tensor``), or by constant ones (``_gather_map``)."""
     if ctx.const(1) is None:
-        x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-        require_float(ctx, x_t, out, allow_bool=True, allow_index=True)
-        if ctx.opt("batch_dims", 0):
-            raise Unsupported("batch_dims != 0")
-        ishape, oshape = tuple(x_t.shape), tuple(out.shape)
-        _check(ishape, oshape)
-        axis = ctx.opt("axis", 0)
-        return _gather_by_tensor(ctx, ishape, oshape, axis + len(ishape) if axis < 0 else axis)
+        return _gather_by_tensor(ctx, *_gather_axes(ctx))
     moved = _gather_map(ctx)
     return lane_kernel(ctx, moved.oshape, [ctx.op.inputs[0]], moved.load, helpers=moved.helpers)
 
@@ -709,21 +715,13 @@ def _gather_map(ctx: GenContext) -> IndexMap:
     ``__constant`` table in the source, so the kernel is a plain reindexing; where they are an affine function of
     their position (``_affine``: a signal's frames, tf.signal.frame's hop * frame + sample; a time step), the
     index is computed instead, at any size."""
-    x_t, out = ctx.input_tensor(0), ctx.output_tensor()
-    require_float(ctx, x_t, out, allow_bool=True, allow_index=True)
+    ishape, oshape, axis = _gather_axes(ctx)
     idx = ctx.const(1)
-    if ctx.opt("batch_dims", 0):
-        raise Unsupported("batch_dims != 0")
-    ishape, oshape = tuple(x_t.shape), tuple(out.shape)
-    _check(ishape, oshape)
-    rank = len(ishape)
-    axis = ctx.opt("axis", 0)
-    axis = axis + rank if axis < 0 else axis
     if idx is None:
         raise Unsupported("indices that are a tensor")
     idx = np.asarray(idx, np.int64)
     affine = _affine(idx)
-    if not 0 <= axis < rank or idx.size == 0 or (affine is None and idx.size > MAX_INDEX_TABLE):
+    if not 0 <= axis < len(ishape) or idx.size == 0 or (affine is None and idx.size > MAX_INDEX_TABLE):
         raise Unsupported("axis out of range or index table size")
     if idx.min() < 0 or idx.max() >= ishape[axis]:
         raise Unsupported("indices out of range")

@@ -335,9 +335,9 @@ def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: boo
     steps, counts["fuse_separable"] = fuse_separable(steps, sg, consts, same_storage)
     steps, counts["fold_reshapes"] = fold_reshapes(steps, sg, consts, same_storage)
     steps, counts["fold_tensordot"] = fold_tensordot(steps, sg, consts)
-    steps, counts["fold_moves"] = fold_moves(steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops))
-    steps, counts["fuse_layer_norms"] = fuse_layer_norms(
-        steps, sg, consts, lambda ops: all(same_storage(ops[0], op) for op in ops[1:]))
+    one_storage = lambda ops: all(same_storage(ops[0], op) for op in ops[1:])  # (a chain's ops, in order)
+    steps, counts["fold_moves"] = fold_moves(steps, sg, consts, one_storage)
+    steps, counts["fuse_layer_norms"] = fuse_layer_norms(steps, sg, consts, one_storage)
     steps, counts["fuse_spectra"] = fuse_spectra(steps, sg, consts)
     steps, counts["fuse_swish"] = fuse_swish(steps, sg, consts)
     steps, counts["fuse_elementwise"] = fuse_elementwise(steps, sg, consts)
