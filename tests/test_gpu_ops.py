@@ -926,6 +926,41 @@ def test_channel_concatenation(gpu, rng, channels, lead):
     assert ("v = t0;" in spec.source) == (channels in ((4, 4), (3, 5, 8, 1)))  # (the 8 at channel 8: aligned)
 
 
+@pytest.mark.parametrize("shapes,axis,const_at", [
+    (((1, 12), (1, 44)), -1, 0),  # a signal padded in front (over channels: a branch per output slice)
+    (((2, 3, 4, 5), (2, 2, 4, 5), (2, 1, 4, 5)), 1, 1),  # along the rows, the constant between two tensors
+    (((1, 3, 300), (1, 3, 7)), 2, 1),  # past 64 output slices: lane by lane
+    (((1, 2, 3, 6), (1, 2, 3, 6)), 0, 0),  # along the batch
+])
+def test_concatenation_of_a_constant(gpu, rng, shapes, axis, const_at):
+    """An operand the model holds as a constant is uploaded once in its slice layout and read as a tensor would be
+    (it had kept the concatenation on the CPU): random values, so a constant stored in another layout or order
+    than the kernel reads shows."""
+    inputs = [rand(rng, s) if k == const_at else In(rand(rng, s)) for k, s in enumerate(shapes)]
+    check_op("CONCATENATION", inputs, axis=axis, **gpu)
+
+
+def test_concatenation_of_a_folded_fill(gpu, rng):
+    """As a keyword model pads its audio before framing it (a FILL, its shape computed from the input's,
+    concatenated in front): the fill folds to a constant, and the concatenation runs on the device."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    from .conftest import assert_close, litert, run_model
+
+    b = ModelBuilder()
+    x = b.input("audio", (1, 40), np.float32)
+    dims, value = b.const("dims", np.array([1, 24], I32), dtype=np.int32), b.const("v", np.float32(0.25))
+    pad, y = b.tensor("pad", (1, 24), np.float32), b.tensor("y", (1, 64), np.float32)
+    b.op("FILL", [dims, value], [pad])
+    b.op("CONCATENATION", [pad, x], [y], axis=1)
+    b.output(y)
+    model, feed = b.build(), [rand(rng, (1, 40))]
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    assert it.gpu_plan.cpu_op_count == 0, [s.reason for s in it.gpu_plan.steps if s.device == "cpu"]
+    assert_close(run_model(lambda **kw: it, model, feed)[0], run_model(litert(), model, feed)[0], gpu["rtol_scale"])
+
+
 @pytest.mark.parametrize("op", ["MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"])
 @pytest.mark.parametrize("shape,axes", [((1, 17, 30), [1, 2]), ((2, 5, 6, 7), [1, 2, 3]), ((1, 4, 5, 6), [0, 1, 2, 3]),
                                         ((5, 4, 9), [2, 1]), ((2, 3, 9), [-1, -2])])

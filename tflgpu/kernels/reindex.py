@@ -54,7 +54,9 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
     ``ctx.half_outputs`` (an FP32 op storing it half: ops.traits' casts_own_output) is written as half; one the plan
     asks for dense (``ctx.dense``: a graph output) as its dense NHWC float buffer. The op's own output (``output``
     None) takes its fused elementwise ops (the kernel stores the last one's output). ``dense_inputs``: inputs read
-    as the dense NHWC float buffer the host copies (a graph input's), which ``lane_value`` indexes so."""
+    as the dense NHWC float buffer the host copies (a graph input's), which ``lane_value`` indexes so. An input the
+    plan folded to a constant (a FILL's zeros that a concatenation pads a signal with) is uploaded once in its
+    slice layout, which ``lane_value`` reads as it would the tensor."""
     name = name or ctx.name
     lay = bhwc(tuple(out_shape))
     ep_code, ep = _epilogue(ctx, lay) if output is None else ("", Epilogue())
@@ -81,9 +83,19 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
     src = (helpers + f"__kernel void {name}({params}, __global {dtype}* dst) {{\n"
            + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
            + f"  {store}\n}}")
-    args = [Arg("tensor", t) for t in inputs] + ep.args + [Arg("tensor", output)]
-    return [KernelSpec(name, src, grid(lay), ctx.target.row_group(grid(lay)), args, list(inputs) + ep.inputs, [output],
+    args = [_lane_input(ctx, t) for t in inputs] + ep.args + [Arg("tensor", output)]
+    tensors = [t for t in inputs if ctx.constant(t) is None]
+    return [KernelSpec(name, src, grid(lay), ctx.target.row_group(grid(lay)), args, tensors + ep.inputs, [output],
                        dense=frozenset([output] if dense else []) | (dense_inputs & set(inputs)))]
+
+
+def _lane_input(ctx: GenContext, t: int) -> Arg:
+    """A lane kernel's input ``t``: the device tensor, or its folded value uploaded in its slice layout."""
+    value = ctx.constant(t)
+    if value is None:
+        return Arg("tensor", t)
+    tensor = ctx.tensor(t)
+    return Arg("const", to_slices(np.asarray(value, np.float32).reshape(tensor.shape), ctx.layout(tensor), np.float32))
 
 
 def _constant(ctx: GenContext, i: int, what: str) -> np.ndarray:
@@ -204,8 +216,6 @@ def concatenation(ctx: GenContext) -> list[KernelSpec]:
     out = ctx.output_tensor()
     ins = [ctx.tensor(i) for i in ctx.op.inputs]
     require_float(ctx, out, *ins)
-    if any(ctx.consts.get(i) is not None for i in ctx.op.inputs):
-        raise Unsupported("constant concat operand")
     rank = len(out.shape)
     views = ctx.opt("views") or (None,) * len(ins)
     _check(out.shape, *(t.shape for t in ins))
