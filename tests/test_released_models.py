@@ -1,5 +1,5 @@
-"""The models their makers released (tflgpu.zoo.released: MediaPipe's 14, Spotify's Basic Pitch, openWakeWord's 8;
-trained weights, the graphs their converters wrote) on every path against LiteRT: the CPU kernels and the OpenCL
+"""The models their makers released (tflgpu.zoo.released: MediaPipe's 14, Spotify's Basic Pitch, openWakeWord's 8,
+BirdNET's 2, a Model Maker audio classifier; trained weights, the graphs their converters wrote) on every path against LiteRT: the CPU kernels and the OpenCL
 device at FP32 within LiteRT's tolerance, or within the spread of LiteRT's own two CPU paths where that is wider;
 FP16 within the FP16 bounds; every op on the device but those a model's entry names (ReleasedModel.host_ops). The attention face mesh, whose custom ops LiteRT cannot resolve, is checked device against CPU kernels
 (those ops' kernels have their own tests against references written from MediaPipe's)."""

