@@ -93,27 +93,35 @@ def test_narrow_output_register_tiles(opencl_device, rng, tile_x, strided, units
                                                       (4, 8, 16, "float16"), (2, 4, 16, None), (7, 4, 16, "float16"),
                                                       (5, 4, 16, None), (4, 16, 16, "float16"),
                                                       (4, 12, 16, "float16"), (2, 12, 16, None), (4, 6, 8, "float8")])
-def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, strided):
+@pytest.mark.parametrize("mem", [False, True], ids=["float4-loads", "lane-loads"])
+def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, strided, mem):
     """Every register tile the generator offers computes the same conv (10 output channels: a 16-lane
-    accumulator's last 6 lanes are padding)."""
+    accumulator's last 6 lanes are padding), with each input slice loaded as a float4 or lane by lane where a
+    tile lies inside the image (``mem_lanes``: a 9 x 13 image padded by one, so tiles of 2-16 pixels take both)."""
     from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
 
     from .conftest import assert_close, litert, run_model
-    from .oputil import op_model
 
-    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 9, 13, 6))), rand(rng, (10, 3, 3, 6)), rand(rng, (10,))],
-                            padding="SAME", stride_w=1, stride_h=1)
+    b = ModelBuilder()  # (the conv's input made on the device: a graph input's dense buffer has loads of its own)
+    x, a, y = b.input("x", (1, 9, 13, 6)), b.tensor("a", (1, 9, 13, 6)), b.tensor("y", (1, 9, 13, 10))
+    b.op("ABS", [x], [a])
+    b.op("CONV_2D", [a, b.const("w", rand(rng, (10, 3, 3, 6))), b.const("b", rand(rng, (10,)))], [y],
+         padding="SAME", stride_w=1, stride_h=1)
+    b.output(y)
+    model, feeds = b.build(), [rand(rng, (1, 9, 13, 6))]
     it = Interpreter(model_content=model, delegate=GpuDelegate())
     from tflgpu.runtime.executor import GpuPlan
 
     plan = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=False),
-                   params={0: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint,
-                               "lanes": lanes}})
-    spec = plan.steps[0].specs[0]
+                   params={1: {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint,
+                               "lanes": lanes, "mem_lanes": mem}})
+    (spec,) = [s.specs[0] for s in plan.steps if s.op.name == "CONV_2D"]
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
                            "k_chunk": 8, "k_split": 1, "split": 1, "image_weights": False, "half_math": False,
-                           "broadcast": 0, "prefetch": False}
+                           "broadcast": 0, "prefetch": False, "mem_lanes": mem}
+    assert ("LD1(src, (row + ix0) * 4 + 0)" in spec.source) == mem
     from tflgpu.kernels.conv import CONV_SPACE
 
     assert all(v in CONV_SPACE[k] for k, v in spec.params.items())  # a point of the generator's full space

@@ -212,6 +212,33 @@ def test_prefetch_is_a_gpus_group_tile_variant_in_the_same_family():
         SeparableKnobs.resolve(block, {"group_tile": None, "prefetch": True})
 
 
+def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_the_same_family():
+    """``mem_lanes`` (a tile inside the image reads its input lane by lane, each broadcast by its load): on by
+    default for a 16-lane device's windowed conv of 2+ input slices in FP32 storage, where it measured faster; off
+    for a pointwise conv, one input slice, FP16 storage, a graph input read densely, an input prologue, an 8-lane
+    device and a GPU; in the space wherever it changes the code; a knob added after records were shipped, so it
+    leaves a kernel's family as it was."""
+    from tflgpu.autotune.tuner import kernel_family
+    from tflgpu.kernels.common import KernelSpec
+
+    windowed = replace(CONV_3X3, float_lanes=16)
+    assert ConvKnobs.default(windowed).mem_lanes and ConvKnobs.default(replace(windowed, sout=4)).mem_lanes
+    off = [replace(CONV_1X1, float_lanes=16), replace(windowed, sin=1), replace(windowed, fp16=True),
+           replace(windowed, dense_in=True, dense=True), replace(windowed, prologue=True), CONV_3X3,
+           replace(CONV_3X3, **GPU)]
+    assert [ConvKnobs.default(s).mem_lanes for s in off] == [False] * len(off)
+    assert ConvKnobs.space(windowed)["mem_lanes"] == [False, True]
+    assert "mem_lanes" in ConvKnobs.space(replace(windowed, fp16=True))  # (a search may still take it)
+    assert "mem_lanes" not in ConvKnobs.space(replace(windowed, dense_in=True, dense=True))
+    assert not ConvKnobs.resolve(windowed, {"mem_lanes": False}).mem_lanes
+    with pytest.raises(InvalidKnobs, match="mem_lanes=1 is not one of"):
+        ConvKnobs.resolve(windowed, {"mem_lanes": 1})
+    space = ConvKnobs.space(windowed)
+    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
+    without = {k: v for k, v in space.items() if k != "mem_lanes"}
+    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+
+
 def test_defaults_follow_the_measured_heuristic():
     assert ConvKnobs.default(CONV_3X3).params() == {**ConvKnobs().params(), "tile_x": 4, "tile_s": 4, "lanes": 8,
                                                      "vec_hint": "float8"}

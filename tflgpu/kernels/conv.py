@@ -148,6 +148,9 @@ CONV_SPACE = {
     # different input slice of the tile's pixels and broadcasting it to the others (cl_khr_subgroups or
     # cl_intel_subgroups; no barrier); 0: off
     "broadcast": [0, 16, 64],
+    # the direct kernel's input lanes loaded one by one, each broadcast by its load (where a tile lies inside the
+    # image), or a float4 a pixel broadcast lane by lane in registers
+    "mem_lanes": [False, True],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
 NEEDS_FP16_PLAN = "FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)"  # (half_math)
@@ -181,6 +184,7 @@ class ConvShape:
     # a GPU's group-tiled conv writes its output as the dense buffer: the group tile and the direct kernel do, not
     # Winograd, a split sum or the broadcast GEMM (its space is the one without: a shipped record still finds it)
     dense_out: bool = False
+    dense_in: bool = False  # its input is a dense boundary buffer (the direct kernel's own loads of it)
     # it applies unary ops to each input value it loads (graph.passes.PROLOGUE: a quantized model's QUANTIZE of its
     # float input): only the direct kernel does, in float arithmetic
     prologue: bool = False
@@ -374,6 +378,11 @@ class ConvKnobs(GroupTiled, Knobs):
     broadcast: int = 0
     # the group tile reads each step one step ahead, into registers (GroupTiled.prefetch_problems): a GPU's variant
     prefetch: bool = False
+    # the direct kernel reads each input lane of a tile whose pixels all lie inside the image on its own, broadcast
+    # as it is loaded (kernels.conv._conv_slice_loop), instead of a float4 a pixel whose lanes are broadcast in
+    # registers; in float arithmetic (the other forms, like FP16 arithmetic, have loads of their own: as with
+    # strided / const_weights, the knob is the direct kernel's)
+    mem_lanes: bool = False
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -388,6 +397,17 @@ class ConvKnobs(GroupTiled, Knobs):
         GFLOP/s vs 190-235 with the float8 tile above (a Zen 5 core's 512-bit FMA units half idle otherwise);
         also on thin layers (MobileNet v2's 3-channel stem 430 -> 210 us, its 24-channel 1x1s 1.3x faster), 8
         pixels by 4 slices where there are only 4.
+
+        There, a windowed conv of two or more input slices reads its input lanes one by one where a tile lies
+        inside the image, each broadcast by its own load (``mem_lanes``). Each direct CONV_2D of U-Net,
+        openWakeWord's embedding model, MobileNet v1 / v2 and Basic Pitch, both forms timed in alternation (5
+        rounds, KernelBench, Intel's CPU runtime on 2 Zen 4 cores): 3x3 16 -> 16 at 256 x 256 2204 -> 1485 us,
+        32 -> 16 4346 -> 2844, 64 -> 64 at 64 x 64 1772 -> 1505, U-Net's others 1.03-1.10x; the embedding's 1x3 /
+        3x1 convs of 24-96 channels 0.83-1.26x (15 of 19 faster); Basic Pitch's 3 x 39 conv 8 -> 32 1.16x. Not
+        taken: pointwise convs (0.87-1.01x: no padding to select away), one input slice (Basic Pitch's
+        one-channel convs 0.75-1.13x, 1 -> 32 channels 0.79x), float4 accumulators (its 3 x 39 8 -> 8 in 4 x 2
+        slices: 0.73x), FP16 storage (each lane a half converted on its own: the embedding's convs 0.43-1.00x,
+        geomean 0.81x). The space has both forms wherever they differ.
 
         Winograd F(4x4,3x3) is off by default: alone, UNet-like 3x3 layers ran 1.1-1.6x faster than the
         direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower with it (103 vs 109 ms, A/B
@@ -418,10 +438,11 @@ class ConvKnobs(GroupTiled, Knobs):
             if shape.pointwise and not shape.whole_pixel:
                 tx, ts = pointwise_tile(shape.sin, shape.sout, shape.pixels)
                 return cls(tile_x=tx, tile_s=ts, lanes=16, vec_hint="float16")
+            mem = not (shape.float_loads or shape.dense_in or shape.pointwise or shape.fp16) and shape.sin >= 2
             if shape.sout == 4:  # (one accumulator per pixel: more pixels)
-                return cls(tile_x=8, tile_s=4, lanes=16, vec_hint="float16")
+                return cls(tile_x=8, tile_s=4, lanes=16, vec_hint="float16", mem_lanes=mem)
             ts, lanes = slice_tile(shape.sout)
-            return cls(tile_x=min(4, shape.row), tile_s=ts, lanes=lanes, vec_hint=f"float{lanes}")
+            return cls(tile_x=min(4, shape.row), tile_s=ts, lanes=lanes, vec_hint=f"float{lanes}", mem_lanes=mem)
         if shape.sout >= 4 and shape.sin >= 2:
             small = not ((shape.pixels >= 256 and shape.sin < 128) or shape.sout < 8)
             return cls(tile_x=2 if small else 4, tile_s=8 if small else 4, lanes=8, vec_hint="float8")
@@ -449,6 +470,8 @@ class ConvKnobs(GroupTiled, Knobs):
             del space["half_math"]
         if not (shape.broadcast_ok and shape.gpu):  # (a GPU's variant)
             del space["broadcast"]
+        if shape.float_loads or shape.dense_in:  # (loads of their own, which mem_lanes does not change)
+            del space["mem_lanes"]
         if shape.whole_pixel or shape.direct_only or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
@@ -510,7 +533,8 @@ class ConvKnobs(GroupTiled, Knobs):
             if others or self.lanes != 4 or self.group_tile is not None or self.split != 1:
                 bad.append(f"image weights are the direct kernel's with float4 accumulators: not with "
                            f"{others or ['lanes / group_tile / split']}")
-        bad += one_of("broadcast", self.broadcast, CONV_SPACE["broadcast"])
+        bad += one_of("broadcast", self.broadcast, CONV_SPACE["broadcast"]) + one_of("mem_lanes", self.mem_lanes,
+                                                                                      (False, True))
         if self.broadcast and not bad:
             if not shape.broadcast_ok:
                 bad.append("sub-group broadcasts need a pointwise conv (no channel rank, no dense boundary) on a "
@@ -600,7 +624,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: bool = False,
                  dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False,
-                 prologue=(), scale: bool = False) -> str:
+                 prologue=(), scale: bool = False, mem_lanes: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -678,13 +702,52 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
             lines.append(f"      const bool ok{t} = ix{t} >= 0 && ix{t} < {iw} && {px(t)} < {ow};")
     if dense_in:
         lines.append(f"      const int prow = (b * {ih} + iy) * {iw};")
-    lines.append(f"      for (int i = 0; i < {sin}; ++i) {{")
+    # lanes_from_memory: where every pixel of the tile lies inside the image (one branch a tap, the same for the
+    # whole work-item), each input lane is loaded on its own and broadcast as it is loaded, instead of a float4
+    # loaded and each of its lanes broadcast in registers (the same mads in the same order)
+    lanes_from_memory = mem_lanes and not (dense_in or scale or prologue or half_math or narrow)
+    if lanes_from_memory:
+        lines.append(f"      if ({' && '.join(f'ok{t}' for t in range(tx))}) {{")
+        lines += _conv_slice_loop(sin=sin, ih=ih, iw=iw, kh=kh, kw=kw, tx=tx, nacc=nacc, per=per, used=used,
+                                  lanes=lanes, vt=vt, image_weights=image_weights, from_memory=True)
+        lines.append("      } else {")
+    lines += _conv_slice_loop(sin=sin, ih=ih, iw=iw, kh=kh, kw=kw, tx=tx, nacc=nacc, per=per, used=used, lanes=lanes,
+                              vt=vt, image_weights=image_weights, dense_in=dense_in, cin=cin, scale=scale,
+                              prologue=prologue, half_math=half_math, narrow=narrow, cout=cout)
+    if lanes_from_memory:
+        lines.append("      }")
+    lines += ["    }", "  }"]
+    if narrow:
+        for t in range(tx):
+            sums = [f"dot(dot{o}_{t}, (float4)(1.0f))" for o in range(cout)] + ["0.0f"] * (4 - cout)
+            lines.append(f"  const float4 acc0_{t} = (float4)({', '.join(sums)});")
+    after = None if arg is None else (
+        lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
+    lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
+                         st=st, after=after, dense=dense_out, half_acc=half_math, wide_bias=True)
+    if arg is not None:
+        lines.append("  }")
+        for t in range(tx):
+            lines.append(f"  if ({px(t)} < {ow}) {{ {arg_pick(arg.greater, f'best{t}', f'arg{t}', 'first')}\n  "
+                         + (f"idx[Y * {ow} + {px(t)}] = (float)first;" if arg.dense else
+                            store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx")) + " }")
+    lines.append("}")
+    return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
+
+
+def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, image_weights, from_memory=False,
+                     dense_in=False, cin=0, scale=False, prologue=(), half_math=False, narrow=False,
+                     cout=4) -> list[str]:
+    """The direct conv's loop over the input slices at one tap (``_conv_source``'s arguments): each pixel's input
+    slice loaded, each accumulator's weights, the mads. ``from_memory``: every pixel inside the image, each input
+    lane read and broadcast from memory as the mad takes it (no float4 of the slice, no select)."""
+    lines = [f"      for (int i = 0; i < {sin}; ++i) {{"]
     if not dense_in:
         lines.append(f"        const int row = ((b * {sin} + i) * {ih} + iy) * {iw};")
     if scale:
         lines.append(f"        const float4 g_ = LD4(gsc, b * {sin} + i);")
     xt = "half4" if half_math else "float4"
-    for t in range(tx):
+    for t in range(tx if not from_memory else 0):
         load = dense_load4("src", f"(prow + ix{t}) * {cin}", cin, "i") if dense_in else \
             f"LD4(src, row + ix{t})"
         if scale:
@@ -711,25 +774,10 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
         for t in range(tx):
             terms = f"acc{a}_{t}"
             for k in reversed(range(used)):
-                terms = f"mad(({vt})(x{t}.s{k}), w{a}_{k}, {terms})"
+                lane = f"LD1(src, (row + ix{t}) * 4 + {k})" if from_memory else f"x{t}.s{k}"
+                terms = f"mad(({vt})({lane}), w{a}_{k}, {terms})"
             lines.append(f"        acc{a}_{t} = {terms};")
-    lines += ["      }", "    }", "  }"]
-    if narrow:
-        for t in range(tx):
-            sums = [f"dot(dot{o}_{t}, (float4)(1.0f))" for o in range(cout)] + ["0.0f"] * (4 - cout)
-            lines.append(f"  const float4 acc0_{t} = (float4)({', '.join(sums)});")
-    after = None if arg is None else (
-        lambda s, t: "      " + arg_lanes("v", f"(S + {s})", cout, arg.greater, f"best{t}", f"arg{t}"))
-    lines += tile_stores(tx=tx, ts=ts, per=per, px=px, sout=sout, oh=oh, ow=ow, act=act, ep_code=ep_code, cout=cout,
-                         st=st, after=after, dense=dense_out, half_acc=half_math, wide_bias=True)
-    if arg is not None:
-        lines.append("  }")
-        for t in range(tx):
-            lines.append(f"  if ({px(t)} < {ow}) {{ {arg_pick(arg.greater, f'best{t}', f'arg{t}', 'first')}\n  "
-                         + (f"idx[Y * {ow} + {px(t)}] = (float)first;" if arg.dense else
-                            store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx")) + " }")
-    lines.append("}")
-    return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
+    return lines + ["      }"]
 
 
 def _group_stage_lines(sin: int, pixels: int, stage: GroupStage | None, half: bool = False, dest: str = "xs[e]",
@@ -1051,7 +1099,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     if arg is not None and direct and ctx.op.outputs[1] in ctx.dense:  # (the rank, a graph output: written densely)
         arg = replace(arg, dense=True)
     shape = replace(shape, dense=dense_in or (dense_out and direct) or (arg is not None and arg.dense),
-                    dense_out=dense_out and not direct)
+                    dense_out=dense_out and not direct, dense_in=dense_in)
     knobs = ConvKnobs.resolve(shape, ctx.params)
     bias = _bias_const(ctx, 2, cout)
     if knobs.winograd:
@@ -1087,7 +1135,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            strided=knobs.strided, vec_hint=knobs.vec_hint, lanes=knobs.lanes, epilogue=ep,
                            const_weights=knobs.const_weights, arg=arg, dense_in=dense_in,
                            dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
-                           half_math=knobs.half_math, prologue=prologue, scale=scale is not None)
+                           half_math=knobs.half_math, prologue=prologue, scale=scale is not None,
+                           mem_lanes=knobs.mem_lanes)
         gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
