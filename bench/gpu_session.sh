@@ -181,6 +181,11 @@
 # "spectrum or moves_in_a_row or read_twice or one_pixel_rows or swish" to the first call's TESTS_K. BirdNET 2.4 (51 MB,
 # `python -m tflgpu.zoo DIR --release birdnet`) does not fit the carry beside the wheels; its spectrum's shape is
 # in those tests (511 frames of 2,048 samples).
+# Since (2026-12-01, no GPU): a lane kernel's constant operand is uploaded in its slice layout (a CONCATENATION of a
+# folded FILL and a signal runs on the device), and the direct conv may read its input lanes one by one from memory
+# where a tile lies inside the image (ConvKnobs.mem_lanes: a 16-lane CPU device's FP32 default for windowed convs;
+# in a GPU's space, untimed there). Add "concatenation_of or register_tiles" to the first call's TESTS_K; `sweep`
+# now times two conv points with mem_lanes=True (whether a GPU's direct kernel gains from it).
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

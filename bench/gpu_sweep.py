@@ -49,7 +49,9 @@ POINTS = {
              ((1, 1, False), (1, 2, False), (2, 1, True), (2, 2, True), (4, 1, True), (1, 4, False), (2, 2, False))]
             + [dict(GEMM, local_size=(32, 1, 1))]
             # the direct kernel's weights through the texture path (where the device has images)
-            + [dict(GEMM, tile_x=tx, tile_s=ts, strided=True, image_weights=True) for tx, ts in ((2, 1), (2, 2))],
+            + [dict(GEMM, tile_x=tx, tile_s=ts, strided=True, image_weights=True) for tx, ts in ((2, 1), (2, 2))]
+            # its input lanes loaded one by one where a tile lies inside the image (a 16-lane CPU's default)
+            + [dict(GEMM, tile_x=tx, tile_s=ts, strided=True, mem_lanes=True) for tx, ts in ((2, 1), (2, 2))],
     # a conv with a window as an implicit GEMM over its taps (kernels.conv.im2col_stage), where its space has it
     "implicit GEMM": [dict(GEMM, group_tile=g, k_chunk=kc, k_split=ks)
                       for g, kc, ks in (((32, 8), 8, 1), ((16, 4), 8, 1), ((8, 8), 16, 1), ((8, 8), 8, 4), ((16, 4), 8, 4))]
