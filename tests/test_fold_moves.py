@@ -37,15 +37,16 @@ def _softmax(b: ModelBuilder, x, shape, name: str):
     return y
 
 
-def _framing(samples: int, hop: int, frame: int) -> tuple[bytes, tuple]:
-    """tf.signal.frame as TensorFlow converts it (BirdNET 2.4's STFT): a full STRIDED_SLICE of the signal, a RESHAPE
-    to sample pairs, a GATHER of each frame's pairs (hop * frame + pair, an affine index table) and a RESHAPE of the
-    frames back to samples; then the window's MUL."""
+def _framing(samples: int, hop: int, frame: int, start: int = 0) -> tuple[bytes, tuple]:
+    """tf.signal.frame as TensorFlow converts it (BirdNET 2.4's STFT): a STRIDED_SLICE of the signal (full, linked in
+    place; from ``start``, a kernel of its own), a RESHAPE to sample pairs, a GATHER of each frame's pairs (hop *
+    frame + pair, an affine index table) and a RESHAPE of the frames back to samples; then the window's MUL."""
     b = ModelBuilder()
-    x = b.input("x", (1, samples))
-    s = _scaled(b, x, (1, samples), 2.0, "scaled")
+    x = b.input("x", (1, samples + start))
+    s = _scaled(b, x, (1, samples + start), 2.0, "scaled")
     sl = b.tensor("sliced", (1, samples))
-    b.op("STRIDED_SLICE", [s, b.const("begin", np.array([0, 0], I32)), b.const("end", np.array([1, samples], I32)),
+    b.op("STRIDED_SLICE", [s, b.const("begin", np.array([0, start], I32)),
+                           b.const("end", np.array([1, samples + start], I32)),
                            b.const("strides", np.array([1, 1], I32))], [sl])
     pairs = b.tensor("pairs", (1, samples // 2, 2))
     b.op("RESHAPE", [sl, b.const("to_pairs", np.array([1, samples // 2, 2], I32))], [pairs])
@@ -59,7 +60,7 @@ def _framing(samples: int, hop: int, frame: int) -> tuple[bytes, tuple]:
     out = b.tensor("windowed", (1, frames, frame))
     b.op("MUL", [flat, b.const("window", window)], [out], fused_activation_function="NONE")
     b.output(out)
-    return b.build(), (1, samples)
+    return b.build(), (1, samples + start)
 
 
 def _shuffle(h: int, w: int, groups: int, per: int) -> tuple[bytes, tuple]:
@@ -95,16 +96,20 @@ def _picked(rows: int, cols: int) -> tuple[bytes, tuple]:
     return b.build(), (rows, cols)
 
 
-@pytest.mark.parametrize(("model", "merged"), [
-    (lambda: _framing(1200, 160, 256), 3),  # three moves (the full slice stays linked); the window's MUL after them
-    (lambda: _framing(610, 6, 10), 3),  # frames of 10 samples: part-filled slices
-    (lambda: _shuffle(5, 3, 3, 4), 3),
-    (lambda: _shuffle(2, 7, 2, 5), 3),
-    (lambda: _picked(9, 11), 3),  # a table of indices in the kernel's source
-], ids=["stft-framing", "short-frames", "shuffle", "shuffle-ragged", "permuted-rows"])
-def test_moves_in_a_row_are_one_kernel(opencl_device, precision, model, merged):
+@pytest.mark.parametrize(("model", "merged", "slices"), [
+    (lambda: _framing(1200, 160, 256), 3, True),  # three moves (the full slice stays linked); the window's MUL after
+    (lambda: _framing(614, 6, 8), 3, True),  # a hop of 6: frames start off the input's slices
+    (lambda: _framing(600, 10, 12, start=5), 4, True),  # the slice too, from sample 5
+    (lambda: _framing(610, 6, 10), 3, False),  # frames of 10 samples: part-filled slices
+    (lambda: _shuffle(5, 3, 3, 4), 3, False),
+    (lambda: _shuffle(2, 7, 2, 5), 3, False),
+    (lambda: _picked(9, 11), 3, False),  # a table of indices in the kernel's source
+], ids=["stft-framing", "odd-hop", "sliced-framing", "short-frames", "shuffle", "shuffle-ragged", "permuted-rows"])
+def test_moves_in_a_row_are_one_kernel(opencl_device, precision, model, merged, slices):
     """Each chain of moves is one step of one kernel (the ops before and after it keep theirs), and the plan computes
-    LiteRT's values exactly as far as storage allows (a move only copies)."""
+    LiteRT's values exactly as far as storage allows (a move only copies). Where each output slice is four
+    consecutive input values (``reindex.contiguous_slices``: a framing of whole slices, at any hop and start), one
+    float4 load at an offset affine in the output's coordinates; otherwise a load a lane."""
     data, shape = model()
     x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
     it = Interpreter(model_content=data, delegate=GpuDelegate(precision_loss_allowed=precision))
@@ -113,6 +118,7 @@ def test_moves_in_a_row_are_one_kernel(opencl_device, precision, model, merged):
     assert plan.cpu_op_count == 0 and plan.pass_counts["fold_moves"] == merged
     (step,) = [s for s in plan.steps if s.op.name == MOVES]
     assert len(step.specs) == 1 and len(step.op.options["chain"]) == merged
+    assert ("LD4(in0 + " in step.specs[0].source) == slices
     assert plan.launch_count() == 2  # (the op before; the moves, with the window's MUL fused after them)
     assert_close(got[0], run_model(litert(), data, [x])[0], 1e-3 if precision else 1e-6)
 
@@ -154,3 +160,15 @@ def test_the_index_maps_are_the_ops_traits_name():
     from tflgpu.ops.traits import ops_with
 
     assert set(INDEX_MAPS) == ops_with(maps_indices=True)
+
+
+def test_the_composed_map_is_evaluated_as_the_kernel_computes_it():
+    """``reindex._int_value`` computes the index expressions as C does or refuses: a table's lookup, and a division
+    or remainder of a negative value (C truncates toward zero where Python floors), leave the lane-by-lane form."""
+    from tflgpu.kernels.reindex import _int_value, _NotAffine
+
+    o = np.arange(40, dtype=np.int32)
+    assert np.array_equal(_int_value("(((o0 * 7 + 3) / 2) % 5) * -1 + 4", {"o0": o}), (((o * 7 + 3) // 2) % 5) * -1 + 4)
+    for bad in ("gidx_k[o0]", "(o0 - 5) / 2", "(o0 - 5) % 3", "o0 / 0", "min(o0, 3)", "o0 ? 1 : 2", "o1 + 1"):
+        with pytest.raises(_NotAffine):
+            _int_value(bad, {"o0": o})
