@@ -214,7 +214,8 @@ def test_prefetch_is_a_gpus_group_tile_variant_in_the_same_family():
 
 def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_the_same_family():
     """``mem_lanes`` (a tile inside the image reads its input lane by lane, each broadcast by its load): on by
-    default for a 16-lane device's windowed conv of 2+ input slices in FP32 storage, where it measured faster; off
+    default for a 16-lane device's windowed conv of 2+ input slices in FP32 storage, where it measured faster (with
+    float8 tiles of 8 pixels for 5-8 output channels); off
     for a pointwise conv, one input slice, FP16 storage, a graph input read densely, an input prologue, an 8-lane
     device and a GPU; in the space wherever it changes the code; a knob added after records were shipped, so it
     leaves a kernel's family as it was."""
@@ -228,6 +229,10 @@ def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_
            replace(CONV_3X3, **GPU)]
     assert [ConvKnobs.default(s).mem_lanes for s in off] == [False] * len(off)
     assert ConvKnobs.space(windowed)["mem_lanes"] == [False, True]
+    # 5-8 output channels: 8 pixels of one float8 each there; in FP16 storage the float4 tile as before
+    eight = [ConvKnobs.default(replace(windowed, sout=2, fp16=fp16)) for fp16 in (False, True)]
+    assert [(k.tile_x, k.tile_s, k.lanes, k.vec_hint, k.mem_lanes) for k in eight] == [
+        (8, 2, 8, "float8", True), (4, 2, 4, "float4", False)]
     assert "mem_lanes" in ConvKnobs.space(replace(windowed, fp16=True))  # (a search may still take it)
     assert "mem_lanes" not in ConvKnobs.space(replace(windowed, dense_in=True, dense=True))
     assert not ConvKnobs.resolve(windowed, {"mem_lanes": False}).mem_lanes

@@ -407,7 +407,10 @@ class ConvKnobs(GroupTiled, Knobs):
         taken: pointwise convs (0.87-1.01x: no padding to select away), one input slice (Basic Pitch's
         one-channel convs 0.75-1.13x, 1 -> 32 channels 0.79x), float4 accumulators (its 3 x 39 8 -> 8 in 4 x 2
         slices: 0.73x), FP16 storage (each lane a half converted on its own: the embedding's convs 0.43-1.00x,
-        geomean 0.81x). The space has both forms wherever they differ.
+        geomean 0.81x). The space has both forms wherever they differ. With them, a conv of 5-8 output channels
+        takes 8 pixels of one float8 each: Basic Pitch's 3 x 39 conv 8 -> 8 over 172 x 264 ran 6.72 / 6.71 ms
+        with the 4 x 2-slice float4 tile, 4.54 / 4.67 with 8 x 2 in float8s (an exhaustive search's best point, 7
+        x 2, 4.58), 6.02 / 7.09 with that tile's float4 loads.
 
         Winograd F(4x4,3x3) is off by default: alone, UNet-like 3x3 layers ran 1.1-1.6x faster than the
         direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower with it (103 vs 109 ms, A/B
@@ -434,11 +437,15 @@ class ConvKnobs(GroupTiled, Knobs):
                     return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(16, 4), k_chunk=8, k_split=4)
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
             return cls(tile_x=2, tile_s=1, lanes=4, vec_hint=None, strided=True)
+        # (a 16-lane device's windowed FP32 conv of 2+ input slices: its input lanes from memory, mem_lanes above)
+        mem = shape.float_lanes >= 16 and shape.sin >= 2 and not (
+            shape.float_loads or shape.dense_in or shape.pointwise or shape.fp16)
+        if mem and shape.sout == 2:  # (8 output channels: one float8 a pixel, 8 pixels)
+            return cls(tile_x=min(8, shape.row), tile_s=2, lanes=8, vec_hint="float8", mem_lanes=True)
         if shape.float_lanes >= 16 and shape.sout >= 4:
             if shape.pointwise and not shape.whole_pixel:
                 tx, ts = pointwise_tile(shape.sin, shape.sout, shape.pixels)
                 return cls(tile_x=tx, tile_s=ts, lanes=16, vec_hint="float16")
-            mem = not (shape.float_loads or shape.dense_in or shape.pointwise or shape.fp16) and shape.sin >= 2
             if shape.sout == 4:  # (one accumulator per pixel: more pixels)
                 return cls(tile_x=8, tile_s=4, lanes=16, vec_hint="float16", mem_lanes=mem)
             ts, lanes = slice_tile(shape.sout)
