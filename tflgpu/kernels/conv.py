@@ -184,7 +184,9 @@ class ConvShape:
     # a GPU's group-tiled conv writes its output as the dense buffer: the group tile and the direct kernel do, not
     # Winograd, a split sum or the broadcast GEMM (its space is the one without: a shipped record still finds it)
     dense_out: bool = False
-    dense_in: bool = False  # its input is a dense boundary buffer (the direct kernel's own loads of it)
+    # its input is a graph input's dense NHWC buffer, which the direct kernel loads in a form of its own
+    # (common.dense_load4: no lanes read from memory one by one)
+    dense_in: bool = False
     # it applies unary ops to each input value it loads (graph.passes.PROLOGUE: a quantized model's QUANTIZE of its
     # float input): only the direct kernel does, in float arithmetic
     prologue: bool = False
