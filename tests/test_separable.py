@@ -255,7 +255,9 @@ def test_invalid_points_are_refused():
 
 def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tmp_path):
     """A search of a separable block times the unfused pair among its first trials (one knob from the default),
-    so fusion is a per-layer choice the tuner turns off where it measures slower; the tuned plan matches LiteRT."""
+    so fusion is a per-layer choice the tuner turns off where it measures slower (then its two convs are searched
+    as kernels of their own: a block of 6 us, which a loaded machine, CI's two workers, may time either way); the
+    tuned plan matches LiteRT."""
     from tflgpu.autotune.tuner import KernelTuner
 
     seen = []
@@ -265,9 +267,12 @@ def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tm
     model, feeds = separable_model(rng, shape=(1, 14, 14, 16), cout=24)
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="fast", tuning_db=tmp_path / "records.json",
                                                                tuning_budget_s=20, cache=False))
-    (result,) = it.gpu_plan.tuning_results
-    assert result.op == SEPARABLE_CONV and result.source == "tuned"
-    assert {p["fused"] for p in seen} == {True, False}
+    results = it.gpu_plan.tuning_results
+    (result,) = [r for r in results if r.op == SEPARABLE_CONV]
+    assert result.source == "tuned"
+    parts = sorted(r.op for r in results if r is not result)
+    assert parts == ([] if result.params.get("fused", True) else ["CONV_2D", "DEPTHWISE_CONV_2D"])
+    assert {p["fused"] for p in seen if "fused" in p} == {True, False}
     assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
 
 
