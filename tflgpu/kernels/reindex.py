@@ -69,8 +69,8 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
     params = ", ".join([f"__global const {'float' if t in dense_inputs else 'STORE_T'}* in{i}"
                         for i, t in enumerate(inputs)] + ep.params)
     body = []
+    decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
     if slice_load is not None:
-        decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
         body.append(f"  {{ const int c = S * 4; {decl} const int {names.get('c', '_c')} = c;\n"
                     f"    v = {slice_load(coords)}; }}")
     elif slice_value is not None:
@@ -78,7 +78,6 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
         body += [f"  case {s}: {{ {slice_value(s)} break; }}" for s in range(lay.s)]
         body.append("  }")
     for j, lane in enumerate("xyzw" if slice_value is None and slice_load is None else ""):
-        decl = "".join(f"const int {names[k]} = {k};" for k in _ORIG[len(out_shape)] if k != "c")
         body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
                     f"\n      v.{lane} = {lane_value(coords)}; }} }}")
     half = output in ctx.half_outputs
@@ -101,8 +100,7 @@ def _lane_input(ctx: GenContext, t: int) -> Arg:
     value = ctx.constant(t)
     if value is None:
         return Arg("tensor", t)
-    tensor = ctx.tensor(t)
-    return Arg("const", to_slices(np.asarray(value, np.float32).reshape(tensor.shape), ctx.layout(tensor), np.float32))
+    return Arg("const", to_slices(value, ctx.layout(ctx.tensor(t)), np.float32))
 
 
 def _constant(ctx: GenContext, i: int, what: str) -> np.ndarray:
@@ -931,32 +929,43 @@ def moves(ctx: GenContext) -> list[KernelSpec]:
         maps.append(make(replace(ctx, op=op, epilogue=[])))
     if not maps:
         raise Unsupported("no moves")
-    fn = f"{ctx.name}_at"
     oshape = maps[-1].oshape
-    names = [f"o{d}" for d in range(len(oshape))]
-    lines = [f"static inline int {fn}({', '.join(f'const int {n}' for n in names) or 'void'}) {{"]
-    for k, m in enumerate(reversed(maps)):
-        coords = m.to_input(names)
-        names = [f"m{k}_{d}" for d in range(len(coords))]
-        lines += [f"  const int {n} = {e};" for n, e in zip(names, coords)]
-    lines += [f"  return {offset(maps[0].ishape, names)};", "}", ""]
-    slices = contiguous_slices(maps)
+    steps, at = _composed(maps)
+    slices = contiguous_slices(maps, steps, at)
     if slices is not None:  # (no helper: one multiply-add a coordinate, a float4 load)
-        start, steps = slices
-        at = lambda coords: " + ".join([str(start)] + [f"({c}) * {k}" for c, k in zip(coords, steps) if k])
-        return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], None, slice_load=lambda coords: f"LD4(in0 + {at(coords)}, 0)")
+        start, coefs = slices
+        base = lambda coords: " + ".join([str(start)] + [f"({c}) * {k}" for c, k in zip(coords, coefs) if k])
+        return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], None,
+                           slice_load=lambda coords: f"LD4(in0 + {base(coords)}, 0)")
+    fn = f"{ctx.name}_at"
+    lines = [f"static inline int {fn}({', '.join(f'const int o{d}' for d in range(len(oshape))) or 'void'}) {{"]
+    lines += [f"  const int {n} = {e};" for n, e in steps] + [f"  return {at};", "}", ""]
     helpers = "".join(m.helpers for m in maps) + "\n".join(lines)
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], lambda coords: f"LD1(in0, {fn}({', '.join(coords)}))",
                        helpers=helpers)
+
+
+def _composed(maps: list[IndexMap]) -> tuple[list[tuple[str, str]], str]:
+    """The moves ``maps`` (first to last) as one index map of the output's coordinates ``o0``, ``o1``...: each
+    step's input coordinates, last move first, as (name, C int expression) assignments (one variable a coordinate,
+    so the expressions do not nest), and the first move's input offset in its slice layout."""
+    names = [f"o{d}" for d in range(len(maps[-1].oshape))]
+    steps = []
+    for k, m in enumerate(reversed(maps)):
+        coords = m.to_input(names)
+        names = [f"m{k}_{d}" for d in range(len(coords))]
+        steps += zip(names, coords)
+    return steps, offset(maps[0].ishape, names)
 
 
 # the most output values ``contiguous_slices`` evaluates the composed index map at (int32 arrays, a few per step)
 MAX_MAPPED_VALUES = 1 << 22
 
 
-def contiguous_slices(maps: list[IndexMap]) -> tuple[int, list[int]] | None:
-    """(start, steps) where the moves ``maps`` (first to last) read each output value at element start + sum of its
-    coordinates times the steps of the first move's input in its slice layout, with a step of 1 along the output's
+def contiguous_slices(maps: list[IndexMap], steps: list[tuple[str, str]], at: str) -> tuple[int, list[int]] | None:
+    """(start, coefficients) where the moves ``maps`` (first to last; ``_composed``'s ``steps`` and offset ``at``)
+    read each output value at element start + sum of its coordinates times the coefficients of the first move's
+    input in its slice layout, with a coefficient of 1 along the output's
     channels, which are whole slices: each output slice is then four consecutive input values, one float4 load at
     an offset computed by one multiply-add a coordinate (BirdNET's STFT framing, 2 * hop * frame + sample through a
     reshape to pairs, the frames' GATHER and a reshape back, where the lane-by-lane form took 2.55 ms for 1M values
@@ -968,21 +977,18 @@ def contiguous_slices(maps: list[IndexMap]) -> tuple[int, list[int]] | None:
         return None
     grid = np.indices(oshape, dtype=np.int32)  # (the kernel's ints)
     env = {f"o{d}": grid[d] for d in range(len(oshape))}
-    names = list(env)
     try:
-        for k, m in enumerate(reversed(maps)):
-            coords = [_int_value(e, env) for e in m.to_input(names)]
-            names = [f"m{k}_{d}" for d in range(len(coords))]
-            env.update(zip(names, coords))
-        at = np.broadcast_to(_int_value(offset(maps[0].ishape, names), env), oshape)
+        for name, expr in steps:
+            env[name] = _int_value(expr, env)
+        offsets = np.broadcast_to(_int_value(at, env), oshape)
     except (_NotAffine, OverflowError):
         return None
-    start = int(at.reshape(-1)[0])
+    start = int(offsets.reshape(-1)[0])
     unit = lambda d: tuple(int(k == d) for k in range(len(oshape)))
-    steps = [int(at[unit(d)]) - start if n > 1 else 0 for d, n in enumerate(oshape)]
-    if steps[-1] != 1 or not np.array_equal(at, start + sum(g * k for g, k in zip(grid, steps))):
+    coefs = [int(offsets[unit(d)]) - start if n > 1 else 0 for d, n in enumerate(oshape)]
+    if coefs[-1] != 1 or not np.array_equal(offsets, start + sum(g * k for g, k in zip(grid, coefs))):
         return None
-    return start, steps
+    return start, coefs
 
 
 class _NotAffine(Exception):
