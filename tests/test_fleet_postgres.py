@@ -66,8 +66,11 @@ def test_three_machines_share_one_postgres_study(postgres, opencl_device, rng, t
     model = tmp_path / "conv.tflite"
     model.write_bytes(conv_model(rng)[0])
     machines = [tmp_path / f"machine{i}" for i in range(3)]
+    # each worker stops at 12 compiled candidates of its own; the budget only has to leave room for them: fast
+    # mode's 30 s includes the worker's start and first compile, which on a loaded machine (CI's, running the
+    # suite beside it) left one worker's search no time at all (2 workers in the study, not 3)
     cmd = [sys.executable, "-m", "tflgpu.cli", "tune", str(model), "--mode", "fast", "--trials", "12",
-           "--storage", postgres, "--repeat", "30", "-q", "--json"]
+           "--storage", postgres, "--repeat", "30", "--budget-s", "600", "-q", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(m))
              for m in machines]
     outs = []
