@@ -120,7 +120,7 @@ def test_conv2d_register_tiles(opencl_device, rng, tile_x, tile_s, lanes, hint, 
     assert spec.params == {"tile_x": tile_x, "tile_s": tile_s, "strided": strided, "vec_hint": hint, "lanes": lanes,
                            "const_weights": False, "winograd": False, "local_size": None, "group_tile": None,
                            "k_chunk": 8, "k_split": 1, "split": 1, "image_weights": False, "half_math": False,
-                           "broadcast": 0, "prefetch": False, "mem_lanes": mem}
+                           "broadcast": 0, "prefetch": False, "mem_lanes": mem, "signal": 0}
     assert ("LD1(src, (row + ix0) * 4 + 0)" in spec.source) == mem
     from tflgpu.kernels.conv import CONV_SPACE
 

@@ -25,9 +25,12 @@ CONV_1X1_BIG = ConvShape(1, 1, 1, 1, 1, 1, sin=64, sout=64, row=49, pixels=49, w
 CONV_STEM = ConvShape(3, 3, 2, 2, 1, 1, sin=1, sout=3, row=112, pixels=112 * 112, w_bytes=12 * 27 * 4)
 CONV_1X1 = ConvShape(1, 1, 1, 1, 1, 1, sin=8, sout=8, row=196, pixels=196, w_bytes=32 * 32 * 4, pointwise=True)
 CONV_1PX = ConvShape(1, 1, 1, 1, 1, 1, sin=256, sout=250, row=1, pixels=1, w_bytes=1000 * 1024 * 4, pointwise=True)
+# a one-channel signal's resampling filter (Basic Pitch's: 256 taps at stride 2, one output channel)
+CONV_FIR = ConvShape(1, 256, 1, 2, 1, 1, sin=1, sout=1, row=5480, pixels=5480, w_bytes=256 * 4, cin=1, float_lanes=16)
 GPU = {"float_lanes": 1, "gpu": True}
 
 FAMILIES = [(ConvKnobs, CONV_3X3), (ConvKnobs, CONV_1X1_BIG), (ConvKnobs, CONV_STEM), (ConvKnobs, CONV_1X1),
+            (ConvKnobs, CONV_FIR),
             (DepthwiseKnobs, DepthwiseShape(14, 8)), (DepthwiseKnobs, DepthwiseShape(2, 1)),
             (DepthwiseKnobs, DepthwiseShape(7, 6, mult=2)), (FullyConnectedKnobs, FcShape(250)),
             (FullyConnectedKnobs, FcShape(1)), (TransposeConvKnobs, TransposeConvShape(2, 36, gpu=True)),
@@ -241,6 +244,42 @@ def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_
     space = ConvKnobs.space(windowed)
     spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
     without = {k: v for k, v in space.items() if k != "mem_lanes"}
+    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+
+
+def test_a_one_channel_signals_filter_runs_the_signal_form_on_a_cpu_device_in_the_same_family():
+    """``signal`` (output pixels a work-item along float16 lanes, the window staged by phase): the default of a CPU
+    device's conv over one input channel with a one-row window of adjacent taps into at most 4 output channels,
+    64 pixels a work-item or the fewest that take a short row whole; not for 2 input channels, a taller window, a
+    dilated one, 5 output channels, a prologue, a GPU, or a window past the private memory it may stage; in the
+    space wherever it applies; a knob added after records were shipped, so it leaves a kernel's family as it was."""
+    from tflgpu.autotune.tuner import kernel_family
+    from tflgpu.kernels.common import KernelSpec
+    from tflgpu.kernels.conv import SIGNAL_WINDOW_FLOATS
+
+    assert ConvKnobs.default(CONV_FIR).signal == 64
+    assert ConvKnobs.default(replace(CONV_FIR, row=30, pixels=30)).signal == 32
+    assert ConvKnobs.default(replace(CONV_FIR, sout=1, kw=3, sw=1, w_bytes=36, float_lanes=8)).signal == 64
+    off = [replace(CONV_FIR, cin=2), replace(CONV_FIR, cin=0), replace(CONV_FIR, kh=3), replace(CONV_FIR, dw=2),
+           replace(CONV_FIR, sout=2), replace(CONV_FIR, prologue=True), replace(CONV_FIR, whole_pixel=True),
+           replace(CONV_FIR, **GPU), replace(CONV_FIR, sw=256, kw=512)]
+    assert [ConvKnobs.default(s).signal for s in off] == [0] * len(off)
+    assert all("signal" not in ConvKnobs.space(s) for s in off)
+    assert ConvKnobs.space(CONV_FIR)["signal"] == [0, 16, 32, 64, 128]
+    # (stride 32: 32 phases of the pixels' and the taps' samples each, 128 pixels' window too large)
+    wide = replace(CONV_FIR, sw=32)
+    assert ConvKnobs.space(wide)["signal"] == [0, 16, 32, 64]
+    assert wide.signal_window(128) > SIGNAL_WINDOW_FLOATS >= wide.signal_window(64)
+    with pytest.raises(InvalidKnobs, match="a window of at most 4096 samples"):
+        ConvKnobs.resolve(wide, {"signal": 128})
+    with pytest.raises(InvalidKnobs, match="the signal form needs one input channel"):
+        ConvKnobs.resolve(replace(CONV_FIR, cin=2), {"signal": 64})
+    with pytest.raises(InvalidKnobs, match="not with"):
+        ConvKnobs.resolve(CONV_FIR, {"signal": 64, "const_weights": True})
+    assert ConvKnobs.resolve(CONV_FIR, {"signal": 0, "tile_x": 8}).signal == 0  # (the direct kernel, as asked)
+    space = ConvKnobs.space(CONV_FIR)
+    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
+    without = {k: v for k, v in space.items() if k != "signal"}
     assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
 
 

@@ -151,12 +151,18 @@ CONV_SPACE = {
     # the direct kernel's input lanes loaded one by one, each broadcast by its load (where a tile lies inside the
     # image), or a float4 a pixel broadcast lane by lane in registers
     "mem_lanes": [False, True],
+    # a one-channel signal's filter (ConvShape.signal_ok): this many output pixels a work-item, along the lanes of
+    # float16 accumulators, its window's samples staged in private memory by phase (kernels.conv._signal_source);
+    # 0: the direct kernel (a CPU's variant)
+    "signal": [0, 16, 32, 64, 128],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
 NEEDS_FP16_PLAN = "FP16 arithmetic needs an FP16 plan (half storage, a device with cl_khr_fp16)"  # (half_math)
 LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage per step of its sum
 LOCAL_GROUP_BYTES = 32 * 1024  # local memory a group tile may use in all (OpenCL 1.2's guaranteed minimum)
 MAX_GROUP = 256  # work-items per group tile where the device's limit is not known (kernels.base.Target.max_group)
+SIGNAL_WINDOW_FLOATS = 4096  # the signal form's staged samples a work-item, at most (16 KB of private memory)
+SIGNAL_UNROLL = 4  # the signal form's steps of the tap loop unrolled (its stride's phases each step)
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,30 @@ class ConvShape:
     fp16: bool = False  # the kernel stores half (an FP16 plan, on a device with cl_khr_fp16)
     subgroups: str | None = Target.subgroups  # the extension naming the sub-group functions (kernels.base.Target)
     max_group: int = Target.max_group  # the work-items a work-group may have (kernels.base.Target)
+    cin: int = 0  # input channels (0: not known, as the shapes of composite ops' parts; no signal form)
+
+    @property
+    def signal_ok(self) -> bool:
+        """A filter over a one-channel signal: one input channel, a window of one row of adjacent taps, at most
+        one output slice (an audio model's resampling FIR, its decimation chain's low-pass filters), as the
+        direct kernel computes it but for the epilogue's inputs (no prologue, no gate's scale, no channel
+        rank)."""
+        return (self.cin == 1 and self.kh == 1 and self.dw == 1 and self.sout == 1
+                and not (self.prologue or self.scaled or self.whole_pixel))
+
+    def signal_window(self, pixels: int) -> int:
+        """The samples the signal form stages for ``pixels`` output pixels a work-item: for each of the stride's
+        phases a tap reads, the pixels' samples and the taps' (plus the unrolled loop's overrun)."""
+        taps = -(-self.kw // self.sw)
+        return min(self.sw, self.kw) * (pixels + taps + SIGNAL_UNROLL)
+
+    @property
+    def signal_pixels(self) -> list[int]:
+        """The signal knob's values this conv takes (pixels a work-item whose window fits): none where the form
+        does not apply."""
+        if not self.signal_ok:
+            return []
+        return [p for p in CONV_SPACE["signal"] if p and self.signal_window(p) <= SIGNAL_WINDOW_FLOATS]
 
     @property
     def weight_texels(self) -> int:
@@ -332,6 +362,17 @@ def pointwise_tile(sin: int, sout: int, pixels: int) -> tuple[int, int]:
 SLICE_TILES = {8: 16, 12: 16, 6: 8}
 
 
+def signal_default(shape: ConvShape) -> int:
+    """A one-channel signal filter's output pixels a work-item (ConvKnobs.signal): the fewest that take its whole row,
+    else 64, or the most whose window fits. Basic Pitch's resampling FIRs (256 taps at stride 2, one output
+    channel; Intel's CPU runtime on 2 Xeon cores, a kernel of the form alone): 44,098 samples 1,126 us with 8 pixels
+    in a float8, 469 with 16, 303 with 32, 170 with 64 and its tap loop unrolled 4 steps (65.8 GFLOP/s), 164 with
+    128; the direct kernel took 1,992 (one lane of its float4 accumulator used)."""
+    fits = shape.signal_pixels
+    whole = [p for p in fits if p >= shape.row]
+    return min(whole) if whole else max([p for p in fits if p <= 64] or fits[:1])
+
+
 def slice_tile(sout: int) -> tuple[int, int]:
     """(tile_s, lanes) of a windowed conv on a 16-lane device: 8 slices in two float16 accumulators a pixel, or where
     those leave a ragged last tile, 12 in three, or 6 in three float8s. A sweep of openWakeWord's embedding model
@@ -385,6 +426,10 @@ class ConvKnobs(GroupTiled, Knobs):
     # registers; in float arithmetic (the other forms, like FP16 arithmetic, have loads of their own: as with
     # strided / const_weights, the knob is the direct kernel's)
     mem_lanes: bool = False
+    # a one-channel signal's filter (ConvShape.signal_ok) computing this many output pixels a work-item along the
+    # lanes of float16 accumulators (kernels.conv._signal_source), in place of the direct kernel, whose tile knobs
+    # it leaves unused (as Winograd does); 0: off
+    signal: int = 0
 
     @classmethod
     def default(cls, shape: ConvShape) -> ConvKnobs:
@@ -439,6 +484,8 @@ class ConvKnobs(GroupTiled, Knobs):
                     return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(16, 4), k_chunk=8, k_split=4)
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
             return cls(tile_x=2, tile_s=1, lanes=4, vec_hint=None, strided=True)
+        if shape.signal_pixels:  # (a one-channel signal's filter: its output pixels along the lanes)
+            return cls(signal=signal_default(shape))
         # (a 16-lane device's windowed FP32 conv of 2+ input slices: its input lanes from memory, mem_lanes above)
         mem = shape.float_lanes >= 16 and shape.sin >= 2 and not (
             shape.float_loads or shape.dense_in or shape.pointwise or shape.fp16)
@@ -481,6 +528,10 @@ class ConvKnobs(GroupTiled, Knobs):
             del space["broadcast"]
         if shape.float_loads or shape.dense_in:  # (loads of their own, which mem_lanes does not change)
             del space["mem_lanes"]
+        if shape.gpu or not shape.signal_pixels:  # (a CPU's variant: a GPU's work-items have no such private memory)
+            del space["signal"]
+        else:
+            space["signal"] = [0, *shape.signal_pixels]
         if shape.whole_pixel or shape.direct_only or not (shape.pointwise or shape.gpu):
             # (a conv with a window as an implicit GEMM: a GPU's variant, 3-10x slower than the direct kernel on a
             # CPU runtime in a sweep of UNet's convs, so a CPU's search does not spend its trials on it)
@@ -554,6 +605,16 @@ class ConvKnobs(GroupTiled, Knobs):
                     or self.local_size is not None:
                 bad.append(f"a broadcast GEMM sets its own work-group, one output slice per work-item in float4: not "
                            f"with {others or ['lanes / tile_s / group_tile / split / local_size']}")
+        bad += one_of("signal", self.signal, CONV_SPACE["signal"])
+        if self.signal and not bad:
+            if self.signal not in shape.signal_pixels:
+                bad.append(f"the signal form needs one input channel, a window of one row of adjacent taps and at most "
+                           f"4 output channels, and a window of at most {SIGNAL_WINDOW_FLOATS} samples a work-item "
+                           f"(signal={self.signal})")
+            others = [n for n in ("const_weights", "winograd", "image_weights", "half_math") if getattr(self, n)]
+            if others or self.group_tile is not None or self.split != 1 or self.broadcast:
+                bad.append(f"the signal form reads its own weights in float: not with "
+                           f"{others or ['group_tile / split / broadcast']}")
         if self.split != 1 and not bad:
             if not shape.split_ok:
                 bad.append("a split sum needs a pointwise conv of one pixel")
@@ -742,6 +803,63 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
                             store_element(arg.out, f"Y * {ow} + {px(t)}", "(float)first", "idx")) + " }")
     lines.append("}")
     return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
+
+
+def _signal_source(name, *, ih, iw, oh, ow, kw, sh, sw, pt, pl, batch, pixels, act, cout, epilogue=None,
+                   dense_in=False, dense_out=False) -> str:
+    """A filter over a one-channel signal (ConvShape.signal_ok): each work-item computes ``pixels`` adjacent output
+    pixels of its row along the lanes of float16 accumulators, one per output channel and 16 pixels. Its window's
+    samples are staged once in a private array, split by the stride's phase, so that tap t's samples for 16 pixels
+    (x * sw + t) are 16 adjacent values of phase t % sw: one vector load, one broadcast weight and one mad a tap
+    and 16 pixels, where the direct kernel took a float4 load and a mad for each pixel's one lane. The taps'
+    loop is unrolled SIGNAL_UNROLL steps (each step the stride's phases); the stores are the direct kernel's."""
+    taps = -(-kw // sw)  # steps of the tap loop (each over the phases below)
+    phases = min(sw, kw)
+    span = pixels + taps + SIGNAL_UNROLL  # staged samples a phase (the unrolled steps read past the last tap)
+    vectors = pixels // 16
+    ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
+    extra = "".join(f"{p}, " for p in ep_params)
+    src_t, out_t = ("float" if dense_in else "STORE_T"), ("float" if dense_out else "STORE_T")
+    sample = "RND4((float4)(src[row + i])).x" if dense_in else "LD1(src, (row + i) * 4)"
+    lines = [f"__attribute__((vec_type_hint(float16))) __kernel void {name}(__global const {src_t}* src,",
+             f"    __global const float* wts, __global const STORE_T* bias, {extra}__global {out_t}* dst) {{",
+             "  const int X = get_global_id(0);",
+             "  const int Y = get_global_id(1);",
+             f"  if (X >= {-(-ow // pixels)} || Y >= {batch * oh}) return;",
+             f"  const int b = Y / {oh}; const int oy = Y % {oh};",
+             "  const int S = 0;",  # (the stores' output slice)
+             f"  const int iy = oy * {sh} - {pt};",
+             f"  const bool inside = iy >= 0 && iy < {ih};",
+             f"  const int row = (b * {ih} + iy) * {iw};",
+             f"  const int first = X * {pixels * sw} - {pl};",
+             f"  float win[{phases * span}];",
+             f"  for (int r = 0; r < {phases}; ++r) {{",
+             f"    for (int m = 0; m < {span}; ++m) {{",
+             f"      const int i = first + r + m * {sw};",
+             f"      win[r * {span} + m] = inside && i >= 0 && i < {iw} ? {sample} : 0.0f;",
+             "    }", "  }"]
+    lines += [f"  float16 a{c}_{v} = (float16)(0.0f);" for c in range(cout) for v in range(vectors)]
+    lines.append(f"  for (int q = 0; q < {taps}; q += {SIGNAL_UNROLL}) {{")
+    guard = kw % sw or taps % SIGNAL_UNROLL
+    for u in range(SIGNAL_UNROLL):
+        for r in range(phases):
+            lines.append(f"    {{ const int t = (q + {u}) * {sw} + {r};")
+            lines.append(f"      {'if (t < %d) ' % kw if guard else ''}{{")
+            lines += [f"        const float16 w{c} = (float16)(wts[{c * kw} + t]);" for c in range(cout)]
+            for v in range(vectors):
+                lines.append(f"        const float16 x{v} = vload16(0, win + {r * span + 16 * v + u} + q);")
+                lines += [f"        a{c}_{v} = mad(x{v}, w{c}, a{c}_{v});" for c in range(cout)]
+            lines.append("      }")
+            lines.append("    }")
+    lines.append("  }")
+    for t in range(pixels):
+        lane = f"s{'0123456789abcdef'[t % 16]}"
+        vals = [f"a{c}_{t // 16}.{lane}" for c in range(cout)] + ["0.0f"] * (4 - cout)
+        lines.append(f"  const float4 acc0_{t} = (float4)({', '.join(vals)});")
+    lines += tile_stores(tx=pixels, ts=1, per=1, px=lambda t: f"(X * {pixels} + {t})", sout=1, oh=oh, ow=ow, act=act,
+                         ep_code=ep_code, cout=cout, dense=dense_out)
+    lines.append("}")
+    return "\n".join(lines)
 
 
 def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, image_weights, from_memory=False,
@@ -1095,7 +1213,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                       w_bytes=w.size * (2 if ctx.fp16 else 4), pointwise=trivial, whole_pixel=arg is not None,
                       float_lanes=ctx.target.float_lanes, gpu=ctx.target.gpu, images=ctx.target.images,
                       fp16=ctx.fp16, subgroups=ctx.target.subgroups, max_group=ctx.target.max_group,
-                      prologue=bool(prologue), scaled=scale is not None)
+                      prologue=bool(prologue), scaled=scale is not None, cin=cin)
     # a boundary tensor read / written densely where the plan asks and the default is the direct kernel anyway (a
     # GPU's group-tiled or split pointwise conv keeps its form and the conversion pass; a CONV_ARG writes its own
     # outputs, but reads its input as the direct conv does)
@@ -1117,6 +1235,19 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     tx, ts = knobs.tile_x, knobs.tile_s
     ep = ctx.epilogue_code(cout)
     act = ctx.opt("fused_activation_function", 0)
+    outs = [ctx.final_output] if arg is None else [t for t in ctx.op.outputs if t >= 0]
+    dense = ([ctx.op.inputs[0]] if dense_in else []) + (outs if dense_out else [])
+    flops = 2 * n * oh * ow * cout * kh * kw * cin
+    if knobs.signal:
+        src = _signal_source(ctx.name, ih=ih, iw=iw, oh=oh, ow=ow, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n,
+                             pixels=knobs.signal, act=act, cout=cout, epilogue=ep, dense_in=dense_in,
+                             dense_out=dense_out)
+        gsize = (-(-ow // knobs.signal), n * oh, 1)
+        return [KernelSpec(ctx.name, src, gsize, fitted(gsize, knobs.local_size), [
+            Arg("tensor", ctx.op.inputs[0]), Arg("const32", np.ascontiguousarray(w[:, 0, :, 0]).reshape(-1)),
+            Arg("const", vec_slices(bias, cout)), *ep.args, *(Arg("tensor", t) for t in outs)],
+            [ctx.op.inputs[0], *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape), flops=flops,
+            dense=frozenset(dense))]
     if knobs.split > 1:
         src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=cout,
                                epilogue=ep)  # (one pixel: the slice layout is FULLY_CONNECTED's [batch, slice])
@@ -1151,8 +1282,6 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
             gsize = gsize[:2] + (1,)
         local, pad = fitted(gsize, knobs.local_size), ts
     wts = weights_oi(w, knobs.lanes, pad)
-    outs = [ctx.final_output] if arg is None else [t for t in ctx.op.outputs if t >= 0]
-    dense = ([ctx.op.inputs[0]] if dense_in else []) + (outs if dense_out else [])
     if arg is not None and arg.dense:
         dense.append(ctx.op.outputs[1])
     gate = [] if scale is None else [scale]
@@ -1161,7 +1290,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         Arg("image" if knobs.image_weights else "const", wts),
         Arg("const", vec_slices(bias, cout, pad)), *ep.args, *(Arg("tensor", t) for t in outs)],
         [ctx.op.inputs[0], *gate, *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape),
-        flops=2 * n * oh * ow * cout * kh * kw * cin, dense=frozenset(dense))]
+        flops=flops, dense=frozenset(dense))]
 
 
 DEPTHWISE_SLICES = (1, 2, 4)  # output slices per work-item, in float4 / float8 / float16 math
