@@ -50,6 +50,38 @@ def test_conv2d(gpu, rng, shape, cout, k, stride, dil, pad, act):
              fused_activation_function=act, **gpu)
 
 
+@pytest.mark.parametrize("cin", [1, 2, 3])
+def test_a_thin_inputs_weights_hold_only_the_lanes_its_sum_takes(opencl_device, rng, cin):
+    """A conv over one input slice of 1-3 channels (an RGB stem, a mel filterbank over raw samples) sums only
+    those lanes at each tap, and its weights hold only those (``weights_oi(in_lanes=)``: a one-channel filter's a
+    quarter of the four lanes' rows it read before, which a mel spectrogram's 257 x 512-tap filter spent its time
+    streaming); each tile width and a FULLY_CONNECTED of 1-3 inputs, its sum in one work-item or split, against
+    LiteRT."""
+    from tflgpu.kernels.common import weights_oi
+
+    from .conftest import assert_close, litert, plan_with_params, run_model
+    from .oputil import op_model
+
+    w = rand(rng, (10, 3, 5, cin))
+    model, feeds = op_model("CONV_2D", [In(rand(rng, (1, 9, 13, cin))), w, rand(rng, (10,))], padding="SAME",
+                            stride_w=2, stride_h=1, fused_activation_function="RELU")
+    want = run_model(litert(), model, feeds)[0]
+    for tile in ({"tile_x": 2, "tile_s": 1, "lanes": 4, "vec_hint": "float4"},
+                 {"tile_x": 4, "tile_s": 2, "lanes": 8, "vec_hint": "float8"},
+                 {"tile_x": 4, "tile_s": 4, "lanes": 16, "vec_hint": None, "strided": True}):
+        it, plan = plan_with_params(opencl_device, model, ("CONV_2D",), tile)
+        (spec,) = [s.specs[0] for s in plan.steps if s.op.name == "CONV_2D"]
+        wts = spec.args[1].value  # (the tensor, then the weights)
+        assert wts.size == weights_oi(w, tile["lanes"], tile["tile_s"]).size * cin // 4
+        assert_close(plan.run(feeds)[it.model.main.outputs[0]], want)
+    fc = [In(rand(rng, (2, cin))), rand(rng, (21, cin)), rand(rng, (21,))]  # (3 groups of 8 output channels)
+    fc_model, fc_feeds = op_model("FULLY_CONNECTED", fc)
+    for params in ({"split": 1}, {"split": 8, "wide": False}):
+        it, plan = plan_with_params(opencl_device, fc_model, ("FULLY_CONNECTED",), params)
+        assert [s.specs[0].params["split"] for s in plan.steps if s.op.name == "FULLY_CONNECTED"] == [params["split"]]
+        assert_close(plan.run(fc_feeds)[it.model.main.outputs[0]], run_model(litert(), fc_model, fc_feeds)[0])
+
+
 @pytest.mark.parametrize("cout", [1, 2, 3])
 @pytest.mark.parametrize("shape,kh,kw,stride,pad", [((1, 12, 13, 8), 3, 3, 1, "SAME"), ((2, 9, 11, 33), 7, 3, 1, "VALID"),
                                                     ((1, 10, 10, 4), 5, 5, 2, "SAME")])

@@ -275,24 +275,34 @@ def _cached(kind: str, w: np.ndarray, pad: int, make) -> np.ndarray:
     return hit[1]
 
 
-def weights_oi(w: np.ndarray, lanes: int = 4, pad_out_slices_to: int = 1) -> np.ndarray:
+def weights_oi(w: np.ndarray, lanes: int = 4, pad_out_slices_to: int = 1, in_lanes: int = 4) -> np.ndarray:
     """[O, KH, KW, I] -> groups of ``lanes`` (4, 8 or 16) output channels, [O/lanes][Si][KH][KW][k=0..3], the
     output slices padded to a multiple of ``pad_out_slices_to`` (and of lanes / 4).
 
     Group (g, si, ky, kx, k) holds w[lanes*g : lanes*(g+1), ky, kx, 4si+k]: acc += x.k * group, one
-    accumulator vector holding lanes / 4 output slices.
+    accumulator vector holding lanes / 4 output slices. ``in_lanes`` < 4 (a single input slice of that many
+    channels, whose sum takes only those lanes: ``summed_lanes``): k = 0..in_lanes-1 only, no rows of zeros.
     """
-    return _cached(f"oi{lanes}", w, pad_out_slices_to, lambda: _weights_oi(w, lanes, pad_out_slices_to))
+    return _cached(f"oi{lanes}k{in_lanes}", w, pad_out_slices_to,
+                   lambda: _weights_oi(w, lanes, pad_out_slices_to, in_lanes))
 
 
-def _weights_oi(w: np.ndarray, lanes: int, pad_out_slices_to: int) -> np.ndarray:
+def summed_lanes(cin: int) -> int:
+    """The input lanes a direct conv's sum takes at each tap: a single slice of fewer than 4 channels (an RGB stem,
+    a one-channel signal) leaves the rest out (they hold zeros)."""
+    return cin if 0 < cin < 4 else 4
+
+
+def _weights_oi(w: np.ndarray, lanes: int, pad_out_slices_to: int, in_lanes: int = 4) -> np.ndarray:
     o, kh, kw, i = w.shape
     so, si = (o + 3) // 4, (i + 3) // 4
+    if in_lanes < 4 and (si != 1 or i > in_lanes):
+        raise ValueError(f"{in_lanes} input lanes a tap hold only a single slice of at most that many channels ({i})")
     so_p = round_up(round_up(so, pad_out_slices_to), lanes // 4)
     full = np.zeros((so_p * 4, kh, kw, si * 4), np.float32)
     full[:o, :, :, :i] = w
     # -> [groups, lanes(out), kh, kw, si, 4(k)] -> [groups, si, kh, kw, k, lanes(out)]
-    g = full.reshape(so_p * 4 // lanes, lanes, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)
+    g = full.reshape(so_p * 4 // lanes, lanes, kh, kw, si, 4).transpose(0, 4, 2, 3, 5, 1)[:, :, :, :, :in_lanes]
     return np.ascontiguousarray(g).reshape(-1)
 
 

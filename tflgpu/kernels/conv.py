@@ -33,6 +33,7 @@ from .common import (
     pad_lanes_mask,
     slice_part,
     store_element,
+    summed_lanes,
     vec_slices,
     weights_oi,
 )
@@ -715,8 +716,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     # the input lanes the sum takes: a single slice of fewer than 4 channels (an RGB stem) leaves the rest out
-    # (they hold zeros): 3 mads per tap instead of 4
-    used = cin if 0 < cin < 4 and sin == 1 else 4
+    # (they hold zeros): 3 mads per tap instead of 4, and its weights hold only those lanes (``weights_oi``)
+    used = summed_lanes(cin)
     if trivial:  # one long row per image: more work-items along dim 0 for small maps
         ih, iw, oh, ow = 1, ih * iw, 1, oh * ow
     groups = (ow + tx - 1) // tx
@@ -888,7 +889,7 @@ def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, ima
         lines.append(f"        const {xt} x{t} = ok{t} ? {load} : ({xt})(0.0f);")
     for a in range(nacc):
         group = f"S + {a}" if per == 1 else f"S / {per} + {a}"
-        lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * 4;")
+        lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * {used};")
         for k in range(used):
             load = image_load("wts", f"wb{a} + {k}") if image_weights else \
                 f"vload{lanes}(wb{a} + {k}, wts)" if half_math else f"LD{lanes}(wts, wb{a} + {k})"
@@ -1281,7 +1282,9 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
         local, pad = fitted(gsize, knobs.local_size), ts
-    wts = weights_oi(w, knobs.lanes, pad)
+    # (the direct kernel's weights hold only the lanes its sum takes; the GEMM forms' rows are whole slices)
+    direct_form = knobs.split == 1 and not knobs.broadcast and knobs.group_tile is None
+    wts = weights_oi(w, knobs.lanes, pad, summed_lanes(cin) if direct_form else 4)
     if arg is not None and arg.dense:
         dense.append(ctx.op.outputs[1])
     gate = [] if scale is None else [scale]
@@ -1611,7 +1614,9 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     ep = ctx.epilogue_code(units)
     bias = _bias_const(ctx, 2, units)
     wq = w.reshape(units, 1, 1, depth)
-    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(wq, 8 if wide else 4, ts)),
+    # (the direct kernel's weights hold only the lanes its sum takes, the split sum's whole slices)
+    in_lanes = 4 if knobs.split > 1 else summed_lanes(depth)
+    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(wq, 8 if wide else 4, ts, in_lanes)),
             Arg("const", vec_slices(bias, units, ts)), *ep.args, Arg("tensor", ctx.final_output)]
     if knobs.split > 1:
         src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=units,
