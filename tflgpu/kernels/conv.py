@@ -614,7 +614,7 @@ class ConvKnobs(GroupTiled, Knobs):
                            f"(signal={self.signal})")
             others = [n for n in ("const_weights", "winograd", "image_weights", "half_math") if getattr(self, n)]
             if others or self.group_tile is not None or self.split != 1 or self.broadcast:
-                bad.append(f"the signal form reads its own weights in float: not with "
+                bad.append(f"the signal form reads its own weights: not with "
                            f"{others or ['group_tile / split / broadcast']}")
         if self.split != 1 and not bad:
             if not shape.split_ok:
@@ -823,7 +823,7 @@ def _signal_source(name, *, ih, iw, oh, ow, kw, sh, sw, pt, pl, batch, pixels, a
     src_t, out_t = ("float" if dense_in else "STORE_T"), ("float" if dense_out else "STORE_T")
     sample = "RND4((float4)(src[row + i])).x" if dense_in else "LD1(src, (row + i) * 4)"
     lines = [f"__attribute__((vec_type_hint(float16))) __kernel void {name}(__global const {src_t}* src,",
-             f"    __global const float* wts, __global const STORE_T* bias, {extra}__global {out_t}* dst) {{",
+             f"    __global const STORE_T* wts, __global const STORE_T* bias, {extra}__global {out_t}* dst) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
              f"  if (X >= {-(-ow // pixels)} || Y >= {batch * oh}) return;",
@@ -846,7 +846,7 @@ def _signal_source(name, *, ih, iw, oh, ow, kw, sh, sw, pt, pl, batch, pixels, a
         for r in range(phases):
             lines.append(f"    {{ const int t = (q + {u}) * {sw} + {r};")
             lines.append(f"      {'if (t < %d) ' % kw if guard else ''}{{")
-            lines += [f"        const float16 w{c} = (float16)(wts[{c * kw} + t]);" for c in range(cout)]
+            lines += [f"        const float16 w{c} = (float16)(LD1(wts, {c * kw} + t));" for c in range(cout)]
             for v in range(vectors):
                 lines.append(f"        const float16 x{v} = vload16(0, win + {r * span + 16 * v + u} + q);")
                 lines += [f"        a{c}_{v} = mad(x{v}, w{c}, a{c}_{v});" for c in range(cout)]
@@ -1245,7 +1245,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                              dense_out=dense_out)
         gsize = (-(-ow // knobs.signal), n * oh, 1)
         return [KernelSpec(ctx.name, src, gsize, fitted(gsize, knobs.local_size), [
-            Arg("tensor", ctx.op.inputs[0]), Arg("const32", np.ascontiguousarray(w[:, 0, :, 0]).reshape(-1)),
+            Arg("tensor", ctx.op.inputs[0]), Arg("const", np.ascontiguousarray(w[:, 0, :, 0]).reshape(-1)),
             Arg("const", vec_slices(bias, cout)), *ep.args, *(Arg("tensor", t) for t in outs)],
             [ctx.op.inputs[0], *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape), flops=flops,
             dense=frozenset(dense))]
