@@ -247,33 +247,35 @@ def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_
     assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
 
 
-def test_a_one_channel_signals_filter_runs_the_signal_form_on_a_cpu_device_in_the_same_family():
-    """``signal`` (output pixels a work-item along float16 lanes, the window staged by phase): the default of a CPU
-    device's conv over one input channel with a one-row window of adjacent taps into at most 4 output channels,
-    64 pixels a work-item or the fewest that take a short row whole; not for 2 input channels, a taller window, a
-    dilated one, 5 output channels, a prologue, a GPU, or a window past the private memory it may stage; in the
-    space wherever it applies; a knob added after records were shipped, so it leaves a kernel's family as it was."""
+def test_rows_of_many_taps_run_the_signal_form_on_a_cpu_device_in_the_same_family():
+    """``signal`` (output pixels a work-item along float16 lanes, each input row's samples staged by phase): the
+    default of a CPU device's conv of at most 8 output channels over rows of 9 or more adjacent taps, 64 pixels a
+    work-item (32 for 5-8 channels) or the fewest that take a short row whole; not for rows of fewer taps (in the
+    space still), 9 output channels, a dilated row, a prologue, unknown input channels, a GPU, or a row's window
+    past the private memory it may stage; in the space wherever it applies; a knob added after records were
+    shipped, so it leaves a kernel's family as it was."""
     from tflgpu.autotune.tuner import kernel_family
     from tflgpu.kernels.common import KernelSpec
     from tflgpu.kernels.conv import SIGNAL_WINDOW_FLOATS
 
-    assert ConvKnobs.default(CONV_FIR).signal == 64
-    assert ConvKnobs.default(replace(CONV_FIR, row=30, pixels=30)).signal == 32
-    assert ConvKnobs.default(replace(CONV_FIR, sout=1, kw=3, sw=1, w_bytes=36, float_lanes=8)).signal == 64
-    off = [replace(CONV_FIR, cin=2), replace(CONV_FIR, cin=0), replace(CONV_FIR, kh=3), replace(CONV_FIR, dw=2),
-           replace(CONV_FIR, sout=2), replace(CONV_FIR, prologue=True), replace(CONV_FIR, whole_pixel=True),
-           replace(CONV_FIR, **GPU), replace(CONV_FIR, sw=256, kw=512)]
+    wide = replace(CONV_FIR, kh=3, kw=39, sw=1, sin=2, cin=8, sout=2, row=264, pixels=264 * 172)  # (Basic Pitch's)
+    assert [ConvKnobs.default(s).signal for s in (CONV_FIR, wide, replace(CONV_FIR, row=30, pixels=30),
+                                                  replace(wide, row=20, pixels=20), replace(CONV_FIR, kw=9))] == [
+        64, 32, 32, 32, 64]
+    off = [replace(CONV_FIR, kw=8), replace(CONV_FIR, sout=3), replace(CONV_FIR, cin=0), replace(CONV_FIR, dw=2),
+           replace(CONV_FIR, prologue=True), replace(CONV_FIR, whole_pixel=True), replace(CONV_FIR, **GPU),
+           replace(CONV_FIR, sw=256, kw=512)]
     assert [ConvKnobs.default(s).signal for s in off] == [0] * len(off)
-    assert all("signal" not in ConvKnobs.space(s) for s in off)
+    assert [("signal" in ConvKnobs.space(s)) for s in off] == [True] + [False] * (len(off) - 1)
     assert ConvKnobs.space(CONV_FIR)["signal"] == [0, 16, 32, 64, 128]
     # (stride 32: 32 phases of the pixels' and the taps' samples each, 128 pixels' window too large)
-    wide = replace(CONV_FIR, sw=32)
-    assert ConvKnobs.space(wide)["signal"] == [0, 16, 32, 64]
-    assert wide.signal_window(128) > SIGNAL_WINDOW_FLOATS >= wide.signal_window(64)
-    with pytest.raises(InvalidKnobs, match="a window of at most 4096 samples"):
-        ConvKnobs.resolve(wide, {"signal": 128})
-    with pytest.raises(InvalidKnobs, match="the signal form needs one input channel"):
-        ConvKnobs.resolve(replace(CONV_FIR, cin=2), {"signal": 64})
+    strided = replace(CONV_FIR, sw=32)
+    assert ConvKnobs.space(strided)["signal"] == [0, 16, 32, 64]
+    assert strided.signal_window(128) > SIGNAL_WINDOW_FLOATS >= strided.signal_window(64)
+    with pytest.raises(InvalidKnobs, match="window of at most 4096 samples"):
+        ConvKnobs.resolve(strided, {"signal": 128})
+    with pytest.raises(InvalidKnobs, match="the signal form needs rows of adjacent taps"):
+        ConvKnobs.resolve(replace(CONV_FIR, sout=3), {"signal": 64})
     with pytest.raises(InvalidKnobs, match="not with"):
         ConvKnobs.resolve(CONV_FIR, {"signal": 64, "const_weights": True})
     assert ConvKnobs.resolve(CONV_FIR, {"signal": 0, "tile_x": 8}).signal == 0  # (the direct kernel, as asked)

@@ -152,9 +152,9 @@ CONV_SPACE = {
     # the direct kernel's input lanes loaded one by one, each broadcast by its load (where a tile lies inside the
     # image), or a float4 a pixel broadcast lane by lane in registers
     "mem_lanes": [False, True],
-    # a one-channel signal's filter (ConvShape.signal_ok): this many output pixels a work-item, along the lanes of
-    # float16 accumulators, its window's samples staged in private memory by phase (kernels.conv._signal_source);
-    # 0: the direct kernel (a CPU's variant)
+    # the signal form (ConvShape.signal_ok: rows of adjacent taps, at most 8 output channels): this many output
+    # pixels a work-item, along the lanes of float16 accumulators, each input row's samples staged in private memory
+    # by phase (kernels.conv._signal_source); 0: the direct kernel (a CPU's variant)
     "signal": [0, 16, 32, 64, 128],
 }
 CONST_WEIGHT_BYTES = 32 * 1024  # __constant weights up to this size (the device's constant buffer is often 64 KB)
@@ -164,6 +164,7 @@ LOCAL_GROUP_BYTES = 32 * 1024  # local memory a group tile may use in all (OpenC
 MAX_GROUP = 256  # work-items per group tile where the device's limit is not known (kernels.base.Target.max_group)
 SIGNAL_WINDOW_FLOATS = 4096  # the signal form's staged samples a work-item, at most (16 KB of private memory)
 SIGNAL_UNROLL = 4  # the signal form's steps of the tap loop unrolled (its stride's phases each step)
+SIGNAL_MIN_TAPS = 9  # the signal form is a CPU device's default for windows of rows this long (signal_default)
 
 
 @dataclass(frozen=True)
@@ -208,11 +209,11 @@ class ConvShape:
 
     @property
     def signal_ok(self) -> bool:
-        """A filter over a one-channel signal: one input channel, a window of one row of adjacent taps, at most
-        one output slice (an audio model's resampling FIR, its decimation chain's low-pass filters), as the
-        direct kernel computes it but for the epilogue's inputs (no prologue, no gate's scale, no channel
-        rank)."""
-        return (self.cin == 1 and self.kh == 1 and self.dw == 1 and self.sout == 1
+        """The signal form applies (ConvKnobs.signal): a window of rows of adjacent taps (undilated along them), at
+        most two output slices, its input channels known, as the direct kernel computes it but for the epilogue's
+        inputs (no prologue, no gate's scale, no channel rank): an audio model's resampling FIR, a filterbank over
+        raw samples, a wide window's narrow conv."""
+        return (self.cin >= 1 and self.dw == 1 and self.sout <= 2
                 and not (self.prologue or self.scaled or self.whole_pixel))
 
     def signal_window(self, pixels: int) -> int:
@@ -364,14 +365,19 @@ SLICE_TILES = {8: 16, 12: 16, 6: 8}
 
 
 def signal_default(shape: ConvShape) -> int:
-    """A one-channel signal filter's output pixels a work-item (ConvKnobs.signal): the fewest that take its whole row,
-    else 64, or the most whose window fits. Basic Pitch's resampling FIRs (256 taps at stride 2, one output
-    channel; Intel's CPU runtime on 2 Xeon cores, a kernel of the form alone): 44,098 samples 1,126 us with 8 pixels
-    in a float8, 469 with 16, 303 with 32, 170 with 64 and its tap loop unrolled 4 steps (65.8 GFLOP/s), 164 with
-    128; the direct kernel took 1,992 (one lane of its float4 accumulator used)."""
+    """The signal form's output pixels a work-item (ConvKnobs.signal), where it is the default (rows of at least
+    SIGNAL_MIN_TAPS taps): 64, 32 for more than 4 output channels (at most 16 float16 accumulators), or the fewest
+    that take a short row whole. Timed as whole one-conv plans against the direct kernel's default, three
+    alternating rounds (Intel's CPU runtime on 2 Xeon cores): Basic Pitch's resampling FIR (256 taps at stride 2
+    over 44,098 samples, one channel) 2,835 -> 217 us (16 / 32 / 128 pixels 385 / 252 / 209); its 3 x 39 conv of
+    8 -> 8 channels over 172 x 264 5.27 -> 3.30 ms (16 pixels 3.51, 64 5.75: 32 accumulators spill); 1 x 9, 4 -> 4
+    over 40 x 200 0.10 -> 0.07 (64 pixels 0.08, a quarter of the last tile padding). Not where a row has few taps:
+    5 x 5 of 8 -> 1 0.87 against 1.05-1.55, 7 x 3 of 32 -> 1 1.04 against 1.7-2.5, 3 x 3 of 33 -> 1 and of 16 -> 8
+    0.8x-0.5x (each staged sample used by 3-5 taps)."""
     fits = shape.signal_pixels
-    whole = [p for p in fits if p >= shape.row]
-    return min(whole) if whole else max([p for p in fits if p <= 64] or fits[:1])
+    widest = 64 if shape.sout == 1 else 32
+    whole = [p for p in fits if p >= shape.row and p <= widest]
+    return min(whole) if whole else max([p for p in fits if p <= widest] or fits[:1])
 
 
 def slice_tile(sout: int) -> tuple[int, int]:
@@ -427,9 +433,9 @@ class ConvKnobs(GroupTiled, Knobs):
     # registers; in float arithmetic (the other forms, like FP16 arithmetic, have loads of their own: as with
     # strided / const_weights, the knob is the direct kernel's)
     mem_lanes: bool = False
-    # a one-channel signal's filter (ConvShape.signal_ok) computing this many output pixels a work-item along the
-    # lanes of float16 accumulators (kernels.conv._signal_source), in place of the direct kernel, whose tile knobs
-    # it leaves unused (as Winograd does); 0: off
+    # the signal form (ConvShape.signal_ok: rows of adjacent taps, at most 8 output channels) computing this many
+    # output pixels a work-item along the lanes of float16 accumulators (kernels.conv._signal_source), in place of
+    # the direct kernel, whose tile knobs it leaves unused (as Winograd does); 0: off
     signal: int = 0
 
     @classmethod
@@ -460,6 +466,9 @@ class ConvKnobs(GroupTiled, Knobs):
         with the 4 x 2-slice float4 tile, 4.54 / 4.67 with 8 x 2 in float8s (an exhaustive search's best point, 7
         x 2, 4.58), 6.02 / 7.09 with that tile's float4 loads.
 
+        A conv of at most 8 output channels over rows of SIGNAL_MIN_TAPS taps or more (an audio model's FIRs and
+        wide windows) takes the signal form instead, its pixels along the lanes (``signal_default``).
+
         Winograd F(4x4,3x3) is off by default: alone, UNet-like 3x3 layers ran 1.1-1.6x faster than the
         direct kernel on the Intel CPU device, yet the whole UNet ran 5% slower with it (103 vs 109 ms, A/B
         in one process), so only a measurement in context should pick it.
@@ -485,7 +494,7 @@ class ConvKnobs(GroupTiled, Knobs):
                     return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(16, 4), k_chunk=8, k_split=4)
                 return cls(tile_x=1, tile_s=1, lanes=4, vec_hint=None, group_tile=(32, 8), k_chunk=8)
             return cls(tile_x=2, tile_s=1, lanes=4, vec_hint=None, strided=True)
-        if shape.signal_pixels:  # (a one-channel signal's filter: its output pixels along the lanes)
+        if shape.signal_pixels and shape.kw >= SIGNAL_MIN_TAPS:  # (rows of many taps: output pixels along lanes)
             return cls(signal=signal_default(shape))
         # (a 16-lane device's windowed FP32 conv of 2+ input slices: its input lanes from memory, mem_lanes above)
         mem = shape.float_lanes >= 16 and shape.sin >= 2 and not (
@@ -609,9 +618,9 @@ class ConvKnobs(GroupTiled, Knobs):
         bad += one_of("signal", self.signal, CONV_SPACE["signal"])
         if self.signal and not bad:
             if self.signal not in shape.signal_pixels:
-                bad.append(f"the signal form needs one input channel, a window of one row of adjacent taps and at most "
-                           f"4 output channels, and a window of at most {SIGNAL_WINDOW_FLOATS} samples a work-item "
-                           f"(signal={self.signal})")
+                bad.append(f"the signal form needs rows of adjacent taps (undilated), at most 8 output channels, the "
+                           f"input channels known, and a row's window of at most {SIGNAL_WINDOW_FLOATS} samples a "
+                           f"work-item (signal={self.signal})")
             others = [n for n in ("const_weights", "winograd", "image_weights", "half_math") if getattr(self, n)]
             if others or self.group_tile is not None or self.split != 1 or self.broadcast:
                 bad.append(f"the signal form reads its own weights: not with "
@@ -806,22 +815,26 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     return (HALF_ARITHMETIC if half_math else "") + "\n".join(lines)
 
 
-def _signal_source(name, *, ih, iw, oh, ow, kw, sh, sw, pt, pl, batch, pixels, act, cout, epilogue=None,
-                   dense_in=False, dense_out=False) -> str:
-    """A filter over a one-channel signal (ConvShape.signal_ok): each work-item computes ``pixels`` adjacent output
-    pixels of its row along the lanes of float16 accumulators, one per output channel and 16 pixels. Its window's
-    samples are staged once in a private array, split by the stride's phase, so that tap t's samples for 16 pixels
-    (x * sw + t) are 16 adjacent values of phase t % sw: one vector load, one broadcast weight and one mad a tap
-    and 16 pixels, where the direct kernel took a float4 load and a mad for each pixel's one lane. The taps'
-    loop is unrolled SIGNAL_UNROLL steps (each step the stride's phases); the stores are the direct kernel's."""
+def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, batch, pixels, act, cout,
+                   epilogue=None, dense_in=False, dense_out=False) -> str:
+    """A conv of few output channels along rows of adjacent taps, each input channel's row a signal
+    (ConvShape.signal_ok): each work-item computes ``pixels`` adjacent output pixels of its row along the lanes of
+    float16 accumulators, one per output channel and 16 pixels. For each row of the window and input channel, the
+    row's samples it reads are staged once in a private array, split by the stride's phase, so that tap t's
+    samples for 16 pixels (x * sw + t) are 16 adjacent values of phase t % sw: one vector load, then a broadcast
+    weight and a mad for each output channel, a tap and 16 pixels, where the direct kernel loaded each pixel's
+    float4 for a mad of its used lanes. The taps' loop is unrolled SIGNAL_UNROLL steps (each step the stride's
+    phases); the stores are the direct kernel's. Weights: [kh][cin][cout][kw] (``signal_weights``)."""
     taps = -(-kw // sw)  # steps of the tap loop (each over the phases below)
     phases = min(sw, kw)
     span = pixels + taps + SIGNAL_UNROLL  # staged samples a phase (the unrolled steps read past the last tap)
-    vectors = pixels // 16
+    vectors, sin = pixels // 16, (cin + 3) // 4
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     src_t, out_t = ("float" if dense_in else "STORE_T"), ("float" if dense_out else "STORE_T")
-    sample = "RND4((float4)(src[row + i])).x" if dense_in else "LD1(src, (row + i) * 4)"
+    sample = (f"RND4((float4)(src[(row + i) * {cin} + ci])).x" if dense_in else
+              f"LD1(src, (row + i) * 4 + ci % 4)")
+    row = f"(b * {ih} + iy) * {iw}" if dense_in else f"((b * {sin} + ci / 4) * {ih} + iy) * {iw}"
     lines = [f"__attribute__((vec_type_hint(float16))) __kernel void {name}(__global const {src_t}* src,",
              f"    __global const STORE_T* wts, __global const STORE_T* bias, {extra}__global {out_t}* dst) {{",
              "  const int X = get_global_id(0);",
@@ -829,38 +842,50 @@ def _signal_source(name, *, ih, iw, oh, ow, kw, sh, sw, pt, pl, batch, pixels, a
              f"  if (X >= {-(-ow // pixels)} || Y >= {batch * oh}) return;",
              f"  const int b = Y / {oh}; const int oy = Y % {oh};",
              "  const int S = 0;",  # (the stores' output slice)
-             f"  const int iy = oy * {sh} - {pt};",
-             f"  const bool inside = iy >= 0 && iy < {ih};",
-             f"  const int row = (b * {ih} + iy) * {iw};",
-             f"  const int first = X * {pixels * sw} - {pl};",
-             f"  float win[{phases * span}];",
-             f"  for (int r = 0; r < {phases}; ++r) {{",
-             f"    for (int m = 0; m < {span}; ++m) {{",
-             f"      const int i = first + r + m * {sw};",
-             f"      win[r * {span} + m] = inside && i >= 0 && i < {iw} ? {sample} : 0.0f;",
-             "    }", "  }"]
+             f"  const int first = X * {pixels * sw} - {pl};"]
     lines += [f"  float16 a{c}_{v} = (float16)(0.0f);" for c in range(cout) for v in range(vectors)]
-    lines.append(f"  for (int q = 0; q < {taps}; q += {SIGNAL_UNROLL}) {{")
+    lines += [f"  float win[{phases * span}];",
+              f"  for (int ky = 0; ky < {kh}; ++ky) {{",
+              f"    const int iy = oy * {sh} - {pt} + ky * {dh};",
+              f"    if (iy < 0 || iy >= {ih}) continue;",
+              f"    for (int ci = 0; ci < {cin}; ++ci) {{",
+              f"      const int row = {row};",
+              f"      const int wk = (ky * {cin} + ci) * {cout * kw};",
+              f"      for (int r = 0; r < {phases}; ++r) {{",
+              f"        for (int m = 0; m < {span}; ++m) {{",
+              f"          const int i = first + r + m * {sw};",
+              f"          win[r * {span} + m] = i >= 0 && i < {iw} ? {sample} : 0.0f;",
+              "        }", "      }",
+              f"      for (int q = 0; q < {taps}; q += {SIGNAL_UNROLL}) {{"]
     guard = kw % sw or taps % SIGNAL_UNROLL
     for u in range(SIGNAL_UNROLL):
         for r in range(phases):
-            lines.append(f"    {{ const int t = (q + {u}) * {sw} + {r};")
-            lines.append(f"      {'if (t < %d) ' % kw if guard else ''}{{")
-            lines += [f"        const float16 w{c} = (float16)(LD1(wts, {c * kw} + t));" for c in range(cout)]
+            lines.append(f"        {{ const int t = (q + {u}) * {sw} + {r};")
+            lines.append(f"          {'if (t < %d) ' % kw if guard else ''}{{")
+            lines += [f"            const float16 w{c} = (float16)(LD1(wts, wk + {c * kw} + t));" for c in range(cout)]
             for v in range(vectors):
-                lines.append(f"        const float16 x{v} = vload16(0, win + {r * span + 16 * v + u} + q);")
-                lines += [f"        a{c}_{v} = mad(x{v}, w{c}, a{c}_{v});" for c in range(cout)]
-            lines.append("      }")
-            lines.append("    }")
-    lines.append("  }")
-    for t in range(pixels):
-        lane = f"s{'0123456789abcdef'[t % 16]}"
-        vals = [f"a{c}_{t // 16}.{lane}" for c in range(cout)] + ["0.0f"] * (4 - cout)
-        lines.append(f"  const float4 acc0_{t} = (float4)({', '.join(vals)});")
-    lines += tile_stores(tx=pixels, ts=1, per=1, px=lambda t: f"(X * {pixels} + {t})", sout=1, oh=oh, ow=ow, act=act,
-                         ep_code=ep_code, cout=cout, dense=dense_out)
+                lines.append(f"            const float16 x{v} = vload16(0, win + {r * span + 16 * v + u} + q);")
+                lines += [f"            a{c}_{v} = mad(x{v}, w{c}, a{c}_{v});" for c in range(cout)]
+            lines.append("          }")
+            lines.append("        }")
+    lines += ["      }", "    }", "  }"]
+    slices = -(-cout // 4)
+    for s_ in range(slices):
+        for t in range(pixels):
+            lane = f"s{'0123456789abcdef'[t % 16]}"
+            vals = [f"a{c}_{t // 16}.{lane}" for c in range(4 * s_, min(cout, 4 * s_ + 4))]
+            vals += ["0.0f"] * (4 - len(vals))
+            lines.append(f"  const float4 acc{s_}_{t} = (float4)({', '.join(vals)});")
+    lines += tile_stores(tx=pixels, ts=slices, per=1, px=lambda t: f"(X * {pixels} + {t})", sout=slices, oh=oh,
+                         ow=ow, act=act, ep_code=ep_code, cout=cout, dense=dense_out)
     lines.append("}")
     return "\n".join(lines)
+
+
+def signal_weights(w: np.ndarray) -> np.ndarray:
+    """[cout, kh, kw, cin] -> the signal form's [kh][cin][cout][kw]: a window row's and input channel's weights
+    together, each output channel's taps adjacent."""
+    return np.ascontiguousarray(np.transpose(w, (1, 3, 0, 2))).reshape(-1)
 
 
 def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, image_weights, from_memory=False,
@@ -1240,12 +1265,12 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     dense = ([ctx.op.inputs[0]] if dense_in else []) + (outs if dense_out else [])
     flops = 2 * n * oh * ow * cout * kh * kw * cin
     if knobs.signal:
-        src = _signal_source(ctx.name, ih=ih, iw=iw, oh=oh, ow=ow, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n,
-                             pixels=knobs.signal, act=act, cout=cout, epilogue=ep, dense_in=dense_in,
-                             dense_out=dense_out)
+        src = _signal_source(ctx.name, ih=ih, iw=iw, cin=cin, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, pt=pt,
+                             pl=pl, batch=n, pixels=knobs.signal, act=act, cout=cout, epilogue=ep,
+                             dense_in=dense_in, dense_out=dense_out)
         gsize = (-(-ow // knobs.signal), n * oh, 1)
         return [KernelSpec(ctx.name, src, gsize, fitted(gsize, knobs.local_size), [
-            Arg("tensor", ctx.op.inputs[0]), Arg("const", np.ascontiguousarray(w[:, 0, :, 0]).reshape(-1)),
+            Arg("tensor", ctx.op.inputs[0]), Arg("const", signal_weights(w)),
             Arg("const", vec_slices(bias, cout)), *ep.args, *(Arg("tensor", t) for t in outs)],
             [ctx.op.inputs[0], *ep.inputs], outs, knobs.params(), space=ConvKnobs.space(shape), flops=flops,
             dense=frozenset(dense))]

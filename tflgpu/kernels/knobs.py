@@ -32,8 +32,9 @@ LAUNCH_KNOBS = ("fused", "local_size", "group_tile")
 # that tile cannot take them (its local memory), is refused and the heuristics apply (runtime.tuning.set_params).
 # A 16-lane CPU device's windowed FP32 conv reads its input lanes from memory by default (ConvKnobs.mem_lanes), so
 # an older record of one starts with them so, its tile as recorded: the form measured faster with the same tiles.
-# A one-channel signal's filter runs the signal form by default on a CPU device (ConvKnobs.signal), so an older
-# record of one starts in it, its tile unused (the form measured 12x faster than the direct kernel's default there).
+# A conv of at most 8 output channels over rows of 9 or more taps runs the signal form by default on a CPU device
+# (ConvKnobs.signal), so an older record of one starts in it, its tile unused (the form measured 1.4-13x faster
+# than the direct kernel's default there: kernels.conv.signal_default).
 # Either way such a record is as fair a start in the grown space as in the old one, so a kernel's family
 # (autotune.tuner.kernel_family, which the shipped records are found by) leaves them out
 ADDED_KNOBS = frozenset({"k_split", "prefetch", "mem_lanes", "signal"})
