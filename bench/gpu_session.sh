@@ -188,8 +188,8 @@
 # now times two conv points with mem_lanes=True (whether a GPU's direct kernel gains from it).
 # Since (2026-12-05, no GPU): a direct conv over one input slice of 1-3 channels (a GPU's RGB stems: its default is
 # the direct kernel, 2 strided pixels) holds only those lanes in its weights (weights_oi(in_lanes=)), and a
-# one-channel signal's filter has a CPU device's form of its own (ConvKnobs.signal: not in a GPU's space; a test
-# can force it). Add "thin_inputs or signal" to the first call's TESTS_K (test_signal forces each of its points
+# conv of at most 8 output channels over rows of 9+ taps has a CPU device's form of its own (ConvKnobs.signal: not
+# in a GPU's space; a test can force it). Add "thin_inputs or signal" to the first call's TESTS_K (test_signal forces each of its points
 # through plan_with_params: on NVIDIA, whether its private window compiles and matches LiteRT).
 set -u
 export OUT=${OUT:-/tmp/out}
