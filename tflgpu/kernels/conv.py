@@ -163,7 +163,7 @@ LOCAL_TILE_BYTES = 16 * 1024  # local memory a group tile may stage per step of 
 LOCAL_GROUP_BYTES = 32 * 1024  # local memory a group tile may use in all (OpenCL 1.2's guaranteed minimum)
 MAX_GROUP = 256  # work-items per group tile where the device's limit is not known (kernels.base.Target.max_group)
 SIGNAL_WINDOW_FLOATS = 4096  # the signal form's staged samples a work-item, at most (16 KB of private memory)
-SIGNAL_UNROLL = 4  # the signal form's steps of the tap loop unrolled (its stride's phases each step)
+SIGNAL_UNROLL = 4  # the signal form's steps of a phase's tap loop unrolled
 SIGNAL_MIN_TAPS = 9  # the signal form is a CPU device's default for windows of rows this long (signal_default)
 
 
@@ -823,8 +823,9 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
     row's samples it reads are staged once in a private array, split by the stride's phase, so that tap t's
     samples for 16 pixels (x * sw + t) are 16 adjacent values of phase t % sw: one vector load, then a broadcast
     weight and a mad for each output channel, a tap and 16 pixels, where the direct kernel loaded each pixel's
-    float4 for a mad of its used lanes. The taps' loop is unrolled SIGNAL_UNROLL steps (each step the stride's
-    phases); the stores are the direct kernel's. Weights: [kh][cin][cout][kw] (``signal_weights``)."""
+    float4 for a mad of its used lanes. The taps are taken phase by phase, each phase's loop unrolled
+    SIGNAL_UNROLL steps (unrolling the phases too made a stride of 160 over 512 taps 13,672 lines, 6.3 s to
+    build); the stores are the direct kernel's. Weights: [kh][cin][cout][kw] (``signal_weights``)."""
     taps = -(-kw // sw)  # steps of the tap loop (each over the phases below)
     phases = min(sw, kw)
     span = pixels + taps + SIGNAL_UNROLL  # staged samples a phase (the unrolled steps read past the last tap)
@@ -856,19 +857,19 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
               f"          const int i = first + r + m * {sw};",
               f"          win[r * {span} + m] = i >= 0 && i < {iw} ? {sample} : 0.0f;",
               "        }", "      }",
-              f"      for (int q = 0; q < {taps}; q += {SIGNAL_UNROLL}) {{"]
+              f"      for (int r = 0; r < {phases}; ++r) {{",
+              f"        for (int q = 0; q < {taps}; q += {SIGNAL_UNROLL}) {{"]
     guard = kw % sw or taps % SIGNAL_UNROLL
     for u in range(SIGNAL_UNROLL):
-        for r in range(phases):
-            lines.append(f"        {{ const int t = (q + {u}) * {sw} + {r};")
-            lines.append(f"          {'if (t < %d) ' % kw if guard else ''}{{")
-            lines += [f"            const float16 w{c} = (float16)(LD1(wts, wk + {c * kw} + t));" for c in range(cout)]
-            for v in range(vectors):
-                lines.append(f"            const float16 x{v} = vload16(0, win + {r * span + 16 * v + u} + q);")
-                lines += [f"            a{c}_{v} = mad(x{v}, w{c}, a{c}_{v});" for c in range(cout)]
-            lines.append("          }")
-            lines.append("        }")
-    lines += ["      }", "    }", "  }"]
+        lines.append(f"          {{ const int t = (q + {u}) * {sw} + r;")
+        lines.append(f"            {'if (t < %d) ' % kw if guard else ''}{{")
+        lines += [f"              const float16 w{c} = (float16)(LD1(wts, wk + {c * kw} + t));" for c in range(cout)]
+        for v in range(vectors):
+            lines.append(f"              const float16 x{v} = vload16(0, win + r * {span} + {16 * v + u} + q);")
+            lines += [f"              a{c}_{v} = mad(x{v}, w{c}, a{c}_{v});" for c in range(cout)]
+        lines.append("            }")
+        lines.append("          }")
+    lines += ["        }", "      }", "    }", "  }"]
     slices = -(-cout // 4)
     for s_ in range(slices):
         for t in range(pixels):
