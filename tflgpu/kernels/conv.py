@@ -826,7 +826,7 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
     float4 for a mad of its used lanes. The taps are taken phase by phase, each phase's loop unrolled
     SIGNAL_UNROLL steps (unrolling the phases too made a stride of 160 over 512 taps 13,672 lines, 6.3 s to
     build); the stores are the direct kernel's. Weights: [kh][cin][cout][kw] (``signal_weights``)."""
-    taps = -(-kw // sw)  # steps of the tap loop (each over the phases below)
+    taps = -(-kw // sw)  # steps of a phase's tap loop, at most
     phases = min(sw, kw)
     span = pixels + taps + SIGNAL_UNROLL  # staged samples a phase (the unrolled steps read past the last tap)
     vectors, sin = pixels // 16, (cin + 3) // 4
