@@ -276,8 +276,9 @@ def test_rows_of_many_taps_run_the_signal_form_on_a_cpu_device_in_the_same_famil
         ConvKnobs.resolve(strided, {"signal": 128})
     with pytest.raises(InvalidKnobs, match="the signal form needs rows of adjacent taps"):
         ConvKnobs.resolve(replace(CONV_FIR, sout=3), {"signal": 64})
-    with pytest.raises(InvalidKnobs, match="not with"):
-        ConvKnobs.resolve(CONV_FIR, {"signal": 64, "const_weights": True})
+    with pytest.raises(InvalidKnobs, match="the signal form reads its own weights.*not with"):
+        ConvKnobs.resolve(CONV_FIR, {"signal": 64, "group_tile": (16, 4)})
+    assert ConvKnobs.resolve(CONV_FIR, {"signal": 64, "const_weights": True}).const_weights  # (__constant weights)
     assert ConvKnobs.resolve(CONV_FIR, {"signal": 0, "tile_x": 8}).signal == 0  # (the direct kernel, as asked)
     space = ConvKnobs.space(CONV_FIR)
     spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)

@@ -93,19 +93,21 @@ def test_a_conv_of_long_rows_runs_the_signal_form_and_matches_litert(opencl_devi
     assert_close(got[0], want[0], 1e-2 if fp16 else 1e-4)
 
 
+@pytest.mark.parametrize("const", [False, True], ids=["global-weights", "constant-weights"])
 @pytest.mark.parametrize("pixels", [0, 16, 32, 64, 128])
 @pytest.mark.parametrize("g", [
     pytest.param(conv((2, 3, 700, 1), 3, 1, 31, (1, 3), "SAME", "RELU"), id="rows-3ch-s3"),
     pytest.param(conv((1, 6, 45, 7), 6, 3, 5, (1, 1), "SAME"), id="5x5-7to6"),  # rows of few taps: not the default
     pytest.param(conv((1, 1, 40, 1), 2, 1, 1, (1, 1), "VALID", "RELU_N1_TO_1"), id="one-tap"),
 ])
-def test_every_signal_tile_matches_litert(opencl_device, rng, pixels, g):
+def test_every_signal_tile_matches_litert(opencl_device, rng, pixels, g, const):
     """Each value of the knob (0: the direct kernel), each leaving its last work-item ragged, on rows of many taps
-    and of few."""
+    and of few, its weights in global or __constant memory."""
     model, feeds, out = _model(rng, g, on_device=True)
-    it, plan = plan_with_params(opencl_device, model, ("CONV_2D",), {"signal": pixels})
+    it, plan = plan_with_params(opencl_device, model, ("CONV_2D",), {"signal": pixels, "const_weights": const})
     _, spec = _conv_spec(plan)
     assert spec.params["signal"] == pixels and ("float win[" in spec.source) == bool(pixels)
+    assert ("__constant STORE_T* wts" in spec.source) == const  # (either form's __constant weights)
     if pixels:
         assert spec.global_size[:2] == (-(-out[2] // pixels), out[0] * out[1])
     got = plan.run(feeds)[it.model.main.outputs[0]]

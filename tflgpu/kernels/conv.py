@@ -621,9 +621,9 @@ class ConvKnobs(GroupTiled, Knobs):
                 bad.append(f"the signal form needs rows of adjacent taps (undilated), at most 8 output channels, the "
                            f"input channels known, and a row's window of at most {SIGNAL_WINDOW_FLOATS} samples a "
                            f"work-item (signal={self.signal})")
-            others = [n for n in ("const_weights", "winograd", "image_weights", "half_math") if getattr(self, n)]
+            others = [n for n in ("winograd", "image_weights", "half_math") if getattr(self, n)]
             if others or self.group_tile is not None or self.split != 1 or self.broadcast:
-                bad.append(f"the signal form reads its own weights: not with "
+                bad.append(f"the signal form reads its own weights (__constant ones with const_weights): not with "
                            f"{others or ['group_tile / split / broadcast']}")
         if self.split != 1 and not bad:
             if not shape.split_ok:
@@ -816,7 +816,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
 
 
 def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, batch, pixels, act, cout,
-                   epilogue=None, dense_in=False, dense_out=False) -> str:
+                   epilogue=None, dense_in=False, dense_out=False, const_weights=False) -> str:
     """A conv of few output channels along rows of adjacent taps, each input channel's row a signal
     (ConvShape.signal_ok): each work-item computes ``pixels`` adjacent output pixels of its row along the lanes of
     float16 accumulators, one per output channel and 16 pixels. For each row of the window and input channel, the
@@ -825,7 +825,8 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
     weight and a mad for each output channel, a tap and 16 pixels, where the direct kernel loaded each pixel's
     float4 for a mad of its used lanes. The taps are taken phase by phase, each phase's loop unrolled
     SIGNAL_UNROLL steps (unrolling the phases too made a stride of 160 over 512 taps 13,672 lines, 6.3 s to
-    build); the stores are the direct kernel's. Weights: [kh][cin][cout][kw] (``signal_weights``)."""
+    build); the stores are the direct kernel's. Weights: [kh][cin][cout][kw] (``signal_weights``), in __constant
+    memory with ``const_weights``."""
     taps = -(-kw // sw)  # steps of a phase's tap loop, at most
     phases = min(sw, kw)
     span = pixels + taps + SIGNAL_UNROLL  # staged samples a phase (the unrolled steps read past the last tap)
@@ -837,7 +838,8 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
               f"LD1(src, (row + i) * 4 + ci % 4)")
     row = f"(b * {ih} + iy) * {iw}" if dense_in else f"((b * {sin} + ci / 4) * {ih} + iy) * {iw}"
     lines = [f"__attribute__((vec_type_hint(float16))) __kernel void {name}(__global const {src_t}* src,",
-             f"    __global const STORE_T* wts, __global const STORE_T* bias, {extra}__global {out_t}* dst) {{",
+             f"    {'__constant' if const_weights else '__global const'} STORE_T* wts, __global const STORE_T* bias, "
+             f"{extra}__global {out_t}* dst) {{",
              "  const int X = get_global_id(0);",
              "  const int Y = get_global_id(1);",
              f"  if (X >= {-(-ow // pixels)} || Y >= {batch * oh}) return;",
@@ -1268,7 +1270,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
     if knobs.signal:
         src = _signal_source(ctx.name, ih=ih, iw=iw, cin=cin, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, pt=pt,
                              pl=pl, batch=n, pixels=knobs.signal, act=act, cout=cout, epilogue=ep,
-                             dense_in=dense_in, dense_out=dense_out)
+                             dense_in=dense_in, dense_out=dense_out, const_weights=knobs.const_weights)
         gsize = (-(-ow // knobs.signal), n * oh, 1)
         return [KernelSpec(ctx.name, src, gsize, fitted(gsize, knobs.local_size), [
             Arg("tensor", ctx.op.inputs[0]), Arg("const", signal_weights(w)),
