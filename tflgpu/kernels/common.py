@@ -287,6 +287,12 @@ def weights_oi(w: np.ndarray, lanes: int = 4, pad_out_slices_to: int = 1, in_lan
                    lambda: _weights_oi(w, lanes, pad_out_slices_to, in_lanes))
 
 
+def signal_weights(w: np.ndarray) -> np.ndarray:
+    """[cout, kh, kw, cin] -> the signal form's [kh][cin][cout][kw] (kernels.conv._signal_source): a window row's and
+    input channel's weights together, each output channel's taps adjacent."""
+    return _cached("signal", w, 1, lambda: np.ascontiguousarray(np.transpose(w, (1, 3, 0, 2))).reshape(-1))
+
+
 def summed_lanes(cin: int) -> int:
     """The input lanes a direct conv's sum takes at each tap: a single slice of fewer than 4 channels (an RGB stem,
     a one-channel signal) leaves the rest out (they hold zeros)."""

@@ -32,6 +32,7 @@ from .common import (
     image_load,
     pad_lanes_mask,
     slice_part,
+    signal_weights,
     store_element,
     summed_lanes,
     vec_slices,
@@ -885,12 +886,6 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
     return "\n".join(lines)
 
 
-def signal_weights(w: np.ndarray) -> np.ndarray:
-    """[cout, kh, kw, cin] -> the signal form's [kh][cin][cout][kw]: a window row's and input channel's weights
-    together, each output channel's taps adjacent."""
-    return np.ascontiguousarray(np.transpose(w, (1, 3, 0, 2))).reshape(-1)
-
-
 def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, image_weights, from_memory=False,
                      dense_in=False, cin=0, scale=False, prologue=(), half_math=False, narrow=False,
                      cout=4) -> list[str]:
@@ -1281,11 +1276,13 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=cout,
                                epilogue=ep)  # (one pixel: the slice layout is FULLY_CONNECTED's [batch, slice])
         gsize, local, pad = (knobs.split, n, -(-sout // ts)), (knobs.split, 1, 1), ts
+        in_lanes = 4  # (the GEMM forms' weight rows are whole slices)
     elif knobs.broadcast:
         ls = knobs.broadcast
         src = _broadcast_source(ctx.name, pixels=oh * ow, sin=sin, sout=sout, batch=n, tx=tx, ls=ls, act=act,
                                 cout=cout, extension=shape.subgroups, epilogue=ep)
         gsize, local, pad = (-(-sout // ls) * ls, -(-oh * ow // tx), n), (ls, 1, 1), ls
+        in_lanes = 4
     elif knobs.group_tile is not None:
         lx, ls = knobs.group_tile
         stage = None if trivial else im2col_stage(sin=sin, ih=ih, iw=iw, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
@@ -1298,6 +1295,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                                  dense=dense_out)
         gsize, local, pad = group_tile_grid(pixels=oh * ow, batch=n, sout=sout, lx=lx, ls=ls, tx=tx, ts=ts,
                                             ks=knobs.k_split)
+        in_lanes = 4
     else:
         src = _conv_source(ctx.name, ih=ih, iw=iw, sin=sin, oh=oh, ow=ow, sout=sout, kh=kh, kw=kw, sh=sh, sw=sw,
                            dh=dh, dw=dw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, act=act, cout=cout,
@@ -1310,9 +1308,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
         local, pad = fitted(gsize, knobs.local_size), ts
-    # (the direct kernel's weights hold only the lanes its sum takes; the GEMM forms' rows are whole slices)
-    direct_form = knobs.split == 1 and not knobs.broadcast and knobs.group_tile is None
-    wts = weights_oi(w, knobs.lanes, pad, summed_lanes(cin) if direct_form else 4)
+        in_lanes = summed_lanes(cin)  # (its weights hold only the lanes its sum takes: _conv_source's ``used``)
+    wts = weights_oi(w, knobs.lanes, pad, in_lanes)
     if arg is not None and arg.dense:
         dense.append(ctx.op.outputs[1])
     gate = [] if scale is None else [scale]
