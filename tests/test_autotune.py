@@ -105,6 +105,30 @@ def test_a_candidate_that_fails_to_compile_is_rejected(ctx, opencl_device):
     assert r.params == {} and r.rejected == 1 and "build failed" in r.reasons[0]
 
 
+def test_a_slower_candidate_is_timed_and_cut_short_not_rejected(ctx, opencl_device):
+    """A candidate whose first samples are already far slower than the best is cut short: the report counts it as
+    timed ("cut short"), and "rejected" keeps to points that could not run or ran wrong (a report that said "1
+    timed, 75 rejected" of a search that had timed them all read as a broken space)."""
+    from tflgpu.tuning_report import _search_words
+
+    def make(params):  # (the default, no params, is the fast and right kernel)
+        return scale_kernel({"slow": params.get("slow", False), "wrong": params.get("wrong", False)})
+
+    t = TuneTask("test-cut-short", "TEST", make, {"slow": [False, True], "wrong": [False, True]},
+                 {"slow": False, "wrong": False}, LAYOUTS)
+    r = KernelTuner(t, bench(ctx, opencl_device), "dev", mode="exhaustive", trials=None).run(None)
+    assert r.params == {} and r.measured == 1, r
+    # (slow and right: cut short; fast and wrong: rejected; slow and wrong: either, as the first check meets it)
+    assert r.slower >= 1 and r.rejected >= 1 and r.slower + r.rejected == 3, r
+    assert all("discarded early" not in why for why in r.reasons), r.reasons
+
+    class Decided:  # (a report row's kernel, as the plan's tuning results hold it)
+        source, result = "tuned", r
+
+    words = _search_words(Decided)
+    assert f"{1 + r.slower} timed ({r.slower} cut short)" in words and f"{r.rejected} rejected" in words, words
+
+
 class HostDelay:
     """pyopencl, except that each kernel enqueue takes ``delay(kernel, local_size)`` seconds more host time."""
 
@@ -353,17 +377,22 @@ def test_tune_cli_prints_the_table(rng, tmp_path, opencl_device):
     r = subprocess.run([sys.executable, "-m", "tflgpu.cli", "tune", str(path), "--mode", "fast", "--trials", "2",
                         "--repeat", "30", "-q", "--json"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "heuristic us" in r.stdout and "conv_2d" in r.stdout
+    assert "start us" in r.stdout and "conv_2d" in r.stdout
     doc = json.loads(r.stdout[r.stdout.index("["):])
     assert doc[0]["model"] == "conv.tflite" and doc[0]["kernels"][0]["op"] == "CONV_2D"
     assert np.isfinite(doc[0]["heuristic_ms"]) and np.isfinite(doc[0]["tuned_ms"])
     # what `tflgpu tune` recorded is what a later Interpreter on this device uses, without searching: the search's
     # parameters, or the heuristic default where the model was slower with them end to end (the row says which)
+    # (the search's start: the shipped database's record for this device where it has one, else the heuristics; a
+    # search that keeps its start records and reports the start's parameters)
+    start = Interpreter(model_path=str(path), delegate=GpuDelegate(tuning="none", tuning_db=MemoryTuningDB(),
+                                                                   cache=False)).gpu_plan.tuning_results
     it = Interpreter(model_path=str(path), delegate=GpuDelegate(tuning="fast"))
     assert [k.source for k in it.gpu_plan.tuning_results] == ["record"] and it.gpu_plan.tuning_seconds == 0
     row = doc[0]["kernels"][0]
     assert row["used"] == ("NOT stored" not in doc[0]["verdict"]), doc[0]["verdict"]
-    assert json.loads(json.dumps(it.gpu_plan.tuning_results[0].params)) == (row["params"] if row["used"] else {})
+    expected = row["params"] if row["used"] else (start[0].params if start else {})
+    assert json.loads(json.dumps(it.gpu_plan.tuning_results[0].params)) == json.loads(json.dumps(expected))
 
 
 @pytest.mark.parametrize("timings,stored", [([(1.0, 1.2), (1.0, 1.0)], True), ([(1.0, 1.2), (1.0, 1.1)], False)])

@@ -24,6 +24,8 @@ class KernelRow:
     op: str
     key: str
     layers: int  # how many of the model's steps share this kernel identity
+    # the kernel's time at the parameters its search started from: a record through the database's fallback chain
+    # where one was found (runtime.tuning.apply_tuning), else the heuristics (printed as "start us")
     heuristic_us: float
     tuned_us: float
     params: dict
@@ -133,7 +135,9 @@ def _search_words(k) -> str:
         return "not searched: budget spent"
     if r.strategy in (FETCHED, NOT_IN_STORAGE):
         return r.strategy + (f" ({r.trials} trials)" if r.trials else "")
-    return f"{r.strategy}, {r.measured} timed" + (f", {r.rejected} rejected" if r.rejected else "")
+    # (a candidate cut short as slower was timed: "rejected" is what could not run or ran wrong)
+    timed = f"{r.measured + r.slower} timed" + (f" ({r.slower} cut short)" if r.slower else "")
+    return f"{r.strategy}, {timed}" + (f", {r.rejected} rejected" if r.rejected else "")
 
 
 def _drop_plans(path: Path) -> None:
@@ -149,8 +153,8 @@ def format_model_tuning(t: ModelTuning) -> str:
     head = (f"{t.model} on {t.device}: {t.heuristic_ms:.2f} ms with heuristics, {t.tuned_ms:.2f} ms with the "
             f"tuned parameters ({t.speedup:.2f}x, timed in alternation); searching took {t.tuning_s:.1f} s"
             + (f" (budget {t.budget_s:g} s)" if t.budget_s else "") + f", building the plan {t.build_s:.1f} s")
-    columns = (f"  {'kernel':<20} {'layers':>6} {'heuristic us':>13} {'tuned us':>9} {'speedup':>8}  "
-               f"{'search':<28} params")
+    columns = (f"  {'kernel':<20} {'layers':>6} {'start us':>13} {'tuned us':>9} {'speedup':>8}  "
+               f"{'search':<40} params")
     lines = [head, f"  {t.verdict}", columns]
 
     def us(v: float, width: int) -> str:
@@ -159,5 +163,5 @@ def format_model_tuning(t: ModelTuning) -> str:
     for r in t.kernels:
         params = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "(heuristic default)"
         lines.append(f"  {r.op.lower()[:20]:<20} {r.layers:>6} {us(r.heuristic_us, 13)} {us(r.tuned_us, 9)} "
-                     f"{'-' if math.isnan(r.heuristic_us) else f'{r.speedup:.2f}x':>8}  {r.search:<28} {params}")
+                     f"{'-' if math.isnan(r.heuristic_us) else f'{r.speedup:.2f}x':>8}  {r.search:<40} {params}")
     return "\n".join(lines)

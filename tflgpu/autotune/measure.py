@@ -62,6 +62,11 @@ class CandidateRejected(Exception):
     """The candidate fails to compile, does not fit the device, or computes wrong results."""
 
 
+class CandidateSlower(CandidateRejected):
+    """The candidate ran correctly, but its first samples were already slower than the best so far by the bench's
+    discard ratio: timed, and cut short (a search's common case, not a fault)."""
+
+
 @dataclass
 class Timing:
     us: float  # median cost over the kept samples (``step_cost`` of each sample's host and device time)
@@ -201,7 +206,7 @@ class KernelBench:
             samples.append(self._launch(launches))
             parts.append(self.last)
             if best_us is not None and len(samples) >= 2 and min(samples) > self.discard_ratio * best_us:
-                raise CandidateRejected(f"discarded early: {min(samples):.0f} us vs best {best_us:.0f} us")
+                raise CandidateSlower(f"discarded early: {min(samples):.0f} us vs best {best_us:.0f} us")
             if len(samples) >= self.k:
                 last = samples[-self.k:]
                 med = statistics.median(last)

@@ -26,7 +26,7 @@ from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
 from ..kernels.knobs import ADDED_KNOBS, ADDED_VALUES, LAUNCH_KNOBS
 from ..ops.layout import Layout
-from .measure import CandidateRejected, Interrupted, KernelBench
+from .measure import CandidateRejected, CandidateSlower, Interrupted, KernelBench
 
 log = logging.getLogger("tflgpu")
 
@@ -124,7 +124,8 @@ class TuneResult:
     best_us: float
     trials: int = 0  # completed trials in the study (every worker's)
     measured: int = 0  # candidates this process compiled and timed
-    rejected: int = 0
+    rejected: int = 0  # points refused: not valid for the shape, failed to build or launch, wrong outputs
+    slower: int = 0  # candidates timed and cut short, already slower than the best by the bench's discard ratio
     seconds: float = 0.0
     strategy: str = ""
     reasons: list[str] = field(default_factory=list)  # why candidates were rejected (first few)
@@ -230,6 +231,7 @@ class KernelTuner:
         self.decode = {k: {_encode(x): x for x in vals} for k, vals in self.values.items()}
         self.measured: dict[str, float | None] = {}
         self.rejected, self.reasons = 0, []
+        self.slower = 0  # (TuneResult.slower)
         self.ref = None
         self.default_us = None
         self.host_bound = False  # the default's host enqueues take longer than its kernels run (measure_default)
@@ -388,6 +390,10 @@ class KernelTuner:
             return self.measured[fp]
         try:
             us = self.bench.time(specs, best_us=self.best_us, ref=self.ref).us
+        except CandidateSlower:
+            self.measured[fp] = None
+            self.slower += 1
+            return None
         except CandidateRejected as e:
             self.measured[fp] = None
             return self._reject(str(e))
@@ -509,7 +515,7 @@ class KernelTuner:
         strategy = BUDGET_SPENT if not ran and done <= 1 else GRID if grid else TPE
         return TuneResult(self.task.key, self.task.op, params, default_us, best_us, trials=done,
                           measured=sum(1 for v in self.measured.values() if v is not None),
-                          rejected=self.rejected, seconds=time.perf_counter() - t0,
+                          rejected=self.rejected, slower=self.slower, seconds=time.perf_counter() - t0,
                           strategy=strategy, reasons=self.reasons)
 
 
@@ -559,8 +565,8 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
                     config.progress(r, len(results), len(tuners) + len(unmeasured))
                 continue
         r = tuner.run(left)
-        log.info("tuned %s: %.0f -> %.0f us (%.2fx, %d measured, %d rejected, %s) %s", r.op, r.default_us,
-                 r.best_us, r.speedup, r.measured, r.rejected, r.strategy, r.params)
+        log.info("tuned %s: %.0f -> %.0f us (%.2fx, %d measured, %d cut short as slower, %d rejected, %s) %s",
+                 r.op, r.default_us, r.best_us, r.speedup, r.measured, r.slower, r.rejected, r.strategy, r.params)
         results.append(r)
         if config.progress:
             config.progress(r, len(results), len(tuners) + len(unmeasured))

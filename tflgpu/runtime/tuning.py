@@ -288,7 +288,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             set_params(u.steps, make, r.params)
             u.decided(u.task.kept(r))
             hosts.update({id(h): h for h in u.hosts})
-            decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, r.params, "tuned", r,
+            decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, u.task.kept(r), "tuned", r,
                                        flops=u.flops))
             if r.decided:
                 records[r.key] = u.task.record(r)
