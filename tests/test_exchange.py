@@ -22,6 +22,7 @@ from tflgpu.autotune.exchange import (
     read_records,
     write_records,
 )
+from tflgpu.cache.records import device_maker
 from tflgpu.kernels.program import shared_base
 
 from .conftest import REPO, assert_close, litert, run_model
@@ -49,6 +50,10 @@ def test_chain_prefers_the_nearest_device(tmp_path):
         "shipped database, same device type (Other CPU)"
     db.put(DeviceRecords(_device(device="Xeon")).key, "k", _rec({"tile_x": 2}))
     assert NearestRecords(db, THIS, shipped_dir=tmp_path).find("k").level == "same platform (Xeon)"
+    # (a chip of this device's maker before another's, under one runtime)
+    db.put(DeviceRecords(_device(device="AMD Ryzen 9 7950X")).key, "k", _rec({"tile_x": 3}))
+    found = NearestRecords(db, THIS, shipped_dir=tmp_path).find("k")
+    assert found.level == "same platform, same maker (AMD Ryzen 9 7950X)" and found.record.params == {"tile_x": 3}
     db.put(DeviceRecords(_device(driver_version="2025.9")).key, "k", _rec({"tile_x": 4}))
     found = NearestRecords(db, THIS, shipped_dir=tmp_path).find("k")
     assert found.level == "same device, other driver (AMD EPYC)" and found.record.params == {"tile_x": 4}
@@ -58,6 +63,16 @@ def test_chain_prefers_the_nearest_device(tmp_path):
     # another platform's record is no guide for this one, nor a shipped one of another device type
     other = NearestRecords(MemoryTuningDB(), _device(platform="NVIDIA CUDA", device_type="GPU"), shipped_dir=tmp_path)
     assert other.find("k") is None
+
+
+@pytest.mark.parametrize("name,maker", [
+    ("Intel(R) Xeon(R) Processor", "Intel"), ("Intel(R) Core(TM) i7-1185G7 @ 3.00GHz", "Intel"),
+    ("AMD EPYC 9R14 96-Core Processor", "AMD"), ("AMD Ryzen 9 7950X", "AMD"), ("gfx1100", None),
+    ("NVIDIA H100 80GB HBM3", "NVIDIA"), ("Mali-G78", "Arm"), ("QUALCOMM Adreno(TM) 740", "Qualcomm"),
+    ("cpu-haswell-Intel(R) Xeon(R) CPU E5-2680 v3", "Intel"), ("pthread-AMD EPYC 7B13", "AMD")])
+def test_a_device_names_its_maker(name, maker):
+    """CL_DEVICE_NAME as runtimes give it (PoCL's with its own prefix): the maker the chain's level reads."""
+    assert device_maker(name) == maker
 
 
 def test_records_keep_family_and_shape_in_the_cache_and_in_files():
@@ -123,6 +138,8 @@ def test_a_runs_search_exported_from_its_cache_is_where_a_fresh_start_begins(ope
     from tflgpu.autotune import exchange
 
     model, feeds = _conv(rng, 13)
+    (tmp_path / "none").mkdir()
+    monkeypatch.setattr(exchange, "SHIPPED_DIR", tmp_path / "none")  # (the search starts from the heuristics)
     searched = Interpreter(model_content=model, delegate=GpuDelegate(serialization_dir=tmp_path / "cache",
                                                                      tuning="fast", tuning_trials=3))
     (tuned,) = searched.gpu_plan.tuning_results
@@ -411,6 +428,8 @@ def test_a_stored_plan_started_from_the_database_is_still_searched(opencl_device
     ("nvidia-h100.json", {"float_lanes": 1, "gpu": True, "images": True}),  # (NVIDIA's OpenCL 1.2)
     ("nvidia-h200.json", {"float_lanes": 1, "gpu": True, "images": True}),
     ("intel-opencl-cpu-amd-epyc-zen5.json", {"float_lanes": 16, "subgroups": "cl_intel_subgroups", "images": True}),
+    ("intel-opencl-cpu-xeon-sapphire-rapids.json",
+     {"float_lanes": 16, "subgroups": "cl_intel_subgroups", "images": True}),
     ("pocl-cpu-amd-epyc.json", {"float_lanes": 16, "images": True})])
 def test_a_shipped_file_still_names_the_corpus_kernel_families(opencl_device, tmp_path, name, target):
     """A device's shipped records start its kernels only through their families (a record's kernel key holds the

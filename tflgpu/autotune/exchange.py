@@ -6,7 +6,8 @@ one — the fallback chain a kernel's parameters come from before any search:
 2. this device's record of the nearest kernel of the same family (op, precision, variant space; the nearest
    shapes, by ``tuner.shape_distance``), from any model: tuning transfer;
 3. the same device under another driver;
-4. another device of the same OpenCL platform (the vendor's runtime) and device type;
+4. another device of the same OpenCL platform (the vendor's runtime) and device type, one of the same chip maker
+   first (``device_maker``: the Intel CPU runtime runs on Intel's and AMD's CPUs alike);
 5. the records shipped with tflgpu (``tflgpu/data/tuning/*.json``, files in the export format), by links 1, 3
    and 4 and then by device type alone;
 6. a shipped record of the same family at the nearest shape (a per-device table of the best knobs by kernel
@@ -31,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..cache.records import TuningRecord, device_key, split_device_key
+from ..cache.records import TuningRecord, device_key, device_maker, split_device_key
 from ..cache.store import CacheStore
 from ..kernels.common import GENERATOR_VERSION
 from .records import CacheTuningDB, TuningDB, replaces
@@ -42,7 +43,8 @@ log = logging.getLogger("tflgpu")
 FORMAT = "tflgpu-tuning-records"
 FORMAT_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "tuning"
-LEVELS = ("this device", "same device, other driver", "same platform")  # (NearestRecords._rank's, nearest first)
+# (NearestRecords._rank's, nearest first)
+LEVELS = ("this device", "same device, other driver", "same platform, same maker", "same platform")
 
 
 @dataclass
@@ -184,7 +186,8 @@ class NearestRecords:
         if (p, d) == (platform, device):
             return "same device, other driver"
         if p == platform and same_type:
-            return "same platform"
+            maker = device_maker(device)
+            return "same platform, same maker" if maker is not None and maker == device_maker(d) else "same platform"
         return None
 
     def find(self, kernel_key: str, family: str = "", shape: tuple[int, ...] = ()) -> Found | None:

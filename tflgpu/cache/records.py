@@ -6,6 +6,7 @@ A record is only valid for the generator version it was measured with (``GENERAT
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -22,6 +23,22 @@ def split_device_key(key: str) -> tuple[str, str]:
     """(platform, device) of a ``device_key``."""
     platform, device, *_ = key.split("|") + ["", ""]
     return platform, device
+
+
+# the maker a device's name (CL_DEVICE_NAME) shows, by a word in it: a runtime may run on several makers' chips (the
+# Intel CPU runtime on Intel and AMD CPUs, PoCL on any), and a record of the same maker's chip is the nearer guess
+_MAKER_WORDS = {"intel": "Intel", "xeon": "Intel", "amd": "AMD", "epyc": "AMD", "ryzen": "AMD",
+                "radeon": "AMD", "nvidia": "NVIDIA", "geforce": "NVIDIA", "apple": "Apple", "mali": "Arm",
+                "adreno": "Qualcomm", "qualcomm": "Qualcomm"}
+
+
+def device_maker(device: str) -> str | None:
+    """The chip maker a device name shows (``_MAKER_WORDS``), or None where no word of it is known."""
+    for word in re.split(r"[^a-z0-9]+", device.lower()):
+        maker = _MAKER_WORDS.get(word)
+        if maker is not None:
+            return maker
+    return None
 
 
 def params_to_json(params: dict) -> dict:
