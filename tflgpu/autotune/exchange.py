@@ -168,6 +168,7 @@ class NearestRecords:
 
     def __init__(self, db: TuningDB | None, identity: dict, shipped_dir: Path | None = None):
         self.db, self.identity, self.shipped_dir = db, identity, shipped_dir or SHIPPED_DIR
+        self.maker = device_maker(identity["device"])  # (the "same platform, same maker" level's)
         self._local: dict[str, dict[str, TuningRecord]] | None = None
         self._families: dict[str, list[TuningRecord]] = {}  # this device's records by kernel family
         self._shipped: list[DeviceRecords] | None = None
@@ -186,8 +187,8 @@ class NearestRecords:
         if (p, d) == (platform, device):
             return "same device, other driver"
         if p == platform and same_type:
-            maker = device_maker(device)
-            return "same platform, same maker" if maker is not None and maker == device_maker(d) else "same platform"
+            same_maker = self.maker is not None and self.maker == device_maker(d)
+            return "same platform, same maker" if same_maker else "same platform"
         return None
 
     def find(self, kernel_key: str, family: str = "", shape: tuple[int, ...] = ()) -> Found | None:

@@ -285,10 +285,11 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
         records, hosts, todo = {}, {}, []
         for r in results:
             u = untuned[r.key]
+            kept = u.task.kept(r)  # (the winner's parameters, else the start's, which the steps have already)
             set_params(u.steps, make, r.params)
-            u.decided(u.task.kept(r))
+            u.decided(kept)
             hosts.update({id(h): h for h in u.hosts})
-            decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, u.task.kept(r), "tuned", r,
+            decided.append(TunedKernel(r.key, r.op, u.layers, r.default_us, r.best_us, kept, "tuned", r,
                                        flops=u.flops))
             if r.decided:
                 records[r.key] = u.task.record(r)
