@@ -191,6 +191,12 @@
 # conv of at most 8 output channels over rows of 9+ taps has a CPU device's form of its own (ConvKnobs.signal: not
 # in a GPU's space; a test can force it). Add "thin_inputs or signal" to the first call's TESTS_K (test_signal forces each of its points
 # through plan_with_params: on NVIDIA, whether its private window compiles and matches LiteRT).
+# Since (2026-12-05, second session, no GPU): shipped records are found by op and precision and by whether the
+# kernel's generator takes their point (autotune.tuner.KernelTraits), no longer by a hash of its space's lists. On
+# the H100's target the shipped file now starts U-Net's three transposed convs and three of DeepLab's deep convs
+# (the heuristics before), and MobileNet v1's 512- and 1,024-channel separable blocks start unfused from the H200's
+# records of their own shapes (before: the knobs of the H100's records of 14x14x384 / 10x10x576 blocks). The next
+# `bench` rows of U-Net, DeepLab and MobileNet v1 show what that start is worth.
 set -u
 export OUT=${OUT:-/tmp/out}
 if [ "${1:-}" != --inner ]; then

@@ -129,6 +129,7 @@ def mediapipe_model(name: str) -> Path:
 class Selected:
     steps: list  # the plan's device steps
     sg: object  # the subgraph with every tensor's shape (model.ir.Subgraph)
+    make: object  # what generated them (runtime.selection.KernelMaker)
 
 
 def selected_steps(path, target, fp16: bool = False, fuse_expansions: bool | None = None) -> Selected:
@@ -143,8 +144,8 @@ def selected_steps(path, target, fp16: bool = False, fuse_expansions: bool | Non
     sg = propagate_shapes(runner, [tuple(d["shape"]) for d in it.get_input_details()])
     make = KernelMaker(sg, runner.consts, fp16, frozenset(runner.variables), target=target)
     steps, _ = select(runner, make, {}, True, fuse_expansions)
-    dense_boundary(steps, make)
-    return Selected([s for s in steps if s.device == "gpu"], sg)
+    make, _ = dense_boundary(steps, make)
+    return Selected([s for s in steps if s.device == "gpu"], sg, make)
 
 
 def litert():

@@ -147,14 +147,30 @@ def test_group_tiles_only_where_they_apply():
             ConvKnobs.resolve(shape, params)
 
 
+def _an_older_record_is_a_start(knobs, shape, *added: str) -> bool:
+    """Whether a record measured before ``added`` were knobs (its point the kernel's default without them, as the
+    fallback chain weighs it: autotune.tuner.KernelTraits.takes, with the generator's own check) is a start for a
+    kernel of ``shape`` whose space has them: the added knobs then take the kernel's default."""
+    from tflgpu.autotune.tuner import KernelTraits, kernel_family
+
+    def accepts(point):
+        try:
+            knobs.resolve(shape, point)
+        except InvalidKnobs:
+            return False
+        return True
+
+    space = knobs.space(shape)
+    assert all(k in space for k in added)
+    older = {k: v for k, v in knobs.default(shape).params().items() if k in space and k not in added}
+    return KernelTraits(kernel_family("CONV_2D", False), (), space, accepts).takes(older)
+
+
 def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
     """``k_split`` (a group tile's sum shared by k_split work-items per output): in a GPU's space wherever the group
     tile is, not a CPU's, with as many shares as the device's work-groups take; it counts the shares' local memory
-    and work-items; and it is a knob added after records were shipped, so a kernel's family, which finds them, is
-    what it was without it."""
-    from tflgpu.autotune.tuner import kernel_family
-    from tflgpu.kernels.common import KernelSpec
-
+    and work-items; and it is a knob added after records were shipped, so an older record (without it) is still a
+    start."""
     gpu_1x1 = replace(CONV_1X1, **GPU)
     assert ConvKnobs.space(gpu_1x1)["k_split"] == [1, 2, 4] and "k_split" in ConvKnobs.space(replace(CONV_3X3, **GPU))
     assert "k_split" not in ConvKnobs.space(CONV_1X1) and "k_split" not in ConvKnobs.space(replace(gpu_1x1, dense=True))
@@ -168,11 +184,7 @@ def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
     assert ConvKnobs.resolve(wide, eight).group_bytes() == 32 * 1024
     with pytest.raises(InvalidKnobs, match="512 work-items is over 256, the most this device's work-groups take"):
         ConvKnobs.resolve(gpu_1x1, eight)
-    space = ConvKnobs.space(gpu_1x1)
-    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
-    without = {k: v for k, v in space.items() if k != "k_split"}
-    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
-    assert kernel_family("CONV_2D", [spec(space)], False) != kernel_family("CONV_2D", [spec(without)], True)
+    assert _an_older_record_is_a_start(ConvKnobs, wide, "k_split")
     # the separable block's group tile (its sum over the depthwise slices) alike; not its direct kernel
     from tflgpu.kernels.separable import SeparableKnobs, SeparableShape
 
@@ -187,9 +199,7 @@ def test_a_split_sum_is_a_gpus_variant_in_the_same_family():
 def test_prefetch_is_a_gpus_group_tile_variant_in_the_same_family():
     """``prefetch`` (a group tile reading each step one step ahead, into registers): in a GPU's space wherever the
     group tile is (a pointwise GEMM, an implicit one, a separable block's), not a CPU's; off by default; only with a
-    group tile; a knob added after records were shipped, so it leaves a kernel's family as it was."""
-    from tflgpu.autotune.tuner import kernel_family
-    from tflgpu.kernels.common import KernelSpec
+    group tile; a knob added after records were shipped, so an older record (without it) is still a start."""
     from tflgpu.kernels.separable import SeparableKnobs, SeparableShape
 
     gpu_1x1, gpu_3x3 = replace(CONV_1X1, **GPU), replace(CONV_3X3, **GPU)
@@ -203,10 +213,7 @@ def test_prefetch_is_a_gpus_group_tile_variant_in_the_same_family():
                         ({"group_tile": (16, 4), "prefetch": "yes", **plain}, "prefetch=.yes. is not one of")]:
         with pytest.raises(InvalidKnobs, match=why):
             ConvKnobs.resolve(gpu_1x1, params)
-    space = ConvKnobs.space(gpu_1x1)
-    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
-    without = {k: v for k, v in space.items() if k not in ("prefetch", "k_split")}
-    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+    assert _an_older_record_is_a_start(ConvKnobs, gpu_1x1, "prefetch", "k_split")
     block = SeparableShape(sin=64, sout=64, ow=14, float_lanes=1, gpu=True, pixels=196)
     assert SeparableKnobs.space(block)["prefetch"] == [False, True]
     assert "prefetch" not in SeparableKnobs.space(replace(block, gpu=False, float_lanes=16))
@@ -220,11 +227,8 @@ def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_
     default for a 16-lane device's windowed conv of 2+ input slices in FP32 storage, where it measured faster (with
     float8 tiles of 8 pixels for 5-8 output channels); off
     for a pointwise conv, one input slice, FP16 storage, a graph input read densely, an input prologue, an 8-lane
-    device and a GPU; in the space wherever it changes the code; a knob added after records were shipped, so it
-    leaves a kernel's family as it was."""
-    from tflgpu.autotune.tuner import kernel_family
-    from tflgpu.kernels.common import KernelSpec
-
+    device and a GPU; in the space wherever it changes the code; a knob added after records were shipped, so an
+    older record (without it) is still a start."""
     windowed = replace(CONV_3X3, float_lanes=16)
     assert ConvKnobs.default(windowed).mem_lanes and ConvKnobs.default(replace(windowed, sout=4)).mem_lanes
     off = [replace(CONV_1X1, float_lanes=16), replace(windowed, sin=1), replace(windowed, fp16=True),
@@ -241,10 +245,7 @@ def test_input_lanes_from_memory_are_a_16_lane_devices_windowed_fp32_default_in_
     assert not ConvKnobs.resolve(windowed, {"mem_lanes": False}).mem_lanes
     with pytest.raises(InvalidKnobs, match="mem_lanes=1 is not one of"):
         ConvKnobs.resolve(windowed, {"mem_lanes": 1})
-    space = ConvKnobs.space(windowed)
-    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
-    without = {k: v for k, v in space.items() if k != "mem_lanes"}
-    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+    assert _an_older_record_is_a_start(ConvKnobs, windowed, "mem_lanes")
 
 
 def test_rows_of_many_taps_run_the_signal_form_on_a_cpu_device_in_the_same_family():
@@ -253,9 +254,7 @@ def test_rows_of_many_taps_run_the_signal_form_on_a_cpu_device_in_the_same_famil
     work-item (32 for 5-8 channels) or the fewest that take a short row whole; not for rows of fewer taps (in the
     space still), 9 output channels, a dilated row, a prologue, unknown input channels, a GPU, or a row's window
     past the private memory it may stage; in the space wherever it applies; a knob added after records were
-    shipped, so it leaves a kernel's family as it was."""
-    from tflgpu.autotune.tuner import kernel_family
-    from tflgpu.kernels.common import KernelSpec
+    shipped, so an older record (without it) is still a start."""
     from tflgpu.kernels.conv import SIGNAL_WINDOW_FLOATS
 
     wide = replace(CONV_FIR, kh=3, kw=39, sw=1, sin=2, cin=8, sout=2, row=264, pixels=264 * 172)  # (Basic Pitch's)
@@ -280,10 +279,7 @@ def test_rows_of_many_taps_run_the_signal_form_on_a_cpu_device_in_the_same_famil
         ConvKnobs.resolve(CONV_FIR, {"signal": 64, "group_tile": (16, 4)})
     assert ConvKnobs.resolve(CONV_FIR, {"signal": 64, "const_weights": True}).const_weights  # (__constant weights)
     assert ConvKnobs.resolve(CONV_FIR, {"signal": 0, "tile_x": 8}).signal == 0  # (the direct kernel, as asked)
-    space = ConvKnobs.space(CONV_FIR)
-    spec = lambda sp: KernelSpec("k", "", (1,), None, [], [], [], {}, space=sp)
-    without = {k: v for k, v in space.items() if k != "signal"}
-    assert kernel_family("CONV_2D", [spec(space)], False) == kernel_family("CONV_2D", [spec(without)], False)
+    assert _an_older_record_is_a_start(ConvKnobs, CONV_FIR, "signal")
 
 
 def test_defaults_follow_the_measured_heuristic():

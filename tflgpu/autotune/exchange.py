@@ -3,8 +3,8 @@ into the cache, and find, for a kernel this device has no record of, the record 
 one — the fallback chain a kernel's parameters come from before any search:
 
 1. this device (platform, device, driver and OpenCL C version all equal): its own record;
-2. this device's record of the nearest kernel of the same family (op, precision, variant space; the nearest
-   shapes, by ``tuner.shape_distance``), from any model: tuning transfer;
+2. this device's record of the nearest kernel of the same family (op and precision; the nearest shapes, by
+   ``tuner.shape_distance``), from any model: tuning transfer;
 3. the same device under another driver;
 4. another device of the same OpenCL platform (the vendor's runtime) and device type, one of the same chip maker
    first (``device_maker``: the Intel CPU runtime runs on Intel's and AMD's CPUs alike);
@@ -12,9 +12,14 @@ one — the fallback chain a kernel's parameters come from before any search:
    and 4 and then by device type alone;
 6. a shipped record of the same family at the nearest shape (a per-device table of the best knobs by kernel
    family and shape class), from the nearest device by links 1, 3, 4 and device type; of any generator
-   version, since a shipped file outlives generator changes: its knobs are a start, and a point the generator
-   no longer takes is refused where it is applied (``runtime.tuning.set_params``);
+   version, since a shipped file outlives generator changes: its knobs are a start;
 7. the generators' heuristics.
+
+Every link takes only a record whose point the kernel takes (``tuner.KernelTraits.takes``: its knobs the space's, the
+generator generating the kernel with it; a knob added since the record was measured takes the kernel's default), so
+a record of another kind of kernel of the op, or of a shape or device whose limits the point does not suit, gives
+way to the next nearest; a record of another shape lends only a point whose values the kernel's space lists, and
+between records of one shape the one of fewer unlisted values wins (``KernelTraits.unlisted``).
 
 By links 2 and 6 (another shape) a composite's choice to launch fused comes along only where the channel counts
 are the kernel's own (``lent``).
@@ -28,15 +33,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from pathlib import Path
 
 from ..cache.records import TuningRecord, device_key, device_maker, split_device_key
 from ..cache.store import CacheStore
 from ..kernels.common import GENERATOR_VERSION
 from .records import CacheTuningDB, TuningDB, replaces
-from .tuner import kernel_channels, shape_distance
+from .tuner import KernelTraits, kernel_channels, shape_distance
 
 log = logging.getLogger("tflgpu")
 
@@ -191,9 +198,11 @@ class NearestRecords:
             return "same platform, same maker" if same_maker else "same platform"
         return None
 
-    def find(self, kernel_key: str, family: str = "", shape: tuple[int, ...] = ()) -> Found | None:
-        """The nearest record for a kernel (``family`` and ``shape`` as ``tuner.kernel_family`` and
-        ``kernel_shape`` give them, for transfer from this device's other kernels)."""
+    def find(self, kernel_key: str, traits: KernelTraits | None = None) -> Found | None:
+        """The nearest record for a kernel whose point the kernel takes (``traits``, as ``tuner.KernelTraits.of``
+        gives them: for transfer from other kernels of its family, and to pass over a point its generator refuses;
+        None: this kernel's own key alone, any point)."""
+        takes = traits.takes if traits is not None else (lambda params: True)
         if self.db is not None:
             own = self.db.get(self.key, kernel_key)
             if own is not None:
@@ -207,28 +216,30 @@ class NearestRecords:
                         self._local.setdefault(dev, {})[key] = rec
                     elif rec.family:
                         self._families.setdefault(rec.family, []).append(rec)
-            near = min(self._families.get(family, []) if family else [], default=None,
-                       key=lambda r: shape_distance(r.shape, shape))
-            if near is not None and shape_distance(near.shape, shape) < float("inf"):
-                return Found(lent(near, shape), f"this device, nearest shape "
-                                                f"({'x'.join(map(str, near.shape[-4:]))} out)")
-            hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key)
+            if traits is not None:
+                near = _nearest_shape(((0, r, self.key) for r in self._families.get(traits.family, ())), traits)
+                if near is not None:
+                    rec = near[1]
+                    return Found(lent(rec, traits.shape), f"this device, nearest shape ({_out(rec)} out)")
+            hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key, takes)
             if hit is not None:
                 return hit
         if self._shipped is None:
             self._shipped = _load_shipped(self.shipped_dir)
         shipped = [(d.key, d.identity.get("device_type"), d.records) for d in self._shipped]
-        hit = self._nearest(iter(shipped), kernel_key, prefix="shipped database, ")
+        hit = self._nearest(iter(shipped), kernel_key, takes, prefix="shipped database, ")
         if hit is not None:
             return hit
         for key, device_type, recs in shipped:  # then: any device of this type
             rec = recs.get(kernel_key)
-            if rec is not None and device_type == self.identity.get("device_type") and _valid(rec):
+            if (rec is not None and device_type == self.identity.get("device_type") and _valid(rec)
+                    and takes(rec.params)):
                 return Found(rec, f"shipped database, same device type ({split_device_key(key)[1]})")
-        return self._shipped_family(shipped, family, shape) if family else None
+        return self._shipped_family(shipped, traits) if traits is not None else None
 
-    def _shipped_family(self, shipped, family: str, shape: tuple[int, ...]) -> Found | None:
-        """The shipped record of ``family`` from the nearest device, at the nearest shape on that device."""
+    def _shipped_family(self, shipped, traits: KernelTraits) -> Found | None:
+        """The shipped record of the kernel's family from the nearest device, at the nearest shape on that device; one
+        of the kernel's own shape from any device of this platform before another shape's."""
         order = (*LEVELS, "same device type")
         if self._shipped_by_family is None:
             self._shipped_by_family = {}
@@ -237,23 +248,21 @@ class NearestRecords:
                     "same device type" if device_type == self.identity.get("device_type") else None)
                 for rec in recs.values() if level is not None else ():
                     self._shipped_by_family.setdefault(rec.family, []).append((order.index(level), rec, key))
-        best: tuple[int, float, TuningRecord, str] | None = None
-        for rank, rec, key in self._shipped_by_family.get(family, ()):
-            d = shape_distance(rec.shape, shape)
-            if d < float("inf") and (best is None or (rank, d) < best[:2]):
-                best = (rank, d, rec, key)
+        # (a record of the kernel's own shape from a device of this vendor's runtime first: the H100's U-Net
+        # records for an H200's U-Net, not the H200's own of MobileNet's shapes)
+        best = _nearest_shape(self._shipped_by_family.get(traits.family, ()), traits, exact_first=len(LEVELS))
         if best is None:
             return None
-        rank, _, rec, key = best
-        return Found(lent(rec, shape), f"shipped database, {order[rank]} ({split_device_key(key)[1]}), "
-                                       f"nearest shape ({'x'.join(map(str, rec.shape[-4:]))} out)")
+        rank, rec, key = best
+        return Found(lent(rec, traits.shape), f"shipped database, {order[rank]} ({split_device_key(key)[1]}), "
+                                              f"nearest shape ({_out(rec)} out)")
 
-    def _nearest(self, candidates, kernel_key: str, prefix: str = "") -> Found | None:
+    def _nearest(self, candidates, kernel_key: str, takes, prefix: str = "") -> Found | None:
         order = LEVELS
         best: tuple[int, Found] | None = None
         for key, device_type, recs in candidates:
             rec = recs.get(kernel_key)
-            level = self._rank(key, device_type) if rec is not None and _valid(rec) else None
+            level = self._rank(key, device_type) if rec is not None and _valid(rec) and takes(rec.params) else None
             if level is None:
                 continue
             rank = order.index(level)
@@ -278,6 +287,34 @@ def lent(rec: TuningRecord, shape: tuple[int, ...]) -> TuningRecord:
 
 def _as_json(rec: TuningRecord | None) -> dict | None:
     return None if rec is None else rec.to_json()
+
+
+def _nearest_shape(candidates: Iterable[tuple[int, TuningRecord, str]], traits: KernelTraits,
+                   exact_first: int = 0) -> tuple[int, TuningRecord, str] | None:
+    """Of (rank, record, its device's key) candidates, the one of the lowest rank, then of the nearest shape, then of
+    the fewest values the kernel's space does not list, whose point (as ``lent`` lends it) the kernel takes, every
+    value listed where the record's shape is another (``KernelTraits.unlisted``); None where none is. A record of
+    the kernel's own shape of a rank below ``exact_first`` comes before any other shape's."""
+    near = []
+    for n, (rank, rec, key) in enumerate(candidates):
+        d = shape_distance(rec.shape, traits.shape)
+        if d < math.inf:
+            near.append((0 if d == 0 and rank < exact_first else 1, rank, d, n, (rank, rec, key)))
+    near.sort(key=lambda a: a[:4])
+    for (_, _, d), ties in groupby(near, key=lambda a: a[:3]):  # (one rank and distance: the fewest unlisted)
+        lends = []
+        for n, (*_, c) in enumerate(ties):
+            params = lent(c[1], traits.shape).params
+            lends.append((traits.unlisted(params), n, params, c))
+        for unlisted, _, params, c in sorted(lends, key=lambda a: a[:2]):
+            if (d == 0 or unlisted == 0) and traits.takes(params):
+                return c
+    return None
+
+
+def _out(rec: TuningRecord) -> str:
+    """A record's output shape, for a level's words ("1x14x14x512")."""
+    return "x".join(map(str, rec.shape[-4:]))
 
 
 def _valid(rec: TuningRecord) -> bool:

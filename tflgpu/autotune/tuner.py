@@ -24,7 +24,7 @@ import xxhash
 from ..cache.records import TuningRecord
 from ..kernels import Unsupported
 from ..kernels.common import GENERATOR_VERSION, KernelSpec
-from ..kernels.knobs import ADDED_KNOBS, ADDED_VALUES, LAUNCH_KNOBS
+from ..kernels.knobs import LAUNCH_KNOBS, one_of
 from ..ops.layout import Layout
 from .measure import CandidateRejected, CandidateSlower, Interrupted, KernelBench
 
@@ -157,16 +157,53 @@ def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str
     return h.hexdigest()
 
 
-def kernel_family(op_name: str, specs: list[KernelSpec], fp16: bool) -> str:
-    """Kernels whose parameters transfer to each other: the same op, precision and search space (the variants
-    the generator offers them), whatever their shapes and fused ops. Not the generator version: a record says
-    which version it was measured with, and whether another version's knobs are still a fair start is the
-    reader's call (a shipped database outlives generator changes; this device's own records do not). Knobs added
-    to a space since (``kernels.knobs.ADDED_KNOBS``) do not split it: a record without them means their old
-    value; nor do values added to a knob's list (``ADDED_VALUES``), which no older record holds."""
-    space = sorted((k, [x for x in v if x not in ADDED_VALUES.get(k, ())])
-                   for k, v in (specs[0].space if specs else {}).items() if k not in ADDED_KNOBS)
-    return xxhash.xxh64(f"{op_name}|{int(fp16)}|{space!r}".encode()).hexdigest()
+def kernel_family(op_name: str, fp16: bool) -> str:
+    """Kernels whose records may lend each other parameters: one op at one storage precision ("CONV_2D fp32").
+    Which of a family's records fit a kernel is its generator's call (``KernelTraits.takes``), not the family's. A
+    family named by the search space split at every knob or value a generator gained, and its lists follow the shape
+    (a conv of one output slice offers ``tile_s`` 1 alone): twice it left most shipped records behind until they were
+    remapped by hand (103 of the H100's 104, the Zen 5's 47 conv records), and again the H100's and H200's records of
+    U-Net's transposed convs and of deep convs of DeepLab, SSD and MobileNet v2. Not the generator version
+    either: a record says which version measured it, and whether its knobs are still a fair start is the reader's
+    call (a shipped database outlives generator changes; this device's own records do not)."""
+    return f"{op_name} {'fp16' if fp16 else 'fp32'}"
+
+
+@dataclass(frozen=True)
+class KernelTraits:
+    """What the fallback chain (autotune.exchange) compares a kernel with a record of another kernel by: its family,
+    its tensors' shape (how near), and whether it takes the record's point (``takes``). ``accepts``: the kernel's
+    generator's verdict on a point (it generates the kernel with it, or refuses); None: the space's knob names
+    alone decide."""
+
+    family: str
+    shape: tuple[int, ...]
+    space: dict = field(default_factory=dict, compare=False)
+    accepts: Callable[[dict], bool] | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, op_name: str, specs: list[KernelSpec], layouts: dict,
+           accepts: Callable[[dict], bool] | None = None) -> KernelTraits:
+        return cls(kernel_family(op_name, specs[0].fp16), kernel_shape(specs, layouts), dict(specs[0].space), accepts)
+
+    def takes(self, params: dict) -> bool:
+        """Whether ``params`` (a record's point) is a point of this kernel: every knob it names is one of the space's
+        (a knob the space lacks, a wide conv's ``mem_lanes`` offered to a conv of one output channel, names another
+        kind of kernel), and the generator generates the kernel with it (``accepts``; not the space's lists: they
+        leave out what is the same code at this shape, a ``k_chunk`` past the input's slices, which a record of a
+        deeper conv of this shape holds). A knob the point does not name takes the kernel's default: a record
+        measured before the knob existed is as fair a start in the grown space as it was in the old one (a GPU's deep
+        pointwise conv then shares its sum as its default does, ``k_split``; a 16-lane CPU's windowed conv reads its
+        lanes from memory, ``mem_lanes``)."""
+        return set(params) <= set(self.space) and (self.accepts is None or self.accepts(params))
+
+    def unlisted(self, params: dict) -> int:
+        """How many of a point's values this kernel's space does not list. A record of another shape lends only a
+        point of none (another shape's values name another class of shapes: a tile of 4 output slices for a conv of
+        one); between records of this shape, the one of fewer is the nearer kind of kernel (a shape holds the first
+        kernel's tensors alone: MobileNet v2's expansion before a stride-2 depthwise conv has the shape of the one
+        before a stride-1 conv, and its ``rows`` stop at the smaller output's height)."""
+        return sum(1 for k, v in params.items() if k not in self.space or one_of(k, v, self.space[k]))
 
 
 def kernel_shape(specs: list[KernelSpec], layouts: dict) -> tuple[int, ...]:

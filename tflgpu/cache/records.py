@@ -59,7 +59,7 @@ class TuningRecord:
     op: str = ""  # op name, for reports
     generator_version: int = field(default_factory=lambda: GENERATOR_VERSION)
     updated: float = field(default_factory=time.time)
-    family: str = ""  # the kernel's variant family (autotune.tuner.kernel_family): whose records transfer to it
+    family: str = ""  # the kernel's family, its op and precision (autotune.tuner.kernel_family): whose records transfer
     shape: tuple[int, ...] = ()  # its tensors' BHWC dims (kernel_shape): how near another kernel of the family is
 
     @property

@@ -25,23 +25,6 @@ from .errors import Unsupported
 # host's enqueues can gain from (autotune.tuner.KernelTuner.neighbors tries them first there)
 LAUNCH_KNOBS = ("fused", "local_size", "group_tile")
 
-# knobs added to a space after tuning records were made and shipped (tflgpu/data/tuning): a record without them
-# takes their default for its shape (``Knobs.resolve``, as any partial point does), which on most kernels is what
-# the kernel was before they existed (``prefetch``: off by default everywhere); a GPU's deep pointwise conv shares
-# its sum by default (ConvKnobs.k_split 4), so an older record of one starts from its tile in shares, or, where
-# that tile cannot take them (its local memory), is refused and the heuristics apply (runtime.tuning.set_params).
-# A 16-lane CPU device's windowed FP32 conv reads its input lanes from memory by default (ConvKnobs.mem_lanes), so
-# an older record of one starts with them so, its tile as recorded: the form measured faster with the same tiles.
-# A conv of at most 8 output channels over rows of 9 or more taps runs the signal form by default on a CPU device
-# (ConvKnobs.signal), so an older record of one starts in it, its tile unused (the form measured 1.4-13x faster
-# than the direct kernel's default there: kernels.conv.signal_default).
-# Either way such a record is as fair a start in the grown space as in the old one, so a kernel's family
-# (autotune.tuner.kernel_family, which the shipped records are found by) leaves them out
-ADDED_KNOBS = frozenset({"k_split", "prefetch", "mem_lanes", "signal"})
-# values added to a knob's list since, by knob name: a record never holds them, so a family leaves them out as well
-# (ConvKnobs' tile_s 6 and 12: the windowed conv's tiles of three accumulators a pixel, kernels.conv.slice_tile)
-ADDED_VALUES = {"tile_s": frozenset({6, 12})}
-
 
 class InvalidKnobs(Unsupported):
     """A point a generator family does not take for this shape (or a knob it does not have)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..autotune import TuneResult, TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
-from ..autotune.tuner import KernelTuner, kernel_family, kernel_shape, space_size, study_storage
+from ..autotune.tuner import KernelTraits, KernelTuner, space_size, study_storage
 from ..kernels import KernelSpec, Unsupported
 from ..kernels.base import Part, parts_of, runs_parts
 from ..kernels.program import shared_base
@@ -197,8 +197,8 @@ class PartRecords:
             rec = self.db.get(self.device_key, key)
             if rec is None and self.nearest is not None:
                 layouts = _layouts(make, default, [op, *(f.op for f in epilogue)])
-                found = self.nearest.find(key, kernel_family(op.name, default, default[0].fp16),
-                                          kernel_shape(default, layouts))
+                found = self.nearest.find(key, KernelTraits.of(op.name, default, layouts,
+                                                               generator_takes(make, op, epilogue)))
                 rec = found.record if found is not None else None
             params = rec.params if rec is not None else {}
         if not params:
@@ -261,9 +261,9 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                        "record", flops=flops))
             continue
         layouts = _layouts(make, ident.specs, ident.ops)
-        family = kernel_family(ident.op.name, ident.specs, ident.specs[0].fp16)
-        shape = kernel_shape(ident.specs, layouts)
-        near = nearest.find(key, family, shape) if nearest is not None and not restored else None
+        near = (nearest.find(key, KernelTraits.of(ident.op.name, ident.specs, layouts,
+                                                  generator_takes(make, ident.op, ident.epilogue)))
+                if nearest is not None and not restored else None)
         if near is not None:
             set_params(ident.steps, make, near.record.params)
             if config.mode in ("none", "background"):  # (a search now reports its own result)
@@ -324,9 +324,9 @@ def _untuned(key: str, ident: Identity, make: KernelMaker, parts: PartRecords | 
     space = ident.specs[0].space
     default = {k: ident.specs[0].params.get(k, None if None in v else v[0]) for k, v in space.items()}
     start = ident.steps[0].params if ident.steps else parts(make, ident.op, ident.epilogue)
+    traits = KernelTraits.of(ident.op.name, ident.specs, layouts)
     task = TuneTask(key, ident.op.name, lambda p, i=ident: make(i.op, i.epilogue, p), space, default, layouts,
-                    kernel_family(ident.op.name, ident.specs, ident.specs[0].fp16),
-                    kernel_shape(ident.specs, layouts), dict(start))
+                    traits.family, traits.shape, dict(start))
     return Untuned(task, ident.steps, ident.hosts, parts, sum(sp.flops for sp in ident.specs))
 
 
@@ -374,21 +374,30 @@ def set_params(steps: list[Step], make: KernelMaker, params: dict) -> None:
             params = applied[1]
 
 
-def _applied(make: KernelMaker, op: Operator, epilogue: list, params: dict) -> tuple[list[KernelSpec], dict] | None:
+def _applied(make: KernelMaker, op: Operator, epilogue: list, params: dict,
+             quiet: bool = False) -> tuple[list[KernelSpec], dict] | None:
     """``op``'s kernels with these parameters, and the parameters that gave them: without the work-group size
-    where it does not divide the grid; None where they do not apply (logged)."""
+    where it does not divide the grid; None where they do not apply (logged, unless ``quiet``)."""
     try:
         specs = make(op, epilogue, params)
         if _uneven_groups(specs) and params.get("local_size") is not None:
             params = {**params, "local_size": None}
             specs = make(op, epilogue, params)
     except Unsupported as e:  # a record from another shape family: keep the heuristics
-        log.info("tuned parameters %s do not apply to %s: %s", params, op.name, e)
+        if not quiet:
+            log.info("tuned parameters %s do not apply to %s: %s", params, op.name, e)
         return None
     if _uneven_groups(specs):
-        log.info("tuned parameters %s give %s uneven work-groups: kept the heuristics", params, op.name)
+        if not quiet:
+            log.info("tuned parameters %s give %s uneven work-groups: kept the heuristics", params, op.name)
         return None
     return specs, params
+
+
+def generator_takes(make: KernelMaker, op: Operator, epilogue: list) -> Callable[[dict], bool]:
+    """Whether ``op``'s generator takes a point (a record's, which the fallback chain weighs for it): the
+    ``accepts`` of its ``KernelTraits``."""
+    return lambda params: _applied(make, op, epilogue, params, quiet=True) is not None
 
 
 def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Callable) -> list[Callable]:
