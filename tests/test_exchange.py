@@ -241,8 +241,18 @@ def test_cli_export_then_import_into_another_cache(opencl_device, tmp_path):
     assert f"{len(dev.records)} tuning records" in r.stdout
     r = tflgpu("tune", "--import", str(tmp_path / "missing.json"), cache="b")
     assert r.returncode != 0 and "--import" in r.stderr and "no such file" in r.stderr
-    r = tflgpu("tune", "--export", str(export), cache="b")
-    assert r.returncode == 2 and "--export writes the records of the MODELs' kernels" in r.stderr
+    # without models: every record the cache holds of this device (here the imported ones), nothing tuned
+    again = tmp_path / "again.json"
+    r = tflgpu("tune", "--export", str(again), cache="b")
+    assert r.returncode == 0 and f"exported {len(dev.records)} records" in r.stdout, r.stdout + r.stderr
+    assert "nothing tuned" in r.stdout and "tuning mode" not in r.stderr
+    (held,) = read_records(again)
+    assert held.identity == dev.identity and {k: r.to_json() for k, r in held.records.items()} == {
+        k: r.to_json() for k, r in dev.records.items()}
+    r = tflgpu("tune", "--export", str(again), cache="c")
+    assert r.returncode == 0 and "exported 0 records" in r.stdout and not read_records(again)[0].records
+    r = tflgpu("tune", cache="b")
+    assert r.returncode == 2 and "tune needs MODEL files" in r.stderr
 
 
 def _conv(rng, hw: int, cin: int = 8):

@@ -496,17 +496,14 @@ def _trace_paths(trace: str, models: list[str]) -> dict[str, Path]:
 def cmd_tune(args) -> int:
     from tqdm import tqdm
 
-    from .autotune.exchange import device_records, import_records, write_records
+    from .autotune.exchange import device_records, held_records, import_records, write_records
     from .autotune.records import FileTuningDB, default_tuning_db
     from .cache import default_cache_dir
     from .cache.paths import usable_cache_dir
     from .tuning_report import format_model_tuning, tune_model
 
-    if args.export and not args.models:
-        print("error: --export writes the records of the MODELs' kernels: name the models", file=sys.stderr)
-        return 2
-    if not args.models and not args.import_file:
-        print("error: tune needs MODEL files (or --import FILE)", file=sys.stderr)
+    if not args.models and not args.import_file and not args.export:
+        print("error: tune needs MODEL files (or --import FILE, or --export FILE: every record held)", file=sys.stderr)
         return 2
     _require_files(args.models)
     if args.import_file and not Path(args.import_file).is_file():
@@ -557,12 +554,20 @@ def cmd_tune(args) -> int:
                 bar.close()
         print(format_model_tuning(reports[-1]))
         print()
-    if args.export:
+    if args.export and reports:
         keys = {k.key for r in reports for k in r.kernels}
         exported = device_records(db, reports[0].identity, keys)
         write_records(args.export, [exported])
         print(f"exported {len(exported.records)} records of {reports[0].device} ({len(keys)} kernels in the models) "
               f"to {args.export}; `tflgpu tune --import {args.export}` merges them elsewhere")
+    elif args.export:  # no models: what the records hold of this device, searched by anything (background ones too)
+        from .runtime.device import choose_device
+
+        exported = held_records(db, choose_device(args.device).identity.as_dict())
+        write_records(args.export, [exported])
+        print(f"exported {len(exported.records)} records of {exported.identity['device']} (every record the "
+              f"{'file ' + args.db if args.db else 'cache'} holds of it, nothing tuned) to {args.export}; "
+              f"`tflgpu tune --import {args.export}` merges them elsewhere")
     if args.json:
         import dataclasses
 
@@ -944,7 +949,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search nothing: record the decisions that workers sharing --storage stored")
     t.add_argument("--repeat", type=_count(1), default=30, help="invokes timed per model, before and after")
     t.add_argument("--export", metavar="FILE", help="write this device's records of the models' kernels to FILE "
-                   "(tuning them first where needed)")
+                   "(tuning them first where needed); without models, every record held of this device, nothing "
+                   "tuned (the background searches' too)")
     t.add_argument("--import", dest="import_file", metavar="FILE",
                    help="merge a file of records (any device's; --export writes one) into the cache first")
     _input_shape_arg(t)

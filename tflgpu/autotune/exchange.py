@@ -102,8 +102,14 @@ def read_records(path: str | Path) -> list[DeviceRecords]:
 def cache_records(root: str | Path, identity: dict) -> DeviceRecords:
     """Every record of this device (``identity``) that the cache directory ``root`` holds for the current kernel
     generators: what a run's tuning (a background search in a fresh cache) found there, for an export."""
+    return held_records(CacheTuningDB(CacheStore(Path(root))), identity)
+
+
+def held_records(db: TuningDB, identity: dict) -> DeviceRecords:
+    """Every record of this device (``identity``) that ``db`` holds for the current kernel generators, whichever
+    models' kernels they are (`tflgpu tune --export FILE` without models)."""
     out = DeviceRecords(dict(identity))
-    for dev, key, rec in CacheTuningDB(CacheStore(Path(root))).items():
+    for dev, key, rec in db.items():
         if dev == out.key and _valid(rec):
             out.records[key] = rec
     return out
