@@ -355,9 +355,9 @@ def test_a_neighbours_point_is_lent_only_where_the_kernel_takes_it(tmp_path):
     another shape lends only a point whose values the kernel's space lists (a wide conv's 4-slice tile is no start
     for a conv of one output channel), never one naming a knob the space lacks or one the generator refuses; of
     records of the kernel's own shape, the one whose values the space lists wins, and the generator may take values
-    the space leaves out there (a ``k_chunk`` past the input's slices). In the shipped table a record of the
-    kernel's own shape from another device of this platform comes before this device's of another shape (an H200
-    starting U-Net from the H100's U-Net records), but not one of another platform."""
+    the space leaves out there (a ``k_chunk`` past the input's slices). A record of the kernel's own shape, this
+    device's or a shipped one of another device of this platform, comes before this device's of another shape (an
+    H200 starting U-Net from the H100's U-Net records), but not one of another platform."""
     from tflgpu.autotune.tuner import KernelTraits, kernel_family
 
     family, shape = kernel_family("CONV_2D", False), (1, 12, 13, 8, 1, 12, 13, 1)
@@ -399,6 +399,14 @@ def test_a_neighbours_point_is_lent_only_where_the_kernel_takes_it(tmp_path):
     found = NearestRecords(MemoryTuningDB(), THIS, shipped_dir=tmp_path).find("k", traits)
     assert found.level.startswith("shipped database, same platform, same maker (AMD EPYC 9B45)")
     assert found.record.params == {"tile_x": 1}
+    # and before this device's own record of another shape (another model's kernel): a shape's record is the start
+    held = MemoryTuningDB()
+    held.put(DeviceRecords(THIS).key, "listed", mine["listed"])
+    found = NearestRecords(held, THIS, shipped_dir=tmp_path).find("k", traits)
+    assert found.record.params == {"tile_x": 1} and "AMD EPYC 9B45" in found.level
+    held.put(DeviceRecords(THIS).key, "own shape", replace(_rec({"tile_x": 2}), family=family, shape=shape))
+    found = NearestRecords(held, THIS, shipped_dir=tmp_path).find("k", traits)
+    assert found.record.params == {"tile_x": 2} and found.level == "this device, nearest shape (1x12x13x1 out)"
 
 
 def test_a_neighbours_work_group_size_that_does_not_divide_the_grid_is_fitted(opencl_device, rng):

@@ -3,17 +3,19 @@ into the cache, and find, for a kernel this device has no record of, the record 
 one — the fallback chain a kernel's parameters come from before any search:
 
 1. this device (platform, device, driver and OpenCL C version all equal): its own record;
-2. this device's record of the nearest kernel of the same family (op and precision; the nearest shapes, by
+2. a record of the kernel's own shape and family (op and precision): this device's, of any model's kernel, else a
+   shipped one (``tflgpu/data/tuning/*.json``, files in the export format, of any generator version) from the
+   nearest device of this platform by links 1, 4 and 5;
+3. this device's record of the nearest kernel of the same family (the nearest shapes, by
    ``tuner.shape_distance``), from any model: tuning transfer;
-3. the same device under another driver;
-4. another device of the same OpenCL platform (the vendor's runtime) and device type, one of the same chip maker
+4. the same device under another driver;
+5. another device of the same OpenCL platform (the vendor's runtime) and device type, one of the same chip maker
    first (``device_maker``: the Intel CPU runtime runs on Intel's and AMD's CPUs alike);
-5. the records shipped with tflgpu (``tflgpu/data/tuning/*.json``, files in the export format), by links 1, 3
-   and 4 and then by device type alone;
-6. a shipped record of the same family at the nearest shape (a per-device table of the best knobs by kernel
-   family and shape class), from the nearest device by links 1, 3, 4 and device type; of any generator
+6. the shipped records of this kernel, by links 1, 4 and 5 and then by device type alone;
+7. a shipped record of the same family at the nearest shape (a per-device table of the best knobs by kernel
+   family and shape class), from the nearest device by links 1, 4, 5 and device type; of any generator
    version, since a shipped file outlives generator changes: its knobs are a start;
-7. the generators' heuristics.
+8. the generators' heuristics.
 
 Every link takes only a record whose point the kernel takes (``tuner.KernelTraits.takes``: its knobs the space's, the
 generator generating the kernel with it; a knob added since the record was measured takes the kernel's default), so
@@ -21,7 +23,7 @@ a record of another kind of kernel of the op, or of a shape or device whose limi
 way to the next nearest; a record of another shape lends only a point whose values the kernel's space lists, and
 between records of one shape the one of fewer unlisted values wins (``KernelTraits.unlisted``).
 
-By links 2 and 6 (another shape) a composite's choice to launch fused comes along only where the channel counts
+By links 3 and 7 (another shape) a composite's choice to launch fused comes along only where the channel counts
 are the kernel's own (``lent``).
 
 A kernel's identity (``kernel_key``) holds its code, launch sizes, precision and generator version, not the
@@ -52,6 +54,7 @@ FORMAT_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "tuning"
 # (NearestRecords._rank's, nearest first)
 LEVELS = ("this device", "same device, other driver", "same platform, same maker", "same platform")
+ORDER = (*LEVELS, "same device type")  # (the shipped family table's ranks)
 
 
 @dataclass
@@ -222,17 +225,22 @@ class NearestRecords:
                         self._local.setdefault(dev, {})[key] = rec
                     elif rec.family:
                         self._families.setdefault(rec.family, []).append(rec)
+        if self._shipped is None:
+            self._shipped = _load_shipped(self.shipped_dir)
+        shipped = [(d.key, d.identity.get("device_type"), d.records) for d in self._shipped]
+        if traits is not None:  # (a record of the kernel's own shape, this device's or a shipped one of this platform)
+            same = self._same_shape(shipped, traits)
+            if same is not None:
+                return same
+        if self.db is not None:
             if traits is not None:
-                near = _nearest_shape(((0, r, self.key) for r in self._families.get(traits.family, ())), traits)
+                near = _nearest_shape(((0, r, None) for r in self._families.get(traits.family, ())), traits)
                 if near is not None:
                     rec = near[1]
                     return Found(lent(rec, traits.shape), f"this device, nearest shape ({_out(rec)} out)")
             hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key, takes)
             if hit is not None:
                 return hit
-        if self._shipped is None:
-            self._shipped = _load_shipped(self.shipped_dir)
-        shipped = [(d.key, d.identity.get("device_type"), d.records) for d in self._shipped]
         hit = self._nearest(iter(shipped), kernel_key, takes, prefix="shipped database, ")
         if hit is not None:
             return hit
@@ -243,24 +251,41 @@ class NearestRecords:
                 return Found(rec, f"shipped database, same device type ({split_device_key(key)[1]})")
         return self._shipped_family(shipped, traits) if traits is not None else None
 
-    def _shipped_family(self, shipped, traits: KernelTraits) -> Found | None:
-        """The shipped record of the kernel's family from the nearest device, at the nearest shape on that device; one
-        of the kernel's own shape from any device of this platform before another shape's."""
-        order = (*LEVELS, "same device type")
+    def _by_family(self, shipped) -> dict[str, list[tuple[int, TuningRecord, str]]]:
+        """The shipped records by family, each with its device's rank (``LEVELS``, then "same device type") and key."""
         if self._shipped_by_family is None:
             self._shipped_by_family = {}
             for key, device_type, recs in shipped:
                 level = self._rank(key, device_type) or (
                     "same device type" if device_type == self.identity.get("device_type") else None)
                 for rec in recs.values() if level is not None else ():
-                    self._shipped_by_family.setdefault(rec.family, []).append((order.index(level), rec, key))
-        # (a record of the kernel's own shape from a device of this vendor's runtime first: the H100's U-Net
-        # records for an H200's U-Net, not the H200's own of MobileNet's shapes)
-        best = _nearest_shape(self._shipped_by_family.get(traits.family, ()), traits, exact_first=len(LEVELS))
+                    self._shipped_by_family.setdefault(rec.family, []).append((ORDER.index(level), rec, key))
+        return self._shipped_by_family
+
+    def _same_shape(self, shipped, traits: KernelTraits) -> Found | None:
+        """A record of the kernel's own shape that the kernel takes: this device's (any model's kernel), else a shipped
+        one from the nearest device of this platform (the same device's records of MobileNet v2's kernels, measured
+        with an older generator, before a record this device holds of MobileNet v1's at other shapes; the H100's
+        U-Net records for an H200's U-Net, before the H200's own of MobileNet's shapes)."""
+        mine = [(0, r, None) for r in self._families.get(traits.family, ()) if r.shape == traits.shape]
+        theirs = [c for c in self._by_family(shipped).get(traits.family, ())
+                  if c[0] < len(LEVELS) and c[1].shape == traits.shape]
+        best = _nearest_shape(mine + theirs, traits)  # (at one rank, this device's own records first)
         if best is None:
             return None
         rank, rec, key = best
-        return Found(lent(rec, traits.shape), f"shipped database, {order[rank]} ({split_device_key(key)[1]}), "
+        if key is None:
+            return Found(lent(rec, traits.shape), f"this device, nearest shape ({_out(rec)} out)")
+        return Found(lent(rec, traits.shape), f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]}), "
+                                              f"nearest shape ({_out(rec)} out)")
+
+    def _shipped_family(self, shipped, traits: KernelTraits) -> Found | None:
+        """The shipped record of the kernel's family from the nearest device, at the nearest shape on that device."""
+        best = _nearest_shape(self._by_family(shipped).get(traits.family, ()), traits)
+        if best is None:
+            return None
+        rank, rec, key = best
+        return Found(lent(rec, traits.shape), f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]}), "
                                               f"nearest shape ({_out(rec)} out)")
 
     def _nearest(self, candidates, kernel_key: str, takes, prefix: str = "") -> Found | None:
@@ -295,19 +320,19 @@ def _as_json(rec: TuningRecord | None) -> dict | None:
     return None if rec is None else rec.to_json()
 
 
-def _nearest_shape(candidates: Iterable[tuple[int, TuningRecord, str]], traits: KernelTraits,
-                   exact_first: int = 0) -> tuple[int, TuningRecord, str] | None:
+def _nearest_shape(candidates: Iterable[tuple[int, TuningRecord, str | None]], traits: KernelTraits
+                   ) -> tuple[int, TuningRecord, str | None] | None:
     """Of (rank, record, its device's key) candidates, the one of the lowest rank, then of the nearest shape, then of
-    the fewest values the kernel's space does not list, whose point (as ``lent`` lends it) the kernel takes, every
-    value listed where the record's shape is another (``KernelTraits.unlisted``); None where none is. A record of
-    the kernel's own shape of a rank below ``exact_first`` comes before any other shape's."""
+    the fewest values the kernel's space does not list (then the first), whose point (as ``lent`` lends it) the
+    kernel takes, every value listed where the record's shape is another (``KernelTraits.unlisted``); None where
+    none is."""
     near = []
     for n, (rank, rec, key) in enumerate(candidates):
         d = shape_distance(rec.shape, traits.shape)
         if d < math.inf:
-            near.append((0 if d == 0 and rank < exact_first else 1, rank, d, n, (rank, rec, key)))
-    near.sort(key=lambda a: a[:4])
-    for (_, _, d), ties in groupby(near, key=lambda a: a[:3]):  # (one rank and distance: the fewest unlisted)
+            near.append((rank, d, n, (rank, rec, key)))
+    near.sort(key=lambda a: a[:3])
+    for (_, d), ties in groupby(near, key=lambda a: a[:2]):  # (one rank and distance: the fewest unlisted)
         lends = []
         for n, (*_, c) in enumerate(ties):
             params = lent(c[1], traits.shape).params
