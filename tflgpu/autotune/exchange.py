@@ -236,8 +236,7 @@ class NearestRecords:
             if traits is not None:
                 near = _nearest_shape(((0, r, None) for r in self._families.get(traits.family, ())), traits)
                 if near is not None:
-                    rec = near[1]
-                    return Found(lent(rec, traits.shape), f"this device, nearest shape ({_out(rec)} out)")
+                    return _family_found(near, traits)
             hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key, takes)
             if hit is not None:
                 return hit
@@ -271,22 +270,12 @@ class NearestRecords:
         theirs = [c for c in self._by_family(shipped).get(traits.family, ())
                   if c[0] < len(LEVELS) and c[1].shape == traits.shape]
         best = _nearest_shape(mine + theirs, traits)  # (at one rank, this device's own records first)
-        if best is None:
-            return None
-        rank, rec, key = best
-        if key is None:
-            return Found(lent(rec, traits.shape), f"this device, nearest shape ({_out(rec)} out)")
-        return Found(lent(rec, traits.shape), f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]}), "
-                                              f"nearest shape ({_out(rec)} out)")
+        return _family_found(best, traits) if best is not None else None
 
     def _shipped_family(self, shipped, traits: KernelTraits) -> Found | None:
         """The shipped record of the kernel's family from the nearest device, at the nearest shape on that device."""
         best = _nearest_shape(self._by_family(shipped).get(traits.family, ()), traits)
-        if best is None:
-            return None
-        rank, rec, key = best
-        return Found(lent(rec, traits.shape), f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]}), "
-                                              f"nearest shape ({_out(rec)} out)")
+        return _family_found(best, traits) if best is not None else None
 
     def _nearest(self, candidates, kernel_key: str, takes, prefix: str = "") -> Found | None:
         order = LEVELS
@@ -343,9 +332,13 @@ def _nearest_shape(candidates: Iterable[tuple[int, TuningRecord, str | None]], t
     return None
 
 
-def _out(rec: TuningRecord) -> str:
-    """A record's output shape, for a level's words ("1x14x14x512")."""
-    return "x".join(map(str, rec.shape[-4:]))
+def _family_found(best: tuple[int, TuningRecord, str | None], traits: KernelTraits) -> Found:
+    """What a record of the kernel's family (``_nearest_shape``'s pick: its device's key None where it is this
+    device's own) lends the kernel, and the link's words."""
+    rank, rec, key = best
+    out = "x".join(map(str, rec.shape[-4:]))
+    where = "this device" if key is None else f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]})"
+    return Found(lent(rec, traits.shape), f"{where}, nearest shape ({out} out)")
 
 
 def _valid(rec: TuningRecord) -> bool:
