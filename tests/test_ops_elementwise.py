@@ -239,3 +239,33 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
     if path != "cpu":
         assert it.gpu_plan is not None and it.gpu_plan.cpu_op_count == 0
     _same_bits_but_nans(run_model(lambda **kw: it, model, feeds)[0], want, f"{op} on {path}")
+
+
+@pytest.mark.parametrize("size", [40, 70_000], ids=["one-core", "both-cores"])
+@pytest.mark.parametrize("op,scalar", [("MAXIMUM", "second"), ("MINIMUM", "first"), ("MAXIMUM", None),
+                                       ("LEAKY_RELU", None)])
+def test_one_pass_extremes_and_leaky_relu_keep_tflites_bits(rng, size, op, scalar):
+    """The CPU kernels' one-pass float32 MAXIMUM / MINIMUM (tensors of one shape, or a single value against a
+    tensor, either side) and LEAKY_RELU, serial and split between the cores (either side of ``PARALLEL_ELEMENTS``),
+    give LiteRT's builtin kernels' bits: zeros' signs and NaNs' places included (``a > b ? a : b``)."""
+    from tflgpu import Interpreter
+    from tflgpu.ops.jit import PARALLEL_ELEMENTS
+
+    from .conftest import run_model
+    from .oputil import op_model, run_litert
+
+    assert (size >= PARALLEL_ELEMENTS) == (size > 1000)
+    shape = (1, size // 20, 4, 5)
+    x = rand(rng, shape, -2, 2)
+    x.reshape(-1)[: SIGNED.size] = SIGNED.reshape(-1)
+    if op == "LEAKY_RELU":
+        ins, opts = [In(x)], {"alpha": 0.3}
+    else:
+        other = rand(rng, shape, -2, 2)
+        other.reshape(-1)[: OTHER.size] = OTHER.reshape(-1)
+        ins = {"first": [np.array(-0.0, np.float32), In(x)], "second": [In(x), np.array(0.5, np.float32)],
+               None: [In(x), In(other)]}[scalar]
+        opts = {}
+    model, feeds = op_model(op, ins, [Out(shape=shape)], **opts)
+    want = run_litert(model, feeds, builtin_only=True)[0]
+    _same_bits_but_nans(run_model(Interpreter, model, feeds)[0], want, f"{op} of {size // 20 * 20} values")
