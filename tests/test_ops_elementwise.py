@@ -242,12 +242,15 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
 
 
 @pytest.mark.parametrize("size", [40, 70_000], ids=["one-core", "both-cores"])
-@pytest.mark.parametrize("op,scalar", [("MAXIMUM", "second"), ("MINIMUM", "first"), ("MAXIMUM", None),
-                                       ("LEAKY_RELU", None)])
-def test_one_pass_extremes_and_leaky_relu_keep_tflites_bits(rng, size, op, scalar):
+@pytest.mark.parametrize("op,scalar,act", [("MAXIMUM", "second", 0), ("MINIMUM", "first", 0), ("MAXIMUM", None, 0),
+                                           ("LEAKY_RELU", None, 0), ("ADD", None, 3), ("SUB", None, 1),
+                                           ("MUL", None, 2), ("ADD", None, 0)])
+def test_one_pass_extremes_and_leaky_relu_keep_tflites_bits(rng, size, op, scalar, act):
     """The CPU kernels' one-pass float32 MAXIMUM / MINIMUM (tensors of one shape, or a single value against a
-    tensor, either side) and LEAKY_RELU, serial and split between the cores (either side of ``PARALLEL_ELEMENTS``),
-    give LiteRT's builtin kernels' bits: zeros' signs and NaNs' places included (``a > b ? a : b``)."""
+    tensor, either side), LEAKY_RELU, and ADD / SUB / MUL of one shape with their fused clamps (on both cores),
+    serial and split between the cores (either side of ``PARALLEL_ELEMENTS``), give LiteRT's builtin kernels' bits:
+    zeros' signs and NaNs' places included (``a > b ? a : b``; a clamp passes -0.0 and NaN). (No infinities in a
+    sum: LiteRT's builtin SUB clamps inf - 3 under RELU to float32's largest, its XNNPACK path keeps inf.)"""
     from tflgpu import Interpreter
     from tflgpu.ops.jit import PARALLEL_ELEMENTS
 
@@ -263,9 +266,11 @@ def test_one_pass_extremes_and_leaky_relu_keep_tflites_bits(rng, size, op, scala
     else:
         other = rand(rng, shape, -2, 2)
         other.reshape(-1)[: OTHER.size] = OTHER.reshape(-1)
+        if op in ("ADD", "SUB", "MUL"):
+            x[np.isinf(x)] = 5.0
         ins = {"first": [np.array(-0.0, np.float32), In(x)], "second": [In(x), np.array(0.5, np.float32)],
                None: [In(x), In(other)]}[scalar]
-        opts = {}
+        opts = {"fused_activation_function": act} if act else {}
     model, feeds = op_model(op, ins, [Out(shape=shape)], **opts)
     want = run_litert(model, feeds, builtin_only=True)[0]
     _same_bits_but_nans(run_model(Interpreter, model, feeds)[0], want, f"{op} of {size // 20 * 20} values")

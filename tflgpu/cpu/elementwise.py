@@ -294,15 +294,48 @@ BINARY = {
 }
 
 
+@njit(cache=True, parallel=True)
+def _arith_parallel(a, b, op, lo, hi, out):
+    """ADD (``op`` 0), SUB (1) or MUL (2) of two float32 tensors of one shape, clamped as TFLite clamps (``lo if v <
+    lo``, then ``hi if hi < v``: -0.0 and NaN pass), over both cores."""
+    if op == 0:
+        for i in prange(out.size):
+            v = a[i] + b[i]
+            v = lo if v < lo else v
+            out[i] = hi if hi < v else v
+    elif op == 1:
+        for i in prange(out.size):
+            v = a[i] - b[i]
+            v = lo if v < lo else v
+            out[i] = hi if hi < v else v
+    else:
+        for i in prange(out.size):
+            v = a[i] * b[i]
+            v = lo if v < lo else v
+            out[i] = hi if hi < v else v
+
+
+SHARED_ARITH = {"ADD": 0, "SUB": 1, "MUL": 2}  # (_arith_parallel's op codes)
+
+
 def _binary(fn):
     def factory(ctx: OpContext):
         act = ctx.opt("fused_activation_function", 0)
-        clamps = activation_bounds(act) != (-np.inf, np.inf)
+        lo, hi = activation_bounds(act)
+        clamps = (lo, hi) != (-np.inf, np.inf)
         out_dtype = ctx.output_tensor(0).dtype
         small = reader.DEFAULT_MAX_TENSOR_BYTES // max(1, out_dtype.itemsize)
+        shared = SHARED_ARITH.get(ctx.op.name) if out_dtype == np.float32 else None
 
         def run(xs):
             a, b = xs[0], xs[1]
+            if (shared is not None and a.shape == b.shape and a.size >= PARALLEL_ELEMENTS
+                    and a.dtype == b.dtype == np.float32):  # (a residual sum: numpy's one core took 3-4x as long)
+                out = np.empty(a.shape, np.float32)
+                _arith_parallel(readonly(np.ascontiguousarray(a).reshape(-1)),
+                                readonly(np.ascontiguousarray(b).reshape(-1)), shared, np.float32(lo), np.float32(hi),
+                                out.reshape(-1))
+                return [out]
             try:
                 # two small tensors can broadcast to one no tensor may be (never more than a.size * b.size)
                 if a.shape != b.shape and a.size * b.size > small:
