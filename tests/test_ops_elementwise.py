@@ -242,15 +242,17 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
 
 
 @pytest.mark.parametrize("size", [40, 70_000], ids=["one-core", "both-cores"])
-@pytest.mark.parametrize("op,scalar,act", [("MAXIMUM", "second", 0), ("MINIMUM", "first", 0), ("MAXIMUM", None, 0),
-                                           ("LEAKY_RELU", None, 0), ("ADD", None, 3), ("SUB", None, 1),
-                                           ("MUL", None, 2), ("ADD", None, 0)])
-def test_one_pass_extremes_and_leaky_relu_keep_tflites_bits(rng, size, op, scalar, act):
-    """The CPU kernels' one-pass float32 MAXIMUM / MINIMUM (tensors of one shape, or a single value against a
-    tensor, either side), LEAKY_RELU, and ADD / SUB / MUL of one shape with their fused clamps (on both cores),
-    serial and split between the cores (either side of ``PARALLEL_ELEMENTS``), give LiteRT's builtin kernels' bits:
-    zeros' signs and NaNs' places included (``a > b ? a : b``; a clamp passes -0.0 and NaN). (No infinities in a
-    sum: LiteRT's builtin SUB clamps inf - 3 under RELU to float32's largest, its XNNPACK path keeps inf.)"""
+@pytest.mark.parametrize("op,operand,act", [
+    ("MAXIMUM", "second", 0), ("MINIMUM", "first", 0), ("MAXIMUM", None, 0), ("LEAKY_RELU", None, 0),
+    ("RELU", None, 0), ("RELU6", None, 0), ("RELU_N1_TO_1", None, 0), ("ADD", None, 3), ("SUB", None, 1),
+    ("MUL", None, 2), ("ADD", None, 0), ("MUL", "channel", 0), ("SUB", "channel-first", 1), ("ADD", "second", 3)])
+def test_one_pass_elementwise_keeps_tflites_bits(rng, size, op, operand, act):
+    """The CPU kernels' one-pass float32 elementwise forms, serial and split between the cores (either side of
+    ``PARALLEL_ELEMENTS``), give LiteRT's builtin kernels' bits, zeros' signs and NaNs' places included: MAXIMUM /
+    MINIMUM (``a > b ? a : b``) of one shape or a single value against a tensor, either side; LEAKY_RELU; the RELU
+    clamps; ADD / SUB / MUL with their fused clamps (a clamp passes -0.0 and NaN), of one shape, a single value or one
+    value per channel (a gate's scale) against a tensor. (No infinities in a sum: LiteRT's builtin SUB clamps
+    inf - 3 under RELU to float32's largest, its XNNPACK path keeps inf.)"""
     from tflgpu import Interpreter
     from tflgpu.ops.jit import PARALLEL_ELEMENTS
 
@@ -258,19 +260,18 @@ def test_one_pass_extremes_and_leaky_relu_keep_tflites_bits(rng, size, op, scala
     from .oputil import op_model, run_litert
 
     assert (size >= PARALLEL_ELEMENTS) == (size > 1000)
-    shape = (1, size // 20, 4, 5)
+    shape = (1, size // 40, 5, 8)
     x = rand(rng, shape, -2, 2)
     x.reshape(-1)[: SIGNED.size] = SIGNED.reshape(-1)
-    if op == "LEAKY_RELU":
-        ins, opts = [In(x)], {"alpha": 0.3}
-    else:
-        other = rand(rng, shape, -2, 2)
-        other.reshape(-1)[: OTHER.size] = OTHER.reshape(-1)
-        if op in ("ADD", "SUB", "MUL"):
-            x[np.isinf(x)] = 5.0
-        ins = {"first": [np.array(-0.0, np.float32), In(x)], "second": [In(x), np.array(0.5, np.float32)],
-               None: [In(x), In(other)]}[scalar]
-        opts = {"fused_activation_function": act} if act else {}
+    other = rand(rng, shape, -2, 2)
+    other.reshape(-1)[: OTHER.size] = OTHER.reshape(-1)
+    if op in ("ADD", "SUB", "MUL"):
+        x[np.isinf(x)] = 5.0
+    channel = OTHER.reshape(-1)[:8].copy()
+    ins = {"first": [np.array(-0.0, np.float32), In(x)], "second": [In(x), np.array(0.5, np.float32)],
+           "channel": [In(x), channel], "channel-first": [channel.reshape(1, 1, 1, 8), In(x)],
+           None: [In(x)] if op in ("LEAKY_RELU", "RELU", "RELU6", "RELU_N1_TO_1") else [In(x), In(other)]}[operand]
+    opts = {"alpha": 0.3} if op == "LEAKY_RELU" else {"fused_activation_function": act} if act else {}
     model, feeds = op_model(op, ins, [Out(shape=shape)], **opts)
     want = run_litert(model, feeds, builtin_only=True)[0]
-    _same_bits_but_nans(run_model(Interpreter, model, feeds)[0], want, f"{op} of {size // 20 * 20} values")
+    _same_bits_but_nans(run_model(Interpreter, model, feeds)[0], want, f"{op} of {x.size} values")

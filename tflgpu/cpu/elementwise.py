@@ -41,6 +41,30 @@ def _hard_swish(x):
     return (x * np.float32(1.0 / 6.0)) * np.clip(x + 3.0, 0.0, 6.0)
 
 
+@njit(cache=True, inline="always")
+def _clamped(v, lo, hi):
+    """TFLite's clamp, min(max(v, lo), hi) with max(a, b) = a < b ? b : a: -0.0 and NaN pass."""
+    v = lo if v < lo else v
+    return hi if hi < v else v
+
+
+@njit(cache=True, parallel=True)
+def _clamp_parallel(x, lo, hi, out):
+    for i in prange(x.size):
+        out[i] = _clamped(x[i], lo, hi)
+
+
+def _clamp(x, lo: float, hi: float):
+    """An activation op's clamp: one numba pass over both cores for a float32 tensor of PARALLEL_ELEMENTS values or
+    more (numpy's clip runs on one core), else numpy's clip in the tensor's dtype."""
+    if x.dtype == np.float32 and x.size >= PARALLEL_ELEMENTS:
+        out = np.empty(x.shape, np.float32)
+        _clamp_parallel(readonly(np.ascontiguousarray(x).reshape(-1)), np.float32(lo), np.float32(hi),
+                        out.reshape(-1))
+        return out
+    return np.clip(x, lo, hi).astype(x.dtype, copy=False)
+
+
 def _logistic(x):
     # exp(-x) for x below -88.7 overflows float32; clamped there, 1/(1+exp(88)) is 0 to within 6e-39, and no
     # overflow warning needs numpy's (slow) errstate
@@ -78,11 +102,11 @@ UNARY = {
     "LOG": np.log,
     "TANH": np.tanh,
     "LOGISTIC": _logistic,
-    # (TFLite's rule: ops.attributes.activation_bounds; one pass where clip keeps the dtype)
-    "RELU": lambda x: np.clip(x, 0, np.inf).astype(x.dtype, copy=False),
-    "RELU6": lambda x: np.clip(x, 0, 6).astype(x.dtype, copy=False),
-    "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1).astype(x.dtype, copy=False),
-    "RELU_0_TO_1": lambda x: np.clip(x, 0, 1).astype(x.dtype, copy=False),
+    # (TFLite's rule: ops.attributes.activation_bounds)
+    "RELU": lambda x: _clamp(x, 0, np.inf),
+    "RELU6": lambda x: _clamp(x, 0, 6),
+    "RELU_N1_TO_1": lambda x: _clamp(x, -1, 1),
+    "RELU_0_TO_1": lambda x: _clamp(x, 0, 1),
     "HARD_SWISH": _hard_swish,
     "SQRT": np.sqrt,
     "RSQRT": lambda x: (1.0 / np.sqrt(x)).astype(x.dtype),
@@ -295,27 +319,56 @@ BINARY = {
 
 
 @njit(cache=True, parallel=True)
-def _arith_parallel(a, b, op, lo, hi, out):
-    """ADD (``op`` 0), SUB (1) or MUL (2) of two float32 tensors of one shape, clamped as TFLite clamps (``lo if v <
-    lo``, then ``hi if hi < v``: -0.0 and NaN pass), over both cores."""
-    if op == 0:
-        for i in prange(out.size):
-            v = a[i] + b[i]
-            v = lo if v < lo else v
-            out[i] = hi if hi < v else v
-    elif op == 1:
-        for i in prange(out.size):
-            v = a[i] - b[i]
-            v = lo if v < lo else v
-            out[i] = hi if hi < v else v
-    else:
-        for i in prange(out.size):
-            v = a[i] * b[i]
-            v = lo if v < lo else v
-            out[i] = hi if hi < v else v
+def _arith_rows(a, b, op, lo, hi, out):
+    """ADD (``op`` 0), SUB (1) or MUL (2) of float32 rows, clamped (``_clamped``), over both cores: ``out`` [rows, c],
+    each operand [rows, c] or one row [1, c] for every row (a per-channel operand: a squeeze-and-excitation gate's
+    scale, a single value repeated)."""
+    rows, c = out.shape
+    sa, sb = int(a.shape[0] > 1), int(b.shape[0] > 1)
+    for r in prange(rows):
+        x, y, o = a[r * sa], b[r * sb], out[r]
+        if op == 0:
+            for j in range(c):
+                o[j] = _clamped(x[j] + y[j], lo, hi)
+        elif op == 1:
+            for j in range(c):
+                o[j] = _clamped(x[j] - y[j], lo, hi)
+        else:
+            for j in range(c):
+                o[j] = _clamped(x[j] * y[j], lo, hi)
 
 
-SHARED_ARITH = {"ADD": 0, "SUB": 1, "MUL": 2}  # (_arith_parallel's op codes)
+SHARED_ARITH = {"ADD": 0, "SUB": 1, "MUL": 2}  # (_arith_rows' op codes)
+
+
+def _as_rows(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """Float32 operand ``t`` of a binary op whose output has ``shape`` as ``_arith_rows`` takes it: [rows, c] where it
+    has the output's shape, [1, c] where it is one value per channel (the last axis) or one value; None otherwise."""
+    c = shape[-1]
+    if t.shape == shape:
+        return readonly(np.ascontiguousarray(t).reshape(-1, c))
+    if t.size == 1:
+        return readonly(np.full((1, c), t.reshape(-1)[0], np.float32))
+    if t.ndim and t.shape[-1] == c and t.size == c:
+        return readonly(np.ascontiguousarray(t).reshape(1, c))
+    return None
+
+
+def _shared_arith(op: int, a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
+    """``_arith_rows`` of float32 operands whose result has PARALLEL_ELEMENTS values or more and rows of at least 8
+    (a residual sum, a gate's scale: numpy's one core and the clamp's second pass took 3-4x as long); None where it
+    does not apply."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or max(a.size, b.size) < PARALLEL_ELEMENTS:
+        return None
+    shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
+    if not shape or shape[-1] < 8:
+        return None
+    ra, rb = _as_rows(a, shape), _as_rows(b, shape)
+    if ra is None or rb is None:
+        return None
+    out = np.empty(shape, np.float32)
+    _arith_rows(ra, rb, op, np.float32(lo), np.float32(hi), out.reshape(-1, shape[-1]))
+    return out
 
 
 def _binary(fn):
@@ -329,14 +382,11 @@ def _binary(fn):
 
         def run(xs):
             a, b = xs[0], xs[1]
-            if (shared is not None and a.shape == b.shape and a.size >= PARALLEL_ELEMENTS
-                    and a.dtype == b.dtype == np.float32):  # (a residual sum: numpy's one core took 3-4x as long)
-                out = np.empty(a.shape, np.float32)
-                _arith_parallel(readonly(np.ascontiguousarray(a).reshape(-1)),
-                                readonly(np.ascontiguousarray(b).reshape(-1)), shared, np.float32(lo), np.float32(hi),
-                                out.reshape(-1))
-                return [out]
             try:
+                if shared is not None:
+                    out = _shared_arith(shared, a, b, lo, hi)
+                    if out is not None:
+                        return [out]
                 # two small tensors can broadcast to one no tensor may be (never more than a.size * b.size)
                 if a.shape != b.shape and a.size * b.size > small:
                     fits(np.broadcast_shapes(a.shape, b.shape), out_dtype, ctx.op.name)
