@@ -245,14 +245,15 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
 @pytest.mark.parametrize("op,operand,act", [
     ("MAXIMUM", "second", 0), ("MINIMUM", "first", 0), ("MAXIMUM", None, 0), ("LEAKY_RELU", None, 0),
     ("RELU", None, 0), ("RELU6", None, 0), ("RELU_N1_TO_1", None, 0), ("ADD", None, 3), ("SUB", None, 1),
-    ("MUL", None, 2), ("ADD", None, 0), ("MUL", "channel", 0), ("SUB", "channel-first", 1), ("ADD", "second", 3)])
+    ("MUL", None, 2), ("ADD", None, 0), ("MUL", "channel", 0), ("SUB", "channel-first", 1), ("ADD", "second", 3),
+    ("MINIMUM", "channel", 0), ("PRELU", "channel", 0)])
 def test_one_pass_elementwise_keeps_tflites_bits(rng, size, op, operand, act):
     """The CPU kernels' one-pass float32 elementwise forms, serial and split between the cores (either side of
     ``PARALLEL_ELEMENTS``), give LiteRT's builtin kernels' bits, zeros' signs and NaNs' places included: MAXIMUM /
-    MINIMUM (``a > b ? a : b``) of one shape or a single value against a tensor, either side; LEAKY_RELU; the RELU
-    clamps; ADD / SUB / MUL with their fused clamps (a clamp passes -0.0 and NaN), of one shape, a single value or one
-    value per channel (a gate's scale) against a tensor. (No infinities in a sum: LiteRT's builtin SUB clamps
-    inf - 3 under RELU to float32's largest, its XNNPACK path keeps inf.)"""
+    MINIMUM (``a > b ? a : b``) of one shape, a single value or one value per channel against a tensor, either side;
+    LEAKY_RELU and PRELU; the RELU clamps; ADD / SUB / MUL with their fused clamps (a clamp passes -0.0 and NaN), of
+    one shape, a single value or one value per channel (a gate's scale) against a tensor. (No infinities in a sum:
+    LiteRT's builtin SUB clamps inf - 3 under RELU to float32's largest, its XNNPACK path keeps inf.)"""
     from tflgpu import Interpreter
     from tflgpu.ops.jit import PARALLEL_ELEMENTS
 

@@ -172,27 +172,28 @@ def gelu(ctx: OpContext):
     return lambda xs: [_gelu(xs[0], approximate)]
 
 
+@njit(cache=True, inline="always")
+def _prelu_row(x, alpha, out):
+    for j in range(x.size):
+        v = x[j]
+        out[j] = v if v >= 0 else v * alpha[j]
+
+
 @njit(cache=True, parallel=True)
 def _prelu_channels(x, alpha):
     """x [rows, c] float32, alpha [c]: one pass over both cores (numpy's where() takes four)."""
-    rows, c = x.shape
     out = np.empty_like(x)
-    for r in prange(rows):
-        for j in range(c):
-            v = x[r, j]
-            out[r, j] = v if v >= 0 else v * alpha[j]
+    for r in prange(x.shape[0]):
+        _prelu_row(x[r], alpha, out[r])
     return out
 
 
 @njit(cache=True)
 def _prelu_channels_serial(x, alpha):
     """``_prelu_channels`` on the calling thread (a tensor too small to share)."""
-    rows, c = x.shape
     out = np.empty_like(x)
-    for r in range(rows):
-        for j in range(c):
-            v = x[r, j]
-            out[r, j] = v if v >= 0 else v * alpha[j]
+    for r in range(x.shape[0]):
+        _prelu_row(x[r], alpha, out[r])
     return out
 
 
@@ -251,48 +252,6 @@ def _div(a, b):
         return np.true_divide(a, b)
 
 
-@njit(cache=True)
-def _pick_serial(a, b, larger, out):
-    sa, sb = int(a.size > 1), int(b.size > 1)  # (a single value's index stays 0)
-    if larger:
-        for i in range(out.size):
-            x, y = a[i * sa], b[i * sb]
-            out[i] = x if x > y else y
-    else:
-        for i in range(out.size):
-            x, y = a[i * sa], b[i * sb]
-            out[i] = x if x < y else y
-
-
-@njit(cache=True, parallel=True)
-def _pick_parallel(a, b, larger, out):
-    sa, sb = int(a.size > 1), int(b.size > 1)
-    if larger:
-        for i in prange(out.size):
-            x, y = a[i * sa], b[i * sb]
-            out[i] = x if x > y else y
-    else:
-        for i in prange(out.size):
-            x, y = a[i * sa], b[i * sb]
-            out[i] = x if x < y else y
-
-
-def _pick(a, b, larger: bool):
-    """MAXIMUM (``larger``) or MINIMUM as TFLite computes them, ``a > b ? a : b`` (``<``): one pass for float32
-    operands of one shape or a single value against a tensor (an activation's floor: numpy's where() over a
-    mixed-sign tensor took ~8x as long); numpy's where() for the rest."""
-    if a.dtype == b.dtype == np.float32:
-        shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
-        size = math.prod(shape)
-        if a.size in (1, size) and b.size in (1, size):
-            out = np.empty(shape, np.float32)
-            (_pick_parallel if size >= PARALLEL_ELEMENTS else _pick_serial)(
-                readonly(np.ascontiguousarray(a).reshape(-1)), readonly(np.ascontiguousarray(b).reshape(-1)),
-                larger, out.reshape(-1))
-            return out
-    return np.where(a > b, a, b) if larger else np.where(a < b, a, b)
-
-
 BINARY = {
     "ADD": np.add,
     "SUB": np.subtract,
@@ -300,8 +259,8 @@ BINARY = {
     "DIV": _div,
     # (TFLite's a > b ? a : b: the second of two equal zeros, the second where either is NaN; np.maximum propagates
     # every NaN)
-    "MAXIMUM": lambda a, b: _pick(a, b, True),
-    "MINIMUM": lambda a, b: _pick(a, b, False),
+    "MAXIMUM": lambda a, b: np.where(a > b, a, b),
+    "MINIMUM": lambda a, b: np.where(a < b, a, b),
     "SQUARED_DIFFERENCE": lambda a, b: np.square(a - b),
     "POW": np.power,
     "FLOOR_DIV": _floor_div,
@@ -318,56 +277,88 @@ BINARY = {
 }
 
 
+@njit(cache=True, inline="always")
+def _arith_row(x, y, o, op, lo, hi):
+    if op == 0:
+        for j in range(o.size):
+            o[j] = _clamped(x[j] + y[j], lo, hi)
+    elif op == 1:
+        for j in range(o.size):
+            o[j] = _clamped(x[j] - y[j], lo, hi)
+    elif op == 2:
+        for j in range(o.size):
+            o[j] = _clamped(x[j] * y[j], lo, hi)
+    elif op == 3:
+        for j in range(o.size):
+            o[j] = x[j] if x[j] > y[j] else y[j]
+    else:
+        for j in range(o.size):
+            o[j] = x[j] if x[j] < y[j] else y[j]
+
+
 @njit(cache=True, parallel=True)
 def _arith_rows(a, b, op, lo, hi, out):
-    """ADD (``op`` 0), SUB (1) or MUL (2) of float32 rows, clamped (``_clamped``), over both cores: ``out`` [rows, c],
-    each operand [rows, c] or one row [1, c] for every row (a per-channel operand: a squeeze-and-excitation gate's
-    scale, a single value repeated)."""
-    rows, c = out.shape
+    """``ROW_OPS``' op ``op`` of float32 rows over both cores: ``out`` [rows, c], each operand [rows, c] or one row [1,
+    c] for every row (a per-channel operand: a squeeze-and-excitation gate's scale; a single value repeated); ADD,
+    SUB and MUL clamped (``_clamped``), MAXIMUM / MINIMUM as TFLite's ``a > b ? a : b`` (``<``: the second of two
+    equal zeros, the second where either is NaN)."""
     sa, sb = int(a.shape[0] > 1), int(b.shape[0] > 1)
-    for r in prange(rows):
-        x, y, o = a[r * sa], b[r * sb], out[r]
-        if op == 0:
-            for j in range(c):
-                o[j] = _clamped(x[j] + y[j], lo, hi)
-        elif op == 1:
-            for j in range(c):
-                o[j] = _clamped(x[j] - y[j], lo, hi)
-        else:
-            for j in range(c):
-                o[j] = _clamped(x[j] * y[j], lo, hi)
+    for r in prange(out.shape[0]):
+        _arith_row(a[r * sa], b[r * sb], out[r], op, lo, hi)
 
 
-SHARED_ARITH = {"ADD": 0, "SUB": 1, "MUL": 2}  # (_arith_rows' op codes)
+@njit(cache=True)
+def _arith_rows_serial(a, b, op, lo, hi, out):
+    """``_arith_rows`` on the calling thread."""
+    sa, sb = int(a.shape[0] > 1), int(b.shape[0] > 1)
+    for r in range(out.shape[0]):
+        _arith_row(a[r * sa], b[r * sb], out[r], op, lo, hi)
 
 
-def _as_rows(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """Float32 operand ``t`` of a binary op whose output has ``shape`` as ``_arith_rows`` takes it: [rows, c] where it
-    has the output's shape, [1, c] where it is one value per channel (the last axis) or one value; None otherwise."""
-    c = shape[-1]
+ROW_OPS = {"ADD": 0, "SUB": 1, "MUL": 2, "MAXIMUM": 3, "MINIMUM": 4}  # (_arith_row's op codes)
+
+
+ROW = 256  # values a row of ``_arith_rows`` gathers at least where no operand is per channel (a short row loops slowly)
+
+
+def _as_rows(t: np.ndarray, shape: tuple[int, ...], k: int) -> np.ndarray | None:
+    """Float32 operand ``t`` of a binary op whose output has ``shape`` as ``_arith_rows`` takes it, in rows of ``k``
+    values (the last axis, or several trailing axes): [rows, k] where it has the output's shape, [1, k] where it is
+    one value, or one value per channel (the last axis, ``k`` its length); None otherwise."""
     if t.shape == shape:
-        return readonly(np.ascontiguousarray(t).reshape(-1, c))
+        return readonly(np.ascontiguousarray(t).reshape(-1, k))
     if t.size == 1:
-        return readonly(np.full((1, c), t.reshape(-1)[0], np.float32))
-    if t.ndim and t.shape[-1] == c and t.size == c:
-        return readonly(np.ascontiguousarray(t).reshape(1, c))
+        return readonly(np.full((1, k), t.reshape(-1)[0], np.float32))
+    if t.ndim and t.shape[-1] == k == shape[-1] and t.size == k:
+        return readonly(np.ascontiguousarray(t).reshape(1, k))
     return None
 
 
-def _shared_arith(op: int, a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
-    """``_arith_rows`` of float32 operands whose result has PARALLEL_ELEMENTS values or more and rows of at least 8
-    (a residual sum, a gate's scale: numpy's one core and the clamp's second pass took 3-4x as long); None where it
-    does not apply."""
-    if a.dtype != np.float32 or b.dtype != np.float32 or max(a.size, b.size) < PARALLEL_ELEMENTS:
+def _row_arith(op: int, a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
+    """``_arith_rows`` of float32 operands, over both cores where the result has PARALLEL_ELEMENTS values or more in
+    rows of at least 8 (a residual sum, a gate's scale: numpy's one core and the clamp's second pass took 3-4x as
+    long), on this thread for MAXIMUM / MINIMUM of any size (numpy's where() over a mixed-sign tensor took ~8x as
+    long); None where it does not apply (numpy's ufuncs then)."""
+    if a.dtype != np.float32 or b.dtype != np.float32:
         return None
     shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
-    if not shape or shape[-1] < 8:
+    if not shape or shape[-1] == 0:
         return None
-    ra, rb = _as_rows(a, shape), _as_rows(b, shape)
+    size = max(a.size, b.size)
+    k = shape[-1]
+    if a.size in (1, size) and b.size in (1, size):  # (no operand per channel: rows of several trailing axes)
+        for d in reversed(shape[:-1]):
+            if k >= ROW:
+                break
+            k *= d
+    both = k >= 8 and size >= PARALLEL_ELEMENTS
+    if not both and op < ROW_OPS["MAXIMUM"]:
+        return None
+    ra, rb = _as_rows(a, shape, k), _as_rows(b, shape, k)
     if ra is None or rb is None:
         return None
     out = np.empty(shape, np.float32)
-    _arith_rows(ra, rb, op, np.float32(lo), np.float32(hi), out.reshape(-1, shape[-1]))
+    (_arith_rows if both else _arith_rows_serial)(ra, rb, op, np.float32(lo), np.float32(hi), out.reshape(-1, k))
     return out
 
 
@@ -378,13 +369,13 @@ def _binary(fn):
         clamps = (lo, hi) != (-np.inf, np.inf)
         out_dtype = ctx.output_tensor(0).dtype
         small = reader.DEFAULT_MAX_TENSOR_BYTES // max(1, out_dtype.itemsize)
-        shared = SHARED_ARITH.get(ctx.op.name) if out_dtype == np.float32 else None
+        rows = ROW_OPS.get(ctx.op.name) if out_dtype == np.float32 else None
 
         def run(xs):
             a, b = xs[0], xs[1]
             try:
-                if shared is not None:
-                    out = _shared_arith(shared, a, b, lo, hi)
+                if rows is not None:
+                    out = _row_arith(rows, a, b, lo, hi)
                     if out is not None:
                         return [out]
                 # two small tensors can broadcast to one no tensor may be (never more than a.size * b.size)
