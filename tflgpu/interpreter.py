@@ -74,6 +74,7 @@ class _Session:
         self.gpu_factory = None  # input shapes -> plan
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
+        self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.pads_merged(), made once
 
     @property
     def runner(self) -> SubgraphRunner:
@@ -204,7 +205,9 @@ class _Session:
                     values[i] = v
             self.values = values
         else:
-            self.values = self.runner.run(inputs)
+            if self.merged_runner is None:
+                self.merged_runner = self.runner.pads_merged()
+            self.values = self.merged_runner.run(inputs)
 
     def _initial_values(self) -> list:
         vals: list = [None] * len(self.sg.tensors)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.conv_arg import CONV_ARG
-from ..ops.attributes import activation_bounds, conv_options, conv_padding
+from ..ops.attributes import activation_bounds, conv_options, conv_padding, explicit_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.jit import njit, prange, readonly
 from .elementwise import dequant_params
@@ -295,6 +295,7 @@ def _float_weights(ctx: OpContext, idx: int) -> np.ndarray | None:
 @register("CONV_2D")
 def conv2d(ctx: OpContext):
     sh, sw, dh, dw, pad = conv_options(ctx.op.options)
+    et, eb, el, er = explicit_padding(ctx.op.options)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
     w_shape = ctx.input_tensor(1).shape
@@ -326,8 +327,8 @@ def conv2d(ctx: OpContext):
         if oc % groups:
             raise KernelError(f"CONV_2D: {oc} output channels do not split into {groups} groups")
         ocg = oc // groups
-        oh, pt = conv_padding(h, kh, sh, dh, pad)
-        ow, pl = conv_padding(w, kw, sw, dw, pad)
+        oh, pt = conv_padding(h, kh, sh, dh, pad, et, eb)
+        ow, pl = conv_padding(w, kw, sw, dw, pad, el, er)
         if oh <= 0 or ow <= 0:
             raise KernelError(f"CONV_2D: empty output for input {x.shape}")
         lo, hi = activation_bounds(act)
@@ -359,6 +360,7 @@ def conv_arg(ctx: OpContext):
 @register("DEPTHWISE_CONV_2D")
 def depthwise_conv2d(ctx: OpContext):
     sh, sw, dh, dw, pad = conv_options(ctx.op.options)
+    et, eb, el, er = explicit_padding(ctx.op.options)
     act = ctx.opt("fused_activation_function", 0)
     w_const = _float_weights(ctx, 1)
     w_shape = ctx.input_tensor(1).shape
@@ -377,8 +379,8 @@ def depthwise_conv2d(ctx: OpContext):
         _, h, wd, c = x.shape
         if c == 0 or oc % c:
             raise KernelError(f"DEPTHWISE_CONV_2D: output channels {oc} not a multiple of input channels {c}")
-        oh, pt = conv_padding(h, kh, sh, dh, pad)
-        ow, pl = conv_padding(wd, kw, sw, dw, pad)
+        oh, pt = conv_padding(h, kh, sh, dh, pad, et, eb)
+        ow, pl = conv_padding(wd, kw, sw, dw, pad, el, er)
         mult = oc // c
         if mult > 1:  # each input channel repeated for its outputs: the loop over channels then vectorizes
             x, mult = np.repeat(x, mult, axis=3), 1  # (32x32x8, multiplier 2: 106 -> 62 us)

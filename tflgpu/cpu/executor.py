@@ -161,6 +161,36 @@ class SubgraphRunner:
         runner.sg, runner.steps = sg, list(steps)
         return runner
 
+    def pads_merged(self) -> SubgraphRunner:
+        """A runner over the same graph and state in which each zero PAD of the spatial axes read only by a float
+        CONV_2D / DEPTHWISE_CONV_2D (as its input) is that conv's explicit padding (``graph.passes.padded_conv``, as
+        a device plan merges it): the conv reads its zeros where a SAME conv reads them, and the PAD's pass over
+        the tensor goes (MediaPipe's full-range face detector pads before 43 of its convs). The PAD's output is then
+        never computed, as in a delegated plan. This runner where there is no such PAD."""
+        from ..graph.passes import padded_conv
+        from .quantized import is_hybrid_op, is_quantized_op
+
+        readers: dict[int, list[int]] = {}
+        for n, (op, _) in enumerate(self.steps):
+            for t in set(op.inputs):
+                readers.setdefault(t, []).append(n)
+        merged: dict[int, Operator] = {}
+        gone: set[int] = set()
+        for n, (op, _) in enumerate(self.steps):
+            if op.name not in ("PAD", "PADV2") or op.outputs[0] in self.sg.outputs:
+                continue
+            rs = readers.get(op.outputs[0], [])
+            conv = padded_conv(op, self.steps[rs[0]][0], self.consts) if len(rs) == 1 else None
+            if (conv is None or self.sg.tensors[op.inputs[0]].dtype != np.float32
+                    or is_quantized_op(conv, self.sg) or is_hybrid_op(conv, self.sg)):
+                continue
+            merged[rs[0]], gone = conv, gone | {n}
+        if not merged:
+            return self
+        steps = [(merged[n], self.kernel(merged[n])) if n in merged else (op, fn)
+                 for n, (op, fn) in enumerate(self.steps) if n not in gone]
+        return self.derived(self.sg, steps)
+
     def _foldable(self, op: Operator) -> bool:
         if traits(op.name).side_effects or not op.inputs:
             return False

@@ -270,23 +270,36 @@ def drop_identities(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassS
     return steps, dropped
 
 
+def padded_conv(pad, conv, consts: dict):
+    """``conv`` reading ``pad``'s input with the PAD's zeros as its explicit padding (``ops.attributes
+    .explicit_padding``), where ``pad`` is a PAD / PADV2 of zeros of the spatial axes alone (constant paddings, none
+    negative) and ``conv`` a CONV_2D / DEPTHWISE_CONV_2D reading its output as its input only; else None. (Not
+    pooling: AVERAGE_POOL_2D must count explicit zeros, not skip them.)"""
+    if pad.name not in ("PAD", "PADV2") or conv.name not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return None
+    p = _paddings(pad, consts)
+    if p is None or len(p) != 4 or p[0].any() or p[3].any() or (p < 0).any():
+        return None
+    if conv.inputs[0] != pad.outputs[0] or pad.outputs[0] in conv.inputs[1:]:
+        return None
+    explicit = (int(p[1][0]), int(p[1][1]), int(p[2][0]), int(p[2][1]))
+    return replace(conv, inputs=(pad.inputs[0],) + conv.inputs[1:],
+                   options={**conv.options, "explicit_padding": explicit})
+
+
 def merge_pad(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
     def pair(i: int, s: PassStep, view: _Pairing):
         op = s.op
         if not (s.gpu and len(s.members) == 1 and op.name in ("PAD", "PADV2") and op.outputs[0] not in view.graph_out):
             return None
-        p = _paddings(op, consts)
         rs = view.readers.get(op.outputs[0], [])
-        if p is None or len(p) != 4 or p[0].any() or p[3].any() or len(rs) != 1:
+        if len(rs) != 1:
             return None
         j = rs[0]
         conv = view.steps[j]
-        if not (conv.gpu and len(conv.members) == 1 and conv.op.name in ("CONV_2D", "DEPTHWISE_CONV_2D")
-                and conv.op.inputs[0] == op.outputs[0] and op.outputs[0] not in conv.op.inputs[1:]):
+        new_op = padded_conv(op, conv.op, consts) if conv.gpu and len(conv.members) == 1 else None
+        if new_op is None:
             return None
-        explicit = (int(p[1][0]), int(p[1][1]), int(p[2][0]), int(p[2][1]))
-        new_op = replace(conv.op, inputs=(op.inputs[0],) + conv.op.inputs[1:],
-                         options={**conv.op.options, "explicit_padding": explicit})
         return j, [i], PassStep(new_op, s.members + conv.members, [], True)  # runs at j: PAD's input exists by then
 
     return _merge_pairs(steps, sg, pair)

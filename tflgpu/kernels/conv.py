@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph.conv_arg import CONV_ARG
 from ..graph.passes import INPUT_SCALE, PROLOGUE
-from ..ops.attributes import conv_padding
+from ..ops.attributes import conv_padding, explicit_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
@@ -109,12 +109,10 @@ def _geometry(ctx: GenContext, ih: int, iw: int, kh: int, kw: int) -> tuple[int,
     sh, sw = ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
     dh, dw = ctx.opt("dilation_h_factor", 1) or 1, ctx.opt("dilation_w_factor", 1) or 1
     pad = ctx.opt("padding", 0)
-    # a merged PAD (graph.passes.merge_pad): the conv sees the padded size; reads outside the
-    # original input are zeros either way, so only the offsets move
-    et, eb, el, er = ctx.opt("explicit_padding", (0, 0, 0, 0))
-    oh, pt = conv_padding(ih + et + eb, kh, sh, dh, pad)
-    ow, pl = conv_padding(iw + el + er, kw, sw, dw, pad)
-    return sh, sw, dh, dw, oh, ow, pt + et, pl + el
+    et, eb, el, er = explicit_padding(ctx.op.options)  # (a merged PAD's: graph.passes.merge_pad)
+    oh, pt = conv_padding(ih, kh, sh, dh, pad, et, eb)
+    ow, pl = conv_padding(iw, kw, sw, dw, pad, el, er)
+    return sh, sw, dh, dw, oh, ow, pt, pl
 
 
 CONV_SPACE = {

@@ -20,15 +20,24 @@ def activation_bounds(code: int | None) -> tuple[float, float]:
     return _CLAMPS.get(code or 0, (-np.inf, np.inf))
 
 
-def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int) -> tuple[int, int]:
-    """(output size, padding before) for TFLite's SAME (0) / VALID (1) padding."""
+def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int, before: int = 0,
+                 after: int = 0) -> tuple[int, int]:
+    """(output size, padding before) for TFLite's SAME (0) / VALID (1) padding, of an input with ``before`` and
+    ``after`` zeros added (a merged PAD's, ``explicit_padding``: the conv sees the padded size; its reads outside the
+    input are zeros either way, so only the offset moves)."""
+    size = in_size + before + after
     eff = (k - 1) * dilation + 1
     if padding == 0:
-        out = (in_size + stride - 1) // stride
+        out = (size + stride - 1) // stride
     else:
-        out = (in_size - eff + stride) // stride
-    total = max((out - 1) * stride + eff - in_size, 0)
-    return out, total // 2
+        out = (size - eff + stride) // stride
+    total = max((out - 1) * stride + eff - size, 0)
+    return out, total // 2 + before
+
+
+def explicit_padding(options: dict) -> tuple[int, int, int, int]:
+    """The zeros (top, bottom, left, right) a merged PAD adds around a conv's input (graph.passes.padded_conv)."""
+    return tuple(options.get("explicit_padding", (0, 0, 0, 0)))
 
 
 def conv_options(options: dict) -> tuple[int, int, int, int, int]:
