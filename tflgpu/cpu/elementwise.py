@@ -339,12 +339,12 @@ def _row_arith(op: int, a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> n
     rows of at least 8 (a residual sum, a gate's scale: numpy's one core and the clamp's second pass took 3-4x as
     long), on this thread for MAXIMUM / MINIMUM of any size (numpy's where() over a mixed-sign tensor took ~8x as
     long); None where it does not apply (numpy's ufuncs then)."""
-    if a.dtype != np.float32 or b.dtype != np.float32:
-        return None
+    size = max(a.size, b.size)
+    if (size < PARALLEL_ELEMENTS and op < ROW_OPS["MAXIMUM"]) or a.dtype != np.float32 or b.dtype != np.float32:
+        return None  # (first: a small model's sums cost their checks)
     shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
     if not shape or shape[-1] == 0:
         return None
-    size = max(a.size, b.size)
     k = shape[-1]
     if a.size in (1, size) and b.size in (1, size):  # (no operand per channel: rows of several trailing axes)
         for d in reversed(shape[:-1]):
