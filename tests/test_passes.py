@@ -257,10 +257,11 @@ def test_fuse_elementwise_keeps_other_pads():
         assert all(f.other_channels is None for s in fused for f in s.epilogue), kw
 
 
-def _padded_convs(rng, n: int = 1) -> bytes:
-    """PADs before convs of every kind the CPU runner merges and of those it keeps: a VALID stride-2 conv and a SAME
-    depthwise conv after uneven zero PADs (merged), a PAD read twice, a PADV2 of ones, a PAD of the channels, and a
-    PAD before an AVERAGE_POOL_2D (kept)."""
+def _mergeable(rng, n: int = 1) -> bytes:
+    """PADs before convs and RELUs after ops of every kind the CPU runner merges and of those it keeps: a VALID
+    stride-2 conv and a SAME depthwise conv after uneven zero PADs, a RELU6 after that depthwise conv and a RELU
+    after an ADD (merged); a PAD read twice, a PADV2 of ones, a PAD of the channels, a PAD before an AVERAGE_POOL_2D,
+    a RELU of a tensor read twice (kept)."""
     b = ModelBuilder()
     x = b.input("x", (n, 9, 8, 4))
 
@@ -284,46 +285,57 @@ def _padded_convs(rng, n: int = 1) -> bytes:
     c1 = conv(p1, "c1", (6, 3, 3, 4), (n, 5, 4, 6), padding="VALID", s=2, s2=2, fused_activation_function="RELU")
     p2 = pad(c1, "p2", [[0, 0], [1, 1], [1, 1], [0, 0]], (n, 7, 6, 6))
     c2 = conv(p2, "c2", (1, 5, 5, 6), (n, 7, 6, 6), depthwise=True, padding="SAME", depth_multiplier=1)
-    p3 = pad(c2, "p3", [[0, 0], [1, 0], [0, 1], [0, 0]], (n, 8, 7, 6))  # read twice: kept
+    r1 = b.tensor("r1", (n, 7, 6, 6))
+    b.op("RELU6", [c2], [r1])
+    p3 = pad(r1, "p3", [[0, 0], [1, 0], [0, 1], [0, 0]], (n, 8, 7, 6))  # read twice: kept
     c3 = conv(p3, "c3", (5, 3, 3, 6), (n, 6, 5, 5), padding="VALID")
     c4 = conv(p3, "c4", (5, 1, 1, 6), (n, 8, 7, 5), padding="VALID")
     p4 = pad(c3, "p4", [[0, 0], [1, 1], [1, 1], [0, 0]], (n, 8, 7, 5), value=1.0)  # not zeros: kept
     c5 = conv(p4, "c5", (3, 3, 3, 5), (n, 6, 5, 3), padding="VALID")
+    a1 = b.tensor("a1", (n, 6, 5, 3))
+    b.op("ADD", [c5, b.const("a1_c", rng.standard_normal(3).astype(np.float32))], [a1])
+    r2 = b.tensor("r2", (n, 6, 5, 3))
+    b.op("RELU", [a1], [r2])
     p5 = pad(c4, "p5", [[0, 0], [0, 0], [0, 0], [0, 3]], (n, 8, 7, 8))  # channels: kept
     c6 = conv(p5, "c6", (2, 1, 1, 8), (n, 8, 7, 2), padding="VALID")
+    r3 = b.tensor("r3", (n, 8, 7, 2))
+    b.op("RELU", [c6], [r3])  # (c6 read twice: kept)
     p6 = pad(c6, "p6", [[0, 0], [1, 1], [1, 1], [0, 0]], (n, 10, 9, 2))
     z = b.tensor("z", (n, 4, 4, 2))
     b.op("AVERAGE_POOL_2D", [p6], [z], padding="VALID", stride_w=2, stride_h=2, filter_width=3, filter_height=3)
-    b.output(c5)
+    b.output(r2)
     b.output(z)
+    b.output(r3)
     return b.build()
 
 
-def test_the_cpu_runner_merges_a_zero_pad_into_the_conv_reading_it(monkeypatch):
+def test_the_cpu_runner_merges_zero_pads_and_clamps_into_the_ops_next_to_them(monkeypatch):
     """A CPU invoke runs the model with each zero PAD of the spatial axes that only a float conv reads merged into
-    that conv (``SubgraphRunner.pads_merged``, the device's ``graph.passes.padded_conv``): VALID with a stride, SAME,
-    depthwise, uneven pads; a PAD read twice, of another value, of the channels or before a pool stays. Its outputs
-    are LiteRT's, at batch 1 and 2."""
+    that conv, and each RELU / RELU6 the only reader of an op that clamps nothing yet merged into that op
+    (``SubgraphRunner.merged``: ``graph.passes.padded_conv``, ``clamp_merged``): VALID with a stride, SAME,
+    depthwise, uneven pads, a conv both padded and clamped, an ADD; a PAD read twice, of another value, of the
+    channels or before a pool, and a RELU of a tensor read twice stay. Its outputs are LiteRT's, at batch 1 and 2."""
     from tflgpu import Interpreter
     from tflgpu.cpu.executor import SubgraphRunner
+
+    from .conftest import assert_close, litert, run_model
 
     ran = []  # the ops of each runner an invoke ran
     run = SubgraphRunner.run
     monkeypatch.setattr(SubgraphRunner, "run", lambda self, xs: ran.append([op.name for op, _ in self.steps]) or
                         run(self, xs))
-
-    from .conftest import assert_close, litert, run_model
-
     rng = np.random.default_rng(3)
     for n in (1, 2):
-        model = _padded_convs(rng, n)
+        model = _mergeable(rng, n)
         runner = ModelRunner(read_model(model)).runner(0)
-        merged = runner.pads_merged()
+        merged = runner.merged()
         names = [op.name for op, _ in merged.steps]
-        assert names.count("PAD") + names.count("PADV2") == 4 and len(names) == len(runner.steps) - 2, names
-        pads = {merged.sg.tensors[op.outputs[0]].name: op.options.get("explicit_padding") for op, _ in merged.steps
-                if op.name.endswith("CONV_2D")}
-        assert pads == {"c1": (2, 1, 0, 1), "c2": (1, 1, 1, 1), "c3": None, "c4": None, "c5": None, "c6": None}
+        assert names.count("PAD") + names.count("PADV2") == 4 and names.count("RELU") == 1, names
+        assert len(names) == len(runner.steps) - 4 and "RELU6" not in names, names
+        made = [(op.name, op.options.get("explicit_padding"), op.options.get("fused_activation_function"))
+                for op, _ in merged.steps if op.name in ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD")]
+        assert made == [("CONV_2D", (2, 1, 0, 1), 1), ("DEPTHWISE_CONV_2D", (1, 1, 1, 1), 3), ("CONV_2D", None, 0),
+                        ("CONV_2D", None, 0), ("CONV_2D", None, 0), ("ADD", None, 1), ("CONV_2D", None, 0)], made
         x = rng.uniform(-1, 1, (n, 9, 8, 4)).astype(np.float32)
         ran.clear()
         for got, want in zip(run_model(Interpreter, model, [x]), run_model(litert(), model, [x])):

@@ -74,7 +74,7 @@ class _Session:
         self.gpu_factory = None  # input shapes -> plan
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
-        self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.pads_merged(), made once
+        self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.merged(), made once
 
     @property
     def runner(self) -> SubgraphRunner:
@@ -206,7 +206,7 @@ class _Session:
             self.values = values
         else:
             if self.merged_runner is None:
-                self.merged_runner = self.runner.pads_merged()
+                self.merged_runner = self.runner.merged()
             self.values = self.merged_runner.run(inputs)
 
     def _initial_values(self) -> list:

@@ -161,30 +161,36 @@ class SubgraphRunner:
         runner.sg, runner.steps = sg, list(steps)
         return runner
 
-    def pads_merged(self) -> SubgraphRunner:
-        """A runner over the same graph and state in which each zero PAD of the spatial axes read only by a float
-        CONV_2D / DEPTHWISE_CONV_2D (as its input) is that conv's explicit padding (``graph.passes.padded_conv``, as
-        a device plan merges it): the conv reads its zeros where a SAME conv reads them, and the PAD's pass over
-        the tensor goes (MediaPipe's full-range face detector pads before 43 of its convs). The PAD's output is then
-        never computed, as in a delegated plan. This runner where there is no such PAD."""
-        from ..graph.passes import padded_conv
+    def merged(self) -> SubgraphRunner:
+        """A runner over the same graph and state with the passes over a float tensor that the next op can make
+        itself merged into it, as a device plan merges them: a zero PAD of the spatial axes that only a CONV_2D /
+        DEPTHWISE_CONV_2D reads becomes its explicit padding (``graph.passes.padded_conv``: MediaPipe's full-range
+        face detector pads before 43 of its convs), and a RELU / RELU6 / RELU_N1_TO_1 the only reader of an op that
+        clamps nothing yet becomes that op's fused activation (``clamp_merged``: BlazeFace's 16 residual ADDs). The
+        merged op runs at its reader's place; the tensor between is then never computed, as in a delegated plan.
+        This runner where nothing merges."""
+        from ..graph.passes import clamp_merged, padded_conv
         from .quantized import is_hybrid_op, is_quantized_op
 
+        ops = [op for op, _ in self.steps]
         readers: dict[int, list[int]] = {}
-        for n, (op, _) in enumerate(self.steps):
+        for n, op in enumerate(ops):
             for t in set(op.inputs):
                 readers.setdefault(t, []).append(n)
-        merged: dict[int, Operator] = {}
+        merged: dict[int, Operator] = {}  # step -> the op it runs now
         gone: set[int] = set()
-        for n, (op, _) in enumerate(self.steps):
-            if op.name not in ("PAD", "PADV2") or op.outputs[0] in self.sg.outputs:
+        for n, op in enumerate(ops):
+            op = merged.get(n, op)
+            rs = readers.get(op.outputs[0], []) if len(op.outputs) == 1 else []
+            if len(rs) != 1 or op.outputs[0] in self.sg.outputs or self.sg.tensors[op.outputs[0]].dtype != np.float32:
                 continue
-            rs = readers.get(op.outputs[0], [])
-            conv = padded_conv(op, self.steps[rs[0]][0], self.consts) if len(rs) == 1 else None
-            if (conv is None or self.sg.tensors[op.inputs[0]].dtype != np.float32
-                    or is_quantized_op(conv, self.sg) or is_hybrid_op(conv, self.sg)):
+            reader = ops[rs[0]]
+            new = padded_conv(op, reader, self.consts) or clamp_merged(op, reader)
+            if new is None or is_quantized_op(new, self.sg) or is_hybrid_op(new, self.sg):
                 continue
-            merged[rs[0]], gone = conv, gone | {n}
+            merged[rs[0]] = new
+            merged.pop(n, None)
+            gone.add(n)
         if not merged:
             return self
         steps = [(merged[n], self.kernel(merged[n])) if n in merged else (op, fn)

@@ -94,6 +94,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..ops.attributes import ACTIVATION_CODES
 from ..ops.layout import bhwc, same_slice_order
 from ..ops.traits import traits
 
@@ -285,6 +286,18 @@ def padded_conv(pad, conv, consts: dict):
     explicit = (int(p[1][0]), int(p[1][1]), int(p[2][0]), int(p[2][1]))
     return replace(conv, inputs=(pad.inputs[0],) + conv.inputs[1:],
                    options={**conv.options, "explicit_padding": explicit})
+
+
+def clamp_merged(producer, act):
+    """``producer`` writing ``act``'s output with ``act``'s clamp as its fused activation, where ``act`` is a RELU /
+    RELU_N1_TO_1 / RELU6 reading ``producer``'s only output and ``producer`` an op whose fused activation clamps its
+    output (``ops.traits``' clamps_output) and clamps nothing yet; else None. (TFLite's converter fuses these
+    itself; MediaPipe's models keep a RELU after each residual ADD.)"""
+    code = ACTIVATION_CODES.get(act.name)
+    if (code is None or not traits(producer.name).clamps_output or len(producer.outputs) != 1
+            or producer.options.get("fused_activation_function", 0) or act.inputs[:1] != producer.outputs):
+        return None
+    return replace(producer, outputs=act.outputs, options={**producer.options, "fused_activation_function": code})
 
 
 def merge_pad(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:

@@ -9,6 +9,7 @@ ACTIVATION_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TAN
 # As in TFLite's CalculateActivationRange only the RELU family clamps: a fused TANH or SIGN_BIT on
 # conv/pool/elementwise ops is a no-op there, and LiteRT's outputs are what we reproduce.
 _CLAMPS = {1: (0.0, np.inf), 2: (-1.0, 1.0), 3: (0.0, 6.0)}
+ACTIVATION_CODES = {ACTIVATION_NAMES[code]: code for code in _CLAMPS}  # (the ops a fused activation clamps as)
 
 
 def activation_bounds(code: int | None) -> tuple[float, float]:
