@@ -241,7 +241,7 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
     _same_bits_but_nans(run_model(lambda **kw: it, model, feeds)[0], want, f"{op} on {path}")
 
 
-@pytest.mark.parametrize("size", [40, 70_000], ids=["one-core", "both-cores"])
+@pytest.mark.parametrize("size", [40, 8_000, 70_000], ids=["numpy", "one-core", "both-cores"])
 @pytest.mark.parametrize("op,operand,act", [
     ("MAXIMUM", "second", 0), ("MINIMUM", "first", 0), ("MAXIMUM", None, 0), ("LEAKY_RELU", None, 0),
     ("RELU", None, 0), ("RELU6", None, 0), ("RELU_N1_TO_1", None, 0), ("ADD", None, 3), ("SUB", None, 1),
@@ -249,18 +249,19 @@ def test_clamps_and_extremes_keep_tflites_zeros_and_nans(opencl_device, monkeypa
     ("MINIMUM", "channel", 0), ("PRELU", "channel", 0)])
 def test_one_pass_elementwise_keeps_tflites_bits(rng, size, op, operand, act):
     """The CPU kernels' one-pass float32 elementwise forms, serial and split between the cores (either side of
-    ``PARALLEL_ELEMENTS``), give LiteRT's builtin kernels' bits, zeros' signs and NaNs' places included: MAXIMUM /
+    ``PARALLEL_ELEMENTS``), and numpy's below ``NUMBA_ELEMENTS``, give LiteRT's builtin kernels' bits, zeros' signs and NaNs' places included: MAXIMUM /
     MINIMUM (``a > b ? a : b``) of one shape, a single value or one value per channel against a tensor, either side;
     LEAKY_RELU and PRELU; the RELU clamps; ADD / SUB / MUL with their fused clamps (a clamp passes -0.0 and NaN), of
     one shape, a single value or one value per channel (a gate's scale) against a tensor. (No infinities in a sum:
     LiteRT's builtin SUB clamps inf - 3 under RELU to float32's largest, its XNNPACK path keeps inf.)"""
     from tflgpu import Interpreter
+    from tflgpu.cpu.elementwise import NUMBA_ELEMENTS
     from tflgpu.ops.jit import PARALLEL_ELEMENTS
 
     from .conftest import run_model
     from .oputil import op_model, run_litert
 
-    assert (size >= PARALLEL_ELEMENTS) == (size > 1000)
+    assert 40 < NUMBA_ELEMENTS <= 8_000 < PARALLEL_ELEMENTS <= 70_000
     shape = (1, size // 40, 5, 8)
     x = rand(rng, shape, -2, 2)
     x.reshape(-1)[: SIGNED.size] = SIGNED.reshape(-1)

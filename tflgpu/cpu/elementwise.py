@@ -54,13 +54,23 @@ def _clamp_parallel(x, lo, hi, out):
         out[i] = _clamped(x[i], lo, hi)
 
 
+@njit(cache=True)
+def _clamp_serial(x, lo, hi, out):
+    for i in range(x.size):
+        out[i] = _clamped(x[i], lo, hi)
+
+
+NUMBA_ELEMENTS = 1 << 12  # from this many values a float32 elementwise op's numba pass beats numpy's (its clip and
+# where() are slow; a call into numba costs a few microseconds more than numpy's)
+
+
 def _clamp(x, lo: float, hi: float):
-    """An activation op's clamp: one numba pass over both cores for a float32 tensor of PARALLEL_ELEMENTS values or
-    more (numpy's clip runs on one core), else numpy's clip in the tensor's dtype."""
-    if x.dtype == np.float32 and x.size >= PARALLEL_ELEMENTS:
+    """An activation op's clamp: one numba pass for a float32 tensor of NUMBA_ELEMENTS values or more (over both cores
+    from PARALLEL_ELEMENTS; numpy's clip took 2-3x as long on one core), else numpy's clip in the tensor's dtype."""
+    if x.dtype == np.float32 and x.size >= NUMBA_ELEMENTS:
         out = np.empty(x.shape, np.float32)
-        _clamp_parallel(readonly(np.ascontiguousarray(x).reshape(-1)), np.float32(lo), np.float32(hi),
-                        out.reshape(-1))
+        (_clamp_parallel if x.size >= PARALLEL_ELEMENTS else _clamp_serial)(
+            readonly(np.ascontiguousarray(x).reshape(-1)), np.float32(lo), np.float32(hi), out.reshape(-1))
         return out
     return np.clip(x, lo, hi).astype(x.dtype, copy=False)
 
@@ -335,12 +345,12 @@ def _as_rows(t: np.ndarray, shape: tuple[int, ...], k: int) -> np.ndarray | None
 
 
 def _row_arith(op: int, a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> np.ndarray | None:
-    """``_arith_rows`` of float32 operands, over both cores where the result has PARALLEL_ELEMENTS values or more in
-    rows of at least 8 (a residual sum, a gate's scale: numpy's one core and the clamp's second pass took 3-4x as
-    long), on this thread for MAXIMUM / MINIMUM of any size (numpy's where() over a mixed-sign tensor took ~8x as
-    long); None where it does not apply (numpy's ufuncs then)."""
+    """``_arith_rows`` of float32 operands whose result has NUMBA_ELEMENTS values or more: over both cores where it has
+    PARALLEL_ELEMENTS or more in rows of at least 8 (a residual sum, a gate's scale: numpy's one core and the clamp's
+    second pass took 3-4x as long), else on this thread (numpy's where() over a mixed-sign tensor took ~8x as long,
+    an ADD and its clip 2-3x); None where it does not apply (numpy's ufuncs then)."""
     size = max(a.size, b.size)
-    if (size < PARALLEL_ELEMENTS and op < ROW_OPS["MAXIMUM"]) or a.dtype != np.float32 or b.dtype != np.float32:
+    if size < NUMBA_ELEMENTS or a.dtype != np.float32 or b.dtype != np.float32:
         return None  # (first: a small model's sums cost their checks)
     shape = a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape)
     if not shape or shape[-1] == 0:
@@ -352,8 +362,6 @@ def _row_arith(op: int, a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> n
                 break
             k *= d
     both = k >= 8 and size >= PARALLEL_ELEMENTS
-    if not both and op < ROW_OPS["MAXIMUM"]:
-        return None
     ra, rb = _as_rows(a, shape, k), _as_rows(b, shape, k)
     if ra is None or rb is None:
         return None
