@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from .oputil import In, Out, both_fail_or_match, check_op, rand
+from .oputil import In, Out, both_fail_or_match, check_op, op_model, rand
 
 ACTS = st.sampled_from(["NONE", "RELU", "RELU6", "RELU_N1_TO_1", "TANH"])
 PAD = st.sampled_from(["SAME", "VALID"])
@@ -105,6 +105,27 @@ def test_pool2d(kind, h, w, c, fh, fw, stride, pad, act, seed):
     rng = np.random.default_rng(seed)
     check_op(kind, [In(rand(rng, (2, h, w, c), -3, 3))], padding=pad, stride_w=stride, stride_h=stride,
              filter_width=fw, filter_height=fh, fused_activation_function=act)
+
+
+def test_max_pool_keeps_tflites_nans_and_zeros():
+    """MAX_POOL_2D as TFLite's builtin kernel folds a window, ``max = std::max(max, x)`` in order: a NaN taken first
+    is replaced by the next larger value, one taken last is passed over, and of two equal zeros the first stays
+    (-0.0 before 0.0). The CPU kernel's channels-innermost loop keeps that order per channel. (An all -inf window is
+    left out: the builtin kernel starts from float32's lowest, XNNPACK from -inf.)"""
+    from tflgpu import Interpreter
+
+    from .conftest import run_model
+    from .oputil import run_litert
+
+    windows = [[np.nan, 1.0, 2.0, 3.0], [1.0, np.nan, -1.0, -2.0], [-0.0, 0.0, 0.0, -0.0], [5.0, 4.0, 3.0, np.nan]]
+    img = np.array(windows, np.float32).reshape(4, 2, 2).transpose(1, 0, 2).reshape(1, 2, 8, 1)
+    x = np.concatenate([img, -img, img[:, ::-1]], axis=3)
+    x = np.concatenate([x, x[:, :, ::-1]], axis=0)  # (a batch of 2, 3 channels)
+    model, feeds = op_model("MAX_POOL_2D", [In(x)], padding="VALID", stride_w=2, stride_h=2, filter_width=2,
+                            filter_height=2)
+    got, want = run_model(Interpreter, model, feeds)[0], run_litert(model, feeds, builtin_only=True)[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 def test_l2_pool(rng):

@@ -43,6 +43,34 @@ def _pool(x, kind, kh, kw, sh, sw, pt, pl, oh, ow, lo, hi):
     return out
 
 
+@njit(cache=True, parallel=True)
+def _max_pool(x, kh, kw, sh, sw, pt, pl, oh, ow, lo, hi):
+    """``_pool``'s MAX_POOL_2D with the channels innermost: each window pixel's channels in one contiguous (vector)
+    pass over the output pixel's (BlazeFace's 2x2 pools of 64x64x28: 95 -> 20 us), the same max() in the same order
+    per channel."""
+    n, h, w, c = x.shape
+    out = np.empty((n, oh, ow, c), dtype=np.float32)
+    for row in prange(n * oh):
+        b = row // oh
+        oy = row % oh
+        y0 = max(oy * sh - pt, 0)
+        y1 = min(oy * sh - pt + kh, h)
+        for ox in range(ow):
+            x0 = max(ox * sw - pl, 0)
+            x1 = min(ox * sw - pl + kw, w)
+            dst = out[b, oy, ox]
+            for ch in range(c):
+                dst[ch] = -np.inf
+            for iy in range(y0, y1):
+                for ix in range(x0, x1):
+                    src = x[b, iy, ix]
+                    for ch in range(c):
+                        dst[ch] = max(dst[ch], src[ch])
+            for ch in range(c):
+                dst[ch] = min(max(dst[ch], lo), hi)
+    return out
+
+
 def _pool_factory(kind: int, opts=None):
     def factory(ctx: OpContext):
         o = opts(ctx) if opts else ctx.op.options
@@ -58,6 +86,8 @@ def _pool_factory(kind: int, opts=None):
                 raise KernelError(f"{ctx.op.name}: input must be 4-D, got {x.shape}")
             oh, pt = conv_padding(x.shape[1], kh, sh, 1, pad)
             ow, pl = conv_padding(x.shape[2], kw, sw, 1, pad)
+            if kind == MAX:
+                return [_max_pool(x, kh, kw, sh, sw, pt, pl, max(oh, 0), max(ow, 0), np.float32(lo), np.float32(hi))]
             return [_pool(x, kind, kh, kw, sh, sw, pt, pl, max(oh, 0), max(ow, 0), lo, hi)]
 
         return run
