@@ -35,6 +35,7 @@ from ..ops.traits import traits
 from .conv import _bias, _depthwise, border_taps, conv_product, window_rows
 from .elementwise import dequantize, quantize
 from .gemm import conv_requantize, gemm_bias_clamp
+from .pool import window
 from .registry import KernelError, OpContext, check_geometry, factory_for, once
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)  # (no clamp: int32 sums)
@@ -562,11 +563,9 @@ def _pool_int(x, is_max, kh, kw, sh, sw, pt, pl, oh, ow, lo, hi):
     for row in prange(n * oh):
         b = row // oh
         oy = row % oh
-        y0 = max(oy * sh - pt, 0)
-        y1 = min(oy * sh - pt + kh, h)
+        y0, y1 = window(oy, sh, pt, kh, h)
         for ox in range(ow):
-            x0 = max(ox * sw - pl, 0)
-            x1 = min(ox * sw - pl + kw, w)
+            x0, x1 = window(ox, sw, pl, kw, w)
             count = (y1 - y0) * (x1 - x0)
             for ch in range(c):
                 if is_max:
