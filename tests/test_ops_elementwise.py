@@ -277,3 +277,22 @@ def test_one_pass_elementwise_keeps_tflites_bits(rng, size, op, operand, act):
     model, feeds = op_model(op, ins, [Out(shape=shape)], **opts)
     want = run_litert(model, feeds, builtin_only=True)[0]
     _same_bits_but_nans(run_model(Interpreter, model, feeds)[0], want, f"{op} of {x.size} values")
+
+
+def test_logistic_far_below_zero_is_a_normal_float_near_litert():
+    """LOGISTIC clamps its input at LOGISTIC_FLOOR (-87), where 1 / (1 + exp(-x)) is still a normal float32: below it
+    the division would make denormals, each a microcode assist (a segmentation mask's background ran 6x slower).
+    Those outputs lie within float32's smallest normal of both LiteRT paths' (XNNPACK gives 0, the builtin kernels
+    the denormals), and the rest is unchanged."""
+    from tflgpu import Interpreter
+
+    from .conftest import run_model
+    from .oputil import op_model, run_litert
+
+    x = np.array([-1000, -100, -88.5, -87.5, -87, -86, -20, 0, 5], np.float32).reshape(1, 9)
+    model, feeds = op_model("LOGISTIC", [In(x)])
+    got = run_model(Interpreter, model, feeds)[0]
+    tiny = np.finfo(np.float32).tiny
+    assert np.all(got >= tiny), got
+    for want in (run_litert(model, feeds)[0], run_litert(model, feeds, builtin_only=True)[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=2 * tiny)

@@ -34,6 +34,7 @@ import numpy as np
 from ..model.ir import Operator, Subgraph
 from ..ops.attributes import activation_bounds
 from ..ops.jit import materialize, njit
+from .elementwise import LOGISTIC_FLOOR
 
 log = logging.getLogger("tflgpu")
 
@@ -129,7 +130,8 @@ _COMPARE = {"LESS": "<", "LESS_EQUAL": "<=", "GREATER": ">", "GREATER_EQUAL": ">
 _LOGIC = {"LOGICAL_AND": "&", "LOGICAL_OR": "|"}
 _UNARY = {"TANH": "np.tanh({x})", "EXP": "np.exp({x})", "RELU": "np.maximum({x}, np.float32(0))",
           "RELU6": "np.minimum(np.maximum({x}, np.float32(0)), np.float32(6))",
-          "LOGISTIC": "(np.float32(1) / (np.float32(1) + np.exp(-np.maximum({x}, np.float32(-88.0)))))"}
+          "LOGISTIC": "(np.float32(1) / (np.float32(1) + np.exp(-np.maximum({x}, np.float32(%r)))))"
+                      % float(LOGISTIC_FLOOR)}
 
 
 def _typed(expr: str, dtype: np.dtype, scalar: bool) -> str:
