@@ -236,7 +236,7 @@ class NearestRecords:
             if traits is not None:
                 near = _nearest_shape(((0, r, None) for r in self._families.get(traits.family, ())), traits)
                 if near is not None:
-                    return _family_found(near, traits)
+                    return _family_found(near)
             hit = self._nearest(((dev, None, recs) for dev, recs in self._local.items()), kernel_key, takes)
             if hit is not None:
                 return hit
@@ -270,12 +270,12 @@ class NearestRecords:
         theirs = [c for c in self._by_family(shipped).get(traits.family, ())
                   if c[0] < len(LEVELS) and c[1].shape == traits.shape]
         best = _nearest_shape(mine + theirs, traits)  # (at one rank, this device's own records first)
-        return _family_found(best, traits) if best is not None else None
+        return _family_found(best) if best is not None else None
 
     def _shipped_family(self, shipped, traits: KernelTraits) -> Found | None:
         """The shipped record of the kernel's family from the nearest device, at the nearest shape on that device."""
         best = _nearest_shape(self._by_family(shipped).get(traits.family, ()), traits)
-        return _family_found(best, traits) if best is not None else None
+        return _family_found(best) if best is not None else None
 
     def _nearest(self, candidates, kernel_key: str, takes, prefix: str = "") -> Found | None:
         order = LEVELS
@@ -313,8 +313,8 @@ def _nearest_shape(candidates: Iterable[tuple[int, TuningRecord, str | None]], t
                    ) -> tuple[int, TuningRecord, str | None] | None:
     """Of (rank, record, its device's key) candidates, the one of the lowest rank, then of the nearest shape, then of
     the fewest values the kernel's space does not list (then the first), whose point (as ``lent`` lends it) the
-    kernel takes, every value listed where the record's shape is another (``KernelTraits.unlisted``); None where
-    none is."""
+    kernel takes, every value listed where the record's shape is another (``KernelTraits.unlisted``), with its record
+    as lent; None where none is."""
     near = []
     for n, (rank, rec, key) in enumerate(candidates):
         d = shape_distance(rec.shape, traits.shape)
@@ -323,22 +323,22 @@ def _nearest_shape(candidates: Iterable[tuple[int, TuningRecord, str | None]], t
     near.sort(key=lambda a: a[:3])
     for (_, d), ties in groupby(near, key=lambda a: a[:2]):  # (one rank and distance: the fewest unlisted)
         lends = []
-        for n, (*_, c) in enumerate(ties):
-            params = lent(c[1], traits.shape).params
-            lends.append((traits.unlisted(params), n, params, c))
-        for unlisted, _, params, c in sorted(lends, key=lambda a: a[:2]):
-            if (d == 0 or unlisted == 0) and traits.takes(params):
+        for n, (*_, (rank, rec, key)) in enumerate(ties):
+            rec = lent(rec, traits.shape)
+            lends.append((traits.unlisted(rec.params), n, (rank, rec, key)))
+        for unlisted, _, c in sorted(lends, key=lambda a: a[:2]):
+            if (d == 0 or unlisted == 0) and traits.takes(c[1].params):
                 return c
     return None
 
 
-def _family_found(best: tuple[int, TuningRecord, str | None], traits: KernelTraits) -> Found:
-    """What a record of the kernel's family (``_nearest_shape``'s pick: its device's key None where it is this
-    device's own) lends the kernel, and the link's words."""
+def _family_found(best: tuple[int, TuningRecord, str | None]) -> Found:
+    """A record of the kernel's family as the chain finds it (``_nearest_shape``'s pick, lent: its device's key None
+    where it is this device's own), with the link's words."""
     rank, rec, key = best
     out = "x".join(map(str, rec.shape[-4:]))
     where = "this device" if key is None else f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]})"
-    return Found(lent(rec, traits.shape), f"{where}, nearest shape ({out} out)")
+    return Found(rec, f"{where}, nearest shape ({out} out)")
 
 
 def _valid(rec: TuningRecord) -> bool:

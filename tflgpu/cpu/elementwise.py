@@ -42,13 +42,19 @@ def _hard_swish_parallel(x, out):
         out[i] = _hard_swish_one(x[i])
 
 
+def _one_pass(x: np.ndarray, serial, parallel, *args) -> np.ndarray:
+    """A float32 elementwise kernel's output for ``x``: ``kernel(x's values, *args, out's values)``, run by
+    ``parallel`` over both cores from PARALLEL_ELEMENTS values, else by ``serial`` on this thread."""
+    out = np.empty(x.shape, np.float32)
+    (parallel if x.size >= PARALLEL_ELEMENTS else serial)(readonly(np.ascontiguousarray(x).reshape(-1)), *args,
+                                                          out.reshape(-1))
+    return out
+
+
 def _hard_swish(x):
     """(x / 6) * relu6(x + 3), in TFLite's order: x * 6 would overflow near float32's largest."""
-    if x.dtype == np.float32 and x.ndim:  # (one pass, over both cores from PARALLEL_ELEMENTS; numpy's takes four)
-        out = np.empty(x.shape, np.float32)
-        (_hard_swish_parallel if x.size >= PARALLEL_ELEMENTS else _hard_swish_serial)(
-            readonly(np.ascontiguousarray(x).reshape(-1)), out.reshape(-1))
-        return out
+    if x.dtype == np.float32 and x.ndim:  # (one pass; numpy's takes four)
+        return _one_pass(x, _hard_swish_serial, _hard_swish_parallel)
     return (x * np.float32(1.0 / 6.0)) * np.clip(x + 3.0, 0.0, 6.0)
 
 
@@ -79,10 +85,7 @@ def _clamp(x, lo: float, hi: float):
     """An activation op's clamp: one numba pass for a float32 tensor of NUMBA_ELEMENTS values or more (over both cores
     from PARALLEL_ELEMENTS; numpy's clip took 2-3x as long on one core), else numpy's clip in the tensor's dtype."""
     if x.dtype == np.float32 and x.size >= NUMBA_ELEMENTS:
-        out = np.empty(x.shape, np.float32)
-        (_clamp_parallel if x.size >= PARALLEL_ELEMENTS else _clamp_serial)(
-            readonly(np.ascontiguousarray(x).reshape(-1)), np.float32(lo), np.float32(hi), out.reshape(-1))
-        return out
+        return _one_pass(x, _clamp_serial, _clamp_parallel, np.float32(lo), np.float32(hi))
     return np.clip(x, lo, hi).astype(x.dtype, copy=False)
 
 
@@ -175,10 +178,8 @@ def leaky_relu(ctx: OpContext):
         x = xs[0]
         if x.dtype != np.float32:
             return [np.where(x >= 0, x, x * alpha).astype(x.dtype)]
-        out = np.empty(x.shape, np.float32)  # (one pass: numpy's where() over a mixed-sign tensor took ~8x as long)
-        (_leaky_parallel if x.size >= PARALLEL_ELEMENTS else _leaky_serial)(
-            readonly(np.ascontiguousarray(x).reshape(-1)), alpha, out.reshape(-1))
-        return [out]
+        # (one pass: numpy's where() over a mixed-sign tensor took ~8x as long)
+        return [_one_pass(x, _leaky_serial, _leaky_parallel, alpha)]
 
     return run
 

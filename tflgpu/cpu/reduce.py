@@ -20,6 +20,7 @@ def _reducer(fn):
     def factory(ctx: OpContext):
         keep = ctx.opt("keep_dims", False)
         out_dtype = ctx.output_tensor(0).dtype
+        constant = ctx.const(1) is not None
         known: dict[int, tuple[int, ...]] = {}  # constant axes, by input rank (a small model's op costs their parse)
 
         def run(xs):
@@ -27,7 +28,7 @@ def _reducer(fn):
             axes = known.get(x.ndim)
             if axes is None:
                 axes = _axes(ctx, xs, x.ndim)
-                if ctx.const(1) is not None:
+                if constant:
                     known[x.ndim] = axes
             r = fn(x, axis=axes, keepdims=keep)
             return [np.asarray(r).astype(out_dtype, copy=False)]
