@@ -1052,6 +1052,23 @@ def test_pad_slices_and_space_depth(gpu, rng):
     check_op("SPACE_TO_DEPTH", [In(rand(rng, (1, 4, 6, 3)))], block_size=2, **gpu)
 
 
+def test_moves_of_whole_slices(gpu, rng):
+    """The moves whose output slices are each one input slice (a float4 load) or padding alone, over more slices
+    than a CPU work-item takes (reindex.LANE_SLICES), the last work-item's share partial: DEPTH_TO_SPACE of 24
+    output channels (6 slices), SPACE_TO_DEPTH of 4 input channels into 36, spatial PADs of 3 and of 22 channels
+    (the input's zero lanes padding a part-filled slice), a PAD of 4 channels ahead and 5 after, a PADV2 of
+    0.5 whose channels fill whole slices; and one whose 0.5 cannot come from a float4 load (3 channels)."""
+    check_op("DEPTH_TO_SPACE", [In(rand(rng, (2, 3, 2, 96)))], block_size=2, **gpu)
+    check_op("SPACE_TO_DEPTH", [In(rand(rng, (1, 6, 9, 4)))], block_size=3, **gpu)
+    for shape in ((1, 5, 4, 3), (2, 3, 5, 22)):
+        check_op("PAD", [In(rand(rng, shape)), np.array([[0, 0], [1, 2], [2, 1], [0, 0]], I32)], **gpu)
+    check_op("PAD", [In(rand(rng, (1, 3, 4, 7))), np.array([[0, 0], [1, 0], [0, 1], [4, 5]], I32)], **gpu)
+    check_op("PADV2", [In(rand(rng, (1, 3, 4, 8))), np.array([[0, 0], [1, 1], [0, 2], [4, 12]], I32),
+                       np.array([0.5], np.float32)], **gpu)
+    check_op("PADV2", [In(rand(rng, (1, 3, 4, 3))), np.array([[0, 0], [1, 1], [0, 0], [4, 1]], I32),
+                       np.array([0.5], np.float32)], **gpu)
+
+
 @pytest.mark.parametrize("mode", [0, 1], ids=["reflect", "symmetric"])
 def test_mirror_pad(gpu, rng, mode):
     """Each edge's full reach (3 of a 4-pixel row: REFLECT leaves the edge value out; SYMMETRIC 4 of 4), one-sided
@@ -1095,7 +1112,8 @@ def test_pack_and_unpack(gpu, rng, axis):
     check_op("UNPACK", [In(x)], x.shape[axis], num=x.shape[axis], axis=axis, **gpu)
 
 
-@pytest.mark.parametrize("shape,size", [((1, 5, 7, 6), (9, 12)), ((2, 4, 3, 9), (3, 8))])  # (down along H too)
+# (down along H too; 44 channels: 11 slices, more than a CPU work-item takes, reindex.RESIZE_SLICES)
+@pytest.mark.parametrize("shape,size", [((1, 5, 7, 6), (9, 12)), ((2, 4, 3, 9), (3, 8)), ((1, 3, 4, 44), (7, 6))])
 @pytest.mark.parametrize("mode", [(False, False), (True, False), (False, True)])
 def test_resize_bilinear(gpu, rng, mode, shape, size):
     check_op("RESIZE_BILINEAR", [In(rand(rng, shape)), np.array(size, I32)],

@@ -86,13 +86,40 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
         dtype, store = "float", dense_store4("dst", f"((b * {lay.h} + y) * {lay.w} + x) * {lay.c}", lay.c, "S", "v")
     else:
         dtype, store = ("half", "vstore_half4(v, o, dst);") if half else ("STORE_T", "ST4(dst, o, v);")
+    per = lane_slices(ctx.target, lay)
+    if per == 1:
+        head, tail, size = grid_prologue(lay), "", grid(lay)
+    else:  # (a loop over the work-item's slices of one pixel)
+        head = (f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
+                f"  if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;\n"
+                f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n"
+                f"  for (int S = get_global_id(2) * {per}; S < min((int)(get_global_id(2) + 1) * {per}, {lay.s}); "
+                f"++S) {{\n"
+                f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n")
+        tail, size = "  }\n", (lay.w, lay.b * lay.h, -(-lay.s // per))
     src = (helpers + f"__kernel void {name}({params}, __global {dtype}* dst) {{\n"
-           + grid_prologue(lay) + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
-           + f"  {store}\n}}")
+           + head + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
+           + f"  {store}\n{tail}}}")
     args = [_lane_input(ctx, t) for t in inputs] + ep.args + [Arg("tensor", output)]
     tensors = [t for t in inputs if ctx.constant(t) is None]
-    return [KernelSpec(name, src, grid(lay), ctx.target.row_group(grid(lay)), args, tensors + ep.inputs, [output],
+    return [KernelSpec(name, src, size, ctx.target.row_group(size), args, tensors + ep.inputs, [output],
                        dense=frozenset([output] if dense else []) | (dense_inputs & set(inputs)))]
+
+
+# output slices of one pixel a lane kernel's work-item takes on a CPU device (whose work-items each cost a loop step
+# of the runtime's, more than a float4 move). MediaPipe's pose detection, its moves (3 PADs, 3 DEPTH_TO_SPACEs, 2
+# RESIZE_BILINEARs, 2 concatenations) summed over 25 interleaved invokes (Intel's CPU runtime, 2 Xeon cores): one a
+# work-item 634 us (with the resizes' every slice a work-item), 4 402 us, 8 414 us; selfie segmentation 268 / 230
+# / 222 us. A DEPTH_TO_SPACE of 7x7x1152 alone: 59-61 us one a work-item, 41-44 with 4, 47-48 with 8
+LANE_SLICES = 4
+
+
+def lane_slices(target, lay: Layout) -> int:
+    """Output slices of one pixel a lane kernel's work-item takes: LANE_SLICES on a CPU device, one on a GPU or
+    where the grid runs along the slices first (``elementwise.grid``)."""
+    if target.gpu or lay.w == 1:
+        return 1
+    return max(1, min(LANE_SLICES, lay.s))
 
 
 def _lane_input(ctx: GenContext, t: int) -> Arg:
@@ -286,12 +313,29 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
     shape = x_t.shape
     oshape = tuple(int(d + a + b) for d, (a, b) in zip(shape, p))
 
+    def inside(ic):
+        return " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
+
     def value(coords):
         ic = [f"({c} - {int(a)})" for c, (a, _) in zip(coords, p)]
-        inside = " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
-        return f"(({inside}) ? LD1(in0, {offset(shape, ic)}) : {c_float(cval)})"
+        return f"(({inside(ic)}) ? LD1(in0, {offset(shape, ic)}) : {c_float(cval)})"
 
+    if shape and _slice_aligned(shape[-1], int(p[-1][0]), oshape[-1], cval):
+        # (each output slice is an input slice or all padding: a float4 load; the padding lanes past the input's
+        # channels are its zeros, which a zero pad value keeps)
+        def load(coords):
+            ic = [f"({c} - {int(a)})" for c, (a, _) in zip(coords, p)]
+            return f"(({inside(ic)}) ? LD4(in0 + {offset(shape, ic)}, 0) : (float4)({c_float(cval)}))"
+
+        return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], None, slice_load=load)
     return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+
+def _slice_aligned(channels: int, before: int, out_channels: int, cval: float) -> bool:
+    """Whether a PAD of ``before`` channels ahead of ``channels`` maps each output slice to one input slice or to
+    padding alone: ``before`` a multiple of 4, and the lanes past the input's channels (its zeros) the pad value, or
+    none in the output (neither tensor has a part-filled slice)."""
+    return before % 4 == 0 and (cval == 0.0 or (channels % 4 == 0 and out_channels % 4 == 0))
 
 
 @generator("MIRROR_PAD")
@@ -488,17 +532,31 @@ def depth_space(ctx: GenContext) -> list[KernelSpec]:
         oshape = (n, h * bs, w * bs, c // (bs * bs))
         oc = oshape[3]
 
-        def value(co):
+        def at(co):
             b, y, x, ch = co
-            return f"LD1(in0, {offset(x_t.shape, [b, f'{y} / {bs}', f'{x} / {bs}', f'(({y} % {bs}) * {bs} + {x} % {bs}) * {oc} + {ch}'])})"
+            return offset(x_t.shape, [b, f'{y} / {bs}', f'{x} / {bs}',
+                                      f'(({y} % {bs}) * {bs} + {x} % {bs}) * {oc} + {ch}'])
+        aligned = oc % 4 == 0
     else:
         oshape = (n, h // bs, w // bs, c * bs * bs)
 
-        def value(co):
+        def at(co):
             b, y, x, ch = co
-            return f"LD1(in0, {offset(x_t.shape, [b, f'{y} * {bs} + ({ch} / {c}) / {bs}', f'{x} * {bs} + ({ch} / {c}) % {bs}', f'{ch} % {c}'])})"
+            return offset(x_t.shape, [b, f'{y} * {bs} + ({ch} / {c}) / {bs}', f'{x} * {bs} + ({ch} / {c}) % {bs}',
+                                      f'{ch} % {c}'])
+        aligned = c % 4 == 0
+    if aligned:  # (each output slice's four channels are four adjacent channels of one input slice: a float4 load)
+        return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], None, slice_load=lambda co: f"LD4(in0 + {at(co)}, 0)")
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], lambda co: f"LD1(in0, {at(co)})")
 
-    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+
+# output slices of one pixel a RESIZE_BILINEAR work-item takes on a CPU device (its coordinates and weights computed
+# once for them). Five resizes of MediaPipe's pose detection / selfie segmentation and DeepLab, each as a
+# conv -> resize -> conv plan, 21 interleaved rounds (Intel's CPU runtime, 2 Xeon cores), us for 1 / 4 / 8 / 16 /
+# every slice: 7x7x1152 -> 14x14 287 / 152 / 116 / 113 / 346; 16x16x128 -> 32x32 129 / 74 / 67 / 102 / 111;
+# 14x14x192 -> 28x28 159 / 81 / 71 / 56 / 155; 64x64x16 -> 128x128 207 / 123 / 120 / 119 / 120; 33x33x24 ->
+# 257x257 1042 / 482 / 388 / 381 / 389. A GPU takes one slice a work-item: its work-items are many and cheap
+RESIZE_SLICES = 8
 
 
 @generator("RESIZE_BILINEAR")
@@ -520,10 +578,11 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
                 f"  const int {var}1 = min((int)ceil(f{var}), {in_size - 1});\n"
                 f"  const float d{var} = f{var} - (float){var}0;\n")
 
-    # one work-item per output pixel, every slice: the coordinates and weights once, not once per slice; a graph
-    # output written as its dense boundary buffer (KernelSpec.dense) where the plan asks. vec_type_hint: Intel's
-    # CPU runtime otherwise vectorizes across pixels, turning each pixel's float4 loads and stores into gathers
-    # and scatters (DeepLab's 33x33 -> 257x257x21 output: 1130 -> 383 us written densely)
+    # one work-item per output pixel and RESIZE_SLICES slices: the coordinates and weights once for those, not
+    # once per slice; a graph output written as its dense boundary buffer (KernelSpec.dense) where the plan asks.
+    # vec_type_hint: Intel's CPU runtime otherwise vectorizes across pixels, turning each pixel's float4 loads and
+    # stores into gathers and scatters (DeepLab's 33x33 -> 257x257x21 output: 1130 -> 383 us written densely)
+    per = 1 if ctx.target.gpu else min(RESIZE_SLICES, s)
     dense = ctx.op.outputs[0] in ctx.dense
     value = "tl * wtl + bl * wbl + tr * wtr + br * wbr"
     store = (dense_store4("dst", f"((b * {oh} + y) * {ow} + x) * {c}", c, "S", value) if dense else
@@ -532,18 +591,19 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
     src = (f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
            f"__global {out_t}* dst) {{\n"
            f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
+           f"  const int S0 = get_global_id(2) * {per};\n"
            f"  if (x >= {ow} || Y >= {n * oh}) return;\n"
            f"  const int b = Y / {oh}; const int y = Y % {oh};\n"
            + coord("y", sy, ih) + coord("x", sx, iw)
            + "  const float wtl = (1.0f - dy) * (1.0f - dx), wbl = dy * (1.0f - dx), wtr = (1.0f - dy) * dx,"
            " wbr = dy * dx;\n"
-           f"  for (int S = 0; S < {s}; ++S) {{\n"
+           f"  for (int S = S0; S < min(S0 + {per}, {s}); ++S) {{\n"
            f"    const int base = (b * {s} + S) * {ih};\n"
            f"    const float4 tl = LD4(src, (base + y0) * {iw} + x0), tr = LD4(src, (base + y0) * {iw} + x1);\n"
            f"    const float4 bl = LD4(src, (base + y1) * {iw} + x0), br = LD4(src, (base + y1) * {iw} + x1);\n"
            f"    {store}\n"
            "  }\n}")
-    return [KernelSpec(ctx.name, src, (ow, n * oh, 1), None, [Arg("tensor", ctx.op.inputs[0]),
+    return [KernelSpec(ctx.name, src, (ow, n * oh, -(-s // per)), None, [Arg("tensor", ctx.op.inputs[0]),
                                                                Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]],
                        dense=frozenset(ctx.op.outputs[:1] if dense else []))]
