@@ -1112,6 +1112,20 @@ def test_pack_and_unpack(gpu, rng, axis):
     check_op("UNPACK", [In(x)], x.shape[axis], num=x.shape[axis], axis=axis, **gpu)
 
 
+def test_moves_under_a_gpus_target(opencl_device, rng, monkeypatch):
+    """Under a GPU's target a move's work-item takes one slice (a RESIZE_BILINEAR's too, which a CPU's loops over
+    reindex.RESIZE_SLICES of): a resize of 44 channels, a DEPTH_TO_SPACE of whole slices and a PAD, as LiteRT."""
+    from .conftest import gpu_target
+
+    gpu_target(monkeypatch)
+    delegate = GpuDelegate(cache=False, tuning_db=False, tuning="none", tiered_compile=False)
+    check_op("RESIZE_BILINEAR", [In(rand(rng, (2, 3, 4, 44))), np.array([7, 6], I32)], half_pixel_centers=True,
+             version=3, delegate=delegate)
+    check_op("DEPTH_TO_SPACE", [In(rand(rng, (1, 3, 2, 96)))], block_size=2, delegate=delegate)
+    check_op("PAD", [In(rand(rng, (1, 3, 4, 22))), np.array([[0, 0], [1, 0], [0, 1], [4, 2]], I32)],
+             delegate=delegate)
+
+
 # (down along H too; 44 channels: 11 slices, more than a CPU work-item takes, reindex.RESIZE_SLICES)
 @pytest.mark.parametrize("shape,size", [((1, 5, 7, 6), (9, 12)), ((2, 4, 3, 9), (3, 8)), ((1, 3, 4, 44), (7, 6))])
 @pytest.mark.parametrize("mode", [(False, False), (True, False), (False, True)])
