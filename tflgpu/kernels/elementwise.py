@@ -27,7 +27,26 @@ def grid(lay: Layout) -> tuple[int, int, int]:
     every image, slices), or (slices, rows, 1) where a row has one pixel (``_slices_first``)."""
     if _slices_first(lay):
         return (lay.s, lay.b * lay.h, 1)
-    return (lay.w, lay.b * lay.h, lay.s)
+    return pixel_grid(lay)
+
+
+def pixel_grid(lay: Layout, per: int = 1) -> tuple[int, int, int]:
+    """The global size of a kernel of a work-item per output pixel and ``per`` of its slices (``pixel_prologue``,
+    ``slice_loop``): (pixels of a row, rows of every image, the slices' shares)."""
+    return (lay.w, lay.b * lay.h, -(-lay.s // per))
+
+
+def pixel_prologue(lay: Layout) -> str:
+    """A ``pixel_grid`` kernel's pixel: x, Y, b and y (returning past the grid's edge)."""
+    return ("  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
+            f"  if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;\n"
+            f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n")
+
+
+def slice_loop(lay: Layout, per: int) -> str:
+    """The opening of a ``pixel_grid`` kernel's loop over its ``per`` slices S of the pixel (the caller closes it)."""
+    return (f"  for (int S = get_global_id(2) * {per}; S < min((int)get_global_id(2) * {per} + {per}, {lay.s}); "
+            "++S) {\n")
 
 
 def grid_prologue(lay: Layout) -> str:

@@ -24,7 +24,7 @@ from ..ops.attributes import axis_slice, resize_scale
 from ..ops.layout import Layout, bhwc
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, c_float, dense_store4, to_slices
-from .elementwise import grid, grid_prologue
+from .elementwise import grid, grid_prologue, pixel_grid, pixel_prologue, slice_loop
 from .epilogue import Epilogue, stored_at_slice
 
 _ORIG = {0: [], 1: ["c"], 2: ["b", "c"], 3: ["b", "x", "c"], 4: ["b", "y", "x", "c"]}
@@ -90,13 +90,9 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
     if per == 1:
         head, tail, size = grid_prologue(lay), "", grid(lay)
     else:  # (a loop over the work-item's slices of one pixel)
-        head = (f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
-                f"  if (x >= {lay.w} || Y >= {lay.b * lay.h}) return;\n"
-                f"  const int b = Y / {lay.h}; const int y = Y % {lay.h};\n"
-                f"  for (int S = get_global_id(2) * {per}; S < min((int)(get_global_id(2) + 1) * {per}, {lay.s}); "
-                f"++S) {{\n"
-                f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n")
-        tail, size = "  }\n", (lay.w, lay.b * lay.h, -(-lay.s // per))
+        head = (pixel_prologue(lay) + slice_loop(lay, per)
+                + f"  const int o = ((b * {lay.s} + S) * {lay.h} + y) * {lay.w} + x;\n")
+        tail, size = "  }\n", pixel_grid(lay, per)
     src = (helpers + f"__kernel void {name}({params}, __global {dtype}* dst) {{\n"
            + head + "  float4 v = (float4)(0.0f);\n" + "\n".join(body) + "\n" + ep_code
            + f"  {store}\n{tail}}}")
@@ -313,22 +309,18 @@ def pad(ctx: GenContext) -> list[KernelSpec]:
     shape = x_t.shape
     oshape = tuple(int(d + a + b) for d, (a, b) in zip(shape, p))
 
-    def inside(ic):
-        return " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
-
-    def value(coords):
+    def read(coords, load: str, fill: str) -> str:
+        """``load`` at the input coordinates of output ``coords`` where they lie inside the input, else ``fill``."""
         ic = [f"({c} - {int(a)})" for c, (a, _) in zip(coords, p)]
-        return f"(({inside(ic)}) ? LD1(in0, {offset(shape, ic)}) : {c_float(cval)})"
+        inside = " && ".join(f"{c} >= 0 && {c} < {d}" for c, d in zip(ic, shape)) or "1"
+        return f"(({inside}) ? {load.format(offset(shape, ic))} : {fill})"
 
     if shape and _slice_aligned(shape[-1], int(p[-1][0]), oshape[-1], cval):
         # (each output slice is an input slice or all padding: a float4 load; the padding lanes past the input's
         # channels are its zeros, which a zero pad value keeps)
-        def load(coords):
-            ic = [f"({c} - {int(a)})" for c, (a, _) in zip(coords, p)]
-            return f"(({inside(ic)}) ? LD4(in0 + {offset(shape, ic)}, 0) : (float4)({c_float(cval)}))"
-
-        return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], None, slice_load=load)
-    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], value)
+        return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], None,
+                           slice_load=lambda co: read(co, "LD4(in0 + {}, 0)", f"(float4)({c_float(cval)})"))
+    return lane_kernel(ctx, oshape, [ctx.op.inputs[0]], lambda co: read(co, "LD1(in0, {})", c_float(cval)))
 
 
 def _slice_aligned(channels: int, before: int, out_channels: int, cval: float) -> bool:
@@ -589,22 +581,17 @@ def resize_bilinear(ctx: GenContext) -> list[KernelSpec]:
              f"ST4(dst, ((b * {s} + S) * {oh} + y) * {ow} + x, {value});")
     out_t = "float" if dense else "STORE_T"
     src = (f"__attribute__((vec_type_hint(float4))) __kernel void {ctx.name}(__global const STORE_T* src, "
-           f"__global {out_t}* dst) {{\n"
-           f"  const int x = get_global_id(0); const int Y = get_global_id(1);\n"
-           f"  const int S0 = get_global_id(2) * {per};\n"
-           f"  if (x >= {ow} || Y >= {n * oh}) return;\n"
-           f"  const int b = Y / {oh}; const int y = Y % {oh};\n"
+           f"__global {out_t}* dst) {{\n" + pixel_prologue(lay)
            + coord("y", sy, ih) + coord("x", sx, iw)
            + "  const float wtl = (1.0f - dy) * (1.0f - dx), wbl = dy * (1.0f - dx), wtr = (1.0f - dy) * dx,"
-           " wbr = dy * dx;\n"
-           f"  for (int S = S0; S < min(S0 + {per}, {s}); ++S) {{\n"
-           f"    const int base = (b * {s} + S) * {ih};\n"
+           " wbr = dy * dx;\n" + slice_loop(lay, per)
+           + f"    const int base = (b * {s} + S) * {ih};\n"
            f"    const float4 tl = LD4(src, (base + y0) * {iw} + x0), tr = LD4(src, (base + y0) * {iw} + x1);\n"
            f"    const float4 bl = LD4(src, (base + y1) * {iw} + x0), br = LD4(src, (base + y1) * {iw} + x1);\n"
            f"    {store}\n"
            "  }\n}")
-    return [KernelSpec(ctx.name, src, (ow, n * oh, -(-s // per)), None, [Arg("tensor", ctx.op.inputs[0]),
-                                                               Arg("tensor", ctx.op.outputs[0])],
+    return [KernelSpec(ctx.name, src, pixel_grid(lay, per), None, [Arg("tensor", ctx.op.inputs[0]),
+                                                                  Arg("tensor", ctx.op.outputs[0])],
                        [ctx.op.inputs[0]], [ctx.op.outputs[0]],
                        dense=frozenset(ctx.op.outputs[:1] if dense else []))]
 
