@@ -174,7 +174,7 @@ def flip_byte(path, at=-20):
 
 
 @pytest.mark.parametrize("damage", ["binary-bitflip", "binary-rejected", "plan-truncated", "plan-garbage",
-                                    "older-driver", "older-library"])
+                                    "older-driver", "older-library", "older-schema"])
 def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, new_process, reference, caplog, damage, pristine):
     copy_of(pristine, tmp_path)
     programs, (plan,) = files(tmp_path, "program"), files(tmp_path, "plan")
@@ -188,14 +188,16 @@ def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, new_p
         plan.write_bytes(os.urandom(300))
     elif damage == "older-driver":
         rewrite(plan, lambda h, p: ({**h, "device_key": h["device_key"].replace("|OpenCL C", ".old|OpenCL C")}, p))
-    elif damage == "older-library":
+    elif damage == "older-library":  # a plan holds the whole library's decisions: another tflgpu's is rebuilt
+        rewrite(plan, lambda h, pl: ({**h, "library_version": "0.0.1+gen0"}, pl))
+    elif damage == "older-schema":  # a program read with another schema is not trusted
         for p in programs:
-            rewrite(p, lambda h, pl: ({**h, "library_version": "0.0.1+gen0"}, pl))
+            rewrite(p, lambda h, pl: ({**h, "library_version": "schema-0"}, pl))
     before = {p.name for p in files(tmp_path, "program")} | {plan.name}
     it = build(tmp_path)
     assert "tflgpu cache: ignoring" in caplog.text, caplog.text
     stats = it.gpu_plan.build_stats
-    if damage.startswith("plan") or damage == "older-driver":
+    if damage.startswith("plan") or damage in ("older-driver", "older-library"):
         assert stats["plan"] == "built"
     else:
         assert stats["source_builds"] >= 1
@@ -206,6 +208,26 @@ def test_damaged_entries_are_detected_and_rebuilt(tmp_path, opencl_device, new_p
     caplog.clear()
     again = build(tmp_path)
     assert "ignoring" not in caplog.text and again.gpu_plan.build_stats["source_builds"] == 0
+
+
+def test_another_tflgpu_keeps_programs_and_tuning_records(tmp_path, opencl_device, reference, monkeypatch, caplog):
+    """An upgrade (another LIBRARY_VERSION) rebuilds the plans, whose decisions are the whole library's, but loads
+    the compiled programs (content-addressed) and takes the tuning records of generators it did not change."""
+    import tflgpu.cache.store as store_module
+    from tflgpu.kernels.program import COMPILED
+
+    cold = build(tmp_path, tuning="fast", tuning_budget_s=10, tuning_trials=2)
+    tuned = {k.key for k in cold.gpu_plan.tuning_results if k.source == "tuned"}
+    assert tuned
+    monkeypatch.setattr(store_module, "LIBRARY_VERSION", store_module.LIBRARY_VERSION + ".next")
+    COMPILED.clear()  # (as a new process: what it loads is the cache's)
+    it = build(tmp_path, tuning="fast", tuning_budget_s=10, tuning_trials=2)
+    stats = it.gpu_plan.build_stats
+    assert stats["plan"] == "built" and stats["source_builds"] == 0, stats
+    assert not any(k.source == "tuned" for k in it.gpu_plan.tuning_results)
+    assert tuned <= {k.key for k in it.gpu_plan.tuning_results if k.source == "record"}
+    assert caplog.text.count("ignoring") == len(files(tmp_path, "plan")) == 1, caplog.text  # (the old plan)
+    check(it, reference)
 
 
 def test_damaged_tuning_record_is_retuned(tmp_path, opencl_device, reference, caplog):

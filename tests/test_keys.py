@@ -49,12 +49,12 @@ EXPECTED = {
 def test_kernel_key_is_pinned(name):
     op, inputs, out, options = PINNED[name]
     specs, base = _specs(op, inputs, out, **options)
-    assert kernel_key(op, specs, False, base, generator_version=1) == EXPECTED[name]
+    assert kernel_key(op, specs, False, base, version=1) == EXPECTED[name]
 
 
 def test_kernel_key_follows_the_generator_version_and_precision():
     specs, base = _specs(*PINNED["add"][:3], **PINNED["add"][3])
-    keys = {kernel_key("ADD", specs, fp16, base, generator_version=v) for fp16 in (False, True) for v in (1, 2)}
+    keys = {kernel_key("ADD", specs, fp16, base, version=v) for fp16 in (False, True) for v in (1, 2)}
     assert len(keys) == 4
 
 
@@ -103,3 +103,36 @@ def test_identical_layers_share_one_kernel_function_and_keep_their_key():
     other = shared_names(_specs("CONV_2D", [("in", (1, 8, 8, 8)), ("const", (4, 3, 3, 8)), ("const", (4,))],
                                 (1, 8, 8, 4), padding="SAME", stride_w=1, stride_h=1)[0], "conv_2d_0")
     assert other[0].name != shared[0][0].name
+
+
+def test_a_generator_change_leaves_the_other_generators_records():
+    """A kernel's version (a tuning record's validity) hashes its generator's module and the modules it imports,
+    nested imports too: editing one module changes the versions of the kernels made with it, and no others."""
+    from pathlib import Path
+
+    import tflgpu.kernels as kernels
+    from tflgpu.cache.records import TuningRecord
+    from tflgpu.kernels.base import generator_version
+
+    sources = {p.stem: p.read_bytes() for p in Path(kernels.__file__).parent.glob("*.py")}
+    ops = ["CONV_2D", "DEPTHWISE_CONV_2D", "TFLGPU_SEPARABLE_EXPAND", "TFLGPU_POOLED_DENSE", "PAD", "RESIZE_BILINEAR",
+           "MEAN", "ADD"]
+    assert all(generator_version(op, sources) == generator_version(op) for op in ops)
+
+    def changed(module: str) -> set[str]:
+        edited = {**sources, module: sources[module] + b"\n# edited\n"}
+        return {op for op in ops if generator_version(op, edited) != generator_version(op)}
+
+    assert changed("reindex") == {"PAD", "RESIZE_BILINEAR", "MEAN", "TFLGPU_POOLED_DENSE"}  # (pool imports reindex)
+    assert changed("conv") == {"CONV_2D", "DEPTHWISE_CONV_2D", "TFLGPU_SEPARABLE_EXPAND", "TFLGPU_POOLED_DENSE"}
+    assert changed("winograd") == changed("conv")  # (imported inside a function of conv)
+    assert changed("elementwise") == {"ADD", "PAD", "RESIZE_BILINEAR", "MEAN", "TFLGPU_POOLED_DENSE"}
+    assert changed("common") == changed("base") == set(ops)
+    assert changed("program") == set()  # (builds programs; no generator imports it)
+    assert generator_version("NO_SUCH_OP") == kernels.GENERATOR_VERSION  # (every generator's)
+
+    conv, pad = TuningRecord({}, 1.0, 1.0, op="CONV_2D"), TuningRecord({}, 1.0, 1.0, op="PAD")
+    assert conv.current and pad.current and conv.generator_version != pad.generator_version
+    edited = {**sources, "reindex": sources["reindex"] + b"\n# edited\n"}
+    stale = [TuningRecord({}, 1.0, 1.0, op=op, generator_version=generator_version(op, edited)) for op in ops]
+    assert {r.op for r in stale if r.current} == {"CONV_2D", "DEPTHWISE_CONV_2D", "TFLGPU_SEPARABLE_EXPAND", "ADD"}

@@ -43,7 +43,6 @@ from pathlib import Path
 
 from ..cache.records import TuningRecord, device_key, device_maker, split_device_key
 from ..cache.store import CacheStore
-from ..kernels.common import GENERATOR_VERSION
 from .records import CacheTuningDB, TuningDB, replaces
 from .tuner import KernelTraits, kernel_channels, shape_distance
 
@@ -342,7 +341,7 @@ def _family_found(best: tuple[int, TuningRecord, str | None]) -> Found:
 
 
 def _valid(rec: TuningRecord) -> bool:
-    return rec.generator_version == GENERATOR_VERSION
+    return rec.current
 
 
 def _load_shipped(directory: Path) -> list[DeviceRecords]:

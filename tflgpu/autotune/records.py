@@ -1,8 +1,8 @@
 """Tuning records: per device identity and kernel identity, the chosen parameters and measured times.
 
-A record is only valid for the generator version it was measured with (``GENERATOR_VERSION`` in
-``tflgpu.kernels.common``): a changed generator may emit different code for the same parameters,
-so older records are ignored (and replaced by the next tuning run).
+A record is only valid for the version of its kernel's generator it was measured with (``TuningRecord.current``):
+a changed generator may emit different code for the same parameters, so older records are ignored (and replaced
+by the next tuning run); the records of kernels whose generators did not change stay.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ..cache import atomic_write, private_dir
 from ..cache.plans import decode_tuning, encode_tuning
 from ..cache.records import TuningRecord
 from ..cache.store import CacheStore, InvalidEntry
-from ..kernels.common import GENERATOR_VERSION
 
 log = logging.getLogger("tflgpu")
 
@@ -35,7 +34,7 @@ class TuningDB:
 
     def get(self, device_key: str, kernel_key: str) -> TuningRecord | None:
         rec = self._records().get(device_key, {}).get(kernel_key)
-        if rec is None or rec.generator_version != GENERATOR_VERSION:
+        if rec is None or not rec.current:
             return None
         return rec
 
@@ -83,7 +82,7 @@ def replaces(new: TuningRecord, old: TuningRecord | None) -> bool:
     """Whether ``new`` replaces ``old``. Workers sharing one optuna study each write the decision
     they drew from it; the one drawn from more trials wins (the last worker to finish saw them all),
     so the final record is the same whichever worker found the best trial."""
-    if old is None or old.generator_version != GENERATOR_VERSION:
+    if old is None or not old.current:
         return True
     if new.trials != old.trials:
         return new.trials > old.trials
@@ -218,7 +217,7 @@ class CacheTuningDB(TuningDB):
         except InvalidEntry as e:
             self.store.discard(self.store.path("tuning", kernel_key, device_key), str(e))
             return None
-        return rec if rec.generator_version == GENERATOR_VERSION else None
+        return rec if rec.current else None
 
     @contextmanager
     def _claim_shared(self, device_key, kernel_key):

@@ -23,7 +23,8 @@ import xxhash
 
 from ..cache.records import TuningRecord
 from ..kernels import Unsupported
-from ..kernels.common import GENERATOR_VERSION, KernelSpec
+from ..kernels.base import generator_version
+from ..kernels.common import KernelSpec
 from ..kernels.knobs import LAUNCH_KNOBS, one_of
 from ..ops.layout import Layout
 from .measure import CandidateRejected, CandidateSlower, Interrupted, KernelBench
@@ -145,12 +146,13 @@ def space_size(space: dict[str, list]) -> int:
     return math.prod(len(v) for v in space.values()) if space else 1
 
 
-def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str,
-               generator_version: int = GENERATOR_VERSION) -> str:
+def kernel_key(op_name: str, specs: list[KernelSpec], fp16: bool, base_name: str, version: int | None = None) -> str:
     """Identity of a kernel: op family, the default's specialized code (shapes, padding, activation,
-    fused ops: all baked into the source), launch sizes, precision and generator version. Weights are
-    arguments, not source, so identical layers in any model share one key."""
-    h = xxhash.xxh64(f"{generator_version}|{op_name}|{int(fp16)}".encode())
+    fused ops: all baked into the source), launch sizes, precision and its generator's version (``version``, by
+    default the current one: kernels.base.generator_version). Weights are arguments, not source, so identical layers
+    in any model share one key."""
+    version = generator_version(op_name) if version is None else version
+    h = xxhash.xxh64(f"{version}|{op_name}|{int(fp16)}".encode())
     for s in specs:
         h.update(s.source.replace(base_name, "K").encode())
         h.update(repr((s.global_size, s.local_size)).encode())

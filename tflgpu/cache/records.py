@@ -1,7 +1,7 @@
 """A tuning record: the parameters chosen for one kernel identity on one device, and the times measured.
 
-A record is only valid for the generator version it was measured with (``GENERATOR_VERSION`` in
-``tflgpu.kernels.common``): a changed generator may emit different code for the same parameters.
+A record is only valid for the version of its kernel's generator it was measured with
+(``tflgpu.kernels.base.generator_version``): a changed generator may emit different code for the same parameters.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from ..kernels.common import GENERATOR_VERSION
+from ..kernels.base import generator_version
 
 
 def device_key(identity: dict) -> str:
@@ -57,14 +57,24 @@ class TuningRecord:
     best_us: float  # the chosen parameters' time
     trials: int = 0  # completed trials of the search it came from
     op: str = ""  # op name, for reports
-    generator_version: int = field(default_factory=lambda: GENERATOR_VERSION)
+    generator_version: int = 0  # its op's generator's (0: the current one's)
     updated: float = field(default_factory=time.time)
     family: str = ""  # the kernel's family, its op and precision (autotune.tuner.kernel_family): whose records transfer
     shape: tuple[int, ...] = ()  # its tensors' BHWC dims (kernel_shape): how near another kernel of the family is
 
+    def __post_init__(self):
+        if not self.generator_version:
+            self.generator_version = generator_version(self.op)
+
     @property
     def speedup(self) -> float:
         return self.default_us / self.best_us if self.best_us > 0 else 1.0
+
+    @property
+    def current(self) -> bool:
+        """Whether the generator making its kernel now is the one it was measured with (a record of another
+        names a kernel this tflgpu may no longer make, or make otherwise from its parameters)."""
+        return self.generator_version == generator_version(self.op)
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -1,8 +1,8 @@
 """The entry store: one flatbuffers ``Entry`` file per cached thing, checked on every read.
 
 Layout: ``<root>/v<FORMAT>/<device hash>/<kind>/<key>.bin``. A read checks the file identifier,
-format version, kind, key, device identity (driver version included), library version and the
-xxh64 checksum; an entry failing any check is logged once, deleted, and reported as a miss, so the
+format version, kind, key, device identity (driver version included), the version the kind is valid
+across (``entry_version``) and the xxh64 checksum; an entry failing any check is logged once, deleted, and reported as a miss, so the
 caller rebuilds it and writes a good one (self-repair instead of "deserialization failed" loops).
 Writes are atomic (temp file, fsync, rename); a read refreshes the file's mtime, which is the
 "last use" that least-recently-used eviction goes by when the cache outgrows ``max_bytes``.
@@ -31,6 +31,18 @@ log = logging.getLogger("tflgpu")
 FORMAT = 1
 KINDS = ("program", "plan", "tuning")
 LIBRARY_VERSION = f"{__version__}+gen{GENERATOR_VERSION}"
+# the entries' flatbuffers schema (the header's and the plan and tuning payloads'): what an entry valid across
+# library versions must still be read with
+SCHEMA_VERSION = "schema-" + xxhash.xxh64_hexdigest((Path(__file__).parent / "schema" / "cache.fbs").read_bytes())
+
+
+def entry_version(kind: str) -> str:
+    """What an entry of ``kind`` is written under and must be read under. A plan holds the whole library's
+    decisions: this tflgpu's (LIBRARY_VERSION). A compiled program is content-addressed (its key hashes its exact
+    source and build options, its device key the driver): the same under any tflgpu. A tuning record names the
+    version of its kernel's generator itself (``TuningRecord.current``): an upgrade that changes one generator
+    leaves the records of the others standing. Both of these need only the schema to be read."""
+    return LIBRARY_VERSION if kind == "plan" else SCHEMA_VERSION
 DEFAULT_MAX_BYTES = 1 << 30
 
 
@@ -92,8 +104,10 @@ def _checksum(kind: str, key: str, device_key: str, library_version: str, payloa
     return h.intdigest()
 
 
-def encode_entry(kind: str, key: str, device_key: str, payload: bytes, library_version: str = LIBRARY_VERSION,
+def encode_entry(kind: str, key: str, device_key: str, payload: bytes, library_version: str | None = None,
                  format_version: int = FORMAT) -> bytes:
+    """``library_version``: by default ``entry_version(kind)``."""
+    library_version = entry_version(kind) if library_version is None else library_version
     b = flatbuffers.Builder(len(payload) + 512)
     strings = [b.CreateString(s) for s in (kind, key, device_key, library_version)]
     vec = b.CreateByteVector(payload)
@@ -172,8 +186,8 @@ class CacheStore:
                 raise InvalidEntry(f"holds {head['kind']} {head['key']}")
             if head["device_key"] != device_key:
                 raise InvalidEntry(f"built for another device or driver ({head['device_key']})")
-            if head["library_version"] != LIBRARY_VERSION:
-                raise InvalidEntry(f"written by tflgpu {head['library_version']}, this is {LIBRARY_VERSION}")
+            if head["library_version"] != entry_version(kind):
+                raise InvalidEntry(f"written under {head['library_version']}, this tflgpu reads {entry_version(kind)}")
         except InvalidEntry as e:
             self.discard(p, str(e))
             self.stats["misses"] += 1
@@ -241,8 +255,8 @@ class CacheStore:
                             info.problem = f"holds {head['kind']} {head['key']}"
                         elif _hash(head["device_key"]) != dev_dir.name:
                             info.problem = "device identity does not match its directory"
-                        elif head["library_version"] != LIBRARY_VERSION:
-                            info.problem = f"written by tflgpu {head['library_version']}"
+                        elif head["library_version"] != entry_version(kind):
+                            info.problem = f"written under {head['library_version']}"
                         if kind in payloads:
                             info.payload = payload
                     except InvalidEntry as e:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -12,7 +12,7 @@ import numpy as np
 from ..model.ir import Operator, Tensor
 from ..ops.context import OpView
 from ..ops.layout import Layout, bhwc
-from .common import KernelSpec
+from .common import GENERATOR_VERSION, KernelSpec, module_closure, sources_version
 from .epilogue import Epilogue, epilogue
 from .errors import Unsupported
 
@@ -190,9 +190,47 @@ def unfused(ctx: GenContext, params: dict, space: dict) -> list[KernelSpec]:
         own = ctx.part_params(part.op, part.epilogue) if ctx.part_params is not None else {}
         pctx = replace(ctx, op=part.op, epilogue=part.epilogue, params=dict(own))
         new = f"{ctx.name}_{part.suffix}"
+        _covers(ctx.op.name, part.op.name)
         specs += [replace(s, name=s.name.replace(pctx.name, new, 1), source=s.source.replace(pctx.name, new))
                   for s in _GENERATORS[part.op.name](pctx)]
     return [replace(s, params=params, space=space) for s in specs]
+
+
+def generator_version(op_name: str, sources: Mapping[str, bytes] | None = None) -> int:
+    """The version of the generator making ``op_name``'s kernels (a tuning record is valid for it alone): a hash
+    of its module's source and of every module of this package that module imports (common.sources_version),
+    so a change to one generator leaves the records of the others' kernels standing. A composite's module imports
+    the modules of its parts' generators (``unfused`` checks it). An op with no generator here: every generator's
+    (GENERATOR_VERSION). ``sources``: the modules' sources by name (default: the files)."""
+    if sources is not None:
+        return sources_version([_module(op_name)], sources) if op_name in _GENERATORS else GENERATOR_VERSION
+    version = _VERSIONS.get(op_name)
+    if version is None:
+        if op_name not in _GENERATORS:
+            return GENERATOR_VERSION
+        version = _VERSIONS[op_name] = sources_version([_module(op_name)])
+    return version
+
+
+_VERSIONS: dict[str, int] = {}
+
+
+def _module(op_name: str) -> str:
+    """The name of the module (of this package) of ``op_name``'s generator."""
+    return _GENERATORS[op_name].__module__.rsplit(".", 1)[-1]
+
+
+def _covers(composite: str, part: str) -> None:
+    """Raises RuntimeError where a composite's version would not follow its part's generator: the part's module is
+    not one the composite's module imports (a tflgpu bug: import it there)."""
+    if (composite, part) not in _COVERED:
+        if _module(part) not in module_closure([_module(composite)]):
+            raise RuntimeError(f"{composite}'s generator ({_module(composite)}) runs {part}'s ({_module(part)}) for its "
+                               f"unfused form without importing it: its tuning records would outlive a change there")
+        _COVERED.add((composite, part))
+
+
+_COVERED: set[tuple[str, str]] = set()
 
 
 def gpu_ops() -> list[str]:

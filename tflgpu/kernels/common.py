@@ -11,7 +11,10 @@ through vload_half/vstore_half, core OpenCL, so long sums never accumulate in ha
 
 from __future__ import annotations
 
+import ast
+import functools
 import math
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -25,16 +28,51 @@ from ..ops.attributes import activation_bounds
 from ..ops.layout import Layout
 
 
-def _generator_version() -> int:
-    """A hash of the generators' own source (every module of this package): any change to a generator
-    invalidates the binaries and tuning records made with the old one. A positive int32 (the cache schema's)."""
+_MODULES = Path(__file__).parent
+
+
+@functools.cache
+def _package_imports(source: bytes) -> frozenset[str]:
+    """The modules of this package a module's source imports (``from .x import ...``, ``from . import x``),
+    anywhere in it (a generator importing a helper inside a function depends on it as much)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return frozenset(names)
+
+
+@functools.cache
+def _files() -> dict[str, bytes]:
+    return {p.stem: p.read_bytes() for p in _MODULES.glob("*.py")}
+
+
+def module_closure(modules: Iterable[str], sources: Mapping[str, bytes] | None = None) -> frozenset[str]:
+    """``modules`` (names of this package's modules) and every module of the package they import, directly or not.
+    ``sources``: each module's source by name (default: the files)."""
+    sources = _files() if sources is None else sources
+    seen, todo = set(), [m for m in modules if m in sources]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += [d for d in _package_imports(sources[m]) if d in sources and d != "__init__"]
+    return frozenset(seen)
+
+
+def sources_version(modules: Iterable[str], sources: Mapping[str, bytes] | None = None) -> int:
+    """A hash of the source of ``modules`` and of every module of this package they import (``module_closure``):
+    what the kernels a generator in them makes depend on. A positive int32 (the cache schema's)."""
+    sources = _files() if sources is None else sources
     h = xxhash.xxh64()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for m in sorted(module_closure(modules, sources)):
+        h.update(m.encode() + b"\0" + sources[m])
     return int(h.hexdigest()[:7], 16)
 
 
-GENERATOR_VERSION = _generator_version()
+# every generator's source: what a plan (the whole library's decisions) is valid for; a kernel's tuning record is
+# valid for its own generator's (base.generator_version)
+GENERATOR_VERSION = sources_version(_files())
 
 
 def c_float(x: float) -> str:

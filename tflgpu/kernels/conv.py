@@ -21,6 +21,7 @@ from ..ops.attributes import conv_padding, explicit_padding
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
+from .channel_rank import arg_init, arg_lanes, arg_pick, channel_arg
 from .common import (
     HALF_ARITHMETIC,
     IMAGE_ROW,
@@ -40,7 +41,6 @@ from .common import (
 )
 from .epilogue import unary_chain
 from .knobs import Knobs, fitted, one_of, positive_int, work_group
-from .pool import arg_init, arg_lanes, arg_pick, channel_arg
 
 
 def _float_const(ctx: GenContext, i: int) -> np.ndarray:
@@ -834,7 +834,7 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
     extra = "".join(f"{p}, " for p in ep_params)
     src_t, out_t = ("float" if dense_in else "STORE_T"), ("float" if dense_out else "STORE_T")
     sample = (f"RND4((float4)(src[(row + i) * {cin} + ci])).x" if dense_in else
-              f"LD1(src, (row + i) * 4 + ci % 4)")
+              "LD1(src, (row + i) * 4 + ci % 4)")
     row = f"(b * {ih} + iy) * {iw}" if dense_in else f"((b * {sin} + ci / 4) * {ih} + iy) * {iw}"
     lines = [f"__attribute__((vec_type_hint(float16))) __kernel void {name}(__global const {src_t}* src,",
              f"    {'__constant' if const_weights else '__global const'} STORE_T* wts, __global const STORE_T* bias, "

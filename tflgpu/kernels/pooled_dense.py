@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..graph.passes import BETWEEN, GATE, HIDDEN_FUSED, POOLED_DENSE
+from . import elementwise, pool  # noqa: F401  (its parts' generators, MEAN's and a unary op's: base.generator_version)
 from .base import GenContext, Part, Target, Unsupported, composite, generator, require_float, unfused
 from .common import Arg, KernelSpec, activation, pad_lanes_mask, vec_slices, weights_oi
 from .conv import _bias_const, _float_const, _store
