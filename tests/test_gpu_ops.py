@@ -577,12 +577,14 @@ def test_pool(gpu, rng, op, pad):
     ("AVERAGE_POOL_2D", (3, 3, 2, 2), "SAME", "RELU6"),  # windows clipped at the border: the count varies
     ("AVERAGE_POOL_2D", (2, 3, 1, 2), "VALID", "NONE"),
     ("L2_POOL_2D", (2, 2, 2, 1), "SAME", "NONE"),
+    ("AVERAGE_POOL_2D", (9, 12, 9, 12), "VALID", "NONE"),  # a global pool of 108 taps: a loop, not unrolled
+    ("MAX_POOL_2D", (9, 8, 1, 4), "VALID", "RELU"),  # 72 taps a window, two windows a row
 ])
 def test_pool_forms(gpu, rng, rows, op, window, pad, act):
     """Both pooling forms, a work-item per output float4 (a GPU's) and a work-item per output row (a CPU device's
-    default), compute LiteRT's pool: windows inside the image (unrolled) and clipped at its border, 10 channels (a
-    part-filled last slice), two images, a fused activation."""
-    from tflgpu.kernels.pool import PoolKnobs, PoolShape
+    default), compute LiteRT's pool: windows inside the image (unrolled, or a loop past UNROLLED_TAPS) and clipped
+    at its border, 10 channels (a part-filled last slice), two images, a fused activation."""
+    from tflgpu.kernels.pool import UNROLLED_TAPS, PoolKnobs, PoolShape
     from tflgpu.runtime.executor import GpuPlan
 
     from .conftest import assert_close, litert, run_model
@@ -598,6 +600,7 @@ def test_pool_forms(gpu, rng, rows, op, window, pad, act):
     plan = GpuPlan(it.cpu_runner(), _device(), PlanConfig(fp16=_fp16(gpu)), params={0: {"rows": rows}})
     (spec,) = plan.steps[0].specs
     assert spec.params == {"rows": rows} and ("vec_type_hint(float4)" in spec.source) == rows
+    assert ("for (int ky" in spec.source) == (kh * kw > UNROLLED_TAPS) and len(spec.source) < 4000
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], gpu["rtol_scale"])
     # the default: rows on a CPU device, a float4 a work-item on a GPU
     assert PoolKnobs.default(PoolShape(6, gpu=False)).rows and not PoolKnobs.default(PoolShape(6, gpu=True)).rows

@@ -63,6 +63,13 @@ def static_window(size: int, kernel: int, stride: int, before: int, out: int) ->
     return before == 0 and (out - 1) * stride + kernel <= size
 
 
+# the most taps of a window inside the input that a pool's source spells out one by one; a larger window loops.
+# Selfie segmentation's 64x64 AVERAGE_POOL_2D (its squeeze-and-excitation gates' pooling, the gate's unfused
+# form) spelled out was 216 KB of source, 9.8 s to compile on the Intel CPU runtime (0.07 s as this loop), and a
+# fast search of the gate 226 s; a 7x7 global pool (49 taps) stays unrolled
+UNROLLED_TAPS = 64
+
+
 @generator(*WINDOWS)
 def pool2d(ctx: GenContext) -> list[KernelSpec]:
     x_t, out = ctx.input_tensor(0), ctx.output_tensor()
@@ -80,8 +87,12 @@ def pool2d(ctx: GenContext) -> list[KernelSpec]:
     init, acc, fin = WINDOWS[ctx.op.name]
     plane = f"(b * {s} + S) * {ih}"
     if static_window(ih, kh, sh, pt, oh) and static_window(iw, kw, sw, pl, ow):
-        taps = " ".join(f"{{ const float4 xv = LD4(src, r + {ky * iw + kx}); {acc} }}"
-                        for ky in range(kh) for kx in range(kw))
+        if kh * kw <= UNROLLED_TAPS:
+            taps = " ".join(f"{{ const float4 xv = LD4(src, r + {ky * iw + kx}); {acc} }}"
+                            for ky in range(kh) for kx in range(kw))
+        else:  # (the same taps in the same order)
+            taps = (f"for (int ky = 0; ky < {kh}; ++ky) for (int kx = 0; kx < {kw}; ++kx) {{ "
+                    f"const float4 xv = LD4(src, r + ky * {iw} + kx); {acc} }}")
         window = f"""const int cnt = {kh * kw}; const int r = ({plane} + y * {sh}) * {iw} + x * {sw};
     {taps}"""
     else:
