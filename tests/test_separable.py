@@ -204,7 +204,7 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
 def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu):
     """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices, or the
-    depthwise output is at least twice the pointwise one) and for a GPU (the group tile up to 384 input channels,
+    depthwise output is at least twice the pointwise one, or up to 256 output channels in an FP32 plan) and for a GPU (the group tile up to 384 input channels,
     8 x 8 up to 1,024 output pixels; the two kernels above 384 channels) compute what LiteRT does, here on whatever
     device there is."""
     from tflgpu.kernels.base import Target
@@ -212,7 +212,8 @@ def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu)
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16 if not gpu else 1,
                                                                                    gpu=gpu)))
     cases = [({"shape": (1, 14, 14, 32), "cout": 24}, True, (True, (8, 8))),
-             ({"shape": (1, 7, 7, 32), "cout": 160}, False, (True, (8, 8))),
+             ({"shape": (1, 7, 7, 32), "cout": 160}, True, (True, (8, 8))),
+             ({"shape": (1, 5, 5, 260), "cout": 260}, False, (True, (8, 8))),
              ({"shape": (1, 36, 36, 16), "cout": 8}, True, (True, (32, 8))),
              ({"shape": (1, 7, 7, 384), "cout": 32}, True, (True, (8, 8))),
              ({"shape": (1, 5, 5, 388), "cout": 24}, True, (False, (8, 8)))]
@@ -225,6 +226,9 @@ def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu)
         if gpu:
             assert step.specs[0].params["group_tile"] == tile
         assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-4)
+        if not gpu and opencl_device.identity.fp16 and kw["cout"] == 160:  # (an FP16 plan fuses by the pair's rule)
+            (half,) = [s for s in _plan(model, True, None)[1].steps if s.device == "gpu"]
+            assert half.specs[0].params["fused"] is False
 
 
 def test_invalid_points_are_refused():
@@ -278,7 +282,7 @@ def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tm
 
 
 def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
-    """A separable block left unfused (on a 16-lane CPU device the default for 32 -> 160 channels) runs its
+    """A separable block left unfused (on a 16-lane CPU device the default for 32 -> 272 channels) runs its
     depthwise and pointwise convs with the tuning records those convs have as steps of their own (here the lone
     convs of the same block with a second reader), not their heuristics; a record that does not apply to its conv
     leaves that conv's heuristics, and the block's own record is found as before (its key is its heuristics'
@@ -291,7 +295,7 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
     from tflgpu.kernels.program import shared_base
 
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16)))
-    kw = {"shape": (1, 7, 7, 32), "cout": 160, "softmax": True}
+    kw = {"shape": (1, 7, 7, 32), "cout": 272, "softmax": True}
     lone_model, lone_feeds = separable_model(rng, **kw, extra_reader=True)
     model, feeds = separable_model(rng, **kw)
     interp = lambda m, db: Interpreter(model_content=m, delegate=GpuDelegate(tuning_db=db, cache=False))
@@ -373,7 +377,7 @@ def test_an_unfused_blocks_convs_are_searched_as_its_parts(opencl_device, rng, m
 
     monkeypatch.setattr(KernelBench, "_launch", synthetic)
     same_cost_together(monkeypatch)
-    kw = {"shape": (1, 7, 7, 32), "cout": 160, "softmax": True}
+    kw = {"shape": (1, 7, 7, 32), "cout": 272, "softmax": True}
     model, feeds = separable_model(rng, **kw)
     lone_model, _ = separable_model(rng, **kw, extra_reader=True)
     lone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=GpuDelegate(
