@@ -221,10 +221,9 @@ def test_another_tflgpu_keeps_programs_and_tuning_records(tmp_path, opencl_devic
     assert tuned
     monkeypatch.setattr(store_module, "LIBRARY_VERSION", store_module.LIBRARY_VERSION + ".next")
     COMPILED.clear()  # (as a new process: what it loads is the cache's)
-    it = build(tmp_path, tuning="fast", tuning_budget_s=10, tuning_trials=2)
+    it = build(tmp_path)  # (no search: one the first build's budget left undone would build a new program)
     stats = it.gpu_plan.build_stats
     assert stats["plan"] == "built" and stats["source_builds"] == 0, stats
-    assert not any(k.source == "tuned" for k in it.gpu_plan.tuning_results)
     assert tuned <= {k.key for k in it.gpu_plan.tuning_results if k.source == "record"}
     assert caplog.text.count("ignoring") == len(files(tmp_path, "plan")) == 1, caplog.text  # (the old plan)
     check(it, reference)
