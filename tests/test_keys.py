@@ -108,16 +108,22 @@ def test_identical_layers_share_one_kernel_function_and_keep_their_key():
 def test_a_generator_change_leaves_the_other_generators_records():
     """A kernel's version (a tuning record's validity) hashes its generator's module and the modules it imports,
     nested imports too: editing one module changes the versions of the kernels made with it, and no others."""
+    import ast
     from pathlib import Path
 
     import tflgpu.kernels as kernels
     from tflgpu.cache.records import TuningRecord
     from tflgpu.kernels.base import generator_version
+    from tflgpu.kernels.common import _package_imports
 
     sources = {p.stem: p.read_bytes() for p in Path(kernels.__file__).parent.glob("*.py")}
     ops = ["CONV_2D", "DEPTHWISE_CONV_2D", "TFLGPU_SEPARABLE_EXPAND", "TFLGPU_POOLED_DENSE", "PAD", "RESIZE_BILINEAR",
            "MEAN", "ADD"]
     assert all(generator_version(op, sources) == generator_version(op) for op in ops)
+    for name, source in sources.items():  # (the imports are read by a pattern: as a parse reads them)
+        parsed = {(node.module or "").split(".")[0] or alias.name for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.ImportFrom) and node.level == 1 for alias in node.names}
+        assert _package_imports(source) == parsed, name
 
     def changed(module: str) -> set[str]:
         edited = {**sources, module: sources[module] + b"\n# edited\n"}

@@ -204,9 +204,9 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
 def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu):
     """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices, or the
-    depthwise output is at least twice the pointwise one, or up to 256 output channels in an FP32 plan) and for a GPU (the group tile up to 384 input channels,
-    8 x 8 up to 1,024 output pixels; the two kernels above 384 channels) compute what LiteRT does, here on whatever
-    device there is."""
+    depthwise output is at least twice the pointwise one, or up to 256 output channels in an FP32 plan) and for a
+    GPU (the group tile up to 384 input channels, 8 x 8 up to 1,024 output pixels; the two kernels above 384
+    channels) compute what LiteRT does, here on whatever device there is."""
     from tflgpu.kernels.base import Target
 
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16 if not gpu else 1,

@@ -112,7 +112,7 @@ def held_records(db: TuningDB, identity: dict) -> DeviceRecords:
     models' kernels they are (`tflgpu tune --export FILE` without models)."""
     out = DeviceRecords(dict(identity))
     for dev, key, rec in db.items():
-        if dev == out.key and _valid(rec):
+        if dev == out.key and rec.current:
             out.records[key] = rec
     return out
 
@@ -126,7 +126,7 @@ def merge_records(into: list[DeviceRecords], new: Iterable[DeviceRecords]) -> in
     held = {d.key: d for d in into}
     changed = 0
     for d in new:
-        fresh = {k: rec for k, rec in d.records.items() if _valid(rec)}
+        fresh = {k: rec for k, rec in d.records.items() if rec.current}
         mine = held.get(d.key)
         if mine is None and fresh:
             mine = held[d.key] = DeviceRecords(dict(d.identity))
@@ -150,7 +150,7 @@ def import_records(path: str | Path, db: TuningDB) -> ImportSummary:
     it: by one drawn from more trials, else by a faster one)."""
     summary = ImportSummary()
     for d in read_records(path):
-        fresh = {k: r for k, r in d.records.items() if _valid(r)}
+        fresh = {k: r for k, r in d.records.items() if r.current}
         summary.devices += 1
         summary.stale += len(d.records) - len(fresh)
         before = {k: _as_json(db.get(d.key, k)) for k in fresh}
@@ -218,7 +218,7 @@ class NearestRecords:
             if self._local is None:
                 self._local = {}
                 for dev, key, rec in self.db.items():
-                    if not _valid(rec):
+                    if not rec.current:
                         continue
                     if dev != self.key:
                         self._local.setdefault(dev, {})[key] = rec
@@ -244,7 +244,7 @@ class NearestRecords:
             return hit
         for key, device_type, recs in shipped:  # then: any device of this type
             rec = recs.get(kernel_key)
-            if (rec is not None and device_type == self.identity.get("device_type") and _valid(rec)
+            if (rec is not None and device_type == self.identity.get("device_type") and rec.current
                     and takes(rec.params)):
                 return Found(rec, f"shipped database, same device type ({split_device_key(key)[1]})")
         return self._shipped_family(shipped, traits) if traits is not None else None
@@ -281,7 +281,7 @@ class NearestRecords:
         best: tuple[int, Found] | None = None
         for key, device_type, recs in candidates:
             rec = recs.get(kernel_key)
-            level = self._rank(key, device_type) if rec is not None and _valid(rec) and takes(rec.params) else None
+            level = self._rank(key, device_type) if rec is not None and rec.current and takes(rec.params) else None
             if level is None:
                 continue
             rank = order.index(level)
@@ -338,10 +338,6 @@ def _family_found(best: tuple[int, TuningRecord, str | None]) -> Found:
     out = "x".join(map(str, rec.shape[-4:]))
     where = "this device" if key is None else f"shipped database, {ORDER[rank]} ({split_device_key(key)[1]})"
     return Found(rec, f"{where}, nearest shape ({out} out)")
-
-
-def _valid(rec: TuningRecord) -> bool:
-    return rec.current
 
 
 def _load_shipped(directory: Path) -> list[DeviceRecords]:

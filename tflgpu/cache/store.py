@@ -1,10 +1,10 @@
 """The entry store: one flatbuffers ``Entry`` file per cached thing, checked on every read.
 
 Layout: ``<root>/v<FORMAT>/<device hash>/<kind>/<key>.bin``. A read checks the file identifier,
-format version, kind, key, device identity (driver version included), the version the kind is valid
-across (``entry_version``) and the xxh64 checksum; an entry failing any check is logged once, deleted, and reported as a miss, so the
-caller rebuilds it and writes a good one (self-repair instead of "deserialization failed" loops).
-Writes are atomic (temp file, fsync, rename); a read refreshes the file's mtime, which is the
+format version, kind, key, device identity (driver version included), the version an entry of its kind
+is valid across (``entry_version``) and the xxh64 checksum; an entry failing any check is logged once, deleted,
+and reported as a miss, so the caller rebuilds it and writes a good one (self-repair instead of "deserialization
+failed" loops). Writes are atomic (temp file, fsync, rename); a read refreshes the file's mtime, which is the
 "last use" that least-recently-used eviction goes by when the cache outgrows ``max_bytes``.
 """
 
@@ -43,6 +43,8 @@ def entry_version(kind: str) -> str:
     version of its kernel's generator itself (``TuningRecord.current``): an upgrade that changes one generator
     leaves the records of the others standing. Both of these need only the schema to be read."""
     return LIBRARY_VERSION if kind == "plan" else SCHEMA_VERSION
+
+
 DEFAULT_MAX_BYTES = 1 << 30
 
 

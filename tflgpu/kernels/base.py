@@ -202,14 +202,13 @@ def generator_version(op_name: str, sources: Mapping[str, bytes] | None = None) 
     so a change to one generator leaves the records of the others' kernels standing. A composite's module imports
     the modules of its parts' generators (``unfused`` checks it). An op with no generator here: every generator's
     (GENERATOR_VERSION). ``sources``: the modules' sources by name (default: the files)."""
+    if op_name not in _GENERATORS:
+        return GENERATOR_VERSION
     if sources is not None:
-        return sources_version([_module(op_name)], sources) if op_name in _GENERATORS else GENERATOR_VERSION
-    version = _VERSIONS.get(op_name)
-    if version is None:
-        if op_name not in _GENERATORS:
-            return GENERATOR_VERSION
-        version = _VERSIONS[op_name] = sources_version([_module(op_name)])
-    return version
+        return sources_version([_module(op_name)], sources)
+    if op_name not in _VERSIONS:
+        _VERSIONS[op_name] = sources_version([_module(op_name)])
+    return _VERSIONS[op_name]
 
 
 _VERSIONS: dict[str, int] = {}
@@ -225,8 +224,8 @@ def _covers(composite: str, part: str) -> None:
     not one the composite's module imports (a tflgpu bug: import it there)."""
     if (composite, part) not in _COVERED:
         if _module(part) not in module_closure([_module(composite)]):
-            raise RuntimeError(f"{composite}'s generator ({_module(composite)}) runs {part}'s ({_module(part)}) for its "
-                               f"unfused form without importing it: its tuning records would outlive a change there")
+            raise RuntimeError(f"{composite}'s generator ({_module(composite)}) runs {part}'s ({_module(part)}) for "
+                               "its unfused form without importing it: its tuning records would outlive a change there")
         _COVERED.add((composite, part))
 
 
