@@ -183,17 +183,24 @@ def test_a_quantized_models_output_step_is_not_an_error(fp16_device):
     assert np.abs(got[0] - want[0]).max() <= 1 / 256 + 1e-6
 
 
-@pytest.mark.parametrize("seed,ops", [(600022, 1), (600022, 4), (803237, 4), (804667, 6), (900427, 4), (22, None)])
-def test_the_simulation_rounds_what_the_device_rounds(fp16_device, seed, ops, monkeypatch):
+@pytest.mark.parametrize("seed,ops,merged", [(600022, 1, None), (600022, 4, None), (803237, 4, "SEPARABLE_CONV"),
+                                             (804667, 6, None), (900427, 4, None), (22, None, None),
+                                             (1867, None, "POOLED_DENSE"), (2292, None, "POOLED_DENSE")])
+def test_the_simulation_rounds_what_the_device_rounds(fp16_device, seed, ops, merged, monkeypatch):
     """The choice is only as good as its simulation of the FP16 plan. On int8 chains (a float view: every conv
     ends in a quantization simulator, which turns any difference in rounding into whole steps), the plan forced
     all-FP16 gives exactly the simulation's output on the device. It was up to 10 steps off: the CPU kernels keep
     the weights they were made with (the simulation rounded only what it passed them), and the simulation
-    rounded a conv's sum to half before its simulator, which the device applies to the float32 sum."""
+    rounded a conv's sum to half before its simulator, which the device applies to the float32 sum. ``merged``:
+    the plan runs that merged op's fused kernel (POOLED_DENSE: a GPU's plan, its kernels on this device), which
+    must round its first op's values as the pair's storage does (a step off where it kept them in float)."""
     from tflgpu.graph.precision import PrecisionChoice
+    from tflgpu.kernels.base import Target
 
     from .randmodels import model_for
 
+    if merged == "POOLED_DENSE":
+        monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
     m, sim = model_for(seed, ops), {}
 
     def all_fp16(runner, samples, budget, floors=None, shaped=None):
@@ -205,6 +212,8 @@ def test_the_simulation_rounds_what_the_device_rounds(fp16_device, seed, ops, mo
     it = Interpreter(model_content=m.data, delegate=GpuDelegate(precision_loss_allowed=True, cache=False,
                                                                 tuning="none", calibration_inputs=[m.inputs]))
     assert it.gpu_plan.io.fp16_share == 1.0 and it.gpu_plan.cpu_op_count == 0
+    if merged:
+        assert [s.specs[0].params["fused"] for s in it.gpu_plan.steps if s.op.name == f"TFLGPU_{merged}"] == [True]
     (got,) = run_model(lambda **kw: it, m.data, m.inputs)
     np.testing.assert_array_equal(got, sim["out"])
 

@@ -98,19 +98,27 @@ def storage_macros(fp16: bool) -> str:
         defs = {"STORE_T": "half", "LD4(p, i)": "vload_half4((i), (p))", "ST4(p, i, v)": "vstore_half4((v), (i), (p))",
                 "LD1(p, i)": "vload_half((i), (p))", "LD8(p, i)": "vload_half8((i), (p))",
                 "LD16(p, i)": "vload_half16((i), (p))",
-                "ST1(p, i, v)": "vstore_half((v), (i), (p))", "RND4(v)": "tflgpu_round_half4(v)"}
+                "ST1(p, i, v)": "vstore_half((v), (i), (p))", "RND4(v)": "tflgpu_round_half4(v)",
+                "RND8(v)": "tflgpu_round_half8(v)", "RND16(v)": "tflgpu_round_half16(v)"}
     else:
         defs = {"STORE_T": "float", "LD4(p, i)": "vload4((i), (p))", "ST4(p, i, v)": "vstore4((v), (i), (p))",
                 "LD1(p, i)": "((p)[(i)])", "LD8(p, i)": "vload8((i), (p))", "LD16(p, i)": "vload16((i), (p))",
-                "ST1(p, i, v)": "((p)[(i)] = (v))", "RND4(v)": "(v)"}
+                "ST1(p, i, v)": "((p)[(i)] = (v))", "RND4(v)": "(v)", "RND8(v)": "(v)", "RND16(v)": "(v)"}
     return "".join(f"#undef {k.split('(')[0]}\n#define {k} {v}\n" for k, v in defs.items())
 
 
 # RND4(v): a float4 rounded as the storage would round it (to half and back in FP16 storage), for a kernel reading
 # or writing a dense float32 boundary buffer (KernelSpec.dense) whose values the slice layout would have stored
-# in its precision: the numbers are the conversion pass's, which the FP16 precision choice simulates
-_ROUND_HALF = ("static inline float4 tflgpu_round_half4(float4 v) {\n  ushort h_[4];\n  vstore_half4(v, 0, (half*)h_);\n"
-               "  return vload_half4(0, (const half*)h_);\n}\n")
+# in its precision: the numbers are the conversion pass's, which the FP16 precision choice simulates; and for a
+# value a kernel keeps that the unfused ops would have stored (a merged op's first values: epilogue.first_values;
+# RND8 / RND16 for a float8 / float16)
+# (defined in an FP16 plan's program, whose device has cl_khr_fp16, as two conversions: MobileNet v2's fused
+# separable blocks rounding their depthwise values, on the Intel CPU runtime, ran 12-17% slower than without
+# rounding through a private array (vstore_half / vload_half) or with a float16 split into float4s; 0-6% so)
+_ROUND_HALF = ("#ifdef TFLGPU_FP16\n#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+               + "".join(f"static inline float{n} tflgpu_round_half{n}(float{n} v) {{ "
+                         f"return convert_float{n}(convert_half{n}(v)); }}\n" for n in (4, 8, 16))
+               + "#endif\n")
 HALF_ARITHMETIC = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"  # (before a kernel computing in half)
 
 # the sampler of ``image_load``: a program-scope constant (an integer literal passed straight to read_imagef is

@@ -87,6 +87,10 @@ def stored_at_slice(ep: Epilogue, c: int) -> str:
 
 
 def first_values(act: int | None, between, var: str, vtype: str = "float4") -> str:
-    """What a merged op (graph.passes: SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE) applies to its first op's
-    values ``var``: that op's fused activation, then the unary ops between the two (``BETWEEN``)."""
-    return " ".join(c for c in (activation(act, var, vtype), unary_chain(between, var, vtype)) if c)
+    """What a merged op (graph.passes: SEPARABLE_CONV, EXPAND_DEPTHWISE, POOLED_DENSE, GATE) applies to its first
+    op's values ``var`` (a float4, float8 or float16): that op's fused activation, the unary ops between the two
+    (``BETWEEN``), then the rounding of the storage the unfused pair keeps them in (``RND4``: half and back in an
+    FP16 plan). The FP16 precision choice simulates the pair; where the merged op kept its values in float, the
+    device's output differed from the simulation's (by whole steps after a quantization simulator)."""
+    rounded = f"{var} = RND{vtype.removeprefix('float')}({var});"
+    return " ".join(c for c in (activation(act, var, vtype), unary_chain(between, var, vtype), rounded) if c)

@@ -198,7 +198,9 @@ def _mean_lines(n_pixels: int, sin: int, items: int, between) -> list[str]:
         "    barrier(CLK_LOCAL_MEM_FENCE);",
         f"    if (p == 0 && s < {sin}) {{",
         f"      for (int j = 1; j < {lanes}; ++j) acc += red[lid + j];",
-        f"      float4 m = acc * (1.0f / {n_pixels}.0f); {first_values(None, between, 'm')}",
+        # (the MEAN's own kernel stores its means, rounded; the ops between them are one kernel: rounded again)
+        f"      float4 m = acc * (1.0f / {n_pixels}.0f); {'m = RND4(m); ' if between else ''}"
+        f"{first_values(None, between, 'm')}",
         "      xm[s] = m;",
         "    }",
         "    barrier(CLK_LOCAL_MEM_FENCE);",

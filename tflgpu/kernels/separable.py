@@ -112,12 +112,9 @@ class SeparableKnobs(GroupTiled, Knobs):
         On a CPU device the direct variant with CONV_2D's tile for the device's vector width (16 lanes, 4 pixels
         x 8 slices, on a 16-wide device), four depthwise slices a step, ``whole`` where one tile does not cover a
         pixel's output slices; fused where one does, or where the depthwise output is at least twice the pointwise
-        output (a projection, whose large intermediate the fusion never stores), or, in a plan storing FP32, up to
-        256 output channels (``FUSED_SLICES``). (The fused kernel keeps the depthwise values in float where the
-        pair stores them: an FP16 plan's precision choice simulates the pair's rounding, and on a quantized
-        model's float view, where a quantization simulator turns a rounding into a whole step, fusing blocks the
-        pair's rule leaves apart made the device's output differ from the simulation's by steps:
-        test_the_simulation_rounds_what_the_device_rounds.)
+        output (a projection, whose large intermediate the fusion never stores), or up to 256 output channels
+        (``FUSED_SLICES``). (In an FP16 plan the fused kernel rounds the depthwise values to half as the pair's
+        storage does: epilogue.first_values.)
         Per layer on the Intel CPU device (Zen 5, heuristics only, one process): MobileNet v2 (its 17 blocks all
         fused by this rule) ran 2.51 ms of kernel time vs 2.67 unfused, its first block 92 vs 143 us; a 512 -> 512
         block of MobileNet v1 ran 350 us fused vs 280, its work-items either recomputing each other's depthwise
@@ -137,7 +134,7 @@ class SeparableKnobs(GroupTiled, Knobs):
             tx, ts, lanes = 2, (8 if shape.sout >= 8 else 2), 8
         else:
             tx, ts, lanes = 4, 1, 4
-        fused = shape.sout <= ts or shape.sin >= 2 * shape.sout or (shape.sout <= FUSED_SLICES and not shape.fp16)
+        fused = shape.sout <= ts or shape.sin >= 2 * shape.sout or shape.sout <= FUSED_SLICES
         return cls(fused=fused, tile_x=tx, tile_s=ts, lanes=lanes, per=per, whole=shape.sout > ts)
 
     @classmethod

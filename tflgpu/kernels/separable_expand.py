@@ -206,7 +206,7 @@ def _fused_source(name: str, g: _Geometry, shape: ExpandShape, *, cout: int, cex
               "      " + activation(act_pw, "v"),
               "      " + _store(f"(b * {sout} + {s}) * {pixels} + p", s, ep_code, pad_lanes_mask(cout, s, "v"), st),
               "    }",
-              f"    ys[{s} * {lx} + lx] = v;",
+              f"    ys[{s} * {lx} + lx] = RND4(v);",  # (as the separable conv's own kernel stores it)
               "  }"]
     L.append("  barrier(CLK_LOCAL_MEM_FENCE);")
     # 3. the expansion over ys: group G's share of the expanded slices, ls * ts2 a round

@@ -24,7 +24,9 @@ rounding what it is passed would leave them exact).
    stores in FP32.
 
 A fused chain (an elementwise op in a conv's epilogue, graph.passes) keeps its intermediate values in float
-registers; the simulation does the same, so that a quantization simulator rounds what the device rounds.
+registers; the simulation does the same, so that a quantization simulator rounds what the device rounds. A merged
+op (a separable block, a classifier's head: graph.passes) rounds its first op's values as the unfused pair stores
+them (kernels.epilogue.first_values), so the simulation of the pair holds for whichever form the tuner picks.
 """
 
 from __future__ import annotations
