@@ -1057,7 +1057,7 @@ def test_pad_slices_and_space_depth(gpu, rng):
 
 def test_moves_of_whole_slices(gpu, rng):
     """The moves whose output slices are each one input slice (a float4 load) or padding alone, over more slices
-    than a CPU work-item takes (reindex.LANE_SLICES), the last work-item's share partial: DEPTH_TO_SPACE of 24
+    than a CPU work-item takes (lanes.LANE_SLICES), the last work-item's share partial: DEPTH_TO_SPACE of 24
     output channels (6 slices), SPACE_TO_DEPTH of 4 input channels into 36, spatial PADs of 3 and of 22 channels
     (the input's zero lanes padding a part-filled slice), a PAD of 4 channels ahead and 5 after, a PADV2 of
     0.5 whose channels fill whole slices; and one whose 0.5 cannot come from a float4 load (3 channels)."""

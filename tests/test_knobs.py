@@ -445,7 +445,7 @@ def test_a_cpu_devices_small_kernels_get_a_work_group_per_compute_unit(opencl_de
 
 
 def test_a_cpu_devices_moves_take_row_groups(opencl_device, rng):
-    """A value-moving kernel (a PAD, a slice, a concatenation: reindex.lane_kernel) of more than a small grid
+    """A value-moving kernel (a PAD, a slice, a concatenation: lanes.lane_kernel) of more than a small grid
     takes, on a CPU device, a work-group of the most of a row that divides it and a group may take
     (kernels.base.Target.row_group),
     at least 16 work-items; none on a GPU, where the row does not split into one of 16 or more, or where the grid

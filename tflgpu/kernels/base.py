@@ -70,7 +70,7 @@ class Target:
         None (the runtime's choice). Left to itself the Intel CPU runtime ran some such kernels 10x slower than
         in row groups: Basic Pitch's seven PADs of 172 x 309 one-channel pixels 0.8-1.2 ms each, 0.09-0.13 ms in
         groups of a row (whole plan 1.27x faster; SSD, DeepLab, U-Net and four MediaPipe models within 2% either
-        way). Only the moves take it (reindex.lane_kernel): given to every kernel, it cost SSD's convs 5%."""
+        way). Only the moves take it (lanes.lane_kernel): given to every kernel, it cost SSD's convs 5%."""
         if self.gpu or self.units < 2 or math.prod(global_size) <= min(SMALL_GRID, self.max_group) * self.units:
             return None
         first = global_size[0]

@@ -18,7 +18,7 @@ from .common import Arg, KernelSpec, activation, c_float, dense_store4, pad_lane
 from .elementwise import grid, grid_prologue
 from .epilogue import stored_at_slice
 from .knobs import Knobs, one_of
-from .reindex import lane_kernel, offset
+from .lanes import lane_kernel, offset
 
 # a window's start, its fold of a float4 ``xv``, and its finish (``cnt``: the window's pixels inside the image)
 WINDOWS = {"MAX_POOL_2D": ("(float4)(-INFINITY)", "acc = fmax(acc, xv);", ""),

@@ -22,7 +22,7 @@ import numpy as np
 from .base import GenContext, Unsupported, generator, require_float
 from .common import Arg, KernelSpec, c_float
 from .knobs import Knobs, one_of
-from .reindex import offset
+from .lanes import offset
 
 MAX_STEPS = 20_000  # one launch per step: a longer sequence runs on the CPU (its plan would hold a kernel per step)
 SEQUENCE_UNITS = 256  # a work-group of one work-item per unit: at most this many (every device's groups take it)
