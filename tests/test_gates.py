@@ -178,6 +178,10 @@ def test_defaults():
     assert GateKnobs.default(PooledShape(sin=1, sout=1, gpu=False, hidden=1)) == GateKnobs(True, (1, 64))
     # (means and hidden slices past local memory: the three kernels)
     assert not GateKnobs.default(PooledShape(sin=1800, sout=1800, gpu=False, hidden=100)).fused
+    # a CPU device: the three kernels from 32 x 32 pixels (the means on every core); a GPU: fused
+    assert GateKnobs.default(PooledShape(sin=4, sout=4, gpu=False, hidden=1, pixels=31 * 32)).fused
+    assert not GateKnobs.default(PooledShape(sin=4, sout=4, gpu=False, hidden=1, pixels=32 * 32)).fused
+    assert GateKnobs.default(PooledShape(sin=4, sout=4, gpu=True, hidden=1, pixels=128 * 128)).fused
 
 
 @pytest.mark.parametrize("why", [None, "gated tensor is an output", "vetoed"])

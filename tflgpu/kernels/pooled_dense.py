@@ -37,6 +37,8 @@ POOLED_SPACE = {
 # over as many runs as work-items
 MEAN_LANES = 8
 POOLED_LOCAL_BYTES = 30 * 1024  # (the input's means and the reduction: within OpenCL 1.2's 32 KB)
+# on a CPU device, the pixels from which a gate runs as its three ops' own kernels (GateKnobs.default)
+GATE_FUSED_PIXELS = 1024
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class PooledShape:
     gpu: bool = Target.gpu
     max_group: int = Target.max_group  # the work-items the device's work-groups take
     hidden: int = 0  # a gate's hidden slices (GATE: held in local memory beside the means)
+    pixels: int = 0  # the pixels of an image the means run over
 
     @property
     def most_items(self) -> int:
@@ -254,9 +257,16 @@ class GateKnobs(PooledKnobs):
     def default(cls, shape: PooledShape) -> GateKnobs:
         """Fused. On a GPU as POOLED_DENSE's; on a CPU device (its runtime runs a work-group on one core) one group
         takes every gate slice, so the means and the hidden slices are summed once: ``g`` the first power of two
-        that is at least the gate's slices (every group recomputes them), 64 work-items or ``g``."""
+        that is at least the gate's slices (every group recomputes them), 64 work-items or ``g``; unfused from
+        ``GATE_FUSED_PIXELS`` pixels, whose means the MEAN's own kernel takes on every core where the one group
+        takes one. MediaPipe's selfie segmentation, whole plans (tuning none, Intel's CPU runtime on 2 Xeon cores,
+        6 rounds of 20 invokes in shuffled order), its 4 gates of 32 x 32 to 128 x 128 pixels unfused: 2.62 ->
+        2.51 ms and 2.56 -> 2.51 in a second run (from 4,096 pixels 2.49, 16,384 2.50; every gate 2.58); its
+        landscape form 1.74 -> 1.68 (from 4,096 pixels 1.68)."""
         g = 1 << max(shape.sout - 1, 0).bit_length()
         one_group = cls(True, (g, max(g, 64)))
+        if not shape.gpu and shape.pixels >= GATE_FUSED_PIXELS:
+            return cls(fused=False)
         if not shape.gpu and one_group.problems(shape) == []:
             return one_group
         return cls(fused=cls(True).problems(shape) == [])
@@ -277,7 +287,7 @@ def gate(ctx: GenContext) -> list[KernelSpec]:
     w1, c_hidden = _dense_weights(ctx, 1, cin)
     w2, cout = _dense_weights(ctx, 3, c_hidden)
     sin, hidden, sout = (cin + 3) // 4, (c_hidden + 3) // 4, (cout + 3) // 4
-    shape = PooledShape(sin, sout, ctx.target.gpu, ctx.target.max_group, hidden)
+    shape = PooledShape(sin, sout, ctx.target.gpu, ctx.target.max_group, hidden, ih * iw)
     knobs = GateKnobs.resolve(shape, ctx.params)
     space, params = GateKnobs.space(shape), knobs.params()
     if not knobs.fused:
