@@ -861,11 +861,19 @@ def fold_moves(steps: list[PassStep], sg, consts: dict, allowed=lambda ops: True
     """Merge each device move with no fused ops whose output only another such move reads (and is no graph output)
     into one ``MOVES`` step at the reader's place, as long as its chain has at most ``MAX_MOVES`` ops, each of which
     launches a kernel of its own: not one that ``moves_in_place``, which the plan links (launching nothing; read
-    through, it would only add index arithmetic to the kernel after it). Its first op reads no graph input (a reshape of one reads its dense buffer: kernels.reindex.reshape). ``allowed(ops)``: the
-    caller's veto (their storage precisions)."""
+    through, it would only add index arithmetic to the kernel after it), except between two that launch (a
+    TRANSPOSE, an EXPAND_DIMS and a TRANSPOSE, as ONNX converters write them: one launch saved, and none at all
+    where the chain keeps every value in its place, which the plan then links too: ``moves_in_place``). Its first
+    op reads no graph input (a reshape of one reads its dense buffer: kernels.reindex.reshape). ``allowed(ops)``:
+    the caller's veto (their storage precisions)."""
 
     def chain(step: PassStep) -> tuple:
         return step.op.options["chain"] if step.op.name == MOVES else (step.op,)
+
+    def linked(step: PassStep, t: int) -> bool:  # (an in-place move reading t, which the plan would link)
+        op = step.op
+        return (step.gpu and not step.epilogue and len(step.members) == 1 and len(op.outputs) == 1
+                and op.inputs[:1] == (t,) and traits(op.name).maps_indices and moves_in_place(op, sg, consts))
 
     def movable(step: PassStep) -> bool:
         op = step.op
@@ -880,17 +888,22 @@ def fold_moves(steps: list[PassStep], sg, consts: dict, allowed=lambda ops: True
         if not movable(s):
             return None
         t = s.op.outputs[0]
-        found = _only_reader(view, t)
+        found, between = _only_reader(view, t), []
+        while found is not None and linked(found[1], t) and len(between) < MAX_MOVES:
+            between.append(found)
+            t = found[1].op.outputs[0]
+            found = _only_reader(view, t)
         if found is None:
             return None
         j, c = found
         if not movable(c) or c.op.inputs[0] != t or t in c.op.inputs[1:]:
             return None
-        ops = (*chain(s), *chain(c))
+        ops = (*chain(s), *(b.op for _, b in between), *chain(c))
         if len(ops) > MAX_MOVES or ops[0].inputs[0] in sg.inputs or not allowed(list(ops)):
             return None
         merged = replace(c.op, name=MOVES, builtin_code=-1, inputs=(ops[0].inputs[0],), options={"chain": ops})
-        return j, [i], PassStep(merged, s.members + c.members, [], True)
+        members = s.members + [m for _, b in between for m in b.members] + c.members
+        return j, [i, *(k for k, _ in between)], PassStep(merged, members, [], True)
 
     out, gone = _merge_pairs(steps, sg, pair)
     return out, gone + sum(s.op.name == MOVES for s in out)  # (every op of each chain)
@@ -1106,7 +1119,10 @@ def moves_in_place(op, sg, consts: dict) -> bool:
     if len(op.outputs) != 1 or op.outputs[0] < 0 or not op.inputs:
         return False
     x, y = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
-    if op.name in ("SLICE", "STRIDED_SLICE"):
+    if op.name == MOVES:  # (fold_moves' chain, where its moves leave every value in its place: transposes undone)
+        if not _keeps_order(op.options["chain"], sg, consts):
+            return False
+    elif op.name in ("SLICE", "STRIDED_SLICE"):
         if op.name == "STRIDED_SLICE":
             strides = consts.get(op.inputs[3]) if len(op.inputs) > 3 else None
             if strides is None or np.any(np.asarray(strides) != 1) or op.options.get("offset", False):
@@ -1116,6 +1132,27 @@ def moves_in_place(op, sg, consts: dict) -> bool:
     elif not traits(op.name).reshapes:
         return False
     return same_slice_order(x.shape, y.shape)
+
+
+ORDER_CHECKED = 1 << 20  # the values of a chain of moves _keeps_order follows at most (one int32 each)
+
+
+def _keeps_order(chain, sg, consts: dict) -> bool:
+    """Whether a chain of TRANSPOSEs and reshapes (RESHAPE, SQUEEZE, EXPAND_DIMS) leaves its input's values in their
+    order (a row-major reshape of it), followed value by value: at most ``ORDER_CHECKED`` values."""
+    shape = sg.tensors[chain[0].inputs[0]].shape
+    n = int(np.prod(shape))
+    if n > ORDER_CHECKED:
+        return False
+    at = np.arange(n, dtype=np.int32).reshape(shape)
+    for op in chain:
+        if op.name == "TRANSPOSE" and len(op.inputs) > 1 and consts.get(op.inputs[1]) is not None:
+            at = at.transpose(np.asarray(consts[op.inputs[1]], np.int64).reshape(-1))
+        elif traits(op.name).reshapes:
+            at = at.reshape(sg.tensors[op.outputs[0]].shape)
+        else:
+            return False
+    return bool(np.array_equal(at.reshape(-1), np.arange(n, dtype=np.int32)))
 
 
 def register_tensors(sg, consts: dict, ops) -> frozenset[int]:

@@ -51,6 +51,7 @@ from ..graph.float_view import float_view, needs_float_view
 from ..graph.indices import exact_indices
 from ..graph.lstm_loop import fuse_lstm_loops
 from ..graph.passes import (
+    MOVES,
     PassStep,
     cull_dead,
     drop_identities,
@@ -509,7 +510,8 @@ def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:
 
 
 def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
-    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS (or SLICE / STRIDED_SLICE taking every element) whose
+    """Link every device RESHAPE / SQUEEZE / EXPAND_DIMS (or SLICE / STRIDED_SLICE taking every element, or a chain
+    of moves leaving every value in its place: graph.passes.moves_in_place) whose
     input and output order their elements alike in the slice layout (``ReshapeLink``: the same images, channels and
     pixels per image: (1, 256) -> (256,), (1, 4, 8, C) -> (1, 32, C), ...), its input a tensor made or uploaded by
     the plan that is not a region of another link (but a linked reshape's output: then a region of the same whole;
@@ -524,7 +526,8 @@ def link_reshapes(steps: list[Step], make: KernelMaker) -> int:
     for s in steps:
         op = s.op
         if s.device != "gpu" or not (moves_in_place(op, sg, make.consts) or _copying_cast(op, make)) \
-                or s.epilogue or len(s.members) != 1 or s.link is not None or not op.inputs or len(op.outputs) != 1:
+                or s.epilogue or (len(s.members) != 1 and op.name != MOVES) or s.link is not None or not op.inputs \
+                or len(op.outputs) != 1:
             continue
         x, y = op.inputs[0], op.outputs[0]
         # (the slice layout orders a batch's pixels row-major: images of one pixel count share it)
