@@ -32,13 +32,14 @@ t0 = time.perf_counter()
 import pyopencl
 import tflgpu.autotune, tflgpu.cache.plans, tflgpu.runtime.executor
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.delegate import fp16_storage
 from tflgpu.runtime.device import choose_device
 choose_device()
 runtime_start = time.perf_counter() - t0
 model, cache_dir, tuning, fp16 = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 t0 = time.perf_counter()
 it = Interpreter(model_path=model, delegate=GpuDelegate(serialization_dir=cache_dir, tuning=tuning,
-                                                        precision_loss_allowed=fp16))
+                                                        **fp16_storage(fp16)))
 it.allocate_tensors()
 s = time.perf_counter() - t0
 p = it.gpu_plan

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.delegate import fp16_storage
 from tflgpu.benchmark import _prepare, interleaved_ms, launch_stats, reference_inputs, rss_after_invokes
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
@@ -73,9 +74,9 @@ def main() -> int:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
         its = {"cpu": _prepare(Interpreter, m, inputs, num_threads=args.threads)}
         if not args.no_gpu:
-            for key, fp16 in (("fp32", False), ("fp16", True)):
+            for key, fp16 in (("fp32", False), ("fp16", True)):  # (the FP16 plan on a CPU device too)
                 its[key] = _prepare(Interpreter, m, inputs, num_threads=args.threads,
-                                    delegate=GpuDelegate(precision_loss_allowed=fp16))
+                                    delegate=GpuDelegate(**fp16_storage(fp16)))
         if LiteRT is not None:
             its["litert"] = _prepare(LiteRT, m, inputs, num_threads=args.threads)
         # invoked in alternation with LiteRT, so the machine's drift hits both alike: the CPU kernels in one rotation,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.delegate import fp16_storage
 from tflgpu.benchmark import interleaved_ms, reference_inputs
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "models"
@@ -48,7 +49,7 @@ def main() -> int:
         ref.allocate_tensors()
         inputs = reference_inputs(ref.get_input_details())
         want = _run(ref, inputs)
-        its = {fp16: Interpreter(str(path), delegate=GpuDelegate(precision_loss_allowed=fp16, tuning="none",
+        its = {fp16: Interpreter(str(path), delegate=GpuDelegate(**fp16_storage(fp16), tuning="none",
                                                                    cache=False)) for fp16 in (True, False)}
         for it in its.values():
             it.allocate_tensors()

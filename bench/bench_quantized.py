@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.delegate import fp16_storage
 from tflgpu.benchmark import _prepare, interleaved_ms
 
 DEFAULT_DIR = Path(os.environ.get("TFLGPU_MODELS_DIR", Path(__file__).resolve().parents[2] / "shared" / "models"))
@@ -55,7 +56,7 @@ def main() -> int:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
     models = [Path(m) for m in args.models] or [args.models_dir / m for m in DEFAULT_MODELS]
-    paths = {"CPU": None, "OpenCL FP32": GpuDelegate(), "OpenCL FP16": GpuDelegate(precision_loss_allowed=True)}
+    paths = {"CPU": None, "OpenCL FP32": GpuDelegate(), "OpenCL FP16": GpuDelegate(**fp16_storage())}
     acc_rows, speed_rows = [], []
     for m in models:
         print(f"{m.name} ...", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from tflgpu import GpuDelegate, Interpreter
+from tflgpu.delegate import fp16_storage
 from tflgpu.autotune import MemoryTuningDB, TuningConfig
 from tflgpu.benchmark import _prepare, fma_peak_gflops, interleaved_ms, reference_inputs
 
@@ -71,7 +72,7 @@ def main() -> int:
             cfg = TuningConfig(mode=mode, budget_s=budget, db=dbs[m, mode])
             t0 = time.perf_counter()
             # cache=False: every plan here is built (and tuned) from scratch, none loaded
-            _prepare(Interpreter, m, inputs, delegate=GpuDelegate(precision_loss_allowed=fp16, tuning=cfg, cache=False))
+            _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**fp16_storage(fp16), tuning=cfg, cache=False))
             secs[m, mode] = time.perf_counter() - t0
     # pass 2: per model, its plans from those records (no search), and the transfer start: the records of every
     # OTHER model's exhaustive run, which this model's kernels take by family and nearest shape; all timed in
@@ -81,7 +82,7 @@ def main() -> int:
         inputs = reference_inputs(Interpreter(model_path=str(m)).get_input_details())
 
         def plan_from(db, m=m, inputs=inputs):
-            return _prepare(Interpreter, m, inputs, delegate=GpuDelegate(precision_loss_allowed=fp16, tuning="none",
+            return _prepare(Interpreter, m, inputs, delegate=GpuDelegate(**fp16_storage(fp16), tuning="none",
                                                                          tuning_db=db, cache=False))
 
         others = MemoryTuningDB()

@@ -295,6 +295,17 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture(autouse=True)
+def fp16_plans_on_cpu_devices():
+    """The suite's FP16 cases (``precision_loss_allowed=True``) run the FP16 plans a GPU's would be on whatever
+    device there is, the CPU OpenCL device in CI, whose plans are otherwise FP32 for speed
+    (runtime.plan.CPU_DEVICE_FP32: test_gpu_ops.test_a_cpu_device_stores_fp32_for_speed checks that rule). A patch
+    of its own, which a test's ``monkeypatch.undo()`` leaves in place."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tflgpu.runtime.plan.CPU_DEVICE_FP32", False)
+        yield
+
+
 from hypothesis import HealthCheck, settings
 
 # Derandomized so CI is reproducible; TFLGPU_HYPOTHESIS=thorough explores more.

@@ -9,7 +9,7 @@ import pytest
 from tflgpu import GpuDelegate
 from tflgpu.runtime.config import PlanConfig
 
-from .oputil import CPU_OP, In, Out, check_op, cpu_op, rand
+from .oputil import CPU_OP, In, Out, check_op, cpu_op, op_model, rand
 
 PRECISIONS = [pytest.param(False, id="fp32"), pytest.param(True, id="fp16")]
 I32 = np.int32
@@ -1712,6 +1712,37 @@ def test_inference_priorities_map_to_precision():
         G(inference_priority1="FASTEST")
     with pytest.raises(ValueError):
         G(max_delegated_partitions=0)
+    # FP16 for its memory (a CPU device stores it too) only where MIN_MEMORY_USAGE decides; the legacy flag wins
+    assert G(inference_priority1="MIN_MEMORY_USAGE").fp16_for_memory()
+    assert not G(precision_loss_allowed=True, inference_priority1="MIN_MEMORY_USAGE").fp16_for_memory()
+    assert not G(inference_priority1="MIN_LATENCY", inference_priority2="MIN_MEMORY_USAGE").fp16_for_memory()
+
+
+def test_a_cpu_device_stores_fp32_for_speed(opencl_device, monkeypatch, caplog):
+    """Where precision loss is allowed for speed (the legacy flag, MIN_LATENCY, all AUTO), a CPU OpenCL device's
+    plan stores FP32, which runs faster there (runtime.plan.CPU_DEVICE_FP32), and says so in the log; MIN_MEMORY_USAGE
+    first stores FP16 on it; a GPU's plan stores FP16 either way. Checked on whatever device there is."""
+    import logging
+
+    from tflgpu import GpuDelegate, Interpreter
+    from tflgpu.delegate import fp16_storage
+
+    if not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    monkeypatch.setattr("tflgpu.runtime.plan.CPU_DEVICE_FP32", True)
+    x = np.ones((1, 4, 4, 8), np.float32)
+    model, _ = op_model("ADD", [In(x), In(x)], [Out(shape=(1, 4, 4, 8))])
+    cpu = opencl_device.identity.device_type == "CPU"
+    cases = [({"precision_loss_allowed": True}, not cpu), ({"inference_priority1": "MIN_LATENCY"}, not cpu),
+             ({"inference_priority1": "AUTO"}, not cpu), (fp16_storage(), True), (fp16_storage(False), False)]
+    for options, fp16 in cases:
+        with caplog.at_level(logging.INFO, logger="tflgpu"):
+            caplog.clear()
+            it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning="none", **options))
+            it.allocate_tensors()
+        assert it.gpu_plan.fp16 is fp16, options
+        assert ("is a CPU device, where FP16 storage runs slower" in caplog.text) is (cpu and not fp16
+                                                                                     and options != fp16_storage(False))
 
 
 @pytest.mark.parametrize("shape,cout,tile,window", [

@@ -266,11 +266,11 @@ def _allocated(interp, args):
 
 
 def cmd_memory(args) -> int:
-    from .delegate import GpuDelegate
+    from .delegate import GpuDelegate, fp16_storage
     from .interpreter import Interpreter
 
     interp = _allocated(Interpreter(model_path=args.model, delegate=GpuDelegate(
-        precision_loss_allowed=args.precision == "fp16", device=args.device, tuning="none")), args)
+        **fp16_storage(args.precision == "fp16"), device=args.device, tuning="none")), args)  # (a CPU device too)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -306,14 +306,14 @@ def cmd_passes(args) -> int:
 
 def cmd_precision(args) -> int:
     """Which ops of an FP16 plan keep FP32 storage, and why (runtime.precision)."""
-    from .delegate import GpuDelegate
+    from .delegate import GpuDelegate, fp16_storage
     from .graph.precision import STORAGE_CAST
     from .interpreter import Interpreter
     from .runtime.config import DEFAULT_FP16_ERROR_BUDGET
 
     budget = DEFAULT_FP16_ERROR_BUDGET if args.fp16_error_budget is None else args.fp16_error_budget
     interp = _allocated(Interpreter(model_path=args.model, delegate=GpuDelegate(
-        precision_loss_allowed=True, device=args.device, tuning="none", fp16_error_budget=budget)), args)
+        **fp16_storage(), device=args.device, tuning="none", fp16_error_budget=budget)), args)  # (a CPU device too)
     plan = interp.gpu_plan
     if plan is None:
         print("no OpenCL device: nothing is planned")
@@ -823,7 +823,9 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delegate", choices=["cpu", "gpu"], default="gpu",
                    help="gpu (default): GpuDelegate on an OpenCL device (the CPU kernels when there is none); "
                         "cpu: the CPU kernels only")
-    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="with --delegate gpu")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="with --delegate gpu; fp16: GpuDelegate(precision_loss_allowed=True), FP16 storage on a GPU "
+                        "(a CPU device keeps FP32, faster there)")
     p.add_argument("--device", help="OpenCL device: index or name substring (default: $TFLGPU_DEVICE or the first)")
     p.add_argument("--fuse-expansions", action="store_const", const=True, default=None,
                    help="with --delegate gpu: a separable block and the conv expanding its output as one kernel "
@@ -939,7 +941,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exhaustive (default): every point of each kernel's space; fast: a small search")
     t.add_argument("--budget-s", type=float, default=None, help="wall-clock budget per model")
     t.add_argument("--trials", type=_count(1), default=None, help="compiled candidates per kernel at most")
-    t.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    t.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="fp16: the plan of GpuDelegate(precision_loss_allowed=True) (a CPU device's is FP32)")
     t.add_argument("--device", help="OpenCL device: index or name substring")
     t.add_argument("--storage", help="optuna storage URL shared by tuning workers (default: a SQLite file "
                                      "in the cache directory), e.g. postgresql://user@host/db")
@@ -961,7 +964,8 @@ def build_parser() -> argparse.ArgumentParser:
     w = command("warmup", help="compile, tune and serialize models into the cache ahead of time")
     w.add_argument("models", nargs="+")
     w.add_argument("--precision", choices=["fp32", "fp16"], action="append",
-                   help="repeat for both (default fp32)")
+                   help="repeat for both (default fp32); fp16: the plan of GpuDelegate(precision_loss_allowed=True) "
+                        "(a CPU device's is FP32)")
     w.add_argument("--tuning", choices=["none", "fast", "exhaustive"], default="fast")
     w.add_argument("--budget-s", type=_seconds, default=None, help="search budget per model (fast: 30 s)")
     w.add_argument("--trials", type=_count(1), default=None, help="compiled candidates per kernel at most (fast: 10)")

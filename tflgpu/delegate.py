@@ -30,14 +30,23 @@ def _priority(v) -> int:
     return int(v)
 
 
+def fp16_storage(on: bool = True) -> dict:
+    """GpuDelegate's options for FP16 storage on every device with cl_khr_fp16, CPU devices included (``on``; else
+    FP32): TFLite's MIN_MEMORY_USAGE priority. precision_loss_allowed asks for FP16 for speed, which a CPU device's
+    plan does not get from it (runtime.plan.CPU_DEVICE_FP32)."""
+    return {"inference_priority1": MIN_MEMORY_USAGE if on else MAX_PRECISION}
+
+
 @dataclass
 class GpuDelegate:
     """Options for running a model on an OpenCL device.
 
     Args:
-        precision_loss_allowed: allow FP16 storage (TFLite's flag; accumulation stays FP32).
+        precision_loss_allowed: allow FP16 storage (TFLite's flag; accumulation stays FP32), for speed: a CPU
+            OpenCL device, where FP16 storage runs slower, stores FP32 (runtime.plan.CPU_DEVICE_FP32).
         inference_priority1..3: TFLite's priorities (AUTO, MAX_PRECISION, MIN_LATENCY,
-            MIN_MEMORY_USAGE, as names or numbers); MAX_PRECISION first forces FP32.
+            MIN_MEMORY_USAGE, as names or numbers); MAX_PRECISION first forces FP32, MIN_MEMORY_USAGE first
+            FP16 storage on any device with cl_khr_fp16.
         max_delegated_partitions: at most this many GPU partitions (the largest); the rest run on CPU.
         device: an index into ``tflgpu inspect --devices`` or a name substring; default
             $TFLGPU_DEVICE, else the first GPU, else a CPU OpenCL device.
@@ -194,14 +203,20 @@ class GpuDelegate:
     def wants_fp16(self) -> bool:
         """TFLite's rule: the legacy flag wins; else the first non-AUTO priority decides
         (MAX_PRECISION -> FP32; MIN_LATENCY / MIN_MEMORY_USAGE -> FP16); all AUTO -> FP16."""
+        return self._deciding_priority() != MAX_PRECISION
+
+    def fp16_for_memory(self) -> bool:
+        """FP16 storage is wanted for the memory it saves (MIN_MEMORY_USAGE decides), not for speed: a CPU
+        device stores FP16 then too."""
+        return self._deciding_priority() == MIN_MEMORY_USAGE
+
+    def _deciding_priority(self) -> int:
+        """The priority TFLite's rule goes by: the legacy flag as MIN_LATENCY (as TFLite maps it), else the first
+        non-AUTO priority, else AUTO."""
         if self.precision_loss_allowed:
-            return True
-        for p in (self.inference_priority1, self.inference_priority2, self.inference_priority3):
-            if p == MAX_PRECISION:
-                return False
-            if p in (MIN_LATENCY, MIN_MEMORY_USAGE):
-                return True
-        return True
+            return MIN_LATENCY
+        return next((p for p in (self.inference_priority1, self.inference_priority2, self.inference_priority3)
+                     if p != AUTO), AUTO)
 
     def plan_request(self) -> PlanRequest:
         """These options as the runtime takes them."""
@@ -212,4 +227,5 @@ class GpuDelegate:
         return PlanRequest(self.device, self.wants_fp16(), self.max_delegated_partitions, self.profile,
                            self.allow_buffer_handle_output, self.quantized_models_allowed, self.tuning_config(store),
                            self.tuning_db is not False, store, self.model_token, cacheable, self.tiered(),
-                           float(self.fp16_error_budget), self.calibration_inputs, self.fuse_expansions)
+                           float(self.fp16_error_budget), self.calibration_inputs, self.fuse_expansions,
+                           self.fp16_for_memory())

@@ -31,6 +31,7 @@ class PlanRequest:
     fp16_error_budget: float = DEFAULT_FP16_ERROR_BUDGET
     calibration_inputs: Any = None  # the caller's samples for the FP16 precision choice; None: random ones
     fuse_expansions: bool | None = None  # graph.passes.fuse_expansions (PlanConfig's)
+    fp16_for_memory: bool = False  # FP16 storage wanted for its memory, so on a CPU device too (plan.CPU_DEVICE_FP32)
 
 
 @dataclass(frozen=True)
