@@ -84,6 +84,11 @@ class InvalidEntry(Exception):
     pass
 
 
+class OutdatedEntry(InvalidEntry):
+    """An intact entry that another tflgpu, device or driver wrote: routine after an upgrade (logged at INFO, where
+    damage is a warning)."""
+
+
 @dataclass
 class EntryInfo:
     path: Path
@@ -187,11 +192,11 @@ class CacheStore:
             if (head["kind"], head["key"]) != (kind, key):
                 raise InvalidEntry(f"holds {head['kind']} {head['key']}")
             if head["device_key"] != device_key:
-                raise InvalidEntry(f"built for another device or driver ({head['device_key']})")
+                raise OutdatedEntry(f"built for another device or driver ({head['device_key']})")
             if head["library_version"] != entry_version(kind):
-                raise InvalidEntry(f"written under {head['library_version']}, this tflgpu reads {entry_version(kind)}")
+                raise OutdatedEntry(f"written under {head['library_version']}, this tflgpu reads {entry_version(kind)}")
         except InvalidEntry as e:
-            self.discard(p, str(e))
+            self.discard(p, str(e), routine=isinstance(e, OutdatedEntry))
             self.stats["misses"] += 1
             return None
         try:
@@ -210,9 +215,11 @@ class CacheStore:
                 raise InvalidEntry(f"{d.relative_to(self.root)} is a symbolic link")
             d = d.parent
 
-    def discard(self, p: Path, why: str) -> None:
-        """Log one line and remove an entry that cannot be used; the caller rebuilds and replaces it."""
-        log.warning("tflgpu cache: ignoring %s: %s; it will be rebuilt", p.relative_to(self.root), why)
+    def discard(self, p: Path, why: str, routine: bool = False) -> None:
+        """Log one line (at INFO where ``routine``: an outdated entry, OutdatedEntry; else a warning) and remove an
+        entry that cannot be used; the caller rebuilds and replaces it."""
+        log.log(logging.INFO if routine else logging.WARNING, "tflgpu cache: ignoring %s: %s; it will be rebuilt",
+                p.relative_to(self.root), why)
         self.stats["repairs"] += 1
         try:
             self._check_dirs(p)  # never remove anything through a planted directory link
