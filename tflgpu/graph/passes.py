@@ -1140,18 +1140,19 @@ ORDER_CHECKED = 1 << 20  # the values of a chain of moves _keeps_order follows a
 def _keeps_order(chain, sg, consts: dict) -> bool:
     """Whether a chain of TRANSPOSEs and reshapes (RESHAPE, SQUEEZE, EXPAND_DIMS) leaves its input's values in their
     order (a row-major reshape of it), followed value by value: at most ``ORDER_CHECKED`` values."""
+    def perm(op):  # (a TRANSPOSE's constant permutation, else None)
+        if op.name == "TRANSPOSE" and len(op.inputs) > 1 and consts.get(op.inputs[1]) is not None:
+            return np.asarray(consts[op.inputs[1]], np.int64).reshape(-1)
+        return None
+
     shape = sg.tensors[chain[0].inputs[0]].shape
     n = int(np.prod(shape))
-    if n > ORDER_CHECKED:
-        return False
+    if n > ORDER_CHECKED or not all(perm(op) is not None or traits(op.name).reshapes for op in chain):
+        return False  # (no values followed where a move of the chain is no transpose or reshape: a framing's GATHER)
     at = np.arange(n, dtype=np.int32).reshape(shape)
     for op in chain:
-        if op.name == "TRANSPOSE" and len(op.inputs) > 1 and consts.get(op.inputs[1]) is not None:
-            at = at.transpose(np.asarray(consts[op.inputs[1]], np.int64).reshape(-1))
-        elif traits(op.name).reshapes:
-            at = at.reshape(sg.tensors[op.outputs[0]].shape)
-        else:
-            return False
+        p = perm(op)
+        at = at.transpose(p) if p is not None else at.reshape(sg.tensors[op.outputs[0]].shape)
     return bool(np.array_equal(at.reshape(-1), np.arange(n, dtype=np.int32)))
 
 

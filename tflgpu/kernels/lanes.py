@@ -33,8 +33,8 @@ def move_epilogue(ctx: GenContext, lay) -> tuple[str, Epilogue]:
 
 
 def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, name: str | None = None,
-            output: int | None = None, helpers: str = "", slice_value=None, slice_load=None,
-            dense_inputs: frozenset = frozenset()) -> list[KernelSpec]:
+                output: int | None = None, helpers: str = "", slice_value=None, slice_load=None,
+                dense_inputs: frozenset = frozenset()) -> list[KernelSpec]:
     """lane_value(coords) -> C expression of the output value at original-rank coords; or, where the op knows
     each output slice's lanes statically, ``slice_value(s)`` -> the statements setting float4 ``v`` of output
     slice ``s`` (a branch per slice: a channel concatenation's lanes each from a known input channel). An output in
@@ -64,8 +64,8 @@ def lane_kernel(ctx: GenContext, out_shape, inputs: list[int], lane_value, *, na
         body += [f"  case {s}: {{ {slice_value(s)} break; }}" for s in range(lay.s)]
         body.append("  }")
     for j, lane in enumerate("xyzw" if slice_value is None and slice_load is None else ""):
-        body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} const int {names.get('c', '_c')} = c;"
-                    f"\n      v.{lane} = {lane_value(coords)}; }} }}")
+        body.append(f"  {{ const int c = S * 4 + {j};\n    if (c < {lay.c}) {{ {decl} "
+                    f"const int {names.get('c', '_c')} = c;\n      v.{lane} = {lane_value(coords)}; }} }}")
     half = output in ctx.half_outputs
     dense = output in ctx.dense and not half
     if dense:
