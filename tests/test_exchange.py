@@ -462,6 +462,11 @@ def test_a_shipped_record_of_the_family_is_the_start_where_nothing_nearer_is(ope
     assert tk.source == "database: shipped database, same device type (Other CPU), nearest shape (1x14x14x16 out)"
     assert it.gpu_plan.steps[0].params == {**step.params, **near}
     assert_close(run_model(lambda **kw: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+    # without a cache the shipped database still starts the plan (package data: nothing read from or written to a
+    # cache directory); only tuning_db=False leaves it out
+    bare = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", cache=False)).gpu_plan
+    assert [t.source for t in bare.tuning_results] == [tk.source] and bare.steps[0].params == {**step.params, **near}
+    assert not plain.tuning_results
     write_records(tmp_path / "cpus.json", [DeviceRecords(other_cpu, {"k-other-family": records["k-other-family"]})])
     it = Interpreter(model_content=model, delegate=GpuDelegate(tuning="none", tuning_db=MemoryTuningDB(),
                                                                cache=False))

@@ -58,7 +58,8 @@ class GpuDelegate:
             others is refused). Default: $TFLGPU_CACHE_DIR, else the user cache dir for tflgpu.
         model_token: TFLite's option: the key of this model's plans (letters, digits, '.', '_', '-';
             at most 128). Default: a 64-bit xxhash fingerprint of the model bytes, in hex.
-        cache: False turns serialization off (nothing read or written; tuning defaults to "none").
+        cache: False turns serialization off (nothing read or written; tuning defaults to "none"); the shipped
+            tuning records (package data) still start the kernels, and a search's records last this run.
         max_cache_bytes: bound on the cache directory; least-recently-used entries are evicted.
         tuning: what to do for kernels with no tuning record on this device: "none" (heuristic
             parameters), "background" (no search before the first invoke: once the plan runs, a worker
@@ -184,13 +185,13 @@ class GpuDelegate:
     def tuning_config(self, store):
         """The autotuner's configuration for these options (records in ``store`` unless tuning_db says)."""
         from .autotune import TuningConfig, TuningDB
-        from .autotune.records import CacheTuningDB, FileTuningDB
+        from .autotune.records import CacheTuningDB, FileTuningDB, MemoryTuningDB
 
         if isinstance(self.tuning, TuningConfig):
             return self.tuning
         db = self.tuning_db
-        if db is None:
-            db = CacheTuningDB(store) if store is not None else None
+        if db is None:  # (without a cache, this run's records alone, kept in memory: the shipped ones still apply)
+            db = CacheTuningDB(store) if store is not None else MemoryTuningDB()
         elif db is False:
             db = None
         elif not isinstance(db, TuningDB):
