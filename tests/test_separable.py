@@ -12,7 +12,7 @@ import pytest
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cpu.executor import ModelRunner
-from tflgpu.graph.passes import BETWEEN, SEPARABLE_CONV, PassStep, fuse_separable
+from tflgpu.graph.passes import BETWEEN, SEPARABLE_CONV, PassStep, fuse_separable, merge_pad
 from tflgpu.model import read_model
 from tflgpu.model.builder import ModelBuilder
 from tflgpu.runtime.config import PlanConfig
@@ -27,16 +27,22 @@ def _out_hw(size: int, k: int, stride: int, dil: int, pad: str) -> int:
 
 def separable_model(rng, shape=(1, 9, 11, 12), cout=10, k=3, stride=1, dil=1, pad="SAME", act_dw="RELU6",
                     act_pw="NONE", residual=False, pw_k=1, mult=1, extra_reader=False, softmax=False, between=(),
-                    between_read=False):
-    """x -> DEPTHWISE_CONV_2D [-> each unary op of ``between``] -> CONV_2D (pw_k x pw_k) [-> ADD x] [-> SOFTMAX]: a
-    MobileNet block (``extra_reader``: the depthwise output read by a RELU too, ``between_read``: the last unary op's
-    output a graph output too); (model bytes, feeds)."""
+                    between_read=False, pre_pad=None):
+    """x [-> PAD] -> DEPTHWISE_CONV_2D [-> each unary op of ``between``] -> CONV_2D (pw_k x pw_k) [-> ADD x]
+    [-> SOFTMAX]: a MobileNet block (``extra_reader``: the depthwise output read by a RELU too, ``between_read``: the
+    last unary op's output a graph output too; ``pre_pad``: (top, bottom, left, right) zeros a PAD adds before the
+    depthwise conv, as exported models pad for a VALID conv); (model bytes, feeds)."""
     n, h, w, c = shape
-    oh, ow = _out_hw(h, k, stride, dil, pad), _out_hw(w, k, stride, dil, pad)
     b = ModelBuilder()
-    x = b.input("x", shape)
+    x = src = b.input("x", shape)
+    if pre_pad is not None:
+        t, bo, le, ri = pre_pad
+        h, w = h + t + bo, w + le + ri
+        src = b.tensor("padded", (n, h, w, c))
+        b.op("PAD", [x, b.const("paddings", np.array([[0, 0], [t, bo], [le, ri], [0, 0]], np.int32))], [src])
+    oh, ow = _out_hw(h, k, stride, dil, pad), _out_hw(w, k, stride, dil, pad)
     dw = b.tensor("dw", (n, oh, ow, c * mult))
-    b.op("DEPTHWISE_CONV_2D", [x, b.const("dw_w", rng.standard_normal((1, k, k, c * mult)).astype(np.float32)),
+    b.op("DEPTHWISE_CONV_2D", [src, b.const("dw_w", rng.standard_normal((1, k, k, c * mult)).astype(np.float32)),
                                b.const("dw_b", rng.standard_normal(c * mult).astype(np.float32))], [dw],
          padding=pad, stride_w=stride, stride_h=stride, dilation_w_factor=dil, dilation_h_factor=dil,
          depth_multiplier=mult, fused_activation_function=act_dw)
@@ -81,6 +87,19 @@ def test_pass_merges_a_block_into_one_step(rng):
     (s,) = merged
     assert s.op.name == SEPARABLE_CONV and [op.name for op, _ in s.members] == ["DEPTHWISE_CONV_2D", "CONV_2D"]
     assert s.op.outputs == steps[1].op.outputs and s.op.inputs[0] == steps[0].op.inputs[0]
+
+
+def test_pass_merges_a_block_whose_depthwise_conv_took_its_pad(rng):
+    """An exported model's PAD -> VALID depthwise conv: merge_pad makes the PAD the conv's explicit padding (one
+    step of the two), and that step still joins its pointwise conv as one block (the PAD its first member)."""
+    runner, steps = _passes(separable_model(rng, pre_pad=(1, 1, 1, 1), pad="VALID")[0])
+    padded, n_pad = merge_pad(steps, runner.sg, runner.consts)
+    merged, n = fuse_separable(padded, runner.sg, runner.consts)
+    assert n_pad == 1 and n == 1 and len(merged) == 1
+    (s,) = merged
+    assert [op.name for op, _ in s.members] == ["PAD", "DEPTHWISE_CONV_2D", "CONV_2D"]
+    assert s.op.options["depthwise"].options["explicit_padding"] == (1, 1, 1, 1)
+    assert s.op.inputs[0] == steps[0].op.inputs[0]
 
 
 def test_pass_takes_the_unary_ops_between_the_convs(rng):
@@ -163,6 +182,9 @@ BLOCKS = {  # separable_model arguments
     "stride 2 VALID, batch 2, 37 out": {"shape": (2, 10, 9, 8), "cout": 37, "stride": 2, "pad": "VALID"},
     "dilated 5x5, relu out": {"shape": (1, 12, 10, 16), "cout": 24, "k": 5, "dil": 2, "act_pw": "RELU6"},
     "residual add": {"shape": (1, 7, 7, 16), "cout": 16, "residual": True, "act_dw": "RELU"},
+    # (a PAD before a VALID depthwise conv, merged in as its explicit padding: uneven, at stride 2)
+    "explicit pad 1/2/0/1, stride 2": {"shape": (1, 9, 10, 8), "cout": 12, "stride": 2, "pad": "VALID",
+                                       "pre_pad": (1, 2, 0, 1)},
     # (unary ops of their own between the convs, as a quantized model's QUANT_SIM: computed on the depthwise values)
     "unary ops between": {"shape": (1, 8, 9, 16), "cout": 12, "act_dw": "NONE", "between": ("HARD_SWISH", "LEAKY_RELU")},
 }

@@ -351,6 +351,13 @@ def _only_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
     return rs[0], view.steps[rs[0]]
 
 
+def _one_conv(s: PassStep) -> bool:
+    """The step is one op, or one conv with the PAD before it merged in as its explicit padding (``merge_pad``: an
+    exported model's PAD -> VALID conv, which reads its input through the padding in one kernel all the same)."""
+    return len(s.members) == 1 or (len(s.members) == 2 and s.members[0][0].name in ("PAD", "PADV2")
+                                   and "explicit_padding" in s.op.options)
+
+
 def _lone_reader(view: _Pairing, t: int) -> tuple[int, PassStep] | None:
     """The step reading tensor ``t`` where it is the only one (and not merged away): its index and itself, where it
     is one device op with no fused ops after it; else None."""
@@ -444,7 +451,7 @@ def _merge_conv_pairs(steps: list[PassStep], sg, consts: dict, name: str, keys: 
 
     def pair(i: int, s: PassStep, view: _Pairing):
         a = s.op
-        if not (s.gpu and len(s.members) == 1 and not s.epilogue and len(a.outputs) == 1
+        if not (s.gpu and _one_conv(s) and not s.epilogue and len(a.outputs) == 1
                 and a.outputs[0] not in view.graph_out and first(a)):
             return None
         between = _unary_chain(view, a.outputs[0], sg, consts)
