@@ -286,6 +286,18 @@ def test_a_process_that_exits_mid_search_leaves_records_the_next_one_resumes_fro
     assert len(list(CacheTuningDB(CacheStore(tmp_path)).items())) == recorded + second["searched"]
 
 
+def test_records_of_ones_own_are_claimed_apart():
+    """A searcher whose records are an in-memory database (a cache-less delegate's) is kept from another only by
+    searchers of that database: one of another could not read its result, so it searches the kernel itself."""
+    from tflgpu.autotune.records import MemoryTuningDB, StagedTuningDB
+
+    one, other = MemoryTuningDB(), MemoryTuningDB()
+    with one.claim("dev", "k1") as mine, one.claim("dev", "k1") as again, other.claim("dev", "k1") as theirs:
+        assert mine and not again and theirs
+    with StagedTuningDB(one).claim("dev", "k1") as staged, one.claim("dev", "k1") as base:
+        assert staged and not base  # (a staged view shares its base's records)
+
+
 def test_one_searcher_per_kernel(opencl_device, tmp_path):
     """Two interpreters on one cache never search the same kernel: in-process claims and, across processes,
     the claim files."""

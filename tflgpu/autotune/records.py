@@ -57,7 +57,7 @@ class TuningDB:
     def claim(self, device_key: str, kernel_key: str) -> Iterator[bool]:
         """Within the block, True if this caller may search the kernel: no other searcher (thread here, or
         process where the records are shared) holds it. False: someone else is searching it now."""
-        key = (device_key, kernel_key)
+        key = (self._claim_scope(), device_key, kernel_key)
         with _CLAIMS_LOCK:
             free = key not in _CLAIMS
             _CLAIMS.add(key)
@@ -73,8 +73,14 @@ class TuningDB:
     def _claim_shared(self, device_key: str, kernel_key: str) -> Iterator[bool]:
         yield True  # records only this process sees: the in-process claim is enough
 
+    def _claim_scope(self) -> object:
+        """Whose searchers an in-process claim keeps apart: every searcher in the process (None), unless the
+        records are this object's alone (``MemoryTuningDB``: a searcher whose result another could not read
+        gains nothing by waiting for it)."""
+        return None
 
-_CLAIMS: set[tuple[str, str]] = set()
+
+_CLAIMS: set[tuple[object, str, str]] = set()
 _CLAIMS_LOCK = threading.Lock()
 
 
@@ -92,6 +98,9 @@ def replaces(new: TuningRecord, old: TuningRecord | None) -> bool:
 class MemoryTuningDB(TuningDB):
     def __init__(self):
         self._data: dict[str, dict[str, TuningRecord]] = {}
+
+    def _claim_scope(self) -> object:
+        return id(self)  # (searchers sharing this object share its records; others do not see them)
 
     def put_many(self, device_key, records):
         recs = self._data.setdefault(device_key, {})
@@ -125,6 +134,9 @@ class StagedTuningDB(TuningDB):
 
     def _claim_shared(self, device_key, kernel_key):
         return self.base._claim_shared(device_key, kernel_key)
+
+    def _claim_scope(self):
+        return self.base._claim_scope()
 
     def pending(self) -> list[tuple[str, str, TuningRecord]]:
         """(device_key, kernel_key, record) of every record not yet committed."""
