@@ -444,11 +444,11 @@ def _merge_conv_pairs(steps: list[PassStep], sg, consts: dict, name: str, keys: 
     """The frame of fuse_separable and fuse_expand_depthwise: each device conv step (one op, or one conv with its
     merged PAD: ``_one_conv``; ``first(op)``, no fused ops after it, its one output no graph output) whose output
     is read only by a device conv step (one op, ``second(first_op, op)``, reading it as its input alone, no fused
-    ops after it), directly or through unary
-    elementwise steps (``_unary_chain``: a quantized model's QUANT_SIM between them), becomes one op ``name`` at the
-    second's place: inputs (the first's input, filter and bias, the second's filter and bias), the second's outputs,
-    index and options, the two ops under ``keys`` and the unary ops between them under ``BETWEEN`` (as Fused: the
-    first conv's epilogue in its unfused form, applied to its values in the fused kernel)."""
+    ops after it), directly or through unary elementwise steps (``_unary_chain``: a quantized model's QUANT_SIM
+    between them), becomes one op ``name`` at the second's place: inputs (the first's input, filter and bias, the
+    second's filter and bias), the second's outputs, index and options, the two ops under ``keys`` and the unary ops
+    between them under ``BETWEEN`` (as Fused: the first conv's epilogue in its unfused form, applied to its values in
+    the fused kernel)."""
 
     def pair(i: int, s: PassStep, view: _Pairing):
         a = s.op
