@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from tflgpu import Interpreter
+from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, corpus_model, litert, run_model
@@ -145,6 +145,30 @@ def test_get_tensor_returns_a_copy(opzoo):
     a = it.get_tensor(idx)
     a[...] = 123
     assert not np.any(it.get_tensor(idx) == 123)
+
+
+@pytest.mark.parametrize("signature", [None, (1, 3), (-1, 3)], ids=["none stored", "static", "dynamic batch"])
+def test_signature_after_a_resize_is_litert_s(signature, opencl_device):
+    """Where the model stores no shape_signature, LiteRT reports each tensor's current dims as its signature,
+    after a resize too; a stored signature stays as stored."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 3), shape_signature=signature)
+    y = b.tensor("y", (1, 3), shape_signature=signature)
+    b.op("RELU", [x], [y])
+    b.output(y)
+    data = b.build()
+    seen = []
+    for make in (lambda: litert()(model_content=data), lambda: Interpreter(model_content=data),
+                 lambda: Interpreter(model_content=data, delegate=GpuDelegate(cache=False))):
+        it = make()
+        before = [_normalize(it.get_input_details()), _normalize(it.get_output_details())]
+        it.resize_tensor_input(0, [4, 3])
+        it.allocate_tensors()
+        it.set_tensor(0, np.ones((4, 3), np.float32))
+        it.invoke()
+        seen.append(before + [_normalize(it.get_input_details()), _normalize(it.get_output_details()),
+                              [d["shape_signature"].tolist() for d in it.get_tensor_details()]])
+    assert seen[1] == seen[0] and seen[2] == seen[0]
 
 
 def test_resize_and_strict(rng):

@@ -46,7 +46,8 @@ def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None) -> dict[str,
         "name": t.name,
         "index": t.index,
         "shape": np.array(shape, dtype=np.int32),
-        "shape_signature": np.array(t.shape_signature, dtype=np.int32),  # the model's, even after a resize
+        # the model's, even after a resize; where the model stores none, the current shape (as LiteRT's)
+        "shape_signature": np.array(t.shape_signature if t.signature_stored else shape, dtype=np.int32),
         "dtype": t.dtype.type if t.type_name != "STRING" else np.bytes_,
         "quantization": q.per_tensor if q else (0.0, 0),
         "quantization_parameters": {

@@ -44,6 +44,9 @@ class Tensor:
     quantization: Quantization | None = None
     sparsity: dict[str, Any] | None = None  # raw sparse encoding, see model.sparse
     is_variable: bool = False
+    # whether the model stores shape_signature; where it does not, ``shape_signature`` is ``shape`` and LiteRT
+    # reports a tensor's current dims as its signature (after a resize too)
+    signature_stored: bool = True
 
     @property
     def is_constant(self) -> bool:

@@ -217,7 +217,8 @@ class _Reader:
             raw = self._buffer_bytes(bidx)
             if len(raw):
                 data = self._constant(raw, shape, dtype, type_name, sparsity)
-        return Tensor(i, name, shape, sig, dtype, type_name, data, quant, sparsity, bool(t.IsVariable()))
+        return Tensor(i, name, shape, sig, dtype, type_name, data, quant, sparsity, bool(t.IsVariable()),
+                      bool(t.ShapeSignatureLength()))
 
     def _constant(self, raw: memoryview, shape, dtype, type_name, sparsity) -> np.ndarray:
         if type_name == "STRING":
