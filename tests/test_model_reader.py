@@ -52,9 +52,14 @@ def test_external_buffers_offset_and_size(rng):
     check_against_litert(external, [rng.standard_normal((2, 8)).astype(np.float32)])
 
 
-def test_sparse_weights_densify(rng):
+@pytest.mark.parametrize("block_map", [True, False], ids=["empty block map", "no block map"])
+def test_sparse_weights_densify(rng, block_map):
+    """CSR weights densified as LiteRT does, and their sparsity details LiteRT's: an empty block map where the
+    model stores one (as this builder's encoding does), none where the field is left out (MediaPipe's models)."""
     dense = (rng.standard_normal((6, 5)) * (rng.random((6, 5)) > 0.6)).astype(np.float32)
     values, sparsity = csr_encode(dense)
+    if not block_map:
+        del sparsity["block_map"]
     b = ModelBuilder()
     x = b.input("x", (2, 5))
     ws = b.const("ws", values, sparsity=sparsity, shape=(6, 5))
@@ -67,9 +72,38 @@ def test_sparse_weights_densify(rng):
     x_val = rng.standard_normal((2, 5)).astype(np.float32)
     got = check_against_litert(model, [x_val])
     assert_close(got[0], x_val @ dense.T)
-    ours = Interpreter(model_content=model).get_tensor_details()[ws]["sparsity_parameters"]
-    ref = litert()(model_content=model).get_tensor_details()[ws]["sparsity_parameters"]
-    assert ours["traversal_order"].tolist() == ref["traversal_order"].tolist()
+    assert _sparsity_details(Interpreter, model, ws) == _sparsity_details(litert(), model, ws)
+
+
+def _sparsity_details(interpreter, model: bytes, t: int) -> dict:
+    details = interpreter(model_content=model).get_tensor_details()[t]["sparsity_parameters"]
+    listed = lambda v: v.tolist() if isinstance(v, np.ndarray) else v  # noqa: E731
+    return {k: [{kk: listed(vv) for kk, vv in d.items()} for d in v] if k == "dim_metadata" else listed(v)
+            for k, v in details.items()}
+
+
+def test_block_sparse_weights_densify(rng):
+    """Weights stored in blocks of 4 rows (a block map): densified as LiteRT does, and their sparsity details
+    LiteRT's (which name a block map only where the tensor has one)."""
+    dense = rng.standard_normal((8, 5)).astype(np.float32)
+    blocks = np.stack([dense[i * 4:(i + 1) * 4].T for i in range(2)])  # (block row, column, row in block)
+    sparsity = {"traversal_order": [0, 1, 2], "block_map": [0],
+                "dim_metadata": [{"format": 0, "dense_size": 2}, {"format": 0, "dense_size": 5},
+                                 {"format": 0, "dense_size": 4}]}
+    b = ModelBuilder()
+    x = b.input("x", (2, 5))
+    ws = b.const("ws", blocks.reshape(-1), sparsity=sparsity, shape=(8, 5))
+    wd = b.tensor("wd", (8, 5))
+    b.op("DENSIFY", [ws], [wd])
+    y = b.tensor("y", (2, 8))
+    b.op("FULLY_CONNECTED", [x, wd, -1], [y])
+    b.output(y)
+    model = b.build()
+    x_val = rng.standard_normal((2, 5)).astype(np.float32)
+    got = check_against_litert(model, [x_val])
+    assert_close(got[0], x_val @ dense.T)
+    assert _sparsity_details(Interpreter, model, ws) == _sparsity_details(litert(), model, ws)
+    assert _sparsity_details(Interpreter, model, ws)["block_map"] == [0]
 
 
 def test_metadata_signatures_and_subgraphs():

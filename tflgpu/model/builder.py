@@ -382,12 +382,14 @@ class ModelBuilder:
                 D.AddArrayIndices(fb, idx)
             dims.append(D.End(fb))
         order = fb.CreateNumpyVector(np.asarray(sp["traversal_order"], np.int32))
-        bmap = fb.CreateNumpyVector(np.asarray(sp.get("block_map", []), np.int32))
+        # (a block map only where the encoding names one, empty or not: a converter may leave the field out)
+        bmap = fb.CreateNumpyVector(np.asarray(sp["block_map"], np.int32)) if "block_map" in sp else None
         dim_vec = ModelBuilder._vector(fb, dims)
         S = T["SparsityParameters"]
         S.Start(fb)
         S.AddTraversalOrder(fb, order)
-        S.AddBlockMap(fb, bmap)
+        if bmap is not None:
+            S.AddBlockMap(fb, bmap)
         S.AddDimMetadata(fb, dim_vec)
         return S.End(fb)
 

@@ -42,12 +42,12 @@ def read_sparsity(sp) -> dict[str, Any]:
             entry["array_indices"] = np.array(_union_vector(dm, "ArrayIndices"), np.int32)
         meta.append(entry)
     order = sp.TraversalOrderAsNumpy()
-    bmap = sp.BlockMapAsNumpy()
-    return {
-        "traversal_order": np.array([] if isinstance(order, int) else order, np.int32),
-        "block_map": np.array([] if isinstance(bmap, int) else bmap, np.int32),
-        "dim_metadata": meta,
-    }
+    found: dict[str, Any] = {"traversal_order": np.array([] if isinstance(order, int) else order, np.int32)}
+    if not sp.BlockMapIsNone():  # (LiteRT names a block map, empty or not, only where the model stores one)
+        bmap = sp.BlockMapAsNumpy()
+        found["block_map"] = np.array([] if isinstance(bmap, int) else bmap, np.int32)
+    found["dim_metadata"] = meta
+    return found
 
 
 def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict[str, Any]) -> np.ndarray:
@@ -57,7 +57,7 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: dict[str, Any]
     (a conv of 256x3x3x256) is rebuilt in a few numpy calls rather than one Python call per value.
     """
     order = [int(v) for v in sparsity["traversal_order"]]
-    block_map = [int(v) for v in sparsity["block_map"]]
+    block_map = [int(v) for v in sparsity.get("block_map", ())]
     meta = sparsity["dim_metadata"]
     rank = len(shape)
     if len(order) != len(meta) or sorted(order) != list(range(len(order))) or len(order) != rank + len(block_map):
