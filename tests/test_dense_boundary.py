@@ -84,6 +84,31 @@ def test_first_and_last_kernel_take_the_dense_buffers(opencl_device, rng, fp16, 
     assert_close(off.run(feeds)[out], want, tol)
 
 
+@pytest.mark.parametrize("cin,mult,stride", [(16, 1, 1), (12, 1, 2), (8, 2, 1), (6, 1, 1)])
+def test_a_depthwise_conv_writes_the_output_densely(opencl_device, rng, fp16, cin, mult, stride):
+    """A depthwise conv writing a graph output of whole slices in an FP32 plan writes the dense buffer itself, pixel
+    by pixel (several slices a work-item, one, or a channel multiplier of 2): no conversion kernel. A ragged last
+    slice (6 channels), an FP16 plan or a GPU keeps the conversion. Either way LiteRT's result."""
+    from tflgpu.kernels.base import Target
+
+    cout = cin * mult
+    oh, ow = -(-9 // stride), -(-10 // stride)
+    b = ModelBuilder()
+    x = b.input("x", (1, 9, 10, cin))
+    y = b.tensor("y", (1, oh, ow, cout))
+    b.op("DEPTHWISE_CONV_2D", [x, b.const("w", rng.standard_normal((1, 3, 3, cout)).astype(np.float32)),
+                               b.const("b", rng.standard_normal(cout).astype(np.float32))], [y],
+         padding="SAME", stride_w=stride, stride_h=stride, depth_multiplier=mult, fused_activation_function="RELU6")
+    b.output(y)
+    model, feeds = b.build(), [rng.uniform(-1, 1, (1, 9, 10, cin)).astype(np.float32)]
+    plan = _plan(model, fp16)
+    gpu = Target.of(opencl_device.cl_device, opencl_device.identity.device_type).gpu
+    dense = cout % 4 == 0 and not fp16 and not gpu
+    assert (y in plan.steps[-1].specs[0].dense) == dense
+    assert (plan.io.staging[y].from_device is None) == dense
+    assert_close(plan.run(feeds)[y], run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+
+
 def test_a_tensor_with_two_readers_keeps_the_slice_layout(opencl_device, rng):
     model, feeds = stem_model(rng, second_reader=True)
     plan = _plan(model, False)

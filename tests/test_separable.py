@@ -223,6 +223,30 @@ def test_separable_variants_match_litert(opencl_device, rng, fp16, point, block)
     assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
 
 
+@pytest.mark.parametrize("channels", [32, 30], ids=["whole slices", "ragged slice"])
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_an_unfused_block_hands_its_depthwise_output_on_densely(opencl_device, rng, channels, fp16):
+    """On a CPU device, in an FP32 plan, the depthwise conv of a block left unfused writes its output pixel by pixel
+    (a dense NHWC buffer) and the pointwise conv reads it so (kernels.separable._unfused), where the channels are
+    whole slices; the tensor keeps its place in the plan's arena. Else (a ragged last slice, an FP16 plan, a GPU)
+    the slice layout. Either way LiteRT's result, at stride 2 with a unary op between the convs."""
+    from tflgpu.kernels.base import Target
+
+    if fp16 and not opencl_device.identity.fp16:
+        pytest.skip("device has no cl_khr_fp16")
+    model, feeds = separable_model(rng, shape=(1, 9, 11, channels), cout=40, stride=2, between=("RELU",))
+    it, plan = _plan(model, fp16, {"fused": False})
+    (step,) = [s for s in plan.steps if s.device == "gpu"]
+    assert step.op.name == SEPARABLE_CONV and len(step.specs) == 2
+    mid = step.op.options["pointwise"].inputs[0]
+    gpu = Target.of(opencl_device.cl_device, opencl_device.identity.device_type).gpu
+    dense = channels % 4 == 0 and not fp16 and not gpu
+    assert [mid in sp.dense for sp in step.specs] == [dense, dense]
+    assert any(plan.io.tensor_buffer[mid] is b for b in plan.io.buffers)  # (the arena's)
+    got = plan.run(feeds)[it.model.main.outputs[0]]
+    assert_close(got, run_model(litert(), model, feeds)[0], 1e-2 if fp16 else 1e-4)
+
+
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu-target", "gpu-target"])
 def test_separable_defaults_on_this_device(opencl_device, rng, monkeypatch, gpu):
     """The defaults for a CPU device (fused where one or two work-items cover a pixel's output slices, or the
@@ -307,12 +331,15 @@ def test_the_tuner_times_the_block_both_ways(opencl_device, rng, monkeypatch, tm
 
 
 def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
-    """A separable block left unfused (on a 16-lane CPU device the default for 32 -> 272 channels) runs its
+    """A separable block left unfused (on a 16-lane CPU device the default for 30 -> 272 channels) runs its
     depthwise and pointwise convs with the tuning records those convs have as steps of their own (here the lone
     convs of the same block with a second reader), not their heuristics; a record that does not apply to its conv
     leaves that conv's heuristics, and the block's own record is found as before (its key is its heuristics'
     code). Each plan computes what LiteRT does. (A SOFTMAX reads the block: a conv writing
-    a graph output would write it in its dense layout, another kernel.)"""
+    a graph output would write it in its dense layout, another kernel. 30 channels, a ragged last slice: the block
+    hands its depthwise output on in the slice layout, so its kernels are the lone convs' exactly. A dense hand-over
+    of whole slices keeps each conv's key and parameters: test_an_unfused_block_hands_its_depthwise_output_on_densely.)
+    """
     import re
 
     from tflgpu.autotune import MemoryTuningDB, TuningRecord, kernel_key
@@ -320,7 +347,7 @@ def test_unfused_block_runs_its_convs_records(opencl_device, rng, monkeypatch):
     from tflgpu.kernels.program import shared_base
 
     monkeypatch.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=16)))
-    kw = {"shape": (1, 7, 7, 32), "cout": 272, "softmax": True}
+    kw = {"shape": (1, 7, 7, 30), "cout": 272, "softmax": True}
     lone_model, lone_feeds = separable_model(rng, **kw, extra_reader=True)
     model, feeds = separable_model(rng, **kw)
     interp = lambda m, db: Interpreter(model_content=m, delegate=GpuDelegate(tuning_db=db, cache=False))
@@ -402,7 +429,7 @@ def test_an_unfused_blocks_convs_are_searched_as_its_parts(opencl_device, rng, m
 
     monkeypatch.setattr(KernelBench, "_launch", synthetic)
     same_cost_together(monkeypatch)
-    kw = {"shape": (1, 7, 7, 32), "cout": 272, "softmax": True}
+    kw = {"shape": (1, 7, 7, 30), "cout": 272, "softmax": True}
     model, feeds = separable_model(rng, **kw)
     lone_model, _ = separable_model(rng, **kw, extra_reader=True)
     lone = {s.op.name: s for s in Interpreter(model_content=lone_model, delegate=GpuDelegate(
@@ -433,7 +460,8 @@ def test_an_unfused_blocks_convs_are_searched_as_its_parts(opencl_device, rng, m
 class Unfusing:
     """A block that starts fused on this device (the CPU OpenCL runtime's default), with synthetic costs under
     which a search leaves it unfused, its depthwise conv fastest at ``tile_x=2`` and its pointwise conv at
-    ``tile_x=1``; the model, a model whose two convs are steps of their own, and those convs' kernel keys."""
+    ``tile_x=1``; the model, a model whose two convs are steps of their own, and those convs' kernel keys. (30
+    channels: unfused, the block hands its depthwise output on in the slice layout, its kernels the lone convs'.)"""
 
     model: bytes
     feeds: list
@@ -462,7 +490,7 @@ def unfusing(opencl_device, rng, monkeypatch, tmp_path) -> Unfusing:
 
     monkeypatch.setattr(KernelBench, "_launch", synthetic)
     same_cost_together(monkeypatch)
-    kw = {"shape": (1, 7, 7, 32), "cout": 16, "softmax": True}
+    kw = {"shape": (1, 7, 7, 30), "cout": 16, "softmax": True}
     model, feeds = separable_model(rng, **kw)
     lone_model, _ = separable_model(rng, **kw, extra_reader=True)
     start = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False)).gpu_plan

@@ -1416,17 +1416,31 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     geometry = {"n": n, "ih": ih, "iw": iw, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "dh": dh, "dw": dw, "oh": oh,
                 "ow": ow, "pt": pt, "pl": pl, "cout": cout, "sout": sout, "tx": tx, "ep": ep,
                 "act": ctx.opt("fused_activation_function", 0)}
+    # the output as a dense NHWC float32 buffer where the plan asks (KernelSpec.dense) and its slices, pixel by
+    # pixel, are that order: whole slices, FP32 storage, fused ops reading nothing at the output's index
+    dense = (ctx.final_output in ctx.dense and cout % 4 == 0 and not ep.inputs and not ctx.fp16
+             and ctx.final_output not in ctx.half_outputs)
+    geometry["dense"] = dense
     body = (_depthwise_groups(per=per, **geometry) if per > 1 else
             _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry))
     grid = ((ow + tx - 1) // tx, n * oh, groups)
     return [KernelSpec(ctx.name, "\n".join(head + body), grid, fitted(grid, knobs.local_size), [
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, per)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
-        knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw)]
+        knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw,
+        dense=frozenset([ctx.final_output] if dense else []))]
+
+
+def _depthwise_out(dense: bool, *, n: int, oh: int, ow: int, sout: int, s_expr: str, px: str) -> str:
+    """The index (in float4s) of output slice ``s_expr`` of pixel ``px`` of row ``oy``: in the slice layout, or
+    where ``dense``, pixel by pixel (whole slices: a dense NHWC buffer)."""
+    if dense:
+        return f"((b * {oh} + oy) * {ow} + {px}) * {sout} + {s_expr}"
+    return f"((b * {sout} + {s_expr}) * {oh} + oy) * {ow} + {px}"
 
 
 def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, cin, sin,
-                      mult) -> list[str]:
+                      mult, dense=False) -> list[str]:
     """The depthwise kernel's body, one slice per work-item (any channel multiplier: a multiplier above 1 gathers
     the four input lanes an output slice reads)."""
     L = [f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int S = get_global_id(2);",
@@ -1463,14 +1477,15 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
         L.append("        } }")
     L += ["    }", "  }"]
     for t in range(tx):
-        store = _store(f"((b * {sout} + S) * {oh} + oy) * {ow} + X + {t}", "S", ep.code,
+        store = _store(_depthwise_out(dense, n=n, oh=oh, ow=ow, sout=sout, s_expr="S", px=f"X + {t}"), "S", ep.code,
                        pad_lanes_mask(cout, "S", "v"))
         L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {store} }}")
     L.append("}")
     return L
 
 
-def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, per) -> list[str]:
+def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, per,
+                      dense=False) -> list[str]:
     """The depthwise kernel's body (channel multiplier 1) with ``per`` (2 or 4) slices per work-item in float8 /
     float16 math: slices S .. S+per-1 side by side in each vector (the input's planes S.., the weights' groups)."""
     plane, vt = ih * iw, f"float{4 * per}"
@@ -1504,8 +1519,8 @@ def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
     for t in range(tx):
         for j in range(per):
             s_expr = "S" if j == 0 else f"(S + {j})"
-            store = _store(f"((b * {sout} + {s_expr}) * {oh} + oy) * {ow} + X + {t}", s_expr, ep.code,
-                           pad_lanes_mask(cout, s_expr, "v"))
+            store = _store(_depthwise_out(dense, n=n, oh=oh, ow=ow, sout=sout, s_expr=s_expr, px=f"X + {t}"),
+                           s_expr, ep.code, pad_lanes_mask(cout, s_expr, "v"))
             cond = f"X + {t} < {ow}" + (f" && S + {j} < {sout}" if j and ragged else "")
             L.append(f"  if ({cond}) {{ float4 v = acc{t}{slice_part(j)}; {activation(act, 'v')} {store} }}")
     L.append("}")

@@ -475,7 +475,10 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
         honoured = dense_tensors(specs)
         if any(t in honoured for t, at in wanted.items() if at == i):
             s.specs = specs
-    honoured = frozenset().union(*(dense_tensors(s.specs) for s in steps if s.device == "gpu"))
+    # (the boundary's: a tensor a composite's unfused form passes between its kernels densely, as on a CPU device
+    # kernels.separable does, is its own, and each part keeps the identity it has as a step alone)
+    boundary = set(sg.inputs) | set(sg.outputs)
+    honoured = frozenset(t for s in steps if s.device == "gpu" for t in dense_tensors(s.specs) if t in boundary)
     return replace(make, dense=honoured), len(honoured)
 
 
