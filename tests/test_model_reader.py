@@ -60,19 +60,25 @@ def test_sparse_weights_densify(rng, block_map):
     values, sparsity = csr_encode(dense)
     if not block_map:
         del sparsity["block_map"]
-    b = ModelBuilder()
-    x = b.input("x", (2, 5))
-    ws = b.const("ws", values, sparsity=sparsity, shape=(6, 5))
-    wd = b.tensor("wd", (6, 5))
-    b.op("DENSIFY", [ws], [wd])
-    y = b.tensor("y", (2, 6))
-    b.op("FULLY_CONNECTED", [x, wd, -1], [y])
-    b.output(y)
-    model = b.build()
+    model, ws = _densified_fc(values, sparsity, dense.shape)
     x_val = rng.standard_normal((2, 5)).astype(np.float32)
     got = check_against_litert(model, [x_val])
     assert_close(got[0], x_val @ dense.T)
     assert _sparsity_details(Interpreter, model, ws) == _sparsity_details(litert(), model, ws)
+
+
+def _densified_fc(values: np.ndarray, sparsity: dict, shape: tuple[int, int]) -> tuple[bytes, int]:
+    """x (2 x shape[1]) -> FULLY_CONNECTED with the weights DENSIFY rebuilds from ``values``; (model, the sparse
+    tensor's index)."""
+    b = ModelBuilder()
+    x = b.input("x", (2, shape[1]))
+    ws = b.const("ws", values, sparsity=sparsity, shape=shape)
+    wd = b.tensor("wd", shape)
+    b.op("DENSIFY", [ws], [wd])
+    y = b.tensor("y", (2, shape[0]))
+    b.op("FULLY_CONNECTED", [x, wd, -1], [y])
+    b.output(y)
+    return b.build(), ws
 
 
 def _sparsity_details(interpreter, model: bytes, t: int) -> dict:
@@ -90,15 +96,7 @@ def test_block_sparse_weights_densify(rng):
     sparsity = {"traversal_order": [0, 1, 2], "block_map": [0],
                 "dim_metadata": [{"format": 0, "dense_size": 2}, {"format": 0, "dense_size": 5},
                                  {"format": 0, "dense_size": 4}]}
-    b = ModelBuilder()
-    x = b.input("x", (2, 5))
-    ws = b.const("ws", blocks.reshape(-1), sparsity=sparsity, shape=(8, 5))
-    wd = b.tensor("wd", (8, 5))
-    b.op("DENSIFY", [ws], [wd])
-    y = b.tensor("y", (2, 8))
-    b.op("FULLY_CONNECTED", [x, wd, -1], [y])
-    b.output(y)
-    model = b.build()
+    model, ws = _densified_fc(blocks.reshape(-1), sparsity, dense.shape)
     x_val = rng.standard_normal((2, 5)).astype(np.float32)
     got = check_against_litert(model, [x_val])
     assert_close(got[0], x_val @ dense.T)
