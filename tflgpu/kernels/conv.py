@@ -1417,10 +1417,15 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
                 "ow": ow, "pt": pt, "pl": pl, "cout": cout, "sout": sout, "tx": tx, "ep": ep,
                 "act": ctx.opt("fused_activation_function", 0)}
     # the output as a dense NHWC float32 buffer where the plan asks (KernelSpec.dense) and its slices, pixel by
-    # pixel, are that order: whole slices, FP32 storage, fused ops reading nothing at the output's index
+    # pixel, are that order: whole slices, FP32 storage, fused ops reading nothing at the output's index; the input
+    # so where the plan hands it over from another step (runtime.selection.hand_over: not a graph input, which keeps
+    # its conversion), whole slices, a channel multiplier of 1
     dense = (ctx.final_output in ctx.dense and cout % 4 == 0 and not ep.inputs and not ctx.fp16
              and ctx.final_output not in ctx.half_outputs)
-    geometry["dense"] = dense
+    x = ctx.op.inputs[0]
+    dense_in = x in ctx.dense and x not in ctx.subgraph.inputs and cin % 4 == 0 and mult == 1 and not ctx.fp16 \
+        and sout % per == 0
+    geometry["dense"], geometry["dense_in"] = dense, dense_in
     body = (_depthwise_groups(per=per, **geometry) if per > 1 else
             _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry))
     grid = ((ow + tx - 1) // tx, n * oh, groups)
@@ -1428,7 +1433,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         Arg("tensor", ctx.op.inputs[0]), Arg("const", wk), Arg("const", vec_slices(bias, cout, per)), *ep.args,
         Arg("tensor", ctx.final_output)], [ctx.op.inputs[0], *ep.inputs], [ctx.final_output],
         knobs.params(), space=DepthwiseKnobs.space(shape), flops=2 * n * oh * ow * cout * kh * kw,
-        dense=frozenset([ctx.final_output] if dense else []))]
+        dense=frozenset(([ctx.final_output] if dense else []) + ([x] if dense_in else [])))]
 
 
 def _depthwise_out(dense: bool, *, n: int, oh: int, ow: int, sout: int, s_expr: str, px: str) -> str:
@@ -1440,7 +1445,7 @@ def _depthwise_out(dense: bool, *, n: int, oh: int, ow: int, sout: int, s_expr: 
 
 
 def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, cin, sin,
-                      mult, dense=False) -> list[str]:
+                      mult, dense=False, dense_in=False) -> list[str]:
     """The depthwise kernel's body, one slice per work-item (any channel multiplier: a multiplier above 1 gathers
     the four input lanes an output slice reads)."""
     L = [f"  const int X = get_global_id(0) * {tx}; const int Y = get_global_id(1); const int S = get_global_id(2);",
@@ -1465,7 +1470,9 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
         L.append(f"      {{ const int ix = (X + {t}) * {sw} - {pl} + kx * {dw};")
         L.append(f"        if (ix >= 0 && ix < {iw}) {{")
         if mult == 1:
-            L.append(f"          acc{t} = mad(LD4(src, ((b * {sin} + S) * {ih} + iy) * {iw} + ix), w, acc{t});")
+            at = (f"((b * {ih} + iy) * {iw} + ix) * {sin} + S" if dense_in else
+                  f"((b * {sin} + S) * {ih} + iy) * {iw} + ix")
+            L.append(f"          acc{t} = mad(LD4(src, {at}), w, acc{t});")
         elif 4 % mult == 0:  # an output slice's channels read 4 / mult channels of input slice S / mult
             L.append(f"          acc{t} = mad(shuffle(LD4(src, ((b * {sin} + S / {mult}) * {ih} + iy) * {iw} + ix), "
                      f"pick), w, acc{t});")
@@ -1485,7 +1492,7 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
 
 
 def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout, sout, tx, act, ep, per,
-                      dense=False) -> list[str]:
+                      dense=False, dense_in=False) -> list[str]:
     """The depthwise kernel's body (channel multiplier 1) with ``per`` (2 or 4) slices per work-item in float8 /
     float16 math: slices S .. S+per-1 side by side in each vector (the input's planes S.., the weights' groups)."""
     plane, vt = ih * iw, f"float{4 * per}"
@@ -1507,10 +1514,12 @@ def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
           f"  for (int ky = 0; ky < {kh}; ++ky) {{",
           f"    const int iy = oy * {sh} - {pt} + ky * {dh};",
           f"    if (iy < 0 || iy >= {ih}) continue;",
-          f"    const int row = src0 + iy * {iw};"]
+          f"    const int row = {f'(b * {ih} + iy) * {iw}' if dense_in else f'src0 + iy * {iw}'};"]
+    # (dense: a pixel's ``per`` slices side by side in memory, one load; the slice count a multiple of ``per``)
+    load = f"LD{4 * per}(src, at * {sout // per} + P)" if dense_in else f"({vt})({parts})"
     for c in range(cols):
         L += [f"    {vt} x{c} = ({vt})(0.0f);",
-              f"    if (ix0 + {c} >= 0 && ix0 + {c} < {iw}) {{ const int at = row + ix0 + {c}; x{c} = ({vt})({parts}); }}"]
+              f"    if (ix0 + {c} >= 0 && ix0 + {c} < {iw}) {{ const int at = row + ix0 + {c}; x{c} = {load}; }}"]
     for k in range(kw):
         L.append(f"    {{ const {vt} w = LD{4 * per}(wts, (P * {kh} + ky) * {kw} + {k});")
         L += [f"      acc{t} = mad(x{t * sw + k * dw}, w, acc{t});" for t in range(tx)]

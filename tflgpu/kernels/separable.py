@@ -207,12 +207,15 @@ class _Geometry:
 
 
 def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, tx: int, ts: int, lanes: int,
-                   per: int, act_dw: int, act_pw: int, epilogue, whole: bool, between=()) -> str:
+                   per: int, act_dw: int, act_pw: int, epilogue, whole: bool, between=(),
+                   dense_in: bool = False) -> str:
     """The direct fused kernel (see the module's docstring): work-item (X, Y, Z) takes pixels X*tx.. of output row Y
     and output slices Z*ts.. (``whole``: every output slice, ts at a time, its depthwise values computed once into
     a private array); its depthwise input is ``src`` ([B][sin][ih][iw][4]), filter ``dww`` / ``dwb``
     (``depthwise_weights`` with ``per``), the pointwise filter ``wts`` (``weights_oi`` with ``lanes``); ``between``:
-    the unary ops applied to the depthwise values after its activation (graph.passes.BETWEEN)."""
+    the unary ops applied to the depthwise values after its activation (graph.passes.BETWEEN); ``dense_in``: ``src``
+    holds whole slices pixel by pixel ([B][ih][iw][sin][4], a dense NHWC buffer), each step's ``per`` slices of a
+    pixel one vector load."""
     vt, vd = f"float{lanes}", f"float{4 * per}"
     nacc, out_per = ts // (lanes // 4), lanes // 4
     plane = g.ih * g.iw
@@ -230,15 +233,16 @@ def _direct_source(name: str, g: _Geometry, *, sin: int, sout: int, cout: int, t
     parts = ", ".join("LD4(src, at)" if j == 0 else f"LD4(src, at + {j * plane})" for j in range(per))
 
     def depthwise(indent: str) -> list[str]:  # d0.. = the depthwise values of step P's slices at the tile's pixels
-        D = [f"const int src0 = (b * {sin} + P * {per}) * {plane};"]
+        D = [] if dense_in else [f"const int src0 = (b * {sin} + P * {per}) * {plane};"]
         D += [f"{vd} d{t} = LD{4 * per}(dwb, P);" for t in range(tx)]
         D += [f"for (int ky = 0; ky < {g.kh}; ++ky) {{",
               f"  const int iy = oy * {g.sh} - {g.pt} + ky * {g.dh};",
               f"  if (iy < 0 || iy >= {g.ih}) continue;",
-              f"  const int row = src0 + iy * {g.iw};"]
+              f"  const int row = {f'(b * {g.ih} + iy) * {g.iw}' if dense_in else f'src0 + iy * {g.iw}'};"]
+        load = f"LD{4 * per}(src, at * {sin // per} + P)" if dense_in else f"({vd})({parts})"
         for c in range(cols):
             D += [f"  {vd} x{c} = ({vd})(0.0f);",
-                  f"  if (ix0 + {c} >= 0 && ix0 + {c} < {g.iw}) {{ const int at = row + ix0 + {c}; x{c} = ({vd})({parts}); }}"]
+                  f"  if (ix0 + {c} >= 0 && ix0 + {c} < {g.iw}) {{ const int at = row + ix0 + {c}; x{c} = {load}; }}"]
         for k in range(g.kw):
             D.append(f"  {{ const {vd} w = LD{4 * per}(dww, (P * {g.kh} + ky) * {g.kw} + {k});")
             D += [f"    d{t} = mad(x{t * g.sw + k * g.dw}, w, d{t});" for t in range(tx)]
@@ -337,6 +341,12 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(dw_ctx, ih, iw, kh, kw)
     g = _Geometry(n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
+    # (the input as a dense NHWC buffer of whole slices where the plan hands it over so from another step:
+    # runtime.selection.hand_over; the direct fused kernel reads it so, and so does the unfused form's depthwise
+    # conv; a graph input keeps its conversion)
+    x = ctx.op.inputs[0]
+    dense_in = x in ctx.dense and x not in ctx.subgraph.inputs and cin % 4 == 0 and not ctx.fp16 \
+        and not ctx.target.gpu
     shape = SeparableShape(sin, sout, ow, ctx.target.float_lanes, ctx.target.gpu, pixels=oh * ow, fp16=ctx.fp16)
     knobs = SeparableKnobs.resolve(shape, ctx.params)
     space, params = SeparableKnobs.space(shape), knobs.params()
@@ -361,11 +371,12 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     else:
         tx, ts, dw_per = knobs.tile_x, knobs.tile_s, knobs.per
         src = _direct_source(ctx.name, g, sin=sin, sout=sout, cout=cout, tx=tx, ts=ts, lanes=knobs.lanes, per=dw_per,
-                             act_dw=act_dw, act_pw=act_pw, epilogue=ep, whole=knobs.whole, between=between)
+                             act_dw=act_dw, act_pw=act_pw, epilogue=ep, whole=knobs.whole, between=between,
+                             dense_in=dense_in)
         gsize, local, pad = (-(-ow // tx), n * oh, 1 if knobs.whole else -(-sout // ts)), None, ts
     args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", depthwise_weights(wd, dw_per)),
             Arg("const", vec_slices(dwb, cin, dw_per)), Arg("const", weights_oi(wp, knobs.lanes, pad)),
             Arg("const", vec_slices(pwb, cout, pad)), *ep.args, Arg("tensor", ctx.final_output)]
     return [KernelSpec(ctx.name, src, gsize, local, args, inputs, [ctx.final_output], params, space=space,
-                       flops=flops)]
+                       flops=flops, dense=frozenset([ctx.op.inputs[0]] if dense_in else []))]
 

@@ -53,6 +53,8 @@ class PlanConfig:
     link_reshape: bool = True  # a reshape keeping the slice layout is its input's buffer (selection)
     # the one kernel reading a graph input / writing a graph output does the layout conversion (selection)
     dense_boundary: bool = True
+    # on a CPU device, a tensor between two steps written and read pixel by pixel where both can (selection)
+    hand_over: bool = True
     # a separable conv and the pointwise conv expanding its output as one step (graph.passes.fuse_expansions): True,
     # its kernel fused; None, on a GPU, starting as the two convs' kernels for the tuner to fuse; False, no such step
     fuse_expansions: bool | None = None

@@ -42,6 +42,7 @@ from .programs import PlanProgram
 from .selection import (
     KernelMaker,
     dense_boundary,
+    hand_over,
     fold_shapes,
     limit_partitions,
     link_concatenations,
@@ -214,6 +215,10 @@ class GpuPlan:
             self.pass_counts["link_split"] = link_splits(self.steps, make, align)
         if config.link_reshape:
             self.pass_counts["link_reshape"] = link_reshapes(self.steps, make)
+        if config.hand_over:
+            with relayout_cache():
+                make, self.pass_counts["hand_over"] = hand_over(self.steps, make)
+            self.make = make
         self.program = self.programs.compile(self.steps, clock)
         clock.phase("buffers", "device buffers, constants, kernel arguments")
         self.partitions = limit_partitions(self.steps, config.max_partitions)

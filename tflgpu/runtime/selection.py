@@ -161,6 +161,9 @@ class KernelMaker:
     target: Target = field(default_factory=Target)
     # graph inputs / outputs their one kernel reads / writes as the dense boundary buffer (``dense_boundary``)
     dense: frozenset = frozenset()
+    # tensors between two device steps that the writer writes and every reader reads as a dense NHWC buffer
+    # (``hand_over``); not part of a kernel's identity (``heuristic``)
+    handover: frozenset = frozenset()
     # what a composite op's unfused form generates each part with, ``part_params(make, op, epilogue)``
     # (GenContext.part_params; runtime.tuning.PartRecords: the part's own record); None: the parts' heuristics
     part_params: Callable[[KernelMaker, Operator, list], dict] | None = None
@@ -192,13 +195,14 @@ class KernelMaker:
 
     def heuristic(self, op: Operator, epilogue: list) -> list[KernelSpec]:
         """The kernels of ``op`` at its generator's defaults, a composite op's parts' too: what names the kernel
-        (its tuning key), whatever records its parts have."""
-        return self._make(op, epilogue, {}, None)
+        (its tuning key), whatever records its parts have, and whatever the plan hands over densely."""
+        return self._make(op, epilogue, {}, None, keyed=True)
 
-    def _make(self, op: Operator, epilogue: list, params: dict, part_params) -> list[KernelSpec]:
+    def _make(self, op: Operator, epilogue: list, params: dict, part_params, keyed: bool = False) -> list[KernelSpec]:
         half, half_outputs = self.op_fp16(op), self.half_outputs(op)
         ctx = GenContext(op, self.sg, self.consts, half, params, epilogue, self.variables, half_outputs, self.target,
-                         dense=self.dense, exact_ints=self._exact_ints, part_params=part_params)
+                         dense=self.dense if keyed else self.dense | self.handover, exact_ints=self._exact_ints,
+                         part_params=part_params)
         specs = generator_for(op.name)(ctx)
         if half != self.fp16:  # (an FP32 op of an FP16 plan)
             specs = [replace(s, source=fp32_region(s.source)) for s in specs]
@@ -480,6 +484,82 @@ def dense_boundary(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, i
     boundary = set(sg.inputs) | set(sg.outputs)
     honoured = frozenset(t for s in steps if s.device == "gpu" for t in dense_tensors(s.specs) if t in boundary)
     return replace(make, dense=honoured), len(honoured)
+
+
+# the image size (pixels) from which ``hand_over`` leaves a tensor in the slice layout: there the writer's dense
+# stores cost more than its readers save. MobileNet v2's 112 x 112 expansion to 96 channels (three slice groups a
+# pixel, each work-item's pixels 384 bytes apart) took 292 us against 229 writing slices, the separable block reading
+# it 273 against 295; with that tensor left out the plan ran 1.025x faster than without the pass, SSD 1.031x,
+# DeepLab 1.013x (with it 1.013x, 0.998x, 0.997x; one process, 8 shuffled rounds, 2 Xeon cores)
+HAND_OVER_PIXELS = 8192
+
+
+def hand_over(steps: list[Step], make: KernelMaker) -> tuple[KernelMaker, int]:
+    """On a CPU device, in an FP32 plan: each float32 tensor between device steps that its one writer can write and
+    each of its readers can read as a dense NHWC buffer of whole slices (pixel by pixel) is handed over so: where
+    a step reads the slice layout, each work-item gathers a short piece of every slice plane it needs (a float16 of
+    four slices: four loads and three shuffles), where it reads pixels, one load. The candidates: written by one
+    kernel, read by kernels only, each reading it once (not as a fused op's operand, which reads the slice layout),
+    not a graph input or output, not a variable, an image of fewer than ``HAND_OVER_PIXELS``. Each candidate is
+    tried alone: the writer and readers are regenerated (with their parameters) and the tensor taken where every
+    one of them honours it (``KernelSpec.dense``: a direct conv writing or reading it, a depthwise conv writing or
+    reading it, a separable block's direct kernel or its unfused form's depthwise conv reading it). Runs after the
+    links (a linked tensor is a region of another's slices: none is taken). Returns the maker to generate with from
+    now on (its ``handover`` set: a regenerated step keeps the form; a background swap to a point its generator
+    refuses there, or to a form not honouring it, is not installed, runtime.upgrades; a kernel's identity, its
+    tuning key, does not change) and how many tensors are handed over. Whole plans against
+    the plan without the pass (tuning none, shipped records, one process, 8 shuffled rounds, 2 Xeon cores):
+    MobileNet v2 1.024x (15 tensors), SSD 1.013x (16), DeepLab 1.00x (16), PoseNet 1.01x (8), MobileNet v1 1.00x
+    (7), MediaPipe's pose detection 1.025x (19), hand landmark 1.028x (14); two runs of one plan differ by up to
+    2.5% here."""
+    sg = make.sg
+    if make.target.gpu or make.fp16:
+        return make, 0
+    writers: dict[int, list[int]] = {}
+    readers: dict[int, list[int]] = {}
+    reads: dict[int, int] = {}
+    host: set[int] = set()
+    for i, s in enumerate(steps):
+        if s.device != "gpu":
+            host.update(t for op, _ in s.members for t in op.inputs + op.outputs)
+            continue
+        if s.link is not None:
+            host.update(s.op.inputs + s.op.outputs)  # (a link's tensors are regions of another's buffer)
+            continue
+        for spec in s.specs:
+            for t in spec.outputs:
+                writers.setdefault(t, []).append(i)
+            for t in spec.inputs:
+                readers.setdefault(t, []).append(i)
+                reads[t] = reads.get(t, 0) + 1
+    boundary = set(sg.inputs) | set(sg.outputs) | set(make.dense) | set(make.variables) | set(make.consts)
+    taken: set[int] = set()
+    for t in sorted(writers):
+        lay = bhwc(sg.tensors[t].shape)
+        users = sorted(set(readers.get(t, [])))
+        if t in boundary or t in host or len(writers[t]) != 1 or not users or reads[t] != len(users) \
+                or sg.tensors[t].dtype != np.float32 or lay is None or lay.c % 4 or lay.h * lay.w >= HAND_OVER_PIXELS:
+            continue
+        at = [writers[t][0], *users]
+        if len(set(at)) != len(at):
+            continue
+        trial = replace(make, handover=make.handover | {t})
+        made = {}
+        for i in at:
+            s = steps[i]
+            try:
+                made[i] = trial(s.op, s.epilogue, s.params)
+            except Unsupported:
+                break
+        # (every step keeps its form: a tuned decision is not undone for the hand-over, a block left unfused stays so)
+        if len(made) != len(at) or not all(t in dense_tensors(made[i]) for i in at) \
+                or any([sp.params for sp in made[i]] != [sp.params for sp in steps[i].specs] for i in at):
+            continue
+        for i, specs in made.items():
+            steps[i].specs = specs
+        make = trial
+        taken.add(t)
+    return make, len(taken)
 
 
 def link_splits(steps: list[Step], make: KernelMaker, align_bytes: int) -> int:

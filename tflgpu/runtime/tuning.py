@@ -76,7 +76,8 @@ def _identities(steps: list[Step], make: KernelMaker, explicit: set,
         if not _searchable(make, s.specs):
             continue
         try:  # (a composite op's unfused default has its parts' records: its key is its heuristics')
-            default = make.heuristic(s.op, s.epilogue) if s.params or parts_of(s.op, s.epilogue) else s.specs
+            default = make.heuristic(s.op, s.epilogue) if s.params or parts_of(s.op, s.epilogue) or make.handover \
+                else s.specs
         except Unsupported:  # (cannot happen for a step the generator made; kept out of tuning if it does)
             continue
         key = _key(s.op, default)
@@ -340,7 +341,10 @@ def unsearched_parts(hosts: list[Step], parts: PartRecords | None, make: KernelM
         return []
     found: dict[str, Identity] = {}
     for s in hosts:
-        specs = s.specs if params is None else make(s.op, s.epilogue, params)
+        try:
+            specs = s.specs if params is None else make(s.op, s.epilogue, params)
+        except Unsupported:  # (a decision this host's form refuses, as one reading a handed-over tensor may: the
+            continue  # swap leaves it as it is, runtime.upgrades)
         for part in runs_parts(s.op, s.epilogue, specs):
             _add_part(found, make, parts, part, s)
     return [_untuned(key, ident, make, parts) for key, ident in found.items()

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from ..autotune.tuner import MIN_GAIN
+from ..kernels import Unsupported
 from ..kernels.common import dense_tensors
 from ..kernels.program import build_program, compiled_sources, kernel_name, make_kernel
 from .background import Background, Swap
@@ -53,15 +54,19 @@ def retune_steps(plan, op_indices: list[int], params: dict | None, what: str, wa
         s = plan.steps[i]
         now, own = queued.get(i, (s.specs, s.params))
         given = own if params is None else params
-        specs = plan.make(s.op, s.epilogue, given)
+        try:
+            specs = plan.make(s.op, s.epilogue, given)
+        except Unsupported as e:  # (a point this plan's form refuses: a block reading a handed-over input, unfused)
+            log.info("tuned parameters %s do not apply to %s in this plan (%s): not installed", given, s.op.name, e)
+            continue
         if params is None and [(sp.source, sp.global_size, sp.local_size) for sp in specs] == \
                 [(sp.source, sp.global_size, sp.local_size) for sp in now]:
             continue
-        # (the plan's boundary buffers are laid out for the old form; a tensor a composite's unfused form hands on
-        # densely between its own kernels is the step's: kernels.separable)
-        boundary = set(plan.sg.inputs) | set(plan.sg.outputs)
-        if dense_tensors(specs) & boundary != dense_tensors(s.specs) & boundary:
-            log.info("tuned parameters %s change which boundary tensors %s reads densely: not installed", params,
+        # (the plan's boundary buffers and the tensors it hands over between steps are laid out for the old form; a
+        # tensor a composite's unfused form hands on densely between its own kernels is the step's: kernels.separable)
+        laid = set(plan.sg.inputs) | set(plan.sg.outputs) | set(plan.make.handover)
+        if dense_tensors(specs) & laid != dense_tensors(s.specs) & laid:
+            log.info("tuned parameters %s change which tensors %s reads or writes densely: not installed", params,
                      s.op.name)
             continue
         swap.specs[i], swap.params[i] = specs, dict(given)
