@@ -255,6 +255,13 @@ def dense_load4(ptr: str, at: str, c: int, slice_expr: str) -> str:
     return f"RND4((float4)({lanes}))"
 
 
+def handed_over(ctx, t: int, channels: int) -> bool:
+    """Whether input tensor ``t`` (of ``channels`` channels) reaches the kernel as a dense NHWC buffer of whole slices
+    handed over from another step (runtime.selection.hand_over; ``ctx.dense``): not a graph input, which keeps its
+    conversion (runtime.selection.dense_boundary), and in FP32 storage."""
+    return t in ctx.dense and t not in ctx.subgraph.inputs and channels % 4 == 0 and not ctx.fp16
+
+
 def dense_store4(ptr: str, at: str, c: int, slice_expr: str, value: str) -> str:
     """Statements storing the float4 ``value`` as slice ``slice_expr`` of the pixel whose first channel is element
     ``at`` of the dense NHWC float buffer ``ptr`` with ``c`` channels (lanes past c are not stored), rounded as

@@ -30,6 +30,7 @@ from .common import (
     activation,
     dense_load4,
     dense_store4,
+    handed_over,
     image_load,
     pad_lanes_mask,
     slice_part,
@@ -1423,8 +1424,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
     dense = (ctx.final_output in ctx.dense and cout % 4 == 0 and not ep.inputs and not ctx.fp16
              and ctx.final_output not in ctx.half_outputs)
     x = ctx.op.inputs[0]
-    dense_in = x in ctx.dense and x not in ctx.subgraph.inputs and cin % 4 == 0 and mult == 1 and not ctx.fp16 \
-        and sout % per == 0
+    dense_in = handed_over(ctx, x, cin) and mult == 1 and sout % per == 0
     geometry["dense"], geometry["dense_in"] = dense, dense_in
     body = (_depthwise_groups(per=per, **geometry) if per > 1 else
             _depthwise_slices(cin=cin, sin=sin, mult=mult, **geometry))
@@ -1436,7 +1436,7 @@ def depthwise_conv2d(ctx: GenContext) -> list[KernelSpec]:
         dense=frozenset(([ctx.final_output] if dense else []) + ([x] if dense_in else [])))]
 
 
-def _depthwise_out(dense: bool, *, n: int, oh: int, ow: int, sout: int, s_expr: str, px: str) -> str:
+def _depthwise_out(dense: bool, *, oh: int, ow: int, sout: int, s_expr: str, px: str) -> str:
     """The index (in float4s) of output slice ``s_expr`` of pixel ``px`` of row ``oy``: in the slice layout, or
     where ``dense``, pixel by pixel (whole slices: a dense NHWC buffer)."""
     if dense:
@@ -1484,7 +1484,7 @@ def _depthwise_slices(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
         L.append("        } }")
     L += ["    }", "  }"]
     for t in range(tx):
-        store = _store(_depthwise_out(dense, n=n, oh=oh, ow=ow, sout=sout, s_expr="S", px=f"X + {t}"), "S", ep.code,
+        store = _store(_depthwise_out(dense, oh=oh, ow=ow, sout=sout, s_expr="S", px=f"X + {t}"), "S", ep.code,
                        pad_lanes_mask(cout, "S", "v"))
         L.append(f"  if (X + {t} < {ow}) {{ float4 v = acc{t}; {activation(act, 'v')} {store} }}")
     L.append("}")
@@ -1528,7 +1528,7 @@ def _depthwise_groups(*, n, ih, iw, kh, kw, sh, sw, dh, dw, oh, ow, pt, pl, cout
     for t in range(tx):
         for j in range(per):
             s_expr = "S" if j == 0 else f"(S + {j})"
-            store = _store(_depthwise_out(dense, n=n, oh=oh, ow=ow, sout=sout, s_expr=s_expr, px=f"X + {t}"),
+            store = _store(_depthwise_out(dense, oh=oh, ow=ow, sout=sout, s_expr=s_expr, px=f"X + {t}"),
                            s_expr, ep.code, pad_lanes_mask(cout, s_expr, "v"))
             cond = f"X + {t} < {ow}" + (f" && S + {j} < {sout}" if j and ragged else "")
             L.append(f"  if ({cond}) {{ float4 v = acc{t}{slice_part(j)}; {activation(act, 'v')} {store} }}")

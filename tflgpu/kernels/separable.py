@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from ..graph.passes import BETWEEN, SEPARABLE_CONV
 from .base import GenContext, Part, Target, Unsupported, composite, generator, unfused
-from .common import Arg, KernelSpec, vec_slices, weights_oi
+from .common import Arg, KernelSpec, handed_over, vec_slices, weights_oi
 from .conv import (
     MAX_GROUP,
     NEEDS_FP16_PLAN,
@@ -345,8 +345,7 @@ def separable_conv(ctx: GenContext) -> list[KernelSpec]:
     # runtime.selection.hand_over; the direct fused kernel reads it so, and so does the unfused form's depthwise
     # conv; a graph input keeps its conversion)
     x = ctx.op.inputs[0]
-    dense_in = x in ctx.dense and x not in ctx.subgraph.inputs and cin % 4 == 0 and not ctx.fp16 \
-        and not ctx.target.gpu
+    dense_in = handed_over(ctx, x, cin) and not ctx.target.gpu
     shape = SeparableShape(sin, sout, ow, ctx.target.float_lanes, ctx.target.gpu, pixels=oh * ow, fp16=ctx.fp16)
     knobs = SeparableKnobs.resolve(shape, ctx.params)
     space, params = SeparableKnobs.space(shape), knobs.params()

@@ -28,12 +28,14 @@ The graph transforms, in the one order they run:
    readers read its input's buffer, and it launches nothing; then ``link_reshape`` (``link_reshapes``): a
    reshape that keeps the slice layout, or a CAST of integers to float32 in the same storage, is its input's
    buffer.
+6b. ``hand_over``, on a CPU device in an FP32 plan: a tensor between steps whose writer and every reader take it
+   pixel by pixel is passed as a dense NHWC buffer of whole slices.
 7. the partition limit (``max_delegated_partitions``) and, after compilation, ops whose kernels the
    device's compiler refused, back to the CPU.
 
 ``transform_graph`` runs 0-3c, ``fold_shapes`` 3d, ``select`` 3-5, ``dense_boundary`` 5b, ``link_concatenations``,
-``link_splits`` and ``link_reshapes`` 6 and ``limit_partitions`` 7; the plan calls them in that order, and nothing
-else transforms the graph.
+``link_splits`` and ``link_reshapes`` 6, ``hand_over`` 6b and ``limit_partitions`` 7; the plan calls them in that
+order, and nothing else transforms the graph.
 """
 
 from __future__ import annotations

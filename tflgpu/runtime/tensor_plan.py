@@ -134,9 +134,11 @@ def plan_tensors(steps: list[Step], sg: Subgraph, fp16: bool) -> TensorPlan:
         touch(whole, a)
         touch(whole, b)
     dense_steps: dict[int, list[int]] = {}
-    for i, s in enumerate(steps):
+    for i, s in enumerate(steps):  # (a tensor handed over densely between two kernels is not one: it keeps its
+        # place in the arena, whole slices taking the same bytes; kernels.separable, selection.hand_over)
         for t in (t for spec in s.specs for t in spec.dense) if s.device == "gpu" else ():
-            dense_steps.setdefault(t, []).append(i)
+            if t in graph_in or t in graph_out:
+                dense_steps.setdefault(t, []).append(i)
     # a float32-stored graph input / output whose slice layout orders its values as dense NHWC does (whole slices
     # of one pixel, or one whole slice: a [1, 8] vector) needs no conversion either: its buffer is the dense one
     wholes = {w for w, _ in regions.values()}

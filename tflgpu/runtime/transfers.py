@@ -214,12 +214,7 @@ class DeviceTensors:
         self.cl, self.ctx, self.sg, self.fp16, self.steps = cl, ctx, sg, fp16, steps
         mf = cl.mem_flags
         self.tensors = tp = plan_tensors(steps, sg, fp16)
-        # (a tensor a kernel reads or writes densely has a dense buffer of its own where it crosses the boundary, a
-        # graph input or output; between two kernels, its place in the arena: whole slices, the same bytes)
-        boundary = set(self.sg.inputs) | set(self.sg.outputs)
-        self.dense_boundary = {t: steps_ for t, steps_ in tp.dense_steps.items() if t in boundary}
-        sizes = {t: self._layout(t).elements * (2 if tp.half[t] else 4) for t in tp.spans
-                 if t not in self.dense_boundary}
+        sizes = {t: self._layout(t).elements * (2 if tp.half[t] else 4) for t in tp.spans if t not in tp.dense_steps}
         assignment, buf_sizes = plan_memory({t: (sizes[t],) + tp.spans[t] for t in sizes})
         self.planned_bytes = sum(buf_sizes)
         self.naive_bytes = sum(sizes.values())
@@ -240,7 +235,7 @@ class DeviceTensors:
         self.pinned = {} if self.shared_memory else self.host.pinned(read + written)
         self.host_out = self.host.mapped("output", [t for t in read if t not in self.pinned])
         self.host_in = self.host.mapped("input", written) if self.shared_memory else {}
-        self.tensor_buffer.update({t: self._dense_buffer(t) for t in self.dense_boundary})
+        self.tensor_buffer.update({t: self._dense_buffer(t) for t in tp.dense_steps})
         for t, (whole, at) in tp.regions.items():
             size = 2 if tp.half[t] else 4
             self.tensor_buffer[t] = self.tensor_buffer[whole].get_sub_region(at * size, self._layout(t).elements * size)
