@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..autotune.tuner import MIN_GAIN
 from ..kernels import Unsupported
-from ..kernels.common import dense_tensors
+from ..kernels.common import dense_tensors, relayout_cache
 from ..kernels.program import build_program, compiled_sources, kernel_name, make_kernel
 from .background import Background, Swap
+from .selection import hand_over
 
 log = logging.getLogger("tflgpu")
 
@@ -97,9 +98,29 @@ def store_tuned_plan(bg: Background) -> None:
     if plan.cache is None:
         return
     pending = plan.swaps.pending()  # (read first: a swap installed meanwhile is then in the steps)
-    sources = plan.save_record({i: (sw.specs[i], sw.params[i]) for sw in pending for i in sw.specs})
+    tuned = next_start_steps(plan, {i: (sw.specs[i], sw.params[i]) for sw in pending for i in sw.specs})
+    sources = plan.save_record(tuned)
     build_program(plan.cl, plan.ctx, sources, plan.fp16, plan.store, plan.device)
     log.info("stored the tuned plan")
+
+
+def next_start_steps(plan, tuned: dict[int, tuple[list, dict]]) -> dict[int, tuple[list, dict]]:
+    """``tuned`` ((specs, parameters) by step index) with the steps a start from the stored record will make:
+    it runs ``selection.hand_over`` again, with the tuned parameters, which may hand over a tensor the start's
+    parameters kept in the slice layout (a step's kernel taking a dense input only in its tuned form), so its
+    program, and the key of the binary stored for it, is that one, not the live plan's (whose hand-overs stay as
+    the plan was built)."""
+    if not plan.config.hand_over:
+        return tuned
+    steps = [replace(s, specs=tuned[i][0], params=tuned[i][1]) if i in tuned else replace(s)
+             for i, s in enumerate(plan.steps)]
+    with relayout_cache():
+        hand_over(steps, plan.make)
+    out = dict(tuned)
+    for i, (s, was) in enumerate(zip(steps, plan.steps)):
+        if s.specs is not (tuned[i][0] if i in tuned else was.specs):
+            out[i] = (s.specs, s.params)
+    return out
 
 
 @dataclass(frozen=True)
