@@ -114,13 +114,10 @@ def next_start_steps(plan, tuned: dict[int, tuple[list, dict]]) -> dict[int, tup
         return tuned
     steps = [replace(s, specs=tuned[i][0], params=tuned[i][1]) if i in tuned else replace(s)
              for i, s in enumerate(plan.steps)]
+    before = [s.specs for s in steps]
     with relayout_cache():
         hand_over(steps, plan.make)
-    out = dict(tuned)
-    for i, (s, was) in enumerate(zip(steps, plan.steps)):
-        if s.specs is not (tuned[i][0] if i in tuned else was.specs):
-            out[i] = (s.specs, s.params)
-    return out
+    return {**tuned, **{i: (s.specs, s.params) for i, (s, was) in enumerate(zip(steps, before)) if s.specs is not was}}
 
 
 @dataclass(frozen=True)
