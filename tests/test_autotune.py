@@ -262,6 +262,39 @@ def test_model_budget_shared_across_kernels(ctx, opencl_device):
     assert len(results) == 3
 
 
+class SlowBench(KernelBench):
+    """A bench whose every timing takes ``extra_s`` longer (a kernel whose candidates compile slowly)."""
+
+    extra_s = 0.8
+
+    def time(self, specs, *args, **kw):
+        time.sleep(self.extra_s)
+        return super().time(specs, *args, **kw)
+
+
+def test_a_slow_kernel_gets_a_search_the_model_budget_has_room_for(ctx, opencl_device):
+    """A kernel whose even share of the model budget cannot time one candidate (each takes ``extra_s`` here) gets
+    what one needs while the budget has it: searched and recorded, not left for the next start while the kernels
+    after it leave their shares unused."""
+    import pyopencl as cl
+
+    def looping(key, loops):  # (the slowest default is searched first)
+        return TuneTask(key, "TEST", lambda p: scale_kernel({"loops": loops, **p}), {"n": list(range(60))}, {"n": 0},
+                        LAYOUTS)
+
+    tasks = [looping("slow-trials", 20), looping("quick0", 1), looping("quick1", 1)]
+
+    def bench_for(t):
+        kind = SlowBench if t.key == "slow-trials" else KernelBench
+        return kind(cl, ctx, opencl_device, False, LAYOUTS)
+
+    # the slow kernel's even share (what is left of 5 s after the defaults, over 3) is shorter than the two trials
+    # (2 x 0.8 s) a search leaves itself at the end; it gets the three trials (2.4 s) one candidate needs instead
+    results = {r.key: r for r in tune_tasks(tasks, bench_for, "dev", TuningConfig(mode="fast", budget_s=5.0, trials=2))}
+    assert results["slow-trials"].decided and results["slow-trials"].measured >= 2, results["slow-trials"]
+    assert all(r.decided for r in results.values()), results
+
+
 def test_records_roundtrip_and_generator_version(tmp_path):
     db = FileTuningDB(tmp_path / "t.json")
     rec = TuningRecord({"tile_x": 2, "local_size": (8, 1, 1)}, 100.0, 50.0, 7, "CONV_2D")

@@ -39,6 +39,7 @@ FAST_MODEL_BUDGET_S = 30.0  # per model, in "fast" mode unless tuning_budget_s s
 BACKGROUND_MODEL_BUDGET_S = 60.0  # per model, searched while the interpreter is idle (runtime.background)
 # how a kernel was decided (TuneResult.strategy); the last two are no decision, and get no record
 GRID, TPE, FETCHED, BUDGET_SPENT, NOT_IN_STORAGE = "grid", "tpe", "fetched", "budget spent", "not in storage"
+TAIL_TRIALS = 2  # a search starts its last trial while this many trials fit: its own and the confirmation
 SETTLE_GONE_S = 30.0  # a worker silent this long (plus three trials' time) has stopped without saying so
 SETTLE_MAX_S = 600.0  # the longest a finished worker waits for the others sharing its study
 
@@ -361,6 +362,12 @@ class KernelTuner:
         study.set_user_attr("decision", {"params": {k: _encode(v) for k, v in params.items()},
                                          "default_us": default_us, "best_us": best_us, "trials": trials})
 
+    @property
+    def least_budget_s(self) -> float:
+        """The least budget in which ``run`` times one candidate besides the default (compiled and timed, and the
+        confirmation's time left after it)."""
+        return (TAIL_TRIALS + 1) * self.trial_s
+
     def measure_default(self) -> float:
         """Time the heuristic default (raises CandidateRejected if even it cannot run)."""
         t0 = time.perf_counter()
@@ -523,7 +530,7 @@ class KernelTuner:
                 study.stop()
 
         # a trial is not interrupted: the last one starts while a whole one (and the confirmation) still fits
-        deadline = None if budget_s is None else time.perf_counter() + budget_s - 2 * self.trial_s
+        deadline = None if budget_s is None else time.perf_counter() + budget_s - TAIL_TRIALS * self.trial_s
         for _ in range(5):
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             try:
@@ -558,10 +565,18 @@ class KernelTuner:
                           strategy=strategy, reasons=self.reasons)
 
 
+def kernel_share(rest_s: float, kernels: int, tuner: KernelTuner) -> float:
+    """The search time of the next of ``kernels`` kernels with ``rest_s`` of the model budget left: an even share,
+    or, where that is too short to time one candidate of it, what one candidate needs while the budget has it (a
+    kernel whose compiles are slow is searched, not left unrecorded while the kernels after it leave time unused).
+    """
+    return min(rest_s, max(rest_s / kernels, tuner.least_budget_s))
+
+
 def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBench], device_key: str,
                config: TuningConfig) -> list[TuneResult]:
-    """Tune every task within the model budget: the slowest defaults first, each kernel getting
-    an even share of what is left (what a fast kernel leaves unused flows to the next)."""
+    """Tune every task within the model budget: the slowest defaults first, each kernel getting its
+    ``kernel_share`` of what is left (what a fast kernel leaves unused flows to the next)."""
     start = time.perf_counter()  # (opening the storage counts: a fresh SQLite file takes a while)
     storage = study_storage(config.storage)
     if config.fetch_only:
@@ -595,7 +610,7 @@ def tune_tasks(tasks: list[TuneTask], bench_for: Callable[[TuneTask], KernelBenc
     for i, tuner in enumerate(tuners):
         left = None
         if budget is not None:
-            left = (budget - (time.perf_counter() - start)) / (len(tuners) - i)
+            left = kernel_share(budget - (time.perf_counter() - start), len(tuners) - i, tuner)
             if left <= 0:
                 r = TuneResult(tuner.task.key, tuner.task.op, {}, tuner.default_us, tuner.default_us,
                                strategy=BUDGET_SPENT)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..autotune import TuneResult, TuneTask, kernel_key, tune_tasks
 from ..autotune.exchange import NearestRecords
 from ..autotune.measure import CandidateRejected
-from ..autotune.tuner import KernelTraits, KernelTuner, space_size, study_storage
+from ..autotune.tuner import KernelTraits, KernelTuner, kernel_share, space_size, study_storage
 from ..kernels import KernelSpec, Unsupported
 from ..kernels.base import Part, parts_of, runs_parts
 from ..kernels.program import shared_base
@@ -407,7 +407,7 @@ def generator_takes(make: KernelMaker, op: Operator, epilogue: list) -> Callable
 def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Callable) -> list[Callable]:
     """The background search of ``untuned`` kernels as jobs for ``runtime.background.Background``: first
     every default is timed (while idle), then the kernels are searched slowest first (default time times the
-    layers sharing it), each within an even share of what is left of the budget, and last the winners are
+    layers sharing it), each within its share of what is left of the budget (``kernel_share``), and last the winners are
     checked together, end to end (``confirm``). ``bench(task)`` makes a KernelBench; each job gets the
     Background it runs in."""
     budget = config.model_budget()
@@ -452,7 +452,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
             start.append(kernel_sets(bg.plan()))
         queued = {u.task.key for _, u in tuners}
         for i, (tuner, u) in enumerate(tuners):  # (the parts of a block it leaves unfused join the list as it goes)
-            left = (budget - spent[0]) / (len(tuners) - i)
+            left = kernel_share(budget - spent[0], len(tuners) - i, tuner)
             if left <= 0:
                 log.info("background tuning: budget of %.0f s spent, %d kernels left", budget, len(tuners) - i)
                 return
@@ -464,7 +464,7 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
                 t0 = time.perf_counter()
                 r = tuner.run(left)
                 spent[0] += time.perf_counter() - t0
-                if config.db is not None:
+                if config.db is not None and r.decided:  # (one the budget left unsearched: the next start's)
                     config.db.put(device_key, r.key, u.task.record(r))
             log.info("background tuning %s: %.0f -> %.0f us (%.2fx) %s", r.op, r.default_us, r.best_us, r.speedup,
                      r.params)
