@@ -222,7 +222,8 @@ def test_another_tflgpu_keeps_programs_and_tuning_records(tmp_path, opencl_devic
     from tflgpu.kernels.program import COMPILED
 
     cold = build(tmp_path, tuning="fast", tuning_budget_s=10, tuning_trials=2)
-    tuned = {k.key for k in cold.gpu_plan.tuning_results if k.source == "tuned"}
+    # (a kernel the budget left unsearched has no record: the next start searches it)
+    tuned = {k.key for k in cold.gpu_plan.tuning_results if k.source == "tuned" and k.result.decided}
     assert tuned
     monkeypatch.setattr(store_module, "LIBRARY_VERSION", store_module.LIBRARY_VERSION + ".next")
     COMPILED.clear()  # (as a new process: what it loads is the cache's)

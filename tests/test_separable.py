@@ -530,10 +530,15 @@ def test_a_block_the_search_unfuses_has_its_convs_searched_in_the_same_run(openc
         tuning="none", tuning_db=db)).gpu_plan.steps if s.device == "gpu"}
     code = lambda spec: (re.sub(r"__kernel void \w+", "K", spec.source), spec.global_size, spec.local_size)
     assert [code(sp) for sp in step.specs] == [code(alone[n].specs[0]) for n in ("DEPTHWISE_CONV_2D", "CONV_2D")]
-    # the next start: a record for every kernel, nothing to search
+    # the next start: a record for every kernel, nothing to search; the convs the block's record unfuses are listed
+    # as taking theirs (a start without a search too: before, they were left out of its tuning results)
     again = Interpreter(model_content=u.model, delegate=delegate(tuning=mode, tuning_db=db))
     assert again.tuning_status() is None
     assert {t.source for t in again.gpu_plan.tuning_results} == {"record"}
+    unsearched = Interpreter(model_content=u.model, delegate=delegate(tuning="none", tuning_db=db))
+    for start in (again, unsearched):
+        taken = {t.key: (t.source, t.params) for t in start.gpu_plan.tuning_results}
+        assert all(taken[key] == ("record", db.get(dev, key).params) for key in u.keys.values()), taken
 
 
 def test_a_stored_plans_block_a_record_unfuses_has_its_convs_searched(opencl_device, unfusing, tmp_path):

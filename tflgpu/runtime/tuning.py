@@ -61,6 +61,11 @@ class Identity:
     def layers(self) -> int:
         return len(self.steps) + len(self.hosts)
 
+    def taking(self, key: str, rec) -> TunedKernel:
+        """The identity (``key``) as one that takes its record ``rec`` of this device."""
+        return TunedKernel(key, self.op.name, self.layers, rec.default_us, rec.best_us, rec.params, "record",
+                           flops=sum(sp.flops for sp in self.specs))
+
 
 def _identities(steps: list[Step], make: KernelMaker, explicit: set,
                 parts: PartRecords | None) -> dict[str, Identity]:
@@ -258,8 +263,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             if any(s.params != rec.params for s in ident.steps):  # (a stored plan may have them already)
                 set_params(ident.steps, make, rec.params)
                 changed.extend(ident.steps)
-            decided.append(TunedKernel(key, ident.op.name, ident.layers, rec.default_us, rec.best_us, rec.params,
-                                       "record", flops=flops))
+            decided.append(ident.taking(key, rec))
             continue
         layouts = _layouts(make, ident.specs, ident.ops)
         near = (nearest.find(key, KernelTraits.of(ident.op.name, ident.specs, layouts,
@@ -273,9 +277,26 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                                            flops=flops))
         if config.mode != "none":
             todo.append(_untuned(key, ident, make, parts, layouts))
-    if config.mode != "none":  # (a stored plan's composite that a record now runs unfused: its parts, unrecorded)
-        todo += [p for p in unsearched_parts(changed, parts, make, config.db if reuse else None, device_key)
-                 if p.task.key not in found]
+    known = set(found)
+
+    def parts_of(hosts: list[Step]) -> list[Untuned]:
+        """The parts ``hosts`` launch unfused that the plan has not listed yet: one with a record of this device
+        is listed as taking it (the hosts' part records generated it with it); the others are returned."""
+        unrecorded = []
+        for key, ident in host_parts(hosts, parts, make).items():
+            if key in known:
+                continue
+            known.add(key)
+            rec = config.db.get(device_key, key)  # (parts: records are reused)
+            if rec is not None:
+                decided.append(ident.taking(key, rec))
+            else:
+                unrecorded.append(_untuned(key, ident, make, parts))
+        return unrecorded
+
+    unrecorded = parts_of(changed)  # (a stored plan's composite that a record now runs unfused: its parts)
+    if config.mode != "none":
+        todo += unrecorded
     if not todo or config.mode == "background":
         return decided, 0.0, todo
     t0 = time.perf_counter()
@@ -298,13 +319,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             regenerate(h, make)
         if records and config.db is not None:
             config.db.put_many(device_key, records)
-        known = {t.key for t in decided}
-        for r in results:
-            u = untuned[r.key]
-            for p in unsearched_parts(u.steps, u.parts, make, config.db, device_key):
-                if p.task.key not in known:
-                    known.add(p.task.key)
-                    todo.append(p)
+        todo = parts_of([s for r in results for s in untuned[r.key].steps])
         if todo and budget is not None:  # (one budget for the model, the parts' round included)
             left = budget - (time.perf_counter() - t0)
             if left <= 0:
@@ -337,8 +352,16 @@ def unsearched_parts(hosts: list[Step], parts: PartRecords | None, make: KernelM
     installed yet, generates them), where that is unfused, that have no record of this device: a plan that
     started them fused had none of them among its kernels, so they still run their heuristics (or the nearest
     device's record) and would be searched at the next start instead."""
+    return [_untuned(key, ident, make, parts) for key, ident in host_parts(hosts, parts, make, params).items()
+            if db is None or db.get(device_key, key) is None]
+
+
+def host_parts(hosts: list[Step], parts: PartRecords | None, make: KernelMaker,
+               params: dict | None = None) -> dict[str, Identity]:
+    """The kernel identities of the parts composite steps ``hosts`` launch as they are now (or as ``params``
+    generates them), where that is unfused (none without ``parts``: a plan without records fuses them)."""
     if parts is None:
-        return []
+        return {}
     found: dict[str, Identity] = {}
     for s in hosts:
         try:
@@ -347,8 +370,7 @@ def unsearched_parts(hosts: list[Step], parts: PartRecords | None, make: KernelM
             continue  # swap leaves it as it is, runtime.upgrades)
         for part in runs_parts(s.op, s.epilogue, specs):
             _add_part(found, make, parts, part, s)
-    return [_untuned(key, ident, make, parts) for key, ident in found.items()
-            if db is None or db.get(device_key, key) is None]
+    return found
 
 
 def regenerate(step: Step, make: KernelMaker) -> None:
