@@ -135,3 +135,37 @@ def test_fully_connected_reads_sparse_weights_directly(path, opencl_device):
     got = run_model(lambda **_: it, model, feeds)[0]
     assert_close(got, run_model(litert(), _fc_model(dense, bias, sparse=False), feeds)[0])
     assert_close(got, feeds[0] @ dense.T + bias, what="against numpy")
+
+
+@pytest.mark.parametrize("params", [None, {"split": 1, "tile_s": 2, "wide": True},
+                                    {"split": 1, "tile_s": 1, "wide": False}, {"split": 8, "wide": False}],
+                         ids=["default", "wide", "float4", "split"])
+def test_a_float16_models_fc_weights_are_read_as_halves(params, opencl_device):
+    """A FULLY_CONNECTED whose weights a float16 model stores (DEQUANTIZE of a float16 constant, folded into float32
+    values every one of which is a half) reads them as halves in an FP32 plan: a "const16" argument, loaded with
+    vload_half (a GEMV's time is its weights' bytes: half of them). Each sum form, against LiteRT; the same
+    weights stored float32 but not exactly halves stay float32."""
+    from .conftest import plan_with_params
+
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((37, 70)) * 0.2).astype(np.float32)
+    bias = rng.standard_normal(37).astype(np.float32)
+    feeds = [rng.standard_normal((2, 70)).astype(np.float32)]
+    b = ModelBuilder("float16 FC weights")
+    x = b.input("x", (2, 70))
+    y = b.tensor("y", (2, 37))
+    b.op("FULLY_CONNECTED", [x, _fp16(b, "w", w), b.const("bias", bias)], [y], fused_activation_function="RELU")
+    b.output(y)
+    model = b.build()
+    if params is None:
+        it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False))
+        plan = it.gpu_plan
+    else:
+        it, plan = plan_with_params(opencl_device, model, ("FULLY_CONNECTED",), params)
+    (spec,) = [sp for s in plan.steps if s.op.name == "FULLY_CONNECTED" for sp in s.specs]
+    assert [a.kind for a in spec.args][1] == "const16" and "half* wts" in spec.source and "vload_half" in spec.source
+    assert_close(plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0])
+    w32 = w + np.float32(1e-5)  # (not halves)
+    plain = Interpreter(model_content=_fc_model(w32, bias, sparse=False), delegate=GpuDelegate(cache=False))
+    (spec,) = [sp for s in plain.gpu_plan.steps if s.op.name == "FULLY_CONNECTED" for sp in s.specs]
+    assert spec.args[1].kind == "const"

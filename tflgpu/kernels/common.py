@@ -153,14 +153,23 @@ class Arg:
 
     # "tensor": a device tensor (value: its index); "const": an array uploaded once in the plan's storage
     # precision; "const32": an array kept float32 whatever the storage precision (parameters a kernel
-    # declares ``const float*``: the Winograd and LSTM weights); "image": an array of float4s uploaded once as a
-    # read-only RGBA image IMAGE_ROW texels wide (``image_load``), half where the plan stores half and the device
-    # has half images; "int" / "float": a scalar
+    # declares ``const float*``: the Winograd and LSTM weights); "const16": an array every value of which is a
+    # half (``exact_in_half``), uploaded as half whatever the storage precision (a kernel declares it
+    # ``const half*`` and reads it with vload_half, core OpenCL: half the bytes, nothing lost); "image": an
+    # array of float4s uploaded once as a read-only RGBA image IMAGE_ROW texels wide (``image_load``), half where
+    # the plan stores half and the device has half images; "int" / "float": a scalar
     kind: str
     value: Any
 
 
-CONST_KINDS = ("const", "const32", "image")  # the argument kinds a plan uploads once
+CONST_KINDS = ("const", "const32", "const16", "image")  # the argument kinds a plan uploads once
+
+
+def exact_in_half(values: np.ndarray) -> bool:
+    """Whether every value of ``values`` is a half value: weights a float16 model stores (DEQUANTIZE, folded into a
+    float32 constant) are; random or trained float32 weights are not."""
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(np.asarray(values, np.float16).astype(np.float32), values))
 IMAGE_ROW = 2048  # texels per row of an "image" argument (every OpenCL device's images are at least this wide)
 
 

@@ -30,6 +30,7 @@ from .common import (
     activation,
     dense_load4,
     dense_store4,
+    exact_in_half,
     handed_over,
     image_load,
     pad_lanes_mask,
@@ -704,7 +705,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
                  strided=False, vec_hint: str | None = None, lanes: int = 4, epilogue=None,
                  const_weights: bool = False, arg: ChannelArg | None = None, dense_in: bool = False,
                  dense_out: bool = False, cin: int = 0, image_weights: bool = False, half_math: bool = False,
-                 prologue=(), scale: bool = False, mem_lanes: bool = False) -> str:
+                 prologue=(), scale: bool = False, mem_lanes: bool = False, half_weights: bool = False) -> str:
     """The tiled conv kernel. A 1x1/stride-1/unpadded conv treats each image as one row of oh*ow pixels.
 
     ``vec_hint`` (default float4): tells the compiler the kernel is already vectorized. Intel's CPU
@@ -721,7 +722,8 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ``prologue``: unary ops (graph.passes.Fused) applied to each input value loaded inside the image, in float
     (the padding stays zero: it pads their output). ``scale``: each input slice is multiplied by that slice of the
     image's gate ``gsc`` ([batch, slices], graph.passes.INPUT_SCALE: a squeeze-and-excitation gate's MUL) as it
-    is loaded, in float (the padding's zeros stay zero).
+    is loaded, in float (the padding's zeros stay zero). ``half_weights``: the weights are a "const16" argument
+    (every value a half: a float16 model's), read with vload_half in a float32 kernel.
     """
     trivial = kh == kw == sh == sw == 1 and pt == pl == 0
     # the input lanes the sum takes: a single slice of fewer than 4 channels (an RGB stem) leaves the rest out
@@ -744,7 +746,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
     wdecl = "__read_only image2d_t wts" if image_weights else \
-        f"{'__constant' if const_weights else '__global const'} STORE_T* wts"
+        f"{'__constant' if const_weights else '__global const'} {'half' if half_weights else 'STORE_T'}* wts"
     st = "ST4(dst, oi, v);"
     if arg is None:
         outs = "__global float* dst" if dense_out else "__global STORE_T* dst"
@@ -789,11 +791,13 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     if lanes_from_memory:
         lines.append(f"      if ({' && '.join(f'ok{t}' for t in range(tx))}) {{")
         lines += _conv_slice_loop(sin=sin, ih=ih, iw=iw, kh=kh, kw=kw, tx=tx, nacc=nacc, per=per, used=used,
-                                  lanes=lanes, vt=vt, image_weights=image_weights, from_memory=True)
+                                  lanes=lanes, vt=vt, image_weights=image_weights, from_memory=True,
+                                  half_weights=half_weights)
         lines.append("      } else {")
     lines += _conv_slice_loop(sin=sin, ih=ih, iw=iw, kh=kh, kw=kw, tx=tx, nacc=nacc, per=per, used=used, lanes=lanes,
                               vt=vt, image_weights=image_weights, dense_in=dense_in, cin=cin, scale=scale,
-                              prologue=prologue, half_math=half_math, narrow=narrow, cout=cout)
+                              prologue=prologue, half_math=half_math, narrow=narrow, cout=cout,
+                              half_weights=half_weights)
     if lanes_from_memory:
         lines.append("      }")
     lines += ["    }", "  }"]
@@ -887,7 +891,7 @@ def _signal_source(name, *, ih, iw, cin, oh, ow, kh, kw, sh, sw, dh, pt, pl, bat
 
 def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, image_weights, from_memory=False,
                      dense_in=False, cin=0, scale=False, prologue=(), half_math=False, narrow=False,
-                     cout=4) -> list[str]:
+                     cout=4, half_weights=False) -> list[str]:
     """The direct conv's loop over the input slices at one tap (``_conv_source``'s arguments): each pixel's input
     slice loaded, each accumulator's weights, the mads. ``from_memory``: every pixel inside the image, each input
     lane read and broadcast from memory as the mad takes it (no float4 of the slice, no select)."""
@@ -914,7 +918,8 @@ def _conv_slice_loop(*, sin, ih, iw, kh, kw, tx, nacc, per, used, lanes, vt, ima
         lines.append(f"        const int wb{a} = (((({group}) * {sin} + i) * {kh} + ky) * {kw} + kx) * {used};")
         for k in range(used):
             load = image_load("wts", f"wb{a} + {k}") if image_weights else \
-                f"vload{lanes}(wb{a} + {k}, wts)" if half_math else f"LD{lanes}(wts, wb{a} + {k})"
+                f"vload{lanes}(wb{a} + {k}, wts)" if half_math else \
+                f"vload_half{lanes}(wb{a} + {k}, wts)" if half_weights else f"LD{lanes}(wts, wb{a} + {k})"
             lines.append(f"        const {vt} w{a}_{k} = {load};")
         if narrow:  # (channel o's weights over the slice's 4 input lanes: lane o of each input lane's row)
             for o in range(cout):
@@ -1585,12 +1590,16 @@ class FullyConnectedKnobs(Knobs):
         return bad
 
 
-def _fc_split_source(name: str, *, sin: int, sout: int, ts: int, split: int, act: int, cout: int, epilogue) -> str:
+def _fc_split_source(name: str, *, sin: int, sout: int, ts: int, split: int, act: int, cout: int, epilogue,
+                     half_weights: bool = False) -> str:
     """FULLY_CONNECTED with ``split`` work-items of a work-group summing every split-th input slice of one
-    output tile, then a tree sum in local memory; the first work-item adds the bias and stores."""
+    output tile, then a tree sum in local memory; the first work-item adds the bias and stores. ``half_weights``:
+    as ``_conv_source``'s."""
     ep_code, ep_params = (epilogue.code, epilogue.params) if epilogue else ("", [])
     extra = "".join(f"{p}, " for p in ep_params)
-    lines = [f"__kernel void {name}(__global const STORE_T* src, __global const STORE_T* wts,",
+    wt, w4 = (("half", lambda at: f"vload_half4({at}, wts)") if half_weights
+              else ("STORE_T", lambda at: f"LD4(wts, {at})"))
+    lines = [f"__kernel void {name}(__global const STORE_T* src, __global const {wt}* wts,",
              f"                     __global const STORE_T* bias, {extra}__global STORE_T* dst) {{",
              "  const int L = get_local_id(0);",
              "  const int b = get_global_id(1);",
@@ -1601,8 +1610,8 @@ def _fc_split_source(name: str, *, sin: int, sout: int, ts: int, split: int, act
     lines.append(f"    const float4 x = LD4(src, b * {sin} + i);")
     for a in range(ts):
         lines.append(f"    {{ const int wb = ((S + {a}) * {sin} + i) * 4;")
-        lines.append(f"      acc{a} = mad((float4)(x.x), LD4(wts, wb), mad((float4)(x.y), LD4(wts, wb + 1), "
-                     f"mad((float4)(x.z), LD4(wts, wb + 2), mad((float4)(x.w), LD4(wts, wb + 3), acc{a})))); }}")
+        lines.append(f"      acc{a} = mad((float4)(x.x), {w4('wb')}, mad((float4)(x.y), {w4('wb + 1')}, "
+                     f"mad((float4)(x.z), {w4('wb + 2')}, mad((float4)(x.w), {w4('wb + 3')}, acc{a})))); }}")
     lines.append("  }")
     lines += [f"  part[{a * split} + L] = acc{a};" for a in range(ts)]
     lines.append("  barrier(CLK_LOCAL_MEM_FENCE);")
@@ -1663,17 +1672,20 @@ def fully_connected(ctx: GenContext) -> list[KernelSpec]:
     wq = w.reshape(units, 1, 1, depth)
     # (the direct kernel's weights hold only the lanes its sum takes, the split sum's whole slices)
     in_lanes = 4 if knobs.split > 1 else summed_lanes(depth)
-    args = [Arg("tensor", ctx.op.inputs[0]), Arg("const", weights_oi(wq, 8 if wide else 4, ts, in_lanes)),
+    # a float16 model's weights in a float32 plan: read as the halves they are (a GEMV's time is its weights' bytes)
+    half_w = not ctx.fp16 and exact_in_half(w)
+    args = [Arg("tensor", ctx.op.inputs[0]),
+            Arg("const16" if half_w else "const", weights_oi(wq, 8 if wide else 4, ts, in_lanes)),
             Arg("const", vec_slices(bias, units, ts)), *ep.args, Arg("tensor", ctx.final_output)]
     if knobs.split > 1:
         src = _fc_split_source(ctx.name, sin=sin, sout=sout, ts=ts, split=knobs.split, act=act, cout=units,
-                               epilogue=ep)
+                               epilogue=ep, half_weights=half_w)
         return [KernelSpec(ctx.name, src, (knobs.split, n, (sout + ts - 1) // ts), (knobs.split, 1, 1), args,
                            [ctx.op.inputs[0], *ep.inputs], [ctx.final_output], knobs.params(),
                            space=FullyConnectedKnobs.space(shape), flops=2 * n * units * depth)]
     src = _conv_source(ctx.name, ih=1, iw=1, sin=sin, oh=1, ow=1, sout=sout, kh=1, kw=1, sh=1, sw=1, dh=1, dw=1,
                        pt=0, pl=0, batch=n, cin=depth, tx=1, ts=ts, act=act, cout=units, lanes=8 if wide else 4,
-                       vec_hint="float8" if wide else "float4", epilogue=ep)
+                       vec_hint="float8" if wide else "float4", epilogue=ep, half_weights=half_w)
     return [KernelSpec(ctx.name, src, (1, n, (sout + ts - 1) // ts), None, args, [ctx.op.inputs[0], *ep.inputs],
                        [ctx.final_output], knobs.params(), space=FullyConnectedKnobs.space(shape),
                        flops=2 * n * units * depth)]

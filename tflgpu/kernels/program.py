@@ -267,8 +267,8 @@ def build_program(cl, ctx, sources: list[str], fp16: bool, store=None, device=No
 PACK_CONSTANTS = True  # (bench/launch_ab.py times plans without it)
 PACK_ALIGN = 64  # bytes: each array starts on a multiple (any vector load's alignment)
 PACK_LIMIT = 128 << 20  # bytes: packed only below OpenCL's least allowed maximum allocation
-_PACKABLE = re.compile(r"^__global\s+const\s+(STORE_T|float)\s*\*\s*(?:restrict\s+)?(\w+)$")
-_TYPES = {"const": "STORE_T", "const32": "float"}
+_PACKABLE = re.compile(r"^__global\s+const\s+(STORE_T|float|half)\s*\*\s*(?:restrict\s+)?(\w+)$")
+_TYPES = {"const": "STORE_T", "const32": "float", "const16": "half"}
 
 
 @dataclass(frozen=True)
@@ -292,7 +292,7 @@ def const_pack(spec: KernelSpec) -> ConstPack | None:
     if not PACK_CONSTANTS or sum(a.kind in _TYPES for a in spec.args) < 2:
         return None
     # (what the packing depends on: a step's launches share code, a long LSTM's 16,400 of them)
-    sizes = tuple((a.kind, _elements(a.value) * _stored_bytes(spec, a)) if a.kind in _TYPES else (a.kind, 0)
+    sizes = tuple((a.kind, _elements(a.value) * stored_bytes(spec, a)) if a.kind in _TYPES else (a.kind, 0)
                   for a in spec.args)
     return _pack(spec.source, spec.name, sizes)
 
@@ -334,9 +334,10 @@ def _pack(src: str, kernel: str, sizes: tuple[tuple[str, int], ...]) -> ConstPac
     return ConstPack(tuple(packed), tuple(offsets), at, name, src[start:end + 1], function)
 
 
-def _stored_bytes(spec: KernelSpec, a) -> int:
-    """Bytes per element of a constant argument as uploaded: half for "const" in an FP16 kernel."""
-    return 2 if spec.fp16 and a.kind == "const" else 4
+def stored_bytes(spec: KernelSpec, a) -> int:
+    """Bytes per element of a constant argument as uploaded: half for "const16", and for "const" and "image" in an
+    FP16 kernel (an image of a device without half images is float: ``_image``)."""
+    return 2 if a.kind == "const16" or (spec.fp16 and a.kind in ("const", "image")) else 4
 
 
 def _closing(src: str, at: int, pair: str) -> int:
@@ -402,7 +403,7 @@ def _packed_buffer(cl, ctx, spec: KernelSpec, pack: ConstPack):
     host = np.zeros(pack.size, np.uint8)
     for i, at in zip(pack.args, pack.offsets):
         a = spec.args[i]
-        values = np.ascontiguousarray(a.value, dtype=np.float16 if _stored_bytes(spec, a) == 2 else np.float32)
+        values = np.ascontiguousarray(a.value, dtype=np.float16 if stored_bytes(spec, a) == 2 else np.float32)
         host[at:at + values.nbytes] = values.reshape(-1).view(np.uint8)
     return cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
 
@@ -421,8 +422,8 @@ def kernel_args(cl, ctx, spec: KernelSpec, tensor_buffer: dict, uploaded: dict |
             continue
         if a.kind == "tensor":
             args.append(tensor_buffer[a.value])
-        elif a.kind in CONST_KINDS:  # const32: float32 whatever the storage precision
-            half = spec.fp16 and a.kind != "const32"
+        elif a.kind in CONST_KINDS:  # const32 / const16: float32 / half whatever the storage precision
+            half = stored_bytes(spec, a) == 2
             key = (id(a.value), half, a.kind)
             if key not in uploaded:
                 # (the array is kept with the buffer: its id stays unique while the entry exists)

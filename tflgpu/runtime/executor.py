@@ -21,7 +21,7 @@ from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
 from ..kernels import Target
 from ..kernels.common import CONST_KINDS, KernelSpec, relayout_cache
-from ..kernels.program import ProgramMemo, build_program, compiled_sources, program_key
+from ..kernels.program import ProgramMemo, build_program, compiled_sources, program_key, stored_bytes
 from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
 from . import DeviceError
@@ -442,7 +442,7 @@ class GpuPlan:
             n += elements * (2 if spec.tensor_fp16(t) else 4)
         for a in spec.args:
             if a.kind in CONST_KINDS:
-                n += a.value.size * (2 if spec.fp16 and a.kind != "const32" else 4)  # (an array, or Uploaded)
+                n += a.value.size * stored_bytes(spec, a)  # (an array, or Uploaded)
         return n
 
     def profile_report(self) -> list[tuple[str, str, float]]:
