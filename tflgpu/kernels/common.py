@@ -168,8 +168,9 @@ CONST_KINDS = ("const", "const32", "const16", "image")  # the argument kinds a p
 def exact_in_half(values: np.ndarray) -> bool:
     """Whether every value of ``values`` is a half value: weights a float16 model stores (DEQUANTIZE, folded into a
     float32 constant) are; random or trained float32 weights are not."""
-    with np.errstate(over="ignore"):
-        return bool(np.array_equal(np.asarray(values, np.float16).astype(np.float32), values))
+    flat = np.asarray(values).reshape(-1)
+    with np.errstate(over="ignore"):  # (the first values first: float32 weights are answered at once)
+        return all(np.array_equal(part.astype(np.float16).astype(np.float32), part) for part in (flat[:256], flat))
 IMAGE_ROW = 2048  # texels per row of an "image" argument (every OpenCL device's images are at least this wide)
 
 
