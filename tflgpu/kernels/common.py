@@ -163,14 +163,6 @@ class Arg:
 
 
 CONST_KINDS = ("const", "const32", "const16", "image")  # the argument kinds a plan uploads once
-
-
-def exact_in_half(values: np.ndarray) -> bool:
-    """Whether every value of ``values`` is a half value: weights a float16 model stores (DEQUANTIZE, folded into a
-    float32 constant) are; random or trained float32 weights are not."""
-    flat = np.asarray(values).reshape(-1)
-    with np.errstate(over="ignore"):  # (the first values first: float32 weights are answered at once)
-        return all(np.array_equal(part.astype(np.float16).astype(np.float32), part) for part in (flat[:256], flat))
 IMAGE_ROW = 2048  # texels per row of an "image" argument (every OpenCL device's images are at least this wide)
 
 
@@ -346,6 +338,18 @@ def _cached(kind: str, w: np.ndarray, pad: int, make) -> np.ndarray:
     if hit is None or hit[0] is not w:  # (the array itself is held, so its address cannot be reused)
         hit = cache[key] = (w, make())
     return hit[1]
+
+
+def exact_in_half(w: np.ndarray) -> bool:
+    """Whether every value of weights ``w`` is a half value: a float16 model's (DEQUANTIZE, folded into a float32
+    constant) are; random or trained float32 weights are not (answered from their first values). Once a plan's
+    construction (``relayout_cache``): each generation of the op asks."""
+    def exact() -> bool:
+        flat = w.reshape(-1)
+        with np.errstate(over="ignore"):
+            return all(np.array_equal(p.astype(np.float16).astype(np.float32), p) for p in (flat[:256], flat))
+
+    return _cached("exact in half", w, 0, exact)
 
 
 def weights_oi(w: np.ndarray, lanes: int = 4, pad_out_slices_to: int = 1, in_lanes: int = 4) -> np.ndarray:

@@ -279,7 +279,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             todo.append(_untuned(key, ident, make, parts, layouts))
     known = set(found)
 
-    def parts_of(hosts: list[Step]) -> list[Untuned]:
+    def listed_parts(hosts: list[Step]) -> list[Untuned]:
         """The parts ``hosts`` launch unfused that the plan has not listed yet: one with a record of this device
         is listed as taking it (the hosts' part records generated it with it); the others are returned."""
         unrecorded = []
@@ -294,7 +294,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
                 unrecorded.append(_untuned(key, ident, make, parts))
         return unrecorded
 
-    unrecorded = parts_of(changed)  # (a stored plan's composite that a record now runs unfused: its parts)
+    unrecorded = listed_parts(changed)  # (a stored plan's composite that a record now runs unfused: its parts)
     if config.mode != "none":
         todo += unrecorded
     if not todo or config.mode == "background":
@@ -319,7 +319,7 @@ def apply_tuning(steps: list[Step], make: KernelMaker, config, device_key: str, 
             regenerate(h, make)
         if records and config.db is not None:
             config.db.put_many(device_key, records)
-        todo = parts_of([s for r in results for s in untuned[r.key].steps])
+        todo = listed_parts([s for r in results for s in untuned[r.key].steps])
         if todo and budget is not None:  # (one budget for the model, the parts' round included)
             left = budget - (time.perf_counter() - t0)
             if left <= 0:
@@ -429,9 +429,9 @@ def generator_takes(make: KernelMaker, op: Operator, epilogue: list) -> Callable
 def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Callable) -> list[Callable]:
     """The background search of ``untuned`` kernels as jobs for ``runtime.background.Background``: first
     every default is timed (while idle), then the kernels are searched slowest first (default time times the
-    layers sharing it), each within its share of what is left of the budget (``kernel_share``), and last the winners are
-    checked together, end to end (``confirm``). ``bench(task)`` makes a KernelBench; each job gets the
-    Background it runs in."""
+    layers sharing it), each within its share of what is left of the budget (``kernel_share``), and last the
+    winners are checked together, end to end (``confirm``). ``bench(task)`` makes a KernelBench; each job gets
+    the Background it runs in."""
     budget = config.model_budget()
     if not untuned or budget == 0:
         return []
