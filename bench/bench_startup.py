@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """First start, as a new user meets it: every corpus model in fresh processes with every cache empty
-(tflgpu's, and XDG_CACHE_HOME, so pyopencl's too), default options, then the same model warm.
+(tflgpu's, XDG_CACHE_HOME, so pyopencl's too, and numba's: NUMBA_CACHE_DIR, which a new install has empty),
+default options, then the same model warm.
 
 Per model, the median of ``--runs`` fresh processes of each kind:
 
@@ -126,7 +127,8 @@ print(json.dumps(out))
 def child(model: Path, kind: str, cache: str, budget: float, gap_ms: float) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TFLGPU_TUNING", "TFLGPU_TIERED_COMPILE",
                                                             "PYOPENCL_NO_CACHE")}
-    env.update(TFLGPU_CACHE_DIR=str(Path(cache) / "tflgpu"), XDG_CACHE_HOME=cache)
+    env.update(TFLGPU_CACHE_DIR=str(Path(cache) / "tflgpu"), XDG_CACHE_HOME=cache,
+               NUMBA_CACHE_DIR=str(Path(cache) / "numba"))
     r = subprocess.run([sys.executable, "-c", CHILD, str(model), kind, str(budget), str(gap_ms)], env=env,
                        capture_output=True, text=True, timeout=1800, check=False)
     if r.returncode:

@@ -376,14 +376,16 @@ print(int("numba" in sys.modules), it.gpu_plan.build_stats["plan"] if delegated 
 
 def test_numba_is_imported_only_when_a_numba_kernel_runs(opencl_device, tmp_path):
     """numba and llvmlite (~70 MiB, ~0.3 s) load when a CPU kernel first runs (ops.jit): a fully delegated model
-    started from its stored plan never loads them; the CPU path does, and its kernels run as compiled."""
+    never loads them, neither at its first start, whose shapes come from ops.shapes' rules instead of its CPU
+    kernels (a run of them on a cold numba cache took MobileNet v2's first start from 2 s to 16 s), nor from its
+    stored plan; the CPU path does, and its kernels run as compiled."""
     def child(delegated: bool) -> list[str]:
         r = subprocess.run([sys.executable, "-c", NUMBA_CHILD, MODEL, str(tmp_path), "1" if delegated else "0"],
                            capture_output=True, text=True, timeout=300, check=False)
         assert r.returncode == 0, r.stderr[-2000:]
         return r.stdout.split()
 
-    assert child(True) == ["1", "built"]  # (the first start runs the CPU kernels once, for every shape)
+    assert child(True) == ["0", "built"]
     assert child(True) == ["0", "cache"]
     assert child(False) == ["1", "cpu"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from ..model import reader
 from ..model.ir import Model, Operator, Subgraph
 from ..model.sparse import densify
+from ..ops.shapes import output_shapes
 from ..ops.signatures import problems
 from ..ops.traits import traits
 from . import registry
@@ -241,6 +243,53 @@ class SubgraphRunner:
         except KERNEL_FAILURES as e:
             raise invoke_failure(op, e) from e
         return values
+
+    def shapes(self, inputs: Sequence[np.ndarray]) -> list[tuple[int, ...] | None] | None:
+        """Every tensor's shape (None: never made) when the graph runs on these inputs, running only the kernels
+        the shapes need: an op whose output shapes ``ops.shapes`` knows gets zeros of them (its kernel does not run),
+        and another op reading such stand-ins runs on them where its output shapes follow from its inputs' shapes
+        (``OpTraits.shape_inputs``). None where they may not: an op whose shapes may depend on the stand-ins'
+        values reads them, or a kernel refuses them; ``run`` then tells. Kernels that ran may have
+        changed the variables, as ``run`` does."""
+        sg = self.sg
+        if len(inputs) != len(sg.inputs):
+            return None
+        template, dtypes = self._frame()
+        values = list(template)
+        for i, v in self.variables.items():
+            values[i] = v
+        for i, v in zip(sg.inputs, inputs):
+            values[i] = v
+        stand_in: set[int] = set()  # tensors holding zeros for values their skipped producer did not compute
+        limit = reader.DEFAULT_MAX_TENSOR_BYTES  # (an output over it is the op's failure: ``run`` raises it)
+        for op, fn in self.steps:
+            facts = traits(op.name)
+            reads = [k for k, t in enumerate(op.inputs) if t in stand_in]
+            if reads and (facts.shape_inputs is None or any(k in facts.shape_inputs for k in reads)):
+                return None
+            ins = [values[t] if t >= 0 else None for t in op.inputs]
+            known = output_shapes(op, [np.shape(v) if v is not None else None for v in ins],
+                                  [None if t in stand_in else v for t, v in zip(op.inputs, ins)])
+            if known is not None and len(known) == len(op.outputs) and \
+                    all(t >= 0 and dtypes[t] is not None for t in op.outputs):
+                if any(math.prod(shape) * dtypes[t].itemsize > limit for t, shape in zip(op.outputs, known)):
+                    return None
+                for t, shape in zip(op.outputs, known):
+                    values[t] = np.zeros(shape, dtypes[t])
+                    stand_in.add(t)
+                continue
+            try:
+                outs = fn(ins)
+            except KERNEL_FAILURES:
+                return None
+            if len(outs) != len(op.outputs) or any(getattr(o, "nbytes", 0) > limit for o in outs):
+                return None
+            for t, out in zip(op.outputs, outs):
+                if t >= 0:
+                    values[t] = self._coerce(t, out)
+                    if reads and not facts.values_from_shape:
+                        stand_in.add(t)
+        return [None if v is None else tuple(np.shape(v)) for v in values]
 
     def _frame(self) -> tuple[list, list]:
         """What every run starts from, made once per graph and constants (a loop body runs many times): the

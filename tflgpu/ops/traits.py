@@ -62,6 +62,13 @@ class OpTraits:
     # it makes is judged on that scale by the FP16 calibration (runtime.precision), so a probability of 3e-9
     # that half storage makes 0 is an error of 3e-9, not the whole of the output.
     unit_bounded: bool = False
+    # The inputs whose values decide its output shapes, with its inputs' shapes and its options (a RESHAPE's new
+    # shape, a MEAN's axes; () where only shapes do). None (the default): not known here, possibly its input's values
+    # (WHERE, NON_MAX_SUPPRESSION): a shape propagation that stands zeros in for the kernels it skips
+    # (SubgraphRunner.shapes, ops.shapes) runs the whole graph instead where such an op, or such an input, reads them.
+    shape_inputs: tuple[int, ...] | None = None
+    # Its output's values are its input's shape (SHAPE, RANK): known whatever stands in for that input's values.
+    values_from_shape: bool = False
 
 
 _DEFAULT = OpTraits()
@@ -109,6 +116,25 @@ _add("RESHAPE SQUEEZE EXPAND_DIMS TRANSPOSE PAD PADV2 STRIDED_SLICE SLICE DEPTH_
      takes_epilogue=True)
 # an elementwise op's own kernel (kernels.elementwise) takes the elementwise ops after it too: a chain is one launch
 _add(" ".join(name for name, facts in _TABLE.items() if facts.fusable), takes_epilogue=True)
+
+# (what decides output shapes: ops.shapes' rules read these inputs' values; another op reading a skipped kernel's
+# zeros runs on them, which gives its shapes only where they come from its inputs' shapes)
+_add("ABS CEIL COS ELU EXP FLOOR GELU HARD_SWISH LEAKY_RELU LOG LOGISTIC NEG RELU RELU6 RELU_0_TO_1 RELU_N1_TO_1 "
+     "ROUND RSQRT SIGN SIN SQRT SQUARE TANH ZEROS_LIKE ONES_LIKE L2_NORMALIZATION SOFTMAX LOG_SOFTMAX QUANT_SIM "
+     "QUANTIZE DEQUANTIZE CAST LOGICAL_NOT ADD SUB MUL DIV POW MAXIMUM MINIMUM FLOOR_DIV FLOOR_MOD SQUARED_DIFFERENCE "
+     "ATAN2 EQUAL NOT_EQUAL GREATER GREATER_EQUAL LESS LESS_EQUAL LOGICAL_AND LOGICAL_OR PRELU SELECT SELECT_V2 "
+     "AVERAGE_POOL_2D MAX_POOL_2D L2_POOL_2D CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED BATCH_MATMUL CONCATENATION "
+     "PACK UNPACK SQUEEZE DEPTH_TO_SPACE SPACE_TO_DEPTH GATHER GATHER_ND REVERSE_V2 CUMSUM SHAPE RANK IDENTITY "
+     "Convolution2DTransposeBias",
+     shape_inputs=())
+_add("RESHAPE EXPAND_DIMS TRANSPOSE PAD PADV2 MIRROR_PAD MEAN SUM REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_ALL "
+     "REDUCE_ANY RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR TILE BROADCAST_TO ARG_MAX ARG_MIN TOPK_V2",
+     shape_inputs=(1,))
+_add("SPLIT FILL TRANSPOSE_CONV", shape_inputs=(0,))
+_add("SLICE SPACE_TO_BATCH_ND BATCH_TO_SPACE_ND", shape_inputs=(1, 2))
+_add("STRIDED_SLICE", shape_inputs=(1, 2, 3))
+_add("SPLIT_V", shape_inputs=(1, 2))
+_add("SHAPE RANK", values_from_shape=True)
 
 
 def traits(name: str) -> OpTraits:

@@ -155,7 +155,8 @@ class GpuPlan:
                                                   for t, shape in zip(runner.sg.tensors, record.tensor_shapes)])
             params = {s.op_index: s.params for s in record.steps if s.on_device and s.params}
         else:
-            clock.phase("shapes", "every tensor's shape for these inputs (one CPU run on zeros)")
+            clock.phase("shapes", "every tensor's shape for these inputs (ops.shapes; a CPU run on zeros where values "
+                                  "may decide one)")
             self.sg = propagate_shapes(runner, self.input_shapes)
         runner = fold_shapes(runner, self.sg)  # (the shapes this plan knows: its reshapes' shapes constant)
         self.base_tensors = len(self.sg.tensors)  # (a stored plan holds these; storage casts add their copies)

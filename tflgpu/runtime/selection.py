@@ -278,7 +278,8 @@ def _float_view(runner: SubgraphRunner) -> tuple[SubgraphRunner, dict | None]:
 
 
 def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]) -> Subgraph:
-    """The subgraph with every tensor's actual shape for these input shapes (one CPU run on zeros).
+    """The subgraph with every tensor's actual shape for these input shapes (a CPU run on zeros, skipping the
+    kernels whose output shapes follow from their inputs': ``SubgraphRunner.shapes``; else the whole run).
 
     Kernels are specialized for exact shapes, and a model's declared shapes may be stale
     (LiteRT recomputes them too); variables are reset afterwards.
@@ -287,12 +288,15 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
     zeros = [np.zeros(shape, sg.tensors[i].dtype) for i, shape in zip(sg.inputs, input_shapes)]
     try:
         with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
-            values = runner.run(zeros)
+            shapes = runner.shapes(zeros)
+            if shapes is None:
+                runner.reset_variables()
+                shapes = [None if v is None else np.shape(v) for v in runner.run(zeros)]
     except RuntimeError as e:  # a kernel's refusal ("Node number N (OP) failed to invoke: ...")
         raise ShapeError(str(e)) from e
     finally:
         runner.reset_variables()
-    tensors = [replace(t, shape=tuple(np.shape(v))) if v is not None else t for t, v in zip(sg.tensors, values)]
+    tensors = [replace(t, shape=tuple(s)) if s is not None else t for t, s in zip(sg.tensors, shapes)]
     return replace(sg, tensors=tensors)
 
 

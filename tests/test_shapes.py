@@ -1,0 +1,134 @@
+"""A plan's shapes without its CPU kernels (ops.shapes, SubgraphRunner.shapes): the same shapes as a run of every
+kernel, on the corpus and on random models, and the whole run wherever a shape may come from values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.cpu.executor import ModelRunner
+from tflgpu.model.builder import ModelBuilder
+from tflgpu.model.reader import read_model
+from tflgpu.runtime.selection import propagate_shapes
+
+from .conftest import corpus_model, litert, run_model
+from .randmodels import random_model
+
+
+def _both(model, inputs) -> tuple[list | None, list]:
+    """(the stand-in propagation's shapes, a run of every kernel's shapes) of ``model`` on ``inputs``."""
+    runner = ModelRunner(read_model(model)).runner(0)
+    with np.errstate(all="ignore"):
+        shapes = runner.shapes(inputs)
+        runner.reset_variables()
+        full = [None if v is None else tuple(np.shape(v)) for v in runner.run(inputs)]
+    return shapes, full
+
+
+def _zeros(model) -> list[np.ndarray]:
+    sg = read_model(model).main
+    return [np.zeros(sg.tensors[i].shape, sg.tensors[i].dtype) for i in sg.inputs]
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2_1.0_224.tflite", "mobilenet_v2_1.0_224_int8.tflite",
+                                  "ssd_mnv2_300.tflite", "deeplab_mnv2_257.tflite", "unet_small_256.tflite",
+                                  "opzoo_small.tflite", "lstm_small.tflite"])
+def test_corpus_shapes_come_without_the_kernels(name):
+    path = corpus_model(name)
+    shapes, full = _both(path, _zeros(path))
+    assert shapes is not None, "an op of this model sent the propagation to the whole run"
+    assert shapes == full
+
+
+def test_random_models_get_the_shapes_a_run_gives():
+    """Random DAGs over the OpenCL ops (branches, broadcasts, int8 chains, IF / WHILE): where the propagation
+    answers, every tensor's shape is the one a run of every kernel gives."""
+    answered = 0
+    for seed in range(60):
+        rm = random_model(seed)
+        shapes, full = _both(rm.data, [np.zeros_like(x) for x in rm.inputs])
+        if shapes is not None:
+            answered += 1
+            assert shapes == full, (seed, rm.ops)
+    assert answered >= 50
+
+
+def _range_model() -> bytes:
+    """n (int32 scalar) -> ADD 3 -> RANGE(0, n + 3, 1): the output's length is a value of the ADD's output."""
+    b = ModelBuilder()
+    n = b.input("n", (), np.int32)
+    m = b.tensor("n_plus_3", (), np.int32)
+    b.op("ADD", [n, b.const("three", np.array(3, np.int32))], [m])
+    r = b.tensor("range", (1,), np.int32)
+    b.op("RANGE", [b.const("start", np.array(0, np.int32)), m, b.const("delta", np.array(1, np.int32))], [r])
+    b.output(r)
+    return b.build()
+
+
+def _reshape_model() -> bytes:
+    """x [1, 12] reshaped to s + (2, 6), s an int32 [2] input: the new shape is a value of the ADD's output."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 12))
+    s = b.input("s", (2,), np.int32)
+    shape = b.tensor("shape", (2,), np.int32)
+    b.op("ADD", [s, b.const("base", np.array([2, 6], np.int32))], [shape])
+    y = b.tensor("y", (12,))
+    b.op("RESHAPE", [x, shape], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("make, want", [(_range_model, (3,)), (_reshape_model, (2, 6))])
+def test_a_shape_made_of_values_runs_the_kernels(make, want):
+    """An op whose output shape may come from a value (RANGE: not known to ops.traits' shape_inputs), or a shape input
+    (RESHAPE's new shape) that another op computes, is not given stand-in zeros: the propagation runs the graph
+    whole, and the plan has the shape LiteRT computes."""
+    model = make()
+    zeros = _zeros(model)
+    shapes, full = _both(model, zeros)
+    assert shapes is None
+    assert full[read_model(model).main.outputs[0]] == want
+    runner = ModelRunner(read_model(model)).runner(0)
+    sg = propagate_shapes(runner, [z.shape for z in zeros])
+    assert sg.tensors[sg.outputs[0]].shape == want
+    assert run_model(litert(), model, zeros)[0].shape == want
+
+
+def test_the_plan_of_a_stand_in_propagation_matches_litert(opencl_device):
+    """A model whose every shape comes from ops.shapes' rules (conv, depthwise conv, pool, pad, concatenation,
+    mean, fully connected, softmax), planned on the device: LiteRT's outputs."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (1, 9, 11, 3))
+    c = b.tensor("c", (1, 5, 6, 8))
+    b.op("CONV_2D", [x, b.const("w", rng.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+                     b.const("b", rng.standard_normal(8).astype(np.float32))], [c],
+         stride_h=2, stride_w=2, padding="SAME", fused_activation_function="RELU6")
+    d = b.tensor("d", (1, 5, 6, 8))
+    b.op("DEPTHWISE_CONV_2D", [c, b.const("dw", rng.standard_normal((1, 3, 3, 8)).astype(np.float32)),
+                               b.const("db", np.zeros(8, np.float32))], [d], padding="SAME", stride_h=1, stride_w=1,
+         depth_multiplier=1)
+    p = b.tensor("p", (1, 7, 8, 8))
+    b.op("PAD", [d, b.const("pads", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [p])
+    q = b.tensor("q", (1, 3, 4, 8))
+    b.op("MAX_POOL_2D", [p], [q], filter_height=2, filter_width=2, stride_h=2, stride_w=2, padding="VALID")
+    k = b.tensor("k", (1, 3, 4, 16))
+    b.op("CONCATENATION", [q, q], [k], axis=3)
+    m = b.tensor("m", (1, 16))
+    b.op("MEAN", [k, b.const("axes", np.array([1, 2], np.int32))], [m])
+    f = b.tensor("f", (1, 5))
+    b.op("FULLY_CONNECTED", [m, b.const("fw", rng.standard_normal((5, 16)).astype(np.float32)),
+                             b.const("fb", np.zeros(5, np.float32))], [f])
+    s = b.tensor("s", (1, 5))
+    b.op("SOFTMAX", [f], [s], beta=1.0)
+    b.output(s)
+    model = b.build()
+    feeds = [rng.standard_normal((1, 9, 11, 3)).astype(np.float32)]
+    shapes, full = _both(model, _zeros(model))
+    assert shapes is not None and shapes == full
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning="none"))
+    assert it.gpu_plan is not None and it.gpu_plan.cpu_op_count == 0
+    got = run_model(lambda **kw: it, model, feeds)
+    want = run_model(litert(), model, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
