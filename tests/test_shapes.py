@@ -3,6 +3,9 @@ kernel, on the corpus and on random models, and the whole run wherever a shape m
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -33,7 +36,8 @@ def _zeros(model) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("name", ["mobilenet_v2_1.0_224.tflite", "mobilenet_v2_1.0_224_int8.tflite",
                                   "ssd_mnv2_300.tflite", "deeplab_mnv2_257.tflite", "unet_small_256.tflite",
-                                  "opzoo_small.tflite", "lstm_small.tflite"])
+                                  "opzoo_small.tflite", "lstm_small.tflite", "lstm_small_keras3_while.tflite",
+                                  "fallback_ops.tflite"])
 def test_corpus_shapes_come_without_the_kernels(name):
     path = corpus_model(name)
     shapes, full = _both(path, _zeros(path))
@@ -132,3 +136,26 @@ def test_the_plan_of_a_stand_in_propagation_matches_litert(opencl_device):
     got = run_model(lambda **kw: it, model, feeds)
     want = run_model(litert(), model, feeds)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+
+
+FIRST_START = r"""
+import sys
+import numpy as np
+from tflgpu import GpuDelegate, Interpreter
+it = Interpreter(sys.argv[1], delegate=GpuDelegate(cache=False, tuning="none"))
+it.allocate_tensors()
+it.invoke()
+print(int("numba" in sys.modules), it.gpu_plan.cpu_op_count)
+"""
+
+
+@pytest.mark.parametrize("name", ["fallback_ops.tflite", "lstm_small_keras3_while.tflite",
+                                  "mobilenet_v2_1.0_224_int8.tflite"])
+def test_a_first_start_runs_no_cpu_kernel(opencl_device, name):
+    """A fully delegated model's first start, in a new process: no numba (a CPU kernel's first run imports it, and on
+    a cold numba cache compiles it: seconds), through the plan's own passes (fallback_ops' CONV_2D + ARG_MAX is one
+    TFLGPU_CONV_ARG there, its CUMSUM a rule too), an LSTM's recurrence and an int8 model's float view."""
+    r = subprocess.run([sys.executable, "-c", FIRST_START, str(corpus_model(name))], capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["0", "0"]

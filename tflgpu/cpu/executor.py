@@ -270,11 +270,11 @@ class SubgraphRunner:
             ins = [values[t] if t >= 0 else None for t in op.inputs]
             known = output_shapes(op, [np.shape(v) if v is not None else None for v in ins],
                                   [None if t in stand_in else v for t, v in zip(op.inputs, ins)])
-            if known is not None and len(known) == len(op.outputs) and \
-                    all(t >= 0 and dtypes[t] is not None for t in op.outputs):
-                if any(math.prod(shape) * dtypes[t].itemsize > limit for t, shape in zip(op.outputs, known)):
+            made = [(t, shape) for t, shape in zip(op.outputs, known or ()) if t >= 0]  # (an omitted one: -1)
+            if known is not None and len(known) == len(op.outputs) and all(dtypes[t] is not None for t, _ in made):
+                if any(math.prod(shape) * dtypes[t].itemsize > limit for t, shape in made):
                     return None
-                for t, shape in zip(op.outputs, known):
+                for t, shape in made:
                     values[t] = np.zeros(shape, dtypes[t])
                     stand_in.add(t)
                 continue

@@ -18,6 +18,7 @@ from ..model.ir import Operator
 from .attributes import conv_options, conv_padding, explicit_padding
 
 Shape = tuple[int, ...]
+_CONV_ARG = "TFLGPU_CONV_ARG"
 # (op, its inputs' shapes (None: omitted), its inputs' values (None: omitted or not known)) -> its outputs' shapes
 Rule = Callable[[Operator, list, list], list[Shape] | None]
 
@@ -53,16 +54,18 @@ def _known_ints(value) -> list[int] | None:
     return [int(v) for v in a.reshape(-1)]
 
 
-@_rule("CONV_2D DEPTHWISE_CONV_2D")
+@_rule("CONV_2D DEPTHWISE_CONV_2D TFLGPU_CONV_ARG")
 def _conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+    """(TFLGPU_CONV_ARG, graph.conv_arg's CONV_2D and the ARG_MAX / ARG_MIN over its channels: the sums, then the
+    index of each pixel's pick)"""
     x, w = shapes[0], shapes[1]
-    if x is None or w is None or len(x) != 4 or len(w) != 4 or len(op.outputs) != 1:
+    if x is None or w is None or len(x) != 4 or len(w) != 4 or len(op.outputs) != (2 if op.name == _CONV_ARG else 1):
         return None
     sh, sw, dh, dw, pad = conv_options(op.options)
     et, eb, el, er = explicit_padding(op.options)
     if min(sh, sw, dh, dw) < 1:
         return None
-    if op.name == "CONV_2D":
+    if op.name != "DEPTHWISE_CONV_2D":
         oc, kh, kw, icg = w
         if icg < 1 or x[3] == 0 or x[3] % icg or oc % (x[3] // icg):
             return None
@@ -74,7 +77,26 @@ def _conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
     ow, _ = conv_padding(x[2], kw, sw, dw, pad, el, er)
     if oh <= 0 or ow <= 0:
         return None
-    return [(x[0], oh, ow, oc)]
+    return [(x[0], oh, ow, oc), (x[0], oh, ow)] if op.name == _CONV_ARG else [(x[0], oh, ow, oc)]
+
+
+@_rule("UNIDIRECTIONAL_SEQUENCE_LSTM")
+def _sequence_lstm(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+    """[batch, time, outputs] (time_major: [time, batch, outputs]); the outputs are the recurrent weights' columns
+    (input 6, recurrent_to_forget [cells, outputs]), which the hidden state (input 18) holds per batch row."""
+    if len(shapes) < 19 or len(op.outputs) != 1:
+        return None
+    x, to_forget, recurrent, h = shapes[0], shapes[2], shapes[6], shapes[18]
+    if x is None or len(x) != 3 or to_forget is None or recurrent is None or h is None:
+        return None
+    if len(to_forget) != 2 or len(recurrent) != 2 or to_forget[1] != x[2]:
+        return None
+    time_major = op.options.get("time_major", False)
+    batch = x[1] if time_major else x[0]
+    outputs = recurrent[1]
+    if int(np.prod(h, dtype=np.int64)) != batch * outputs:
+        return None
+    return [(x[0], x[1], outputs)]
 
 
 @_rule("FULLY_CONNECTED")
@@ -163,3 +185,11 @@ def _resize(op: Operator, shapes: list, values: list) -> list[Shape] | None:
     if x is None or len(x) != 4 or size is None or len(size) != 2 or min(size) < 1 or len(op.outputs) != 1:
         return None
     return [(x[0], size[0], size[1], x[3])]
+
+
+@_rule("CUMSUM")
+def _cumsum(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+    x, axis = shapes[0], _known_ints(values[1])
+    if x is None or axis is None or len(axis) != 1 or not -len(x) <= axis[0] < len(x) or len(op.outputs) != 1:
+        return None
+    return [tuple(x)]
