@@ -222,12 +222,7 @@ class SubgraphRunner:
         sg = self.sg
         if len(inputs) != len(sg.inputs):
             raise RuntimeError(f"subgraph {sg.index} takes {len(sg.inputs)} inputs, got {len(inputs)}")
-        template, dtypes = self._frame()
-        values = list(template)
-        for i, v in self.variables.items():
-            values[i] = v
-        for i, v in zip(sg.inputs, inputs):
-            values[i] = v
+        values, dtypes = self._start(inputs)
         # run_op's work, inlined: a small model's ops take a few microseconds each, as much as a call costs
         limit = reader.DEFAULT_MAX_TENSOR_BYTES
         op = None
@@ -251,15 +246,9 @@ class SubgraphRunner:
         (``OpTraits.shape_inputs``). None where they may not: an op whose shapes may depend on the stand-ins'
         values reads them, or a kernel refuses them; ``run`` then tells. Kernels that ran may have
         changed the variables, as ``run`` does."""
-        sg = self.sg
-        if len(inputs) != len(sg.inputs):
+        if len(inputs) != len(self.sg.inputs):
             return None
-        template, dtypes = self._frame()
-        values = list(template)
-        for i, v in self.variables.items():
-            values[i] = v
-        for i, v in zip(sg.inputs, inputs):
-            values[i] = v
+        values, dtypes = self._start(inputs)
         stand_in: set[int] = set()  # tensors holding zeros for values their skipped producer did not compute
         limit = reader.DEFAULT_MAX_TENSOR_BYTES  # (an output over it is the op's failure: ``run`` raises it)
         for op, fn in self.steps:
@@ -290,6 +279,17 @@ class SubgraphRunner:
                     if reads and not facts.values_from_shape:
                         stand_in.add(t)
         return [None if v is None else tuple(np.shape(v)) for v in values]
+
+    def _start(self, inputs: Sequence[np.ndarray]) -> tuple[list, list]:
+        """A run's values before its first op (the constants, the variables, these inputs) and the dtypes
+        (``_frame``)."""
+        template, dtypes = self._frame()
+        values = list(template)
+        for i, v in self.variables.items():
+            values[i] = v
+        for i, v in zip(self.sg.inputs, inputs):
+            values[i] = v
+        return values, dtypes
 
     def _frame(self) -> tuple[list, list]:
         """What every run starts from, made once per graph and constants (a loop body runs many times): the
