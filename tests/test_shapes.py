@@ -150,11 +150,12 @@ print(int("numba" in sys.modules), it.gpu_plan.cpu_op_count)
 
 
 @pytest.mark.parametrize("name", ["fallback_ops.tflite", "lstm_small_keras3_while.tflite",
-                                  "mobilenet_v2_1.0_224_int8.tflite"])
+                                  "mobilenet_v2_1.0_224_int8.tflite", "unet_small_256.tflite"])
 def test_a_first_start_runs_no_cpu_kernel(opencl_device, name):
     """A fully delegated model's first start, in a new process: no numba (a CPU kernel's first run imports it, and on
     a cold numba cache compiles it: seconds), through the plan's own passes (fallback_ops' CONV_2D + ARG_MAX is one
-    TFLGPU_CONV_ARG there, its CUMSUM a rule too), an LSTM's recurrence and an int8 model's float view."""
+    TFLGPU_CONV_ARG there, its CUMSUM a rule too), an LSTM's recurrence, an int8 model's float view and a U-Net's
+    PRELUs and transposed convs."""
     r = subprocess.run([sys.executable, "-c", FIRST_START, str(corpus_model(name))], capture_output=True, text=True,
                        timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -1,8 +1,9 @@
 """The shapes of an op's outputs, from its inputs' shapes and options (and the values of the inputs its traits'
-``shape_inputs`` name), for the ops whose CPU kernels cost a start most: a convolution, a pool, an elementwise op,
-a reduction, a concatenation, a padding or a resize. A plan learns every tensor's shape before it generates a
-kernel (runtime.selection.propagate_shapes); with these it runs none of those kernels, so a model of such ops
-starts without importing numba or probing the BLAS (about 0.4 s of MobileNet v2's first start).
+``shape_inputs`` name), for the ops whose CPU kernels cost a start most: a convolution (transposed too), a pool,
+an elementwise op, a reduction, a concatenation, a padding, a resize, an LSTM. A plan learns every tensor's shape
+before it generates a kernel (runtime.selection.propagate_shapes); with these it runs none of those kernels, so a
+model of such ops starts without importing numba or probing the BLAS (about 0.4 s of MobileNet v2's first start,
+and 10-15 s where numba's cache is empty: its kernels compiled).
 
 A rule answers None wherever anything is not as it expects (a rank, channels that do not fit, an axis out of
 range): the op's kernel then runs and says what is wrong in its own words.
@@ -80,6 +81,17 @@ def _conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
     return [(x[0], oh, ow, oc), (x[0], oh, ow)] if op.name == _CONV_ARG else [(x[0], oh, ow, oc)]
 
 
+@_rule("TRANSPOSE_CONV")
+def _transpose_conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+    """The output shape its input 0 names, where it fits the input (batch) and the filter [out, kh, kw, in]."""
+    out, w, x = _known_ints(values[0]), shapes[1], shapes[2]
+    if out is None or w is None or x is None or len(out) != 4 or len(w) != 4 or len(x) != 4 or len(op.outputs) != 1:
+        return None
+    if x[3] != w[3] or out[0] != x[0] or out[3] != w[0] or min(out[1], out[2]) < 1:
+        return None
+    return [tuple(out)]
+
+
 @_rule("UNIDIRECTIONAL_SEQUENCE_LSTM")
 def _sequence_lstm(op: Operator, shapes: list, values: list) -> list[Shape] | None:
     """[batch, time, outputs] (time_major: [time, batch, outputs]); the outputs are the recurrent weights' columns
@@ -136,7 +148,7 @@ def _same(op: Operator, shapes: list, values: list) -> list[Shape] | None:
     return [tuple(shapes[0])]
 
 
-@_rule("ADD SUB MUL DIV POW MAXIMUM MINIMUM FLOOR_DIV FLOOR_MOD SQUARED_DIFFERENCE")
+@_rule("ADD SUB MUL DIV POW MAXIMUM MINIMUM FLOOR_DIV FLOOR_MOD SQUARED_DIFFERENCE PRELU")
 def _broadcast(op: Operator, shapes: list, values: list) -> list[Shape] | None:
     if len(shapes) != 2 or None in shapes or len(op.outputs) != 1:
         return None
