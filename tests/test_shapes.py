@@ -59,35 +59,65 @@ def test_random_models_get_the_shapes_a_run_gives():
 
 
 def _range_model() -> bytes:
-    """n (int32 scalar) -> ADD 3 -> RANGE(0, n + 3, 1): the output's length is a value of the ADD's output."""
+    """n (float scalar) -> ADD 3 -> CAST -> RANGE(0, int(n + 3), 1): the output's length is a value of the ADD's
+    output, which the propagation stands zeros in for (a float ADD has a rule)."""
     b = ModelBuilder()
-    n = b.input("n", (), np.int32)
-    m = b.tensor("n_plus_3", (), np.int32)
-    b.op("ADD", [n, b.const("three", np.array(3, np.int32))], [m])
+    n = b.input("n", ())
+    m = b.tensor("n_plus_3", ())
+    b.op("ADD", [n, b.const("three", np.array(3.0, np.float32))], [m])
+    k = b.tensor("limit", (), np.int32)
+    b.op("CAST", [m], [k])
     r = b.tensor("range", (1,), np.int32)
-    b.op("RANGE", [b.const("start", np.array(0, np.int32)), m, b.const("delta", np.array(1, np.int32))], [r])
+    b.op("RANGE", [b.const("start", np.array(0, np.int32)), k, b.const("delta", np.array(1, np.int32))], [r])
     b.output(r)
     return b.build()
 
 
 def _reshape_model() -> bytes:
-    """x [1, 12] reshaped to s + (2, 6), s an int32 [2] input: the new shape is a value of the ADD's output."""
+    """x [1, 12] reshaped to int(s + (2, 6)), s a float [2] input: the new shape is a value of a stand-in's CAST."""
     b = ModelBuilder()
     x = b.input("x", (1, 12))
-    s = b.input("s", (2,), np.int32)
-    shape = b.tensor("shape", (2,), np.int32)
-    b.op("ADD", [s, b.const("base", np.array([2, 6], np.int32))], [shape])
+    s = b.input("s", (2,))
+    shape = b.tensor("shape", (2,))
+    b.op("ADD", [s, b.const("base", np.array([2.0, 6.0], np.float32))], [shape])
+    ints = b.tensor("shape_int", (2,), np.int32)
+    b.op("CAST", [shape], [ints])
     y = b.tensor("y", (12,))
-    b.op("RESHAPE", [x, shape], [y])
+    b.op("RESHAPE", [x, ints], [y])
     b.output(y)
     return b.build()
+
+
+def test_index_arithmetic_on_known_values_keeps_them():
+    """A shape computed from a SHAPE (BirdNET 2.4's SHAPE -> SPLIT_V -> FLOOR_DIV -> PACK -> STRIDED_SLICE): int32
+    ops whose inputs are all known run their kernels, so the RESHAPE after them reads its real new shape and the
+    propagation answers without the whole run (it fell back to it when FLOOR_DIV and CONCATENATION took their
+    rules' stand-ins)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 12))
+    y = b.tensor("y", (1, 12))
+    b.op("MUL", [x, b.const("two", np.array(2.0, np.float32))], [y])
+    s = b.tensor("s", (2,), np.int32)
+    b.op("SHAPE", [y], [s], out_type=2)  # (INT32)
+    h = b.tensor("h", (2,), np.int32)
+    b.op("FLOOR_DIV", [s, b.const("halves", np.array([1, 2], np.int32))], [h])
+    new = b.tensor("new", (3,), np.int32)
+    b.op("CONCATENATION", [h, b.const("two_i", np.array([2], np.int32))], [new], axis=0)
+    r = b.tensor("r", (12,))
+    b.op("RESHAPE", [y, new], [r])
+    b.output(r)
+    model = b.build()
+    shapes, full = _both(model, _zeros(model))
+    assert shapes is not None
+    assert shapes == full
+    assert shapes[read_model(model).main.outputs[0]] == (1, 6, 2)
 
 
 @pytest.mark.parametrize("make, want", [(_range_model, (3,)), (_reshape_model, (2, 6))])
 def test_a_shape_made_of_values_runs_the_kernels(make, want):
     """An op whose output shape may come from a value (RANGE: not known to ops.traits' shape_inputs), or a shape input
-    (RESHAPE's new shape) that another op computes, is not given stand-in zeros: the propagation runs the graph
-    whole, and the plan has the shape LiteRT computes."""
+    (RESHAPE's new shape) computed from a skipped kernel's output, is not given stand-in zeros: the propagation runs
+    the graph whole, and the plan has the shape LiteRT computes."""
     model = make()
     zeros = _zeros(model)
     shapes, full = _both(model, zeros)

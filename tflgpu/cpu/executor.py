@@ -40,6 +40,7 @@ def unsupported_error(op: Operator, subgraph: int = 0, quantized: bool = False) 
     )
 
 
+_INDEX_TYPES = frozenset({"INT32", "INT64"})  # (what shapes, axes and positions are computed in)
 KERNEL_FAILURES = (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError)
 
 
@@ -257,8 +258,12 @@ class SubgraphRunner:
             if reads and (facts.shape_inputs is None or any(k in facts.shape_inputs for k in reads)):
                 return None
             ins = [values[t] if t >= 0 else None for t in op.inputs]
-            known = output_shapes(op, [np.shape(v) if v is not None else None for v in ins],
-                                  [None if t in stand_in else v for t, v in zip(op.inputs, ins)])
+            # (index arithmetic on known values, a shape's computed as BirdNET's SHAPE -> FLOOR_DIV -> PACK ->
+            # STRIDED_SLICE does, keeps its values: a later op's shape may read them)
+            arithmetic = not reads and all(t < 0 or self.sg.tensors[t].type_name in _INDEX_TYPES for t in op.outputs)
+            known = None if arithmetic else output_shapes(
+                op, [np.shape(v) if v is not None else None for v in ins],
+                [None if t in stand_in else v for t, v in zip(op.inputs, ins)])
             made = [(t, shape) for t, shape in zip(op.outputs, known or ()) if t >= 0]  # (an omitted one: -1)
             if known is not None and len(known) == len(op.outputs) and all(dtypes[t] is not None for t, _ in made):
                 if any(math.prod(shape) * dtypes[t].itemsize > limit for t, shape in made):
