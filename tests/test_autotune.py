@@ -290,8 +290,10 @@ def test_a_slow_kernel_gets_a_search_the_model_budget_has_room_for(ctx, opencl_d
 
     # the slow kernel's even share (what is left of 5 s after the defaults, over 3) is shorter than the two trials
     # (2 x 0.8 s) a search leaves itself at the end; it gets the three trials (2.4 s) one candidate needs instead
+    # (timed: measured whole, or cut short as slower than the best, which a loaded machine makes of most of them)
     results = {r.key: r for r in tune_tasks(tasks, bench_for, "dev", TuningConfig(mode="fast", budget_s=5.0, trials=2))}
-    assert results["slow-trials"].decided and results["slow-trials"].measured >= 2, results["slow-trials"]
+    slow = results["slow-trials"]
+    assert slow.decided and slow.measured + slow.slower >= 2, slow
     assert all(r.decided for r in results.values()), results
 
 
