@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -335,3 +337,29 @@ def opencl_device():
         return choose_device()
     except NoDeviceError as e:
         unavailable(f"no OpenCL device available: {e}", "TFLGPU_REQUIRE_DEVICE")
+
+
+FIRST_START = r"""
+import sys
+import numpy as np
+from tflgpu import GpuDelegate, Interpreter
+model, cache, delegated = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+it = Interpreter(model, delegate=GpuDelegate(serialization_dir=cache, tuning="none") if delegated else None)
+it.allocate_tensors()
+d = it.get_input_details()[0]
+it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+it.invoke()
+it.wait_background() if delegated else None
+print(int("numba" in sys.modules), *((it.gpu_plan.build_stats["plan"], it.gpu_plan.cpu_op_count) if delegated
+                                     else ("cpu", "-")))
+"""
+
+
+def start_in_new_process(model, cache, delegated: bool = True) -> list[str]:
+    """A start of ``model`` in a new process (on cache directory ``cache``; ``delegated``: through GpuDelegate with
+    tuning="none", else the CPU kernels), one invoke on zeros: [numba imported ("1" / "0"), where the plan came
+    from ("built" / "cache"; "cpu"), its ops on the CPU ("-" without a plan)]."""
+    r = subprocess.run([sys.executable, "-c", FIRST_START, str(model), str(cache), "1" if delegated else "0"],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout.split()

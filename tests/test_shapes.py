@@ -3,9 +3,6 @@ kernel, on the corpus and on random models, and the whole run wherever a shape m
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -15,7 +12,7 @@ from tflgpu.model.builder import ModelBuilder
 from tflgpu.model.reader import read_model
 from tflgpu.runtime.selection import propagate_shapes
 
-from .conftest import corpus_model, litert, run_model
+from .conftest import corpus_model, litert, run_model, start_in_new_process
 from .randmodels import random_model
 
 
@@ -168,25 +165,12 @@ def test_the_plan_of_a_stand_in_propagation_matches_litert(opencl_device):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
 
 
-FIRST_START = r"""
-import sys
-import numpy as np
-from tflgpu import GpuDelegate, Interpreter
-it = Interpreter(sys.argv[1], delegate=GpuDelegate(cache=False, tuning="none"))
-it.allocate_tensors()
-it.invoke()
-print(int("numba" in sys.modules), it.gpu_plan.cpu_op_count)
-"""
-
-
 @pytest.mark.parametrize("name", ["fallback_ops.tflite", "lstm_small_keras3_while.tflite",
                                   "mobilenet_v2_1.0_224_int8.tflite", "unet_small_256.tflite"])
-def test_a_first_start_runs_no_cpu_kernel(opencl_device, name):
+def test_a_first_start_runs_no_cpu_kernel(opencl_device, name, tmp_path):
     """A fully delegated model's first start, in a new process: no numba (a CPU kernel's first run imports it, and on
     a cold numba cache compiles it: seconds), through the plan's own passes (fallback_ops' CONV_2D + ARG_MAX is one
     TFLGPU_CONV_ARG there, its CUMSUM a rule too), an LSTM's recurrence, an int8 model's float view and a U-Net's
     PRELUs and transposed convs."""
-    r = subprocess.run([sys.executable, "-c", FIRST_START, str(corpus_model(name))], capture_output=True, text=True,
-                       timeout=300, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["0", "0"]
+    numba, plan, cpu_ops = start_in_new_process(corpus_model(name), tmp_path)
+    assert (numba, plan, cpu_ops) == ("0", "built", "0")

@@ -15,7 +15,7 @@ import pytest
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.default_model import DEFAULT_MODEL_PATH, INPUT_SHAPE
 
-from .conftest import assert_close, litert, run_model
+from .conftest import assert_close, litert, run_model, start_in_new_process
 
 MODEL = str(DEFAULT_MODEL_PATH)
 FEED = [np.random.default_rng(7).uniform(-1, 1, INPUT_SHAPE).astype(np.float32)]
@@ -360,34 +360,14 @@ def test_a_cold_start_writes_nothing_outside_tflgpus_cache(tmp_path):
     assert time.perf_counter() - t0 < 600
 
 
-NUMBA_CHILD = r"""
-import sys
-import numpy as np
-from tflgpu import GpuDelegate, Interpreter
-model, cache, delegated = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-it = Interpreter(model, delegate=GpuDelegate(serialization_dir=cache, tuning="none") if delegated else None)
-it.allocate_tensors()
-it.set_tensor(it.get_input_details()[0]["index"], np.zeros(it.get_input_details()[0]["shape"], np.float32))
-it.invoke()
-it.wait_background() if delegated else None
-print(int("numba" in sys.modules), it.gpu_plan.build_stats["plan"] if delegated else "cpu")
-"""
-
-
 def test_numba_is_imported_only_when_a_numba_kernel_runs(opencl_device, tmp_path):
     """numba and llvmlite (~70 MiB, ~0.3 s) load when a CPU kernel first runs (ops.jit): a fully delegated model
     never loads them, neither at its first start, whose shapes come from ops.shapes' rules instead of its CPU
     kernels (a run of them on a cold numba cache took MobileNet v2's first start from 2 s to 16 s), nor from its
     stored plan; the CPU path does, and its kernels run as compiled."""
-    def child(delegated: bool) -> list[str]:
-        r = subprocess.run([sys.executable, "-c", NUMBA_CHILD, MODEL, str(tmp_path), "1" if delegated else "0"],
-                           capture_output=True, text=True, timeout=300, check=False)
-        assert r.returncode == 0, r.stderr[-2000:]
-        return r.stdout.split()
-
-    assert child(True) == ["0", "built"]
-    assert child(True) == ["0", "cache"]
-    assert child(False) == ["1", "cpu"]
+    assert start_in_new_process(MODEL, tmp_path)[:2] == ["0", "built"]
+    assert start_in_new_process(MODEL, tmp_path)[:2] == ["0", "cache"]
+    assert start_in_new_process(MODEL, tmp_path, delegated=False)[:2] == ["1", "cpu"]
 
 
 def test_deferred_kernels_compile_as_numba_kernels():
