@@ -8,6 +8,7 @@ import pytest
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cpu.executor import ModelRunner
+from tflgpu.cpu.registry import PrepareError
 from tflgpu.model.builder import ModelBuilder
 from tflgpu.model.reader import read_model
 from tflgpu.runtime.selection import propagate_shapes
@@ -174,3 +175,128 @@ def test_a_first_start_runs_no_cpu_kernel(opencl_device, name, tmp_path):
     PRELUs and transposed convs."""
     numba, plan, cpu_ops = start_in_new_process(corpus_model(name), tmp_path)
     assert (numba, plan, cpu_ops) == ("0", "built", "0")
+
+
+def _case(rng, name: str) -> tuple[list, dict]:
+    """One random, often malformed, use of ``name``: its inputs (a tuple: a graph input of that shape; an array: a
+    constant) and options, drawn near what its rule checks (channels, axes, paddings, broadcasts, an output shape)."""
+    def n(lo, hi):
+        return int(rng.integers(lo, hi + 1))
+
+    def shape(rank):
+        return tuple(n(1, 6) for _ in range(rank))
+
+    def often(p, a, b):
+        return a if rng.random() < p else b
+
+    zeros = np.zeros
+    if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        x = (1, n(1, 9), n(1, 9), n(1, 6))
+        kh, kw, mult = n(1, 4), n(1, 4), n(1, 2)
+        opts = {"stride_h": n(1, 3), "stride_w": n(1, 3), "dilation_h_factor": n(1, 2), "dilation_w_factor": n(1, 2),
+                    "padding": often(0.5, "SAME", "VALID")}
+        if name == "CONV_2D":
+            oc = n(1, 6)
+            w = zeros((oc, kh, kw, often(0.6, x[3], n(1, 6))), np.float32)
+        else:
+            oc = often(0.8, x[3] * mult, n(1, 7))
+            w = zeros((1, kh, kw, oc), np.float32)
+            opts["depth_multiplier"] = often(0.8, mult, n(1, 3))
+        return [x, w, zeros(often(0.85, oc, n(1, 7)), np.float32)], opts
+    if name == "TRANSPOSE_CONV":
+        h, w, c, oc, kh, kw, sh, sw = n(1, 6), n(1, 6), n(1, 4), n(1, 4), n(1, 4), n(1, 4), n(1, 3), n(1, 3)
+        padding = often(0.5, "SAME", "VALID")
+        oh, ow = (h * sh, w * sw) if padding == "SAME" else ((h - 1) * sh + kh, (w - 1) * sw + kw)
+        out = np.array([1, oh + often(0.8, 0, n(-2, 2)), ow, often(0.9, oc, n(1, 4))], np.int32)
+        return [out, zeros((oc, kh, kw, often(0.9, c, n(1, 4))), np.float32), (1, h, w, c)], {
+            "stride_h": sh, "stride_w": sw, "padding": padding}
+    if name == "FULLY_CONNECTED":
+        x = shape(n(1, 4))
+        units = n(1, 5)
+        return [x, zeros((units, often(0.7, x[-1], n(1, 8))), np.float32),
+                zeros(often(0.85, units, n(1, 6)), np.float32)], {"keep_num_dims": bool(n(0, 1))}
+    if name.endswith("POOL_2D"):
+        return [often(0.9, (1, n(1, 8), n(1, 8), n(1, 3)), shape(3))], {
+            "filter_height": n(1, 5), "filter_width": n(1, 5), "stride_h": n(1, 3), "stride_w": n(1, 3),
+            "padding": often(0.5, "SAME", "VALID")}
+    if name in ("ADD", "MUL", "DIV", "MAXIMUM", "SQUARED_DIFFERENCE", "PRELU", "POW"):
+        a = shape(n(0, 6))
+        b = tuple(often(0.5, d, often(0.7, 1, n(1, 4))) for d in a[n(0, len(a)):])
+        return often(0.7, [a, b], [b, a]), {}
+    if name in ("SOFTMAX", "L2_NORMALIZATION", "HARD_SWISH", "LOGISTIC"):
+        return [shape(n(0, 5))], ({"beta": 1.0} if name == "SOFTMAX" else {})
+    if name in ("MEAN", "SUM", "REDUCE_MAX"):
+        x = shape(n(0, 5))
+        axes = np.array([n(-len(x) - 1, len(x)) for _ in range(n(0, 3))], np.int32)
+        return [x, often(0.9, axes, axes.reshape(-1, 1))], {"keep_dims": bool(n(0, 1))}
+    if name == "CONCATENATION":
+        rank = n(1, 4)
+        base, axis = shape(rank), n(-rank - 1, rank)
+        parts = []
+        for _ in range(n(1, 3)):
+            s = list(base)
+            if -rank <= axis < rank:
+                s[axis] = n(1, 4)
+            if rng.random() < 0.1:
+                s[n(0, rank - 1)] = n(1, 4)
+            parts.append(tuple(often(0.95, s, [*s, 1])))
+        return parts, {"axis": axis}
+    if name in ("PAD", "PADV2"):
+        x = shape(n(1, 4))
+        pads = rng.integers(often(0.1, -1, 0), 3, size=(len(x), 2)).astype(np.int32)
+        pads = often(0.9, pads, pads[:-1] if len(x) > 1 else zeros((2, 2), np.int32))
+        return [x, pads] + ([np.array(0.5, np.float32)] if name == "PADV2" else []), {}
+    if name.startswith("RESIZE"):
+        size = often(0.95, np.array([n(0, 9), n(1, 9)], np.int32), np.array([3, 3, 3], np.int32))
+        return [often(0.9, (1, n(1, 6), n(1, 6), n(1, 3)), shape(3)), size], {"align_corners": bool(n(0, 1))}
+    if name == "CUMSUM":
+        x = shape(n(0, 4))
+        return [x, np.array(n(-len(x) - 1, len(x)), np.int32)], {}
+    raise AssertionError(name)
+
+
+_RULE_OPS = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "MAX_POOL_2D", "AVERAGE_POOL_2D",
+             "ADD", "DIV", "MAXIMUM", "SQUARED_DIFFERENCE", "PRELU", "POW", "SOFTMAX", "L2_NORMALIZATION", "MEAN",
+             "SUM", "REDUCE_MAX", "CONCATENATION", "PAD", "PADV2", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
+             "CUMSUM"]
+
+
+@pytest.mark.parametrize("name", _RULE_OPS)
+def test_each_rule_gives_its_kernels_shapes_or_none(name):
+    """ops.shapes' rule for ``name`` on 80 random single-op models, half of them fed inputs of other shapes than
+    they declare (a resize: the kernel was prepared at the declared ones), many malformed: where the rule answers,
+    the kernel runs and makes those shapes; where the kernel refuses, the rule has not answered (the propagation
+    would have planned a node LiteRT rejects). The rule must answer for some (so this checks it at all)."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    answered = 0
+    for k in range(80):
+        inputs, opts = _case(rng, name)
+        b = ModelBuilder()
+        ids = [b.input(f"x{i}", v) if isinstance(v, tuple) else b.const(f"c{i}", v) for i, v in enumerate(inputs)]
+        y = b.tensor("y", (1,))
+        b.op(name, ids, [y], **opts)
+        b.output(y)
+        model = read_model(b.build())
+        try:
+            runner = ModelRunner(model).runner(0)
+        except PrepareError:  # (rejected at its declared shapes: the interpreter says so before any shape is asked)
+            continue
+        feeds = []
+        for v in inputs:
+            if isinstance(v, tuple):
+                v = list(v)
+                if k % 2 and v:
+                    v[int(rng.integers(len(v)))] = int(rng.integers(1, 10))
+                feeds.append(np.zeros(v, np.float32))
+        with np.errstate(all="ignore"):
+            shapes = runner.shapes(feeds)
+            try:
+                runner.reset_variables()
+                full = [None if v is None else tuple(np.shape(v)) for v in runner.run(feeds)]
+            except RuntimeError as e:  # (a kernel's failure, naming the node)
+                assert shapes is None, (k, inputs, opts, [f.shape for f in feeds], e)
+                continue
+        if shapes is not None:
+            answered += 1
+            assert shapes == full, (k, inputs, opts, [f.shape for f in feeds])
+    assert answered >= 20
