@@ -240,11 +240,9 @@ def _middle(b: ModelBuilder, rng, crop: int) -> int:
     return local
 
 
-def test_attention_chain_like_the_face_mesh(opencl_device):
-    """Landmarks -> crop matrix -> the feature map resampled into the crop -> a conv head's landmarks in crop
-    pixels -> mapped back through the matrix. The references give the custom ops' results, LiteRT the conv
-    head's; ours must match on the CPU and, fully delegated, on the device."""
-    rng = np.random.default_rng(5)
+def face_mesh_chain() -> bytes:
+    """Landmarks [1, 15, 3] -> crop matrix -> the feature map [1, 24, 24, 8] resampled into the crop -> a conv
+    head's landmarks in crop pixels -> mapped back through the matrix (outputs: those, the crop)."""
     b = ModelBuilder()
     feats, lms = b.input("features", (1, 24, 24, 8)), b.input("landmarks", (1, 15, 3))
     matrix, crop = b.tensor("matrix", (1, 4, 4)), b.tensor("crop", (1, 16, 12, 8))
@@ -255,8 +253,14 @@ def test_attention_chain_like_the_face_mesh(opencl_device):
     mapped = b.tensor("mapped", (1, 2, 3))
     b.op("TransformLandmarks", [local, matrix], [mapped], custom_options=flex(), version=2)
     b.output(mapped, crop)
-    model = b.build()
+    return b.build()
 
+
+def test_attention_chain_like_the_face_mesh(opencl_device):
+    """The face mesh's pattern (``face_mesh_chain``). The references give the custom ops' results, LiteRT the conv
+    head's; ours must match on the CPU and, fully delegated, on the device."""
+    rng = np.random.default_rng(5)
+    model = face_mesh_chain()
     x = rng.uniform(-1, 1, (1, 24, 24, 8)).astype(np.float32)
     lm = _landmarks(rng, 15, scale=24.0)
     m = np.array(ref_matrix_v2(lm.astype(np.float64).tolist(), V2_MATRIX))
