@@ -3,6 +3,8 @@ kernel, on the corpus and on random models, and the whole run wherever a shape m
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -211,6 +213,14 @@ def _case(rng, name: str) -> tuple[list, dict]:
         out = np.array([1, oh + often(0.8, 0, n(-2, 2)), ow, often(0.9, oc, n(1, 4))], np.int32)
         return [out, zeros((oc, kh, kw, often(0.9, c, n(1, 4))), np.float32), (1, h, w, c)], {
             "stride_h": sh, "stride_w": sw, "padding": padding}
+    if name == "Convolution2DTransposeBias":  # (its output: the declared shape, which the options' key carries)
+        h, w, c, oc, kh, kw, sh, sw = n(1, 6), n(1, 6), n(1, 4), n(1, 4), n(1, 4), n(1, 4), n(1, 3), n(1, 3)
+        padding = n(1, 2)  # (TfLitePadding: 1 SAME, 2 VALID)
+        oh, ow = (h * sh, w * sw) if padding == 1 else ((h - 1) * sh + kh, (w - 1) * sw + kw)
+        return [(1, h, w, c), zeros((oc, kh, kw, often(0.9, c, n(1, 4))), np.float32),
+                zeros(often(0.9, oc, n(1, 4)), np.float32)], {
+            "custom_options": struct.pack("<3i", padding, sw, sh),
+            "declared": (often(0.9, 1, 2), oh + often(0.8, 0, n(-1, 1)), ow, often(0.9, oc, n(1, 4)))}
     if name == "FULLY_CONNECTED":
         x = shape(n(1, 4))
         units = n(1, 5)
@@ -259,7 +269,7 @@ def _case(rng, name: str) -> tuple[list, dict]:
 _RULE_OPS = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "MAX_POOL_2D", "AVERAGE_POOL_2D",
              "ADD", "DIV", "MAXIMUM", "SQUARED_DIFFERENCE", "PRELU", "POW", "SOFTMAX", "L2_NORMALIZATION", "MEAN",
              "SUM", "REDUCE_MAX", "CONCATENATION", "PAD", "PADV2", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
-             "CUMSUM"]
+             "CUMSUM", "Convolution2DTransposeBias"]
 
 
 @pytest.mark.parametrize("name", _RULE_OPS)
@@ -274,7 +284,7 @@ def test_each_rule_gives_its_kernels_shapes_or_none(name):
         inputs, opts = _case(rng, name)
         b = ModelBuilder()
         ids = [b.input(f"x{i}", v) if isinstance(v, tuple) else b.const(f"c{i}", v) for i, v in enumerate(inputs)]
-        y = b.tensor("y", (1,))
+        y = b.tensor("y", opts.pop("declared", (1,)))
         b.op(name, ids, [y], **opts)
         b.output(y)
         model = read_model(b.build())
@@ -312,5 +322,25 @@ def test_mediapipe_attention_ops_take_their_shapes_from_options(opencl_device, t
     shapes, full = _both(model, _zeros(model))
     assert shapes is not None and shapes == full
     path = tmp_path / "chain.tflite"
+    path.write_bytes(model)
+    assert start_in_new_process(path, tmp_path / "cache") == ["0", "built", "0"]
+
+
+def test_mediapipe_transposed_conv_takes_its_declared_shape(opencl_device, tmp_path):
+    """MediaPipe's Convolution2DTransposeBias (selfie segmentation's upsampling) makes its declared output shape: its
+    rule gives it, and the first start runs no CPU kernel (its col2im compiled through numba before: selfie
+    segmentation's first start imported numba with every op on the device)."""
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 4, 3))
+    y = b.tensor("y", (1, 10, 8, 6))
+    b.op("Convolution2DTransposeBias", [x, b.const("w", rng.standard_normal((6, 3, 3, 3)).astype(np.float32)),
+                                        b.const("b", rng.standard_normal(6).astype(np.float32))], [y],
+         custom_options=struct.pack("<3i", 1, 2, 2))  # (SAME, stride 2 x 2)
+    b.output(y)
+    model = b.build()
+    shapes, full = _both(model, _zeros(model))
+    assert shapes is not None and shapes == full
+    path = tmp_path / "tconv.tflite"
     path.write_bytes(model)
     assert start_in_new_process(path, tmp_path / "cache") == ["0", "built", "0"]

@@ -263,7 +263,8 @@ class SubgraphRunner:
             arithmetic = not reads and all(t < 0 or self.sg.tensors[t].type_name in _INDEX_TYPES for t in op.outputs)
             known = None if arithmetic else output_shapes(
                 op, [np.shape(v) if v is not None else None for v in ins],
-                [None if t in stand_in else v for t, v in zip(op.inputs, ins)])
+                [None if t in stand_in else v for t, v in zip(op.inputs, ins)],
+                [self.sg.tensors[t].shape if t >= 0 else None for t in op.outputs])
             made = [(t, shape) for t, shape in zip(op.outputs, known or ()) if t >= 0]  # (an omitted one: -1)
             if known is not None and len(known) == len(op.outputs) and all(dtypes[t] is not None for t, _ in made):
                 if any(math.prod(shape) * dtypes[t].itemsize > limit for t, shape in made):

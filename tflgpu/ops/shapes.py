@@ -20,8 +20,9 @@ from .attributes import conv_options, conv_padding, explicit_padding
 
 Shape = tuple[int, ...]
 _CONV_ARG = "TFLGPU_CONV_ARG"
-# (op, its inputs' shapes (None: omitted), its inputs' values (None: omitted or not known)) -> its outputs' shapes
-Rule = Callable[[Operator, list, list], list[Shape] | None]
+# (op, its inputs' shapes (None: omitted), its inputs' values (None: omitted or not known), its outputs' shapes as the
+# model declares them) -> its outputs' shapes
+Rule = Callable[[Operator, list, list, list], list[Shape] | None]
 
 _RULES: dict[str, Rule] = {}
 
@@ -35,13 +36,16 @@ def _rule(names: str):
     return add
 
 
-def output_shapes(op: Operator, shapes: Sequence[Shape | None], values: Sequence) -> list[Shape] | None:
-    """The shapes of ``op``'s outputs, or None where no rule here knows them (the op's kernel must run)."""
+def output_shapes(op: Operator, shapes: Sequence[Shape | None], values: Sequence,
+                  declared: Sequence[Shape | None] = ()) -> list[Shape] | None:
+    """The shapes of ``op``'s outputs, or None where no rule here knows them (the op's kernel must run).
+    ``declared``: its outputs' shapes in the model (what an op whose kernel keeps them, MediaPipe's transposed conv,
+    makes)."""
     rule = _RULES.get(op.name)
     if rule is None:
         return None
     try:
-        return rule(op, list(shapes), list(values))
+        return rule(op, list(shapes), list(values), list(declared))
     except (ValueError, TypeError, IndexError, KeyError):  # (a malformed node: its kernel says what is wrong)
         return None
 
@@ -56,7 +60,7 @@ def _known_ints(value) -> list[int] | None:
 
 
 @_rule("CONV_2D DEPTHWISE_CONV_2D TFLGPU_CONV_ARG")
-def _conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _conv(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     """(TFLGPU_CONV_ARG, graph.conv_arg's CONV_2D and the ARG_MAX / ARG_MIN over its channels: the sums, then the
     index of each pixel's pick)"""
     x, w = shapes[0], shapes[1]
@@ -82,7 +86,7 @@ def _conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
 
 
 @_rule("TRANSPOSE_CONV")
-def _transpose_conv(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _transpose_conv(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     """The output shape its input 0 names, where it fits the input (batch) and the filter [out, kh, kw, in]."""
     out, w, x = _known_ints(values[0]), shapes[1], shapes[2]
     if out is None or w is None or x is None or len(out) != 4 or len(w) != 4 or len(x) != 4 or len(op.outputs) != 1:
@@ -92,8 +96,21 @@ def _transpose_conv(op: Operator, shapes: list, values: list) -> list[Shape] | N
     return [tuple(out)]
 
 
+@_rule("Convolution2DTransposeBias")
+def _transpose_conv_bias(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
+    """MediaPipe's transposed conv (input, filter [out, kh, kw, in], bias) makes the shape the model declares for
+    its output, where that fits the input (batch) and the filter (cpu.conv's kernel, kernels.conv's generator)."""
+    x, w = shapes[0], shapes[1]
+    out = declared[0] if len(declared) == 1 else None
+    if x is None or w is None or out is None or len(x) != 4 or len(w) != 4 or len(out) != 4:
+        return None
+    if x[3] != w[3] or out[0] != x[0] or out[3] != w[0] or min(out[1], out[2]) < 1:
+        return None
+    return [tuple(out)]
+
+
 @_rule("UNIDIRECTIONAL_SEQUENCE_LSTM")
-def _sequence_lstm(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _sequence_lstm(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     """[batch, time, outputs] (time_major: [time, batch, outputs]); the outputs are the recurrent weights' columns
     (input 6, recurrent_to_forget [cells, outputs]), which the hidden state (input 18) holds per batch row."""
     if len(shapes) < 19 or len(op.outputs) != 1:
@@ -112,7 +129,7 @@ def _sequence_lstm(op: Operator, shapes: list, values: list) -> list[Shape] | No
 
 
 @_rule("FULLY_CONNECTED")
-def _fully_connected(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _fully_connected(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x, w = shapes[0], shapes[1]
     if x is None or w is None or len(w) != 2 or len(op.outputs) != 1:
         return None
@@ -128,7 +145,7 @@ def _fully_connected(op: Operator, shapes: list, values: list) -> list[Shape] | 
 
 
 @_rule("AVERAGE_POOL_2D MAX_POOL_2D L2_POOL_2D")
-def _pool(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _pool(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x = shapes[0]
     o = op.options
     kh, kw, sh, sw = o.get("filter_height", 1), o.get("filter_width", 1), o.get("stride_h", 1), o.get("stride_w", 1)
@@ -142,21 +159,21 @@ def _pool(op: Operator, shapes: list, values: list) -> list[Shape] | None:
 # (the unary ops of ops.signatures' same-shape group and the conversions: each output value one input value's)
 @_rule("ABS CEIL COS ELU EXP FLOOR GELU HARD_SWISH LEAKY_RELU LOG LOGISTIC NEG RELU RELU6 RELU_0_TO_1 RELU_N1_TO_1 "
        "ROUND RSQRT SIGN SIN SQRT SQUARE TANH L2_NORMALIZATION SOFTMAX LOG_SOFTMAX QUANT_SIM QUANTIZE DEQUANTIZE")
-def _same(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _same(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     if len(shapes) != 1 or shapes[0] is None or len(op.outputs) != 1:
         return None
     return [tuple(shapes[0])]
 
 
 @_rule("ADD SUB MUL DIV POW MAXIMUM MINIMUM FLOOR_DIV FLOOR_MOD SQUARED_DIFFERENCE PRELU")
-def _broadcast(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _broadcast(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     if len(shapes) != 2 or None in shapes or len(op.outputs) != 1:
         return None
     return [tuple(int(d) for d in np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1])))]
 
 
 @_rule("MEAN SUM REDUCE_MAX REDUCE_MIN REDUCE_PROD")
-def _reduce(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _reduce(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x, axes = shapes[0], _known_ints(values[1])
     if x is None or axes is None or len(op.outputs) != 1:
         return None
@@ -170,7 +187,7 @@ def _reduce(op: Operator, shapes: list, values: list) -> list[Shape] | None:
 
 
 @_rule("CONCATENATION")
-def _concatenation(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _concatenation(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     if not shapes or None in shapes or len(op.outputs) != 1:
         return None
     rank = len(shapes[0])
@@ -184,7 +201,7 @@ def _concatenation(op: Operator, shapes: list, values: list) -> list[Shape] | No
 
 
 @_rule("PAD PADV2")
-def _pad(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _pad(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x, pads = shapes[0], _known_ints(values[1])
     if x is None or pads is None or len(pads) != 2 * len(x) or min(pads, default=0) < 0 or len(op.outputs) != 1:
         return None
@@ -192,7 +209,7 @@ def _pad(op: Operator, shapes: list, values: list) -> list[Shape] | None:
 
 
 @_rule("RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR")
-def _resize(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _resize(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x, size = shapes[0], _known_ints(values[1])
     if x is None or len(x) != 4 or size is None or len(size) != 2 or min(size) < 1 or len(op.outputs) != 1:
         return None
@@ -200,7 +217,7 @@ def _resize(op: Operator, shapes: list, values: list) -> list[Shape] | None:
 
 
 @_rule("CUMSUM")
-def _cumsum(op: Operator, shapes: list, values: list) -> list[Shape] | None:
+def _cumsum(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x, axis = shapes[0], _known_ints(values[1])
     if x is None or axis is None or len(axis) != 1 or not -len(x) <= axis[0] < len(x) or len(op.outputs) != 1:
         return None
