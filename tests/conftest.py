@@ -230,6 +230,17 @@ def check_against_litert(model_bytes: bytes, inputs, rtol_scale: float = 1e-4) -
     return got
 
 
+def on_optimized_code(it):
+    """``it`` once its plan's optimized program is built (the next invoke installs it): a tiered start (a user's,
+    and the GPU session's tests: bench/gpu_session.sh) runs the quick build first, compiled without the compiler's
+    optimizations, whose values may differ from the optimized build's in the last bit. A test comparing a plan's
+    values exactly with another plan's (built optimized: ``GpuPlan`` alone) waits for it first."""
+    bg = it.gpu_plan.background if it.gpu_plan is not None else None
+    if bg is not None:
+        assert bg.wait(timeout=300, tuning=False), "the optimized build did not finish in 300 s"
+    return it
+
+
 def counted_calls(owner, call: str, arg: int = 1) -> list:
     """Give ``owner`` (a plan, or its transfers) a pyopencl module that records argument ``arg`` (by default the
     second: the buffer, or kernel; an ``enqueue_copy``'s source is the third) of each ``call`` (an enqueue

@@ -12,7 +12,7 @@ from tflgpu.graph.passes import ELEMENTWISE_REGION
 from tflgpu.model.builder import ModelBuilder
 from tflgpu.runtime.config import PlanConfig
 
-from .conftest import assert_close, assert_fp16_close, litert, run_model
+from .conftest import assert_close, assert_fp16_close, litert, on_optimized_code, run_model
 from .oputil import rand
 
 
@@ -76,7 +76,7 @@ def test_an_activation_block_is_one_kernel_and_computes_what_its_steps_did(openc
     # stored: what the pool, the concatenation, the late conv and MUL read; the rest stays in registers
     assert set(region.op.outputs) == {names[n] for n in ("mx", "ex", "hs", "th")}
     assert len(region.specs) == 1
-    got = run_model(lambda **kw: it, model, feeds)
+    got = run_model(lambda **kw: on_optimized_code(it), model, feeds)
     for g, w in zip(got, run_model(litert(), model, feeds)):
         (assert_fp16_close(g, w) if fp16 else assert_close(g, w))
     unfused = GpuPlan(it.cpu_runner(), opencl_device, PlanConfig(fp16=fp16, fuse_regions=False))

@@ -2241,9 +2241,9 @@ def _linked_plan_matches(it, model, feeds, gpu, device, switch: str):
     ``switch`` (a PlanConfig field) off; returns that unlinked plan (None at FP16)."""
     from tflgpu.runtime.executor import GpuPlan
 
-    from .conftest import assert_close, litert, run_model
+    from .conftest import assert_close, litert, on_optimized_code, run_model
 
-    got = run_model(lambda **kw: it, model, feeds)
+    got = run_model(lambda **kw: on_optimized_code(it), model, feeds)
     for g, w in zip(got, run_model(litert(), model, feeds)):
         assert_close(g, w, gpu["rtol_scale"])
     if it.gpu_plan.fp16:
