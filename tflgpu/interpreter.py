@@ -131,6 +131,8 @@ class _Session:
                 self.gpu_plan = self.gpu_factory(shapes)
                 for t, buf in self.bindings.items():
                     self.gpu_plan.bind(t, buf)
+            if self.gpu_plan is not None:
+                self.gpu_plan.activity.use()  # (its background work may start: the optimized build, a search)
             arrays = self.gpu_plan.input_arrays() if self.gpu_plan is not None else {}
             for t, host in arrays.items():  # (set_tensor writes where the uploads read)
                 if self.buffers.get(t) is not host and host.shape == self.buffers[t].shape:

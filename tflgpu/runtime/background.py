@@ -73,12 +73,32 @@ class Activity:
         self._busy = False
         self._idle_since = time.monotonic()
         self.stopped = False
+        # the plan is the one its interpreter runs (allocate_tensors kept it or made it, or it ran): a plan built
+        # at construction and replaced by a resize before allocate_tensors never was, and its work never starts
+        self.in_use = False
         self._device = threading.Lock()  # held by an invoke, and by background work launching the plan's kernels
+
+    def use(self) -> None:
+        """The plan is in use: background work waiting for that (``wait_in_use``) starts."""
+        with self._cond:
+            self.in_use = True
+            self._cond.notify_all()
+
+    def wait_in_use(self) -> None:
+        """Return once the plan is in use (``use``, or an invoke); raises Stopped."""
+        with self._cond:
+            while not self.in_use:
+                if self.stopped:
+                    raise Stopped
+                self._cond.wait()
+        if self.stopped:
+            raise Stopped
 
     @contextmanager
     def invoke(self):
         with self._cond:
             self._busy = True
+            self.in_use = True
         try:
             with self._device:
                 yield
@@ -245,6 +265,9 @@ class Background:
 
     def _run(self) -> None:
         try:
+            # (a plan replaced before it is used: the resize after construction that LiteRT's API invites would
+            # otherwise wait for this plan's optimized build, seconds, on the process's one build at a time)
+            self.activity.wait_in_use()
             for job in self.jobs:
                 job(self)
         except Stopped:
@@ -268,7 +291,8 @@ class Background:
 
     def wait(self, timeout: float | None = None, tuning: bool = True) -> bool:
         """Block until the work is finished (True) or ``timeout`` seconds passed (False); ``tuning=False``:
-        only until the optimized program is built."""
+        only until the optimized program is built. A wait for the work puts the plan in use: it starts."""
+        self.activity.use()
         return (self._done if tuning else self._optimized).wait(timeout)
 
     def stop(self) -> None:
