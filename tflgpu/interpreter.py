@@ -141,15 +141,9 @@ class _Session:
         if resized and self.gpu_plan is not None:  # the plan already propagated these shapes
             self.shapes = {t.index: t.shape for t in self.gpu_plan.sg.tensors}
         elif resized:
-            # propagate the new shapes through the graph, on zeros: by ops.shapes' rules where they know them, else
-            # (None) by a run of every kernel, which also says what fails at these shapes
-            zeros = [self.buffers[i].copy() for i in self.sg.inputs]
-            known = self.runner.shapes(zeros)
-            if known is None:
-                self.runner.reset_variables()
-                known = [None if v is None else np.shape(v) for v in self.runner.run(zeros)]
-            self.runner.reset_variables()
-            self.shapes = {i: tuple(s) for i, s in enumerate(known) if s is not None}
+            # (the new shapes, on zeros: ops.shapes' rules where they know them, else a run of every kernel)
+            known = self.runner.propagated_shapes([self.buffers[i].copy() for i in self.sg.inputs])
+            self.shapes = {i: s for i, s in enumerate(known) if s is not None}
         else:
             self.shapes = {}
         self.values = None

@@ -286,6 +286,20 @@ class SubgraphRunner:
                         stand_in.add(t)
         return [None if v is None else tuple(np.shape(v)) for v in values]
 
+    def propagated_shapes(self, inputs: Sequence[np.ndarray]) -> list[tuple[int, ...] | None]:
+        """Every tensor's shape (None: never made) when the graph runs on ``inputs`` (zeros: a resize's or a plan's
+        shapes): ``shapes``' where it answers, else a run of every kernel's, which raises what fails at these
+        shapes (the RuntimeError naming the node). The variables are reset afterwards."""
+        try:
+            with np.errstate(all="ignore"):  # (zeros make LOG / RSQRT / DIV warn; only the shapes matter)
+                shapes = self.shapes(inputs)
+                if shapes is None:
+                    self.reset_variables()
+                    shapes = [None if v is None else tuple(np.shape(v)) for v in self.run(inputs)]
+        finally:
+            self.reset_variables()
+        return shapes
+
     def _start(self, inputs: Sequence[np.ndarray]) -> tuple[list, list]:
         """A run's values before its first op (the constants, the variables, these inputs) and the dtypes
         (``_frame``)."""

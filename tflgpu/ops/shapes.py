@@ -85,28 +85,27 @@ def _conv(op: Operator, shapes: list, values: list, declared: list) -> list[Shap
     return [(x[0], oh, ow, oc), (x[0], oh, ow)] if op.name == _CONV_ARG else [(x[0], oh, ow, oc)]
 
 
-@_rule("TRANSPOSE_CONV")
-def _transpose_conv(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
-    """The output shape its input 0 names, where it fits the input (batch) and the filter [out, kh, kw, in]."""
-    out, w, x = _known_ints(values[0]), shapes[1], shapes[2]
-    if out is None or w is None or x is None or len(out) != 4 or len(w) != 4 or len(x) != 4 or len(op.outputs) != 1:
+def _transposed(out: Sequence[int] | None, w: Shape | None, x: Shape | None) -> list[Shape] | None:
+    """A transposed conv's output shape ``out`` where it fits the input ``x`` (batch) and the filter ``w``
+    [out, kh, kw, in]."""
+    if out is None or w is None or x is None or len(out) != 4 or len(w) != 4 or len(x) != 4:
         return None
     if x[3] != w[3] or out[0] != x[0] or out[3] != w[0] or min(out[1], out[2]) < 1:
         return None
     return [tuple(out)]
+
+
+@_rule("TRANSPOSE_CONV")
+def _transpose_conv(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
+    """The output shape its input 0 names."""
+    return _transposed(_known_ints(values[0]), shapes[1], shapes[2]) if len(op.outputs) == 1 else None
 
 
 @_rule("Convolution2DTransposeBias")
 def _transpose_conv_bias(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
-    """MediaPipe's transposed conv (input, filter [out, kh, kw, in], bias) makes the shape the model declares for
-    its output, where that fits the input (batch) and the filter (cpu.conv's kernel, kernels.conv's generator)."""
-    x, w = shapes[0], shapes[1]
-    out = declared[0] if len(declared) == 1 else None
-    if x is None or w is None or out is None or len(x) != 4 or len(w) != 4 or len(out) != 4:
-        return None
-    if x[3] != w[3] or out[0] != x[0] or out[3] != w[0] or min(out[1], out[2]) < 1:
-        return None
-    return [tuple(out)]
+    """MediaPipe's transposed conv (input, filter, bias) makes the shape the model declares for its output
+    (cpu.conv's kernel, kernels.conv's generator)."""
+    return _transposed(declared[0], shapes[1], shapes[0]) if len(declared) == 1 else None
 
 
 @_rule("UNIDIRECTIONAL_SEQUENCE_LSTM")

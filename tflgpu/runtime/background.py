@@ -87,12 +87,10 @@ class Activity:
     def wait_in_use(self) -> None:
         """Return once the plan is in use (``use``, or an invoke); raises Stopped."""
         with self._cond:
-            while not self.in_use:
-                if self.stopped:
-                    raise Stopped
+            while not (self.in_use or self.stopped):
                 self._cond.wait()
-        if self.stopped:
-            raise Stopped
+            if self.stopped:
+                raise Stopped
 
     @contextmanager
     def invoke(self):

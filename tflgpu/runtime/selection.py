@@ -287,15 +287,9 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
     sg = runner.sg
     zeros = [np.zeros(shape, sg.tensors[i].dtype) for i, shape in zip(sg.inputs, input_shapes)]
     try:
-        with np.errstate(all="ignore"):  # zeros make LOG/RSQRT/DIV warn; only the shapes matter here
-            shapes = runner.shapes(zeros)
-            if shapes is None:
-                runner.reset_variables()
-                shapes = [None if v is None else np.shape(v) for v in runner.run(zeros)]
+        shapes = runner.propagated_shapes(zeros)
     except RuntimeError as e:  # a kernel's refusal ("Node number N (OP) failed to invoke: ...")
         raise ShapeError(str(e)) from e
-    finally:
-        runner.reset_variables()
     tensors = [replace(t, shape=tuple(s)) if s is not None else t for t, s in zip(sg.tensors, shapes)]
     return replace(sg, tensors=tensors)
 
