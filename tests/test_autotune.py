@@ -482,7 +482,7 @@ def test_fp16_arithmetic_is_kept_only_where_its_sums_are_short(opencl_device, rn
     model, _ = op_model("CONV_2D", [In(rng.uniform(-1, 1, (1, 8, 8, cin)).astype(np.float32)), w,
                                     rng.uniform(-1, 1, 16).astype(np.float32)], padding="SAME", stride_w=1, stride_h=1)
     Interpreter(model_content=model, delegate=GpuDelegate(precision_loss_allowed=True, tuning="exhaustive",
-                                                          cache=False))
+                                                          cache=False)).allocate_tensors()
     ((task, bench),) = tasks
     ref = bench.time(task.make({})).outputs
     half = task.make({"half_math": True, "tile_x": 2, "tile_s": 2, "lanes": 4, "vec_hint": None, "group_tile": None})

@@ -33,8 +33,11 @@ def reference():
 
 
 def build(cache_dir, **kw):
+    """An allocated Interpreter of MODEL with a delegate using ``cache_dir`` (the plan is built, or loaded)."""
     kw.setdefault("tuning", "none")
-    return Interpreter(model_path=str(MODEL), delegate=GpuDelegate(serialization_dir=cache_dir, **kw))
+    it = Interpreter(model_path=str(MODEL), delegate=GpuDelegate(serialization_dir=cache_dir, **kw))
+    it.allocate_tensors()
+    return it
 
 
 @pytest.fixture(scope="module")

@@ -244,6 +244,7 @@ def test_random_heads_match_litert(opencl_device, n, h, w, c, units, dense, act,
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
         it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, tiered_compile=False))
+        it.allocate_tensors()
     (step,) = [s for s in it.gpu_plan.steps if s.op.name == POOLED_DENSE]
     assert it.gpu_plan.cpu_op_count == 0 and step.specs[0].params["fused"] is True
     assert_close(it.gpu_plan.run(feeds)[it.model.main.outputs[0]], run_model(litert(), model, feeds)[0], 1e-4)

@@ -252,10 +252,11 @@ def test_calibration_inputs(fp16_device, fragile):
     # the caller's own samples: inputs fifty times smaller keep every value well inside FP16's range
     it = _fp16(data, calibration_inputs=[[x[0] * 0.02]], fp16_error_budget=math.inf)
     assert not it.gpu_plan.precision.fp32
+    # (checked against the input shapes the plan is built for, by allocate_tensors(): a resize may come first)
     with pytest.raises(ValueError, match=r"calibration_inputs.*shape \[1, 16, 16\]"):
-        _fp16(data, calibration_inputs=[np.zeros((1, 16, 16), np.float32)])
+        _fp16(data, calibration_inputs=[np.zeros((1, 16, 16), np.float32)]).allocate_tensors()
     with pytest.raises(ValueError, match="calibration_inputs.*2 arrays"):
-        _fp16(data, calibration_inputs=[[x[0], x[0]]])
+        _fp16(data, calibration_inputs=[[x[0], x[0]]]).allocate_tensors()
 
 
 @pytest.mark.parametrize("budget", [0, -1e-3, float("nan"), "small", True])

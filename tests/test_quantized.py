@@ -500,6 +500,7 @@ def test_float_view_too_large_falls_back_to_the_integer_kernels(opencl_device, m
     monkeypatch.setattr(reader, "DEFAULT_MAX_TENSOR_BYTES", 1024)  # int8 [1,8,8,8]: 512 bytes; float: 2048
     with caplog.at_level(logging.WARNING, logger="tflgpu"):
         it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+        it.allocate_tensors()
     assert "the float view of this quantized model cannot run on these inputs" in caplog.text
     assert "exceeds 1024 bytes" in caplog.text
     assert it.gpu_plan is not None and it.gpu_plan.gpu_op_count == 0  # (with the float view: every op)

@@ -554,7 +554,7 @@ def test_a_stored_plans_block_a_record_unfuses_has_its_convs_searched(opencl_dev
     dev = opencl_device.identity.key()
     searched = MemoryTuningDB()  # (the block's decision, from a search in a cache of its own)
     Interpreter(model_content=u.model, delegate=GpuDelegate(cache=False, tuning="fast", tuning_db=searched,
-                                                            tuning_trials=4))
+                                                            tuning_trials=4)).allocate_tensors()
     (block,) = [(k, r) for d, k, r in searched.items() if d == dev and k not in u.keys.values()]
     assert block[1].params["fused"] is False
     cache = tmp_path / "cache"
@@ -601,7 +601,7 @@ def test_the_convs_round_shares_the_models_budget(opencl_device, unfusing, monke
     db = MemoryTuningDB()
     with caplog.at_level(logging.INFO, logger="tflgpu"):
         Interpreter(model_content=unfusing.model, delegate=GpuDelegate(
-            cache=False, tuning="fast", tuning_db=db, tuning_budget_s=30, tuning_trials=4))
+            cache=False, tuning="fast", tuning_db=db, tuning_budget_s=30, tuning_trials=4)).allocate_tensors()
     dev = opencl_device.identity.key()
     assert budgets[0][1] == 30 and SEPARABLE_CONV in budgets[0][0]
     if spent:

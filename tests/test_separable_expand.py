@@ -338,6 +338,7 @@ def test_random_blocks_match_litert(opencl_device, n, h, w, c, cout, cexp, k, st
         mp.setattr(Target, "of", classmethod(lambda cls, dev, device_type: cls(float_lanes=1, gpu=True)))
         it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning_db=False, fuse_expansions=True,
                                                                    tiered_compile=False))
+        it.allocate_tensors()
     (step,) = [s for s in it.gpu_plan.steps if s.op.name == SEPARABLE_EXPAND]
     assert it.gpu_plan.cpu_op_count == 0 and step.specs[0].params["fused"] is True
     got = it.gpu_plan.run(feeds)

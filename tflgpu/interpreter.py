@@ -73,6 +73,7 @@ class _Session:
         self.allocated = False
         self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
         self.gpu_factory = None  # input shapes -> plan
+        self.refused_shapes = None  # input shapes plan() found no plan for (allocate_tensors() says why)
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
         self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.merged(), made once
@@ -81,6 +82,30 @@ class _Session:
     def runner(self) -> SubgraphRunner:
         """The subgraph's prepared CPU runner (a model that failed to prepare raises its PrepareError here)."""
         return self.runtime.runner(self.sg.index)
+
+    def plan(self):
+        """The delegated plan, built now for the current input shapes where none was built yet (as
+        allocate_tensors() builds it); None without one: no GpuDelegate or device, or input shapes that do not
+        run, which allocate_tensors() then reports."""
+        if self.gpu_plan is None and self.gpu_factory is not None and not self.gpu_failed:
+            shapes = [self.input_shapes[i] for i in self.sg.inputs]
+            if shapes != self.refused_shapes:
+                try:
+                    self.build_plan(shapes)
+                except ShapeError as e:
+                    # (a dynamic input stored as [1, 1], made to be resized first: LiteRT's delegates refuse
+                    # such shapes at allocate_tensors(), not before)
+                    log.info("GpuDelegate: no plan for the input shapes %s: %s", shapes, e)
+                    self.refused_shapes = shapes
+        return self.gpu_plan
+
+    def build_plan(self, shapes: list) -> None:
+        if self.gpu_plan is not None:
+            self.gpu_plan.close()  # (its background work ends)
+        self.gpu_plan, self.gpu_failed = None, False  # (drop the old plan's buffers first)
+        self.gpu_plan = self.gpu_factory(shapes)
+        for t, buf in self.bindings.items():
+            self.gpu_plan.bind(t, buf)
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
@@ -125,12 +150,7 @@ class _Session:
         if self.gpu_factory is not None:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
-                if self.gpu_plan is not None:
-                    self.gpu_plan.close()  # (its background work ends)
-                self.gpu_plan, self.gpu_failed = None, False  # (drop the old plan's buffers first)
-                self.gpu_plan = self.gpu_factory(shapes)
-                for t, buf in self.bindings.items():
-                    self.gpu_plan.bind(t, buf)
+                self.build_plan(shapes)
             if self.gpu_plan is not None:
                 self.gpu_plan.activity.use()  # (its background work may start: the optimized build, a search)
             arrays = self.gpu_plan.input_arrays() if self.gpu_plan is not None else {}
@@ -350,29 +370,31 @@ class Interpreter:
         self._invoke_lock = threading.Lock()
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
         if delegates and self._prepare_error is None:
-            from .runtime.plan import build_plan
+            from .runtime.plan import build_plan, plan_device
 
-            runner, options = self._runtime.runner(0), delegates[0]
-            session = self._session(0)
-            token = None
-            if options.cache and options.model_token is None:
-                from .cache.plans import model_token
-
-                token = model_token(self._model_bytes.data)
+            options = delegates[0]
             request = options.plan_request()
-            name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
-            factory = lambda shapes: build_plan(runner, request, shapes, token=token, model_name=name)
-            try:
-                session.gpu_plan = factory(None)  # at construction, as TFLite (None: the stored input shapes)
-            except ShapeError as e:
-                # The stored input shapes do not run (a dynamic input stored as [1, 1], made to be resized first):
-                # the plan is built by allocate_tensors() for the shapes then set, which raises where they fail too,
-                # as LiteRT's delegates refuse such shapes there, not in the constructor.
-                log.info("GpuDelegate: the plan waits for allocate_tensors(): the stored input shapes do not run (%s)", e)
-                session.gpu_factory = factory
-            if session.gpu_plan is not None:
-                session.gpu_factory = factory
-                source.release_pages()  # (the weights are on the device now)
+            self._startup.phase("device", "finding the OpenCL device")
+            device = plan_device(request)  # (a device named and missing raises here, as a delegate that fails to load)
+            self._startup.stop()
+            if device is not None:
+                runner = self._runtime.runner(0)
+                token = None
+                if options.cache and options.model_token is None:
+                    from .cache.plans import model_token
+
+                    token = model_token(self._model_bytes.data)
+                name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
+
+                def factory(shapes):
+                    plan = build_plan(runner, request, device, shapes, token=token, model_name=name)
+                    source.release_pages()  # (the weights are on the device now)
+                    return plan
+
+                # The plan is built at its first need, for the input shapes then set: by allocate_tensors(), or
+                # by what asks for it (gpu_plan, gpu_context, bind_buffer...). So a resize_tensor_input() before
+                # the first allocate_tensors(), LiteRT's way to another batch, builds only the plan it runs.
+                self._session(0).gpu_factory = factory
 
     # -- internals ----------------------------------------------------------
 
@@ -471,7 +493,7 @@ class Interpreter:
         compile tier, kernels searched and left, speed-up so far, finished), or None when it has none (no
         delegate, a warm start from a tuned plan, or ``tuning`` other than "background" with nothing to
         compile)."""
-        plan = self._session(0).gpu_plan
+        plan = self._session(0).plan()
         return plan.background_status() if plan is not None else None
 
     def wait_background(self, timeout: float | None = None, tuning: bool = True) -> bool:
@@ -479,7 +501,7 @@ class Interpreter:
         or without a plan, until the CPU kernels' WHILE loops are compiled; False if ``timeout`` seconds passed
         first. ``tuning=False``: only until the optimized program is built.
         What it made is installed by the next ``invoke()``."""
-        plan = self._session(0).gpu_plan
+        plan = self._session(0).plan()
         if plan is None:  # the CPU kernels run it: its WHILE loops' compilation (tflgpu.cpu.loops) is the work
             deadline = None if timeout is None else time.monotonic() + timeout
             return all(slot.settle(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -557,7 +579,7 @@ class Interpreter:
         written to it (and, with ``allow_buffer_handle_output``, not copied to the host).
         TFLite's bindGlBufferToTensor analogue; bindings survive resizes."""
         s = self._session(0)
-        if s.gpu_plan is None:
+        if s.plan() is None:
             raise ValueError("bind_buffer needs a GpuDelegate with an OpenCL device")
         idx = int(tensor_index)
         if idx not in s.sg.inputs and idx not in s.sg.outputs:
@@ -579,8 +601,9 @@ class Interpreter:
 
     @property
     def gpu_plan(self):
-        """The delegated plan (None without a GpuDelegate or without a usable OpenCL device)."""
-        return self._session(0).gpu_plan
+        """The delegated plan (None without a GpuDelegate or without a usable OpenCL device); built now where
+        allocate_tensors() has not built it yet."""
+        return self._session(0).plan()
 
 
 _LITERT_EXPERIMENTAL = frozenset({

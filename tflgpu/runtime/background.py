@@ -74,7 +74,8 @@ class Activity:
         self._idle_since = time.monotonic()
         self.stopped = False
         # the plan is the one its interpreter runs (allocate_tensors kept it or made it, or it ran): a plan built
-        # at construction and replaced by a resize before allocate_tensors never was, and its work never starts
+        # before a resize (asked for by gpu_plan, say) and replaced by allocate_tensors never was, and its work
+        # never starts
         self.in_use = False
         self._device = threading.Lock()  # held by an invoke, and by background work launching the plan's kernels
 
@@ -263,8 +264,8 @@ class Background:
 
     def _run(self) -> None:
         try:
-            # (a plan replaced before it is used: the resize after construction that LiteRT's API invites would
-            # otherwise wait for this plan's optimized build, seconds, on the process's one build at a time)
+            # (a plan replaced before it is used, asked for by gpu_plan before a resize, say: the resized plan
+            # would otherwise wait for this one's optimized build, seconds, on the process's one build at a time)
             self.activity.wait_in_use()
             for job in self.jobs:
                 job(self)

@@ -12,7 +12,7 @@ from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
 from . import ShapeError
 from .config import PlanConfig, PlanRequest
-from .device import NoDeviceError, choose_device
+from .device import DeviceInfo, NoDeviceError, choose_device
 from .selection import transform_graph
 from .startup import StartupClock
 
@@ -48,19 +48,12 @@ def _precision_key(options: PlanRequest) -> dict:
     return {**key, "calibration": h.hexdigest()}
 
 
-def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, token: str | None = None,
-               model_name: str = ""):
-    """A GpuPlan for the subgraph, or None (one warning) when no OpenCL device can be used.
-
-    With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
-    instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
-    the delegate has no model_token. ``model_name`` (the model file's name) is stored with the plan, for
-    ``tflgpu cache ls``.
-    """
-    clock = StartupClock()
-    clock.phase("device", "finding the OpenCL device")
+def plan_device(options: PlanRequest) -> DeviceInfo | None:
+    """The OpenCL device a plan of these options runs on, or None (one warning) when none can be used: the
+    CPU kernels run the model. A device the user named (``device=``, ``$TFLGPU_DEVICE``) that is not there
+    raises ValueError instead."""
     try:
-        device = choose_device(options.device)
+        return choose_device(options.device)
     except NoDeviceError as e:
         if options.device is not None:
             raise ValueError(f"GpuDelegate(device={options.device!r}): {e}") from e
@@ -69,6 +62,18 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, input_shapes=None, 
             raise ValueError(f"TFLGPU_DEVICE={named!r}: {e} (unset it, or name another device)") from e
         log.warning("GpuDelegate: %s; the model runs on the CPU kernels", e)
         return None
+
+
+def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo, input_shapes=None,
+               token: str | None = None, model_name: str = ""):
+    """A GpuPlan for the subgraph on ``device`` (``plan_device``'s).
+
+    With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
+    instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
+    the delegate has no model_token. ``model_name`` (the model file's name) is stored with the plan, for
+    ``tflgpu cache ls``.
+    """
+    clock = StartupClock()
     fp16 = options.fp16
     if fp16 and not device.identity.fp16:
         log.warning("GpuDelegate: %s has no cl_khr_fp16; running in FP32", device.identity.device)
