@@ -216,6 +216,47 @@ def test_zero_copy_bound_input_and_output_buffers(opencl_device, rng, device_out
     assert_close(it.get_tensor(out_d["index"]), want)  # and readable on demand either way
 
 
+def test_bound_buffers_across_resizes(opencl_device, rng):
+    """An interpreter's plans share one OpenCL context: buffers bound in ``gpu_context`` stay bound across a
+    resize where they hold the new shape; one too small is unbound, with a ValueError from allocate_tensors()
+    naming it, and a buffer bound in its place then takes the values."""
+    import pyopencl as cl
+    import pyopencl.array as cla
+
+    from .oputil import conv_model
+
+    path, _ = conv_model(rng)
+    it = Interpreter(model_content=path, delegate=GpuDelegate(tuning="none", cache=False))
+    ctx, q = it.gpu_context, it.gpu_queue
+    xi, out = it.get_input_details()[0]["index"], it.get_output_details()[0]
+    x = rng.uniform(-1, 1, (2, 12, 12, 8)).astype(np.float32)
+    want = run_model(litert(), path, [x])[0]
+    small_in = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=x[:1])
+    small_out = cla.empty(q, want[:1].shape, np.float32)
+    it.bind_buffer(xi, small_in)
+    it.bind_buffer(out["index"], small_out)
+    it.allocate_tensors()
+    it.invoke()
+    assert_close(small_out.get(), want[:1])
+    it.resize_tensor_input(xi, x.shape)
+    with pytest.raises(ValueError, match=rf"no longer fits.*tensor {xi} .*too small.*tensor {out['index']} .*"
+                                         r"bind_buffer\(\) a buffer of the new size"):
+        it.allocate_tensors()
+    big_in = cl.Buffer(ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=x)
+    big_out = cla.empty(q, want.shape, np.float32)
+    it.bind_buffer(xi, big_in)
+    it.bind_buffer(out["index"], big_out)
+    it.allocate_tensors()
+    it.invoke()
+    assert_close(big_out.get(), want)
+    assert_close(it.get_tensor(out["index"]), want)
+    it.resize_tensor_input(xi, x[:1].shape)  # (the big buffers hold batch 1 too: they stay bound)
+    it.allocate_tensors()
+    big_out.fill(np.float32(np.nan))
+    it.invoke()
+    assert_close(big_out.get()[:1], want[:1])
+
+
 def test_bind_buffer_errors(opencl_device):
     import pyopencl as cl
 

@@ -100,12 +100,22 @@ class _Session:
         return self.gpu_plan
 
     def build_plan(self, shapes: list) -> None:
+        """A new plan for ``shapes``, with the caller's bound buffers (in the context every plan of this
+        interpreter shares). One too small for its tensor's new shape is unbound, and a ValueError says so."""
         if self.gpu_plan is not None:
             self.gpu_plan.close()  # (its background work ends)
         self.gpu_plan, self.gpu_failed = None, False  # (drop the old plan's buffers first)
         self.gpu_plan = self.gpu_factory(shapes)
-        for t, buf in self.bindings.items():
-            self.gpu_plan.bind(t, buf)
+        refused = []
+        for t, buf in list(self.bindings.items()):
+            try:
+                self.gpu_plan.bind(t, buf)
+            except ValueError as e:
+                del self.bindings[t]  # (the tensor goes through host memory, as if never bound)
+                refused.append(f"tensor {t} ({e})")
+        if refused:
+            raise ValueError(f"a buffer bound with bind_buffer() no longer fits after the resize, and is unbound: "
+                             f"{'; '.join(refused)}; bind_buffer() a buffer of the new size, then allocate_tensors()")
 
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
@@ -386,8 +396,12 @@ class Interpreter:
                     token = model_token(self._model_bytes.data)
                 name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
 
+                contexts = []  # (the first plan's OpenCL context, which later ones share: bound buffers stay usable)
+
                 def factory(shapes):
-                    plan = build_plan(runner, request, device, shapes, token=token, model_name=name)
+                    plan = build_plan(runner, request, device, shapes, token=token, model_name=name,
+                                      context=contexts[0] if contexts else None)
+                    contexts[:] = [plan.ctx]
                     source.release_pages()  # (the weights are on the device now)
                     return plan
 
@@ -577,7 +591,7 @@ class Interpreter:
         """Bind a pyopencl Buffer/Array (dense NHWC float32, created in ``gpu_context``) to a model input
         or output: inputs are read from it without a host copy (set_tensor is not needed), outputs are
         written to it (and, with ``allow_buffer_handle_output``, not copied to the host).
-        TFLite's bindGlBufferToTensor analogue; bindings survive resizes."""
+        TFLite's bindGlBufferToTensor analogue; bindings survive resizes where the buffer holds the new shape."""
         s = self._session(0)
         if s.plan() is None:
             raise ValueError("bind_buffer needs a GpuDelegate with an OpenCL device")

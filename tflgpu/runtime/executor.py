@@ -116,7 +116,7 @@ class GpuPlan:
     def __init__(self, runner: SubgraphRunner, device: DeviceInfo, config: PlanConfig | None = None, *,
                  profile: bool = False, params: dict | None = None, input_shapes: list | None = None, tuning=None,
                  cache=None, quant_io=None, device_outputs: bool = False, earlier_passes: dict | None = None,
-                 tiered: bool = False, clock: StartupClock | None = None, calibration=None):
+                 tiered: bool = False, clock: StartupClock | None = None, calibration=None, context=None):
         """``params``: explicit generator parameters by op index (not tuned). ``tuning``: a TuningConfig.
         ``cache``: a ``tflgpu.cache.PlanCache`` — a stored plan for these options and shapes is used as is
         (no shape propagation, graph-pass search, tuning or compilation), and a plan built here is stored.
@@ -126,7 +126,9 @@ class GpuPlan:
         ``tiered``: a program not in the cache starts from a quick build, and the optimized one is built in
         the background (runtime.background), as is a "background" tuning search. ``clock``: where the
         start-up phases are timed (the caller's, continued). ``calibration``: the caller's inputs for an FP16
-        plan's precision choice (runtime.precision; None: random ones in each input's range)."""
+        plan's precision choice (runtime.precision; None: random ones in each input's range). ``context``: the
+        pyopencl Context of ``device`` to work in (None: a new one), as an interpreter's plans share one, so that
+        buffers its caller bound stay usable after a resize."""
         import pyopencl as cl
 
         config = config or PlanConfig()
@@ -145,7 +147,7 @@ class GpuPlan:
         dev = device.identity.key()
         clock.phase("stored plan", "looking for a plan of these options and shapes")
         record = cache.load(self.input_shapes, dev, len(runner.sg.tensors)) if cache else None
-        self.ctx = cl.Context([device.cl_device])
+        self.ctx = context if context is not None else cl.Context([device.cl_device])
         # programs a kernel search built in this context lately, which a swap of its winner into the plan builds again
         self.built = ProgramMemo()
         self.programs = PlanProgram(cl, self.ctx, device, self.fp16, self.store, self.build_stats, tiered,

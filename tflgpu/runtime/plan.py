@@ -65,8 +65,9 @@ def plan_device(options: PlanRequest) -> DeviceInfo | None:
 
 
 def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo, input_shapes=None,
-               token: str | None = None, model_name: str = ""):
-    """A GpuPlan for the subgraph on ``device`` (``plan_device``'s).
+               token: str | None = None, model_name: str = "", context=None):
+    """A GpuPlan for the subgraph on ``device`` (``plan_device``'s), in ``context`` (a pyopencl Context of it:
+    an earlier plan's, where the caller bound buffers in it; None: a new one).
 
     With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
     instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
@@ -99,7 +100,8 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo,
             return GpuPlan(graph.runner, device, config, profile=options.profile, input_shapes=input_shapes,
                            tuning=options.tuning, cache=cache, quant_io=graph.quant_io,
                            device_outputs=options.allow_buffer_handle_output, earlier_passes=graph.counts,
-                           tiered=options.tiered, clock=clock, calibration=options.calibration_inputs)
+                           tiered=options.tiered, clock=clock, calibration=options.calibration_inputs,
+                           context=context)
         except ShapeError as e:
             if graph.quant_io is None:
                 raise
