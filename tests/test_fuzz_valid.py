@@ -123,6 +123,14 @@ def test_int8_average_pool_rounds_like_tflite(seed, ops, opencl_device):
     assert r["status"] == "ok" and r["device_ops"] > 0, r
 
 
+def test_a_gated_tensor_its_conv_adds_back_is_stored(opencl_device):
+    """The 2026-12-07 run's finding (seed 1214321, 5 ops; 1,774 models): a squeeze-and-excitation MUL read by a
+    pointwise conv whose fused ADD adds the MUL's output back, 0.9 off at FP32: the gate's MUL was folded into
+    the conv, so the tensor the ADD read was never written (test_gates: a_residual_of_the_gated_tensor_keeps_it)."""
+    r = check(1214321, 5)
+    assert r["status"] == "ok" and r["device_ops"] > 0, r
+
+
 @pytest.mark.parametrize("seed,ops", [(900427, 4), (803237, 4), (804667, 6), (1003617, 5)])
 def test_fp16_int8_chain_keeps_its_grid_decisions_exact(seed, ops, opencl_device):
     """The offline runs' FP16 findings: int8 chains (QUANTIZE, convs, an ADD; the last a depthwise conv, an FC and a

@@ -20,13 +20,14 @@ from .conftest import assert_close, elementwise_fused, gpu_target, litert, run_m
 
 
 def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D", gate="LOGISTIC",
-               hidden_out=False, extra_reader=False, project=None, gated_out=False):
+               hidden_out=False, extra_reader=False, project=None, gated_out=False, residual=False):
     """x -> pool (MEAN over the spatial axes, or a whole-image AVERAGE_POOL_2D) -> dense (1x1 CONV_2D or, after a
     MEAN not keeping its dims, FULLY_CONNECTED) with RELU -> dense -> the gate's activation (a LOGISTIC, or
     MobileNet v3's hard sigmoid: ADD 3, RELU6, MUL 1/6) [-> RESHAPE to 1x1] -> MUL x; (model bytes, feeds).
     ``hidden_out``: the hidden values are a graph output too; ``extra_reader``: a RELU reads the pool's output;
     ``project``: a CONV_2D reads the gated tensor (a block's projection: (out channels, kernel, stride, padding)),
-    whose output is the graph's; ``gated_out``: the gated tensor is a graph output too."""
+    whose output is the graph's; ``gated_out``: the gated tensor is a graph output too; ``residual``: the graph's
+    output is the projection's plus the gated tensor (an ADD, which fuses into the projection's step)."""
     n, h, w, c = shape
     b = ModelBuilder()
     x = b.input("x", shape)
@@ -75,6 +76,10 @@ def gate_model(rng, shape=(1, 6, 5, 24), hidden=6, pool="MEAN", dense="CONV_2D",
         b.op("CONV_2D", [y, b.const("pw", pw), b.const("pb", rng.standard_normal(cout).astype(np.float32))], [p],
              padding=pad, stride_w=stride, stride_h=stride, fused_activation_function="RELU6")
         outs = [p, y] if gated_out else [p]
+        if residual:
+            r = b.tensor("residual", (n, oh, ow, cout))
+            b.op("ADD", [p, y], [r])
+            outs = [r]
     if hidden_out:
         outs.append(hid)
     if extra_reader:
@@ -184,10 +189,14 @@ def test_defaults():
     assert GateKnobs.default(PooledShape(sin=4, sout=4, gpu=True, hidden=1, pixels=128 * 128)).fused
 
 
-@pytest.mark.parametrize("why", [None, "gated tensor is an output", "vetoed"])
+@pytest.mark.parametrize("why", [None, "gated tensor is an output", "vetoed", "the conv's fused ADD reads it"])
 def test_scale_pass_folds_the_gates_mul_into_the_conv(rng, why):
-    model, _ = gate_model(rng, project=(8, 1, 1, "VALID"), gated_out=why == "gated tensor is an output")
+    residual = why == "the conv's fused ADD reads it"
+    model, _ = gate_model(rng, project=(24 if residual else 8, 1, 1, "VALID"), residual=residual,
+                          gated_out=why == "gated tensor is an output")
     runner, steps = elementwise_fused(model)
+    if residual:  # (the ADD of the gated tensor is the projection's fused op, its one step reading it)
+        assert [s.op.name for s in steps][-1] == "CONV_2D" and steps[-1].epilogue[0].op.name == "ADD"
     steps, _ = fuse_gates(steps, runner.sg, runner.consts)
     allowed = (lambda a, b: False) if why == "vetoed" else (lambda a, b: True)
     merged, n = fold_gate_scales(steps, runner.sg, runner.consts, allowed)
@@ -248,3 +257,16 @@ def test_scaled_conv_matches_litert(opencl_device, rng, monkeypatch, block, poin
     assert {k: step.specs[0].params[k] for k in params} == params
     want = run_model(litert(), model, feeds)[0]
     assert_close(plan.run(feeds)[it.model.main.outputs[0]], want, 1e-2 if fp16 else 1e-4)
+
+
+def test_a_residual_of_the_gated_tensor_keeps_it(opencl_device, rng):
+    """The fuzz finding (seed 1214321): a gate's MUL read by a pointwise conv whose fused ADD adds the gated
+    tensor back. The pass folded the MUL into the conv, so the gated tensor was never stored, and the ADD read
+    whatever its buffer held: an error of 1.8 on values of 0.3. A step reading the tensor anywhere but as its
+    op's input keeps it (graph.passes._input_only; also fuse_gates', fuse_pooled_dense's, the conv prologue's)."""
+    from tflgpu import GpuDelegate, Interpreter
+
+    model, feeds = gate_model(rng, project=(24, 1, 1, "VALID"), residual=True)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False, tuning="none"))
+    assert_close(run_model(lambda **_: it, model, feeds)[0], run_model(litert(), model, feeds)[0], 1e-4)
+    assert it.gpu_plan.pass_counts["fold_gate_scales"] == 0 and it.gpu_plan.cpu_op_count == 0

@@ -373,6 +373,14 @@ def _no_activation(op) -> bool:
     return op.options.get("fused_activation_function", 0) == 0
 
 
+def _input_only(s: PassStep, t: int) -> bool:
+    """Step ``s`` reads tensor ``t`` as its op's first input and nowhere else: not as another input, nor in an op
+    fused after it (a residual ADD of the conv's own input): a pass that folds t's producer into s, so that t is
+    never stored, leaves nothing reading it."""
+    return (s.op.inputs[:1] == (t,) and t not in s.op.inputs[1:]
+            and not any(t in f.op.inputs or f.other_tensor == t for f in s.epilogue))
+
+
 @dataclass(frozen=True)
 class _Between:
     """The device steps of unary elementwise ops (a quantized model's QUANT_SIM, a RELU left as an op of its own; with
@@ -462,7 +470,7 @@ def _merge_conv_pairs(steps: list[PassStep], sg, consts: dict, name: str, keys: 
             return None
         j, nxt = found
         b = nxt.op
-        if not (b.inputs[:1] == (t,) and t not in b.inputs[1:] and second(a, b)):
+        if not (_input_only(nxt, t) and second(a, b)):
             return None
         op = replace(b, name=name, builtin_code=-1, inputs=(a.inputs[0], a.inputs[1], _bias(a), b.inputs[1], _bias(b)),
                      options={**b.options, keys[0]: a, keys[1]: b, BETWEEN: between.fused})
@@ -518,8 +526,8 @@ def fuse_pooled_dense(steps: list[PassStep], sg, consts: dict, allowed=lambda me
         j = rs[0]
         nxt = view.steps[j]
         dense = nxt.op
-        if not (nxt.gpu and len(nxt.members) == 1 + len(nxt.epilogue) and dense.inputs[:1] == (t,)
-                and t not in dense.inputs[1:] and len(dense.outputs) == 1 and sg.tensors[t].dtype == np.float32
+        if not (nxt.gpu and len(nxt.members) == 1 + len(nxt.epilogue) and _input_only(nxt, t)
+                and len(dense.outputs) == 1 and sg.tensors[t].dtype == np.float32
                 and allowed(op, dense) and _dense_of(dense, sg, consts)):
             return None
         bias = _bias(dense)
@@ -543,7 +551,7 @@ def fuse_gates(steps: list[PassStep], sg, consts: dict, allowed=lambda first, se
         if len(rs) != 1 or rs[0] in view.drop or t in view.graph_out or sg.tensors[t].dtype != np.float32:
             return None
         s = view.steps[rs[0]]
-        ok = (s.gpu and len(s.members) == 1 + len(s.epilogue) and s.op.inputs[:1] == (t,) and t not in s.op.inputs[1:]
+        ok = (s.gpu and len(s.members) == 1 + len(s.epilogue) and _input_only(s, t)
               and len(s.op.outputs) == 1 and _dense_of(s.op, sg, consts))
         return (rs[0], s) if ok else None
 
@@ -595,7 +603,7 @@ def fold_gate_scales(steps: list[PassStep], sg, consts: dict, allowed=lambda mul
         j, nxt = rs[0], view.steps[rs[0]]
         conv = nxt.op
         if not (nxt.gpu and conv.name == "CONV_2D" and len(nxt.members) == 1 + len(nxt.epilogue)
-                and conv.inputs[:1] == (t,) and t not in conv.inputs[1:] and PROLOGUE not in conv.options
+                and _input_only(nxt, t) and PROLOGUE not in conv.options
                 and INPUT_SCALE not in conv.options and allowed(op, conv)):
             return None
         merged = replace(conv, inputs=(x,) + conv.inputs[1:], options={**conv.options, INPUT_SCALE: g})
@@ -638,8 +646,7 @@ def fuse_input_prologue(steps: list[PassStep], sg, consts: dict, allowed=lambda 
         j, nxt = rs[0], view.steps[rs[0]]
         conv = nxt.op
         if not (nxt.gpu and conv.name == "CONV_2D" and len(nxt.members) == 1 + len(nxt.epilogue)
-                and conv.inputs[:1] == (t,) and t not in conv.inputs[1:] and PROLOGUE not in conv.options
-                and allowed(s.op, conv)):
+                and _input_only(nxt, t) and PROLOGUE not in conv.options and allowed(s.op, conv)):
             return None
         op = replace(conv, inputs=(x,) + conv.inputs[1:], options={**conv.options, PROLOGUE: between.fused})
         return j, between.gone, PassStep(op, between.members + nxt.members, nxt.epilogue, True)
