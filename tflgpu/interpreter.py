@@ -87,7 +87,7 @@ class _Session:
         """The delegated plan, built now for the current input shapes where none was built yet (as
         allocate_tensors() builds it); None without one: no GpuDelegate or device, or input shapes that do not
         run, which allocate_tensors() then reports."""
-        if self.gpu_plan is None and self.gpu_factory is not None and not self.gpu_failed:
+        if self.gpu_plan is None and self.gpu_factory is not None:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
             if shapes != self.refused_shapes:
                 try:
@@ -384,8 +384,11 @@ class Interpreter:
 
             options = delegates[0]
             request = options.plan_request()
-            self._startup.phase("device", "finding the OpenCL device")
-            device = plan_device(request)  # (a device named and missing raises here, as a delegate that fails to load)
+            self._startup.phase("device", "finding the OpenCL device, making its context")
+            # (a device named and missing raises here, as a delegate that fails to load; every plan works in the one
+            # context, so that buffers bound in it stay usable across resizes)
+            device = plan_device(request)
+            context = device.new_context() if device is not None else None
             self._startup.stop()
             if device is not None:
                 runner = self._runtime.runner(0)
@@ -396,12 +399,8 @@ class Interpreter:
                     token = model_token(self._model_bytes.data)
                 name = os.path.basename(source.path) if source.path else ""  # stored with the plan, for `cache ls`
 
-                contexts = []  # (the first plan's OpenCL context, which later ones share: bound buffers stay usable)
-
                 def factory(shapes):
-                    plan = build_plan(runner, request, device, shapes, token=token, model_name=name,
-                                      context=contexts[0] if contexts else None)
-                    contexts[:] = [plan.ctx]
+                    plan = build_plan(runner, request, device, shapes, token=token, model_name=name, context=context)
                     source.release_pages()  # (the weights are on the device now)
                     return plan
 

@@ -44,6 +44,12 @@ class DeviceInfo:
     identity: DeviceIdentity
     cl_device: object  # pyopencl.Device
 
+    def new_context(self):
+        """A pyopencl Context of this device alone."""
+        import pyopencl as cl
+
+        return cl.Context([self.cl_device])
+
 
 def _type_name(cl, t: int) -> str:
     for name in ("GPU", "CPU", "ACCELERATOR", "CUSTOM"):

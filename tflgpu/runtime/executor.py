@@ -147,7 +147,7 @@ class GpuPlan:
         dev = device.identity.key()
         clock.phase("stored plan", "looking for a plan of these options and shapes")
         record = cache.load(self.input_shapes, dev, len(runner.sg.tensors)) if cache else None
-        self.ctx = context if context is not None else cl.Context([device.cl_device])
+        self.ctx = context if context is not None else device.new_context()
         # programs a kernel search built in this context lately, which a swap of its winner into the plan builds again
         self.built = ProgramMemo()
         self.programs = PlanProgram(cl, self.ctx, device, self.fp16, self.store, self.build_stats, tiered,
