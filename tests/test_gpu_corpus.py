@@ -139,7 +139,7 @@ def test_a_dynamic_input_stored_too_small_to_run_waits_for_its_resize(opencl_dev
     there), and runs the model once it is resized."""
     model = stored_too_small_model(rng)
     it = Interpreter(model_content=model, delegate=GpuDelegate())
-    with pytest.raises(RuntimeError, match=r"^Node number 0 \(CONV_2D\) failed to invoke: .*input 'x' has the dynamic "
+    with pytest.raises(RuntimeError, match=r"^Node number 0 \(CONV_2D\) failed to prepare: .*input 'x' has the dynamic "
                                            r"shape \[1, -1, -1, 1\], stored as \[1, 1, 1, 1\]: resize_tensor_input"):
         it.allocate_tensors()
     feed = rand(rng, (1, 9, 7, 1))

@@ -193,6 +193,81 @@ def test_resize_and_strict(rng):
         np.testing.assert_allclose(results[-1], (x + y) * x, rtol=1e-6)
 
 
+def test_resize_arguments_as_litert_reads_them(rng):
+    """resize_tensor_input takes what LiteRT's takes (a tuple, an int64 array, whole floats, numeric strings) and
+    refuses what it refuses, with its exception types: a 2-D size, an index outside the graph, a constant; an
+    op's output may be named, and nothing changes. A fraction, which LiteRT cuts, is refused."""
+    model = _add_model(dynamic_batch=True)
+    x = rng.uniform(-1, 1, (2, 3)).astype(np.float32)
+    for cls in (Interpreter, litert()):
+        for size in ((2, 3), np.array([2, 3], np.int64), [2.0, 3.0], ["2", "3"]):
+            it = cls(model_content=model)
+            it.resize_tensor_input(0, size)
+            it.resize_tensor_input(1, [2, 3])
+            it.resize_tensor_input(it.get_output_details()[0]["index"], [7, 7])  # (an output: no effect)
+            it.allocate_tensors()
+            assert it.get_output_details()[0]["shape"].tolist() == [2, 3]
+            it.set_tensor(0, x)
+            it.set_tensor(1, x)
+            it.invoke()
+            np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), 2 * x * x, rtol=1e-6)
+        it = cls(model_content=model)
+        with pytest.raises(ValueError, match="Shape should be 1D instead of 2"):
+            it.resize_tensor_input(0, [[2, 3]])
+        with pytest.raises(RuntimeError, match="tensor_index < context_.tensors_size"):
+            it.resize_tensor_input(99, [2, 3])
+    with pytest.raises(ValueError, match=r"whole numbers, got \[1.5, 3.0\]"):
+        Interpreter(model_content=model).resize_tensor_input(0, [1.5, 3])
+
+
+def test_constants_are_not_inputs(opzoo):
+    """A constant of the model cannot be resized (LiteRT's error) or set (LiteRT writes into the mapped model
+    file and crashes; ours says what to set instead), and invoke still gives LiteRT's outputs after the try."""
+    ref = litert()(model_path=str(opzoo))
+    const = next(d for d in ref.get_tensor_details() if d["index"] not in
+                 {t for op in ref._get_ops_details() for t in op["outputs"]} and
+                 d["index"] not in [i["index"] for i in ref.get_input_details()])
+    for cls in (Interpreter, litert()):
+        with pytest.raises(RuntimeError, match="Attempting to resize a fixed-size tensor"):
+            cls(model_path=str(opzoo)).resize_tensor_input(const["index"], [1])
+    it = Interpreter(model_path=str(opzoo))
+    it.allocate_tensors()
+    with pytest.raises(ValueError, match=f"tensor {const['index']} .* is a constant of the model"):
+        it.set_tensor(const["index"], np.zeros(const["shape"], const["dtype"]))
+    inputs = [np.random.default_rng(5).uniform(-1, 1, d["shape"]).astype(d["dtype"]) for d in ref.get_input_details()]
+    for g, w in zip(run_model(lambda **kw: it, opzoo, inputs), run_model(litert(), opzoo, inputs)):
+        assert_close(g, w)
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2_1.0_224_int8.tflite", "lstm_small.tflite", "opzoo_small.tflite"])
+def test_ops_details_are_litert_s(name):
+    """The private _get_ops_details / _get_op_details that model-inspection scripts call give LiteRT's dicts
+    (before allocate_tensors(), where LiteRT lists the model's nodes), omitted optional inputs included."""
+    path = str(corpus_model(name))
+    ours, theirs = Interpreter(model_path=path)._get_ops_details(), litert()(model_path=path)._get_ops_details()
+    assert len(ours) == len(theirs) > 0
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert np.array_equal(a[k], b[k]) if isinstance(b[k], np.ndarray) else a[k] == b[k], (k, a, b)
+    for bad in (len(ours), -1):
+        with pytest.raises(ValueError, match="Invalid node index"):
+            Interpreter(model_path=path)._get_op_details(bad)
+
+
+def test_an_input_shape_no_node_takes_fails_to_prepare(opzoo):
+    """A resize the model's first conv cannot take is refused by allocate_tensors() as LiteRT refuses it: a
+    RuntimeError naming the node and "failed to prepare", with or without the delegate."""
+    ref = litert()(model_path=str(opzoo))
+    idx, shape = ref.get_input_details()[0]["index"], ref.get_input_details()[0]["shape"].tolist()
+    for size in ([shape[0], 0] + shape[2:], shape[1:]):
+        for make in (litert(), Interpreter, lambda **kw: Interpreter(**kw, delegate=GpuDelegate(cache=False))):
+            it = make(model_path=str(opzoo))
+            it.resize_tensor_input(idx, size)
+            with pytest.raises(RuntimeError, match=r"Node number \d+ \(\w+\) failed to prepare"):
+                it.allocate_tensors()
+
+
 def test_resize_back_and_forth_between_batch_sizes(rng):
     model = _add_model(dynamic_batch=True)
     it = Interpreter(model_content=model)

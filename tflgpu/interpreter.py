@@ -123,12 +123,20 @@ class _Session:
         return self.shapes.get(idx, self.sg.tensors[idx].shape)
 
     def resize(self, idx: int, size, strict: bool) -> None:
+        n = len(self.sg.tensors)
+        if not 0 <= idx < n:
+            raise RuntimeError(f"tensor_index < context_.tensors_size && tensor_index >= 0 was not true: "
+                               f"tensor {idx} is not one of subgraph {self.sg.index}'s {n} tensors")
+        new = _shape_argument(size)
         if idx not in self.input_shapes:
-            raise ValueError(f"Tensor {idx} is not an input tensor of subgraph {self.sg.index}")
-        size = np.asarray(size)
-        if size.ndim != 1 or not np.issubdtype(size.dtype, np.integer):
-            raise ValueError(f"tensor_size must be a 1-D list of ints, got {size.tolist()}")
-        new = tuple(int(d) for d in size)
+            t = self.sg.tensors[idx]
+            if t.is_constant or t.is_variable:
+                what = "a constant" if t.is_constant else "a variable"
+                raise RuntimeError(f"Attempting to resize a fixed-size tensor. (tensor {idx} is {what} of the "
+                                   f"model; resize_tensor_input() takes the model's inputs)")
+            # (another op's output: as in LiteRT, accepted and without effect, its shape follows from the inputs'
+            # at allocate_tensors())
+            return
         if any(d < 0 for d in new):
             raise ValueError(f"Cannot resize tensor {idx} to {list(new)}: negative dimension")
         t = self.sg.tensors[idx]
@@ -183,6 +191,9 @@ class _Session:
         if not self.allocated:
             raise ValueError("Cannot set tensor: Tensor is unallocated. Try calling allocate_tensors() first")
         t = self.sg.tensors[idx]
+        if t.is_constant:
+            raise ValueError(f"Cannot set tensor: tensor {idx} ({t.name}) is a constant of the model; its values are "
+                             f"the model's weights and cannot be set (set the inputs: get_input_details())")
         value = np.asarray(value) if not isinstance(value, np.ndarray) else value
         if value.dtype != t.dtype and not (t.type_name == "STRING" and value.dtype.kind in "SUO"):
             raise ValueError(
@@ -278,6 +289,21 @@ class _Session:
             v = np.zeros(self.shape_of(idx), dtype=t.dtype)
             self.values[idx] = v
         return v
+
+
+def _shape_argument(size) -> tuple[int, ...]:
+    """``resize_tensor_input``'s tensor_size as LiteRT reads it (any 1-D sequence of whole numbers: ints, floats,
+    numeric strings), but a fraction is refused rather than cut."""
+    try:
+        dims = np.array(size, dtype=np.int32)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"tensor_size must be a 1-D sequence of whole numbers, got {size!r} ({e})") from e
+    if dims.ndim != 1:
+        raise ValueError(f"Shape should be 1D instead of {dims.ndim}.")
+    given = np.asarray(size)
+    if given.dtype.kind in "fc" and not np.array_equal(given, dims):
+        raise ValueError(f"tensor_size must be a 1-D sequence of whole numbers, got {given.tolist()}")
+    return tuple(int(d) for d in dims)
 
 
 def _type_name(dtype: np.dtype) -> str:
@@ -545,6 +571,32 @@ class Interpreter:
         for s in self._sessions.values():
             if s.gpu_plan is not None:
                 s.gpu_plan.state_written(reset=True)
+
+    def _get_op_details(self, op_index: int) -> dict[str, Any]:
+        """One node of the main subgraph, as LiteRT's (private) helper gives it: index, op name (a custom op's
+        own), input and output tensor indices (-1: an omitted optional input), and their dtypes (omitted ones
+        left out). The model's nodes, whatever runs them."""
+        ops = self._model.main.operators
+        i = int(op_index)
+        if not 0 <= i < len(ops):
+            raise ValueError("Invalid node index")
+        op = ops[i]
+
+        def dtypes(tensors):
+            return [self._details(t)["dtype"] for t in tensors if t != -1]
+
+        return {
+            "index": i,
+            "op_name": op.name,
+            "inputs": np.array(op.inputs, dtype=np.int32),
+            "outputs": np.array(op.outputs, dtype=np.int32),
+            "operand_types": dtypes(op.inputs),
+            "result_types": dtypes(op.outputs),
+        }
+
+    def _get_ops_details(self) -> list[dict[str, Any]]:
+        """``_get_op_details`` of every node of the main subgraph, in order."""
+        return [self._get_op_details(i) for i in range(len(self._model.main.operators))]
 
     def num_subgraphs(self) -> int:
         return len(self._model.subgraphs)

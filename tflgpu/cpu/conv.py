@@ -316,9 +316,9 @@ def conv2d(ctx: OpContext):
     w_mat = once(lambda: prepare(w_const)) if w_const is not None else None
 
     def run(xs):
+        if np.ndim(xs[0]) != 4:  # (before ascontiguousarray, which makes a scalar 1-D)
+            raise KernelError(f"CONV_2D input must be 4-D, got shape {np.shape(xs[0])}")
         x = np.ascontiguousarray(xs[0], dtype=np.float32)
-        if x.ndim != 4:
-            raise KernelError(f"CONV_2D input must be 4-D, got shape {x.shape}")
         wm = w_mat() if w_mat is not None else prepare(np.asarray(xs[1], np.float32))
         n, h, w, c = x.shape
         if c == 0 or c % icg:

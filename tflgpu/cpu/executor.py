@@ -23,7 +23,7 @@ from ..ops.shapes import output_shapes
 from ..ops.signatures import problems
 from ..ops.traits import traits
 from . import registry
-from .registry import KernelError, OpContext, PrepareError
+from .registry import InvokeError, KernelError, OpContext, PrepareError
 
 log = logging.getLogger("tflgpu")
 
@@ -44,10 +44,10 @@ _INDEX_TYPES = frozenset({"INT32", "INT64"})  # (what shapes, axes and positions
 KERNEL_FAILURES = (KernelError, ValueError, IndexError, TypeError, AttributeError, ArithmeticError, MemoryError)
 
 
-def invoke_failure(op: Operator, e: BaseException) -> RuntimeError:
+def invoke_failure(op: Operator, e: BaseException) -> InvokeError:
     """What a kernel raised on a hostile or broken model's data, as the RuntimeError naming the op."""
     why = str(e) if isinstance(e, KernelError) else f"{type(e).__name__}: {e}"
-    return RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: {why}")
+    return InvokeError(op, why)
 
 
 def check_outputs(op: Operator, outs) -> None:
@@ -55,8 +55,8 @@ def check_outputs(op: Operator, outs) -> None:
     limit = reader.DEFAULT_MAX_TENSOR_BYTES
     for o in outs:
         if getattr(o, "nbytes", 0) > limit:
-            raise RuntimeError(f"Node number {op.index} ({op.name}) failed to invoke: its output of shape "
-                               f"{list(o.shape)} exceeds {limit} bytes (TFLGPU_MAX_TENSOR_BYTES)")
+            raise InvokeError(op, f"its output of shape {list(o.shape)} exceeds {limit} bytes "
+                                  f"(TFLGPU_MAX_TENSOR_BYTES)")
 
 
 def run_cpu_op(op: Operator, fn: Callable, inputs: list) -> list:
@@ -289,13 +289,16 @@ class SubgraphRunner:
     def propagated_shapes(self, inputs: Sequence[np.ndarray]) -> list[tuple[int, ...] | None]:
         """Every tensor's shape (None: never made) when the graph runs on ``inputs`` (zeros: a resize's or a plan's
         shapes): ``shapes``' where it answers, else a run of every kernel's, which raises what fails at these
-        shapes (the RuntimeError naming the node). The variables are reset afterwards."""
+        shapes: the PrepareError naming the node, as LiteRT's allocate_tensors() does. The variables are reset
+        afterwards."""
         try:
             with np.errstate(all="ignore"):  # (zeros make LOG / RSQRT / DIV warn; only the shapes matter)
                 shapes = self.shapes(inputs)
                 if shapes is None:
                     self.reset_variables()
                     shapes = [None if v is None else tuple(np.shape(v)) for v in self.run(inputs)]
+        except InvokeError as e:
+            raise PrepareError(e.op, e.why) from e
         finally:
             self.reset_variables()
         return shapes

@@ -40,6 +40,15 @@ class PrepareError(RuntimeError):
         self.op_index, self.why = op.index, why
 
 
+class InvokeError(RuntimeError):
+    """A node whose kernel failed on the data it was given ("Node number N (OP) failed to invoke: ..."); where
+    the run only computed shapes for ``allocate_tensors``, it becomes the node's PrepareError."""
+
+    def __init__(self, op, why: str):
+        super().__init__(f"Node number {op.index} ({op.name}) failed to invoke: {why}")
+        self.op, self.why = op, why
+
+
 @dataclass
 class OpContext(OpView):
     runtime: Any = None  # the ModelRunner: control-flow ops call other subgraphs through it
