@@ -255,6 +255,19 @@ def test_ops_details_are_litert_s(name):
             Interpreter(model_path=path)._get_op_details(bad)
 
 
+def test_a_subgraph_index_past_the_model_is_litert_s_error(opzoo):
+    """LiteRT's two texts: get_tensor's and get_tensor_details'."""
+    for cls in (Interpreter, litert()):
+        it = cls(model_path=str(opzoo))
+        it.allocate_tensors()
+        for sub in (1, -1):
+            with pytest.raises(ValueError, match=f"^Invalid subgraph index {sub} exceeds max subgraph index 1$"):
+                it.get_tensor(0, sub)
+            with pytest.raises(ValueError, match=rf"^subgraph_index is out of range: {sub} for the model, which "
+                                                 rf"has 1 subgraphs\.$"):
+                it.get_tensor_details(sub)
+
+
 def test_an_input_shape_no_node_takes_fails_to_prepare(opzoo):
     """A resize the model's first conv cannot take is refused by allocate_tensors() as LiteRT refuses it: a
     RuntimeError naming the node and "failed to prepare", with or without the delegate."""

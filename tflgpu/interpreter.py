@@ -441,10 +441,8 @@ class Interpreter:
         s = self._sessions.get(subgraph)
         if s is None:
             if not 0 <= subgraph < len(self._model.subgraphs):
-                raise ValueError(
-                    f"subgraph_index is out of range: {subgraph} for the model, which has "
-                    f"{len(self._model.subgraphs)} subgraphs."
-                )
+                raise ValueError(f"Invalid subgraph index {subgraph} exceeds max subgraph index "
+                                 f"{len(self._model.subgraphs)}")
             s = self._sessions[subgraph] = _Session(self._runtime, subgraph)
         return s
 
@@ -488,6 +486,9 @@ class Interpreter:
 
     def get_tensor_details(self, subgraph_index: int = 0) -> list[dict[str, Any]]:
         """Details of every tensor in a subgraph."""
+        if not 0 <= subgraph_index < len(self._model.subgraphs):  # (LiteRT's words here differ from get_tensor's)
+            raise ValueError(f"subgraph_index is out of range: {subgraph_index} for the model, which has "
+                             f"{len(self._model.subgraphs)} subgraphs.")
         s = self._session(subgraph_index)
         return [self._details(i, subgraph_index) for i in range(len(s.sg.tensors))]
 
