@@ -378,3 +378,39 @@ def test_corpus_with_a_gpus_defaults(name, fp16, opencl_device, monkeypatch):
             np.testing.assert_array_equal(g, w)
         else:
             assert_close(g, w, 1e-4, what=f"{name} output {i}")
+
+
+def _op_outputs(ref) -> list[int]:
+    return sorted({int(t) for op in ref._get_ops_details() for t in op["outputs"] if t >= 0})
+
+
+@pytest.mark.parametrize("name", ["opzoo_small.tflite", "mobilenet_v2_1.0_224_int8.tflite"])
+def test_preserve_all_tensors_reads_every_tensor_the_device_computed(name, opencl_device):
+    """experimental_preserve_all_tensors=True with a GpuDelegate: every tensor an op writes reads back with
+    LiteRT's values (its builtin kernels, which the option selects; a quantized tensor within one step), so a
+    layer the device gets wrong can be found. Without it, such a tensor raises a ValueError naming the option
+    instead of reading as zeros; before the first invoke an output reads as zeros, as in LiteRT."""
+    path = str(corpus_model(name))
+    ref = litert()(model_path=path, experimental_preserve_all_tensors=True)
+    inputs = reference_inputs(ref.get_input_details())
+    run_model(lambda **kw: ref, path, inputs)
+    keep = Interpreter(model_path=path, experimental_preserve_all_tensors=True, delegate=GpuDelegate(cache=False))
+    run_model(lambda **kw: keep, path, inputs)
+    assert keep.gpu_plan is not None and keep.gpu_plan.cpu_op_count == 0
+    for t in _op_outputs(ref):
+        got, want = keep.get_tensor(t), ref.get_tensor(t)
+        if want.dtype.kind == "f":
+            assert_close(got, want, what=f"tensor {t}")
+        else:
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1, f"tensor {t}"
+    plain = Interpreter(model_path=path, delegate=GpuDelegate(cache=False))
+    plain.allocate_tensors()
+    out = plain.get_output_details()[0]
+    assert not plain.get_tensor(out["index"]).any()
+    run_model(lambda **kw: plain, path, inputs)
+    outputs = {d["index"] for d in plain.get_output_details()}
+    hidden = [t for t in _op_outputs(ref) if t not in outputs]
+    with pytest.raises(ValueError, match="holds no value after this invoke.*experimental_preserve_all_tensors=True"):
+        for t in hidden:
+            plain.get_tensor(t)

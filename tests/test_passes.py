@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tflgpu.cpu.executor import ModelRunner
 from tflgpu.graph.passes import (
@@ -341,3 +342,33 @@ def test_the_cpu_runner_merges_zero_pads_and_clamps_into_the_ops_next_to_them(mo
         for got, want in zip(run_model(Interpreter, model, [x]), run_model(litert(), model, [x])):
             assert_close(got, want, what=f"batch {n}")
         assert ran[-1] == names
+
+
+def test_preserve_all_tensors_runs_every_op_as_the_model_has_it():
+    """With experimental_preserve_all_tensors=True the CPU invoke merges nothing, so the PADs and RELUs that
+    ``merged`` runs inside their neighbours read back with LiteRT's values; without it, such a tensor raises a
+    ValueError naming the option (it read as zeros)."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+
+    rng = np.random.default_rng(5)
+    model = _mergeable(rng, 1)
+    x = rng.uniform(-1, 1, (1, 9, 8, 4)).astype(np.float32)
+    ref = litert()(model_content=model, experimental_preserve_all_tensors=True)
+    ops = ref._get_ops_details()
+    written = sorted({int(t) for op in ops for t in op["outputs"]})
+    run_model(lambda **kw: ref, model, [x])
+    keep = Interpreter(model_content=model, experimental_preserve_all_tensors=True)
+    run_model(lambda **kw: keep, model, [x])
+    for t in written:
+        assert_close(keep.get_tensor(t), ref.get_tensor(t), what=f"tensor {t}")
+    plain = Interpreter(model_content=model)
+    run_model(lambda **kw: plain, model, [x])
+    runner = ModelRunner(read_model(model)).runner(0)
+    kept = {t for op, _ in runner.merged().steps for t in op.outputs}
+    merged_away = [t for op, _ in runner.steps for t in op.outputs if t not in kept]
+    assert len(merged_away) == 4
+    for t in merged_away:
+        with pytest.raises(ValueError, match="its op ran merged into the op reading it.*preserve_all_tensors"):
+            plain.get_tensor(t)

@@ -14,6 +14,7 @@ code written for LiteRT runs by changing the import::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -63,13 +64,15 @@ def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None) -> dict[str,
 class _Session:
     """Input buffers, allocation state and last values for one subgraph."""
 
-    def __init__(self, runtime: ModelRunner, subgraph: int):
+    def __init__(self, runtime: ModelRunner, subgraph: int, preserve: bool = False):
         self.runtime = runtime
+        self.preserve = preserve  # every op runs as the model has it (none merged into its reader)
         self.sg = runtime.model.subgraphs[subgraph]
         self.input_shapes: dict[int, tuple[int, ...]] = {i: self.sg.tensors[i].shape for i in self.sg.inputs}
         self.shapes: dict[int, tuple[int, ...]] = {}
         self.buffers: dict[int, np.ndarray] = {}
         self.values: list | None = None
+        self.invoked = False  # values holds an invoke's results (not only the inputs and constants)
         self.allocated = False
         self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
         self.gpu_factory = None  # input shapes -> plan
@@ -185,6 +188,7 @@ class _Session:
         else:
             self.shapes = {}
         self.values = None
+        self.invoked = False
         self.allocated = True
 
     def set(self, idx: int, value) -> None:
@@ -249,8 +253,9 @@ class _Session:
             self.values = values
         else:
             if self.merged_runner is None:
-                self.merged_runner = self.runner.merged()
+                self.merged_runner = self.runner if self.preserve else self.runner.merged()
             self.values = self.merged_runner.run(inputs)
+        self.invoked = True
 
     def _initial_values(self) -> list:
         vals: list = [None] * len(self.sg.tensors)
@@ -284,6 +289,12 @@ class _Session:
             v = self.gpu_plan.read_bound(idx)  # an output left on the device: read on demand
         if v is None:  # a delegated invoke returns only what crossed to the host: constants live here
             v = self.runner.consts.get(idx, self.runner.variables.get(idx))
+        if v is None and self.invoked:  # (before the first invoke, an output reads as zeros, as in LiteRT)
+            t = self.sg.tensors[idx]
+            why = ("the GpuDelegate's plan keeps it on the device, or fuses it away" if self.gpu_plan is not None
+                   else "its op ran merged into the op reading it")
+            raise ValueError(f"Tensor {idx} ({t.name}) holds no value after this invoke: {why}; "
+                             f"Interpreter(..., experimental_preserve_all_tensors=True) keeps every tensor")
         if v is None:
             t = self.sg.tensors[idx]
             v = np.zeros(self.shape_of(idx), dtype=t.dtype)
@@ -378,6 +389,9 @@ class Interpreter:
         if unknown:
             raise TypeError(f"Interpreter() got unexpected keyword argument(s) {sorted(unknown)}")
         self._num_threads = num_threads
+        # (intermediate tensors keep their values for get_tensor(): the CPU kernels run every op as the model
+        # has it, and a delegated plan reads each tensor back)
+        preserve = bool(litert_options.get("experimental_preserve_all_tensors", False))
         delegates = list(experimental_delegates or [])
         if delegate is not None:
             delegates.append(delegate)
@@ -403,6 +417,7 @@ class Interpreter:
             self._prepare_error = e
         self._startup.stop()
         self._sessions: dict[int, _Session] = {}
+        self._preserve = preserve
         self._invoke_lock = threading.Lock()
         self._signature_defs = {s.key: s for s in self._model.signature_defs}
         if delegates and self._prepare_error is None:
@@ -410,6 +425,8 @@ class Interpreter:
 
             options = delegates[0]
             request = options.plan_request()
+            if preserve:
+                request = dataclasses.replace(request, keep_all_tensors=True)
             self._startup.phase("device", "finding the OpenCL device, making its context")
             # (a device named and missing raises here, as a delegate that fails to load; every plan works in the one
             # context, so that buffers bound in it stay usable across resizes)
@@ -443,7 +460,7 @@ class Interpreter:
             if not 0 <= subgraph < len(self._model.subgraphs):
                 raise ValueError(f"Invalid subgraph index {subgraph} exceeds max subgraph index "
                                  f"{len(self._model.subgraphs)}")
-            s = self._sessions[subgraph] = _Session(self._runtime, subgraph)
+            s = self._sessions[subgraph] = _Session(self._runtime, subgraph, self._preserve)
         return s
 
     def _details(self, idx: int, subgraph: int = 0) -> dict[str, Any]:

@@ -32,6 +32,9 @@ class PlanRequest:
     calibration_inputs: Any = None  # the caller's samples for the FP16 precision choice; None: random ones
     fuse_expansions: bool | None = None  # graph.passes.fuse_expansions (PlanConfig's)
     fp16_for_memory: bool = False  # FP16 storage wanted for its memory, so on a CPU device too (plan.CPU_DEVICE_FP32)
+    # every tensor an op writes is one of the plan's outputs, read back by each run (the Interpreter's
+    # experimental_preserve_all_tensors); such a plan is not stored
+    keep_all_tensors: bool = False
 
 
 @dataclass(frozen=True)

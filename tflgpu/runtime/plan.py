@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 
 import numpy as np
 import xxhash
@@ -64,6 +65,14 @@ def plan_device(options: PlanRequest) -> DeviceInfo | None:
         return None
 
 
+def every_tensor_an_output(runner: SubgraphRunner) -> SubgraphRunner:
+    """``runner`` over its graph with every tensor an op writes made an output too (after the graph's own, in
+    the order the ops write them), so that no pass folds it away and each run reads it back."""
+    sg = runner.sg
+    outputs = list(dict.fromkeys([*sg.outputs, *(t for op in sg.operators for t in op.outputs if t >= 0)]))
+    return runner.derived(replace(sg, outputs=tuple(outputs)), runner.steps)
+
+
 def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo, input_shapes=None,
                token: str | None = None, model_name: str = "", context=None):
     """A GpuPlan for the subgraph on ``device`` (``plan_device``'s), in ``context`` (a pyopencl Context of it:
@@ -87,7 +96,9 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo,
     from .executor import GpuPlan
 
     token = options.model_token or token
-    cacheable = options.store is not None and options.cacheable and token
+    cacheable = options.store is not None and options.cacheable and token and not options.keep_all_tensors
+    if options.keep_all_tensors:
+        runner = every_tensor_an_output(runner)
 
     def plan(quantized_models_allowed: bool):
         clock.phase("graph transforms", "unrolling counted loops, the float view of a quantized model")
