@@ -338,6 +338,34 @@ def test_signature_names_are_listed_in_litert_order():
     assert details[0] == details[1] and results[0] == results[1]
 
 
+def test_two_signatures_on_two_subgraphs_as_litert_lists_and_runs_them():
+    """A model whose second signature runs its second subgraph: LiteRT's private _get_full_signature_list (names
+    sorted, indices of each signature's subgraph) and _get_tensor_details of that subgraph, and each runner's
+    results, at its stored shape and resized."""
+    b = ModelBuilder()
+    x, y = b.input("x", (2, 3)), b.tensor("y", (2, 3))
+    b.op("ADD", [x, x], [y])
+    b.output(y)
+    b.signature("double", {"x": x}, {"y": y})
+    sub, sg = b.subgraph("square")
+    a, c = sg.input("a", (4,)), sg.tensor("c", (4,))
+    sg.op("MUL", [a, a], [c])
+    sg.output(c)
+    b.signature("square", {"a": a}, {"c": c}, subgraph=sub)
+    model = b.build()
+    seen = []
+    for cls in (Interpreter, litert()):
+        it = cls(model_content=model)
+        square = it.get_signature_runner("square")
+        seen.append((it._get_full_signature_list(), _normalize([it._get_tensor_details(i, sub) for i in (a, c)]),
+                     it.get_signature_runner("double")(x=np.ones((2, 3), np.float32))["y"].tolist(),
+                     square(a=np.arange(4, dtype=np.float32))["c"].tolist(),
+                     square(a=np.arange(6, dtype=np.float32))["c"].tolist()))
+    assert seen[0] == seen[1]
+    assert seen[0][0] == {"double": {"inputs": {"x": x}, "outputs": {"y": y}},
+                          "square": {"inputs": {"a": a}, "outputs": {"c": c}}}
+
+
 def test_unknown_keyword_is_type_error(opzoo):
     with pytest.raises(TypeError):
         Interpreter(str(opzoo), not_an_option=True)

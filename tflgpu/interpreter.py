@@ -612,6 +612,16 @@ class Interpreter:
             "result_types": dtypes(op.outputs),
         }
 
+    def _get_tensor_details(self, tensor_index: int, subgraph_index: int) -> dict[str, Any]:
+        """One tensor's details (LiteRT's private form of ``get_tensor_details``)."""
+        return self._details(int(tensor_index), int(subgraph_index))
+
+    def _get_full_signature_list(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{key: {"inputs": {name: tensor index}, "outputs": {...}}}`` for each SignatureDef, names in LiteRT's
+        (sorted) order; the indices are of the signature's own subgraph."""
+        return {k: {"inputs": dict(sorted(s.inputs.items())), "outputs": dict(sorted(s.outputs.items()))}
+                for k, s in self._signature_defs.items()}
+
     def _get_ops_details(self) -> list[dict[str, Any]]:
         """``_get_op_details`` of every node of the main subgraph, in order."""
         return [self._get_op_details(i) for i in range(len(self._model.main.operators))]
