@@ -295,6 +295,28 @@ def test_resize_back_and_forth_between_batch_sizes(rng):
         np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), 2 * x * x, rtol=1e-6)
 
 
+def test_outputs_read_on_after_a_resize_until_the_next_allocation(rng):
+    """Between resize_tensor_input() and allocate_tensors(), get_tensor reads the last invoke's outputs, as LiteRT's
+    does (it said 'unallocated'); set_tensor still asks for allocate_tensors() first. Found by random API
+    sequences against LiteRT."""
+    model = _add_model(dynamic_batch=True)
+    x = rng.uniform(-1, 1, (3, 3)).astype(np.float32)
+    for make in (litert(), Interpreter, lambda **kw: Interpreter(**kw, delegate=GpuDelegate(cache=False))):
+        it = make(model_content=model)
+        for i in (0, 1):
+            it.resize_tensor_input(i, [3, 3])
+        it.allocate_tensors()
+        it.set_tensor(0, x)
+        it.set_tensor(1, x)
+        it.invoke()
+        it.resize_tensor_input(1, [1, 3])
+        np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), 2 * x * x, rtol=1e-6)
+        if not isinstance(it, Interpreter):
+            continue
+        with pytest.raises(ValueError, match="Try calling allocate_tensors"):
+            it.set_tensor(1, x[:1])
+
+
 def test_signature_runner_matches_litert(rng):
     model = _add_model(dynamic_batch=True)
     x, y = rng.uniform(-1, 1, (2, 3)).astype(np.float32), rng.uniform(-1, 1, (2, 3)).astype(np.float32)

@@ -272,7 +272,7 @@ class _Session:
         n = len(self.sg.tensors)
         if not 0 <= idx < n:
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
-        if not self.allocated:
+        if not self.allocated and not self.buffers:  # (after a resize, the last allocation's values read on)
             raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
         if idx in self.runner.variables and self.gpu_plan is not None:  # state the device may hold
             if writable:
