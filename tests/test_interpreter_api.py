@@ -392,3 +392,26 @@ def test_unknown_keyword_is_type_error(opzoo):
     with pytest.raises(TypeError):
         Interpreter(str(opzoo), not_an_option=True)
     Interpreter(str(opzoo), experimental_preserve_all_tensors=True)  # LiteRT's own options are accepted
+
+
+@pytest.mark.parametrize(("option", "value", "match"), [
+    ("precision_loss_allowed", "maybe", "precision_loss_allowed must be True or False"),
+    ("cache", 2, "cache must be True or False"),
+    ("tiered_compile", "x", "tiered_compile must be True or False or None"),
+    ("tuning_db", 5, "tuning_db must be None"),
+    ("tuning_storage", "nope", "tuning_storage must be an optuna storage URL"),
+    ("calibration_inputs", "x", "calibration_inputs must be a list of samples"),
+])
+def test_delegate_options_of_the_wrong_kind_are_refused_when_made(option, value, match):
+    """A GpuDelegate option of the wrong kind raises a ValueError naming it at construction, not a raw error from
+    deep inside (tuning_db=5: os.fspath's TypeError), a failed background thread (tuning_storage), or a silent
+    misreading ("false" is a true string)."""
+    with pytest.raises(ValueError, match=match):
+        GpuDelegate(**{option: value})
+
+
+def test_delegate_flags_read_tflite_s_option_strings():
+    """TFLite's load_delegate() options carry flags as strings: "false" / "0" read as False, "true" / "1" as True."""
+    assert GpuDelegate(precision_loss_allowed="false").precision_loss_allowed is False
+    assert GpuDelegate(precision_loss_allowed="1").wants_fp16()
+    assert GpuDelegate(cache="0").cache is False and GpuDelegate(profile=np.True_).profile is True

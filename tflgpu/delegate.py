@@ -30,6 +30,42 @@ def _priority(v) -> int:
     return int(v)
 
 
+_FLAG_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _flag(name: str, v, none_allowed: bool = False):
+    """An on/off option as a bool: a bool (numpy's too), 0 / 1, or the strings TFLite's ``load_delegate`` options
+    carry ("true" / "false", "1" / "0"); None where the option allows it. Anything else is refused rather than
+    read by its truth ("false" is a true string)."""
+    if v is None and none_allowed:
+        return None
+    if isinstance(v, str) and v.strip().lower() in _FLAG_WORDS:
+        return _FLAG_WORDS[v.strip().lower()]
+    if type(v).__name__ in ("bool", "bool_") or (isinstance(v, int) and v in (0, 1)):
+        return bool(v)
+    raise ValueError(f"{name} must be True or False{' or None' if none_allowed else ''}; got {v!r}")
+
+
+def _is_tuning_db(db) -> bool:
+    from .autotune import TuningDB
+
+    return isinstance(db, TuningDB)
+
+
+def _check_storage_url(url) -> None:
+    """``tuning_storage`` as optuna opens it: a database URL (SQLAlchemy's form, e.g. 'sqlite:///tune.db')."""
+    if isinstance(url, str):
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(url)
+            return
+        except ArgumentError:
+            pass
+    raise ValueError(f"tuning_storage must be an optuna storage URL, such as 'sqlite:///tuning.db'; got {url!r}")
+
+
 def fp16_storage(on: bool = True) -> dict:
     """GpuDelegate's options for FP16 storage on every device with cl_khr_fp16, CPU devices included (``on``; else
     FP32): TFLite's MIN_MEMORY_USAGE priority. precision_loss_allowed asks for FP16 for speed, which a CPU device's
@@ -40,6 +76,9 @@ def fp16_storage(on: bool = True) -> dict:
 @dataclass
 class GpuDelegate:
     """Options for running a model on an OpenCL device.
+
+    On/off options take a bool, 0 / 1, or the strings TFLite's ``load_delegate`` options use ("true" / "false",
+    "1" / "0"); an option of the wrong kind raises a ValueError naming it here.
 
     Args:
         precision_loss_allowed: allow FP16 storage (TFLite's flag; accumulation stays FP32), for speed: a CPU
@@ -131,6 +170,20 @@ class GpuDelegate:
     tuning_trials: int | None = None
 
     def __post_init__(self):
+        for name in ("precision_loss_allowed", "profile", "allow_buffer_handle_output", "cache",
+                     "quantized_models_allowed"):
+            setattr(self, name, _flag(name, getattr(self, name)))
+        self.tiered_compile = _flag("tiered_compile", self.tiered_compile, none_allowed=True)
+        db = self.tuning_db
+        if not (db is None or db is False or isinstance(db, (str, os.PathLike)) or _is_tuning_db(db)):
+            raise ValueError(f"tuning_db must be None (the cache), a path to a JSON records file, a "
+                             f"tflgpu.autotune.TuningDB, or False (no records); got {db!r}")
+        if self.tuning_storage is not None:
+            _check_storage_url(self.tuning_storage)
+        cal = self.calibration_inputs
+        if cal is not None and (isinstance(cal, (str, bytes)) or not hasattr(cal, "__len__")):
+            raise ValueError(f"calibration_inputs must be a list of samples, each a list of arrays in input order "
+                             f"(or one array for a one-input model); got {type(cal).__name__}")
         self.inference_priority1 = _priority(self.inference_priority1)
         self.inference_priority2 = _priority(self.inference_priority2)
         self.inference_priority3 = _priority(self.inference_priority3)
