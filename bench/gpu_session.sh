@@ -207,6 +207,10 @@
 #   /tmp/models/mobilenet_v2_1.0_224.tflite" RECORDS_NAME=nvidia-h100 bash bench/gpu_session.sh newtests bench ship
 # (where newtests runs out of time, its log's last lines say how far it got: give the rest a call of its own), and
 # the second: the other float corpus models' rows (BENCH_MODELS unset, BG_WAIT_S=20) and `torch`.
+# Since (2026-12-07, no GPU): bound buffers stay bound across resizes (one context per interpreter), and
+# experimental_preserve_all_tensors=True makes every tensor an op writes an output of the plan, read back from the
+# device: "bound_buffers_across or preserve_all_tensors" joined NEW_TESTS_K (on a GPU, the second shows which layer
+# a device computes differently from LiteRT, should one ever do so).
 set -u
 export OUT=${OUT:-/tmp/out}
 # (the tests added since the last GPU call: `newtests` runs gputests with these)
@@ -220,6 +224,7 @@ NEW_TESTS_K+=" or open_ended or dynamic_input_stored or pool_forms or layer_norm
 NEW_TESTS_K+=" or moves_in_a_row or read_twice or one_pixel_rows or swish or concatenation_of or register_tiles"
 NEW_TESTS_K+=" or thin_inputs or signal or prefetch or cadence or enqueue or expand_depthwise or densely"
 NEW_TESTS_K+=" or reshaped_convs or prelu or fused_ops_after or fused_blocks or prologue or simulator_grid or sibling"
+NEW_TESTS_K+=" or bound_buffers_across or preserve_all_tensors"
 if [ "${1:-}" != --inner ]; then
     mkdir -p /tmp/site "$OUT"
     tar -C /tmp/site -xJf .gpu/site.tar.xz || exit 1
