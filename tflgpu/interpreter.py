@@ -73,6 +73,7 @@ class _Session:
         self.buffers: dict[int, np.ndarray] = {}
         self.values: list | None = None
         self.invoked = False  # values holds an invoke's results (not only the inputs and constants)
+        self.readable = False  # an allocation succeeded once: tensors read (the last one's values, after a resize)
         self.allocated = False
         self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
         self.gpu_factory = None  # input shapes -> plan
@@ -189,7 +190,7 @@ class _Session:
             self.shapes = {}
         self.values = None
         self.invoked = False
-        self.allocated = True
+        self.allocated = self.readable = True
 
     def set(self, idx: int, value) -> None:
         if not self.allocated:
@@ -272,7 +273,7 @@ class _Session:
         n = len(self.sg.tensors)
         if not 0 <= idx < n:
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
-        if not self.allocated and not self.buffers:  # (after a resize, the last allocation's values read on)
+        if not self.readable:  # (after a resize, or a failed allocate_tensors(), the last values read on, as LiteRT's)
             raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
         if idx in self.runner.variables and self.gpu_plan is not None:  # state the device may hold
             if writable:

@@ -1,0 +1,126 @@
+"""Random sequences of Interpreter calls (resize_tensor_input, allocate_tensors, set_tensor, invoke, get_tensor, a
+signature runner), run on tflgpu and on LiteRT side by side: each call must end the same way (returned, or raised
+the same kind of error) with the same values.
+
+Left out of the comparison, where LiteRT's answer is not defined: a read before an invoke, or of results computed
+from an input never set (LiteRT's arena holds whatever it held), and a set_tensor between a resize and
+allocate_tensors(), which tflgpu refuses (LiteRT writes into an arena the allocation may then move).
+
+    python -m tests.api_sequences --seeds 0:300 [--delegate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model.builder import ModelBuilder
+
+STEPS = 12
+
+
+def dynamic_batch_model() -> bytes:
+    """x, y: [-1, 3] -> sum = x + y, prod = sum * x (both outputs), with a signature."""
+    b = ModelBuilder()
+    sig = (-1, 3)
+    x, y = b.input("x", (1, 3), shape_signature=sig), b.input("y", (1, 3), shape_signature=sig)
+    z = b.tensor("z", (1, 3), shape_signature=sig)
+    b.op("ADD", [x, y], [z])
+    w = b.tensor("w", (1, 3), shape_signature=sig)
+    b.op("MUL", [z, x], [w])
+    b.output(w, z)
+    b.signature("serving_default", {"x": x, "y": y}, {"prod": w, "sum": z})
+    return b.build()
+
+
+def _outcome(call):
+    """('ok', value) or ('error', kind): LiteRT raises RuntimeError where tflgpu raises a subclass of it."""
+    try:
+        r = call()
+    except Exception as e:  # noqa: BLE001 (the kind of error is what is compared)
+        return ("error", "RuntimeError" if isinstance(e, RuntimeError) else type(e).__name__)
+    if isinstance(r, np.ndarray):
+        return ("ok", r.shape, np.round(r.astype(np.float64), 4).tolist())
+    return ("ok", r)
+
+
+@dataclass
+class Divergence:
+    seed: int
+    delegate: bool
+    steps: list = field(default_factory=list)  # (call, LiteRT's outcome, tflgpu's), up to the first that differs
+
+    def __str__(self) -> str:
+        lines = [f"seed {self.seed}{' (GpuDelegate)' if self.delegate else ''}:"]
+        lines += [f"  {call}: {a}" if a == b else f"  {call}: LiteRT {a} / tflgpu {b}" for call, a, b in self.steps]
+        return "\n".join(lines)
+
+
+def run(seed: int, delegate: bool, model: bytes | None = None) -> Divergence | None:
+    """One random sequence of STEPS calls; the Divergence ending at the first call that ends differently, or None."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+    model = model or dynamic_batch_model()
+    rng = np.random.default_rng(seed)
+    ours = Interpreter(model_content=model, delegate=GpuDelegate(cache=False) if delegate else None)
+    pair = (LiteRT(model_content=model), ours)
+    seen = Divergence(seed, delegate)
+    defined, inputs_set = False, set()  # (an invoke's results are defined: since the last allocate / resize)
+    for _ in range(STEPS):
+        kind = int(rng.integers(0, 8))
+        if kind == 0:
+            i, n = int(rng.integers(0, 2)), int(rng.integers(1, 4))
+            call, fn = f"resize_tensor_input({i}, [{n}, 3])", lambda it, i=i, n=n: it.resize_tensor_input(i, [n, 3])
+        elif kind == 1:
+            call, fn = "allocate_tensors()", lambda it: it.allocate_tensors()
+        elif kind in (2, 3):
+            i, v = int(rng.integers(0, 2)), rng.uniform(-1, 1, (int(rng.integers(1, 4)), 3)).astype(np.float32)
+            call, fn = f"set_tensor({i}, {list(v.shape)})", lambda it, i=i, v=v: it.set_tensor(i, v)
+        elif kind in (4, 5):
+            call, fn = "invoke()", lambda it: it.invoke()
+        elif kind == 6:
+            t = int(rng.integers(2, 4))
+            call, fn = f"get_tensor({t})", lambda it, t=t: it.get_tensor(t)
+        else:
+            n = int(rng.integers(1, 4))
+            x, y = (rng.uniform(-1, 1, (n, 3)).astype(np.float32) for _ in range(2))
+            call = f"get_signature_runner()(x, y: [{n}, 3])"
+            fn = lambda it, x=x, y=y: it.get_signature_runner()(x=x, y=y)["prod"]
+        a, b = (_outcome(lambda it=it, fn=fn: fn(it)) for it in pair)
+        seen.steps.append((call, a, b))
+        if kind in (0, 1) and a[0] == "ok":
+            defined = False
+            if kind == 1:
+                inputs_set.clear()
+        if kind in (2, 3) and a[0] == "ok":
+            inputs_set.add(call[11])
+            if b == ("error", "ValueError") and not ours._session(0).allocated:
+                continue  # (tflgpu's refusal between a resize and allocate_tensors())
+        if kind in (4, 5, 7) and a[0] == b[0] == "ok":
+            defined = kind == 7 or len(inputs_set) == 2
+        if kind == 6 and a[0] == b[0] == "ok" and not defined:
+            continue  # (LiteRT's arena: any values)
+        if a != b:
+            return seen
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="0:100", help="FIRST:END")
+    ap.add_argument("--delegate", action="store_true", help="tflgpu with a GpuDelegate (else its CPU kernels)")
+    args = ap.parse_args()
+    first, end = (int(s) for s in args.seeds.split(":"))
+    found = [d for d in (run(s, args.delegate) for s in range(first, end)) if d]
+    for d in found:
+        print(d)
+    print(f"{end - first} sequences, {len(found)} diverged")
+
+
+if __name__ == "__main__":
+    main()
