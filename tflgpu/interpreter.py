@@ -275,10 +275,10 @@ class _Session:
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
         if not self.readable:  # (after a resize, or a failed allocate_tensors(), the last values read on, as LiteRT's)
             raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
-        if idx in self.runner.variables and self.gpu_plan is not None:  # state the device may hold
-            if writable:
+        if idx in self.runner.variables:  # the live state (reset_all_variables() replaces its arrays)
+            if self.gpu_plan is not None and writable:  # state the device may hold
                 self.gpu_plan.state_written()  # (read now; uploaded by the next invoke, in case it was written)
-            else:
+            elif self.gpu_plan is not None:
                 self.gpu_plan.sync_state()
             return self.runner.variables[idx]
         if idx in self.buffers and idx not in self.bindings:
