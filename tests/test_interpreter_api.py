@@ -415,3 +415,41 @@ def test_delegate_flags_read_tflite_s_option_strings():
     assert GpuDelegate(precision_loss_allowed="false").precision_loss_allowed is False
     assert GpuDelegate(precision_loss_allowed="1").wants_fp16()
     assert GpuDelegate(cache="0").cache is False and GpuDelegate(profile=np.True_).profile is True
+
+
+def test_a_model_file_changed_under_the_interpreter_is_named(opzoo, tmp_path, monkeypatch):
+    """The weights are read from the mapped file: truncated under a running Interpreter (open(path, 'wb') before a
+    rewrite, as a notebook re-exporting its model does), LiteRT's next invoke ends the process with SIGBUS; ours
+    raises a RuntimeError naming the file and what to do, as it does for a file rewritten in place. A new model
+    renamed over the path leaves the Interpreter running on the old one."""
+    from tflgpu.model.reader import ModelBytes
+
+    monkeypatch.setattr(ModelBytes, "CHECK_EVERY_S", 0.0)
+    data = opzoo.read_bytes()
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 32, 32, 8)).astype(np.float32)
+
+    def start(path):
+        it = Interpreter(str(path))
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        return it
+
+    path = tmp_path / "model.tflite"
+    path.write_bytes(data)
+    it = start(path)
+    want = it.get_tensor(it.get_output_details()[0]["index"])
+    fresh = tmp_path / "fresh.tflite"
+    fresh.write_bytes(data)
+    fresh.replace(path)  # (a new file renamed over the path: this Interpreter's file is intact)
+    it.invoke()
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), want)
+    it = start(path)
+    with open(path, "wb"):
+        pass
+    with pytest.raises(RuntimeError, match=r"model.tflite changed after this Interpreter read it: it was truncated "
+                                           r"to 0 bytes.*make a new one"):
+        it.invoke()
+    path.write_bytes(data)
+    with pytest.raises(RuntimeError, match="changed after this Interpreter read it: it was rewritten"):
+        it.allocate_tensors()

@@ -455,6 +455,17 @@ class Interpreter:
 
     # -- internals ----------------------------------------------------------
 
+    def _check_model_file(self) -> None:
+        """A RuntimeError where the mapped model file was truncated or rewritten in place since it was read (the
+        next read of a weight would end the process with SIGBUS, or read other weights)."""
+        changed = self._model_bytes.changed_on_disk()
+        if changed:
+            raise RuntimeError(
+                f"the model file {self._model_bytes.path} changed after this Interpreter read it: {changed}. Its "
+                f"weights are read from the file as it was, so the Interpreter cannot run on: make a new one. "
+                f"(Writing a new model to another file and renaming it over this one leaves running Interpreters "
+                f"intact.)")
+
     def _session(self, subgraph: int = 0) -> _Session:
         s = self._sessions.get(subgraph)
         if s is None:
@@ -481,6 +492,7 @@ class Interpreter:
         """
         if self._prepare_error is not None:
             raise self._prepare_error
+        self._check_model_file()
         session = self._session(0)
         try:
             session.allocate()
@@ -536,6 +548,7 @@ class Interpreter:
             raise RuntimeError("invoke() called while another thread is invoking this Interpreter; "
                                "an Interpreter is not thread-safe: use one per thread")
         try:
+            self._check_model_file()
             t0 = time.perf_counter()
             session = self._session(0)
             with session.threads(self._num_threads):

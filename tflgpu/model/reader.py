@@ -10,6 +10,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import time
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -35,22 +37,52 @@ ACTIVATION_PER_FILE_BYTE = int(os.environ.get("TFLGPU_ACTIVATION_PER_FILE_BYTE",
 class ModelBytes:
     """The bytes of a model: an mmap of a file, or caller-given bytes."""
 
+    CHECK_EVERY_S = 0.05  # (how often ``changed_on_disk`` looks at the file: an fstat costs ~1.5 us)
+
     def __init__(self, data: bytes | bytearray | memoryview | mmap.mmap, path: str | None = None):
         self.data = data
         self.path = path
+        self._file: int | None = None  # the mapped file's own descriptor (a path may come to name another file)
+        self._stamp: tuple[int, int] = (0, 0)  # its size and modification time when mapped
+        self._checked = 0.0
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ModelBytes:
         path = os.fspath(path)
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
+                st = os.fstat(f.fileno())
+                if st.st_size == 0:
                     raise ValueError(f"Could not read model '{path}': the file is empty")
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                fd = os.dup(f.fileno())
         except OSError as e:
             raise ValueError(f"Could not open '{path}': {e.strerror or e}") from e
-        return cls(data, path)
+        out = cls(data, path)
+        out._file, out._stamp = fd, (st.st_size, st.st_mtime_ns)
+        weakref.finalize(out, os.close, fd)
+        return out
+
+    def changed_on_disk(self) -> str | None:
+        """What happened to the mapped file since it was mapped (truncated, rewritten), or None. Its weights are
+        read from the map, so a truncated file ends the process (SIGBUS) on the next read, and one rewritten in
+        place changes them under the kernels. Looks at most every CHECK_EVERY_S seconds."""
+        if self._file is None:
+            return None
+        now = time.monotonic()
+        if now - self._checked < self.CHECK_EVERY_S:
+            return None
+        self._checked = now
+        try:
+            st = os.fstat(self._file)
+        except OSError as e:
+            return f"it cannot be read ({e.strerror or e})"
+        if (st.st_size, st.st_mtime_ns) == self._stamp:
+            return None
+        self._checked = 0.0  # (and every later look says so too)
+        if st.st_size < self._stamp[0]:
+            return f"it was truncated to {st.st_size} bytes"
+        return "it was rewritten"
 
     @classmethod
     def from_content(cls, content: Any) -> ModelBytes:
