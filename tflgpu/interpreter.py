@@ -30,7 +30,7 @@ from .cpu.registry import PrepareError
 from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
-from .model.ir import Model, Tensor
+from .model.ir import Model, Subgraph, Tensor
 from .runtime import DeviceError, ShapeError
 from .runtime.startup import StartupClock, format_phases
 
@@ -303,6 +303,63 @@ class _Session:
         return v
 
 
+def _model_arguments(model, model_path, model_content) -> tuple:
+    """(model_path, model_content) from the constructor's three ways of naming the model, with LiteRT's errors."""
+    if model is not None:
+        if model_path is not None or model_content is not None:
+            raise ValueError("Can't both provide `model` and `model_path`/`model_content`")
+        if isinstance(model, (str, os.PathLike)):
+            model_path = model
+        else:
+            model_content = model
+    if model_path is not None and model_content is not None:
+        raise ValueError("Can't both provide `model_path` and `model_content`")
+    if model_path is None and model_content is None:
+        raise ValueError("`model_path` or `model_content` must be specified.")
+    if model_content is not None and not isinstance(model_content, (bytes, bytearray, memoryview)):
+        raise ValueError(f"model_content must be bytes, got {type(model_content).__name__}")
+    return model_path, model_content
+
+
+def _check_litert_arguments(num_threads, litert_options: dict) -> None:
+    """LiteRT's errors for num_threads, and a TypeError for a keyword neither LiteRT nor tflgpu has."""
+    if num_threads is not None:
+        if not isinstance(num_threads, int) or isinstance(num_threads, bool):
+            raise ValueError("type of num_threads should be int")
+        if num_threads < 1:
+            raise ValueError("num_threads should >= 1")
+    unknown = set(litert_options) - _LITERT_EXPERIMENTAL
+    if unknown:
+        raise TypeError(f"Interpreter() got unexpected keyword argument(s) {sorted(unknown)}")
+
+
+def op_details(sg: Subgraph, i: int, details: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+    """Node ``i`` of ``sg`` as LiteRT's ``_get_op_details`` gives it: index, op name (a custom op's own), input and
+    output tensor indices (-1: an omitted optional input) and their dtypes (omitted ones left out); ``details``:
+    a tensor index's detail dict. The model's nodes, whatever runs them."""
+    if not 0 <= i < len(sg.operators):
+        raise ValueError("Invalid node index")
+    op = sg.operators[i]
+
+    def dtypes(tensors):
+        return [details(t)["dtype"] for t in tensors if t != -1]
+
+    return {"index": i, "op_name": op.name, "inputs": np.array(op.inputs, dtype=np.int32),
+            "outputs": np.array(op.outputs, dtype=np.int32), "operand_types": dtypes(op.inputs),
+            "result_types": dtypes(op.outputs)}
+
+
+def check_model_file(source: ModelBytes) -> None:
+    """A RuntimeError where the mapped model file was truncated or rewritten in place since it was read (the
+    next read of a weight would end the process with SIGBUS, or read other weights)."""
+    changed = source.changed_on_disk()
+    if changed:
+        raise RuntimeError(
+            f"the model file {source.path} changed after this Interpreter read it: {changed}. Its weights are "
+            f"read from the file as it was, so the Interpreter cannot run on: make a new one. (Writing a new "
+            f"model to another file and renaming it over this one leaves running Interpreters intact.)")
+
+
 def _shape_argument(size) -> tuple[int, ...]:
     """``resize_tensor_input``'s tensor_size as LiteRT reads it (any 1-D sequence of whole numbers: ints, floats,
     numeric strings), but a fraction is refused rather than cut."""
@@ -368,27 +425,8 @@ class Interpreter:
         delegate: Any = None,
         **litert_options: Any,
     ):
-        if model is not None:
-            if model_path is not None or model_content is not None:
-                raise ValueError("Can't both provide `model` and `model_path`/`model_content`")
-            if isinstance(model, (str, os.PathLike)):
-                model_path = model
-            else:
-                model_content = model
-        if model_path is not None and model_content is not None:
-            raise ValueError("Can't both provide `model_path` and `model_content`")
-        if model_path is None and model_content is None:
-            raise ValueError("`model_path` or `model_content` must be specified.")
-        if model_content is not None and not isinstance(model_content, (bytes, bytearray, memoryview)):
-            raise ValueError(f"model_content must be bytes, got {type(model_content).__name__}")
-        if num_threads is not None:
-            if not isinstance(num_threads, int) or isinstance(num_threads, bool):
-                raise ValueError("type of num_threads should be int")
-            if num_threads < 1:
-                raise ValueError("num_threads should >= 1")
-        unknown = set(litert_options) - _LITERT_EXPERIMENTAL
-        if unknown:
-            raise TypeError(f"Interpreter() got unexpected keyword argument(s) {sorted(unknown)}")
+        model_path, model_content = _model_arguments(model, model_path, model_content)
+        _check_litert_arguments(num_threads, litert_options)
         self._num_threads = num_threads
         # (intermediate tensors keep their values for get_tensor(): the CPU kernels run every op as the model
         # has it, and a delegated plan reads each tensor back)
@@ -455,17 +493,6 @@ class Interpreter:
 
     # -- internals ----------------------------------------------------------
 
-    def _check_model_file(self) -> None:
-        """A RuntimeError where the mapped model file was truncated or rewritten in place since it was read (the
-        next read of a weight would end the process with SIGBUS, or read other weights)."""
-        changed = self._model_bytes.changed_on_disk()
-        if changed:
-            raise RuntimeError(
-                f"the model file {self._model_bytes.path} changed after this Interpreter read it: {changed}. Its "
-                f"weights are read from the file as it was, so the Interpreter cannot run on: make a new one. "
-                f"(Writing a new model to another file and renaming it over this one leaves running Interpreters "
-                f"intact.)")
-
     def _session(self, subgraph: int = 0) -> _Session:
         s = self._sessions.get(subgraph)
         if s is None:
@@ -492,7 +519,7 @@ class Interpreter:
         """
         if self._prepare_error is not None:
             raise self._prepare_error
-        self._check_model_file()
+        check_model_file(self._model_bytes)
         session = self._session(0)
         try:
             session.allocate()
@@ -548,7 +575,7 @@ class Interpreter:
             raise RuntimeError("invoke() called while another thread is invoking this Interpreter; "
                                "an Interpreter is not thread-safe: use one per thread")
         try:
-            self._check_model_file()
+            check_model_file(self._model_bytes)
             t0 = time.perf_counter()
             session = self._session(0)
             with session.threads(self._num_threads):
@@ -605,40 +632,22 @@ class Interpreter:
                 s.gpu_plan.state_written(reset=True)
 
     def _get_op_details(self, op_index: int) -> dict[str, Any]:
-        """One node of the main subgraph, as LiteRT's (private) helper gives it: index, op name (a custom op's
-        own), input and output tensor indices (-1: an omitted optional input), and their dtypes (omitted ones
-        left out). The model's nodes, whatever runs them."""
-        ops = self._model.main.operators
-        i = int(op_index)
-        if not 0 <= i < len(ops):
-            raise ValueError("Invalid node index")
-        op = ops[i]
+        """One node of the main subgraph, as LiteRT's private helper gives it (``op_details``)."""
+        return op_details(self._model.main, int(op_index), self._details)
 
-        def dtypes(tensors):
-            return [self._details(t)["dtype"] for t in tensors if t != -1]
-
-        return {
-            "index": i,
-            "op_name": op.name,
-            "inputs": np.array(op.inputs, dtype=np.int32),
-            "outputs": np.array(op.outputs, dtype=np.int32),
-            "operand_types": dtypes(op.inputs),
-            "result_types": dtypes(op.outputs),
-        }
+    def _get_ops_details(self) -> list[dict[str, Any]]:
+        """``_get_op_details`` of every node of the main subgraph, in order."""
+        return [self._get_op_details(i) for i in range(len(self._model.main.operators))]
 
     def _get_tensor_details(self, tensor_index: int, subgraph_index: int) -> dict[str, Any]:
         """One tensor's details (LiteRT's private form of ``get_tensor_details``)."""
         return self._details(int(tensor_index), int(subgraph_index))
 
     def _get_full_signature_list(self) -> dict[str, dict[str, dict[str, int]]]:
-        """``{key: {"inputs": {name: tensor index}, "outputs": {...}}}`` for each SignatureDef, names in LiteRT's
-        (sorted) order; the indices are of the signature's own subgraph."""
+        """``{key: {"inputs": {name: tensor index}, "outputs": {...}}}`` for each SignatureDef (LiteRT's private
+        helper); the indices are of the signature's own subgraph."""
         return {k: {"inputs": dict(sorted(s.inputs.items())), "outputs": dict(sorted(s.outputs.items()))}
                 for k, s in self._signature_defs.items()}
-
-    def _get_ops_details(self) -> list[dict[str, Any]]:
-        """``_get_op_details`` of every node of the main subgraph, in order."""
-        return [self._get_op_details(i) for i in range(len(self._model.main.operators))]
 
     def num_subgraphs(self) -> int:
         return len(self._model.subgraphs)
