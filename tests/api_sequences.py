@@ -18,23 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tflgpu import GpuDelegate, Interpreter
-from tflgpu.model.builder import ModelBuilder
+
+from .oputil import add_mul_model
 
 STEPS = 12
-
-
-def dynamic_batch_model() -> bytes:
-    """x, y: [-1, 3] -> sum = x + y, prod = sum * x (both outputs), with a signature."""
-    b = ModelBuilder()
-    sig = (-1, 3)
-    x, y = b.input("x", (1, 3), shape_signature=sig), b.input("y", (1, 3), shape_signature=sig)
-    z = b.tensor("z", (1, 3), shape_signature=sig)
-    b.op("ADD", [x, y], [z])
-    w = b.tensor("w", (1, 3), shape_signature=sig)
-    b.op("MUL", [z, x], [w])
-    b.output(w, z)
-    b.signature("serving_default", {"x": x, "y": y}, {"prod": w, "sum": z})
-    return b.build()
 
 
 def _outcome(call):
@@ -65,7 +52,7 @@ def run(seed: int, delegate: bool, model: bytes | None = None) -> Divergence | N
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from ai_edge_litert.interpreter import Interpreter as LiteRT
-    model = model or dynamic_batch_model()
+    model = model or add_mul_model(dynamic_batch=True)
     rng = np.random.default_rng(seed)
     ours = Interpreter(model_content=model, delegate=GpuDelegate(cache=False) if delegate else None)
     pair = (LiteRT(model_content=model), ours)

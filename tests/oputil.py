@@ -364,3 +364,19 @@ def stored_too_small_model(rng) -> bytes:
          padding="VALID", stride_w=1, stride_h=1)
     b.output(y)
     return b.build()
+
+
+def add_mul_model(dynamic_batch: bool = False) -> bytes:
+    """x, y: [1, 3] ([-1, 3] with ``dynamic_batch``) -> sum = x + y, prod = sum * x, both outputs, with a
+    signature (serving_default: x, y -> prod, sum)."""
+    b = ModelBuilder()
+    sig = (-1, 3) if dynamic_batch else None
+    x = b.input("x", (1, 3), shape_signature=sig)
+    y = b.input("y", (1, 3), shape_signature=sig)
+    z = b.tensor("z", (1, 3), shape_signature=sig)
+    b.op("ADD", [x, y], [z])
+    w = b.tensor("w", (1, 3), shape_signature=sig)
+    b.op("MUL", [z, x], [w])
+    b.output(w, z)
+    b.signature("serving_default", {"x": x, "y": y}, {"prod": w, "sum": z})
+    return b.build()

@@ -11,20 +11,7 @@ from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, corpus_model, litert, run_model
-
-
-def _add_model(dynamic_batch: bool = False) -> bytes:
-    b = ModelBuilder()
-    sig = (-1, 3) if dynamic_batch else None
-    x = b.input("x", (1, 3), shape_signature=sig)
-    y = b.input("y", (1, 3), shape_signature=sig)
-    z = b.tensor("z", (1, 3), shape_signature=sig)
-    b.op("ADD", [x, y], [z])
-    w = b.tensor("w", (1, 3), shape_signature=sig)
-    b.op("MUL", [z, x], [w])
-    b.output(w, z)
-    b.signature("serving_default", {"x": x, "y": y}, {"prod": w, "sum": z})
-    return b.build()
+from .oputil import add_mul_model
 
 
 @pytest.fixture
@@ -172,7 +159,7 @@ def test_signature_after_a_resize_is_litert_s(signature, opencl_device):
 
 
 def test_resize_and_strict(rng):
-    fixed, dynamic = _add_model(), _add_model(dynamic_batch=True)
+    fixed, dynamic = add_mul_model(), add_mul_model(dynamic_batch=True)
     for cls in (Interpreter, litert()):
         it = cls(model_content=fixed)
         with pytest.raises(RuntimeError, match="ResizeInputTensorStrict only allows mutating unknown dimensions"):
@@ -197,7 +184,7 @@ def test_resize_arguments_as_litert_reads_them(rng):
     """resize_tensor_input takes what LiteRT's takes (a tuple, an int64 array, whole floats, numeric strings) and
     refuses what it refuses, with its exception types: a 2-D size, an index outside the graph, a constant; an
     op's output may be named, and nothing changes. A fraction, which LiteRT cuts, is refused."""
-    model = _add_model(dynamic_batch=True)
+    model = add_mul_model(dynamic_batch=True)
     x = rng.uniform(-1, 1, (2, 3)).astype(np.float32)
     for cls in (Interpreter, litert()):
         for size in ((2, 3), np.array([2, 3], np.int64), [2.0, 3.0], ["2", "3"]):
@@ -282,7 +269,7 @@ def test_an_input_shape_no_node_takes_fails_to_prepare(opzoo):
 
 
 def test_resize_back_and_forth_between_batch_sizes(rng):
-    model = _add_model(dynamic_batch=True)
+    model = add_mul_model(dynamic_batch=True)
     it = Interpreter(model_content=model)
     for batch in (1, 4, 1, 3):
         for i in (0, 1):
@@ -299,7 +286,7 @@ def test_outputs_read_on_after_a_resize_until_the_next_allocation(rng):
     """Between resize_tensor_input() and allocate_tensors(), get_tensor reads the last invoke's outputs, as LiteRT's
     does (it said 'unallocated'); set_tensor still asks for allocate_tensors() first. Found by random API
     sequences against LiteRT."""
-    model = _add_model(dynamic_batch=True)
+    model = add_mul_model(dynamic_batch=True)
     x = rng.uniform(-1, 1, (3, 3)).astype(np.float32)
     for make in (litert(), Interpreter, lambda **kw: Interpreter(**kw, delegate=GpuDelegate(cache=False))):
         it = make(model_content=model)
@@ -318,7 +305,7 @@ def test_outputs_read_on_after_a_resize_until_the_next_allocation(rng):
 
 
 def test_signature_runner_matches_litert(rng):
-    model = _add_model(dynamic_batch=True)
+    model = add_mul_model(dynamic_batch=True)
     x, y = rng.uniform(-1, 1, (2, 3)).astype(np.float32), rng.uniform(-1, 1, (2, 3)).astype(np.float32)
     outs = []
     for cls in (Interpreter, litert()):
