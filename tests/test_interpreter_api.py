@@ -440,3 +440,22 @@ def test_a_model_file_changed_under_the_interpreter_is_named(opzoo, tmp_path, mo
     path.write_bytes(data)
     with pytest.raises(RuntimeError, match="changed after this Interpreter read it: it was rewritten"):
         it.allocate_tensors()
+
+
+def test_background_work_stops_when_the_model_file_is_truncated(tmp_path, caplog, opencl_device):
+    """A delegated plan's background search builds candidate kernels from the weights, which it reads from the mapped
+    file: truncated under it, the next read ended the process (SIGBUS, in the worker thread). The work now looks at
+    the file before each kernel it builds and stops with a warning; the interpreter's next invoke names the file."""
+    path = tmp_path / "model.tflite"
+    path.write_bytes(corpus_model("mobilenet_v2_1.0_224.tflite").read_bytes())
+    it = Interpreter(str(path), delegate=GpuDelegate(serialization_dir=str(tmp_path / "cache"), tuning="background"))
+    it.allocate_tensors()
+    it.invoke()
+    with open(path, "wb"):  # (while the worker builds the optimized program, before its search)
+        pass
+    with caplog.at_level("WARNING", logger="tflgpu"):
+        assert it.wait_background(120)
+    assert "the model file changed under the plan; its background work stops" in caplog.text
+    assert it.tuning_status().finished and it.tuning_status().kernels_done == 0
+    with pytest.raises(RuntimeError, match="changed after this Interpreter read it: it was truncated"):
+        it.invoke()

@@ -484,6 +484,8 @@ class Interpreter:
                 def factory(shapes):
                     plan = build_plan(runner, request, device, shapes, token=token, model_name=name, context=context)
                     source.release_pages()  # (the weights are on the device now)
+                    # (its background work reads weights from the file: a truncated one would end the process)
+                    plan.activity.source_intact = lambda: source.changed_on_disk(now=True) is None
                     return plan
 
                 # The plan is built at its first need, for the input shapes then set: by allocate_tensors(), or

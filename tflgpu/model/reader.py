@@ -63,16 +63,16 @@ class ModelBytes:
         weakref.finalize(out, os.close, fd)
         return out
 
-    def changed_on_disk(self) -> str | None:
+    def changed_on_disk(self, now: bool = False) -> str | None:
         """What happened to the mapped file since it was mapped (truncated, rewritten), or None. Its weights are
         read from the map, so a truncated file ends the process (SIGBUS) on the next read, and one rewritten in
-        place changes them under the kernels. Looks at most every CHECK_EVERY_S seconds."""
+        place changes them under the kernels. Looks at most every CHECK_EVERY_S seconds, unless ``now``."""
         if self._file is None:
             return None
-        now = time.monotonic()
-        if now - self._checked < self.CHECK_EVERY_S:
+        t = time.monotonic()
+        if not now and t - self._checked < self.CHECK_EVERY_S:
             return None
-        self._checked = now
+        self._checked = t
         try:
             st = os.fstat(self._file)
         except OSError as e:

@@ -78,6 +78,9 @@ class Activity:
         # never starts
         self.in_use = False
         self._device = threading.Lock()  # held by an invoke, and by background work launching the plan's kernels
+        # whether what the plan was built from still holds (the interpreter's: its mapped model file, whose weights
+        # background work reads, untruncated): once False, the work stops rather than read them
+        self.source_intact: Callable[[], bool] | None = None
 
     def use(self) -> None:
         """The plan is in use: background work waiting for that (``wait_in_use``) starts."""
@@ -111,8 +114,7 @@ class Activity:
         """Return once no invoke is in flight and none ended in the last ``quiet_s``; raises Stopped."""
         with self._cond:
             while True:
-                if self.stopped:
-                    raise Stopped
+                self.check()
                 if not self._busy:
                     left = self._idle_since + quiet_s - time.monotonic()
                     if left <= 0:
@@ -120,6 +122,15 @@ class Activity:
                     self._cond.wait(left)
                 else:
                     self._cond.wait(0.1)
+
+    def check(self) -> None:
+        """Raise Stopped where background work must end: the plan was stopped, or what it was built from changed
+        (``source_intact``: the work would read weights from a truncated file, which ends the process)."""
+        if not self.stopped and self.source_intact is not None and not self.source_intact():
+            log.warning("tflgpu: the model file changed under the plan; its background work stops")
+            self.stopped = True
+        if self.stopped:
+            raise Stopped
 
     @contextmanager
     def exclusive(self, quiet_s: float = LAUNCH_QUIET_S):

@@ -444,7 +444,12 @@ def background_jobs(untuned: list[Untuned], config, device_key: str, bench: Call
         """A tuner of ``u`` with its default timed (while idle); None where the default itself fails."""
         b = bench(u.task)
         b.gate = bg.wait_idle
-        tuner = KernelTuner(u.task, b, device_key, mode="background", trials=config.kernel_trials(),
+
+        def make(params, make=u.task.make):  # (a candidate's kernels read weights: not once the source changed)
+            bg.activity.check()
+            return make(params)
+
+        tuner = KernelTuner(replace(u.task, make=make), b, device_key, mode="background", trials=config.kernel_trials(),
                             storage=storage[0], seed=config.seed)
         t0 = time.perf_counter()
         try:
