@@ -51,6 +51,35 @@ def test_constructor_errors_match_litert(opzoo):
         Interpreter(str(opzoo), experimental_delegates=[object()])
 
 
+def test_a_path_that_is_no_regular_file_is_refused_at_once(tmp_path):
+    """A named pipe (whose open waits for a writer: the constructor hung), a device, a directory: a ValueError
+    naming what the path is, from the Interpreter and the command line alike."""
+    import contextlib
+    import os
+    import threading
+
+    from tflgpu.cli import main
+
+    fifo = tmp_path / "model.tflite"
+    os.mkfifo(fifo)
+
+    def writer():  # (should the open wait after all, a writer ends the wait: the test then fails, not hangs)
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    unblock = threading.Timer(10, writer)
+    unblock.start()
+    try:
+        for path, what in ((fifo, "a named pipe"), ("/dev/null", "a device")):
+            with pytest.raises(ValueError, match=f"it is {what}, not a regular file"):
+                Interpreter(str(path))
+    finally:
+        unblock.cancel()
+    with pytest.raises(ValueError, match="Is a directory"):
+        Interpreter(str(tmp_path))
+    assert main(["bench", str(fifo)]) != 0
+
+
 def _normalize(details):
     out = []
     for d in details:

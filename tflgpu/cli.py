@@ -130,9 +130,12 @@ def _plan_words(interp) -> str:
 
 def _require_files(models) -> None:
     """Every model file exists, checked before any work starts (a missing last model fails at once)."""
-    missing = [str(m) for m in models if not Path(m).is_file()]
+    missing = [str(m) for m in models if not Path(m).exists()]
     if missing:
         raise ValueError(f"model file not found: {', '.join(missing)}")
+    odd = [str(m) for m in models if not Path(m).is_file()]
+    if odd:
+        raise ValueError(f"not a regular file (a directory, a pipe or a device): {', '.join(odd)}")
 
 
 def _threads(args) -> int:

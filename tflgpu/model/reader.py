@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import time
 import weakref
@@ -50,6 +51,11 @@ class ModelBytes:
     def from_path(cls, path: str | os.PathLike) -> ModelBytes:
         path = os.fspath(path)
         try:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # (a FIFO's open would wait for a writer)
+                kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or
+                        stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+                raise ValueError(f"Could not read model '{path}': it is {kind}, not a regular file")
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 if st.st_size == 0:
