@@ -152,7 +152,7 @@ def slow_enqueue(seconds: float) -> HostDelay:
 
 
 def test_a_candidate_costing_the_host_more_loses(ctx, opencl_device):
-    """The same kernel, with and without a work-group size: the same device time, but the one without costs 3 ms of
+    """The same kernel, with and without a work-group size: the same device time, but the one without costs 20 ms of
     host time per enqueue. A sample costs the longer of the two, so the tuner picks the explicit work-group, which
     device times alone (a tie) would not."""
     def make(params):
@@ -160,11 +160,11 @@ def test_a_candidate_costing_the_host_more_loses(ctx, opencl_device):
         spec.local_size = params.get("wg")
         return [spec]
 
-    slow = slow_enqueue(0.003)
+    slow = slow_enqueue(0.02)  # (a margin a loaded 2-core machine does not close: 3 ms once did, in a full run)
     t = TuneTask("test-host", "TEST", make, {"wg": [None, (64,)]}, {"wg": None}, LAYOUTS)
     r = KernelTuner(t, KernelBench(slow, ctx, opencl_device, False, LAYOUTS), "dev", mode="exhaustive",
                     trials=None).run(None)
-    assert r.params == {"wg": (64,)} and r.default_us >= 1500 > r.best_us, r
+    assert r.params == {"wg": (64,)} and r.default_us >= 10_000 > r.best_us, r
 
 
 def test_a_sample_costs_its_device_time_and_half_its_hosts_excess():
@@ -197,7 +197,7 @@ def test_device_time_under_the_enqueues_counts(ctx, opencl_device, share, wins):
     assert r.params.get("kind", "busy") == wins, r
 
 def test_a_host_bound_default_tries_its_launch_first(ctx, opencl_device):
-    """A default whose enqueue takes longer than its kernel runs (10 ms more without a work-group size)
+    """A default whose enqueue takes longer than its kernel runs (20 ms more without a work-group size)
     can only gain from being launched differently: its search tries the work-group sizes before the knobs listed
     ahead of them (here 5 variants of a comment), so a budget of two candidates finds the explicit work-group."""
     def make(params):
@@ -207,8 +207,8 @@ def test_a_host_bound_default_tries_its_launch_first(ctx, opencl_device):
 
     t = TuneTask("test-host-bound", "TEST", make, {"n": [0, 1, 2, 3, 4, 5], "local_size": [None, (64,)]},
                  {"n": 0, "local_size": None}, LAYOUTS)
-    # (10 ms: a margin no load on a 2-core machine closes; 3 ms lost to a loaded machine once in a full run)
-    tuner = KernelTuner(t, KernelBench(slow_enqueue(0.01), ctx, opencl_device, False, LAYOUTS), "dev", mode="fast",
+    # (20 ms: a margin a loaded 2-core machine does not close; 3 ms did once, beside a full run and a fuzz run)
+    tuner = KernelTuner(t, KernelBench(slow_enqueue(0.02), ctx, opencl_device, False, LAYOUTS), "dev", mode="fast",
                         trials=2)
     r = tuner.run(None)
     assert tuner.host_bound and r.params.get("local_size") == (64,), r
