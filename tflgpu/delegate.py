@@ -10,6 +10,8 @@ import logging
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from .runtime.config import DEFAULT_FP16_ERROR_BUDGET, PlanRequest
 
 # TFLite's TfLiteGpuInferencePriority
@@ -41,7 +43,7 @@ def _flag(name: str, v, none_allowed: bool = False):
         return None
     if isinstance(v, str) and v.strip().lower() in _FLAG_WORDS:
         return _FLAG_WORDS[v.strip().lower()]
-    if type(v).__name__ in ("bool", "bool_") or (isinstance(v, int) and v in (0, 1)):
+    if isinstance(v, np.bool_) or (isinstance(v, int) and v in (0, 1)):
         return bool(v)
     raise ValueError(f"{name} must be True or False{' or None' if none_allowed else ''}; got {v!r}")
 

@@ -276,10 +276,11 @@ class _Session:
         if not self.readable:  # (after a resize, or a failed allocate_tensors(), the last values read on, as LiteRT's)
             raise ValueError(f"Tensor {idx} is unallocated. Try calling allocate_tensors() first")
         if idx in self.runner.variables:  # the live state (reset_all_variables() replaces its arrays)
-            if self.gpu_plan is not None and writable:  # state the device may hold
-                self.gpu_plan.state_written()  # (read now; uploaded by the next invoke, in case it was written)
-            elif self.gpu_plan is not None:
-                self.gpu_plan.sync_state()
+            if self.gpu_plan is not None:  # (state the device may hold)
+                if writable:
+                    self.gpu_plan.state_written()  # (read now; uploaded by the next invoke, in case it was written)
+                else:
+                    self.gpu_plan.sync_state()
             return self.runner.variables[idx]
         if idx in self.buffers and idx not in self.bindings:
             return self.buffers[idx]
@@ -289,7 +290,7 @@ class _Session:
         if v is None and self.gpu_plan is not None and idx in self.gpu_plan.bound:
             v = self.gpu_plan.read_bound(idx)  # an output left on the device: read on demand
         if v is None:  # a delegated invoke returns only what crossed to the host: constants live here
-            v = self.runner.consts.get(idx, self.runner.variables.get(idx))
+            v = self.runner.consts.get(idx)
         if v is None and self.invoked:  # (before the first invoke, an output reads as zeros, as in LiteRT)
             t = self.sg.tensors[idx]
             why = ("the GpuDelegate's plan keeps it on the device, or fuses it away" if self.gpu_plan is not None

@@ -35,6 +35,15 @@ ACTIVATION_FLOOR_BYTES = int(os.environ.get("TFLGPU_ACTIVATION_FLOOR_BYTES", str
 ACTIVATION_PER_FILE_BYTE = int(os.environ.get("TFLGPU_ACTIVATION_PER_FILE_BYTE", "1000"))
 
 
+def _file_kind(mode: int) -> str:
+    """What a path that is no regular file or directory is, for an error message."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a file"
+
+
 class ModelBytes:
     """The bytes of a model: an mmap of a file, or caller-given bytes."""
 
@@ -46,24 +55,30 @@ class ModelBytes:
         self._file: int | None = None  # the mapped file's own descriptor (a path may come to name another file)
         self._stamp: tuple[int, int] = (0, 0)  # its size and modification time when mapped
         self._checked = 0.0
+        self._changed = False  # a change was seen: every later call looks again (no CHECK_EVERY_S wait)
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ModelBytes:
         path = os.fspath(path)
         try:
-            mode = os.stat(path).st_mode
-            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # (a FIFO's open would wait for a writer)
-                kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or
-                        stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
-                raise ValueError(f"Could not read model '{path}': it is {kind}, not a regular file")
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if st.st_size == 0:
-                    raise ValueError(f"Could not read model '{path}': the file is empty")
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                fd = os.dup(f.fileno())
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a named pipe's blocking open waits for a writer)
         except OSError as e:
             raise ValueError(f"Could not open '{path}': {e.strerror or e}") from e
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise ValueError(f"Could not open '{path}': Is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"Could not read model '{path}': it is {_file_kind(st.st_mode)}, not a regular file")
+            if st.st_size == 0:
+                raise ValueError(f"Could not read model '{path}': the file is empty")
+            data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            os.close(fd)
+            raise ValueError(f"Could not open '{path}': {e.strerror or e}") from e
+        except BaseException:
+            os.close(fd)
+            raise
         out = cls(data, path)
         out._file, out._stamp = fd, (st.st_size, st.st_mtime_ns)
         weakref.finalize(out, os.close, fd)
@@ -72,23 +87,23 @@ class ModelBytes:
     def changed_on_disk(self, now: bool = False) -> str | None:
         """What happened to the mapped file since it was mapped (truncated, rewritten), or None. Its weights are
         read from the map, so a truncated file ends the process (SIGBUS) on the next read, and one rewritten in
-        place changes them under the kernels. Looks at most every CHECK_EVERY_S seconds, unless ``now``."""
+        place changes them under the kernels. Looks at most every CHECK_EVERY_S seconds, unless ``now`` or a
+        change was seen before."""
         if self._file is None:
             return None
         t = time.monotonic()
-        if not now and t - self._checked < self.CHECK_EVERY_S:
+        if not (now or self._changed) and t - self._checked < self.CHECK_EVERY_S:
             return None
         self._checked = t
         try:
             st = os.fstat(self._file)
         except OSError as e:
-            return f"it cannot be read ({e.strerror or e})"
-        if (st.st_size, st.st_mtime_ns) == self._stamp:
-            return None
-        self._checked = 0.0  # (and every later look says so too)
-        if st.st_size < self._stamp[0]:
-            return f"it was truncated to {st.st_size} bytes"
-        return "it was rewritten"
+            verdict = f"it cannot be read ({e.strerror or e})"
+        else:
+            verdict = (f"it was truncated to {st.st_size} bytes" if st.st_size < self._stamp[0] else
+                       "it was rewritten" if (st.st_size, st.st_mtime_ns) != self._stamp else None)
+        self._changed = self._changed or verdict is not None
+        return verdict
 
     @classmethod
     def from_content(cls, content: Any) -> ModelBytes:
