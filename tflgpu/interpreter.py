@@ -200,6 +200,10 @@ class _Session:
             raise ValueError(f"Cannot set tensor: tensor {idx} ({t.name}) is a constant of the model; its values are "
                              f"the model's weights and cannot be set (set the inputs: get_input_details())")
         value = np.asarray(value) if not isinstance(value, np.ndarray) else value
+        if value.dtype != t.dtype and value.dtype.newbyteorder("=") == t.dtype:
+            # (the right type in the other byte order, as a big-endian file loads: its values, converted; LiteRT
+            # copies the bytes, numbers no one wrote)
+            value = value.astype(t.dtype)
         if value.dtype != t.dtype and not (t.type_name == "STRING" and value.dtype.kind in "SUO"):
             raise ValueError(
                 f"Cannot set tensor: Got value of type {_type_name(value.dtype)} but expected type "
