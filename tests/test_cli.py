@@ -12,6 +12,7 @@ import pytest
 
 from tflgpu import GpuDelegate, Interpreter
 from tflgpu.cli import main
+from tflgpu.model.builder import ModelBuilder
 from tflgpu.model.default_model import DEFAULT_MODEL_PATH, build_default_model
 
 from .conftest import assert_close, corpus_model, litert, run_model
@@ -193,6 +194,42 @@ def test_input_of_another_shape_is_refused_unless_resize(tmp_path, capsys):
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     assert main(["run", "--input", str(tmp_path / "bad.npy")]) == 1
     assert f"--input {tmp_path / 'bad.npy'}: cannot read it as a .npy array" in capsys.readouterr().err
+
+
+def test_input_files_that_are_not_the_model_s_input_say_what_to_change(tmp_path, capsys):
+    """Each --input file that cannot be the model's input as it is fails before the model runs, with what to do: a
+    wrong type (a quantized input's scale and zero point named), a missing batch dimension, another rank, an .npz
+    archive, a file that is no .npy at all (numpy's own words speak of pickled data). A big-endian file of the right
+    type runs as its values."""
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 96, 96, 3)).astype(np.float32)
+    cases = {"f64.npy": (x.astype(np.float64), "holds float64, the model's input 'input' takes float32: save it as "
+                                              "float32 (x.astype(numpy.float32))"),
+             "hwc.npy": (x[0], "has shape [96, 96, 3], the model's input 'input' [1, 96, 96, 3]: add the batch "
+                               "dimension (save x[None])"),
+             "rank5.npy": (x[None], "save it with 4 dimensions"),
+             "x.npz": (None, "it is an .npz archive: pass one .npy file per model input"),
+             "text.npy": (None, "it is not a .npy file, which starts with NumPy's magic string")}
+    np.savez(tmp_path / "x.npz", x=x)
+    (tmp_path / "text.npy").write_text("0.5, 0.25\n")
+    for name, (array, said) in cases.items():
+        if array is not None:
+            np.save(tmp_path / name, array)
+        for resize in ([], ["--resize"]):
+            assert main(["run", "--delegate", "cpu", "--repeat", "1", *resize, "--input", str(tmp_path / name)]) == 1
+            assert said in capsys.readouterr().err, (name, resize)
+    np.save(tmp_path / "big.npy", x.astype(">f4"))
+    assert main(["run", "--delegate", "cpu", "--repeat", "1", "--input", str(tmp_path / "big.npy"),
+                 "--save", str(tmp_path / "out")]) == 0
+    assert_close(np.load(next((tmp_path / "out").iterdir())), run_model(litert(), DEFAULT_MODEL_PATH, [x])[0])
+    b = ModelBuilder()
+    q = b.input("q", (1, 4), np.int8, quant={"scale": np.float32([0.5]), "zero_point": np.int64([-3])})
+    y = b.tensor("y", (1, 4), np.float32)
+    b.op("DEQUANTIZE", [q], [y])
+    b.output(y)
+    (tmp_path / "q.tflite").write_bytes(b.build())
+    np.save(tmp_path / "q.npy", np.zeros((1, 4), np.float32))
+    assert main(["run", "--repeat", "1", "--input", str(tmp_path / "q.npy"), str(tmp_path / "q.tflite")]) == 1
+    assert "takes int8, quantized: save numpy.round(x / 0.5) - 3 as int8" in capsys.readouterr().err
 
 
 def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, capsys, rng):

@@ -143,11 +143,44 @@ def _threads(args) -> int:
     return args.threads or os.cpu_count() or 1
 
 
+_NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
+
+
 def _load_input(f: str) -> np.ndarray:
+    """One --input file's array; what is wrong with it named (numpy's own words for a file that is no .npy speak of
+    pickled data)."""
     try:
+        with open(f, "rb") as fh:
+            magic = fh.read(len(_NPY_MAGIC))
+        if magic.startswith(_ZIP_MAGIC):
+            raise ValueError("it is an .npz archive: pass one .npy file per model input, as numpy.save writes")
+        if magic != _NPY_MAGIC:
+            raise ValueError("it is not a .npy file, which starts with NumPy's magic string: write it with numpy.save")
         return np.load(f, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise ValueError(f"--input {f}: cannot read it as a .npy array ({e})") from e
+
+
+def _input_problem(f: str, x: np.ndarray, d: dict, resize: bool) -> str | None:
+    """What keeps an --input array from being the model input ``d`` (None: nothing; with ``resize``, an input of the
+    same rank is resized to it), and what to do."""
+    want_type, want = np.dtype(d["dtype"]), [int(v) for v in d["shape"]]
+    if x.dtype.newbyteorder("=") != want_type:
+        head = f"--input {f} holds {x.dtype.name}, the model's input {d['name']!r} takes {want_type.name}"
+        scale, zero = d["quantization"]
+        if scale and x.dtype.kind == "f" and want_type.kind in "iu":
+            shift = f" {'+' if zero > 0 else '-'} {abs(zero)}" if zero else ""
+            return (f"{head}, quantized: save numpy.round(x / {scale!r}){shift} as {want_type.name} (its scale and "
+                    f"zero point)")
+        return f"{head}: save it as {want_type.name} (x.astype(numpy.{want_type.name}))"
+    if list(x.shape) == want or (resize and x.ndim == len(want)):
+        return None
+    head = f"--input {f} has shape {list(x.shape)}, the model's input {d['name']!r} {want}"
+    if list(x.shape) == want[1:] and want[:1] == [1]:
+        return f"{head}: add the batch dimension (save x[None])"
+    if x.ndim != len(want):
+        return f"{head}: save it with {len(want)} dimensions"
+    return f"{head}: pass --resize to resize the model's input to it"
 
 
 def _output_dir(path: str, flag: str = "--save") -> Path:
@@ -172,8 +205,16 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     with _StartupProgress():
         interp = Interpreter(model_path=str(path), num_threads=_threads(args), delegate=_delegate(args))
-        if given is not None and args.resize and len(given) == len(interp.get_input_details()):
-            resized(interp, [x.shape for x in given])  # (before the first allocation: a stored size may not run)
+        details = interp.get_input_details()
+        if given is not None:
+            if len(given) != len(details):
+                print(f"error: the model has {len(details)} inputs, {len(given)} --input files given", file=sys.stderr)
+                return 2
+            for f, x, d in zip(args.input, given, details):
+                if (problem := _input_problem(f, x, d, args.resize)) is not None:
+                    raise ValueError(problem)
+            if args.resize:
+                resized(interp, [x.shape for x in given])  # (before the first allocation: a stored size may not run)
         try:
             interp.allocate_tensors()
         except ShapeError as e:
@@ -183,21 +224,7 @@ def cmd_run(args) -> int:
                 "with tflgpu run: --input FILE.npy --resize, an array of the shape to run"
             raise ShapeError(f"{e}; {how}") from e
     init_s = time.perf_counter() - t0
-    details = interp.get_input_details()
-    if args.input:
-        if len(args.input) != len(details):
-            print(f"error: the model has {len(details)} inputs, {len(args.input)} --input files given", file=sys.stderr)
-            return 2
-        inputs = given
-    else:
-        inputs = reference_inputs(details, seed=args.seed)
-    for i, (d, x) in enumerate(zip(details, inputs)):
-        if list(x.shape) != list(d["shape"]):
-            if not args.resize:
-                raise ValueError(f"--input {args.input[i]} has shape {list(x.shape)}, the model's input {d['name']!r} "
-                                 f"{[int(v) for v in d['shape']]}: pass --resize to resize the model's input to it")
-            interp.resize_tensor_input(d["index"], x.shape)
-    interp.allocate_tensors()
+    inputs = given if given is not None else reference_inputs(details, seed=args.seed)
     for d, x in zip(interp.get_input_details(), inputs):
         interp.set_tensor(d["index"], x)
     print(f"model:   {path} ({path.stat().st_size:,} bytes)")
