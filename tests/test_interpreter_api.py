@@ -155,6 +155,23 @@ def test_an_input_in_the_other_byte_order_is_read_by_value(opzoo, rng, opencl_de
             assert_close(got[key], ref.get_tensor(d["index"]))
 
 
+def test_an_index_that_is_no_integer_is_a_type_error(opzoo):
+    """A float or string index is LiteRT's TypeError (its bindings take integers); int() had read 0.9 as tensor 0 and
+    "0" as 0. numpy's integers and bools are taken, as LiteRT takes them."""
+    x = np.zeros((1, 32, 32, 8), np.float32)
+    calls = [lambda it: it.set_tensor(0.9, x), lambda it: it.get_tensor("0"), lambda it: it.get_tensor(0, 0.0),
+             lambda it: it.resize_tensor_input("0", [1, 32, 32, 8]), lambda it: it.get_tensor_details(0.0)]
+    for cls in (Interpreter, litert()):
+        it = cls(str(opzoo))
+        it.allocate_tensors()
+        for call in calls:
+            with pytest.raises(TypeError):
+                call(it)
+        it.set_tensor(np.int64(0), x)
+        it.invoke()
+        assert it.get_tensor(np.uint8(0)).shape == x.shape
+
+
 def test_invoke_before_allocate_is_runtime_error(opzoo):
     for cls in (Interpreter, litert()):
         with pytest.raises(RuntimeError):

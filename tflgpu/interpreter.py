@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import operator
 import os
 import threading
 import time
@@ -380,6 +381,15 @@ def _shape_argument(size) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
+def _index(value, what: str = "tensor_index") -> int:
+    """An index argument as an int: ints, numpy's integers and bools, as LiteRT's bindings take them; a float or a
+    string is a TypeError (``int()`` would have read 0.9 as 0 and "3" as 3)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
 def _type_name(dtype: np.dtype) -> str:
     names = {"float32": "FLOAT32", "float64": "FLOAT64", "float16": "FLOAT16", "int8": "INT8",
              "int16": "INT16", "int32": "INT32", "int64": "INT64", "uint8": "UINT8", "uint16": "UINT16",
@@ -550,6 +560,7 @@ class Interpreter:
 
     def get_tensor_details(self, subgraph_index: int = 0) -> list[dict[str, Any]]:
         """Details of every tensor in a subgraph."""
+        subgraph_index = _index(subgraph_index, "subgraph_index")
         if not 0 <= subgraph_index < len(self._model.subgraphs):  # (LiteRT's words here differ from get_tensor's)
             raise ValueError(f"subgraph_index is out of range: {subgraph_index} for the model, which has "
                              f"{len(self._model.subgraphs)} subgraphs.")
@@ -559,18 +570,19 @@ class Interpreter:
     def set_tensor(self, tensor_index: int, value: np.ndarray) -> None:
         """Copy ``value`` into the tensor (dtype and shape must match exactly)."""
         s = self._session(0)
-        idx = int(tensor_index)
+        idx = _index(tensor_index)
         if not 0 <= idx < len(s.sg.tensors):
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {len(s.sg.tensors)}")
         s.set(idx, value)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         """A copy of the tensor's current value."""
-        return np.array(self._session(subgraph_index).value(int(tensor_index), writable=False), copy=True)
+        s = self._session(_index(subgraph_index, "subgraph_index"))
+        return np.array(s.value(_index(tensor_index), writable=False), copy=True)
 
     def tensor(self, tensor_index: int) -> Callable[[], np.ndarray]:
         """A function returning a numpy view of the tensor's current buffer (no copy)."""
-        idx = int(tensor_index)
+        idx = _index(tensor_index)
         return lambda: self._session(0).value(idx)
 
     def invoke(self) -> None:
@@ -629,7 +641,7 @@ class Interpreter:
 
     def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
         """Change an input's shape; call ``allocate_tensors()`` afterwards."""
-        self._session(0).resize(int(input_index), tensor_size, strict)
+        self._session(0).resize(_index(input_index, "input_index"), tensor_size, strict)
 
     def reset_all_variables(self) -> None:
         """Reset variable tensors (e.g. LSTM state) to their initial values."""
@@ -640,7 +652,7 @@ class Interpreter:
 
     def _get_op_details(self, op_index: int) -> dict[str, Any]:
         """One node of the main subgraph, as LiteRT's private helper gives it (``op_details``)."""
-        return op_details(self._model.main, int(op_index), self._details)
+        return op_details(self._model.main, _index(op_index, "op_index"), self._details)
 
     def _get_ops_details(self) -> list[dict[str, Any]]:
         """``_get_op_details`` of every node of the main subgraph, in order."""
@@ -648,7 +660,7 @@ class Interpreter:
 
     def _get_tensor_details(self, tensor_index: int, subgraph_index: int) -> dict[str, Any]:
         """One tensor's details (LiteRT's private form of ``get_tensor_details``)."""
-        return self._details(int(tensor_index), int(subgraph_index))
+        return self._details(int(tensor_index), int(subgraph_index))  # (LiteRT's helper takes floats)
 
     def _get_full_signature_list(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{key: {"inputs": {name: tensor index}, "outputs": {...}}}`` for each SignatureDef (LiteRT's private
@@ -704,7 +716,7 @@ class Interpreter:
         s = self._session(0)
         if s.plan() is None:
             raise ValueError("bind_buffer needs a GpuDelegate with an OpenCL device")
-        idx = int(tensor_index)
+        idx = _index(tensor_index)
         if idx not in s.sg.inputs and idx not in s.sg.outputs:
             raise ValueError(f"tensor {idx} is neither an input nor an output of the model")
         s.gpu_plan.bind(idx, buffer)
