@@ -217,8 +217,8 @@ def test_zero_copy_bound_input_and_output_buffers(opencl_device, rng, device_out
 
 
 def test_bound_buffers_across_resizes(opencl_device, rng):
-    """An interpreter's plans share one OpenCL context: buffers bound in ``gpu_context`` stay bound across a
-    resize where they hold the new shape; one too small is unbound, with a ValueError from allocate_tensors()
+    """An interpreter's plans share one OpenCL context and queue: buffers bound in ``gpu_context`` stay bound across
+    a resize where they hold the new shape; one too small is unbound, with a ValueError from allocate_tensors()
     naming it, and a buffer bound in its place then takes the values."""
     import pyopencl as cl
     import pyopencl.array as cla
@@ -247,6 +247,9 @@ def test_bound_buffers_across_resizes(opencl_device, rng):
     it.bind_buffer(xi, big_in)
     it.bind_buffer(out["index"], big_out)
     it.allocate_tensors()
+    # (the new plan works in the same context and queue: what the caller enqueues on the queue it took first, as
+    # the fill below, is ordered with the invokes; with a queue per plan PoCL ran that fill after the invoke)
+    assert it.gpu_context is ctx and it.gpu_queue is q
     it.invoke()
     assert_close(big_out.get(), want)
     assert_close(it.get_tensor(out["index"]), want)

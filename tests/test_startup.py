@@ -233,6 +233,33 @@ def _idle_background(plan):
     return bg
 
 
+def test_a_stopped_plan_s_launch_in_flight_ends_before_close_returns():
+    """Activity.wait_launches (GpuPlan.close, before the next plan of a resize enqueues on the shared queue): it
+    waits for an ``exclusive`` block in flight, and no block starts once the plan is stopped."""
+    import threading
+
+    from tflgpu.runtime.background import Activity, Stopped
+
+    act, inside, done = Activity(), threading.Event(), []
+
+    def launch():
+        with act.exclusive(quiet_s=0.0):
+            inside.set()
+            time.sleep(0.3)
+            done.append(time.monotonic())
+
+    t = threading.Thread(target=launch)
+    t.start()
+    assert inside.wait(10)
+    act.stop()
+    act.wait_launches()
+    returned = time.monotonic()
+    assert done and done[0] <= returned
+    t.join()
+    with pytest.raises(Stopped), act.exclusive(quiet_s=0.0):
+        pass
+
+
 def test_kernels_slower_together_than_the_start_are_put_back(opencl_device, tmp_path, reference):
     """The end-to-end check after a search (upgrades.check_plan), on real timings: a plan whose heaviest step
     launches its kernels ten times over (the same output, ten times its work) is slower than its start, and the

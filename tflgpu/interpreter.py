@@ -483,9 +483,10 @@ class Interpreter:
                 request = dataclasses.replace(request, keep_all_tensors=True)
             self._startup.phase("device", "finding the OpenCL device, making its context")
             # (a device named and missing raises here, as a delegate that fails to load; every plan works in the one
-            # context, so that buffers bound in it stay usable across resizes)
+            # context and queue, so that buffers bound in it stay usable across resizes, and what the caller
+            # enqueues on gpu_queue is ordered with each plan's invokes)
             device = plan_device(request)
-            context = device.new_context() if device is not None else None
+            context = device.shared_context(request.profile) if device is not None else None
             self._startup.stop()
             if device is not None:
                 runner = self._runtime.runner(0)

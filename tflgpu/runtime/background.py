@@ -139,6 +139,9 @@ class Activity:
         while True:
             self.wait_idle(quiet_s)
             self._device.acquire()
+            if self.stopped:  # (stopped between: wait_launches may have returned already)
+                self._device.release()
+                raise Stopped
             if not self._busy:
                 break
             self._device.release()  # (an invoke came between: it goes first)
@@ -151,6 +154,11 @@ class Activity:
         with self._cond:
             self.stopped = True
             self._cond.notify_all()
+
+    def wait_launches(self) -> None:
+        """Return once no ``exclusive`` block is in flight (none starts after ``stop``); not from inside one."""
+        with self._device:
+            pass
 
 
 @dataclass

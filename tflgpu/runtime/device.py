@@ -50,6 +50,27 @@ class DeviceInfo:
 
         return cl.Context([self.cl_device])
 
+    def shared_context(self, profile: bool = False) -> SharedContext:
+        """A context of this device and an in-order queue in it, for every plan of one interpreter
+        (``SharedContext``); ``profile``: the queue records profiling events."""
+        import pyopencl as cl
+
+        ctx = self.new_context()
+        return SharedContext(ctx, cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
+                                                  if profile else 0))
+
+
+@dataclass(frozen=True)
+class SharedContext:
+    """The pyopencl Context and CommandQueue that each of an interpreter's plans (one per input shape) works in:
+    buffers its caller bound in the context stay usable after a resize, and what the caller enqueues on the
+    queue (``Interpreter.gpu_queue``: a fill of a bound buffer, a copy into it) is ordered with every plan's
+    invokes. A queue per plan left a caller holding the first one racing the next plan's kernels on a device
+    that runs queues apart (PoCL ran a fill enqueued before an invoke after it)."""
+
+    ctx: object
+    queue: object
+
 
 def _type_name(cl, t: int) -> str:
     for name in ("GPU", "CPU", "ACCELERATOR", "CUSTOM"):

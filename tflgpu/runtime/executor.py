@@ -127,8 +127,9 @@ class GpuPlan:
         the background (runtime.background), as is a "background" tuning search. ``clock``: where the
         start-up phases are timed (the caller's, continued). ``calibration``: the caller's inputs for an FP16
         plan's precision choice (runtime.precision; None: random ones in each input's range). ``context``: the
-        pyopencl Context of ``device`` to work in (None: a new one), as an interpreter's plans share one, so that
-        buffers its caller bound stay usable after a resize."""
+        context and queue of ``device`` to work in (``device.SharedContext``; None: new ones), as an interpreter's
+        plans share them, so that buffers its caller bound stay usable after a resize and what it enqueues is
+        ordered with the invokes."""
         import pyopencl as cl
 
         config = config or PlanConfig()
@@ -147,7 +148,8 @@ class GpuPlan:
         dev = device.identity.key()
         clock.phase("stored plan", "looking for a plan of these options and shapes")
         record = cache.load(self.input_shapes, dev, len(runner.sg.tensors)) if cache else None
-        self.ctx = context if context is not None else device.new_context()
+        context = context if context is not None else device.shared_context(profile)
+        self.ctx = context.ctx
         # programs a kernel search built in this context lately, which a swap of its winner into the plan builds again
         self.built = ProgramMemo()
         self.programs = PlanProgram(cl, self.ctx, device, self.fp16, self.store, self.build_stats, tiered,
@@ -193,8 +195,7 @@ class GpuPlan:
             if config.dense_boundary:
                 make, self.pass_counts["dense_boundary"] = dense_boundary(self.steps, make)
                 self.make = make
-            self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
-                                         if profile else 0)
+            self.queue = context.queue
             # (a profiled plan launches through pyopencl: its timeline is the events)
             self.launch = None if profile else Launcher.make(cl, self.queue)
             self.tuning_results: list[TunedKernel] = []  # one per tunable kernel identity
@@ -274,8 +275,11 @@ class GpuPlan:
         return self.background.current() if self.background is not None else None
 
     def close(self) -> None:
-        """Stop background work (after the compile or launch it is in)."""
+        """Stop background work (after the compile or launch it is in). A launch of this plan's kernels in flight
+        (a timing round) ends before this returns: the next plan enqueues on the same queue, and the round's
+        kernels may write the caller's bound buffers."""
         self.activity.stop()
+        self.activity.wait_launches()
 
 
     planned_bytes = property(lambda self: self.io.planned_bytes)

@@ -75,8 +75,8 @@ def every_tensor_an_output(runner: SubgraphRunner) -> SubgraphRunner:
 
 def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo, input_shapes=None,
                token: str | None = None, model_name: str = "", context=None):
-    """A GpuPlan for the subgraph on ``device`` (``plan_device``'s), in ``context`` (a pyopencl Context of it:
-    an earlier plan's, where the caller bound buffers in it; None: a new one).
+    """A GpuPlan for the subgraph on ``device`` (``plan_device``'s), in ``context`` (its ``SharedContext``: an
+    earlier plan's, where the caller bound buffers in it or enqueues on its queue; None: a new one).
 
     With the cache on, a plan stored for (model token, options, input shapes, device) is loaded
     instead of built, and a newly built one is stored; ``token`` (the model's fingerprint) is used when
