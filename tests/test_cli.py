@@ -230,6 +230,15 @@ def test_input_files_that_are_not_the_model_s_input_say_what_to_change(tmp_path,
     np.save(tmp_path / "q.npy", np.zeros((1, 4), np.float32))
     assert main(["run", "--repeat", "1", "--input", str(tmp_path / "q.npy"), str(tmp_path / "q.tflite")]) == 1
     assert "takes int8, quantized: save numpy.round(x / 0.5) - 3 as int8" in capsys.readouterr().err
+    b = ModelBuilder()  # (a string input takes any numpy strings, as set_tensor does)
+    s = b.input("s", (2,), np.object_, type_name="STRING")
+    y = b.tensor("y", (1, 2), np.object_, type_name="STRING")
+    b.op("RESHAPE", [s, b.const("shape", np.array([1, 2], np.int32))], [y])
+    b.output(y)
+    (tmp_path / "s.tflite").write_bytes(b.build())
+    np.save(tmp_path / "s.npy", np.array([b"ab", b"cde"]))
+    assert main(["run", "--repeat", "1", "--input", str(tmp_path / "s.npy"), str(tmp_path / "s.tflite")]) == 0
+    assert "[b'ab', b'cde']" in capsys.readouterr().out
 
 
 def test_a_dynamic_input_stored_too_small_runs_at_the_given_shape(tmp_path, capsys, rng):
