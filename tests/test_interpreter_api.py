@@ -521,9 +521,10 @@ def test_background_work_stops_when_the_model_file_is_truncated(tmp_path, caplog
     it = Interpreter(str(path), delegate=GpuDelegate(serialization_dir=str(tmp_path / "cache"), tuning="background"))
     it.allocate_tensors()
     it.invoke()
-    with open(path, "wb"):  # (while the worker builds the optimized program, before its search)
-        pass
+    # (the level set before the truncation: the worker may log as soon as the file is cut, before the wait)
     with caplog.at_level("WARNING", logger="tflgpu"):
+        with open(path, "wb"):  # (while the worker builds the optimized program, before its search)
+            pass
         assert it.wait_background(120)
     assert "the model file changed under the plan; its background work stops" in caplog.text
     assert it.tuning_status().finished and it.tuning_status().kernels_done == 0
