@@ -164,8 +164,10 @@ def _load_input(f: str) -> np.ndarray:
 def _input_problem(f: str, x: np.ndarray, d: dict, resize: bool) -> str | None:
     """What keeps an --input array from being the model input ``d`` (None: nothing; with ``resize``, an input of the
     same rank is resized to it), and what to do."""
+    from .interpreter import takes_value_type
+
     want_type, want = np.dtype(d["dtype"]), [int(v) for v in d["shape"]]
-    if x.dtype.newbyteorder("=") != want_type and not (want_type.kind == "S" and x.dtype.kind in "SUO"):
+    if not takes_value_type(want_type, x.dtype, want_type.kind == "S"):
         head = f"--input {f} holds {x.dtype.name}, the model's input {d['name']!r} takes {want_type.name}"
         scale, zero = d["quantization"]
         if scale and x.dtype.kind == "f" and want_type.kind in "iu":

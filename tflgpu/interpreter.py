@@ -201,15 +201,14 @@ class _Session:
             raise ValueError(f"Cannot set tensor: tensor {idx} ({t.name}) is a constant of the model; its values are "
                              f"the model's weights and cannot be set (set the inputs: get_input_details())")
         value = np.asarray(value) if not isinstance(value, np.ndarray) else value
-        if value.dtype != t.dtype and value.dtype.newbyteorder("=") == t.dtype:
-            # (the right type in the other byte order, as a big-endian file loads: its values, converted; LiteRT
-            # copies the bytes, numbers no one wrote)
-            value = value.astype(t.dtype)
-        if value.dtype != t.dtype and not (t.type_name == "STRING" and value.dtype.kind in "SUO"):
+        string = t.type_name == "STRING"
+        if not takes_value_type(t.dtype, value.dtype, string):
             raise ValueError(
                 f"Cannot set tensor: Got value of type {_type_name(value.dtype)} but expected type "
                 f"{t.type_name} for input {idx}, name: {t.name} "
             )
+        if value.dtype != t.dtype and not string:  # (the other byte order: its values, converted)
+            value = value.astype(t.dtype)
         want = self.shape_of(idx)
         if value.ndim != len(want):
             raise ValueError(
@@ -379,6 +378,13 @@ def _shape_argument(size) -> tuple[int, ...]:
     if given.dtype.kind in "fc" and not np.array_equal(given, dims):
         raise ValueError(f"tensor_size must be a 1-D sequence of whole numbers, got {given.tolist()}")
     return tuple(int(d) for d in dims)
+
+
+def takes_value_type(want: np.dtype, got: np.dtype, string: bool) -> bool:
+    """Whether set_tensor takes an array of dtype ``got`` for a tensor of dtype ``want``: the same type in either byte
+    order (the other one, as a big-endian file loads, converted by value; LiteRT copies its bytes, numbers no one
+    wrote), or any numpy strings for a STRING tensor (``string``)."""
+    return got.newbyteorder("=") == want or (string and got.kind in "SUO")
 
 
 def _index(value, what: str = "tensor_index") -> int:

@@ -44,18 +44,12 @@ class DeviceInfo:
     identity: DeviceIdentity
     cl_device: object  # pyopencl.Device
 
-    def new_context(self):
-        """A pyopencl Context of this device alone."""
-        import pyopencl as cl
-
-        return cl.Context([self.cl_device])
-
     def shared_context(self, profile: bool = False) -> SharedContext:
-        """A context of this device and an in-order queue in it, for every plan of one interpreter
+        """A context of this device alone and an in-order queue in it, for every plan of one interpreter
         (``SharedContext``); ``profile``: the queue records profiling events."""
         import pyopencl as cl
 
-        ctx = self.new_context()
+        ctx = cl.Context([self.cl_device])
         return SharedContext(ctx, cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
                                                   if profile else 0))
 
