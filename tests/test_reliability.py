@@ -237,3 +237,108 @@ def test_processes_sharing_one_cache(opencl_device, tmp_path, want, invokes):
         np.testing.assert_array_equal(o, expect)
         assert_close(o, want)
     assert all(e.problem is None for e in CacheStore(cache).entries())
+
+
+FORK_CHILD = """
+import os, sys, time
+import numpy as np
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.benchmark import reference_inputs
+
+model, out_dir, delegated = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+
+
+def make(delegate):
+    it = Interpreter(model, delegate=GpuDelegate(cache=False) if delegate else None)
+    it.allocate_tensors()
+    return it
+
+
+def run(it):
+    for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def attempt(name, f):
+    try:
+        np.save(os.path.join(out_dir, name + ".npy"), f())
+        print(name, "ran", flush=True)
+    except Exception as e:
+        print(name, "raised", type(e).__name__, str(e).replace(chr(10), " "), flush=True)
+
+
+parent = make(delegated)
+np.save(os.path.join(out_dir, "parent.npy"), run(parent))
+if not delegated:
+    import numba
+    print("layer", numba.threading_layer(), flush=True)
+pid = os.fork()
+if pid == 0:
+    attempt("child_same", lambda: run(parent))
+    attempt("child_new", lambda: run(make(delegated)))
+    attempt("child_cpu", lambda: run(make(False)))
+    os._exit(0)
+deadline = time.monotonic() + 240
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child status", status, flush=True)
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, 9)
+    print("child hung", flush=True)
+np.save(os.path.join(out_dir, "parent_after.npy"), run(parent))
+"""
+
+
+def fork_run(tmp_path, delegated: bool, **env) -> dict[str, str]:
+    """FORK_CHILD in a fresh process (not a fork of this one): each line it printed, by its first word."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", FORK_CHILD, MODEL, str(tmp_path), "1" if delegated else "0"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, **env}, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in p.stdout.splitlines() if " " in line}
+
+
+def test_forked_child_runs_the_cpu_kernels(tmp_path, want):
+    """A child forked after the parent ran the model on the CPU kernels (multiprocessing's default start on
+    Linux, a server's pre-forked workers) runs it, with the parent's interpreter and with a new one, as LiteRT's
+    does. numba's default threading layer here was GNU OpenMP, which ended such a child (SIGTERM) at its first
+    kernel; TBB's, which tflgpu makes loadable from the tbb wheel, survives fork."""
+    said = fork_run(tmp_path, delegated=False)
+    assert said["child"] == "status 0", said
+    for name in ("parent", "child_same", "child_new", "child_cpu", "parent_after"):
+        assert said.get(name, "ran") == "ran", said
+        assert_close(np.load(tmp_path / f"{name}.npy"), want)
+
+
+def test_forked_child_after_gnu_openmp_is_told_what_to_change(tmp_path):
+    """Where the process chose numba's OpenMP layer (NUMBA_THREADING_LAYER=omp) and it is GNU's, a forked child
+    gets a RuntimeError naming what to change, not a SIGTERM at its first kernel."""
+    said = fork_run(tmp_path, delegated=False, NUMBA_THREADING_LAYER="omp")
+    if said.get("layer") != "omp":
+        pytest.skip(f"numba has no OpenMP layer here ({said.get('layer')})")
+    assert said["child"] == "status 0", said
+    for name in ("child_same", "child_new", "child_cpu"):
+        assert said[name].startswith("raised RuntimeError tflgpu's CPU kernels ran on numba's GNU OpenMP"), said
+        assert "'spawn'" in said[name] and "pip install tbb" in said[name]
+    assert (tmp_path / "parent_after.npy").exists()
+
+
+def test_forked_child_refuses_the_parents_opencl(opencl_device, tmp_path, want):
+    """In a child forked after the parent opened OpenCL, the parent's delegated interpreter and a new one raise a
+    ForkedProcessError naming what to change (on PoCL both waited forever; NVIDIA's driver does not work in
+    such a child either); the CPU kernels still run there, and the parent's interpreter is unharmed."""
+    said = fork_run(tmp_path, delegated=True)
+    assert said["child"] == "status 0", said
+    for name in ("child_same", "child_new"):
+        assert said[name].startswith("raised ForkedProcessError OpenCL was opened in process"), said
+        assert "'spawn'" in said[name]
+    assert said["child_cpu"] == "ran"
+    for name in ("parent", "child_cpu", "parent_after"):
+        assert_close(np.load(tmp_path / f"{name}.npy"), want)

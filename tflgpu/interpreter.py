@@ -32,6 +32,7 @@ from .cpu.threads import cpu_threads
 from .delegate import GpuDelegate
 from .model import ModelBytes, read_model
 from .model.ir import Model, Subgraph, Tensor
+from .ops.jit import check_fork
 from .runtime import DeviceError, ShapeError
 from .runtime.startup import StartupClock, format_phases
 
@@ -91,7 +92,12 @@ class _Session:
     def plan(self):
         """The delegated plan, built now for the current input shapes where none was built yet (as
         allocate_tensors() builds it); None without one: no GpuDelegate or device, or input shapes that do not
-        run, which allocate_tensors() then reports."""
+        run, which allocate_tensors() then reports. In a child forked after OpenCL was opened, a
+        ForkedProcessError: nothing of the plan (its context, queue, buffers) is usable there."""
+        if self.gpu_factory is not None:
+            from .runtime.device import check_process  # (loaded with the delegate's device)
+
+            check_process()
         if self.gpu_plan is None and self.gpu_factory is not None:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
             if shapes != self.refused_shapes:
@@ -470,6 +476,7 @@ class Interpreter:
         self._model: Model = read_model(source)
         self._runtime = ModelRunner(self._model, code_dir=_code_dir(self._delegates))
         self._startup.phase("cpu kernels", "preparing every op's CPU kernel, folding constants")
+        check_fork()  # (in a forked child where a numba kernel would end the process: what to change instead)
         try:
             self._runtime.build_all()
             self._prepare_error: PrepareError | None = None
@@ -544,6 +551,7 @@ class Interpreter:
         if self._prepare_error is not None:
             raise self._prepare_error
         check_model_file(self._model_bytes)
+        check_fork()
         session = self._session(0)
         try:
             session.allocate()
@@ -602,6 +610,7 @@ class Interpreter:
                                "an Interpreter is not thread-safe: use one per thread")
         try:
             check_model_file(self._model_bytes)
+            check_fork()
             t0 = time.perf_counter()
             session = self._session(0)
             with session.threads(self._num_threads):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ops.jit import njit, prange, readonly
+from ..ops.jit import materialize, njit, prange, readonly
 
 log = logging.getLogger("tflgpu")
 
@@ -288,6 +288,7 @@ def _conv_requantize(x, xz, wm, bias, scale, oz, lo, hi, kh, kw, sh, sw, dh, dw,
 
 
 def _threads() -> int:
+    materialize()  # (numba's pool starts at this call, as at a kernel's: with the threading layer chosen there)
     import numba
 
     return numba.get_num_threads()

@@ -14,6 +14,8 @@ jobs, the test suite's workers) compile each signature once, and the others load
 
 from __future__ import annotations
 
+import ctypes
+import importlib.metadata
 import logging
 import os
 import sys
@@ -158,6 +160,7 @@ def materialize() -> None:
     with _LOCK:
         if _READY:
             return
+        _load_tbb()
         for w in _RECORDED:
             if w.dispatcher is None:
                 _compile(w)
@@ -169,6 +172,69 @@ def materialize() -> None:
         _READY = True
     if _THREADS:
         set_num_threads(_THREADS[-1])
+
+
+TBB_LIBRARY = {"linux": "libtbb.so.12"}  # platform -> the file of the ``tbb`` wheel that numba's TBB layer links to
+
+
+def _load_tbb() -> None:
+    """Load TBB's library from the ``tbb`` wheel, where one is installed, before numba picks its threading layer.
+
+    numba takes the first layer that loads (TBB, then OpenMP, then its workqueue; a process may choose
+    otherwise through NUMBA_THREADING_LAYER, and still does). Its TBB layer finds the library on the loader's
+    path only, and the wheel (installed with the x86-64 OpenCL CPU runtime) puts it under the environment's
+    ``lib/``: numba ran on GNU OpenMP, whose pool does not survive fork(). A child forked after a CPU kernel
+    ran (multiprocessing's default start on Linux, a server's pre-forked workers) was killed at its first
+    kernel. Loaded here, the library is found by its soname; TBB's pool survives fork and is safe from several
+    threads, and on 2 cores the CPU path ran as fast (PoseNet, UNet, LSTM, MobileNets: within 3%, interleaved)."""
+    name = TBB_LIBRARY.get(sys.platform)
+    if name is None:
+        return
+    try:
+        files = importlib.metadata.files("tbb") or []
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for f in files:
+        if f.name == name:
+            try:
+                ctypes.CDLL(str(f.locate()))
+            except OSError as e:
+                log.info("tflgpu: the tbb package's %s does not load (%s); numba picks another threading layer",
+                         name, e)
+            return
+
+
+_FORKED_FROM: list[int] = []  # the parent's pid, in a child forked after numba's GNU OpenMP pool started
+
+
+def _note_fork() -> None:
+    """In a forked child: whether the parent had started numba's GNU OpenMP pool, which kills the child at its
+    next parallel kernel (SIGTERM: "fork() called from a process already using GNU OpenMP")."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return
+    try:
+        layer = numba.threading_layer()
+    except ValueError:  # (no parallel kernel ran: the pool starts in whichever process runs one first)
+        return
+    vendor = getattr(sys.modules.get("numba.np.ufunc.omppool"), "openmp_vendor", "GNU")
+    if layer == "omp" and vendor == "GNU":
+        _FORKED_FROM[:] = [os.getppid()]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_note_fork)
+
+
+def check_fork() -> None:
+    """Raise a RuntimeError in a child forked after its parent's numba kernels ran on GNU OpenMP threads,
+    before a kernel here would end the process."""
+    if _FORKED_FROM:
+        raise RuntimeError(
+            f"tflgpu's CPU kernels ran on numba's GNU OpenMP threads in the parent process (pid {_FORKED_FROM[0]}), "
+            "and GNU OpenMP does not survive fork(): a kernel in this forked child would end it. Start child "
+            "processes with multiprocessing's 'spawn' or 'forkserver' method, or run no model in the parent "
+            "before it forks, or install tbb (pip install tbb) for numba's fork-safe TBB threading layer")
 
 
 def get_num_threads() -> int:

@@ -47,6 +47,7 @@ class DeviceInfo:
     def shared_context(self, profile: bool = False) -> SharedContext:
         """A context of this device alone and an in-order queue in it, for every plan of one interpreter
         (``SharedContext``); ``profile``: the queue records profiling events."""
+        check_process()
         import pyopencl as cl
 
         ctx = cl.Context([self.cl_device])
@@ -117,13 +118,46 @@ def _memoize_invokers(cl) -> None:
     invoker.generate_enqueue_and_set_args = memoized
 
 
-@lru_cache(maxsize=1)
+_OPENED_IN: list[int] = []  # the id of the process that opened OpenCL (listed its platforms)
+
+
+class ForkedProcessError(RuntimeError):
+    """OpenCL asked of a process forked from the one that opened it."""
+
+
+def forked_child() -> bool:
+    """Whether this process is a child forked after its parent opened OpenCL. What the child inherits
+    (contexts, queues, buffers, the driver's own state) is not usable there: on PoCL an invoke of the parent's
+    plan, or a new context, waited forever; NVIDIA's driver, like CUDA, is not usable in a child forked after
+    it started."""
+    return bool(_OPENED_IN) and _OPENED_IN[0] != os.getpid()
+
+
+def check_process() -> None:
+    """Raise ForkedProcessError in a child forked after its parent opened OpenCL (``forked_child``), before a
+    call into the runtime."""
+    if forked_child():
+        raise ForkedProcessError(
+            f"OpenCL was opened in process {_OPENED_IN[0]}, and this process ({os.getpid()}) is a child forked from "
+            "it: an OpenCL runtime does not survive fork(). Start child processes with multiprocessing's 'spawn' or "
+            "'forkserver' method (multiprocessing.set_start_method('spawn')), or create GpuDelegate interpreters "
+            "only in the children, with none in the parent before it forks")
+
+
 def list_devices() -> tuple[DeviceInfo, ...]:
-    """Every OpenCL device of every platform (system ICDs and pip runtimes), GPUs first."""
+    """Every OpenCL device of every platform (system ICDs and pip runtimes), GPUs first; a ForkedProcessError in
+    a child forked after its parent listed them."""
+    check_process()
+    return _list_devices()
+
+
+@lru_cache(maxsize=1)
+def _list_devices() -> tuple[DeviceInfo, ...]:
     ensure_icd_vendors()
     try:
         cl = import_pyopencl()
         before = mapped_files()
+        _OPENED_IN[:] = [os.getpid()]
         platforms = cl.get_platforms()
         note_runtime_libraries(before, mapped_files())  # (whose read-only pages a built plan may release)
     except Exception as e:  # no loader, no platform (pyopencl raises LogicError/RuntimeError)

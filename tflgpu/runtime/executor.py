@@ -28,7 +28,7 @@ from . import DeviceError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .cadence import CANDIDATES, DIRECT, NEVER, Cadence, CadenceTrial
 from .config import PlanConfig
-from .device import DeviceInfo
+from .device import DeviceInfo, check_process, forked_child
 from .enqueue import Launcher
 from .precision import (
     PrecisionChoice,
@@ -277,7 +277,10 @@ class GpuPlan:
     def close(self) -> None:
         """Stop background work (after the compile or launch it is in). A launch of this plan's kernels in flight
         (a timing round) ends before this returns: the next plan enqueues on the same queue, and the round's
-        kernels may write the caller's bound buffers."""
+        kernels may write the caller's bound buffers. In a forked child it does nothing: the parent's threads
+        are not there, and a lock one of them held stays held."""
+        if forked_child():
+            return
         self.activity.stop()
         self.activity.wait_launches()
 
@@ -290,6 +293,7 @@ class GpuPlan:
 
     def bind(self, t: int, buffer) -> None:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
+        check_process()
         self.io.bind(t, buffer)
 
     def input_arrays(self) -> dict[int, np.ndarray]:
@@ -298,6 +302,7 @@ class GpuPlan:
 
     def read_bound(self, t: int) -> np.ndarray:
         """The current value of a bound output, copied from its device buffer."""
+        check_process()
         return self.io.read_bound(self.queue, t)
 
     # -- run -----------------------------------------------------------------
@@ -305,7 +310,8 @@ class GpuPlan:
     def run(self, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Run once; returns host values of the graph outputs and of every CPU-side tensor.
         Kernels the background work has ready are installed first. An OpenCL error on the way is a
-        DeviceError (a RuntimeError)."""
+        DeviceError (a RuntimeError); in a child forked after OpenCL was opened, a ForkedProcessError."""
+        check_process()  # (first: a lock the parent's background thread held at the fork stays held here)
         with self.activity.invoke():
             try:
                 if self.swaps.install(self):  # (other kernels: their best cadence is measured again)

@@ -13,7 +13,7 @@ from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
 from . import ShapeError
 from .config import PlanConfig, PlanRequest
-from .device import DeviceInfo, NoDeviceError, choose_device
+from .device import DeviceInfo, NoDeviceError, check_process, choose_device
 from .selection import transform_graph
 from .startup import StartupClock
 
@@ -83,6 +83,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo,
     the delegate has no model_token. ``model_name`` (the model file's name) is stored with the plan, for
     ``tflgpu cache ls``.
     """
+    check_process()
     clock = StartupClock()
     fp16 = options.fp16
     if fp16 and not device.identity.fp16:
