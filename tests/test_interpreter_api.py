@@ -530,3 +530,35 @@ def test_background_work_stops_when_the_model_file_is_truncated(tmp_path, caplog
     assert it.tuning_status().finished and it.tuning_status().kernels_done == 0
     with pytest.raises(RuntimeError, match="changed after this Interpreter read it: it was truncated"):
         it.invoke()
+
+
+@pytest.mark.parametrize("delegated", [False, True], ids=["cpu", "delegate"])
+def test_pickling_is_refused_and_copy_shares_the_state(opzoo, delegated, request):
+    """As LiteRT's: pickle and deepcopy raise TypeError (here one saying what to send instead, where pickle
+    reached an mmap or a local function inside: 'cannot pickle mmap.mmap', or an AttributeError for a model from
+    bytes), and copy.copy is a second handle on the same state."""
+    import copy
+    import pickle
+
+    if delegated:
+        request.getfixturevalue("opencl_device")
+    ref = litert()(model_path=str(opzoo))
+    with pytest.raises(TypeError):
+        pickle.dumps(ref)
+    kw = {"delegate": GpuDelegate(cache=False)} if delegated else {}
+    for it in (Interpreter(str(opzoo), **kw), Interpreter(model_content=opzoo.read_bytes(), **kw)):
+        it.allocate_tensors()
+        for refuse in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError, match="cannot pickle a tflgpu Interpreter.*create an Interpreter there"):
+                refuse(it)
+        with pytest.raises(TypeError, match="cannot pickle a tflgpu Interpreter"):
+            pickle.dumps((it, "as a Pool's task arguments hold it"))
+        twin = copy.copy(it)
+        inputs = [np.random.default_rng(5).uniform(-1, 1, d["shape"]).astype(d["dtype"])
+                  for d in it.get_input_details()]
+        for d, x in zip(twin.get_input_details(), inputs):
+            twin.set_tensor(d["index"], x)
+        it.invoke()  # (on what was set through the copy)
+        want = run_model(litert(), opzoo, inputs)
+        for d, w in zip(twin.get_output_details(), want):
+            assert_close(twin.get_tensor(d["index"]), w)

@@ -522,6 +522,16 @@ class Interpreter:
                 # the first allocate_tensors(), LiteRT's way to another batch, builds only the plan it runs.
                 self._session(0).gpu_factory = factory
 
+    def __reduce__(self):
+        raise TypeError("cannot pickle a tflgpu Interpreter (it holds prepared kernels, buffers and device state): "
+                        "send the model's path or bytes to the other process and create an Interpreter there")
+
+    def __copy__(self) -> Interpreter:
+        """A second handle on this interpreter's state, as ``copy.copy`` of LiteRT's gives (pickling is refused)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
     # -- internals ----------------------------------------------------------
 
     def _session(self, subgraph: int = 0) -> _Session:
