@@ -493,3 +493,89 @@ def test_bench_goes_on_past_a_model_litert_cannot_run(tmp_path, capsys):
     assert "LiteRT could not run custom.tflite: " in out and "Landmarks2TransformMatrix" in out
     default = next(line for line in out.splitlines() if line.startswith("| default.tflite |"))
     assert "n/a" not in default, default
+
+
+def main_not_interrupted(argv: list[str]) -> int:
+    """main(argv), where a KeyboardInterrupt coming out of it fails the test (not the whole run)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt came out of main()")
+
+
+def test_warmup_interrupted_reports_what_it_warmed(tmp_path, rng, opencl_device, monkeypatch, capsys):
+    """Ctrl-C while a model warms up: the models warmed before are reported (they stay in the cache), the rest
+    are named as not warmed, and the status is 130 without a traceback (before: KeyboardInterrupt's)."""
+    from tflgpu import cli
+
+    from .oputil import conv_model
+
+    models = []
+    for name in ("a.tflite", "b.tflite", "c.tflite"):
+        (tmp_path / name).write_bytes(conv_model(rng)[0])
+        models.append(str(tmp_path / name))
+    real = cli._warm_one
+
+    def interrupted_at_b(model, *args, **kw):
+        if model.endswith("b.tflite"):
+            raise KeyboardInterrupt
+        return real(model, *args, **kw)
+
+    monkeypatch.setattr(cli, "_warm_one", interrupted_at_b)
+    assert main_not_interrupted(["warmup", *models, "--tuning", "none", "--cache-dir", str(tmp_path / "cache")]) == 130
+    out, err = capsys.readouterr()
+    assert "a.tflite [fp32]: built and stored" in out and "b.tflite" not in out and "c.tflite" not in out, out
+    assert "interrupted: not warmed: b.tflite [fp32], c.tflite [fp32]" in err, err
+
+
+def test_tune_interrupted_says_what_is_kept(tmp_path, monkeypatch, capsys):
+    import tflgpu.tuning_report as report
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "tune_model", interrupted)
+    monkeypatch.setenv("TFLGPU_CACHE_DIR", str(tmp_path / "cache"))
+    assert main_not_interrupted(["tune", str(DEFAULT_MODEL_PATH), "-q"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().startswith("interrupted: the records of the models tuned before are stored") and \
+        "continues the search from the trials it kept" in err, err
+
+
+def test_warmup_jobs_stop_at_ctrl_c(tmp_path, opencl_device):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) during `warmup --jobs 2`: the
+    workers stop the models they are warming and start no other, and the command ends with status 130 and one
+    line, no traceback, no process left behind, and its cache directory reads clean. Before, the pool went on
+    warming every queued model (70 s more for five), then printed tracebacks of the workers and the progress
+    relay."""
+    import os
+    import signal
+    import time
+
+    from tflgpu.cache.store import CacheStore
+
+    models = [str(corpus_model(n)) for n in ("mobilenet_v2_1.0_224.tflite", "mobilenet_v1_1.0_224.tflite",
+                                             "posenet_mnv1_257.tflite", "deeplab_mnv2_257.tflite")]
+    cache, err_path = tmp_path / "cache", tmp_path / "stderr.txt"
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from tflgpu.cli import main; sys.exit(main(sys.argv[1:]))")
+    with open(err_path, "w") as err_file:
+        p = subprocess.Popen([sys.executable, "-c", code, "warmup", *models, "--jobs", "2", "--tuning", "fast",
+                              "--cache-dir", str(cache)], stdout=subprocess.DEVNULL, stderr=err_file,
+                             start_new_session=True, env={**os.environ, "TFLGPU_TUNING": ""})
+        deadline = time.monotonic() + 300
+        while "tuned]" not in err_path.read_text() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # (until a worker is searching a kernel)
+        assert p.poll() is None, err_path.read_text()[-3000:]
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=120)  # (a hang, not a speed: it ended in under a second here)
+    err = err_path.read_text()
+    assert p.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "interrupted: not warmed: " in err, err[-3000:]
+    assert "deeplab_mnv2_257.tflite [fp32]" in err.rsplit("interrupted", 1)[1], err[-3000:]
+    left = time.monotonic() + 30  # (multiprocessing's resource tracker ends once it reads its parent's exit)
+    with pytest.raises(ProcessLookupError):  # none of its workers, nor its progress queue's manager, still runs
+        while time.monotonic() < left:
+            os.killpg(p.pid, 0)
+            time.sleep(0.2)
+    assert all(e.problem is None for e in CacheStore(cache).entries())

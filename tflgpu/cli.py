@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -680,9 +681,42 @@ class _BarEvents:
         self.bar.set_postfix_str(f"{Path(model).name} [{precision}]: kernel {done}/{total} tuned")
 
 
+_WORKER = {"running": False, "interrupted": False}  # a warmup worker process's state, for its SIGINT handler
+
+
+def _warm_worker_start() -> None:
+    """A spawned warmup worker: Ctrl-C (SIGINT to the terminal's process group, or forwarded by the main
+    process) ends the model it is warming, as KeyboardInterrupt, and every job it takes after; an idle worker
+    only notes it (raised in the pool's own loop, it would print a traceback and break the pool)."""
+
+    def interrupt(signum, frame):
+        first = not _WORKER["interrupted"]
+        _WORKER["interrupted"] = True
+        if first and _WORKER["running"]:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+
+
+def _warm_job(model: str, precision: str, opts: WarmOptions, events) -> dict:
+    """``_warm_one`` in a warmup worker (``_warm_worker_start``); none starts after an interrupt."""
+    if _WORKER["interrupted"]:
+        raise KeyboardInterrupt
+    _WORKER["running"] = True
+    try:
+        return _warm_one(model, precision, opts, events)
+    finally:
+        _WORKER["running"] = False
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def cmd_warmup(args) -> int:
     from concurrent.futures import ProcessPoolExecutor, as_completed
-    from multiprocessing import get_context
+    from multiprocessing import active_children, get_context
+    from multiprocessing.managers import SyncManager
 
     from tqdm import tqdm
 
@@ -696,6 +730,7 @@ def cmd_warmup(args) -> int:
                        tuple(args.input_shape) if args.input_shape else None)
     failed = 0
     results = []
+    interrupted = False  # Ctrl-C: the models warmed so far are reported (and stay in the cache), the rest are not
     with tqdm(total=len(jobs), desc="warmup", unit="model", file=sys.stderr, disable=args.quiet) as bar:
         shown = _BarEvents(bar)
         if args.jobs <= 1:
@@ -705,10 +740,15 @@ def cmd_warmup(args) -> int:
                     results.append(((m, p), _warm_one(m, p, opts, shown), None))
                 except (ValueError, RuntimeError, OSError) as e:
                     results.append(((m, p), None, e))
+                except KeyboardInterrupt:
+                    interrupted = True
+                    break
                 bar.update(1)
         else:  # spawned workers: an OpenCL runtime does not survive fork; their progress comes through a queue
             ctx = get_context("spawn")
-            with ctx.Manager() as manager, ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+            manager = SyncManager(ctx=ctx)
+            manager.start(_ignore_sigint)  # (the progress queue outlives a Ctrl-C, which the workers end on)
+            with manager, ProcessPoolExecutor(args.jobs, mp_context=ctx, initializer=_warm_worker_start) as pool:
                 events = manager.Queue()
 
                 def relay():
@@ -717,16 +757,28 @@ def cmd_warmup(args) -> int:
 
                 relayer = threading.Thread(target=relay, daemon=True)
                 relayer.start()
-                futures = {pool.submit(_warm_one, m, p, opts, events): (m, p)
+                futures = {pool.submit(_warm_job, m, p, opts, events): (m, p)
                            for m, p in jobs}
-                for f in as_completed(futures):
-                    try:
-                        results.append((futures[f], f.result(), None))
-                    except Exception as e:  # a worker's error, reported per model
-                        results.append((futures[f], None, e))
-                    bar.update(1)
-                events.put(None)
-                relayer.join()
+                try:
+                    for f in as_completed(futures):
+                        try:
+                            results.append((futures[f], f.result(), None))
+                        except KeyboardInterrupt:  # (the worker's, where Ctrl-C reached it first)
+                            interrupted = True
+                            continue
+                        except Exception as e:  # a worker's error, reported per model
+                            results.append((futures[f], None, e))
+                        bar.update(1)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    for f in futures:
+                        f.cancel()
+                    for child in active_children():  # (a Ctrl-C sent to this process alone reaches them too)
+                        if child.pid is not None:
+                            os.kill(child.pid, signal.SIGINT)
+                finally:
+                    events.put(None)
+                    relayer.join()
     for (m, p), r, err in sorted(results, key=lambda x: x[0]):
         if err is not None:
             failed += 1
@@ -745,6 +797,12 @@ def cmd_warmup(args) -> int:
             print(f"{r['model']} [{p}]: {what} ({r['seconds']:.1f} s)")
             for w in r["warnings"]:
                 print(f"{r['model']} [{p}]: warning: {w}")
+    if interrupted:
+        done = {job for job, _, _ in results}
+        left = [f"{Path(m).name} [{p}]" for m, p in jobs if (m, p) not in done]
+        print(f"interrupted: not warmed: {', '.join(left)} (what was warmed and stored before stays in the cache)",
+              file=sys.stderr)
+        return 130
     return 1 if failed else 0
 
 
@@ -1026,6 +1084,11 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s tflgpu: %(message)s")
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback; 130 as a shell reports a process ended by SIGINT
+        kept = {"tune": "the records of the models tuned before are stored, and the same command continues the "
+                        "search from the trials it kept"}.get(getattr(args, "command", None))
+        print("\ninterrupted" + (f": {kept}" if kept else ""), file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into head & co.: stop quietly, as Unix tools do
         sys.stderr.close()
         return 0

@@ -502,7 +502,7 @@ class KernelTuner:
         worker = f"{socket.gethostname()}:{os.getpid()}"
         self._announce(study, worker, "searching")
 
-        interrupted: list[Interrupted] = []
+        interrupted: list[BaseException] = []  # Interrupted (the search's owner), or KeyboardInterrupt (Ctrl-C)
         ran = []  # trials this process ran
 
         def objective(trial):
@@ -512,8 +512,8 @@ class KernelTuner:
             params = {k: self.decode[k][trial.suggest_categorical(k, encoded[k])] for k in encoded}
             try:
                 us = self.evaluate(params)
-            except Interrupted as e:  # the search's owner wants it to end: leave the study cleanly
-                interrupted.append(e)
+            except (Interrupted, KeyboardInterrupt) as e:  # the search's owner, or Ctrl-C, wants it to end: leave
+                interrupted.append(e)  # the study cleanly (optuna logs a trial failed by Ctrl-C with its traceback)
                 trial.study.stop()
                 raise optuna.TrialPruned() from e
             if us is None:
