@@ -176,3 +176,31 @@ def test_an_unusable_code_directory_compiles_in_memory(tmp_path, monkeypatch):
     it = _interp(model, feeds)
     it.invoke()
     assert _slot(it).get().failed is None and _slot(it).get().checked
+
+
+def test_a_full_disk_leaves_no_partial_source_and_compiles_in_memory(tmp_path, monkeypatch):
+    """A loop's generated source that a full disk cuts short is removed (it took the space a later write needs),
+    and the loop compiles in memory, matching LiteRT."""
+    import errno
+    import pathlib
+
+    monkeypatch.setenv("TFLGPU_CACHE_DIR", str(tmp_path))
+    _forget_loaded_loops()
+    write_text = pathlib.Path.write_text
+
+    def full(self, data, *args, **kw):
+        if self.suffix == ".tmp":
+            write_text(self, data[: len(data) // 2], *args, **kw)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_text(self, data, *args, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full)
+    model, feeds = while_model(np.random.default_rng(11))
+    it = _interp(model, feeds)
+    it.invoke()
+    loop = _slot(it).get()
+    assert loop is not None and loop.failed is None and loop.checked
+    assert not list(tmp_path.rglob("*.tmp")), list(tmp_path.rglob("*"))
+    it.invoke()
+    for g, w in zip(_outputs(it), run_model(litert(), model, feeds)):
+        assert_close(g, w)

@@ -342,3 +342,66 @@ def test_forked_child_refuses_the_parents_opencl(opencl_device, tmp_path, want):
     assert said["child_cpu"] == "ran"
     for name in ("parent", "child_cpu", "parent_after"):
         assert_close(np.load(tmp_path / f"{name}.npy"), want)
+
+
+NUMBA_CACHE_BROKEN = """
+import errno, logging, sys
+import numpy as np
+import numba.core.caching as caching
+
+how, model, out = sys.argv[1:4]
+
+
+def refuse(*args, **kw):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+if how == "full":  # every write of numba's cache fails, as on a full disk
+    caching.IndexDataCacheFile.save = refuse
+else:  # no directory numba looks in is writable (site-packages, the home directory, NUMBA_CACHE_DIR)
+    caching._CacheLocator.ensure_cache_path = refuse
+said = []
+
+
+class Keep(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+
+
+logging.getLogger("tflgpu").addHandler(Keep(logging.WARNING))
+from tflgpu import Interpreter
+from tflgpu.benchmark import reference_inputs
+
+it = Interpreter(model)
+it.allocate_tensors()
+for d, x in zip(it.get_input_details(), reference_inputs(it.get_input_details())):
+    it.set_tensor(d["index"], x)
+it.invoke()
+np.save(out, it.get_tensor(it.get_output_details()[0]["index"]))
+print(len(said), said[0] if said else "")
+"""
+
+
+@pytest.mark.parametrize("how", ["full", "no_directory"])
+def test_the_cpu_kernels_run_where_numbas_cache_cannot_be_written(tmp_path, how):
+    """Where numba cannot write its cache of the CPU kernels' machine code (a full disk; no writable directory of
+    the ones it looks in: a read-only image), the kernels compile and run from memory, said once. Before, numba's
+    OSError ("No space left on device") came out of the compile inside invoke(), and a missing directory was a
+    RuntimeError ("cannot cache function ... no locator available") at the first kernel. In a fresh process with
+    an empty NUMBA_CACHE_DIR, so that every kernel compiles; the model's quantize and dequantize kernels, its
+    quantized ufunc and its float kernels are all cached ones."""
+    import subprocess
+    import sys
+
+    from .conftest import corpus_model
+
+    model = corpus_model("fallback_ops.tflite")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "TFLGPU_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-c", NUMBA_CACHE_BROKEN, how, str(model), str(tmp_path / "out.npy")],
+                       capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    count, message = p.stdout.strip().split(" ", 1)
+    assert count == "1" and "numba cannot keep the CPU kernels' machine code on disk" in message, p.stdout
+    assert "NUMBA_CACHE_DIR" in message
+    assert_close(np.load(tmp_path / "out.npy"), run_model(litert(), model, reference_inputs(
+        Interpreter(str(model)).get_input_details()))[0])

@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..ops.attributes import activation_bounds, conv_options, conv_padding
-from ..ops.jit import materialize, njit, prange, readonly
+from ..ops.jit import cached_or_not, materialize, njit, prange, readonly
 from ..ops.quantization import QParams, dequantize_values, qparams, quantize_values, tfl_round
 from ..ops.traits import traits
 from .conv import _bias, _depthwise, border_taps, conv_product, window_rows
@@ -129,7 +129,7 @@ def _make_mbqm_ufunc():
     from numba import vectorize
 
     materialize()  # (the ufunc's body calls _mbqm: a dispatcher by the time it compiles)
-    return vectorize(["int64(int64, int64, int64)"], cache=True)(_mbqm_elementwise)
+    return cached_or_not(lambda cache: vectorize(["int64(int64, int64, int64)"], cache=cache)(_mbqm_elementwise))
 
 
 _mbqm_ufunc = once(_make_mbqm_ufunc)

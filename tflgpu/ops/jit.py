@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -85,11 +86,68 @@ def _record(f, options: dict):
 def _compile(w: LazyJit) -> None:
     import numba
 
-    dispatcher = numba.njit(**w.options)(w.py_func)
-    if w.options.get("cache") and fcntl is not None:
-        # (numba's dispatcher calls _compile_for_args only for a signature it has no machine code for)
-        dispatcher._compile_for_args = _one_compile(dispatcher, dispatcher._compile_for_args)
+    options = w.options
+    try:
+        dispatcher = numba.njit(**options)(w.py_func)
+    except RuntimeError as e:
+        if not (options.get("cache") and _no_cache_directory(e)):
+            raise
+        _cache_unwritable(e)
+        options = {k: v for k, v in options.items() if k != "cache"}
+        dispatcher = numba.njit(**options)(w.py_func)
+    if options.get("cache"):
+        tolerate_cache_writes(dispatcher._cache)
+        if fcntl is not None:
+            # (numba's dispatcher calls _compile_for_args only for a signature it has no machine code for)
+            dispatcher._compile_for_args = _one_compile(dispatcher, dispatcher._compile_for_args)
     w.dispatcher = dispatcher
+
+
+_CACHE_WARNED: list[bool] = []
+
+
+def _no_cache_directory(e: RuntimeError) -> bool:
+    """Whether numba refused ``cache=True`` for want of a writable directory (none of its candidates: the
+    source's ``__pycache__``, the user's cache directory, NUMBA_CACHE_DIR)."""
+    return "cannot cache function" in str(e)
+
+
+def cached_or_not(make: Callable[[bool], Any]) -> Any:
+    """``make(True)`` (a numba object made with ``cache=True`` that compiles as it is made, as a signature-typed
+    ``vectorize``), or, where numba's cache cannot be written, ``make(False)`` after saying so once."""
+    try:
+        return make(True)
+    except OSError as e:
+        _cache_unwritable(e)
+    except RuntimeError as e:
+        if not _no_cache_directory(e):
+            raise
+        _cache_unwritable(e)
+    return make(False)
+
+
+def _cache_unwritable(e: Exception) -> None:
+    """Say once per process that numba's cache of the CPU kernels' machine code cannot be written."""
+    if not _CACHE_WARNED:
+        _CACHE_WARNED.append(True)
+        log.warning("tflgpu: numba cannot keep the CPU kernels' machine code on disk (%s): they compile again in "
+                    "each process; free space there, or set NUMBA_CACHE_DIR to a writable directory", e)
+
+
+def tolerate_cache_writes(cache) -> None:
+    """Make a numba cache's writes best-effort: one that fails (a full disk, a directory made read-only) is logged
+    once, and the kernel, compiled already, runs from memory. numba raised the OSError out of the compile, so an
+    invoke ended in "No space left on device" from inside numba. (numba writes through a temporary file and
+    removes it on failure: nothing partial is left.)"""
+    save = cache.save_overload
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except OSError as e:
+            _cache_unwritable(e)
+
+    cache.save_overload = save_overload
 
 
 COMPILE_WAIT_S = 600.0  # longest wait for another process's compile (numba's slowest kernel: ~10 s on 2 cores)
