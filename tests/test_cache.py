@@ -429,3 +429,43 @@ def test_missing_parents_of_a_cache_directory_are_created_private(tmp_path):
 
     store = CacheStore(tmp_path / "a" / "b" / "cache")
     assert store.root.is_dir() and all((tmp_path / p).stat().st_mode & 0o777 == 0o700 for p in ("a", "a/b", "a/b/cache"))
+
+
+def _contents(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_read_only_cache_is_used_and_left_as_it_is(tmp_path, opencl_device, pristine, reference, monkeypatch, capsys):
+    """A cache warmed into an image that runs read-only (a read-only mount; here every file creation under it
+    fails with EROFS, as on one): the stored plan and programs load, the model runs as LiteRT does, no search
+    starts (what it found could not be kept), and nothing in it changes; `cache clear` says it is read-only.
+    Before, the named directory was refused ("cannot be used: Read-only file system"), so such an image compiled
+    at every start. An unwritable directory holding no cache is still refused (a mistake more likely)."""
+    import errno
+    import tempfile
+
+    from tflgpu.cache import paths
+
+    cache = copy_of(pristine, tmp_path / "baked")
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    before = _contents(cache)
+    mkstemp = tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kw):  # (the probe and every atomic write make their file so)
+        if dir is not None and any(str(dir).startswith(str(d)) for d in (cache, empty)):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return mkstemp(*args, dir=dir, **kw)
+
+    monkeypatch.setattr(paths.tempfile, "mkstemp", read_only)
+    it = Interpreter(str(MODEL), delegate=GpuDelegate(serialization_dir=cache))  # (the default tuning)
+    it.allocate_tensors()
+    assert it.gpu_plan.store.read_only and it.gpu_plan.build_stats["plan"] == "cache"
+    assert it.gpu_plan.build_stats["source_builds"] == 0 and it.tuning_status() is None
+    check(it, reference)
+    assert _contents(cache) == before
+    with pytest.raises(ValueError, match="cannot be used: Read-only file system"):
+        Interpreter(str(MODEL), delegate=GpuDelegate(serialization_dir=empty))
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 1
+    assert f"the cache directory {cache} is read-only: nothing can be removed from it" in capsys.readouterr().err
+    assert _contents(cache) == before

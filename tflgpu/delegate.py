@@ -225,12 +225,15 @@ class GpuDelegate:
             log.warning("GpuDelegate: %s; running without it", e)
             return None
 
-    def tuning_mode(self) -> str:
+    def tuning_mode(self, store=None) -> str:
+        """The tuning mode asked for, else "background" with the cache on; "none" where ``store`` (the cache's
+        ``CacheStore``) is read-only: what a search found could not be kept, and each start would search again."""
         from .autotune import TuningConfig
 
         if isinstance(self.tuning, TuningConfig):
             return self.tuning.mode
-        return self.tuning or os.environ.get("TFLGPU_TUNING") or ("background" if self.cache else "none")
+        keeps = self.cache and not (store is not None and store.read_only)
+        return self.tuning or os.environ.get("TFLGPU_TUNING") or ("background" if keeps else "none")
 
     def tiered(self) -> bool:
         if self.tiered_compile is not None:
@@ -253,8 +256,8 @@ class GpuDelegate:
             db = FileTuningDB(db)
         if self.tuning_progress is not None and not callable(self.tuning_progress):
             raise ValueError("tuning_progress must be callable: tuning_progress(result, done, total)")
-        return TuningConfig(mode=self.tuning_mode(), budget_s=self.tuning_budget_s, trials=self.tuning_trials, db=db,
-                            storage=self.tuning_storage, progress=self.tuning_progress)
+        return TuningConfig(mode=self.tuning_mode(store), budget_s=self.tuning_budget_s, trials=self.tuning_trials,
+                            db=db, storage=self.tuning_storage, progress=self.tuning_progress)
 
     def wants_fp16(self) -> bool:
         """TFLite's rule: the legacy flag wins; else the first non-AUTO priority decides

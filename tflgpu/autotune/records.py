@@ -218,9 +218,12 @@ class CacheTuningDB(TuningDB):
 
     def __init__(self, store):
         self.store = store
+        self.unstored = MemoryTuningDB()  # records a read-only cache cannot take: this process's alone
 
     def get(self, device_key, kernel_key):
-
+        held = self.unstored.get(device_key, kernel_key)
+        if held is not None:
+            return held
         payload = self.store.get("tuning", kernel_key, device_key)
         if payload is None:
             return None
@@ -234,7 +237,10 @@ class CacheTuningDB(TuningDB):
     @contextmanager
     def _claim_shared(self, device_key, kernel_key):
         """A lock file per kernel in the cache directory: processes sharing the cache never search one kernel
-        at once (the lock dies with its process)."""
+        at once (the lock dies with its process). A read-only cache has none: the in-process claim is all."""
+        if self.store.read_only:
+            yield True
+            return
         name = xxhash.xxh64_hexdigest(f"{device_key}|{kernel_key}".encode())
         lock = FileLock(str(private_dir(self.store.root / "claims") / f"{name}.lock"), timeout=0, mode=0o600)
         try:
@@ -248,8 +254,9 @@ class CacheTuningDB(TuningDB):
             lock.release()
 
     def put_many(self, device_key, records):
-
-
+        if self.store.read_only:
+            self.unstored.put_many(device_key, records)
+            return
         with FileLock(str(self.store.root / ".tuning.lock"), timeout=30, mode=0o600):  # read-compare-write per key
             for k, r in records.items():
                 if replaces(r, self.get(device_key, k)):
@@ -263,6 +270,8 @@ class CacheTuningDB(TuningDB):
                     out.setdefault(e.device_key, {})[e.key] = decode_tuning(e.payload)
                 except InvalidEntry:
                     continue
+        for dev, recs in self.unstored._records().items():
+            out.setdefault(dev, {}).update(recs)
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -47,6 +48,20 @@ def usable_cache_dir(path: Path, named_by: str | None = None) -> Path:
         where = f" ({e.filename})" if e.filename and Path(e.filename) != path else ""
         raise CacheDirError(path, f"{e.strerror or e}{where}", named_by) from e
     return path
+
+
+def read_only_cache_dir(path: Path, e: CacheDirError) -> bool:
+    """Whether ``path``, refused by ``usable_cache_dir`` (``e``), is a private directory that can be read but not
+    written: a read-only file system or mount (a cache warmed into an image that runs read-only), or a directory
+    without write permission. What it holds can be used, and nothing new stored."""
+    cause = e.__cause__
+    if not (isinstance(cause, OSError) and cause.errno in (errno.EROFS, errno.EACCES, errno.EPERM)):
+        return False
+    try:
+        private_dir(path)  # (it exists: nothing to create; one owned by another user, or open to others, is not used)
+    except OSError:
+        return False
+    return os.access(path, os.R_OK | os.X_OK)
 
 
 def private_dir(path: Path) -> Path:

@@ -24,7 +24,7 @@ import xxhash
 from ..kernels.common import GENERATOR_VERSION
 from ..version import __version__
 from .fb import Entry as fb_entry
-from .paths import atomic_write, default_cache_dir, private_dir, usable_cache_dir
+from .paths import CacheDirError, atomic_write, default_cache_dir, private_dir, read_only_cache_dir, usable_cache_dir
 
 log = logging.getLogger("tflgpu")
 
@@ -158,7 +158,17 @@ class CacheStore:
         the CacheDirError raised when it cannot be used (when root is None: TFLGPU_CACHE_DIR if set)."""
         if root is None and named_by is None and os.environ.get("TFLGPU_CACHE_DIR"):
             named_by = "TFLGPU_CACHE_DIR"
-        self.root = usable_cache_dir(Path(root) if root is not None else default_cache_dir(), named_by)
+        path = Path(root) if root is not None else default_cache_dir()
+        try:
+            self.root, self.read_only = usable_cache_dir(path, named_by), False
+        except CacheDirError as e:
+            if not (read_only_cache_dir(path, e) and (path / f"v{FORMAT}").is_dir()):
+                raise  # (an unwritable directory holding no cache: a mistake more likely than a choice)
+            # a cache warmed into an image run read-only: what it holds is read (plans, programs, tuning records);
+            # nothing is written, removed or evicted
+            self.root, self.read_only = path, True
+            log.info("tflgpu cache: %s is read-only (%s): what it holds is used, nothing new is stored", path,
+                     e.__cause__.strerror)
         if not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError("max_cache_bytes must be a positive int")
         self.max_bytes = max_bytes
@@ -221,6 +231,8 @@ class CacheStore:
         log.log(logging.INFO if routine else logging.WARNING, "tflgpu cache: ignoring %s: %s; it will be rebuilt",
                 p.relative_to(self.root), why)
         self.stats["repairs"] += 1
+        if self.read_only:
+            return
         try:
             self._check_dirs(p)  # never remove anything through a planted directory link
             p.unlink()  # (a symlinked entry: removes the link, not its target)
@@ -228,6 +240,8 @@ class CacheStore:
             pass
 
     def put(self, kind: str, key: str, device_key: str, payload: bytes) -> None:
+        if self.read_only:
+            return
         p = self.path(kind, key, device_key)
         d = p.parent
         while d != self.root and self.root in d.parents:  # a planted symlinked directory: replace it
@@ -288,7 +302,7 @@ class CacheStore:
     def evict(self) -> int:
         """Remove least-recently-used entries until the cache fits ``max_bytes``; returns bytes freed."""
         files = []
-        if not self.base.is_dir():
+        if self.read_only or not self.base.is_dir():
             return 0
         for dirpath, _, names in os.walk(self.base):
             for n in names:
@@ -318,6 +332,8 @@ class CacheStore:
                 if e.kind == "plan" and e.key.startswith(token + "-")]
 
     def remove(self, info: EntryInfo) -> None:
+        if self.read_only:
+            raise ValueError(f"the cache directory {self.root} is read-only: nothing can be removed from it")
         try:
             info.path.unlink()
         except FileNotFoundError:
