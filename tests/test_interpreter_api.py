@@ -562,3 +562,41 @@ def test_pickling_is_refused_and_copy_shares_the_state(opzoo, delegated, request
         want = run_model(litert(), opzoo, inputs)
         for d, w in zip(twin.get_output_details(), want):
             assert_close(twin.get_tensor(d["index"]), w)
+
+
+def test_litert_code_with_load_delegate_runs_by_changing_the_import(opzoo, opencl_device, tmp_path):
+    """``from ai_edge_litert.interpreter import Interpreter, load_delegate, OpResolverType`` becomes the same import
+    from tflgpu (or tflgpu.interpreter): load_delegate of TFLite's GPU delegate library, with TFLite's option names
+    and string values, is a GpuDelegate; the op resolver type is taken. Before, the import failed (ImportError)."""
+    from tflgpu import OpResolverType as Resolver
+    from tflgpu import load_delegate
+    from tflgpu.interpreter import OpResolverType
+    from tflgpu.interpreter import load_delegate as from_module
+
+    assert from_module is load_delegate and Resolver is OpResolverType
+    assert [t.name for t in OpResolverType] == [t.name for t in litert_module().OpResolverType]
+    delegate = load_delegate("/usr/lib/libtensorflowlite_gpu_delegate.so", {
+        "is_precision_loss_allowed": "0", "inference_priority1": "1", "max_delegated_partitions": "1",
+        "delegate_serialize_dir": str(tmp_path / "cache"), "delegate_serialize_token": "opzoo"})
+    assert isinstance(delegate, GpuDelegate) and not delegate.wants_fp16()
+    assert (delegate.max_delegated_partitions, delegate.model_token) == (1, "opzoo")
+    it = Interpreter(model_path=str(opzoo), experimental_delegates=[delegate],
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    assert it.gpu_plan is not None and it.gpu_plan.gpu_op_count > 0
+    inputs = [np.random.default_rng(4).uniform(-1, 1, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()]
+    got = run_model(lambda **kw: it, opzoo, inputs)
+    for g, w in zip(got, run_model(litert(), opzoo, inputs)):
+        assert_close(g, w)
+    assert load_delegate("libtensorflowlite_gpu_delegate.so", {"gpu_precision_loss_allowed": "true"}).wants_fp16()
+    with pytest.raises(ValueError, match=r"^Failed to load delegate from libedgetpu.so.1: tflgpu runs models through "
+                                         r"its own OpenCL delegate only"):
+        load_delegate("libedgetpu.so.1")
+    with pytest.raises(ValueError, match=r"unknown GPU delegate option 'gpu_backend'"):
+        load_delegate("libtensorflowlite_gpu_delegate.so", {"gpu_backend": "cl"})
+
+
+def litert_module():
+    import importlib
+
+    return importlib.import_module(litert().__module__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -288,3 +288,47 @@ class GpuDelegate:
                            self.tuning_db is not False, store, self.model_token, cacheable, self.tiered(),
                            float(self.fp16_error_budget), self.calibration_inputs, self.fuse_expansions,
                            self.fp16_for_memory())
+
+
+# TFLite's names for GpuDelegate's options where they differ: its GPU delegate's C options
+# (TfLiteGpuDelegateOptionsV2), its delegate providers' flags (benchmark_model's) and LiteRT's GPU settings
+TFLITE_OPTION_NAMES = {
+    "is_precision_loss_allowed": "precision_loss_allowed",
+    "gpu_precision_loss_allowed": "precision_loss_allowed",
+    "enable_quantized_inference": "quantized_models_allowed",
+    "gpu_experimental_enable_quant": "quantized_models_allowed",
+    "delegate_serialize_dir": "serialization_dir",
+    "cache_directory": "serialization_dir",
+    "delegate_serialize_token": "model_token",
+}
+# what a GPU delegate's library name holds: TFLite's (libtensorflowlite_gpu_delegate.so, ..._gpu_gl.so) or ours
+GPU_DELEGATE_LIBRARIES = ("tensorflowlite_gpu", "tflgpu")
+
+
+def load_delegate(library: str | os.PathLike, options: dict | None = None) -> GpuDelegate:
+    """LiteRT's ``load_delegate``, for code written for it: a ``library`` naming TFLite's GPU delegate
+    (``libtensorflowlite_gpu_delegate.so``) gives the ``GpuDelegate`` of ``options``, under TFLite's option names
+    (``TFLITE_OPTION_NAMES``) or GpuDelegate's, with TFLite's string values ("1", "true", "2") or Python ones.
+    Any other delegate (the Edge TPU's, Hexagon's...) is a ValueError: tflgpu runs models through its own only."""
+    name = os.path.basename(os.fspath(library)).lower()
+    if not any(n in name for n in GPU_DELEGATE_LIBRARIES):
+        raise ValueError(f"Failed to load delegate from {library}: tflgpu runs models through its own OpenCL "
+                         "delegate only: pass tflgpu.GpuDelegate(...), or no delegate for its CPU kernels")
+    types = {f.name: str(f.type) for f in fields(GpuDelegate)}
+    kwargs = {}
+    for key, value in (options or {}).items():
+        name = TFLITE_OPTION_NAMES.get(key, key)
+        if name not in types:
+            raise ValueError(f"load_delegate({library!r}): unknown GPU delegate option {key!r}; tflgpu takes "
+                             f"GpuDelegate's options ({', '.join(types)}) and TFLite's "
+                             f"{', '.join(TFLITE_OPTION_NAMES)}")
+        if isinstance(value, str) and ("int" in types[name] or "float" in types[name]):
+            try:  # (a number as TFLite passes every option: a string)
+                value = int(value)
+            except ValueError:
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+        kwargs[name] = value
+    return GpuDelegate(**kwargs)

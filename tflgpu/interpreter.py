@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import logging
 import operator
 import os
@@ -29,7 +30,7 @@ import numpy as np
 from .cpu.executor import ModelRunner, SubgraphRunner
 from .cpu.registry import PrepareError
 from .cpu.threads import cpu_threads
-from .delegate import GpuDelegate
+from .delegate import GpuDelegate, load_delegate  # noqa: F401 (LiteRT's interpreter module has load_delegate)
 from .model import ModelBytes, read_model
 from .model.ir import Model, Subgraph, Tensor
 from .ops.jit import check_fork
@@ -765,6 +766,16 @@ class Interpreter:
         """The delegated plan (None without a GpuDelegate or without a usable OpenCL device); built now where
         allocate_tensors() has not built it yet."""
         return self._session(0).plan()
+
+
+class OpResolverType(enum.Enum):
+    """LiteRT's ``experimental_op_resolver_type`` values, for code that passes one: tflgpu runs its own kernels
+    whichever is given (LiteRT's choose between its optimized and reference kernels, and XNNPACK)."""
+
+    AUTO = 0
+    BUILTIN = 1
+    BUILTIN_REF = 2
+    BUILTIN_WITHOUT_DEFAULT_DELEGATES = 3
 
 
 _LITERT_EXPERIMENTAL = frozenset({
