@@ -600,3 +600,30 @@ def litert_module():
     import importlib
 
     return importlib.import_module(litert().__module__)
+
+
+def test_an_unresolved_custom_op_is_refused_at_allocate_as_litert_refuses_it(opzoo):
+    """A model with a custom op no kernel runs: constructed (its details readable), then refused by
+    allocate_tensors() with LiteRT's RuntimeError, word for word, with or without a delegate and through
+    InterpreterWithCustomOps, whose registerers (LiteRT's C kernels) are taken and not called. Before, the
+    constructor raised a ValueError ("Didn't find kernel"), as for a builtin op without a kernel, which LiteRT does
+    refuse at construction."""
+    from tflgpu import InterpreterWithCustomOps
+
+    from .oputil import In, Out, op_model
+
+    model, _ = op_model("MyCustomOp", [In(np.ones((1, 4), np.float32))], [Out(np.float32, (1, 4))])
+    ref = litert()(model_content=model)
+    with pytest.raises(RuntimeError) as want:
+        ref.allocate_tensors()
+    for it in (Interpreter(model_content=model), Interpreter(model_content=model, delegate=GpuDelegate(cache=False)),
+               InterpreterWithCustomOps(model_content=model, custom_op_registerers=["TF_MyCustomOp"])):
+        assert _normalize(it.get_input_details()) == _normalize(ref.get_input_details())
+        assert it._get_op_details(0)["op_name"] == "MyCustomOp"
+        with pytest.raises(RuntimeError) as got:
+            it.allocate_tensors()
+        assert str(got.value) == str(want.value)
+    it = InterpreterWithCustomOps(model_path=str(opzoo), custom_op_registerers=["TF_Unused"])
+    inputs = [np.random.default_rng(6).uniform(-1, 1, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()]
+    for g, w in zip(run_model(lambda **kw: it, opzoo, inputs), run_model(litert(), opzoo, inputs)):
+        assert_close(g, w)

@@ -768,6 +768,19 @@ class Interpreter:
         return self._session(0).plan()
 
 
+class InterpreterWithCustomOps(Interpreter):
+    """LiteRT's ``InterpreterWithCustomOps``, for code that uses it. Its ``custom_op_registerers`` (symbol names or
+    functions) add C kernels to LiteRT's op resolver, which tflgpu does not have: the custom ops tflgpu runs
+    (MediaPipe's) are its own kernels, and a model's custom op it lacks is refused at ``allocate_tensors()`` as
+    LiteRT refuses an unresolved one ("Encountered unresolved custom op: ...")."""
+
+    def __init__(self, custom_op_registerers=None, **kwargs):
+        if custom_op_registerers:
+            log.info("InterpreterWithCustomOps: custom_op_registerers %s are LiteRT's kernels, not called: tflgpu "
+                     "runs its own", list(custom_op_registerers))
+        super().__init__(**kwargs)
+
+
 class OpResolverType(enum.Enum):
     """LiteRT's ``experimental_op_resolver_type`` values, for code that passes one: tflgpu runs its own kernels
     whichever is given (LiteRT's choose between its optimized and reference kernels, and XNNPACK)."""

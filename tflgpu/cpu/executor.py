@@ -23,7 +23,7 @@ from ..ops.shapes import output_shapes
 from ..ops.signatures import problems
 from ..ops.traits import traits
 from . import registry
-from .registry import InvokeError, KernelError, OpContext, PrepareError
+from .registry import InvokeError, KernelError, OpContext, PrepareError, UnresolvedCustomOp
 
 log = logging.getLogger("tflgpu")
 
@@ -142,6 +142,8 @@ class SubgraphRunner:
         else:
             factory = registry.factory_for(op.name)
         if factory is None:
+            if op.builtin_code < 0 and not quantized:
+                raise UnresolvedCustomOp(op, self.sg.index)
             raise unsupported_error(op, self.sg.index, quantized)
         try:
             return factory(ctx)

@@ -40,6 +40,18 @@ class PrepareError(RuntimeError):
         self.op_index, self.why = op.index, why
 
 
+class UnresolvedCustomOp(PrepareError):
+    """A custom op no kernel here runs: LiteRT builds the interpreter and refuses the node when it is prepared
+    (``allocate_tensors``), in its words; a builtin op without a kernel is refused when the model is read."""
+
+    def __init__(self, op, subgraph: int = 0):
+        super().__init__(op, "unresolved custom op", subgraph)
+        where = f" in subgraph {subgraph}" if subgraph else ""
+        self.args = (f"Encountered unresolved custom op: {op.name}.\nSee instructions: "
+                     f"https://www.tensorflow.org/lite/guide/ops_custom Node number {op.index} ({op.name}){where} "
+                     "failed to prepare.",)
+
+
 class InvokeError(RuntimeError):
     """A node whose kernel failed on the data it was given ("Node number N (OP) failed to invoke: ..."); where
     the run only computed shapes for ``allocate_tensors``, it becomes the node's PrepareError."""
