@@ -47,9 +47,10 @@ class UnresolvedCustomOp(PrepareError):
     def __init__(self, op, subgraph: int = 0):
         super().__init__(op, "unresolved custom op", subgraph)
         where = f" in subgraph {subgraph}" if subgraph else ""
-        self.args = (f"Encountered unresolved custom op: {op.name}.\nSee instructions: "
-                     f"https://www.tensorflow.org/lite/guide/ops_custom Node number {op.index} ({op.name}){where} "
-                     "failed to prepare.",)
+        message = (f"Encountered unresolved custom op: {op.name}.\nSee instructions: "
+                   f"https://www.tensorflow.org/lite/guide/ops_custom Node number {op.index} ({op.name}){where} "
+                   "failed to prepare.")
+        self.args = (message,)
 
 
 class InvokeError(RuntimeError):
