@@ -627,3 +627,26 @@ def test_an_unresolved_custom_op_is_refused_at_allocate_as_litert_refuses_it(opz
     inputs = [np.random.default_rng(6).uniform(-1, 1, d["shape"]).astype(d["dtype"]) for d in it.get_input_details()]
     for g, w in zip(run_model(lambda **kw: it, opzoo, inputs), run_model(litert(), opzoo, inputs)):
         assert_close(g, w)
+
+
+def test_litert_s_positional_arguments(opzoo, opencl_device):
+    """LiteRT's constructor takes model_path, model_content, experimental_delegates and num_threads by position too:
+    each such call builds the same interpreter here, and a path with content is LiteRT's ValueError. Before, any
+    second positional argument was a TypeError."""
+    data = opzoo.read_bytes()
+    inputs = [np.random.default_rng(8).uniform(-1, 1, d["shape"]).astype(d["dtype"])
+              for d in litert()(model_path=str(opzoo)).get_input_details()]
+    want = run_model(litert(), opzoo, inputs)
+    for args, delegates in (((None, data), None), ((str(opzoo), None, None, 2), None),
+                            ((None, data, [], 1), None), ((str(opzoo), None), [GpuDelegate(cache=False)])):
+        litert()(*args)  # (LiteRT takes the same call)
+        it = Interpreter(*args, delegates) if delegates else Interpreter(*args)
+        if delegates:
+            assert it.gpu_plan is not None
+        for g, w in zip(run_model(lambda **kw: it, opzoo, inputs), want):  # noqa: B023 (called at once)
+            assert_close(g, w)
+    with pytest.raises(ValueError) as theirs:
+        litert()(str(opzoo), data)
+    with pytest.raises(ValueError) as ours:
+        Interpreter(str(opzoo), data)
+    assert str(ours.value) == str(theirs.value)

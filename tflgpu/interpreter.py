@@ -316,12 +316,16 @@ class _Session:
 
 
 def _model_arguments(model, model_path, model_content) -> tuple:
-    """(model_path, model_content) from the constructor's three ways of naming the model, with LiteRT's errors."""
+    """(model_path, model_content) from the constructor's three ways of naming the model, with LiteRT's errors.
+    The first positional argument is LiteRT's ``model_path`` (its positional order: model_path, model_content,
+    experimental_delegates, num_threads), or tflgpu's shortcut for the model's bytes."""
     if model is not None:
-        if model_path is not None or model_content is not None:
+        if model_path is not None:
             raise ValueError("Can't both provide `model` and `model_path`/`model_content`")
         if isinstance(model, (str, os.PathLike)):
             model_path = model
+        elif model_content is not None:
+            raise ValueError("Can't both provide `model` and `model_path`/`model_content`")
         else:
             model_content = model
     if model_path is not None and model_content is not None:
@@ -429,7 +433,8 @@ class Interpreter:
 
     Args:
         model: a path (``str`` / ``os.PathLike``) or the model bytes; tflgpu's
-            positional shortcut for ``model_path`` / ``model_content``.
+            positional shortcut for ``model_path`` / ``model_content``. The first four positional arguments
+            are LiteRT's: model_path, model_content, experimental_delegates, num_threads.
         model_path: path to a ``.tflite`` file (memory-mapped, weights zero-copy).
         model_content: the model as ``bytes`` / ``bytearray`` / ``memoryview``.
         experimental_delegates: a list holding at most one tflgpu delegate.
@@ -445,11 +450,11 @@ class Interpreter:
     def __init__(
         self,
         model: str | os.PathLike | bytes | bytearray | memoryview | None = None,
-        *,
-        model_path: str | os.PathLike | None = None,
         model_content: bytes | bytearray | memoryview | None = None,
         experimental_delegates: list | None = None,
         num_threads: int | None = None,
+        *,
+        model_path: str | os.PathLike | None = None,
         delegate: Any = None,
         **litert_options: Any,
     ):
