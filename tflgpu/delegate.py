@@ -317,18 +317,17 @@ def load_delegate(library: str | os.PathLike, options: dict | None = None) -> Gp
     types = {f.name: str(f.type) for f in fields(GpuDelegate)}
     kwargs = {}
     for key, value in (options or {}).items():
-        name = TFLITE_OPTION_NAMES.get(key, key)
-        if name not in types:
+        field = TFLITE_OPTION_NAMES.get(key, key)
+        if field not in types:
             raise ValueError(f"load_delegate({library!r}): unknown GPU delegate option {key!r}; tflgpu takes "
                              f"GpuDelegate's options ({', '.join(types)}) and TFLite's "
                              f"{', '.join(TFLITE_OPTION_NAMES)}")
-        if isinstance(value, str) and ("int" in types[name] or "float" in types[name]):
-            try:  # (a number as TFLite passes every option: a string)
-                value = int(value)
-            except ValueError:
+        if isinstance(value, str) and ("int" in types[field] or "float" in types[field]):
+            for number in (int, float):  # (a number as TFLite passes every option: a string)
                 try:
-                    value = float(value)
+                    value = number(value)
+                    break
                 except ValueError:
-                    pass
-        kwargs[name] = value
+                    continue
+        kwargs[field] = value
     return GpuDelegate(**kwargs)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ops.jit import materialize, njit, prange, readonly
+from ..ops.jit import get_num_threads, njit, prange, readonly
 
 log = logging.getLogger("tflgpu")
 
@@ -287,11 +287,6 @@ def _conv_requantize(x, xz, wm, bias, scale, oz, lo, hi, kh, kw, sh, sw, dh, dw,
     return out
 
 
-def _threads() -> int:
-    materialize()  # (numba's pool starts at this call, as at a kernel's: with the threading layer chosen there)
-    import numba
-
-    return numba.get_num_threads()
 
 
 def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: float, hi: float) -> np.ndarray:
@@ -310,7 +305,7 @@ def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: f
     dt = a.dtype.type
     out = np.empty((m, n), dt)
     bias = np.zeros(n, dt) if bias is None else bias
-    threads = _threads()
+    threads = get_num_threads()
     split_columns = m < 2 * threads or (m < COLUMN_SPLIT_ROWS and k * n >= COLUMN_SPLIT_WEIGHTS)
     return _gemm_bias_clamp(readonly(a), readonly(b), readonly(bias), dt(lo), dt(hi), out, s.gemm(dt), s.ilp64,
                             threads, rows_per_block(k, n), split_columns)
@@ -333,7 +328,7 @@ def conv_bias_clamp(x: np.ndarray, wm: np.ndarray, bias: np.ndarray | None, lo: 
     dt = x.dtype.type
     out = np.empty((m, oc), dt)
     bias = np.zeros(oc, dt) if bias is None else bias
-    threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
+    threads = get_num_threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
     return _conv_bias_clamp(readonly(x), readonly(wm), readonly(bias), dt(lo), dt(hi), kh, kw, sh, sw, dh, dw, pt,
                             pl, oh, ow, out, s.gemm(dt), s.ilp64, threads, rows_per_block(*wm.shape))
 
@@ -349,7 +344,7 @@ def conv_requantize(x: np.ndarray, xz: int, wm: np.ndarray, bias: np.ndarray, sc
         return None
     m, oc = x.shape[0] * oh * ow, wm.shape[1]
     out = np.empty((m, oc), dtype)
-    threads = _threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
+    threads = get_num_threads() if 2 * m * oc * wm.shape[0] >= MIN_PARALLEL_FLOPS else 1
     return _conv_requantize(np.ascontiguousarray(x), wm.dtype.type(xz), wm, bias, scale, int(oz), int(lo), int(hi),
                             kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, out, s.gemm(wm.dtype), s.ilp64, threads,
                             rows_per_block(*wm.shape))

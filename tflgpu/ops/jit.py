@@ -85,17 +85,13 @@ def _record(f, options: dict):
 
 def _compile(w: LazyJit) -> None:
     import numba
+    from numba.core.caching import NullCache
 
-    options = w.options
-    try:
-        dispatcher = numba.njit(**options)(w.py_func)
-    except RuntimeError as e:
-        if not (options.get("cache") and _no_cache_directory(e)):
-            raise
-        _cache_unwritable(e)
-        options = {k: v for k, v in options.items() if k != "cache"}
-        dispatcher = numba.njit(**options)(w.py_func)
-    if options.get("cache"):
+    def make(cache: bool):
+        return numba.njit(**{**w.options, "cache": cache})(w.py_func)
+
+    dispatcher = cached_or_not(make) if w.options.get("cache") else numba.njit(**w.options)(w.py_func)
+    if not isinstance(dispatcher._cache, NullCache):  # (cached: numba found a directory for it)
         tolerate_cache_writes(dispatcher._cache)
         if fcntl is not None:
             # (numba's dispatcher calls _compile_for_args only for a signature it has no machine code for)
