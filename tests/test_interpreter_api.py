@@ -12,6 +12,7 @@ from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, corpus_model, litert, run_model
 from .oputil import add_mul_model
+from .qutil import Q, QConst, QIn, QOut, qop_model
 
 
 @pytest.fixture
@@ -443,6 +444,27 @@ def test_two_signatures_on_two_subgraphs_as_litert_lists_and_runs_them():
     assert seen[0] == seen[1]
     assert seen[0][0] == {"double": {"inputs": {"x": x}, "outputs": {"y": y}},
                           "square": {"inputs": {"a": a}, "outputs": {"c": c}}}
+
+
+@pytest.mark.parametrize("zero_points", [[0, 0, 0], [1, 1, 1], [0, 1, 2]])
+def test_compressed_zero_points_as_litert_gives_them(zero_points):
+    """``experimental_compress_quantization_zero_points=True``: a per-channel tensor whose zero points are all equal
+    reports one (LiteRT's details), through every details call; unequal ones, and the option off, report each."""
+    rng = np.random.default_rng(0)
+    model, _ = qop_model(
+        "CONV_2D",
+        [QIn(rng.integers(-128, 127, (1, 4, 4, 3)).astype(np.int8), Q(0.1, 2)),
+         QConst(rng.integers(-127, 127, (3, 3, 3, 3)).astype(np.int8), Q([0.1, 0.2, 0.3], zero_points)),
+         QConst(np.zeros(3, np.int32), Q([0.01, 0.02, 0.03]))],
+        [QOut((1, 2, 2, 3), np.int8, Q(0.5, -1))], padding="VALID")
+    for compress in (False, True):
+        seen = []
+        for cls in (Interpreter, litert()):
+            it = cls(model_content=model, experimental_compress_quantization_zero_points=compress)
+            seen.append((it.experimental_compress_quantization_zero_points, _normalize(it.get_tensor_details()),
+                         _normalize([it._get_tensor_details(1, 0)]), _normalize(it.get_input_details())))
+        assert seen[0] == seen[1]
+        assert len(seen[0][1][1]["qp"][1]) == (1 if compress and len(set(zero_points)) == 1 else 3)
 
 
 def test_unknown_keyword_is_type_error(opzoo):

@@ -42,10 +42,15 @@ _EMPTY_SCALES = np.zeros(0, np.float32)
 _EMPTY_ZPS = np.zeros(0, np.int32)
 
 
-def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None) -> dict[str, Any]:
-    """The detail dict LiteRT returns for one tensor."""
+def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None, compress_zero_points: bool = False
+                   ) -> dict[str, Any]:
+    """The detail dict LiteRT returns for one tensor; ``compress_zero_points``: per-channel zero points that are
+    all equal are given as one (LiteRT's ``experimental_compress_quantization_zero_points``)."""
     q = t.quantization
     shape = t.shape if shape is None else shape
+    zero_points = q.zero_points.astype(np.int32) if q else _EMPTY_ZPS.copy()
+    if compress_zero_points and len(zero_points) > 1 and (zero_points == zero_points[0]).all():
+        zero_points = zero_points[:1].copy()
     return {
         "name": t.name,
         "index": t.index,
@@ -56,7 +61,7 @@ def tensor_details(t: Tensor, shape: tuple[int, ...] | None = None) -> dict[str,
         "quantization": q.per_tensor if q else (0.0, 0),
         "quantization_parameters": {
             "scales": q.scales.astype(np.float32) if q else _EMPTY_SCALES.copy(),
-            "zero_points": q.zero_points.astype(np.int32) if q else _EMPTY_ZPS.copy(),
+            "zero_points": zero_points,
             "quantized_dimension": q.quantized_dimension if q else 0,
             "block_size": q.block_size if q else 0,
         },
@@ -464,6 +469,7 @@ class Interpreter:
         # (intermediate tensors keep their values for get_tensor(): the CPU kernels run every op as the model
         # has it, and a delegated plan reads each tensor back)
         preserve = bool(litert_options.get("experimental_preserve_all_tensors", False))
+        self._compress_zero_points = bool(litert_options.get("experimental_compress_quantization_zero_points", False))
         delegates = list(experimental_delegates or [])
         if delegate is not None:
             delegates.append(delegate)
@@ -554,7 +560,7 @@ class Interpreter:
         n = len(s.sg.tensors)
         if not 0 <= idx < n:
             raise ValueError(f"Invalid tensor index {idx} exceeds max tensor index {n}")
-        return tensor_details(s.sg.tensors[idx], s.shape_of(idx))
+        return tensor_details(s.sg.tensors[idx], s.shape_of(idx), self._compress_zero_points)
 
     # -- LiteRT API ---------------------------------------------------------
 
@@ -702,6 +708,11 @@ class Interpreter:
 
     def num_subgraphs(self) -> int:
         return len(self._model.subgraphs)
+
+    @property
+    def experimental_compress_quantization_zero_points(self) -> bool:
+        """Whether tensor details give equal per-channel zero points as one (the constructor's option)."""
+        return self._compress_zero_points
 
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
         """``{key: {"inputs": [names], "outputs": [names]}}`` for each SignatureDef."""
