@@ -148,6 +148,12 @@ def test_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
         assert e.value.code == 2 and any(w in err for w in ("must be at least", "is not a", "must be positive")), err
     assert main(["bench", str(DEFAULT_MODEL_PATH), str(tmp_path / "missing.tflite")]) == 1
     assert f"model file not found: {tmp_path / 'missing.tflite'}" in capsys.readouterr().err
+    url = "https://example.com/models/m.tflite"  # (a path would have read it as https:/example.com/...)
+    for argv in (["run", url], ["inspect", url], ["inspect", "--memory", url], ["bench", url],
+                 ["tune", url], ["warmup", url]):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert f"not URLs: download the model first (curl -LO {url}) and pass the file's path" in err, (argv, err)
     (tmp_path / "file").write_text("")
     assert main(["run", "--save", str(tmp_path / "file" / "out")]) == 1
     assert f"--save {tmp_path / 'file' / 'out'}: cannot create the directory" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import statistics
 import sys
@@ -129,8 +130,17 @@ def _plan_words(interp) -> str:
     return "; ".join(words)
 
 
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def _require_files(models) -> None:
-    """Every model file exists, checked before any work starts (a missing last model fails at once)."""
+    """Every model file exists, checked before any work starts (a missing last model fails at once); a URL is named
+    as one, with what to do (models are read from files)."""
+    urls = [str(m) for m in models if _URL.match(str(m)) and not Path(m).exists()]
+    if urls:
+        more = f" (URLs given: {', '.join(urls)})" if len(urls) > 1 else ""
+        raise ValueError(f"tflgpu reads models from files, not URLs: download the model first (curl -LO {urls[0]}) "
+                         f"and pass the file's path{more}")
     missing = [str(m) for m in models if not Path(m).exists()]
     if missing:
         raise ValueError(f"model file not found: {', '.join(missing)}")
@@ -201,8 +211,8 @@ def cmd_run(args) -> int:
     from .interpreter import Interpreter
     from .runtime import ShapeError
 
+    _require_files([args.model] if args.model else [])
     path = Path(args.model) if args.model else _default_model()
-    _require_files([path])
     save_dir = _output_dir(args.save) if args.save else None
     given = [_load_input(f) for f in args.input] if args.input else None  # (a bad file fails before the model)
     t0 = time.perf_counter()
@@ -381,6 +391,7 @@ def cmd_inspect(args) -> int:
     if not args.model:
         print("error: inspect needs a MODEL (or --devices)", file=sys.stderr)
         return 2
+    _require_files([args.model])
     if args.memory:
         return cmd_memory(args)
     if args.passes:
