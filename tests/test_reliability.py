@@ -170,6 +170,62 @@ def test_resize_cycles_are_correct_and_release_device_buffers(opencl_device, rng
     assert device_buffers() == before
 
 
+def test_builds_in_two_threads_pass_no_compiler_warning_on(monkeypatch):
+    """A build's compiler log (the Intel compiler always writes one) never reaches the process as pyopencl's
+    CompilerWarning, with builds in several threads (a plan's optimized build on its worker while the next plan
+    builds). The warning filter was set around the build lock: a second thread entered ``catch_warnings`` while the
+    first built, the first's exit restored the list without the filter, and the second built unfiltered (the
+    valid-model fuzzer printed the warning). Here a process that turns warnings into errors builds in two threads,
+    the first build held until the second has started."""
+    import time
+    import types
+    import warnings
+
+    import pyopencl as cl
+
+    from tflgpu.kernels import program
+
+    first_building = threading.Event()
+
+    class LoggingProgram:  # pyopencl's build, as it ends where the compiler wrote a log
+        def __init__(self, ctx, src):
+            self.src = src
+
+        def build(self, options, **kw):
+            if self.src == "first":
+                first_building.set()
+                time.sleep(0.3)  # the second thread starts its build meanwhile
+            warnings.warn("Non-empty compiler output encountered.", cl.CompilerWarning, stacklevel=2)
+            return self
+
+        def get_info(self, what):
+            return [b"binary of " + self.src.encode()]
+
+    fake_cl = types.SimpleNamespace(Program=LoggingProgram, program_info=cl.program_info, Error=cl.Error,
+                                    CompilerWarning=cl.CompilerWarning)
+    ctx = types.SimpleNamespace(devices=[types.SimpleNamespace(int_ptr=-1)])
+    monkeypatch.setattr(program, "COMPILED", program.CompiledBinaries())
+    failures = []
+
+    def compile_one(src):
+        try:
+            program._compile(fake_cl, ctx, src, ["-cl-mad-enable"], src)
+        except Exception as e:
+            failures.append((src, e))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cl.CompilerWarning)
+        first = threading.Thread(target=compile_one, args=("first",))
+        first.start()
+        assert first_building.wait(10)
+        second = threading.Thread(target=compile_one, args=("second",))
+        second.start()
+        first.join()
+        second.join()
+    assert failures == []
+    assert program.COMPILED.get(-1, "second") == b"binary of second"
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -35,8 +35,15 @@ BUILD_LOCK = threading.Lock()
 
 
 def build(program, options: list[str], **kw):
-    """``program.build(options)``, serialized with every other build of this process (``BUILD_LOCK``)."""
-    with BUILD_LOCK:
+    """``program.build(options)``, serialized with every other build of this process (``BUILD_LOCK``). The
+    compiler's log is not passed on as pyopencl's CompilerWarning (the Intel compiler always writes one; a build
+    that fails raises with it). The filter is set under the lock: ``warnings.catch_warnings`` swaps the process's
+    filter list, and two threads' swaps that overlap undo each other (one thread's exit restored the list without
+    the other's filter while that one built: the warning reached the valid-model fuzzer's output)."""
+    from pyopencl import CompilerWarning
+
+    with BUILD_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", CompilerWarning)
         return program.build(options=options, **kw)
 
 
@@ -93,9 +100,7 @@ def load_binary(cl, ctx, key: str, fp16: bool, store, device, options: list[str]
 
 def _from_binary(cl, ctx, cl_device, binary: bytes, options: list[str]):
     """A program built from a driver's binary; raises ``cl.Error`` where the driver refuses it."""
-    with warnings.catch_warnings():  # the Intel compiler always prints something: not a problem
-        warnings.simplefilter("ignore", cl.CompilerWarning)
-        return build(cl.Program(ctx, [cl_device], [binary]), options)
+    return build(cl.Program(ctx, [cl_device], [binary]), options)
 
 
 class ProgramMemo:
@@ -187,10 +192,8 @@ def load_compiled(cl, ctx, key: str, fp16: bool, options: list[str] | None = Non
 def _compile(cl, ctx, src: str, opts: list[str], key: str) -> tuple[object, bytes | None]:
     """The program compiled from source, and its binary, now held in ``COMPILED`` (None where the driver gives
     none back)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cl.CompilerWarning)
-        # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
-        prg = build(cl.Program(ctx, src), opts, cache_dir=False)
+    # pyopencl's own compiler cache is never used: builds go through tflgpu's bounded cache, or none
+    prg = build(cl.Program(ctx, src), opts, cache_dir=False)
     try:
         binary = bytes(prg.get_info(cl.program_info.BINARIES)[0])
     except cl.Error as e:
