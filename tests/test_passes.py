@@ -153,6 +153,55 @@ def test_merge_pad_into_conv_only():
     assert [op.name for op, _ in conv.members] == ["PAD", "CONV_2D"]
 
 
+def _pad_after_then_conv(rng, op: str, k: int, pads, batch: int = 2) -> bytes:
+    """A zero PAD of only the bottom / right of the image, read by a ``k`` x ``k`` stride-1 conv (SAME for 1x1,
+    VALID for 3x3): merged, the conv's leading padding stays 0 while its output is larger than its input."""
+    b = ModelBuilder()
+    x = b.input("x", (batch, 8, 12, 10))
+    h, w = 8 + pads[0], 12 + pads[1]
+    padded = b.tensor("padded", (batch, h, w, 10))
+    b.op("PAD", [x, b.const("p", np.array([[0, 0], [0, pads[0]], [0, pads[1]], [0, 0]], np.int32))], [padded])
+    oc = 4 if op == "CONV_2D" else 10
+    wt = b.const("w", rng.uniform(-1, 1, (oc, k, k, 10) if op == "CONV_2D" else (1, k, k, 10)).astype(np.float32))
+    y = b.tensor("y", (batch, h - k + 1, w - k + 1, oc))
+    extra = {"depth_multiplier": 1} if op == "DEPTHWISE_CONV_2D" else {}
+    b.op(op, [padded, wt, b.const("b", rng.uniform(-1, 1, oc).astype(np.float32))], [y],
+         padding="SAME" if k == 1 else "VALID", stride_w=1, stride_h=1, **extra)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize(("op", "k"), [("CONV_2D", 1), ("CONV_2D", 3), ("DEPTHWISE_CONV_2D", 1)])
+@pytest.mark.parametrize("pads", [(1, 0), (0, 2), (1, 1)])
+@pytest.mark.parametrize("path", ["cpu", "fp32", "fp16", "gpu target"])
+def test_a_pad_after_the_image_merged_into_a_conv_gives_litert_s_output(op, k, pads, path, opencl_device,
+                                                                       monkeypatch):
+    """A PAD of the bottom or right alone, merged into the 1x1 conv reading it, left its leading padding 0: the
+    CPU kernel took the conv for a pixel-for-pixel GEMM and failed to reshape its output ("cannot reshape array of
+    size 384 into shape (1,9,12,4)": the valid-model fuzzer, seed 11207065), and the OpenCL kernel, indexing the
+    output as the input, wrote rows it did not own and left others unwritten (1e35s and NaNs, silently).
+    Each path's output is LiteRT's, with the PAD merged (it is on every path here)."""
+    from tflgpu import GpuDelegate, Interpreter
+
+    from .conftest import assert_close, gpu_target, litert, run_model
+
+    rng = np.random.default_rng(7)
+    model = _pad_after_then_conv(rng, op, k, pads)
+    x = rng.uniform(-1, 1, (2, 8, 12, 10)).astype(np.float32)
+    if path == "gpu target":
+        gpu_target(monkeypatch)
+    kw = {} if path == "cpu" else {"delegate": GpuDelegate(cache=False, precision_loss_allowed=path == "fp16")}
+    it = Interpreter(model_content=model, **kw)
+    (got,) = run_model(lambda **_: it, model, [x])
+    (want,) = run_model(litert(), model, [x])
+    assert_close(got, want, rtol_scale=1e-2 if path == "fp16" else 1e-5, what=f"{op} {k}x{k}, PAD {pads}, {path}")
+    if path == "cpu":  # (the PAD merged there too)
+        assert [o.name for o, _ in ModelRunner(read_model(model)).runner(0).merged().steps] == [op]
+    else:
+        assert (it.gpu_plan.gpu_op_count, it.gpu_plan.cpu_op_count) == (2, 0)
+        assert [[o.name for o, _ in s.members] for s in it.gpu_plan.steps] == [["PAD", op]]
+
+
 def test_unroll_static_while():
     from tflgpu.graph.unroll import unroll_static_loops
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.conv_arg import CONV_ARG
-from ..ops.attributes import activation_bounds, conv_options, conv_padding, explicit_padding
+from ..ops.attributes import activation_bounds, conv_options, conv_padding, explicit_padding, pixel_for_pixel
 from ..ops.custom_options import transpose_conv_params
 from ..ops.jit import njit, prange, readonly
 from .elementwise import dequant_params
@@ -69,7 +69,7 @@ def conv_product(x: np.ndarray, wm: np.ndarray, kh, kw, sh, sw, dh, dw, pt, pl, 
     (``bias`` None: none). float32 and float64 (the integer kernels' exact sums) products run on every core with
     the bias and clamp fused (``gemm``); mixed dtypes through im2col and numpy."""
     c = x.shape[3]
-    pointwise = kh == kw == sh == sw == 1 and pt == pl == 0
+    pointwise = pixel_for_pixel(kh, kw, sh, sw, pt, pl, x.shape[1:3], (oh, ow))
     if x.dtype == wm.dtype and x.dtype in (np.float32, np.float64):
         b = None if bias is None else np.asarray(bias, x.dtype)
         x, wm = np.ascontiguousarray(x), np.ascontiguousarray(wm)

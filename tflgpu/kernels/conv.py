@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph.conv_arg import CONV_ARG
 from ..graph.passes import INPUT_SCALE, PROLOGUE
-from ..ops.attributes import conv_padding, explicit_padding
+from ..ops.attributes import conv_padding, explicit_padding, pixel_for_pixel
 from ..ops.custom_options import transpose_conv_params
 from ..ops.layout import Layout
 from .base import GenContext, Target, Unsupported, generator, require_float
@@ -725,7 +725,7 @@ def _conv_source(name, *, ih, iw, sin, oh, ow, sout, kh, kw, sh, sw, dh, dw, pt,
     is loaded, in float (the padding's zeros stay zero). ``half_weights``: the weights are a "const16" argument
     (every value a half: a float16 model's), read with vload_half in a float32 kernel.
     """
-    trivial = kh == kw == sh == sw == 1 and pt == pl == 0
+    trivial = pixel_for_pixel(kh, kw, sh, sw, pt, pl, (ih, iw), (oh, ow))
     # the input lanes the sum takes: a single slice of fewer than 4 channels (an RGB stem) leaves the rest out
     # (they hold zeros): 3 mads per tap instead of 4, and its weights hold only those lanes (``weights_oi``)
     used = summed_lanes(cin)
@@ -1203,8 +1203,8 @@ def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx:
     return (-(-pixels // (lx * tx)) * lx, batch * ks, -(-sout // (ls * ts)) * ls), (lx, ks, ls), ls * ts
 
 
-def conv_grid(*, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
-    if kh == kw == sh == sw == 1 and pt == pl == 0:
+def conv_grid(*, ih, iw, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
+    if pixel_for_pixel(kh, kw, sh, sw, pt, pl, (ih, iw), (oh, ow)):
         ow, oh = oh * ow, 1
     return ((ow + tx - 1) // tx, batch * oh, (sout + ts - 1) // ts)
 
@@ -1234,7 +1234,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
         raise Unsupported("grouped convolution")
     sh, sw, dh, dw, oh, ow, pt, pl = _geometry(ctx, ih, iw, kh, kw)
     sin, sout = (cin + 3) // 4, (cout + 3) // 4
-    trivial = kh == kw == sh == sw == 1 and pt == pl == 0
+    trivial = pixel_for_pixel(kh, kw, sh, sw, pt, pl, (ih, iw), (oh, ow))
     prologue = ctx.op.options.get(PROLOGUE) or ()  # (graph.passes.fuse_input_prologue)
     scale = ctx.op.options.get(INPUT_SCALE)  # (graph.passes.fold_gate_scales: the gate's tensor)
     shape = ConvShape(kh, kw, sh, sw, dh, dw, sin, sout, row=oh * ow if trivial else ow, pixels=oh * ow,
@@ -1308,7 +1308,8 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
                            half_math=knobs.half_math, prologue=prologue, scale=scale is not None,
                            mem_lanes=knobs.mem_lanes)
-        gsize = conv_grid(ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts, sout=sout)
+        gsize = conv_grid(ih=ih, iw=iw, ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
+                          sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
         local, pad = fitted(gsize, knobs.local_size), ts

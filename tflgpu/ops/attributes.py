@@ -36,6 +36,14 @@ def conv_padding(in_size: int, k: int, stride: int, dilation: int, padding: int,
     return out, total // 2 + before
 
 
+def pixel_for_pixel(kh: int, kw: int, sh: int, sw: int, pt: int, pl: int, in_hw: tuple[int, int],
+                    out_hw: tuple[int, int]) -> bool:
+    """A conv whose output pixel i reads input pixel i alone (1x1, stride 1, no padding on any side): a GEMM over
+    the image's pixels. A merged PAD's zeros after the input (``explicit_padding``'s bottom / right) leave the
+    leading padding 0 but make the output larger than the input: not this."""
+    return kh == kw == sh == sw == 1 and pt == pl == 0 and tuple(out_hw) == tuple(in_hw)
+
+
 def explicit_padding(options: dict) -> tuple[int, int, int, int]:
     """The zeros (top, bottom, left, right) a merged PAD adds around a conv's input (graph.passes.padded_conv)."""
     return tuple(options.get("explicit_padding", (0, 0, 0, 0)))
