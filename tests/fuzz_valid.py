@@ -52,7 +52,7 @@ from tflgpu.model import read_model
 from tflgpu.runtime.device import list_devices
 from tflgpu.runtime.precision import output_scales
 
-from .randmodels import WIDE_SEEDS, model_for
+from .randmodels import later_makers, model_for
 
 RTOL = {"cpu": 1e-4, "fp32": 1e-4, "gpu-shaped": 1e-4, "fp16": 2e-2}
 # a full-integer model's float output moves in steps of its output scale: our integer kernels reproduce LiteRT's
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--findings", type=Path, help="save each finding's (minimized) model here")
     p.add_argument("--no-fp16", action="store_true")
     p.add_argument("--wide", action="store_true",
-                   help="only the seeds whose float DAGs draw every maker (randmodels.WIDE_SEEDS: the later ops)")
+                   help="only the seeds whose float DAGs draw every maker (randmodels.later_makers: the later ops)")
     p.add_argument("--worker-hang-s", type=float, default=WORKER_HANG_S,
                    help="a seed with no answer in this long is a hang (its worker is killed)")
     args = p.parse_args(argv)
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     t0, seed = time.time(), args.seed
 
     def next_seed(s: int) -> int:
-        while args.wide and s % 10 not in WIDE_SEEDS:
+        while args.wide and not later_makers(s):
             s += 1
         return s
 
