@@ -176,6 +176,18 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tflgpu {__version__}"
 
 
+def test_python_dash_m_tflgpu_is_the_command(tmp_path):
+    """``python -m tflgpu`` runs the command (where the environment's scripts directory is not on PATH): its
+    version, and an error's line and status."""
+    from tflgpu.version import __version__
+
+    r = subprocess.run([sys.executable, "-m", "tflgpu", "--version"], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout.strip()) == (0, f"tflgpu {__version__}"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "tflgpu", "inspect", str(tmp_path / "missing.tflite")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip() == f"error: model file not found: {tmp_path / 'missing.tflite'}"
+
+
 def test_device_named_by_the_environment_must_exist(monkeypatch, opencl_device):
     """TFLGPU_DEVICE names a device as GpuDelegate(device=...) does: one that does not exist is an error
     naming the variable, not a warning and a quiet run on the CPU kernels."""
