@@ -181,10 +181,11 @@ def test_python_dash_m_tflgpu_is_the_command(tmp_path):
     version, and an error's line and status."""
     from tflgpu.version import __version__
 
-    r = subprocess.run([sys.executable, "-m", "tflgpu", "--version"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "tflgpu", "--version"], capture_output=True, text=True, timeout=120,
+                       check=False)
     assert (r.returncode, r.stdout.strip()) == (0, f"tflgpu {__version__}"), r.stderr
     r = subprocess.run([sys.executable, "-m", "tflgpu", "inspect", str(tmp_path / "missing.tflite")],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 1 and r.stderr.strip() == f"error: model file not found: {tmp_path / 'missing.tflite'}"
 
 

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tflgpu"
 
 # top to bottom; names in one tuple are one layer
 LAYERS = [
+    ("__main__",),  # python -m tflgpu: the command line
     ("cli",),
     ("tuning_report",),
     ("trace",),
