@@ -104,6 +104,23 @@ def test_add_broadcast_and_relu(rng, path):
     check_qop(path, "ADD", [a, b], [QOut((1, 4, 4, 6), I8, Q(0.1, -20))], version=2, fused_activation_function="RELU")
 
 
+def test_broadcast_operands_are_read_only_views(rng):
+    """The integer kernels' broadcast operands are read-only views, whose flag reads without NumPy's FutureWarning
+    ("future versions will not create a writeable array from broadcast_array": it reached a user of the CPU
+    kernels through each broadcast ADD with NumPy 1.26, an error under ``-W error``), and through which nothing is
+    written into the elements they repeat."""
+    from types import SimpleNamespace
+
+    from tflgpu.cpu.quantized import _broadcast
+
+    a, b = rng.integers(-128, 128, (1, 4, 4, 6)).astype(np.int8), rng.integers(-128, 128, (1, 1, 1, 6)).astype(I8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        views = _broadcast(SimpleNamespace(op=SimpleNamespace(name="ADD")), a, b)
+        assert [v.flags.writeable for v in views] == [False, False]
+    assert [v.shape for v in views] == [(1, 4, 4, 6)] * 2 and np.array_equal(views[1][0, 3, 2], b[0, 0, 0])
+
+
 @pytest.mark.parametrize("window", [(3, "SAME", (1, 5, 5, 5)), (2, "VALID", (1, 4, 5, 5))], ids=["3same", "2valid"])
 @pytest.mark.parametrize("dtype", [I8, U8], ids=["int8", "uint8"])
 @pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])

@@ -478,10 +478,15 @@ def fully_connected_q(ctx: OpContext):
 # -- elementwise arithmetic ---------------------------------------------------------
 
 def _broadcast(ctx: OpContext, a: np.ndarray, b: np.ndarray):
+    """``a`` and ``b`` broadcast to one shape, read-only views (as NumPy 2 makes them; NumPy 1's warn when their
+    flag is read, and a write through one lands in every element it repeats)."""
     try:
-        return np.broadcast_arrays(a, b)
+        views = np.broadcast_arrays(a, b)
     except ValueError as e:
         raise KernelError(f"{ctx.op.name}: cannot broadcast {a.shape} with {b.shape}") from e
+    for v in views:
+        v.flags.writeable = False
+    return views
 
 
 BLOCK_ELEMENTS = 1 << 20
