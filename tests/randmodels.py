@@ -738,9 +738,14 @@ WIDE_MAKERS = MAKERS + [
 NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0)]
 
 
+def newest_makers(seed: int) -> bool:
+    """The seed's float DAG draws NEWEST_MAKERS."""
+    return seed % 20 == 9
+
+
 def later_makers(seed: int) -> bool:
     """The seed's float DAG draws makers added after the first list (the fuzzer's ``--wide`` runs only these)."""
-    return seed % 10 in (1, 8) or seed % 20 == 9
+    return seed % 10 in (1, 8) or newest_makers(seed)
 MAX_ELEMENTS = 1 << 16  # keeps every tensor small: a model runs in milliseconds
 
 
@@ -926,7 +931,7 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
     if seed % 10 == 4:
         return control_flow_model(seed, max_ops)
-    makers = NEWEST_MAKERS if seed % 20 == 9 else WIDE_MAKERS if later_makers(seed) else MAKERS
+    makers = NEWEST_MAKERS if newest_makers(seed) else WIDE_MAKERS if later_makers(seed) else MAKERS
     return random_model(seed, max_ops, makers)
 
 

@@ -136,12 +136,12 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def _require_files(models) -> None:
     """Every model file exists, checked before any work starts (a missing last model fails at once); a URL is named
     as one, with what to do (models are read from files)."""
-    urls = [str(m) for m in models if _URL.match(str(m)) and not Path(m).exists()]
+    missing = [str(m) for m in models if not Path(m).exists()]
+    urls = [m for m in missing if _URL.match(m)]
     if urls:
         more = f" (URLs given: {', '.join(urls)})" if len(urls) > 1 else ""
         raise ValueError(f"tflgpu reads models from files, not URLs: download the model first (curl -LO {urls[0]}) "
                          f"and pass the file's path{more}")
-    missing = [str(m) for m in models if not Path(m).exists()]
     if missing:
         raise ValueError(f"model file not found: {', '.join(missing)}")
     odd = [str(m) for m in models if not Path(m).is_file()]

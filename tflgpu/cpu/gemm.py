@@ -287,8 +287,6 @@ def _conv_requantize(x, xz, wm, bias, scale, oz, lo, hi, kh, kw, sh, sw, dh, dw,
     return out
 
 
-
-
 def gemm_bias_clamp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lo: float, hi: float) -> np.ndarray:
     """``clip(a @ b + bias, lo, hi)`` for ``a`` [m, k], ``b`` [k, n] (C-contiguous), ``bias`` [n] (None: none),
     all float32 or all float64."""

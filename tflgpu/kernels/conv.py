@@ -1203,8 +1203,10 @@ def group_tile_grid(*, pixels: int, batch: int, sout: int, lx: int, ls: int, tx:
     return (-(-pixels // (lx * tx)) * lx, batch * ks, -(-sout // (ls * ts)) * ls), (lx, ks, ls), ls * ts
 
 
-def conv_grid(*, ih, iw, ow, oh, kh, kw, sh, sw, pt, pl, batch, tx, ts, sout) -> tuple[int, int, int]:
-    if pixel_for_pixel(kh, kw, sh, sw, pt, pl, (ih, iw), (oh, ow)):
+def conv_grid(*, ow, oh, pointwise: bool, batch, tx, ts, sout) -> tuple[int, int, int]:
+    """``_conv_source``'s grid; ``pointwise``: the conv is pixel for pixel (``ops.attributes.pixel_for_pixel``), one
+    row of oh*ow pixels per image."""
+    if pointwise:
         ow, oh = oh * ow, 1
     return ((ow + tx - 1) // tx, batch * oh, (sout + ts - 1) // ts)
 
@@ -1308,8 +1310,7 @@ def _conv_kernels(ctx: GenContext, arg: ChannelArg | None) -> list[KernelSpec]:
                            dense_out=dense_out, cin=cin, image_weights=knobs.image_weights,
                            half_math=knobs.half_math, prologue=prologue, scale=scale is not None,
                            mem_lanes=knobs.mem_lanes)
-        gsize = conv_grid(ih=ih, iw=iw, ow=ow, oh=oh, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, batch=n, tx=tx, ts=ts,
-                          sout=sout)
+        gsize = conv_grid(ow=ow, oh=oh, pointwise=trivial, batch=n, tx=tx, ts=ts, sout=sout)
         if arg is not None:  # (one work-item runs over every slice group)
             gsize = gsize[:2] + (1,)
         local, pad = fitted(gsize, knobs.local_size), ts
