@@ -210,3 +210,12 @@ def test_an_output_litert_paths_disagree_on_after_an_overflow_is_not_judged(open
     paths agree on, are."""
     r = check(80535, 8)
     assert r["status"] == "ok" and r["overflow_unjudged"] == 1, r
+
+
+def test_an_output_one_litert_path_makes_nan_of_after_an_overflow_is_not_judged(opencl_device):
+    """The offline run's seed 15209068 (12 ops): a DIV by zero upstream, then a MAXIMUM whose broadcast first
+    operand holds a NaN. XNNPACK's MAXIMUM returns the operand that is a number, TFLite's builtin one (and ours)
+    the NaN, so LiteRT's two paths disagree on the output by a NaN spread, which compared as no disagreement: the
+    output was judged against XNNPACK's number and ours was a finding."""
+    r = check(15209068, 12)
+    assert r["status"] == "ok" and r["overflow_unjudged"] == 1, r
