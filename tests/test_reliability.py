@@ -170,14 +170,33 @@ def test_resize_cycles_are_correct_and_release_device_buffers(opencl_device, rng
     assert device_buffers() == before
 
 
+class _LoggingProgram:
+    """pyopencl's Program as its build ends where the compiler wrote a log: ``pyopencl.compiler_output`` (looked up
+    at the call, as pyopencl does) gets the log; ``hold`` (an event) is waited for first, ``building`` set."""
+
+    def __init__(self, ctx, src, building=None, hold=None):
+        self.src, self.building, self.hold = src, building, hold
+
+    def build(self, options, **kw):
+        import pyopencl
+
+        if self.building is not None:
+            self.building.set()
+        if self.hold is not None:
+            assert self.hold.wait(10)
+        pyopencl.compiler_output("Compilation started\nCompilation done")
+        return self
+
+    def get_info(self, what):
+        return [b"binary of " + self.src.encode()]
+
+
 def test_builds_in_two_threads_pass_no_compiler_warning_on(monkeypatch):
     """A build's compiler log (the Intel compiler always writes one) never reaches the process as pyopencl's
     CompilerWarning, with builds in several threads (a plan's optimized build on its worker while the next plan
-    builds). The warning filter was set around the build lock: a second thread entered ``catch_warnings`` while the
-    first built, the first's exit restored the list without the filter, and the second built unfiltered (the
-    valid-model fuzzer printed the warning). Here a process that turns warnings into errors builds in two threads,
-    the first build held until the second has started."""
-    import time
+    builds). Here a process that turns warnings into errors builds in two threads, the first build held until the
+    second has started."""
+    import functools
     import types
     import warnings
 
@@ -185,26 +204,13 @@ def test_builds_in_two_threads_pass_no_compiler_warning_on(monkeypatch):
 
     from tflgpu.kernels import program
 
-    first_building = threading.Event()
-
-    class LoggingProgram:  # pyopencl's build, as it ends where the compiler wrote a log
-        def __init__(self, ctx, src):
-            self.src = src
-
-        def build(self, options, **kw):
-            if self.src == "first":
-                first_building.set()
-                time.sleep(0.3)  # the second thread starts its build meanwhile
-            warnings.warn("Non-empty compiler output encountered.", cl.CompilerWarning, stacklevel=2)
-            return self
-
-        def get_info(self, what):
-            return [b"binary of " + self.src.encode()]
-
-    fake_cl = types.SimpleNamespace(Program=LoggingProgram, program_info=cl.program_info, Error=cl.Error,
-                                    CompilerWarning=cl.CompilerWarning)
+    first_building, release = threading.Event(), threading.Event()
+    programs = {"first": functools.partial(_LoggingProgram, building=first_building, hold=release)}
+    fake_cl = types.SimpleNamespace(Program=lambda ctx, src: programs.get(src, _LoggingProgram)(ctx, src),
+                                    program_info=cl.program_info, Error=cl.Error, CompilerWarning=cl.CompilerWarning)
     ctx = types.SimpleNamespace(devices=[types.SimpleNamespace(int_ptr=-1)])
     monkeypatch.setattr(program, "COMPILED", program.CompiledBinaries())
+    monkeypatch.setattr(cl, "compiler_output", cl.compiler_output)  # (restored after the test)
     failures = []
 
     def compile_one(src):
@@ -220,10 +226,54 @@ def test_builds_in_two_threads_pass_no_compiler_warning_on(monkeypatch):
         assert first_building.wait(10)
         second = threading.Thread(target=compile_one, args=("second",))
         second.start()
+        release.set()
         first.join()
         second.join()
     assert failures == []
     assert program.COMPILED.get(-1, "second") == b"binary of second"
+
+
+def test_a_build_neither_warns_nor_touches_the_warning_filters_of_other_threads(monkeypatch):
+    """The build's filter was set with ``warnings.catch_warnings``, which swaps the process's filter list and is not
+    thread-safe. A user thread that entered its own ``catch_warnings`` before a build on a plan's worker began and
+    left it while that build ran restored the list it had saved: the build's filter was gone and its compiler log
+    reached the user as a CompilerWarning (the valid-model fuzzer printed it: its main thread wraps LiteRT's
+    construction so). And the build's own exit put back the list it had saved, undoing what the user's thread had
+    done meanwhile. Now a build leaves the filters alone, and a user's own pyopencl build still warns."""
+    import types
+    import warnings
+
+    import pyopencl as cl
+
+    from tflgpu.kernels import program
+
+    monkeypatch.setattr(cl, "compiler_output", cl.compiler_output)  # (restored after the test)
+    building, release = threading.Event(), threading.Event()
+    ctx = types.SimpleNamespace(devices=[types.SimpleNamespace(int_ptr=-1)])
+    failures = []
+
+    def worker_build():  # (a plan's optimized build on its worker)
+        try:
+            program.build(_LoggingProgram(ctx, "worker", building, release), ["-cl-mad-enable"])
+        except cl.CompilerWarning as e:
+            failures.append(e)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error", cl.CompilerWarning)  # (the process: warnings are errors)
+        own = threading.Thread(target=worker_build)
+        with warnings.catch_warnings():  # the user's thread, around something of its own
+            warnings.simplefilter("ignore", DeprecationWarning)
+            own.start()
+            assert building.wait(10)
+        user_filters = list(warnings.filters)  # (the user's, set while the build runs)
+        release.set()
+        own.join()
+        assert warnings.filters == user_filters  # the build's end left them as they were
+        assert failures == []
+        warnings.simplefilter("always", cl.CompilerWarning)
+        cl.compiler_output("the user's own build said so")  # (pyopencl, after a build of the user's)
+    assert [str(w.message) for w in caught if w.category is cl.CompilerWarning] == [
+        "Non-empty compiler output encountered. Set the environment variable PYOPENCL_COMPILER_OUTPUT=1 to see more."]
 
 
 def _rss_bytes() -> int:

@@ -6,7 +6,6 @@ import functools
 import logging
 import re
 import threading
-import warnings
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -34,17 +33,41 @@ QUICK_BUILD_OPTIONS = ["-cl-mad-enable", "-cl-opt-disable"]
 BUILD_LOCK = threading.Lock()
 
 
+# Set while this thread runs one of tflgpu's builds: its compiler log is not the user's (compiler_output_of).
+_OWN_BUILD = threading.local()
+
+
+def compiler_output_of(own):
+    """pyopencl's ``compiler_output`` (which passes a build's compiler log on as a CompilerWarning), silent while
+    the calling thread runs one of tflgpu's builds and ``own`` otherwise: a user's own builds still warn."""
+
+    def compiler_output(text: str) -> None:
+        if not getattr(_OWN_BUILD, "on", False):
+            own(text)
+
+    compiler_output.tflgpu_own = own
+    return compiler_output
+
+
 def build(program, options: list[str], **kw):
     """``program.build(options)``, serialized with every other build of this process (``BUILD_LOCK``). The
     compiler's log is not passed on as pyopencl's CompilerWarning (the Intel compiler always writes one; a build
-    that fails raises with it). The filter is set under the lock: ``warnings.catch_warnings`` swaps the process's
-    filter list, and two threads' swaps that overlap undo each other (one thread's exit restored the list without
-    the other's filter while that one built: the warning reached the valid-model fuzzer's output)."""
-    from pyopencl import CompilerWarning
+    that fails raises with it). Not through the warning filters: they are the process's, and
+    ``warnings.catch_warnings`` is not thread-safe. Set around a build on a plan's worker, its exit restored the
+    list another thread had saved, which undid that thread's filters (a user's "error" among them), and another
+    thread's exit undid the build's filter while it built (the valid-model fuzzer, whose main thread wraps LiteRT's
+    construction in one, printed the warning). pyopencl looks ``compiler_output`` up on each build, so the
+    function is wrapped once, and the wrapper asks this thread's flag."""
+    import pyopencl
 
-    with BUILD_LOCK, warnings.catch_warnings():
-        warnings.simplefilter("ignore", CompilerWarning)
-        return program.build(options=options, **kw)
+    with BUILD_LOCK:
+        if not hasattr(pyopencl.compiler_output, "tflgpu_own"):
+            pyopencl.compiler_output = compiler_output_of(pyopencl.compiler_output)
+        _OWN_BUILD.on = True
+        try:
+            return program.build(options=options, **kw)
+        finally:
+            _OWN_BUILD.on = False
 
 
 def shared_names(specs: list[KernelSpec], base_name: str) -> list[KernelSpec]:
