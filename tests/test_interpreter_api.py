@@ -672,3 +672,96 @@ def test_litert_s_positional_arguments(opzoo, opencl_device):
     with pytest.raises(ValueError) as ours:
         Interpreter(str(opzoo), data)
     assert str(ours.value) == str(theirs.value)
+
+
+def _second_stage_model(rng, reshape_to: tuple[int, ...] | None = None) -> bytes:
+    """A second stage of a pipeline, run on a batch of crops ([-1, 12, 12, 8]): CONV_2D, DEPTHWISE_CONV_2D, MEAN,
+    FULLY_CONNECTED, SOFTMAX -> [batch, 5]; with ``reshape_to``, the conv's output RESHAPEd to that fixed shape
+    instead (MobileNet v1's head: [1, 1001])."""
+    b = ModelBuilder()
+    w = lambda name, shape: b.const(name, rng.uniform(-1, 1, shape).astype(np.float32))
+    x = b.input("crops", (1, 12, 12, 8), shape_signature=(-1, 12, 12, 8))
+    c = b.tensor("conv", (1, 12, 12, 16), shape_signature=(-1, 12, 12, 16))
+    b.op("CONV_2D", [x, w("w", (16, 3, 3, 8)), w("b", (16,))], [c], padding="SAME", stride_w=1, stride_h=1,
+         fused_activation_function="RELU")
+    if reshape_to is not None:
+        r = b.tensor("flat", reshape_to)
+        b.op("RESHAPE", [c, b.const("shape", np.array(reshape_to, np.int32))], [r])
+        b.output(r)
+        return b.build()
+    d = b.tensor("dw", (1, 6, 6, 16), shape_signature=(-1, 6, 6, 16))
+    b.op("DEPTHWISE_CONV_2D", [c, w("dw_w", (1, 3, 3, 16)), w("dw_b", (16,))], [d], padding="SAME", stride_w=2,
+         stride_h=2, depth_multiplier=1, fused_activation_function="RELU6")
+    m = b.tensor("mean", (1, 16), shape_signature=(-1, 16))
+    b.op("MEAN", [d, b.const("axes", np.array([1, 2], np.int32))], [m], keep_dims=False)
+    f = b.tensor("fc", (1, 5), shape_signature=(-1, 5))
+    b.op("FULLY_CONNECTED", [m, w("fc_w", (5, 16)), w("fc_b", (5,))], [f])
+    p = b.tensor("probs", (1, 5), shape_signature=(-1, 5))
+    b.op("SOFTMAX", [f], [p], beta=1.0)
+    b.output(p)
+    return b.build()
+
+
+@pytest.mark.parametrize("delegate", [False, True], ids=["cpu", "delegate"])
+def test_an_empty_batch_runs_as_in_litert_and_the_next_batch_too(rng, delegate, request):
+    """A second stage given no detections: resized to batch 0, LiteRT returns [0, 5]. The CPU conv divided its
+    work by the batch (ZeroDivisionError at invoke), and the delegate's plan had launches of no work-items
+    (ZeroDivisionError building it). Now ops reading an empty tensor make their empty outputs without their
+    kernels, and the delegate leaves such shapes to the CPU kernels; the batches before and after run as ever (on
+    the device again)."""
+    kw = {"delegate": GpuDelegate(cache=False)} if delegate else {}
+    if delegate:
+        request.getfixturevalue("opencl_device")
+    from ai_edge_litert.interpreter import OpResolverType
+
+    model = _second_stage_model(rng)
+    # (LiteRT's builtin kernels: XNNPACK takes batch 0 in a new interpreter, not resized to it from another batch)
+    it = Interpreter(model_content=model, **kw)
+    ref = litert()(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    for batch in (2, 0, 3, 0):
+        x = rng.uniform(-1, 1, (batch, 12, 12, 8)).astype(np.float32)
+        got, want = (run_model(lambda **_: interp, model, [x]) for interp in (it, ref))  # noqa: B023 (called at once)
+        assert got[0].shape == want[0].shape == (batch, 5)
+        assert_close(got[0], want[0])
+        assert (it.gpu_plan is not None) == (delegate and batch > 0)
+
+
+def test_an_empty_batch_a_fixed_shape_cannot_take_is_refused_naming_that_op(rng):
+    """A graph whose RESHAPE has a fixed [1, ...] shape cannot run batch 0 (nor can LiteRT). allocate_tensors() said
+    "Node number 0 (CONV_2D) failed to prepare: ZeroDivisionError": the shape propagation ran every kernel, and the
+    conv's failed first on its empty input. Now the RESHAPE is named, with why."""
+    from ai_edge_litert.interpreter import OpResolverType
+
+    model = _second_stage_model(rng, reshape_to=(1, 12 * 12 * 16))
+    ref = litert()(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it = Interpreter(model_content=model)
+    for interp in (ref, it):
+        interp.resize_tensor_input(0, [0, 12, 12, 8])
+    with pytest.raises(RuntimeError, match=r"Node number 1 \(RESHAPE\) failed to prepare"):
+        ref.allocate_tensors()
+    with pytest.raises(RuntimeError, match=r"Node number 1 \(RESHAPE\) failed to prepare: RESHAPE: cannot reshape 0 "
+                                           r"elements into \[1, 2304\]"):
+        it.allocate_tensors()
+
+
+def test_a_tensor_with_no_elements_inside_the_graph_runs_on_the_cpu_kernels(opencl_device, rng):
+    """A SLICE of no rows (the CPU kernels make it: the device refuses the slice) read by an ADD and a CONCATENATION
+    the device takes, beside a MUL of the input: LiteRT gives the empty output and the product. The delegate's
+    plan divided by the bytes it stores (ZeroDivisionError at allocate_tensors()); now a graph holding an empty
+    tensor at these input shapes runs on the CPU kernels (logged), as an empty batch does."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 3))
+    s, y, z, m = (b.tensor(n, shape) for n, shape in (("s", (1, 0, 4, 3)), ("y", (1, 0, 4, 3)), ("z", (1, 0, 4, 6)),
+                                                       ("m", (1, 4, 4, 3))))
+    b.op("SLICE", [x, b.const("begin", np.array([0, 1, 0, 0], np.int32)),
+                   b.const("size", np.array([1, 0, 4, 3], np.int32))], [s])
+    b.op("ADD", [s, s], [y])
+    b.op("CONCATENATION", [y, s], [z], axis=3)
+    b.op("MUL", [x, x], [m])
+    b.output(z, m)
+    model, feeds = b.build(), [rng.uniform(-1, 1, (1, 4, 4, 3)).astype(np.float32)]
+    want = run_model(litert(), model, feeds)
+    for kw in ({}, {"delegate": GpuDelegate(cache=False)}):
+        got = run_model(Interpreter, model, feeds, **kw)
+        assert [g.shape for g in got] == [w.shape for w in want] == [(1, 0, 4, 6), (1, 4, 4, 3)]
+        assert_close(got[1], want[1])

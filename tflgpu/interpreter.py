@@ -34,7 +34,7 @@ from .delegate import GpuDelegate, load_delegate  # noqa: F401 (LiteRT's interpr
 from .model import ModelBytes, read_model
 from .model.ir import Model, Subgraph, Tensor
 from .ops.jit import check_fork
-from .runtime import DeviceError, ShapeError
+from .runtime import DeviceError, EmptyTensorError, ShapeError
 from .runtime.startup import StartupClock, format_phases
 
 log = logging.getLogger("tflgpu")
@@ -86,9 +86,12 @@ class _Session:
         self.gpu_plan = None  # the delegated plan for the current input shapes (subgraph 0, with a GpuDelegate)
         self.gpu_factory = None  # input shapes -> plan
         self.refused_shapes = None  # input shapes plan() found no plan for (allocate_tensors() says why)
+        self.empty_shapes = None  # input shapes whose graph holds a tensor with no elements: the CPU kernels run them
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
         self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.merged(), made once
+        self.empty = False  # the current shapes have a tensor with no elements (an empty batch)
+        self.empty_runner: SubgraphRunner | None = None  # merged_runner.empty_aware() for them, made once
 
     @property
     def runner(self) -> SubgraphRunner:
@@ -106,7 +109,7 @@ class _Session:
             check_process()
         if self.gpu_plan is None and self.gpu_factory is not None:
             shapes = [self.input_shapes[i] for i in self.sg.inputs]
-            if shapes != self.refused_shapes:
+            if shapes != self.refused_shapes and shapes != self.empty_shapes:
                 try:
                     self.build_plan(shapes)
                 except ShapeError as e:
@@ -182,10 +185,18 @@ class _Session:
             if buf is None or buf.shape != shape:
                 self.buffers[i] = np.zeros(shape, dtype=t.dtype)
         resized = any(self.input_shapes[i] != self.sg.tensors[i].shape for i in self.sg.inputs)
-        if self.gpu_factory is not None:
-            shapes = [self.input_shapes[i] for i in self.sg.inputs]
+        shapes = [self.input_shapes[i] for i in self.sg.inputs]
+        if self.gpu_factory is not None and shapes == self.empty_shapes:
+            if self.gpu_plan is not None:  # (another batch's)
+                self.gpu_plan.close()
+            self.gpu_plan = None
+        elif self.gpu_factory is not None:
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
-                self.build_plan(shapes)
+                try:
+                    self.build_plan(shapes)
+                except EmptyTensorError as e:  # (an empty batch: the CPU kernels run it)
+                    self.empty_shapes = shapes
+                    log.info("GpuDelegate: %s; the CPU kernels run these shapes", e)
             if self.gpu_plan is not None:
                 self.gpu_plan.activity.use()  # (its background work may start: the optimized build, a search)
             arrays = self.gpu_plan.input_arrays() if self.gpu_plan is not None else {}
@@ -201,6 +212,9 @@ class _Session:
             self.shapes = {i: s for i, s in enumerate(known) if s is not None}
         else:
             self.shapes = {}
+        # (tensors with no elements: their ops make them without their kernels, SubgraphRunner.empty_aware)
+        self.empty = any(0 in self.shape_of(t.index) for t in self.sg.tensors)
+        self.empty_runner = None
         self.values = None
         self.invoked = False
         self.allocated = self.readable = True
@@ -271,7 +285,12 @@ class _Session:
         else:
             if self.merged_runner is None:
                 self.merged_runner = self.runner if self.preserve else self.runner.merged()
-            self.values = self.merged_runner.run(inputs)
+            runner = self.merged_runner
+            if self.empty:
+                if self.empty_runner is None:
+                    self.empty_runner = runner.empty_aware()
+                runner = self.empty_runner
+            self.values = runner.run(inputs)
         self.invoked = True
 
     def _initial_values(self) -> list:

@@ -10,6 +10,7 @@ constant (float16 DEQUANTIZE, DENSIFY, shape arithmetic) into a constant.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -166,6 +167,22 @@ class SubgraphRunner:
         runner.sg, runner.steps = sg, list(steps)
         return runner
 
+    def empty_aware(self) -> SubgraphRunner:
+        """A runner over the same graph and state whose ops, reading a tensor with no elements, make outputs that
+        have none (their shapes by ``ops.shapes``' rules) as such, without their kernels: an empty batch (a second
+        stage given no detections) runs as in LiteRT, where kernels dividing their work by the batch would not.
+        An op with side effects still runs (its state), as does one making a value of an empty input (SHAPE, a
+        sum over the empty axis), on it; one no rule knows runs its kernel, which tells what fails (MobileNet v1's
+        RESHAPE to [1, 1001]). For shapes holding such a tensor: each op pays the check."""
+        dtypes, steps = self._frame()[1], []
+        for op, fn in self.steps:
+            if not traits(op.name).side_effects:
+                outputs = [(t >= 0, dtypes[t] if t >= 0 else None) for t in op.outputs]
+                declared = [self.sg.tensors[t].shape if t >= 0 else None for t in op.outputs]
+                fn = functools.partial(_unless_empty, op, fn, outputs, declared)
+            steps.append((op, fn))
+        return self.derived(self.sg, steps)
+
     def merged(self) -> SubgraphRunner:
         """A runner over the same graph and state with the passes over a float tensor that the next op can make
         itself merged into it, as a device plan merges them: a zero PAD of the spatial axes that only a CONV_2D /
@@ -298,7 +315,9 @@ class SubgraphRunner:
                 shapes = self.shapes(inputs)
                 if shapes is None:
                     self.reset_variables()
-                    shapes = [None if v is None else tuple(np.shape(v)) for v in self.run(inputs)]
+                    empty = any(np.size(x) == 0 for x in inputs)  # (an empty batch: what fails is not a conv's loop)
+                    run = (self.empty_aware() if empty else self).run
+                    shapes = [None if v is None else tuple(np.shape(v)) for v in run(inputs)]
         except InvokeError as e:
             raise PrepareError(e.op, e.why) from e
         finally:
@@ -398,6 +417,19 @@ class ModelRunner:
 def load_kernels() -> None:
     """Import every kernel module so the registry is complete."""
     from . import attention, control, conv, elementwise, pool, recurrent, reduce, resize, spectral, tensor_ops  # noqa: F401
+
+
+def _unless_empty(op: Operator, fn: Callable, outputs: list[tuple[bool, np.dtype | None]], declared: list,
+                  ins: list) -> list:
+    """A step of ``SubgraphRunner.empty_aware``: ``fn(ins)``, unless an input has no elements and so has each output
+    the op makes (``outputs``: whether it makes it, not omitted, and its numeric dtype): zeros of those shapes."""
+    if not any(getattr(v, "size", 1) == 0 for v in ins if v is not None):
+        return fn(ins)
+    known = output_shapes(op, [np.shape(v) if v is not None else None for v in ins], ins, declared)
+    if known is None or len(known) != len(outputs) or any(
+            made and (dtype is None or 0 not in shape) for shape, (made, dtype) in zip(known, outputs)):
+        return fn(ins)
+    return [np.zeros(shape, dtype) if made else None for shape, (made, dtype) in zip(known, outputs)]
 
 
 load_kernels()

@@ -7,3 +7,8 @@ class DeviceError(RuntimeError):
 
 class ShapeError(RuntimeError):
     """An op of the subgraph refused the shapes it got while they were propagated (its message names it)."""
+
+
+class EmptyTensorError(ShapeError):
+    """A tensor of the subgraph has no elements at these input shapes (an empty batch): a device buffer cannot be
+    empty, so the CPU kernels run such shapes (``Interpreter.allocate_tensors`` falls back to them)."""

@@ -24,7 +24,7 @@ from ..kernels.common import CONST_KINDS, KernelSpec, relayout_cache
 from ..kernels.program import ProgramMemo, build_program, compiled_sources, program_key, stored_bytes
 from ..ops.layout import bhwc
 from ..ops.quantization import dequantize_values, quantize_values
-from . import DeviceError
+from . import DeviceError, EmptyTensorError
 from .background import Activity, Background, BackgroundStatus, SwapQueue
 from .cadence import CANDIDATES, DIRECT, NEVER, Cadence, CadenceTrial
 from .config import PlanConfig
@@ -162,6 +162,10 @@ class GpuPlan:
             clock.phase("shapes", "every tensor's shape for these inputs (ops.shapes; a CPU run on zeros where values "
                                   "may decide one)")
             self.sg = propagate_shapes(runner, self.input_shapes)
+        empty = next((t for t in self.sg.tensors if 0 in t.shape), None)
+        if empty is not None:
+            raise EmptyTensorError(f"tensor {empty.index} ({empty.name!r}) has no elements at the input shapes "
+                                   f"{self.input_shapes}: {list(empty.shape)}")
         runner = fold_shapes(runner, self.sg)  # (the shapes this plan knows: its reshapes' shapes constant)
         self.base_tensors = len(self.sg.tensors)  # (a stored plan holds these; storage casts add their copies)
         self.precision, fp32_ops = PrecisionChoice(), frozenset()

@@ -11,7 +11,7 @@ import xxhash
 
 from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
-from . import ShapeError
+from . import EmptyTensorError, ShapeError
 from .config import PlanConfig, PlanRequest
 from .device import DeviceInfo, NoDeviceError, check_process, choose_device
 from .selection import transform_graph
@@ -115,7 +115,7 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo,
                            tiered=options.tiered, clock=clock, calibration=options.calibration_inputs,
                            context=context)
         except ShapeError as e:
-            if graph.quant_io is None:
+            if graph.quant_io is None or isinstance(e, EmptyTensorError):  # (the integer kernels' graph too)
                 raise
             # (float tensors are 4x the int8 ones: a view can pass the per-tensor limit where the model does not)
             log.warning("GpuDelegate: the float view of this quantized model cannot run on these inputs (%s); its "
