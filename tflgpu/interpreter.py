@@ -173,7 +173,9 @@ class _Session:
                         f"Attempting to resize dimension {d} of tensor {idx} with value {old} to {want}. "
                         f"ResizeInputTensorStrict only allows mutating unknown dimensions identified by -1."
                     )
-        if new != self.input_shapes[idx]:
+        # (LiteRT's short cut for the same shape needs the tensor's memory: one with no elements has none, so
+        # even that resize asks for allocate_tensors() again)
+        if new != self.input_shapes[idx] or 0 in new:
             self.input_shapes[idx] = new
             self.allocated = False
 
