@@ -765,3 +765,20 @@ def test_a_tensor_with_no_elements_inside_the_graph_runs_on_the_cpu_kernels(open
         got = run_model(Interpreter, model, feeds, **kw)
         assert [g.shape for g in got] == [w.shape for w in want] == [(1, 0, 4, 6), (1, 4, 4, 3)]
         assert_close(got[1], want[1])
+
+
+@pytest.mark.parametrize("batch", [0, 2])
+def test_an_lstm_whose_state_is_of_another_batch_is_refused_saying_so(batch):
+    """The corpus LSTM keeps its state in [1, 64] variables: an input resized to another batch cannot run, in LiteRT
+    ("NumElements(output_state) != n_batch * n_output") and here. The refusal said "cannot reshape array of size 64
+    into shape (0,newaxis)" at batch 0, and named the state's width at batch 2 (64 values read as [2, 32])."""
+    path = str(corpus_model("lstm_small.tflite"))
+    ref, it = litert()(model_path=path), Interpreter(model_path=path)
+    for interp in (ref, it):
+        shape = list(interp.get_input_details()[0]["shape"])
+        interp.resize_tensor_input(0, [batch, *shape[1:]])
+    with pytest.raises(RuntimeError, match=r"Node number 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM\) failed to prepare"):
+        ref.allocate_tensors()
+    why = f"the output state holds 64 values where a batch of {batch} needs {batch} x 64"
+    with pytest.raises(RuntimeError, match=rf"Node number 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM\) failed to prepare: {why}"):
+        it.allocate_tensors()

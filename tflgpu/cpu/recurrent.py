@@ -206,9 +206,16 @@ class _LstmCell:
         return outs
 
 
-def _read_state(xs, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Copies of the state variables (inputs 18: h, 19: c) as [batch, width]; the kernel updates them in place."""
-    return np.array(xs[18], np.float32).reshape(batch, -1), np.array(xs[19], np.float32).reshape(batch, -1)
+def _read_state(xs, cell: _LstmCell, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of the state variables (inputs 18: h, 19: c) as [batch, width]; the kernel updates them in place. A
+    state not of the input's batch is the op's failure, as in LiteRT ("NumElements(output_state) != n_batch *
+    n_output"): a resize of the input's batch (to 0 too) leaves the model's state variables as they are."""
+    h, c = np.array(xs[18], np.float32), np.array(xs[19], np.float32)
+    for what, state, width in (("output state", h, cell.n_out), ("cell state", c, cell.units)):
+        if state.size != batch * width:
+            raise KernelError(f"the {what} holds {state.size} values where a batch of {batch} needs {batch} x {width}: "
+                              f"the model's state variables are of another batch than the input")
+    return h.reshape(batch, cell.n_out), c.reshape(batch, cell.units)
 
 
 def _stateful(ctx: OpContext) -> bool:
@@ -236,7 +243,7 @@ def unidirectional_sequence_lstm(ctx: OpContext):
         if not time_major:
             x = np.swapaxes(x, 0, 1)  # [time, batch, features]
         t_steps, batch = x.shape[0], x.shape[1]
-        h, c = _read_state(xs, batch)
+        h, c = _read_state(xs, cell, batch)
         xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
         outs = cell.run(xw, h, c)
         if stateful:
@@ -257,7 +264,7 @@ def lstm(ctx: OpContext):
     def run(xs):
         x = np.asarray(xs[0], np.float32)
         batch = x.shape[0]
-        h, c = _read_state(xs, batch)
+        h, c = _read_state(xs, cell, batch)
         cell.run((x.reshape(batch, -1) @ cell.wx)[None], h, c)
         _write_state(xs, h, c)
         return [h] if len(ctx.op.outputs) == 1 else [np.zeros(0, np.float32), h, c, h][: len(ctx.op.outputs)]
