@@ -782,3 +782,19 @@ def test_an_lstm_whose_state_is_of_another_batch_is_refused_saying_so(batch):
     why = f"the output state holds 64 values where a batch of {batch} needs {batch} x 64"
     with pytest.raises(RuntimeError, match=rf"Node number 0 \(UNIDIRECTIONAL_SEQUENCE_LSTM\) failed to prepare: {why}"):
         it.allocate_tensors()
+
+
+def test_a_constant_of_no_elements_leaves_the_plan_on_the_device(opencl_device, rng):
+    """A RESHAPE to a scalar reads a shape of no elements ([0] int32, as BirdNET's and openWakeWord's graphs hold):
+    not an empty batch. Taken for one, it sent those released models to the CPU kernels."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 3))
+    m, s, y = b.tensor("m", ()), b.tensor("s", ()), b.tensor("y", (1, 4, 4, 3))
+    b.op("MEAN", [x, b.const("axes", np.array([0, 1, 2, 3], np.int32))], [m], keep_dims=False)
+    b.op("RESHAPE", [m, b.const("scalar", np.zeros(0, np.int32))], [s])
+    b.op("MUL", [x, s], [y])
+    b.output(y)
+    model, feeds = b.build(), [rng.uniform(-1, 1, (1, 4, 4, 3)).astype(np.float32)]
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    assert_close(run_model(lambda **_: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
+    assert it.gpu_plan is not None and it.gpu_plan.gpu_op_count > 0

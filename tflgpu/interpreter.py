@@ -215,7 +215,7 @@ class _Session:
         else:
             self.shapes = {}
         # (tensors with no elements: their ops make them without their kernels, SubgraphRunner.empty_aware)
-        self.empty = any(0 in self.shape_of(t.index) for t in self.sg.tensors)
+        self.empty = any(t.empty_values(self.shape_of(t.index)) for t in self.sg.tensors)
         self.empty_runner = None
         self.values = None
         self.invoked = False

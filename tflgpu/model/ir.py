@@ -52,6 +52,11 @@ class Tensor:
     def is_constant(self) -> bool:
         return self.data is not None
 
+    def empty_values(self, shape: tuple[int, ...]) -> bool:
+        """Whether this tensor, at ``shape``, is values a run takes or makes (not a constant, nor int32 / int64
+        index arithmetic: a RESHAPE to a scalar reads a shape of no elements) with no elements: an empty batch."""
+        return 0 in shape and not self.is_constant and self.dtype not in (np.int32, np.int64)
+
 
 @dataclass
 class Operator:

@@ -162,7 +162,7 @@ class GpuPlan:
             clock.phase("shapes", "every tensor's shape for these inputs (ops.shapes; a CPU run on zeros where values "
                                   "may decide one)")
             self.sg = propagate_shapes(runner, self.input_shapes)
-        empty = next((t for t in self.sg.tensors if 0 in t.shape), None)
+        empty = next((t for t in self.sg.tensors if t.empty_values(t.shape)), None)
         if empty is not None:
             raise EmptyTensorError(f"tensor {empty.index} ({empty.name!r}) has no elements at the input shapes "
                                    f"{self.input_shapes}: {list(empty.shape)}")
