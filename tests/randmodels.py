@@ -216,6 +216,24 @@ def _padded_conv(g: _Graph, rng, x: T):
     return _conv(g, rng, padded)
 
 
+def _empty_detour(g: _Graph, rng, x: T):
+    """A SLICE of none of an axis's rows, an elementwise op on that empty tensor and a CONCATENATION of it with the
+    input along that axis (the input's values again): an empty tensor inside the graph, as a second stage's batch
+    where the first found nothing (the CPU kernels make such ops' outputs without their kernels; a delegate leaves
+    a graph holding one to them: its plan divided by the bytes it stores, and the CPU conv by the batch)."""
+    axis = int(rng.integers(0, len(x.shape)))
+    size = [0 if a == axis else d for a, d in enumerate(x.shape)]
+    s = g.new(size)
+    g.op("SLICE", [x.index, g.b.const(f"eb{len(g.ops)}", np.int32([0] * len(size))),
+                   g.b.const(f"es{len(g.ops)}", np.int32(size))], [s])
+    e = _unary(g, rng, s)
+    for t in (s, e):
+        g.tensors.remove(t)  # (only the CONCATENATION reads them)
+    y = g.new(x.shape)
+    g.op("CONCATENATION", [x.index, e.index] if rng.random() < 0.5 else [e.index, x.index], [y], axis=axis)
+    return y
+
+
 def _transpose_conv(g: _Graph, rng, x: T):
     if len(x.shape) != 4:
         return None
@@ -735,7 +753,7 @@ WIDE_MAKERS = MAKERS + [
 ]
 # makers added after seeds of every other residue were named in regression tests: the float DAGs of seeds 9 mod 20
 # draw from every list (the others keep their models)
-NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0)]
+NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0)]
 
 
 def newest_makers(seed: int) -> bool:
@@ -925,8 +943,8 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     POW / FLOOR_MOD / ATAN2, LOG_SOFTMAX / L2_NORMALIZATION, REDUCE_MAX / MIN / PROD, MIRROR_PAD, TILE /
     BROADCAST_TO, REVERSE_V2, PACK / UNPACK, SELECT_V2, real networks' blocks: residual ADDs, channel-PAD skip
     branches, squeeze-and-excitation gates), those of seeds 9 mod 20 with the newest too (NEWEST_MAKERS: a zero
-    PAD of the image merged into the conv reading it); any other seed names the same model it named before those
-    kinds existed (a seed of 9 mod 20 changes as makers join NEWEST_MAKERS)."""
+    PAD of the image merged into the conv reading it, an empty tensor inside the graph); any other seed names the
+    same model it named before those kinds existed (a seed of 9 mod 20 changes as makers join NEWEST_MAKERS)."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
     if seed % 10 == 4:
