@@ -798,3 +798,23 @@ def test_a_constant_of_no_elements_leaves_the_plan_on_the_device(opencl_device, 
     it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
     assert_close(run_model(lambda **_: it, model, feeds)[0], run_model(litert(), model, feeds)[0])
     assert it.gpu_plan is not None and it.gpu_plan.gpu_op_count > 0
+
+
+def test_an_empty_batch_after_a_device_failure_runs_on_the_cpu_kernels(opencl_device, rng):
+    """A device failure marks the plan failed until allocate_tensors() builds another; an empty batch, whose shapes
+    were seen before, has none to build: its allocation kept the failure, and its invoke raised it."""
+    from tflgpu.runtime import DeviceError
+
+    model = _second_stage_model(rng)
+    it = Interpreter(model_content=model, delegate=GpuDelegate(cache=False))
+    for batch in (0, 2):
+        run_model(lambda **_: it, model, [rng.uniform(-1, 1, (batch, 12, 12, 8)).astype(np.float32)])
+
+    def lost(*_):
+        raise DeviceError("the device was lost")
+
+    it.gpu_plan.run = lost
+    with pytest.raises(DeviceError):
+        it.invoke()
+    got = run_model(lambda **_: it, model, [np.zeros((0, 12, 12, 8), np.float32)])
+    assert got[0].shape == (0, 5) and it.gpu_plan is None

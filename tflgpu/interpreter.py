@@ -119,12 +119,15 @@ class _Session:
                     self.refused_shapes = shapes
         return self.gpu_plan
 
+    def drop_plan(self) -> None:
+        if self.gpu_plan is not None:
+            self.gpu_plan.close()  # (its background work ends)
+        self.gpu_plan, self.gpu_failed = None, False
+
     def build_plan(self, shapes: list) -> None:
         """A new plan for ``shapes``, with the caller's bound buffers (in the context every plan of this
         interpreter shares). One too small for its tensor's new shape is unbound, and a ValueError says so."""
-        if self.gpu_plan is not None:
-            self.gpu_plan.close()  # (its background work ends)
-        self.gpu_plan, self.gpu_failed = None, False  # (drop the old plan's buffers first)
+        self.drop_plan()  # (the old plan's buffers first)
         self.gpu_plan = self.gpu_factory(shapes)
         refused = []
         for t, buf in list(self.bindings.items()):
@@ -189,9 +192,7 @@ class _Session:
         resized = any(self.input_shapes[i] != self.sg.tensors[i].shape for i in self.sg.inputs)
         shapes = [self.input_shapes[i] for i in self.sg.inputs]
         if self.gpu_factory is not None and shapes == self.empty_shapes:
-            if self.gpu_plan is not None:  # (another batch's)
-                self.gpu_plan.close()
-            self.gpu_plan = None
+            self.drop_plan()  # (another batch's)
         elif self.gpu_factory is not None:
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
                 try:

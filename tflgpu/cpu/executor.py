@@ -315,9 +315,8 @@ class SubgraphRunner:
                 shapes = self.shapes(inputs)
                 if shapes is None:
                     self.reset_variables()
-                    empty = any(np.size(x) == 0 for x in inputs)  # (an empty batch: what fails is not a conv's loop)
-                    run = (self.empty_aware() if empty else self).run
-                    shapes = [None if v is None else tuple(np.shape(v)) for v in run(inputs)]
+                    # (ops reading a tensor with no elements skipped: what fails there is not a conv's loop)
+                    shapes = [None if v is None else tuple(np.shape(v)) for v in self.empty_aware().run(inputs)]
         except InvokeError as e:
             raise PrepareError(e.op, e.why) from e
         finally:
