@@ -724,6 +724,7 @@ def test_an_empty_batch_runs_as_in_litert_and_the_next_batch_too(rng, delegate, 
         assert got[0].shape == want[0].shape == (batch, 5)
         assert_close(got[0], want[0])
         assert (it.gpu_plan is not None) == (delegate and batch > 0)
+        assert ("empty batch" in it.backend) == (delegate and batch == 0), it.backend
 
 
 def test_an_empty_batch_a_fixed_shape_cannot_take_is_refused_naming_that_op(rng):

@@ -768,7 +768,10 @@ class Interpreter:
         """Where the model runs: 'cpu (numba)', or the OpenCL device, precision and op split."""
         plan = self.gpu_plan
         if plan is None:
-            return "cpu (numba)"
+            s = self._session(0)
+            empty = s.empty_shapes is not None and s.empty_shapes == [s.input_shapes[i] for i in s.sg.inputs]
+            return "cpu (numba; an empty batch, which the OpenCL device leaves to the CPU kernels)" if empty else \
+                "cpu (numba)"
         ident = plan.device.identity
         return (f"opencl: {ident.platform} / {ident.device} ({'fp16' if plan.fp16 else 'fp32'}; "
                 f"{plan.gpu_op_count} ops on device, {plan.cpu_op_count} on cpu)")
