@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -819,3 +820,24 @@ def test_an_empty_batch_after_a_device_failure_runs_on_the_cpu_kernels(opencl_de
         it.invoke()
     got = run_model(lambda **_: it, model, [np.zeros((0, 12, 12, 8), np.float32)])
     assert got[0].shape == (0, 5) and it.gpu_plan is None
+
+
+@pytest.mark.parametrize("op", ["MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"])
+def test_a_reduction_over_an_empty_batch_is_litert_s(op):
+    """A reduction over the batch axis of an empty batch makes values: SUM 0, REDUCE_PROD 1, MEAN NaN, and REDUCE_MAX
+    / MIN the builtin kernels' start, the type's lowest / highest value (XNNPACK's is an infinity). REDUCE_MAX /
+    MIN raised numpy's "zero-size array to reduction operation" there, and MEAN warned "Mean of empty slice" (an
+    error under -W error)."""
+    from ai_edge_litert.interpreter import OpResolverType
+
+    b = ModelBuilder()
+    x, y = b.input("x", (1, 3), shape_signature=(-1, 3)), b.tensor("y", (3,))
+    b.op(op, [x, b.const("axis", np.array([0], np.int32))], [y], keep_dims=False)
+    b.output(y)
+    model, feeds = b.build(), [np.zeros((0, 3), np.float32)]
+    want = run_model(litert(), model, feeds,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run_model(Interpreter, model, feeds)[0]
+    np.testing.assert_array_equal(got, want)

@@ -65,7 +65,9 @@ def _mean(x, axis, keepdims):
         m = _mean_pixels(np.ascontiguousarray(x))
         return m.reshape(m.shape[0], 1, 1, m.shape[1]) if keepdims else m
     count = math.prod(x.shape[a] for a in axis)
-    if x.dtype != np.float32 or count == 0:
+    if count == 0:  # (over no values, an empty batch's: NaN, as LiteRT's; numpy's mean would warn of it)
+        return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32) + np.float32(np.nan)
+    if x.dtype != np.float32:
         return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float32)
     # (numpy's mean, without its Python-level steps: a small model's means took 3.6 us each, this 1.4)
     return np.add.reduce(x, axis=axis, keepdims=keepdims, dtype=np.float32) / np.float32(count)
@@ -74,10 +76,14 @@ def _mean(x, axis, keepdims):
 def _after_last_nan(extreme):
     """REDUCE_MAX / MIN as LiteRT computes them (XNNPACK and the builtin kernels alike): ``acc > x ? acc : x``
     folded in index order, so a NaN replaces what came before it and the next value replaces the NaN: the extreme
-    of the values after the last NaN, NaN where the last value is one (``np.max`` gives NaN for any)."""
+    of the values after the last NaN, NaN where the last value is one (``np.max`` gives NaN for any). Over no
+    values (an empty batch), the builtin kernels' start: the type's lowest value for a maximum (XNNPACK's -inf)."""
 
     def reduce(x, axis, keepdims):
-        if not np.issubdtype(x.dtype, np.floating) or x.size == 0 or not np.isnan(x).any():
+        if x.size == 0:  # (over no values: TFLite's builtin kernels' start, the type's lowest / highest value)
+            info = np.finfo(x.dtype) if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype)
+            return extreme(x, axis=axis, keepdims=keepdims, initial=info.min if extreme is np.max else info.max)
+        if not np.issubdtype(x.dtype, np.floating) or not np.isnan(x).any():
             return extreme(x, axis=axis, keepdims=keepdims)
         rest = [a for a in range(x.ndim) if a not in axis]
         flat = np.transpose(x, rest + list(axis)).reshape([x.shape[a] for a in rest] + [-1])
