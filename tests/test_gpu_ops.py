@@ -2202,6 +2202,27 @@ def test_while_through_the_delegate(gpu, rng, float_cond):
     assert int(got[1]) == int(want[1])
 
 
+def test_an_unrolled_while_whose_state_is_an_output_takes_another_batch(gpu, rng):
+    """The unrolled loop's state, a graph output, was copied into the output's tensor by a RESHAPE to the declared
+    shape, baked in: resized to another batch, allocate_tensors() through the delegate failed ("cannot reshape 12
+    elements into [2, 3]"; the fuzzer's seed 84 at batch 2 and 0), where LiteRT and the CPU kernels ran it. The
+    copy now reshapes to a SHAPE of the state, which the plan folds for its input shapes."""
+    from tflgpu import Interpreter
+
+    from .conftest import assert_close, litert, run_model
+    from .oputil import while_model
+
+    model, _ = while_model(rng)
+    it = Interpreter(model_content=model, delegate=gpu["delegate"])
+    for batch in (4, 1, 2):
+        feeds = [rng.uniform(0, 1, (batch, 3)).astype(np.float32)]
+        got = run_model(lambda **kw: it, model, feeds)
+        want = run_model(litert(), model, feeds)
+        assert got[0].shape == want[0].shape == (batch, 3)
+        assert_close(got[0], want[0], gpu["rtol_scale"])
+        assert it.gpu_plan.pass_counts["unroll_while"] == 1 and it.gpu_plan.cpu_op_count == 0
+
+
 def _concat_model(rng) -> bytes:
     """Three concatenations along channels: [a (8 ch), c (8), b (6): convs'], linkable (b
     ragged but last; a and b also read elsewhere; the result read by a conv and an output itself); [b, a] (b

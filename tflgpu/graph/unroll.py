@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..model.ir import Operator, Subgraph, Tensor
+from ..model.schema import BUILTIN_CODES
 from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
@@ -88,14 +89,26 @@ class LoopEdit:
         self.tensors[out] = replace(self.tensors[out], data=np.asarray(value).reshape(self.tensors[out].shape))
 
     def result(self, out: int, src: int, reshape: bool = False) -> list[Operator]:
-        """WHILE output ``out`` is now ``src``: its readers read ``src``, or (a graph output keeps its index;
-        ``reshape``: ``src`` has another shape) a RESHAPE copies ``src`` into it."""
-        shape = self.tensors[out].shape
+        """WHILE output ``out`` is now ``src``: its readers read ``src``, or (a graph output keeps its index) a
+        RESHAPE copies ``src`` into it: to ``src``'s own shape, a SHAPE of it (which a plan knows for its input
+        shapes and folds: ``runtime.selection.fold_shapes``), so that the copy takes any batch; with ``reshape``
+        (``src`` has another shape), to ``out``'s declared shape."""
+        like = self.tensors[out]
         if out not in self.outputs and not reshape:
             self.remap[out] = src
             return []
-        shape_t = self.const(self.tensors[out], f"{self.tensors[out].name}@shape", np.asarray(shape, np.int32))
-        return [Operator(-1, "RESHAPE", 22, 1, (src, shape_t), (out,), options={"new_shape": list(shape)})]
+        if reshape:
+            shape_t = self.const(like, f"{like.name}@shape", np.asarray(like.shape, np.int32))
+            return [_op("RESHAPE", (src, shape_t), out, new_shape=list(like.shape))]
+        # (the declared shape baked in failed every other batch: "cannot reshape 640 elements into [1, 8, 8, 5]")
+        shape_t = self.add(like, f"{like.name}@shape", (len(like.shape),), dtype=np.dtype(np.int32),
+                           type_name="INT32", quantization=None)
+        return [_op("SHAPE", (src,), shape_t, out_type="INT32"), _op("RESHAPE", (src, shape_t), out)]
+
+
+def _op(name: str, inputs: tuple[int, ...], output: int, **options) -> Operator:
+    """A builtin op of the rewritten graph (its index set when the graph's ops are numbered)."""
+    return Operator(-1, name, BUILTIN_CODES[name], 1, inputs, (output,), options=options)
 
 
 def rewrite_loops(sg: Subgraph, rewrite: Callable[[Operator, LoopEdit], list[Operator]], kept: str
