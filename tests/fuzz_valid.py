@@ -23,6 +23,11 @@ inputs it is checked on (``GpuDelegate(calibration_inputs=)``), so its per-op pr
 choice judges it) however ill-conditioned the graph: a value past FP16's
 range, a cancellation, a near-tie an ARG_MAX decides.
 
+One model in five (``resized_batches``) also runs at batch 2 and 0 (``check_batches``: its float inputs of batch 1
+repeated, each repeat scaled, or none of their rows) on our CPU kernels and the device at FP32, against LiteRT at
+that batch: a batch LiteRT refuses is not judged; one it runs, ours must too, to its shapes and values (a WHILE
+unrolled onto the device baked its declared batch in: seed 84).
+
 Each model runs in a worker process, so a hang inside a C call (a driver, the compiler) is caught too: no
 answer within ``WORKER_HANG_S`` and the worker is killed, the seed recorded as a hang, and a new worker goes
 on. tests/test_fuzz_valid.py runs a bounded, fixed-seed share in CI.
@@ -65,6 +70,10 @@ HANG_S = 60  # one path of one model (a Python-level wait; a worker stuck in a C
 WORKER_HANG_S = 600  # one seed's whole work: its check and, for a finding, the minimization
 WORKER_MODELS = 200
 PROGRESS_EVERY = 250  # models between progress lines (stderr)
+BATCHES = (2, 0)  # the other batches a model is run at too (check_batches), one in five: resized_batches
+# ops whose LiteRT kernels end the process (SIGSEGV) on a tensor with no elements (its builtin SOFTMAX and
+# LOG_SOFTMAX: seeds 670 and 329 at batch 0): a model holding one is not run at batch 0
+LITERT_CRASHES_ON_EMPTY = frozenset({"SOFTMAX", "LOG_SOFTMAX"})
 
 
 class Hang(Exception):
@@ -168,6 +177,77 @@ def rank_error(got: np.ndarray, want: np.ndarray, ranked: tuple[np.ndarray, int,
     return float(np.abs(got.astype(np.int64) - want)[off].max(initial=0))
 
 
+def resized_batches(seed: int) -> bool:
+    """Whether the seed's model also runs at ``BATCHES``: one in five (seed % 5 == 4), the IF / WHILE models among
+    them (a WHILE unrolled onto the device baked its declared batch in: seed 84)."""
+    return seed % 5 == 4
+
+
+def batched(inputs: list[np.ndarray], batch: int) -> list[np.ndarray] | None:
+    """``inputs`` at ``batch``: each float input of batch 1 (rank 2 or more) repeated, each repeat scaled (so rows
+    differ, in the same domain), or none of its rows; the others as they are. None where no input has a batch."""
+    rng, out = np.random.default_rng(batch), []
+    for x in inputs:
+        if x.dtype == np.float32 and x.ndim >= 2 and x.shape[0] == 1:
+            scales = np.concatenate([[1.0], rng.uniform(0.5, 1.5, max(batch - 1, 0))])[:batch].astype(np.float32)
+            out.append(x * scales.reshape((batch,) + (1,) * (x.ndim - 1)))
+        else:
+            out.append(x)
+    return out if any(a is not b for a, b in zip(out, inputs)) else None
+
+
+def _run_resized(it, inputs) -> list[np.ndarray]:
+    for d, x in zip(it.get_input_details(), inputs):
+        if tuple(d["shape"]) != x.shape:
+            it.resize_tensor_input(d["index"], x.shape)
+    return _run(it, inputs)
+
+
+def check_batches(model, sensitivity: list[float]) -> dict | None:
+    """The model at ``BATCHES`` (its inputs ``batched``) on our CPU kernels and the device at FP32, against LiteRT
+    at that batch: what went wrong where (a finding's fields), or None. A batch LiteRT refuses is not judged (a
+    RESHAPE to a fixed [1, ...]), nor are values where LiteRT's run overflowed, nor integer outputs (an ARG_MAX's
+    tie); shapes (against LiteRT's builtin kernels) and exceptions always are."""
+    for batch in BATCHES:
+        inputs = batched(model.inputs, batch)
+        if inputs is None:
+            return None
+        if batch == 0 and LITERT_CRASHES_ON_EMPTY & set(model.ops):
+            continue
+        try:
+            want = _run_resized(_litert(model.data, False), inputs)
+            builtin = _litert(model.data, True, keep_all=True)
+            other = _run_resized(builtin, inputs)
+        except Exception:  # noqa: BLE001, S112 - LiteRT refuses this batch: nothing to hold ours to
+            continue
+        judged = all(np.isfinite(w).all() for w in want) and not _overflowed(builtin)
+        for path, delegate in (("cpu", None), ("fp32", GpuDelegate(cache=False))):
+            where = f"{path} at batch {batch}"
+            signal.alarm(HANG_S)
+            try:
+                got = _run_resized(Interpreter(model_content=model.data, delegate=delegate), inputs)
+            except Hang:
+                return {"path": where, "what": f"hang (> {HANG_S} s)"}
+            except Exception as e:  # noqa: BLE001 - LiteRT ran it: any exception of ours is a finding
+                return {"path": where, "what": f"{type(e).__name__}: {str(e)[:200]}"}
+            finally:
+                signal.alarm(0)
+            for i, (g, w, o, sens) in enumerate(zip(got, want, other, sensitivity)):
+                # (shapes against LiteRT's builtin kernels: XNNPACK's output of a conv at batch 0 gave dims of
+                # uninitialized memory, [0, 617509776, 4, 11]: seed 20207739)
+                if g.shape != o.shape or g.dtype != o.dtype:
+                    return {"path": where, "what": f"output {i}: {g.dtype}{list(g.shape)}, LiteRT {o.dtype}"
+                                                   f"{list(o.shape)}"}
+                if not judged or w.dtype.kind != "f" or not w.size or w.shape != o.shape:
+                    continue
+                err = float(np.abs(g.astype(np.float64) - w).max()) if np.isfinite(g).all() else np.inf
+                tol = max(RTOL[path] * float(np.abs(w).max()), 4 * float(np.abs(w - o).max()), 8 * sens, 1e-6,
+                          QUANT_STEPS[path] * model.output_step)
+                if err > tol:
+                    return {"path": where, "what": f"output {i}: max error {err:.3g} > tolerance {tol:.3g}"}
+    return None
+
+
 def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
     """One model: ``{"status": "rejected"|"ok"|"finding", ...}`` with what went wrong where."""
     model = model_for(seed, max_ops)
@@ -242,7 +322,8 @@ def check(seed: int, max_ops: int | None = None, fp16: bool = True) -> dict:
                         "what": f"output {i}: max error {err:.3g} > tolerance {tol:.3g} "
                                 f"(max|LiteRT| {np.abs(w).max(initial=0.0):.3g}, LiteRT spread {s:.3g}, "
                                 f"sensitivity to FP32 rounding {sens:.3g})"}
-    return result
+    found = check_batches(model, sensitivity) if resized_batches(seed) else None
+    return {**result, "status": "finding", **found} if found else result
 
 
 def minimize(seed: int, n_ops: int, fp16: bool) -> int:

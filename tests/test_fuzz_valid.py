@@ -219,3 +219,15 @@ def test_an_output_one_litert_path_makes_nan_of_after_an_overflow_is_not_judged(
     output was judged against XNNPACK's number and ours was a finding."""
     r = check(15209068, 12)
     assert r["status"] == "ok" and r["overflow_unjudged"] == 1, r
+
+
+def test_a_model_runs_at_other_batches_as_in_litert(opencl_device):
+    """The offline empty-batch sweep's seed 84 (TANH, ADD, a counted WHILE of TANH / ABS / SIN): at batch 2 and 0,
+    LiteRT and our CPU kernels ran it, the delegate's unrolled loop copied its state into the output by a RESHAPE
+    to the declared [1, 8, 8, 5] ("cannot reshape 640 elements"). One model in five now runs at those batches too
+    (check_batches); this one is a finding on the code before the fix."""
+    from tests.fuzz_valid import resized_batches
+
+    assert resized_batches(84)
+    r = check(84)
+    assert r["status"] == "ok" and r["device_ops"] > 0, r
