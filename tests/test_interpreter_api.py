@@ -12,7 +12,7 @@ from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import assert_close, corpus_model, litert, run_model
-from .oputil import add_mul_model
+from .oputil import add_mul_model, run_litert
 from .qutil import Q, QConst, QIn, QOut, qop_model
 
 
@@ -828,15 +828,12 @@ def test_a_reduction_over_an_empty_batch_is_litert_s(op):
     / MIN the builtin kernels' start, the type's lowest / highest value (XNNPACK's is an infinity). REDUCE_MAX /
     MIN raised numpy's "zero-size array to reduction operation" there, and MEAN warned "Mean of empty slice" (an
     error under -W error)."""
-    from ai_edge_litert.interpreter import OpResolverType
-
     b = ModelBuilder()
     x, y = b.input("x", (1, 3), shape_signature=(-1, 3)), b.tensor("y", (3,))
     b.op(op, [x, b.const("axis", np.array([0], np.int32))], [y], keep_dims=False)
     b.output(y)
     model, feeds = b.build(), [np.zeros((0, 3), np.float32)]
-    want = run_model(litert(), model, feeds,
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)[0]
+    want = run_litert(model, feeds, builtin_only=True)[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = run_model(Interpreter, model, feeds)[0]

@@ -91,7 +91,11 @@ class _Session:
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
         self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.merged(), made once
         self.empty = False  # the current shapes have a tensor with no elements (an empty batch)
-        self.empty_runner: SubgraphRunner | None = None  # merged_runner.empty_aware() for them, made once
+        self.empty_runner: SubgraphRunner | None = None  # merged_runner.empty_aware() (any shapes), made once
+
+    def input_shape_list(self) -> list[tuple[int, ...]]:
+        """The inputs' current shapes, in the subgraph's input order (what a plan is built for)."""
+        return [self.input_shapes[i] for i in self.sg.inputs]
 
     @property
     def runner(self) -> SubgraphRunner:
@@ -108,7 +112,7 @@ class _Session:
 
             check_process()
         if self.gpu_plan is None and self.gpu_factory is not None:
-            shapes = [self.input_shapes[i] for i in self.sg.inputs]
+            shapes = self.input_shape_list()
             if shapes != self.refused_shapes and shapes != self.empty_shapes:
                 try:
                     self.build_plan(shapes)
@@ -190,7 +194,7 @@ class _Session:
             if buf is None or buf.shape != shape:
                 self.buffers[i] = np.zeros(shape, dtype=t.dtype)
         resized = any(self.input_shapes[i] != self.sg.tensors[i].shape for i in self.sg.inputs)
-        shapes = [self.input_shapes[i] for i in self.sg.inputs]
+        shapes = self.input_shape_list()
         if self.gpu_factory is not None and shapes == self.empty_shapes:
             self.drop_plan()  # (another batch's)
         elif self.gpu_factory is not None:
@@ -217,7 +221,6 @@ class _Session:
             self.shapes = {}
         # (tensors with no elements: their ops make them without their kernels, SubgraphRunner.empty_aware)
         self.empty = any(t.empty_values(self.shape_of(t.index)) for t in self.sg.tensors)
-        self.empty_runner = None
         self.values = None
         self.invoked = False
         self.allocated = self.readable = True
@@ -769,7 +772,7 @@ class Interpreter:
         plan = self.gpu_plan
         if plan is None:
             s = self._session(0)
-            empty = s.empty_shapes is not None and s.empty_shapes == [s.input_shapes[i] for i in s.sg.inputs]
+            empty = s.empty_shapes is not None and s.empty_shapes == s.input_shape_list()
             return "cpu (numba; an empty batch, which the OpenCL device leaves to the CPU kernels)" if empty else \
                 "cpu (numba)"
         ident = plan.device.identity

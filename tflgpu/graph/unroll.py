@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..model.ir import Operator, Subgraph, Tensor
-from ..model.schema import BUILTIN_CODES
+from ..model.schema import BUILTIN_CODES, TENSOR_TYPE_CODES
 from ..ops.traits import traits
 
 log = logging.getLogger("tflgpu")
@@ -103,7 +103,7 @@ class LoopEdit:
         # (the declared shape baked in failed every other batch: "cannot reshape 640 elements into [1, 8, 8, 5]")
         shape_t = self.add(like, f"{like.name}@shape", (len(like.shape),), dtype=np.dtype(np.int32),
                            type_name="INT32", quantization=None)
-        return [_op("SHAPE", (src,), shape_t, out_type="INT32"), _op("RESHAPE", (src, shape_t), out)]
+        return [_op("SHAPE", (src,), shape_t, out_type=TENSOR_TYPE_CODES["INT32"]), _op("RESHAPE", (src, shape_t), out)]
 
 
 def _op(name: str, inputs: tuple[int, ...], output: int, **options) -> Operator:
