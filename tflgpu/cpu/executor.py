@@ -415,7 +415,19 @@ class ModelRunner:
 
 def load_kernels() -> None:
     """Import every kernel module so the registry is complete."""
-    from . import attention, control, conv, elementwise, pool, recurrent, reduce, resize, spectral, tensor_ops  # noqa: F401
+    from . import (  # noqa: F401
+        attention,
+        control,
+        conv,
+        detection,
+        elementwise,
+        pool,
+        recurrent,
+        reduce,
+        resize,
+        spectral,
+        tensor_ops,
+    )
 
 
 def _unless_empty(op: Operator, fn: Callable, outputs: list[tuple[bool, np.dtype | None]], declared: list,

@@ -1,13 +1,15 @@
 """The options of MediaPipe's custom ops. The pooling / transposed-conv ones keep raw C structs (TfLitePadding
 in those structs: 0 unknown, 1 SAME, 2 VALID; we map to the builtin schema's 0 SAME / 1 VALID); the face-mesh
-attention ops keep a flexbuffer map.
+attention ops keep a flexbuffer map, as does TFLite's own custom op TFLite_Detection_PostProcess.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
 from flatbuffers import flexbuffers
 
 from .context import OpView
@@ -182,3 +184,107 @@ def transform_tensor_params(ctx: OpView) -> tuple[int, int, bool]:
     if h <= 0 or w <= 0:
         raise ctx.fail(f"output size {h}x{w} must be > 0")
     return h, w, align
+
+
+# -- TFLite_Detection_PostProcess: an SSD's box decoding and non-max suppression, options in a flexbuffer map ----
+# (tensorflow/lite/kernels/detection_postprocess.cc reads the keys; TensorFlow's object-detection exporter writes
+# them all)
+
+
+@dataclass(frozen=True)
+class DetectionPostProcess:
+    """The options of TFLite_Detection_PostProcess. ``scales``: the box coder's (y, x, h, w) scales. The fast
+    suppression (``use_regular_nms`` false) ranks each box by its best class and keeps its
+    ``max_classes_per_detection`` best; the regular one suppresses per class, ``detections_per_class`` each."""
+
+    max_detections: int
+    max_classes_per_detection: int
+    detections_per_class: int
+    use_regular_nms: bool
+    score_threshold: float
+    iou_threshold: float
+    num_classes: int
+    scales: tuple[float, float, float, float]
+
+    @property
+    def detections(self) -> int:
+        """The rows of its boxes, classes and scores outputs."""
+        return self.max_detections * self.max_classes_per_detection
+
+    def output_shapes(self) -> list[tuple[int, ...]]:
+        """Boxes [1, rows, 4], classes and scores [1, rows], the count [1]: from the options alone."""
+        return [(1, self.detections, 4), (1, self.detections), (1, self.detections), (1,)]
+
+    def input_problem(self, box: tuple, cls: tuple, anchors: tuple) -> str | None:
+        """What is wrong with the shapes of its box encodings, class predictions and anchors, or None."""
+        if len(box) != 3 or len(cls) != 3 or len(anchors) != 2:
+            return (f"box encodings {list(box)} (rank 3), class predictions {list(cls)} (rank 3) and anchors "
+                    f"{list(anchors)} (rank 2) are needed")
+        if box[0] != 1 or cls[0] != 1:
+            return f"box encodings {list(box)} and class predictions {list(cls)}: LiteRT's kernel takes batch 1"
+        if box[2] < 4:
+            return f"box encodings {list(box)} hold {box[2]} values per box, at least 4 (y, x, h, w) are needed"
+        if cls[1] != box[1]:
+            return f"class predictions {list(cls)} score {cls[1]} boxes, the box encodings {list(box)} hold {box[1]}"
+        if cls[2] - self.num_classes not in (0, 1):
+            return (f"class predictions {list(cls)} hold {cls[2]} scores per box for num_classes {self.num_classes}: "
+                    "one more (a background class first) or as many are needed")
+        if anchors[1] != 4 or anchors[0] < box[1]:
+            return f"anchors {list(anchors)}: [boxes, 4] (y, x, h, w) are needed for {box[1]} boxes"
+        return None
+
+
+def _flex_value(m: dict, key: str, kind: type, default=None):
+    """``m[key]`` as LiteRT's flexbuffer accessors read it (AsInt32 truncates a float, AsFloat rounds to float32,
+    AsBool is "not zero"); ``default`` where the key is absent, a ValueError where it has no default or is not a
+    number."""
+    if key not in m:
+        if default is None:
+            raise ValueError(f"custom option {key!r} is missing")
+        return default
+    v = m[key]
+    if not isinstance(v, (bool, int, float)):
+        raise ValueError(f"custom option {key!r} is {v!r}, not a number")  # noqa: TRY004 - a model's fault
+    if kind is bool:
+        return bool(v)
+    if kind is int:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"custom option {key!r} is {v!r}, not an integer")
+        return int(v)
+    return float(np.float32(v))
+
+
+def detection_postprocess_options(raw: bytes) -> DetectionPostProcess:
+    """Parse and check TFLite_Detection_PostProcess's options; a ValueError says what is wrong. Where LiteRT reads
+    an absent key as 0 and would compute nonsense from it (a scale, a count), the key is required; its defaults
+    are kept: ``detections_per_class`` 100, ``use_regular_nms`` false, ``nms_score_threshold`` 0."""
+    try:
+        m = flexbuffers.Loads(bytes(raw))
+    except Exception as e:  # noqa: BLE001 - the reader's errors on bad bytes are many kinds, all one verdict
+        raise ValueError(f"custom options are not a flexbuffer map ({type(e).__name__}: {e})") from None
+    if not isinstance(m, dict):
+        raise ValueError(f"custom options are not a flexbuffer map (a {type(m).__name__})")  # noqa: TRY004 - as above
+    p = DetectionPostProcess(
+        _flex_value(m, "max_detections", int), _flex_value(m, "max_classes_per_detection", int),
+        _flex_value(m, "detections_per_class", int, 100), _flex_value(m, "use_regular_nms", bool, False),
+        _flex_value(m, "nms_score_threshold", float, 0.0), _flex_value(m, "nms_iou_threshold", float),
+        _flex_value(m, "num_classes", int),
+        tuple(_flex_value(m, f"{k}_scale", float) for k in "yxhw"))
+    if p.max_detections < 0 or p.max_classes_per_detection < 1 or p.num_classes < 1:
+        raise ValueError(f"max_detections {p.max_detections} (>= 0), max_classes_per_detection "
+                         f"{p.max_classes_per_detection} (>= 1) and num_classes {p.num_classes} (>= 1) are needed")
+    if p.use_regular_nms and min(p.detections_per_class, p.max_detections) < 1:
+        raise ValueError(f"detections_per_class {p.detections_per_class} and max_detections {p.max_detections}: the "
+                         "regular suppression needs both >= 1")
+    if not 0.0 < p.iou_threshold <= 1.0:
+        raise ValueError(f"nms_iou_threshold {p.iou_threshold} must lie in (0, 1]")
+    if 0.0 in p.scales or not all(math.isfinite(s) for s in p.scales):
+        raise ValueError(f"the box coder's scales (y, x, h, w) {list(p.scales)} must be finite and non-zero")
+    return p
+
+
+def detection_postprocess_params(ctx: OpView) -> DetectionPostProcess:
+    try:
+        return detection_postprocess_options(ctx.op.custom_options)
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..model.ir import Operator
 from .attributes import conv_options, conv_padding, explicit_padding
+from .custom_options import detection_postprocess_options
 
 Shape = tuple[int, ...]
 _CONV_ARG = "TFLGPU_CONV_ARG"
@@ -213,6 +214,15 @@ def _resize(op: Operator, shapes: list, values: list, declared: list) -> list[Sh
     if x is None or len(x) != 4 or size is None or len(size) != 2 or min(size) < 1 or len(op.outputs) != 1:
         return None
     return [(x[0], size[0], size[1], x[3])]
+
+
+@_rule("TFLite_Detection_PostProcess")
+def _detection_postprocess(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
+    """(its outputs' rows come from its options alone)"""
+    p = detection_postprocess_options(op.custom_options)
+    if len(shapes) != 3 or None in shapes or p.input_problem(*shapes):
+        return None
+    return p.output_shapes()
 
 
 @_rule("CUMSUM")

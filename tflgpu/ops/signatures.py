@@ -60,6 +60,8 @@ _add("MaxPoolingWithArgmax2D", 1, 2, ranks={"in0": (4, 4)})
 _add("MaxUnpooling2D", 2, ranks={"in0": (4, 4)})
 _add("Landmarks2TransformMatrix", 1, types={"in0": frozenset({"FLOAT32"}), "out0": frozenset({"FLOAT32"})},
      ranks={"in0": (3, 4)})
+_add("TFLite_Detection_PostProcess", 3, 4, types={f"out{i}": frozenset({"FLOAT32"}) for i in range(4)},
+     ranks={"in0": (3, 3), "in1": (3, 3), "in2": (2, 2)})
 _add("TransformLandmarks", 2, same_type=("in0", "in1", "out0"), types={"in0": frozenset({"FLOAT32"})},
      ranks={"in0": (3, 4)})
 _add("TransformTensorBilinear TransformTensor", 2, same_type=("in0", "in1", "out0"),
