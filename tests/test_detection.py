@@ -3,7 +3,8 @@
 LiteRT on one thread (on several, its regular suppression orders ties between classes by which thread took them):
 the fast and the regular suppression, float and uint8 inputs, ties, boxes with keypoints, no boxes; a model's
 malformed options and inputs refused with their names; and a small SSD whose convolutions run on the OpenCL
-device while the suppression runs on the CPU kernels."""
+device while the suppression runs on the CPU kernels. Then NON_MAX_SUPPRESSION_V4 / V5 (tf.image's one-class
+suppression, hard and soft) the same way."""
 
 from __future__ import annotations
 
@@ -283,3 +284,95 @@ def test_ssd_through_delegate(opencl_device, regular):
     np.testing.assert_array_equal(got[3], want[3])
     np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5)
     np.testing.assert_allclose(got[2], want[2], rtol=0, atol=1e-5)
+
+
+# -- NON_MAX_SUPPRESSION_V4 / V5 (tf.image.non_max_suppression, _with_scores) --------------------------------------
+
+
+def nms_model(boxes: int, soft: bool, most: int, iou: float, threshold: float, sigma: float,
+              most_as_input: bool = False, gather: bool = False) -> bytes:
+    """Boxes [n, 4] and scores [n] as inputs, the thresholds constants; max_output_size a constant or an input;
+    ``gather``: the selected boxes gathered after it (as a detector's graph does)."""
+    b = ModelBuilder()
+    box, score = b.input("boxes", [boxes, 4]), b.input("scores", [boxes])
+    size = (b.input("max_output_size", [], np.int32) if most_as_input
+            else b.const("max_output_size", np.array(most, np.int32)))
+    ins = [box, score, size, b.const("iou_threshold", np.array(iou, F)),
+           b.const("score_threshold", np.array(threshold, F))]
+    rows = max(most, 0)  # (declared; the kernel sizes them)
+    outs = [b.tensor("selected_indices", [rows], np.int32)]
+    if soft:
+        ins.append(b.const("soft_nms_sigma", np.array(sigma, F)))
+        outs.append(b.tensor("selected_scores", [rows]))
+    outs.append(b.tensor("valid_outputs", [], np.int32))
+    b.op("NON_MAX_SUPPRESSION_V5" if soft else "NON_MAX_SUPPRESSION_V4", ins, outs)
+    if gather:
+        picked = b.tensor("selected_boxes", [rows, 4])
+        b.op("GATHER", [box, outs[0]], [picked], axis=0)
+        outs.append(picked)
+    b.output(*outs)
+    return b.build()
+
+
+def nms_feeds(rng, boxes: int, levels: int, swapped: bool) -> list[np.ndarray]:
+    centre, size = rng.uniform(0, 1, (boxes, 2)), rng.uniform(0.02, 0.4, (boxes, 2))
+    corners = np.concatenate([centre - size / 2, centre + size / 2], 1)
+    if swapped:  # (either pair of opposite corners is a box)
+        corners = corners[:, [2, 3, 0, 1]]
+    scores = rng.uniform(0, 1, boxes)
+    if levels:
+        scores = np.round(scores * (levels - 1)) / (levels - 1)
+    return [corners.astype(F), scores.astype(F)]
+
+
+@pytest.mark.parametrize("soft", [False, True], ids=["v4", "v5"])
+def test_non_max_suppression_matches_litert(soft):
+    """120 random cases per version (seeded): hard and soft suppression (sigma 0 to 1), thresholds from -inf,
+    IoU thresholds 0 to 1.5, scores with ties (the priority queue's order among them is GCC's heap's), boxes
+    with their corners either way round, max_output_size a constant or an input: LiteRT's outputs exactly, zeros
+    past the count."""
+    for seed in range(120):
+        rng = np.random.default_rng(seed * 2 + soft)
+        boxes, most = int(rng.choice([0, 1, 5, 40, 300])), int(rng.integers(0, 30))
+        as_input = bool(rng.random() < 0.3) and most > 0  # (LiteRT cannot read back a computed size 0)
+        model = nms_model(boxes, soft, most, float(rng.choice([0.0, 0.3, 0.5, 0.7, 1.0, 1.5])),
+                          float(rng.choice([-np.inf, -1.0, 0.0, 0.2, 0.6])), float(rng.choice([0.0, 0.1, 0.5, 1.0])),
+                          most_as_input=as_input)
+        inputs = nms_feeds(rng, boxes, int(rng.choice([0, 0, 3, 10])), bool(rng.random() < 0.3))
+        inputs += [np.array(most, np.int32)] if as_input else []
+        got, want = run(model, inputs), run(model, inputs, reference=True)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype, (seed, g.shape, w.shape)
+            np.testing.assert_array_equal(g, w, err_msg=f"seed {seed}")
+
+
+def test_non_max_suppression_refusals():
+    rng = np.random.default_rng(0)
+    inputs = nms_feeds(rng, 20, 0, False)
+    model = nms_model(20, True, 5, 0.5, 0.0, -0.5)
+    with pytest.raises(RuntimeError, match="failed to invoke"):
+        run(model, inputs, reference=True)
+    with pytest.raises(RuntimeError, match="Invalid sigma value for soft NMS: -0.5"):
+        run(model, inputs)
+    with pytest.raises(RuntimeError, match=r"failed to prepare: max_output_size -1 must be >= 0"):
+        Interpreter(model_content=nms_model(20, False, -1, 0.5, 0.0, 0.0)).allocate_tensors()
+
+
+def test_non_max_suppression_through_delegate(opencl_device):
+    """The suppression on the CPU kernels, the GATHER of the boxes it selects on the device: its rows are
+    max_output_size whatever the count (zeros past it, as LiteRT's), so the plan's shapes are fixed."""
+    rng = np.random.default_rng(4)
+    model = nms_model(50, True, 30, 0.3, 0.5, 0.5, gather=True)
+    inputs = nms_feeds(rng, 50, 0, False)
+    want = run(model, inputs, reference=True)
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    it.allocate_tensors()
+    assert "1 ops on device, 1 on cpu" in it.backend
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    got = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+    assert 0 < want[2] < 30
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -1,16 +1,20 @@
-"""TFLite_Detection_PostProcess: the last op of an SSD exported by TensorFlow's object-detection API (the
-``detect.tflite`` of TFLite's examples, EfficientDet-Lite). LiteRT registers it as a builtin custom op; TFLite's
-GPU delegate leaves it to the CPU, and so does ours.
+"""The ops a detector ends with, as LiteRT computes them, ties included.
 
-It decodes each anchor's box from its encoding (a centre-size box coder), then keeps the best-scoring boxes that
-do not overlap a better one: the fast suppression ranks each box by its best class, the regular one suppresses per
-class. The result is LiteRT's own, ties included: the order of equal scores is the one its sorts leave (a stable
-sort or merge where it sorts stably, GCC's heap-based ``std::partial_sort``, which LiteRT's wheels are built with,
-where it ranks a box's classes), and the arithmetic is its (decoding in float64 rounded to float32, overlaps in
-float32). Rows past the detections found are zeros (LiteRT leaves some of them unwritten).
+TFLite_Detection_PostProcess: the last op of an SSD exported by TensorFlow's object-detection API (the
+``detect.tflite`` of TFLite's examples, EfficientDet-Lite). LiteRT registers it as a builtin custom op; TFLite's GPU
+delegate leaves it to the CPU, and so does ours. It decodes each anchor's box from its encoding (a centre-size box
+coder), then keeps the best-scoring boxes that do not overlap a better one: the fast suppression ranks each box by
+its best class, the regular one suppresses per class. The order of equal scores is the one LiteRT's sorts leave (a
+stable sort or merge where it sorts stably, GCC's heap-based ``std::partial_sort``, which LiteRT's wheels are built
+with, where it ranks a box's classes), and the arithmetic is its (decoding in float64 rounded to float32, overlaps
+in float32). Rows past the detections found are zeros (LiteRT leaves some of them unwritten). The regular
+suppression's order among equal scores of different classes is LiteRT's on one thread: on several, LiteRT
+suppresses classes in parallel and its order among such ties depends on which thread took which class.
 
-The regular suppression's order among equal scores of different classes is LiteRT's on one thread: on several,
-LiteRT suppresses classes in parallel and its order among such ties depends on which thread took which class.
+NON_MAX_SUPPRESSION_V4 / V5 (``tf.image.non_max_suppression`` and ``..._with_scores``: hard and soft (Gaussian)
+suppression of one class): TFLite's reference kernel, its candidates in GCC's ``std::priority_queue``; the outputs
+have max_output_size rows whatever the count, zeros past it, as LiteRT's wheel gives them (a max_output_size
+computed at run time too), so a plan's shapes after it are fixed. Float32 only.
 """
 
 from __future__ import annotations
@@ -58,27 +62,34 @@ def _iou(boxes, i, j):
 
 
 @njit(cache=True)
-def _sift(idx, values, first, hole, length, value):
-    """GCC's ``__adjust_heap`` then ``__push_heap`` on ``idx[first:first + length]``, ordered so that the root
-    holds the smallest value (the comparison is "greater than")."""
+def _sift(idx, values, sign, hole, length, value):
+    """GCC's ``__adjust_heap`` then ``__push_heap`` on the heap ``idx[:length]`` of positions into ``values``,
+    with the comparison ``comp(a, b) = sign * values[a] > sign * values[b]``: ``sign`` 1 keeps the smallest value
+    at the root (``std::partial_sort`` by "greater"), -1 the largest (``std::priority_queue``'s "less")."""
     top = hole
     child = hole
     while child < (length - 1) // 2:
         child = 2 * (child + 1)
-        if values[idx[first + child]] > values[idx[first + child - 1]]:
+        if sign * values[idx[child]] > sign * values[idx[child - 1]]:
             child -= 1
-        idx[first + hole] = idx[first + child]
+        idx[hole] = idx[child]
         hole = child
     if length % 2 == 0 and child == (length - 2) // 2:
         child = 2 * (child + 1)
-        idx[first + hole] = idx[first + child - 1]
+        idx[hole] = idx[child - 1]
         hole = child - 1
+    _push_up(idx, values, sign, hole, top, value)
+
+
+@njit(cache=True)
+def _push_up(idx, values, sign, hole, top, value):
+    """GCC's ``__push_heap``: ``value`` moved up from ``hole`` towards ``top`` past the parents it beats."""
     parent = (hole - 1) // 2
-    while hole > top and values[idx[first + parent]] > values[value]:
-        idx[first + hole] = idx[first + parent]
+    while hole > top and sign * values[idx[parent]] > sign * values[value]:
+        idx[hole] = idx[parent]
         hole = parent
         parent = (hole - 1) // 2
-    idx[first + hole] = value
+    idx[hole] = value
 
 
 @njit(cache=True)
@@ -98,7 +109,7 @@ def _partial_argsort(values, count, k, out):
     if k >= 2:  # make_heap
         parent = (k - 2) // 2
         while True:
-            _sift(idx, values, 0, parent, k, idx[parent])
+            _sift(idx, values, F(1), parent, k, idx[parent])
             if parent == 0:
                 break
             parent -= 1
@@ -106,13 +117,13 @@ def _partial_argsort(values, count, k, out):
         if values[idx[i]] > values[idx[0]]:
             v = idx[i]
             idx[i] = idx[0]
-            _sift(idx, values, 0, 0, k, v)
+            _sift(idx, values, F(1), 0, k, v)
     last = k
     while last > 1:  # sort_heap
         last -= 1
         v = idx[last]
         idx[last] = idx[0]
-        _sift(idx, values, 0, 0, last, v)
+        _sift(idx, values, F(1), 0, last, v)
     out[:k] = idx[:k]
 
 
@@ -272,3 +283,123 @@ def detection_postprocess(ctx: OpContext):
         return [out_boxes[None], out_classes[None], out_scores[None], np.array([count], F)]
 
     return run
+
+
+# -- NON_MAX_SUPPRESSION_V4 / V5: tf.image.non_max_suppression(_with_scores), one class ----------------------------
+
+
+@njit(cache=True)
+def _corner_iou(boxes, i, j):
+    """Intersection over union of boxes ``i`` and ``j`` given as any two opposite corners, in float32; 0 where
+    either has no area."""
+    zero = np.float32(0.0)
+    iy0, iy1 = min(boxes[i, 0], boxes[i, 2]), max(boxes[i, 0], boxes[i, 2])
+    ix0, ix1 = min(boxes[i, 1], boxes[i, 3]), max(boxes[i, 1], boxes[i, 3])
+    jy0, jy1 = min(boxes[j, 0], boxes[j, 2]), max(boxes[j, 0], boxes[j, 2])
+    jx0, jx1 = min(boxes[j, 1], boxes[j, 3]), max(boxes[j, 1], boxes[j, 3])
+    area_i = (iy1 - iy0) * (ix1 - ix0)
+    area_j = (jy1 - jy0) * (jx1 - jx0)
+    if area_i <= zero or area_j <= zero:
+        return zero
+    inter = max(min(iy1, jy1) - max(iy0, jy0), zero) * max(min(ix1, jx1) - max(ix0, jx0), zero)
+    union = area_i + area_j - inter
+    if union == zero:
+        return zero
+    return inter / union
+
+
+@njit(cache=True)
+def _soft_nms(boxes, scores, most, iou_threshold, score_threshold, sigma, selected, selected_scores):
+    """TFLite's NonMaxSuppression (reference_ops, TensorFlow's NonMaxSuppressionV5): candidates above
+    ``score_threshold`` in a priority queue (GCC's heap, so equal scores come out in its order), each taken unless a
+    box selected since it was last looked at overlaps it by ``iou_threshold`` or more; with ``sigma`` > 0 each such
+    look decays its score by exp(-0.5 / sigma * iou^2), and a decayed candidate goes back into the queue. Returns
+    the count selected; their indices and (decayed) scores fill ``selected`` and ``selected_scores``."""
+    n = scores.shape[0]
+    index = np.empty(n, np.int64)  # one slot per candidate: its box, its score now, the selections it has seen
+    score = np.empty(n, np.float32)
+    seen = np.empty(n, np.int64)
+    heap = np.empty(n, np.int64)
+    size = 0
+    for i in range(n):
+        if scores[i] > score_threshold:
+            index[size], score[size], seen[size] = i, scores[i], 0
+            _push_up(heap, score, F(-1), size, 0, size)  # push_heap: the new last moved up
+            size += 1
+    count = 0
+    outputs = min(size, most)
+    scale = F(-0.5) / sigma if sigma > F(0) else F(0)
+    while count < outputs and size > 0:
+        c = heap[0]
+        if size > 1:  # pop_heap: the last moved to the root and sifted down
+            last = heap[size - 1]
+            heap[size - 1] = heap[0]
+            _sift(heap, score, F(-1), 0, size - 1, last)
+        size -= 1
+        original = score[c]
+        hard = False
+        for j in range(count - 1, seen[c] - 1, -1):
+            iou = _corner_iou(boxes, index[c], selected[j])
+            if iou >= iou_threshold:
+                hard = True
+                break
+            if sigma > F(0):
+                score[c] = score[c] * np.exp(scale * iou * iou)
+            if score[c] <= score_threshold:
+                break
+        seen[c] = count
+        if not hard:
+            if score[c] == original:
+                selected[count] = index[c]
+                selected_scores[count] = score[c]
+                count += 1
+            if score[c] > score_threshold:
+                _push_up(heap, score, F(-1), size, 0, c)
+                size += 1
+    return count
+
+
+def _scalar(x: np.ndarray, what: str):
+    if np.ndim(x) != 0:
+        raise KernelError(f"{what} of shape {list(np.shape(x))}: a scalar is needed")
+    return x[()]
+
+
+def _non_max_suppression(soft: bool):
+    def factory(ctx: OpContext):
+        boxes_t, scores_t = ctx.input_tensor(0), ctx.input_tensor(1)
+        if boxes_t.dtype != np.float32 or scores_t.dtype != np.float32:
+            raise ctx.fail(f"boxes {boxes_t.type_name} and scores {scores_t.type_name}: FLOAT32 is needed")
+        if -1 not in boxes_t.shape_signature + scores_t.shape_signature and (
+                boxes_t.shape[1] != 4 or scores_t.shape[0] != boxes_t.shape[0]):
+            raise ctx.fail(f"boxes {list(boxes_t.shape)} and scores {list(scores_t.shape)}: [boxes, 4] and [boxes] "
+                           "are needed")
+        fixed = ctx.const(2)
+        if fixed is not None and int(fixed.reshape(-1)[0]) < 0:
+            raise ctx.fail(f"max_output_size {int(fixed.reshape(-1)[0])} must be >= 0")
+        index_type = ctx.output_tensor(0).dtype
+
+        def run(xs):
+            boxes, scores = np.ascontiguousarray(xs[0], F), np.ascontiguousarray(xs[1], F)
+            if boxes.ndim != 2 or boxes.shape[1] != 4 or scores.shape != (boxes.shape[0],):
+                raise KernelError(f"boxes {list(boxes.shape)} and scores {list(scores.shape)}: [boxes, 4] and "
+                                  "[boxes] are needed")
+            most = int(_scalar(xs[2], "max_output_size"))
+            if most < 0:
+                raise KernelError(f"max_output_size {most} must be >= 0")
+            sigma = F(_scalar(xs[5], "soft_nms_sigma")) if soft else F(0)
+            if sigma < 0:
+                raise KernelError(f"Invalid sigma value for soft NMS: {sigma}")
+            selected, selected_scores = np.zeros(most, np.int64), np.zeros(most, F)
+            count = _soft_nms(boxes, scores, most, F(_scalar(xs[3], "iou_threshold")),
+                              F(_scalar(xs[4], "score_threshold")), sigma, selected, selected_scores)
+            out = [selected.astype(index_type)] + ([selected_scores] if soft else [])  # (zeros past the count)
+            return [*out, np.array(count, np.int32)]
+
+        return run
+
+    return factory
+
+
+register("NON_MAX_SUPPRESSION_V4")(_non_max_suppression(soft=False))
+register("NON_MAX_SUPPRESSION_V5")(_non_max_suppression(soft=True))

@@ -225,6 +225,15 @@ def _detection_postprocess(op: Operator, shapes: list, values: list, declared: l
     return p.output_shapes()
 
 
+@_rule("NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5")
+def _non_max_suppression(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
+    """(max_output_size rows whatever the count: LiteRT's kernel pads with zeros, a computed size too)"""
+    most = _known_ints(values[2])
+    if most is None or len(most) != 1 or most[0] < 0:
+        return None
+    return [(most[0],)] * (len(op.outputs) - 1) + [()]
+
+
 @_rule("CUMSUM")
 def _cumsum(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
     x, axis = shapes[0], _known_ints(values[1])

@@ -33,6 +33,7 @@ _TABLE: dict[str, Signature] = {}
 
 BOOL = frozenset({"BOOL"})
 INDEX = frozenset({"INT32", "INT64"})
+F32 = frozenset({"FLOAT32"})
 
 
 def _add(names: str, inputs: int | tuple[int, int], outputs: int | tuple[int, int] = 1, **kw) -> None:
@@ -62,6 +63,13 @@ _add("Landmarks2TransformMatrix", 1, types={"in0": frozenset({"FLOAT32"}), "out0
      ranks={"in0": (3, 4)})
 _add("TFLite_Detection_PostProcess", 3, 4, types={f"out{i}": frozenset({"FLOAT32"}) for i in range(4)},
      ranks={"in0": (3, 3), "in1": (3, 3), "in2": (2, 2)})
+_SCALAR = (0, 0)
+_add("NON_MAX_SUPPRESSION_V4", 5, 2, types={"in0": F32, "in1": F32, "in2": frozenset({"INT32"}), "in3": F32, "in4": F32,
+     "out0": frozenset({"INT32"}), "out1": frozenset({"INT32"})},
+     ranks={"in0": (2, 2), "in1": (1, 1), "in2": _SCALAR, "in3": _SCALAR, "in4": _SCALAR})
+_add("NON_MAX_SUPPRESSION_V5", 6, 3, types={"in0": F32, "in1": F32, "in2": frozenset({"INT32"}), "in3": F32, "in4": F32,
+     "in5": F32, "out0": frozenset({"INT32"}), "out1": F32, "out2": frozenset({"INT32"})},
+     ranks={"in0": (2, 2), "in1": (1, 1), "in2": _SCALAR, "in3": _SCALAR, "in4": _SCALAR, "in5": _SCALAR})
 _add("TransformLandmarks", 2, same_type=("in0", "in1", "out0"), types={"in0": frozenset({"FLOAT32"})},
      ranks={"in0": (3, 4)})
 _add("TransformTensorBilinear TransformTensor", 2, same_type=("in0", "in1", "out0"),

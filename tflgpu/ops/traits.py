@@ -64,7 +64,7 @@ class OpTraits:
     unit_bounded: bool = False
     # The inputs whose values decide its output shapes, with its inputs' shapes and its options (a RESHAPE's new
     # shape, a MEAN's axes; () where only shapes do). None (the default): not known here, possibly its input's values
-    # (WHERE, NON_MAX_SUPPRESSION): a shape propagation that stands zeros in for the kernels it skips
+    # (WHERE, UNIQUE): a shape propagation that stands zeros in for the kernels it skips
     # (SubgraphRunner.shapes, ops.shapes) runs the whole graph instead where such an op, or such an input, reads them.
     shape_inputs: tuple[int, ...] | None = None
     # Its output's values are its input's shape (SHAPE, RANK): known whatever stands in for that input's values.
@@ -133,6 +133,7 @@ _add("RESHAPE EXPAND_DIMS TRANSPOSE PAD PADV2 MIRROR_PAD MEAN SUM REDUCE_MAX RED
      "REDUCE_ANY RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR TILE BROADCAST_TO ARG_MAX ARG_MIN TOPK_V2",
      shape_inputs=(1,))
 _add("SPLIT FILL TRANSPOSE_CONV", shape_inputs=(0,))
+_add("NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5", shape_inputs=(2,))  # (max_output_size rows, zeros past the count)
 _add("RFFT2D", shape_inputs=(1,))
 _add("SLICE SPACE_TO_BATCH_ND BATCH_TO_SPACE_ND", shape_inputs=(1, 2))
 _add("STRIDED_SLICE", shape_inputs=(1, 2, 3))
