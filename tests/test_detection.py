@@ -19,7 +19,7 @@ from tflgpu.model.builder import ModelBuilder
 from tflgpu.model.reader import read_model
 from tflgpu.ops.shapes import output_shapes
 
-from .conftest import litert
+from .conftest import litert, run_model
 
 OP = "TFLite_Detection_PostProcess"
 F = np.float32
@@ -91,13 +91,9 @@ def feeds(case: Case, rng, levels: int = 0) -> list[np.ndarray]:
     return [rng.normal(0, 1, (1, n, case.coords)).astype(F), scores]
 
 
-def run(model: bytes, inputs: list, reference: bool = False, **kw) -> list[np.ndarray]:
-    it = litert()(model_content=model, num_threads=1) if reference else Interpreter(model_content=model, **kw)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+def run(model: bytes, feeds: list, reference: bool = False, **kw) -> list[np.ndarray]:
+    """Our outputs, or LiteRT's on one thread (``reference``)."""
+    return run_model(litert(), model, feeds, num_threads=1) if reference else run_model(Interpreter, model, feeds, **kw)
 
 
 def written(case: Case, outputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from ..model import reader
 from ..ops.attributes import activation_bounds
 from ..ops.jit import PARALLEL_ELEMENTS, njit, prange, readonly
 from ..ops.quantization import RAW_MEAN_SNAP
-from .registry import KernelError, OpContext, apply_activation, fits, register
+from .registry import KernelError, OpContext, apply_activation, fits, register, static_shape
 
 
 def _unary(fn):
@@ -541,3 +541,88 @@ def quant_sim(ctx: OpContext):
 
     grid = sim_grid(o)
     return lambda xs: [grid.apply(xs[0])]
+
+
+@register("ADD_N")
+def add_n(ctx: OpContext):
+    """The sum of its inputs, all of one shape, added left to right (LiteRT's order)."""
+    shapes = [static_shape(ctx, i) for i in range(len(ctx.op.inputs))]
+    if None not in shapes and len(set(shapes)) > 1:
+        raise ctx.fail(f"its inputs' shapes differ: {[list(s) for s in shapes]}")
+
+    def run(xs):
+        if any(x.shape != xs[0].shape for x in xs):
+            raise KernelError(f"ADD_N: its inputs' shapes differ: {[list(x.shape) for x in xs]}")
+        out = np.array(xs[0], copy=True)
+        for x in xs[1:]:
+            out += x
+        return [out]
+
+    return run
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round of float32 values, exactly (in float64: a float32 plus one half is exact there)."""
+    d = x.astype(np.float64)
+    return (np.sign(d) * np.floor(np.abs(d) + 0.5)).astype(np.float32)
+
+
+@register("FAKE_QUANT")
+def fake_quant(ctx: OpContext):
+    """TFLite's FakeQuant: [min, max] nudged so that zero is on the grid of ``num_bits``, each value clamped to it
+    and rounded to its nearest step, in float32 as there. ``narrow_range`` is refused, as LiteRT refuses it."""
+    o = ctx.op.options
+    if o.get("narrow_range"):
+        raise ctx.fail("narrow_range FakeQuant is not currently supported at runtime (as in LiteRT: it is meant "
+                       "for weights, not activations)")
+    lo_q, hi_q = 0, (1 << int(o.get("num_bits", 8))) - 1
+    f = np.float32
+    lo, hi = f(o.get("min", 0.0)), f(o.get("max", 0.0))
+    if not lo <= hi or hi_q <= lo_q:
+        raise ctx.fail(f"min {lo} must not exceed max {hi}, and num_bits {o.get('num_bits')} must give a grid")
+    scale = (hi - lo) / (f(hi_q) - f(lo_q))
+    from_min = f(lo_q) - lo / scale if scale else f(lo_q)
+    zero = lo_q if from_min < lo_q else hi_q if from_min > hi_q else int(_round_half_away(np.array(from_min)))
+    nudged_lo, nudged_hi = (f(lo_q) - f(zero)) * scale, (f(hi_q) - f(zero)) * scale
+    inv = f(1.0) / scale if scale else f(np.inf)
+
+    def run(xs):
+        x = np.asarray(xs[0], np.float32)
+        shifted = np.minimum(nudged_hi, np.maximum(nudged_lo, x)) - nudged_lo
+        with np.errstate(invalid="ignore"):
+            return [(_round_half_away(shifted * inv) * scale + nudged_lo).astype(np.float32)]
+
+    return run
+
+
+@register("BUCKETIZE")
+def bucketize(ctx: OpContext):
+    """The index of each value's bucket: how many boundaries are at most the value (std::upper_bound)."""
+    bounds = np.asarray(ctx.opt("boundaries", ()), np.float32)
+    if np.any(bounds[1:] < bounds[:-1]):
+        raise ctx.fail(f"boundaries {bounds.tolist()} must be sorted")
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        x = x.astype(np.float32) if x.dtype.kind in "iu" else x  # (an int compared with a float boundary)
+        return [np.searchsorted(bounds.astype(x.dtype), x, side="right").astype(np.int32)]
+
+    return run
+
+
+@register("BITWISE_XOR")
+def bitwise_xor(ctx: OpContext):
+    return lambda xs: [np.bitwise_xor(xs[0], xs[1])]
+
+
+@register("RIGHT_SHIFT")
+def right_shift(ctx: OpContext):
+    """An arithmetic shift for signed types (C++'s >> on them), logical for unsigned; shifts past the width give
+    what the C++ kernel's clamp to width - 1 gives."""
+
+    def run(xs):
+        x, s = np.broadcast_arrays(np.asarray(xs[0]), np.asarray(xs[1]))
+        bits = x.dtype.itemsize * 8
+        return [np.right_shift(x, np.clip(s, 0, bits - 1).astype(x.dtype)).astype(x.dtype)]
+
+    return run

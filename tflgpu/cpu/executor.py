@@ -421,6 +421,7 @@ def load_kernels() -> None:
         conv,
         detection,
         elementwise,
+        indexing,
         pool,
         recurrent,
         reduce,

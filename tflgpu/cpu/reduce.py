@@ -1,4 +1,5 @@
-"""Reductions and normalizations: MEAN/SUM/REDUCE_*, SOFTMAX, ARG_MAX/MIN, TOPK_V2, CUMSUM."""
+"""Reductions and normalizations: MEAN/SUM/REDUCE_*, SOFTMAX, ARG_MAX/MIN, TOPK_V2, CUMSUM,
+LOCAL_RESPONSE_NORMALIZATION."""
 
 from __future__ import annotations
 
@@ -270,5 +271,55 @@ def cumsum(ctx: OpContext):
         if exclusive:
             c = c - v
         return [np.ascontiguousarray(np.flip(c, a) if reverse else c)]
+
+    return run
+
+
+@njit(cache=True)
+def _lrn_denominators(x, radius, alpha, bias, out):
+    """bias + alpha * (the squares of each channel's window of ``radius`` either side), per pixel (rows of ``x``),
+    as LiteRT's optimized kernel sums them: a running sum over alpha * x^2, each window's next square added and
+    its first taken away, in float32."""
+    depth = x.shape[1]
+    padded = np.zeros(depth + 2 * radius, np.float32)
+    for r in range(x.shape[0]):
+        for c in range(depth):
+            padded[radius + c] = x[r, c] * x[r, c] * alpha
+        acc = np.float32(0.0)
+        for i in range(2 * radius):
+            acc += padded[i]
+        for c in range(depth):
+            acc += padded[c + 2 * radius]
+            out[r, c] = bias + acc
+            acc -= padded[c]
+
+
+@register("LOCAL_RESPONSE_NORMALIZATION")
+def local_response_normalization(ctx: OpContext):
+    """x / (bias + alpha * sum of x^2 over the ``radius`` channels either side) ^ beta, on 4-D float32."""
+    o = ctx.op.options
+    radius = int(o.get("radius", 0))
+    f = np.float32
+    alpha, bias, beta = f(o.get("alpha", 0.0)), f(o.get("bias", 0.0)), f(o.get("beta", 0.0))
+    if radius < 0:
+        raise ctx.fail(f"radius {radius} must be >= 0")
+
+    def run(xs):
+        x = np.ascontiguousarray(xs[0], np.float32)
+        if x.ndim != 4:
+            raise KernelError(f"LOCAL_RESPONSE_NORMALIZATION takes a 4-D input, got {list(x.shape)}")
+        if x.size == 0:
+            return [x.copy()]
+        rows = x.reshape(-1, x.shape[-1])
+        den = np.empty(rows.shape, np.float32)
+        _lrn_denominators(rows, radius, alpha, bias, den)
+        with np.errstate(all="ignore"):
+            if beta == f(1.0):
+                scaled = rows * (f(1.0) / den)
+            elif beta == f(0.5):
+                scaled = rows * (f(1.0) / np.sqrt(den))
+            else:
+                scaled = rows * np.power(den, -beta)
+        return [scaled.astype(np.float32).reshape(x.shape)]
 
     return run

@@ -409,7 +409,8 @@ class ModelBuilder:
                 raise ValueError(f"{table} has no field {key!r}; fields: {sorted(fields)}")
             value = _enum_value(key, value)
             if isinstance(value, (list, tuple, np.ndarray)):
-                value = fb.CreateNumpyVector(np.asarray(value, np.int32))
+                arr = np.asarray(value)  # (BUCKETIZE's boundaries are the one float vector)
+                value = fb.CreateNumpyVector(arr.astype(np.float32 if arr.dtype.kind == "f" else np.int32))
             elif isinstance(value, str):
                 value = fb.CreateString(value)
             values[fields[key]] = value

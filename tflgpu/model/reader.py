@@ -402,7 +402,8 @@ class _Reader:
             for key, accessor, is_vector in schema.option_fields(cls):
                 if is_vector:
                     arr = getattr(obj, accessor + "AsNumpy")()
-                    out[key] = tuple(int(v) for v in arr) if not isinstance(arr, int) else ()
+                    kind = float if not isinstance(arr, int) and arr.dtype.kind == "f" else int  # (boundaries)
+                    out[key] = tuple(kind(v) for v in arr) if not isinstance(arr, int) else ()
                 else:
                     try:
                         val = getattr(obj, accessor)()

@@ -63,6 +63,22 @@ _add("Landmarks2TransformMatrix", 1, types={"in0": frozenset({"FLOAT32"}), "out0
      ranks={"in0": (3, 4)})
 _add("TFLite_Detection_PostProcess", 3, 4, types={f"out{i}": frozenset({"FLOAT32"}) for i in range(4)},
      ranks={"in0": (3, 3), "in1": (3, 3), "in2": (2, 2)})
+_add("ADD_N", (2, ANY), same_type=("in0", "out0"))
+_add("FAKE_QUANT", 1, same_type=_UNARY_SAME, types={"in0": F32})
+_add("BUCKETIZE", 1, types={"out0": frozenset({"INT32"})})
+_add("BITWISE_XOR RIGHT_SHIFT", 2, same_type=("in0", "in1", "out0"))
+_add("LOCAL_RESPONSE_NORMALIZATION", 1, same_type=_UNARY_SAME, types={"in0": F32}, ranks={"in0": (4, 4)})
+_add("ONE_HOT", 4, types={"in0": INDEX, "in1": frozenset({"INT32"})}, same_type=("in2", "in3", "out0"))
+_add("EMBEDDING_LOOKUP", 2, types={"in0": frozenset({"INT32"})})
+_add("DYNAMIC_UPDATE_SLICE", 3, same_type=("in0", "in1", "out0"), types={"in2": INDEX}, ranks={"in2": (1, 1)})
+_add("UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN", 3,
+     same_type=("in0", "out0"), types={"in1": frozenset({"INT32"}), "in2": frozenset({"INT32"})})
+_add("REVERSE_SEQUENCE", 2, same_type=_UNARY_SAME, types={"in1": INDEX}, ranks={"in1": (1, 1)})
+_add("MATRIX_DIAG", 1, same_type=_UNARY_SAME, ranks={"in0": (1, 16)})
+_add("MATRIX_SET_DIAG", 2, same_type=("in0", "in1", "out0"), ranks={"in0": (2, 16)})
+_add("BROADCAST_ARGS", 2, same_type=("in0", "in1", "out0"), types={"in0": INDEX},
+     ranks={"in0": (1, 1), "in1": (1, 1)})
+_add("BITCAST", 1)
 _SCALAR = (0, 0)
 _add("NON_MAX_SUPPRESSION_V4", 5, 2, types={"in0": F32, "in1": F32, "in2": frozenset({"INT32"}), "in3": F32, "in4": F32,
      "out0": frozenset({"INT32"}), "out1": frozenset({"INT32"})},

@@ -1,0 +1,204 @@
+"""The builtin ops LiteRT runs that real models use now and then (tflgpu refused them before as ops without a
+kernel): ADD_N (Keras' Add of three or more inputs), ONE_HOT and EMBEDDING_LOOKUP (text models),
+LOCAL_RESPONSE_NORMALIZATION (older image models), FAKE_QUANT (models converted with quantization-aware
+training's ops left in), DYNAMIC_UPDATE_SLICE (a generative model's cache), UNSORTED_SEGMENT_* (graph networks),
+REVERSE_SEQUENCE, MATRIX_DIAG / MATRIX_SET_DIAG, BROADCAST_ARGS, BUCKETIZE, BITCAST, BITWISE_XOR, RIGHT_SHIFT.
+Each against LiteRT's own kernels on random cases: values exactly, or within a few float32 steps where LiteRT's
+kernel rounds differently (LRN's power)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import litert, run_model
+
+F = np.float32
+
+
+def single_op(op: str, inputs: list, out_shapes: list, out_types: list, consts: dict | None = None, **options):
+    """A model of one op: ``inputs`` are arrays; those named in ``consts`` (by position) become constants, the
+    others model inputs."""
+    b = ModelBuilder()
+    consts = consts or {}
+    ids = []
+    for i, x in enumerate(inputs):
+        x = np.asarray(x)
+        ids.append(b.const(f"c{i}", x, x.dtype) if i in consts else b.input(f"in{i}", x.shape, x.dtype))
+    outs = [b.tensor(f"out{i}", s, t) for i, (s, t) in enumerate(zip(out_shapes, out_types))]
+    b.op(op, ids, outs, **options)
+    b.output(*outs)
+    return b.build()
+
+
+def run(model: bytes, feeds: list, reference: bool = False, **kw) -> list[np.ndarray]:
+    """Our outputs, or LiteRT's on one thread (``reference``)."""
+    return run_model(litert(), model, feeds, num_threads=1) if reference else run_model(Interpreter, model, feeds, **kw)
+
+
+def check(op: str, inputs: list, out_shapes: list, out_types: list, consts: dict | None = None, ulps: int = 0,
+          **options):
+    model = single_op(op, inputs, out_shapes, out_types, consts, **options)
+    feeds = [np.asarray(x) for i, x in enumerate(inputs) if i not in (consts or {})]
+    want = run(model, feeds, reference=True)
+    got = run(model, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (op, g.shape, g.dtype, w.shape, w.dtype)
+        if ulps and g.dtype == F:
+            np.testing.assert_array_max_ulp(g, w, maxulp=ulps)
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=op)
+    return got
+
+
+def test_add_n(rng):
+    for n in (2, 3, 5):
+        xs = [rng.normal(0, 1, (2, 3, 4)).astype(F) * 1e3 for _ in range(n)]  # (large: the order of the sums shows)
+        check("ADD_N", xs, [(2, 3, 4)], [F])
+    check("ADD_N", [rng.integers(-9, 9, (5,)).astype(np.int32) for _ in range(3)], [(5,)], [np.int32])
+    with pytest.raises(RuntimeError, match=r"\(ADD_N\) failed to prepare: its inputs' shapes differ"):
+        Interpreter(model_content=single_op("ADD_N", [np.ones((2, 3), F), np.ones(3, F)], [(2, 3)], [F])
+                    ).allocate_tensors()
+
+
+def test_one_hot(rng):
+    for axis, shape in ((-1, (4,)), (0, (4,)), (1, (2, 3)), (-1, (2, 3))):
+        idx = rng.integers(-1, 6, shape).astype(np.int32)  # (-1 and 5: out of range, a row of off_value)
+        out = list(shape)
+        out.insert(axis if axis >= 0 else len(shape), 5)
+        check("ONE_HOT", [idx, np.array(5, np.int32), np.array(2.5, F), np.array(-1.0, F)], [out], [F],
+              consts={1: 0, 2: 0, 3: 0}, axis=axis)
+    check("ONE_HOT", [np.array([0, 2, 1], np.int64), np.array(3, np.int32), np.array(7, np.int32),
+                      np.array(0, np.int32)], [(3, 3)], [np.int32], consts={1: 0, 2: 0, 3: 0}, axis=-1)
+
+
+def test_embedding_lookup(rng):
+    table = rng.normal(0, 1, (10, 4, 3)).astype(F)
+    ids = np.array([3, 0, 9, 3], np.int32)
+    check("EMBEDDING_LOOKUP", [ids, table], [(4, 4, 3)], [F], consts={1: 0})
+    with pytest.raises(RuntimeError, match=r"failed to invoke: Embedding Lookup: index 10 out of bounds"):
+        run(single_op("EMBEDDING_LOOKUP", [ids, table], [(4, 4, 3)], [F], consts={1: 0}),
+            [np.array([1, 10, 2, 0], np.int32)])
+
+
+def test_embedding_lookup_hybrid(rng):
+    """An int8 table with a float output: rows scaled by the table's scale, per row or per tensor."""
+    q = rng.integers(-127, 128, (6, 5)).astype(np.int8)
+    ids = np.array([5, 1, 1], np.int32)
+    for scales in ([0.05], list(rng.uniform(0.01, 0.1, 6))):
+        b = ModelBuilder()
+        i = b.input("ids", [3], np.int32)
+        t = b.const("table", q, quant={"scale": scales, "zero_point": [0] * len(scales), "quantized_dimension": 0})
+        o = b.tensor("rows", [3, 5])
+        b.op("EMBEDDING_LOOKUP", [i, t], [o])
+        b.output(o)
+        model = b.build()
+        np.testing.assert_array_equal(run(model, [ids])[0], run(model, [ids], reference=True)[0])
+
+
+def test_local_response_normalization(rng):
+    x = rng.normal(0, 2, (2, 5, 4, 13)).astype(F)
+    for radius, bias, alpha, beta in ((2, 1.0, 1e-4, 0.75), (0, 2.0, 0.5, 1.0), (5, 0.5, 0.2, 0.5), (20, 1.0, 1.0, 2.0)):
+        check("LOCAL_RESPONSE_NORMALIZATION", [x], [x.shape], [F], ulps=2, radius=radius, bias=bias, alpha=alpha,
+              beta=beta)
+
+
+def test_fake_quant(rng):
+    x = np.concatenate([rng.normal(0, 2, 500), np.arange(-3, 3, 0.0625)]).astype(F)  # (halfway values)
+    for lo, hi, bits in ((-1.0, 2.0, 8), (-0.4, 6.0, 8), (0.2, 1.5, 4), (-6.0, -1.0, 2), (-1.0, 1.0, 16)):
+        check("FAKE_QUANT", [x], [x.shape], [F], min=lo, max=hi, num_bits=bits, narrow_range=False)
+    with pytest.raises(RuntimeError, match="narrow_range FakeQuant is not currently supported"):
+        Interpreter(model_content=single_op("FAKE_QUANT", [x], [x.shape], [F], min=-1.0, max=1.0, num_bits=8,
+                                            narrow_range=True)).allocate_tensors()
+
+
+def test_dynamic_update_slice(rng):
+    operand = rng.normal(0, 1, (4, 6, 3)).astype(F)
+    update = rng.normal(0, 1, (2, 3, 3)).astype(F)
+    for starts in ([0, 0, 0], [1, 2, 0], [3, 5, 1], [-2, 9, 0]):  # (clamped so that the update fits)
+        check("DYNAMIC_UPDATE_SLICE", [operand, update, np.array(starts, np.int32)], [operand.shape], [F])
+    check("DYNAMIC_UPDATE_SLICE", [operand, update, np.array([1, 1, 0], np.int64)], [operand.shape], [F])
+
+
+@pytest.mark.parametrize("reduction", ["SUM", "PROD", "MAX", "MIN"])
+def test_unsorted_segment(rng, reduction):
+    data = rng.normal(0, 1, (7, 3)).astype(F)
+    ids = np.array([2, 0, 2, 4, 0, 1, 2], np.int32)  # (segment 3 empty: the reduction's start)
+    check(f"UNSORTED_SEGMENT_{reduction}", [data, ids, np.array(6, np.int32)], [(6, 3)], [F], consts={2: 0})
+    ints = rng.integers(-5, 5, (2, 3, 2)).astype(np.int32)
+    check(f"UNSORTED_SEGMENT_{reduction}", [ints, np.array([[1, 0, 1], [3, 3, 0]], np.int32),
+                                            np.array(4, np.int32)], [(4, 2)], [np.int32], consts={2: 0})
+
+
+def test_reverse_sequence(rng):
+    x = rng.normal(0, 1, (3, 5, 2)).astype(F)
+    check("REVERSE_SEQUENCE", [x, np.array([5, 0, 3], np.int32)], [x.shape], [F], seq_dim=1, batch_dim=0)
+    check("REVERSE_SEQUENCE", [x, np.array([1, 2], np.int32)], [x.shape], [F], seq_dim=0, batch_dim=2)
+
+
+def test_matrix_diag(rng):
+    d = rng.normal(0, 1, (2, 4)).astype(F)
+    check("MATRIX_DIAG", [d], [(2, 4, 4)], [F])
+    x = rng.normal(0, 1, (2, 3, 5)).astype(F)
+    check("MATRIX_SET_DIAG", [x, rng.normal(0, 1, (2, 3)).astype(F)], [x.shape], [F])
+
+
+def test_broadcast_args():
+    for a, b in (([2, 1, 3], [4, 1]), ([5], [1]), ([1, 7, 1], [3, 1, 1, 4])):
+        n = max(len(a), len(b))
+        check("BROADCAST_ARGS", [np.array(a, np.int32), np.array(b, np.int32)], [(n,)], [np.int32])
+
+
+def test_bucketize(rng):
+    x = np.concatenate([rng.normal(0, 3, 50), [0.0, 1.5, 3.0, -np.inf, np.inf]]).astype(F)
+    check("BUCKETIZE", [x], [x.shape], [np.int32], boundaries=[-2.0, 0.0, 1.5, 3.0, 3.0])
+    check("BUCKETIZE", [rng.integers(-5, 6, 30).astype(np.int32)], [(30,)], [np.int32], boundaries=[-1.5, 0.0, 2.0])
+
+
+def test_bitwise(rng):
+    a, b = rng.integers(-100, 100, (4, 5)).astype(np.int32), rng.integers(-100, 100, (4, 5)).astype(np.int32)
+    check("BITWISE_XOR", [a, b], [a.shape], [np.int32])
+    u = rng.integers(0, 255, (9,)).astype(np.uint8)
+    check("BITWISE_XOR", [u, u[::-1].copy()], [u.shape], [np.uint8])
+    check("RIGHT_SHIFT", [a, rng.integers(0, 31, (4, 5)).astype(np.int32)], [a.shape], [np.int32])
+    check("RIGHT_SHIFT", [u, rng.integers(0, 8, (9,)).astype(np.uint8)], [u.shape], [np.uint8])
+
+
+def test_bitcast(rng):
+    x = rng.normal(0, 1, (3, 4)).astype(F)
+    check("BITCAST", [x], [(3, 4)], [np.int32])
+    check("BITCAST", [x], [(3, 4, 2)], [np.int16])
+    check("BITCAST", [rng.integers(0, 255, (3, 4)).astype(np.uint8)], [(3,)], [np.uint32])
+
+
+def test_new_ops_beside_the_device(opencl_device, rng):
+    """A model mixing them with device ops: a conv's map, ONE_HOT of indices gathered by EMBEDDING_LOOKUP, ADD_N
+    of three maps; the new ops on the CPU kernels, the rest on the device, LiteRT's outputs."""
+    b = ModelBuilder()
+    x = b.input("x", [1, 6, 6, 3])
+    maps = []
+    for k in range(3):
+        y = b.tensor(f"conv{k}", [1, 6, 6, 4])
+        b.op("CONV_2D", [x, b.const(f"w{k}", rng.normal(0, 1, (4, 1, 1, 3)).astype(F)),
+                         b.const(f"b{k}", np.zeros(4, F))], [y], padding="SAME", stride_h=1, stride_w=1)
+        maps.append(y)
+    total = b.tensor("sum", [1, 6, 6, 4])
+    b.op("ADD_N", maps, [total])
+    normalized = b.tensor("lrn", [1, 6, 6, 4])
+    b.op("LOCAL_RESPONSE_NORMALIZATION", [total], [normalized], radius=1, bias=1.0, alpha=0.1, beta=0.75)
+    out = b.tensor("relu", [1, 6, 6, 4])
+    b.op("RELU", [normalized], [out])
+    b.output(out)
+    model = b.build()
+    image = rng.uniform(-1, 1, (1, 6, 6, 3)).astype(F)
+    want = run(model, [image], reference=True)[0]
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    it.allocate_tensors()
+    assert "on cpu" in it.backend and "2 on cpu" in it.backend, it.backend
+    it.set_tensor(it.get_input_details()[0]["index"], image)
+    it.invoke()
+    np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), want, rtol=1e-5, atol=1e-5)
+
