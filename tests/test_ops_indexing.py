@@ -2,9 +2,10 @@
 kernel): ADD_N (Keras' Add of three or more inputs), ONE_HOT and EMBEDDING_LOOKUP (text models),
 LOCAL_RESPONSE_NORMALIZATION (older image models), FAKE_QUANT (models converted with quantization-aware
 training's ops left in), DYNAMIC_UPDATE_SLICE (a generative model's cache), UNSORTED_SEGMENT_* (graph networks),
-REVERSE_SEQUENCE, MATRIX_DIAG / MATRIX_SET_DIAG, BROADCAST_ARGS, BUCKETIZE, BITCAST, BITWISE_XOR, RIGHT_SHIFT.
+REVERSE_SEQUENCE, MATRIX_DIAG / MATRIX_SET_DIAG, BROADCAST_ARGS, BUCKETIZE, BITCAST, BITWISE_XOR, RIGHT_SHIFT,
+CONV_3D and CONV_3D_TRANSPOSE (video and volume models).
 Each against LiteRT's own kernels on random cases: values exactly, or within a few float32 steps where LiteRT's
-kernel rounds differently (LRN's power)."""
+kernel rounds differently (LRN's power; the 3-D convolutions' sums)."""
 
 from __future__ import annotations
 
@@ -202,3 +203,34 @@ def test_new_ops_beside_the_device(opencl_device, rng):
     it.invoke()
     np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), want, rtol=1e-5, atol=1e-5)
 
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_conv3d(rng, padding):
+    """CONV_3D over a [1, 5, 6, 7, 3] volume: kernels 1 to 3 per axis, strides, dilations, a bias, a RELU."""
+    x = rng.normal(0, 1, (2, 5, 6, 7, 3)).astype(F)
+    for kernel, strides, dilations, act in (((3, 3, 3), (1, 1, 1), (1, 1, 1), "NONE"),
+                                            ((2, 3, 1), (2, 1, 3), (1, 1, 1), "RELU"),
+                                            ((2, 2, 2), (1, 2, 1), (2, 1, 2), "RELU6")):
+        w = rng.normal(0, 1, (*kernel, 3, 4)).astype(F)
+        b = rng.normal(0, 1, 4).astype(F)
+        out = [2] + [(n + s - 1) // s if padding == "SAME" else (n - (k - 1) * d - 1) // s + 1
+                     for n, k, s, d in zip(x.shape[1:4], kernel, strides, dilations)] + [4]
+        options = dict(padding=padding, stride_d=strides[0], stride_h=strides[1], stride_w=strides[2],
+                       dilation_d_factor=dilations[0], dilation_h_factor=dilations[1],
+                       dilation_w_factor=dilations[2], fused_activation_function=act)
+        model = single_op("CONV_3D", [x, w, b], [out], [F], consts={1: 0, 2: 0}, **options)
+        np.testing.assert_allclose(run(model, [x])[0], run(model, [x], reference=True)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_conv3d_transpose(rng, padding):
+    x = rng.normal(0, 1, (1, 3, 4, 2, 5)).astype(F)
+    for kernel, strides in (((2, 2, 2), (2, 2, 2)), ((3, 1, 2), (1, 2, 3)), ((3, 3, 3), (2, 1, 1))):
+        w = rng.normal(0, 1, (*kernel, 4, 5)).astype(F)  # (kd, kh, kw, out, in)
+        shape = [1] + [n * s if padding == "SAME" else (n - 1) * s + k
+                       for n, k, s in zip(x.shape[1:4], kernel, strides)] + [4]
+        options = dict(padding=padding, stride_d=strides[0], stride_h=strides[1], stride_w=strides[2],
+                       fused_activation_function="NONE")
+        model = single_op("CONV_3D_TRANSPOSE", [np.array(shape, np.int32), w, x, rng.normal(0, 1, 4).astype(F)],
+                          [shape], [F], consts={0: 0, 1: 0, 3: 0}, **options)
+        np.testing.assert_allclose(run(model, [x])[0], run(model, [x], reference=True)[0], rtol=1e-5, atol=1e-5)

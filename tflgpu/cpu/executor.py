@@ -419,6 +419,7 @@ def load_kernels() -> None:
         attention,
         control,
         conv,
+        conv3d,
         detection,
         elementwise,
         indexing,

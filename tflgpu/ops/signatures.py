@@ -79,6 +79,10 @@ _add("MATRIX_SET_DIAG", 2, same_type=("in0", "in1", "out0"), ranks={"in0": (2, 1
 _add("BROADCAST_ARGS", 2, same_type=("in0", "in1", "out0"), types={"in0": INDEX},
      ranks={"in0": (1, 1), "in1": (1, 1)})
 _add("BITCAST", 1)
+_add("CONV_3D", (2, 3), optional=[2], same_type=("in0", "in1", "out0"), types={"in0": F32},
+     ranks={"in0": (5, 5), "in1": (5, 5)})
+_add("CONV_3D_TRANSPOSE", (3, 4), optional=[3], same_type=("in1", "in2", "out0"),
+     types={"in0": frozenset({"INT32"}), "in2": F32}, ranks={"in0": (1, 1), "in1": (5, 5), "in2": (5, 5)})
 _SCALAR = (0, 0)
 _add("NON_MAX_SUPPRESSION_V4", 5, 2, types={"in0": F32, "in1": F32, "in2": frozenset({"INT32"}), "in3": F32, "in4": F32,
      "out0": frozenset({"INT32"}), "out1": frozenset({"INT32"})},
