@@ -215,9 +215,9 @@ def test_conv3d(rng, padding):
         b = rng.normal(0, 1, 4).astype(F)
         out = [2] + [(n + s - 1) // s if padding == "SAME" else (n - (k - 1) * d - 1) // s + 1
                      for n, k, s, d in zip(x.shape[1:4], kernel, strides, dilations)] + [4]
-        options = dict(padding=padding, stride_d=strides[0], stride_h=strides[1], stride_w=strides[2],
-                       dilation_d_factor=dilations[0], dilation_h_factor=dilations[1],
-                       dilation_w_factor=dilations[2], fused_activation_function=act)
+        options = {"padding": padding, "stride_d": strides[0], "stride_h": strides[1], "stride_w": strides[2],
+                   "dilation_d_factor": dilations[0], "dilation_h_factor": dilations[1],
+                   "dilation_w_factor": dilations[2], "fused_activation_function": act}
         model = single_op("CONV_3D", [x, w, b], [out], [F], consts={1: 0, 2: 0}, **options)
         np.testing.assert_allclose(run(model, [x])[0], run(model, [x], reference=True)[0], rtol=1e-5, atol=1e-5)
 
@@ -229,8 +229,132 @@ def test_conv3d_transpose(rng, padding):
         w = rng.normal(0, 1, (*kernel, 4, 5)).astype(F)  # (kd, kh, kw, out, in)
         shape = [1] + [n * s if padding == "SAME" else (n - 1) * s + k
                        for n, k, s in zip(x.shape[1:4], kernel, strides)] + [4]
-        options = dict(padding=padding, stride_d=strides[0], stride_h=strides[1], stride_w=strides[2],
-                       fused_activation_function="NONE")
+        options = {"padding": padding, "stride_d": strides[0], "stride_h": strides[1], "stride_w": strides[2],
+                   "fused_activation_function": "NONE"}
         model = single_op("CONV_3D_TRANSPOSE", [np.array(shape, np.int32), w, x, rng.normal(0, 1, 4).astype(F)],
                           [shape], [F], consts={0: 0, 1: 0, 3: 0}, **options)
         np.testing.assert_allclose(run(model, [x])[0], run(model, [x], reference=True)[0], rtol=1e-5, atol=1e-5)
+
+
+def where_model(shape=(2, 5), condition_type=np.bool_) -> bytes:
+    """x -> (x <= 0) -> WHERE -> GATHER_ND(x, ...) * 2: two outputs whose sizes the values of x set."""
+    b = ModelBuilder()
+    x = b.input("x", list(shape))
+    c = b.tensor("c", list(shape), np.bool_)
+    b.op("LESS_EQUAL", [x, b.const("zero", np.zeros(1, F))], [c])
+    if condition_type is not np.bool_:
+        c2 = b.tensor("c2", list(shape), condition_type)
+        b.op("CAST", [c], [c2])
+        c = c2
+    idx = b.tensor("idx", [0, len(shape)], np.int64, shape_signature=[-1, len(shape)])
+    b.op("WHERE", [c], [idx])
+    picked = b.tensor("picked", [0], F, shape_signature=[-1])
+    b.op("GATHER_ND", [x, idx], [picked])
+    y = b.tensor("y", [0], F, shape_signature=[-1])
+    b.op("MUL", [picked, b.const("two", np.full(1, 2, F))], [y])
+    b.output(idx, y)
+    return b.build()
+
+
+def invokes(it, feeds_list):
+    """Each invoke's outputs and the output details' shapes after it."""
+    it.allocate_tensors()
+    seen = []
+    for feeds in feeds_list:
+        for d, x in zip(it.get_input_details(), feeds):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        seen.append(([it.get_tensor(d["index"]) for d in it.get_output_details()],
+                     [d["shape"].tolist() for d in it.get_output_details()]))
+    return seen
+
+
+@pytest.mark.parametrize("condition_type", [np.bool_, F, np.int32])
+def test_where(rng, condition_type):
+    """WHERE's coordinates of the true values, row-major; after each invoke the outputs' details give the sizes
+    that invoke's data set, as LiteRT's do."""
+    feeds = [[rng.normal(0, 1, (2, 5)).astype(F)] for _ in range(3)] + [[-np.ones((2, 5), F)]]  # (LiteRT cannot
+    # read back a WHERE of no rows: "Invalid tensor size")
+    model = where_model(condition_type=condition_type)
+    want = invokes(litert()(model_content=model), feeds)
+    got = invokes(Interpreter(model_content=model), feeds)
+    for (g_out, g_shapes), (w_out, w_shapes) in zip(got, want):
+        assert g_shapes == w_shapes
+        for g, w in zip(g_out, w_out):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+
+
+def test_sizes_set_by_data_leave_the_model_to_the_cpu_kernels(opencl_device, rng):
+    """A tensor whose size the input values set (a WHERE's rows; a RANGE to a limit computed from an input) cannot
+    have a device plan, which fixes every size when it is built: the CPU kernels run such a model, and backend
+    says why. Before, the plan was built on zeros standing in for the inputs: the WHERE model gave outputs of the
+    zeros' size (silently wrong), the RANGE model a DeviceError from an upload of the wrong size."""
+    feeds = [[rng.normal(0, 1, (2, 5)).astype(F)] for _ in range(3)]
+    model = where_model()
+    want = invokes(litert()(model_content=model), feeds)
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    got = invokes(it, feeds)
+    assert "WHERE (node 1) makes the size of tensor" in it.backend and it.backend.startswith("cpu")
+    for (g_out, g_shapes), (w_out, w_shapes) in zip(got, want):
+        assert g_shapes == w_shapes
+        for g, w in zip(g_out, w_out):
+            np.testing.assert_array_equal(g, w)
+
+    b = ModelBuilder()  # x[0 : n + 5] * 2, n an input
+    x, n = b.input("x", [12]), b.input("n", [], np.int32)
+    limit = b.tensor("limit", [], np.int32)
+    b.op("ADD", [n, b.const("five", np.array(5, np.int32))], [limit])
+    r = b.tensor("r", [5], np.int32, shape_signature=[-1])
+    b.op("RANGE", [b.const("start", np.array(0, np.int32)), limit, b.const("delta", np.array(1, np.int32))], [r])
+    g = b.tensor("g", [5], F, shape_signature=[-1])
+    b.op("GATHER", [x, r], [g], axis=0)
+    y = b.tensor("y", [5], F, shape_signature=[-1])
+    b.op("MUL", [g, b.const("two", np.full(1, 2, F))], [y])
+    b.output(y)
+    model = b.build()
+    feeds = [[np.arange(12, dtype=F), np.array(v, np.int32)] for v in (0, 3, 7)]
+    want = invokes(litert()(model_content=model), feeds)
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    got = invokes(it, feeds)
+    assert "RANGE (node 1)" in it.backend
+    for (g_out, g_shapes), (w_out, w_shapes) in zip(got, want):
+        assert g_shapes == w_shapes
+        np.testing.assert_array_equal(g_out[0], w_out[0])
+
+
+def test_sizes_from_shapes_alone_stay_on_the_device(opencl_device):
+    """A RESHAPE to a shape computed from a SHAPE (BirdNET's SHAPE -> STRIDED_SLICE -> PACK) keeps its size fixed:
+    graph.sizes finds nothing and the plan runs on the device; a RESHAPE to a shape read from an input's values is
+    sized by data."""
+    from tflgpu.graph.sizes import sized_by_data
+    from tflgpu.model.reader import read_model
+
+    b = ModelBuilder()
+    x = b.input("x", [2, 6])
+    shape = b.tensor("shape", [2], np.int32)
+    b.op("SHAPE", [x], [shape], out_type=2)
+    rows = b.tensor("rows", [1], np.int32)
+    b.op("STRIDED_SLICE", [shape, b.const("b0", np.array([0], np.int32)), b.const("e0", np.array([1], np.int32)),
+                           b.const("s0", np.array([1], np.int32))], [rows])
+    new = b.tensor("new", [3], np.int32)
+    b.op("CONCATENATION", [rows, b.const("rest", np.array([3, 2], np.int32))], [new], axis=0)
+    y = b.tensor("y", [2, 3, 2])
+    b.op("RESHAPE", [x, new], [y])
+    z = b.tensor("z", [2, 3, 2])
+    b.op("RELU", [y], [z])
+    b.output(z)
+    model = b.build()
+    assert sized_by_data(read_model(model).subgraphs[0]) == {}
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    it.allocate_tensors()
+    assert it.backend.startswith("opencl")
+
+    b = ModelBuilder()
+    x, s = b.input("x", [2, 6]), b.input("s", [2], np.int32)
+    y = b.tensor("y", [3, 4], shape_signature=[-1, -1])
+    b.op("RESHAPE", [x, s], [y])
+    b.output(y)
+    sized = sized_by_data(read_model(b.build()).subgraphs[0])
+    assert list(sized) == [2] and sized[2].name == "RESHAPE"
+

@@ -34,7 +34,7 @@ from .delegate import GpuDelegate, load_delegate  # noqa: F401 (LiteRT's interpr
 from .model import ModelBytes, read_model
 from .model.ir import Model, Subgraph, Tensor
 from .ops.jit import check_fork
-from .runtime import DeviceError, EmptyTensorError, ShapeError
+from .runtime import DeviceError, EmptyTensorError, ShapeError, SizedByDataError
 from .runtime.startup import StartupClock, format_phases
 
 log = logging.getLogger("tflgpu")
@@ -87,6 +87,7 @@ class _Session:
         self.gpu_factory = None  # input shapes -> plan
         self.refused_shapes = None  # input shapes plan() found no plan for (allocate_tensors() says why)
         self.empty_shapes = None  # input shapes whose graph holds a tensor with no elements: the CPU kernels run them
+        self.sized_by_data: str | None = None  # why no plan runs this model at any shapes (graph.sizes), or None
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
         self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.merged(), made once
@@ -111,7 +112,7 @@ class _Session:
             from .runtime.device import check_process  # (loaded with the delegate's device)
 
             check_process()
-        if self.gpu_plan is None and self.gpu_factory is not None:
+        if self.gpu_plan is None and self.gpu_factory is not None and self.sized_by_data is None:
             shapes = self.input_shape_list()
             if shapes != self.refused_shapes and shapes != self.empty_shapes:
                 try:
@@ -147,6 +148,10 @@ class _Session:
     def shape_of(self, idx: int) -> tuple[int, ...]:
         if idx in self.input_shapes:
             return self.input_shapes[idx]
+        if self.invoked and self.values is not None and -1 in self.sg.tensors[idx].shape_signature:
+            made = self.values[idx]  # (a size the last invoke's data set, a WHERE's: LiteRT reports it)
+            if made is not None:
+                return tuple(np.shape(made))
         return self.shapes.get(idx, self.sg.tensors[idx].shape)
 
     def resize(self, idx: int, size, strict: bool) -> None:
@@ -197,13 +202,17 @@ class _Session:
         shapes = self.input_shape_list()
         if self.gpu_factory is not None and shapes == self.empty_shapes:
             self.drop_plan()  # (another batch's)
-        elif self.gpu_factory is not None:
+        elif self.gpu_factory is not None and self.sized_by_data is None:
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
                 try:
                     self.build_plan(shapes)
                 except EmptyTensorError as e:  # (an empty batch: the CPU kernels run it)
                     self.empty_shapes = shapes
                     log.info("GpuDelegate: %s; the CPU kernels run these shapes", e)
+                except SizedByDataError as e:  # (sizes that change from invoke to invoke: the CPU kernels run it)
+                    self.sized_by_data = str(e)
+                    log.warning("GpuDelegate: %s; a device plan fixes every size, so the CPU kernels run this "
+                                "model", e)
             if self.gpu_plan is not None:
                 self.gpu_plan.activity.use()  # (its background work may start: the optimized build, a search)
             arrays = self.gpu_plan.input_arrays() if self.gpu_plan is not None else {}
@@ -773,6 +782,8 @@ class Interpreter:
         if plan is None:
             s = self._session(0)
             empty = s.empty_shapes is not None and s.empty_shapes == s.input_shape_list()
+            if s.sized_by_data is not None:
+                return f"cpu (numba; {s.sized_by_data}: sizes a device plan cannot fix)"
             return "cpu (numba; an empty batch, which the OpenCL device leaves to the CPU kernels)" if empty else \
                 "cpu (numba)"
         ident = plan.device.identity

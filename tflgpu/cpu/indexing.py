@@ -1,6 +1,6 @@
 """Ops that place or pick values by index arrays: ONE_HOT, EMBEDDING_LOOKUP, DYNAMIC_UPDATE_SLICE,
-UNSORTED_SEGMENT_{SUM,PROD,MAX,MIN}, REVERSE_SEQUENCE, MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, BITCAST, with
-LiteRT's rules for indices out of range (each op's own: ignored, clamped or refused)."""
+UNSORTED_SEGMENT_{SUM,PROD,MAX,MIN}, REVERSE_SEQUENCE, MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, BITCAST, WHERE,
+with LiteRT's rules for indices out of range (each op's own: ignored, clamped or refused)."""
 
 from __future__ import annotations
 
@@ -213,3 +213,17 @@ def bitcast(ctx: OpContext):
         return [x.view(to).reshape(x.shape[:-1])]
 
     return run
+
+
+@register("WHERE")
+def where(ctx: OpContext):
+    """The coordinates of the condition's true (non-zero) values, in row-major order: [count, rank] int64 (or the
+    output's declared index type). Its size is the data's: a plan learns it when the values are known."""
+    index_type = ctx.output_tensor().dtype
+
+    def run(xs):
+        cond = np.asarray(xs[0])
+        return [np.argwhere(cond).astype(index_type).reshape(-1, cond.ndim)]
+
+    return run
+

@@ -79,6 +79,7 @@ _add("MATRIX_SET_DIAG", 2, same_type=("in0", "in1", "out0"), ranks={"in0": (2, 1
 _add("BROADCAST_ARGS", 2, same_type=("in0", "in1", "out0"), types={"in0": INDEX},
      ranks={"in0": (1, 1), "in1": (1, 1)})
 _add("BITCAST", 1)
+_add("WHERE", 1, types={"out0": INDEX})
 _add("CONV_3D", (2, 3), optional=[2], same_type=("in0", "in1", "out0"), types={"in0": F32},
      ranks={"in0": (5, 5), "in1": (5, 5)})
 _add("CONV_3D_TRANSPOSE", (3, 4), optional=[3], same_type=("in1", "in2", "out0"),

@@ -63,9 +63,10 @@ class OpTraits:
     # that half storage makes 0 is an error of 3e-9, not the whole of the output.
     unit_bounded: bool = False
     # The inputs whose values decide its output shapes, with its inputs' shapes and its options (a RESHAPE's new
-    # shape, a MEAN's axes; () where only shapes do). None (the default): not known here, possibly its input's values
-    # (WHERE, UNIQUE): a shape propagation that stands zeros in for the kernels it skips
-    # (SubgraphRunner.shapes, ops.shapes) runs the whole graph instead where such an op, or such an input, reads them.
+    # shape, a MEAN's axes, a WHERE's condition; () where only shapes do). None (the default): not known here (control
+    # flow, variables): a shape propagation that stands zeros in for the kernels it skips (SubgraphRunner.shapes,
+    # ops.shapes) runs the whole graph instead where such an op, or such an input, reads them. graph.sizes reads it too:
+    # a size from values not known when a plan is built is a size the data sets.
     shape_inputs: tuple[int, ...] | None = None
     # Its output's values are its input's shape (SHAPE, RANK): known whatever stands in for that input's values.
     values_from_shape: bool = False
@@ -135,7 +136,10 @@ _add("RESHAPE EXPAND_DIMS TRANSPOSE PAD PADV2 MIRROR_PAD MEAN SUM REDUCE_MAX RED
      "REDUCE_ANY RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR TILE BROADCAST_TO ARG_MAX ARG_MIN TOPK_V2 ONE_HOT",
      shape_inputs=(1,))
 _add("UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN", shape_inputs=(2,))
-_add("SPLIT FILL TRANSPOSE_CONV CONV_3D_TRANSPOSE", shape_inputs=(0,))
+_add("SPLIT FILL TRANSPOSE_CONV CONV_3D_TRANSPOSE WHERE", shape_inputs=(0,))  # (WHERE: a row per true value)
+_add("RANGE", shape_inputs=(0, 1, 2))
+_add("SCATTER_ND", shape_inputs=(2,))
+_add("MaxPoolingWithArgmax2D MaxUnpooling2D", shape_inputs=())
 _add("NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5", shape_inputs=(2,))  # (max_output_size rows, zeros past the count)
 _add("RFFT2D", shape_inputs=(1,))
 _add("SLICE SPACE_TO_BATCH_ND BATCH_TO_SPACE_ND", shape_inputs=(1, 2))
