@@ -358,3 +358,32 @@ def test_sizes_from_shapes_alone_stay_on_the_device(opencl_device):
     sized = sized_by_data(read_model(b.build()).subgraphs[0])
     assert list(sized) == [2] and sized[2].name == "RESHAPE"
 
+
+def test_unique_and_segment_sum(rng):
+    """UNIQUE (first-appearance order, int32 and int64 indices) and SEGMENT_SUM (ids from 0, each the one before or
+    the next): sizes the data sets, against LiteRT; ids with a gap are refused, as LiteRT refuses them."""
+    for out_idx in (np.int32, np.int64):
+        x = rng.integers(-3, 4, 12).astype(np.int32)
+        b = ModelBuilder()
+        i = b.input("x", [12], np.int32)
+        y = b.tensor("y", [0], np.int32, shape_signature=[-1])
+        idx = b.tensor("idx", [12], out_idx)
+        b.op("UNIQUE", [i], [y, idx], idx_out_type=2 if out_idx is np.int32 else 4)
+        b.output(y, idx)
+        model = b.build()
+        got, want = run(model, [x]), run(model, [x], reference=True)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+    data = rng.normal(0, 1, (6, 3)).astype(F)
+    b = ModelBuilder()
+    d, s = b.input("data", [6, 3]), b.input("ids", [6], np.int32)
+    out = b.tensor("sums", [0, 3], F, shape_signature=[-1, 3])
+    b.op("SEGMENT_SUM", [d, s], [out])
+    b.output(out)
+    model = b.build()
+    for ids in ([0, 0, 1, 1, 1, 2], [0, 1, 2, 3, 4, 5], [0] * 6):
+        ids = np.array(ids, np.int32)
+        np.testing.assert_array_equal(run(model, [data, ids])[0], run(model, [data, ids], reference=True)[0])
+    with pytest.raises(RuntimeError, match="must start at 0 and grow by 0 or 1"):
+        run(model, [data, np.array([0, 0, 2, 2, 2, 4], np.int32)])

@@ -227,3 +227,40 @@ def where(ctx: OpContext):
 
     return run
 
+
+@register("UNIQUE")
+def unique(ctx: OpContext):
+    """A 1-D input's distinct values in the order they first appear, and for each value the position of its
+    value among them (as ``out_idx``'s type). Its size is the data's."""
+    index_type = ctx.output_tensor(1).dtype
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        if x.ndim != 1:
+            raise KernelError(f"UNIQUE takes a 1-D input, got {list(x.shape)}")
+        values, first, where = np.unique(x, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # (first appearance, not sorted)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return [values[order], rank[where.reshape(-1)].astype(index_type)]
+
+    return run
+
+
+@register("SEGMENT_SUM")
+def segment_sum(ctx: OpContext):
+    """The sums of the data's rows per segment id (ids from 0 up, each the one before or the next, as LiteRT
+    requires): as many rows as the last id plus one, a size the data sets."""
+
+    def run(xs):
+        data, ids = np.asarray(xs[0]), np.asarray(xs[1]).reshape(-1)
+        if data.ndim < 1 or ids.size != data.shape[0]:
+            raise KernelError(f"SEGMENT_SUM: {ids.size} segment ids for data of shape {list(data.shape)}")
+        steps = np.diff(np.concatenate([[-1], ids.astype(np.int64)]))
+        if np.any((steps != 0) & (steps != 1)):
+            raise KernelError(f"SEGMENT_SUM: segment ids {ids.tolist()} must start at 0 and grow by 0 or 1")
+        out = np.zeros((int(ids.max()) + 1 if ids.size else 0,) + data.shape[1:], data.dtype)
+        np.add.at(out, ids, data)
+        return [out]
+
+    return run

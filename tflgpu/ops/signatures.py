@@ -80,6 +80,8 @@ _add("BROADCAST_ARGS", 2, same_type=("in0", "in1", "out0"), types={"in0": INDEX}
      ranks={"in0": (1, 1), "in1": (1, 1)})
 _add("BITCAST", 1)
 _add("WHERE", 1, types={"out0": INDEX})
+_add("UNIQUE", 1, 2, same_type=_UNARY_SAME, types={"out1": INDEX}, ranks={"in0": (1, 1)})
+_add("SEGMENT_SUM", 2, same_type=_UNARY_SAME, types={"in1": frozenset({"INT32"})})
 _add("CONV_3D", (2, 3), optional=[2], same_type=("in0", "in1", "out0"), types={"in0": F32},
      ranks={"in0": (5, 5), "in1": (5, 5)})
 _add("CONV_3D_TRANSPOSE", (3, 4), optional=[3], same_type=("in1", "in2", "out0"),

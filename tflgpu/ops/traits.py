@@ -136,7 +136,8 @@ _add("RESHAPE EXPAND_DIMS TRANSPOSE PAD PADV2 MIRROR_PAD MEAN SUM REDUCE_MAX RED
      "REDUCE_ANY RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR TILE BROADCAST_TO ARG_MAX ARG_MIN TOPK_V2 ONE_HOT",
      shape_inputs=(1,))
 _add("UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN", shape_inputs=(2,))
-_add("SPLIT FILL TRANSPOSE_CONV CONV_3D_TRANSPOSE WHERE", shape_inputs=(0,))  # (WHERE: a row per true value)
+_add("SPLIT FILL TRANSPOSE_CONV CONV_3D_TRANSPOSE WHERE UNIQUE", shape_inputs=(0,))  # (WHERE: a row per true value)
+_add("SEGMENT_SUM", shape_inputs=(1,))
 _add("RANGE", shape_inputs=(0, 1, 2))
 _add("SCATTER_ND", shape_inputs=(2,))
 _add("MaxPoolingWithArgmax2D MaxUnpooling2D", shape_inputs=())
