@@ -234,6 +234,48 @@ def _empty_detour(g: _Graph, rng, x: T):
     return y
 
 
+def _host_op(g: _Graph, rng, x: T):
+    """An op LiteRT runs that has no OpenCL kernel here, between ops that have one: ADD_N of the input and one or
+    two unary ops of it, LOCAL_RESPONSE_NORMALIZATION, FAKE_QUANT, REVERSE_SEQUENCE, DYNAMIC_UPDATE_SLICE of a
+    constant block or UNSORTED_SEGMENT_SUM of the rows (a delegated plan's partition boundary, on the CPU kernels)."""
+    kind = ["ADD_N", "LOCAL_RESPONSE_NORMALIZATION", "FAKE_QUANT", "REVERSE_SEQUENCE", "DYNAMIC_UPDATE_SLICE",
+            "UNSORTED_SEGMENT_SUM"][int(rng.integers(0, 6))]
+    n = len(g.ops)
+    if kind == "ADD_N":
+        terms = [x] + [_unary(g, rng, x) for _ in range(int(rng.integers(1, 3)))]
+        y = g.new(x.shape)
+        g.op("ADD_N", [t.index for t in terms], [y])
+    elif kind == "LOCAL_RESPONSE_NORMALIZATION":
+        if len(x.shape) != 4:
+            return None
+        y = g.new(x.shape)
+        g.op(kind, [x.index], [y], radius=int(rng.integers(0, 4)), bias=float(rng.choice([1.0, 2.0])),
+             alpha=float(rng.uniform(1e-3, 0.5)), beta=float(rng.choice([0.5, 0.75, 1.0])))
+    elif kind == "FAKE_QUANT":
+        y = g.new(x.shape)
+        g.op(kind, [x.index], [y], min=-float(rng.uniform(0.5, 4)), max=float(rng.uniform(0.5, 4)),
+             num_bits=int(rng.choice([4, 8])), narrow_range=False)
+    elif kind == "REVERSE_SEQUENCE":
+        if len(x.shape) < 2:
+            return None
+        lengths = rng.integers(0, x.shape[1] + 1, x.shape[0]).astype(np.int32)
+        y = g.new(x.shape)
+        g.op(kind, [x.index, g.b.const(f"rl{n}", lengths)], [y], seq_dim=1, batch_dim=0)
+    elif kind == "DYNAMIC_UPDATE_SLICE":
+        block = tuple(int(rng.integers(1, d + 1)) for d in x.shape)
+        starts = np.array([int(rng.integers(-1, d + 1)) for d in x.shape], np.int32)  # (clamped to fit)
+        y = g.new(x.shape)
+        g.op(kind, [x.index, g.b.const(f"du{n}", rng.uniform(-1, 1, block).astype(np.float32)),
+                    g.b.const(f"ds{n}", starts)], [y])
+    else:
+        rows = x.shape[0]
+        segments = rows + int(rng.integers(0, 2))
+        ids = rng.integers(-1, segments, rows).astype(np.int32)  # (-1: the row is dropped)
+        y = g.new((segments, *x.shape[1:]))
+        g.op(kind, [x.index, g.b.const(f"si{n}", ids), g.b.const(f"sn{n}", np.int32(segments))], [y])
+    return y
+
+
 def _transpose_conv(g: _Graph, rng, x: T):
     if len(x.shape) != 4:
         return None
@@ -753,7 +795,7 @@ WIDE_MAKERS = MAKERS + [
 ]
 # makers added after seeds of every other residue were named in regression tests: the float DAGs of seeds 9 mod 20
 # draw from every list (the others keep their models)
-NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0)]
+NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0), (_host_op, 1.0)]
 
 
 def newest_makers(seed: int) -> bool:
@@ -943,7 +985,8 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     POW / FLOOR_MOD / ATAN2, LOG_SOFTMAX / L2_NORMALIZATION, REDUCE_MAX / MIN / PROD, MIRROR_PAD, TILE /
     BROADCAST_TO, REVERSE_V2, PACK / UNPACK, SELECT_V2, real networks' blocks: residual ADDs, channel-PAD skip
     branches, squeeze-and-excitation gates), those of seeds 9 mod 20 with the newest too (NEWEST_MAKERS: a zero
-    PAD of the image merged into the conv reading it, an empty tensor inside the graph); any other seed names the
+    PAD of the image merged into the conv reading it, an empty tensor inside the graph, an op only the CPU kernels
+    run: ADD_N, LRN, FAKE_QUANT, REVERSE_SEQUENCE, DYNAMIC_UPDATE_SLICE, UNSORTED_SEGMENT_SUM); any other seed names the
     same model it named before those kinds existed (a seed of 9 mod 20 changes as makers join NEWEST_MAKERS)."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)

@@ -93,7 +93,8 @@ _add("ARG_MAX ARG_MIN TOPK_V2 NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 TFLi
      "TFLGPU_CONV_ARG", ranks=True)
 # (a step function of its inputs: a rounding across an edge moves the answer whole, as a ranking's; the FP16
 # calibration keeps what it reads exact where its answer moved)
-_add("FLOOR CEIL ROUND SIGN FLOOR_DIV FLOOR_MOD LESS LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL", ranks=True)
+_add("FLOOR CEIL ROUND SIGN FLOOR_DIV FLOOR_MOD LESS LESS_EQUAL GREATER GREATER_EQUAL EQUAL NOT_EQUAL FAKE_QUANT "
+     "BUCKETIZE", ranks=True)
 _add("TFLGPU_CONV_ARG CAST", casts_own_output=True)
 _add("ARG_MAX ARG_MIN TOPK_V2 TFLGPU_CONV_ARG", makes_index=True)
 _add("RESHAPE SQUEEZE EXPAND_DIMS SLICE STRIDED_SLICE GATHER TRANSPOSE", picks_first=True)
