@@ -598,3 +598,18 @@ def test_warmup_jobs_stop_at_ctrl_c(tmp_path, opencl_device):
             os.killpg(p.pid, 0)
             time.sleep(0.2)
     assert all(e.problem is None for e in CacheStore(cache).entries())
+
+
+def test_warmup_and_tune_name_why_a_model_has_no_plan(tmp_path, opencl_device, capsys):
+    """A model whose sizes its data sets (a WHERE's rows) has no device plan: warmup and tune say why, where they
+    said "no OpenCL device" on a machine that has one."""
+    from .test_ops_indexing import where_model
+
+    path = tmp_path / "where.tflite"
+    path.write_bytes(where_model())
+    assert main(["warmup", str(path), "-q", "--cache-dir", str(tmp_path / "cache")]) != 0
+    out, err = capsys.readouterr()
+    assert "where.tflite [fp32]: FAILED: no device plan: WHERE (node 1) makes the size of tensor" in out + err, out
+    assert main(["tune", str(path), "--mode", "fast", "--trials", "1"]) != 0
+    out, err = capsys.readouterr()
+    assert "nothing to tune: WHERE (node 1)" in out + err and "no OpenCL device" not in out + err, out + err

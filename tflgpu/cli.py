@@ -673,7 +673,9 @@ def _warm_one(model: str, precision: str, opts: WarmOptions, events=None) -> dic
         log.propagate = propagate
     plan = it.gpu_plan
     if plan is None:
-        raise RuntimeError("no OpenCL device" + "".join(f"; {m}" for m in collector.messages))
+        why = it.cpu_fallback_reason
+        raise RuntimeError(f"no device plan: {why}" if why else
+                           "no OpenCL device" + "".join(f"; {m}" for m in collector.messages))
     return {"model": Path(model).name, "seconds": time.perf_counter() - t0, **plan.build_stats,
             "tuned": sum(1 for k in plan.tuning_results if k.source == "tuned" and k.result and k.result.decided),
             "unsearched": sum(1 for k in plan.tuning_results

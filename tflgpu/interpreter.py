@@ -780,15 +780,22 @@ class Interpreter:
         """Where the model runs: 'cpu (numba)', or the OpenCL device, precision and op split."""
         plan = self.gpu_plan
         if plan is None:
-            s = self._session(0)
-            empty = s.empty_shapes is not None and s.empty_shapes == s.input_shape_list()
-            if s.sized_by_data is not None:
-                return f"cpu (numba; {s.sized_by_data}: sizes a device plan cannot fix)"
-            return "cpu (numba; an empty batch, which the OpenCL device leaves to the CPU kernels)" if empty else \
-                "cpu (numba)"
+            why = self.cpu_fallback_reason
+            return f"cpu (numba; {why})" if why else "cpu (numba)"
         ident = plan.device.identity
         return (f"opencl: {ident.platform} / {ident.device} ({'fp16' if plan.fp16 else 'fp32'}; "
                 f"{plan.gpu_op_count} ops on device, {plan.cpu_op_count} on cpu)")
+
+    @property
+    def cpu_fallback_reason(self) -> str | None:
+        """Why a GpuDelegate's device runs nothing of the model at the current input shapes, where the reason is
+        the model's (an empty batch, sizes its data sets), not a missing device; else None."""
+        s = self._session(0)
+        if s.sized_by_data is not None:
+            return f"{s.sized_by_data}: sizes a device plan cannot fix"
+        if s.empty_shapes is not None and s.empty_shapes == s.input_shape_list():
+            return "an empty batch, which the OpenCL device leaves to the CPU kernels"
+        return None
 
     def bind_buffer(self, tensor_index: int, buffer) -> None:
         """Bind a pyopencl Buffer/Array (dense NHWC float32, created in ``gpu_context``) to a model input

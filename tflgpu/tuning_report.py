@@ -85,7 +85,8 @@ def tune_model(path: str | Path, *, mode: str = "fast", precision: str = "fp32",
     start_s = time.perf_counter() - t0
     plan = tuned.gpu_plan
     if plan is None:
-        raise RuntimeError("no OpenCL device to tune on")
+        why = tuned.cpu_fallback_reason
+        raise RuntimeError(f"nothing to tune: {why}" if why else "no OpenCL device to tune on")
     inputs = reference_inputs(tuned.get_input_details())
     heuristic = _prepare(Interpreter, Path(path), inputs,
                          delegate=GpuDelegate(precision_loss_allowed=fp16, device=device, tuning_db=False,
