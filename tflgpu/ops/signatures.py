@@ -69,7 +69,7 @@ _add("BUCKETIZE", 1, types={"out0": frozenset({"INT32"})})
 _add("BITWISE_XOR RIGHT_SHIFT", 2, same_type=("in0", "in1", "out0"))
 _add("LOCAL_RESPONSE_NORMALIZATION", 1, same_type=_UNARY_SAME, types={"in0": F32}, ranks={"in0": (4, 4)})
 _add("ONE_HOT", 4, types={"in0": INDEX, "in1": frozenset({"INT32"})}, same_type=("in2", "in3", "out0"))
-_add("EMBEDDING_LOOKUP", 2, types={"in0": frozenset({"INT32"})})
+_add("EMBEDDING_LOOKUP", 2, types={"in0": frozenset({"INT32"})}, ranks={"in0": (1, 1)})
 _add("DYNAMIC_UPDATE_SLICE", 3, same_type=("in0", "in1", "out0"), types={"in2": INDEX}, ranks={"in2": (1, 1)})
 _add("UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD UNSORTED_SEGMENT_MAX UNSORTED_SEGMENT_MIN", 3,
      same_type=("in0", "out0"), types={"in1": frozenset({"INT32"}), "in2": frozenset({"INT32"})})
