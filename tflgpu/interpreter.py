@@ -124,6 +124,13 @@ class _Session:
                     self.refused_shapes = shapes
         return self.gpu_plan
 
+    def cpu_fallback_reason(self) -> str | None:
+        if self.sized_by_data is not None:
+            return f"{self.sized_by_data}: sizes a device plan cannot fix"
+        if self.empty_shapes is not None and self.empty_shapes == self.input_shape_list():
+            return "an empty batch, which the OpenCL device leaves to the CPU kernels"
+        return None
+
     def drop_plan(self) -> None:
         if self.gpu_plan is not None:
             self.gpu_plan.close()  # (its background work ends)
@@ -788,14 +795,8 @@ class Interpreter:
 
     @property
     def cpu_fallback_reason(self) -> str | None:
-        """Why a GpuDelegate's device runs nothing of the model at the current input shapes, where the reason is
-        the model's (an empty batch, sizes its data sets), not a missing device; else None."""
-        s = self._session(0)
-        if s.sized_by_data is not None:
-            return f"{s.sized_by_data}: sizes a device plan cannot fix"
-        if s.empty_shapes is not None and s.empty_shapes == s.input_shape_list():
-            return "an empty batch, which the OpenCL device leaves to the CPU kernels"
-        return None
+        """Why the model itself (an empty batch, sizes its data set) leaves a GpuDelegate's device nothing to run."""
+        return self._session(0).cpu_fallback_reason()
 
     def bind_buffer(self, tensor_index: int, buffer) -> None:
         """Bind a pyopencl Buffer/Array (dense NHWC float32, created in ``gpu_context``) to a model input

@@ -31,6 +31,15 @@ def _bias(ctx: OpContext, i: int, channels: int) -> np.ndarray | None:
     return None if b is None else np.asarray(b, F).reshape(-1)
 
 
+def _biased(y: np.ndarray, bias: np.ndarray | None, xs, i: int, act) -> np.ndarray:
+    """``y`` plus the bias (the constant one, else input ``i``'s where given), through the fused activation."""
+    b = bias if bias is not None else (np.asarray(xs[i], F).reshape(-1) if len(xs) > i and xs[i] is not None
+                                       else None)
+    if b is not None:
+        y += b
+    return apply_activation(y, act)
+
+
 def _windows(x: np.ndarray, kernel: tuple, strides: tuple, dilations: tuple, pads: tuple, out: tuple) -> np.ndarray:
     """[N, OD, OH, OW, KD * KH * KW * C]: each output position's window of the zero-padded input, in the
     filter's (kd, kh, kw, c) order."""
@@ -64,11 +73,7 @@ def conv3d(ctx: OpContext):
         out, pads = tuple(max(g[0], 0) for g in geometry), tuple(g[1] for g in geometry)
         y = _windows(x, w.shape[:3], strides, dilations, pads, out).reshape(-1, int(np.prod(w.shape[:4])))
         y = (y @ w.reshape(-1, w.shape[4])).reshape(x.shape[0], *out, w.shape[4])
-        b = bias if bias is not None else (np.asarray(xs[2], F).reshape(-1) if len(xs) > 2 and xs[2] is not None
-                                           else None)
-        if b is not None:
-            y += b
-        return [apply_activation(y, act)]
+        return [_biased(y, bias, xs, 2, act)]
 
     return run
 
@@ -105,10 +110,6 @@ def conv3d_transpose(ctx: OpContext):
             big[(slice(None), *at)] += part
         y = np.ascontiguousarray(big[:, pads[0]:pads[0] + shape[1], pads[1]:pads[1] + shape[2],
                                      pads[2]:pads[2] + shape[3]])
-        b = bias if bias is not None else (np.asarray(xs[3], F).reshape(-1) if len(xs) > 3 and xs[3] is not None
-                                           else None)
-        if b is not None:
-            y += b
-        return [apply_activation(y, act)]
+        return [_biased(y, bias, xs, 3, act)]
 
     return run
