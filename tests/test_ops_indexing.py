@@ -387,3 +387,29 @@ def test_unique_and_segment_sum(rng):
         np.testing.assert_array_equal(run(model, [data, ids])[0], run(model, [data, ids], reference=True)[0])
     with pytest.raises(RuntimeError, match="must start at 0 and grow by 0 or 1"):
         run(model, [data, np.array([0, 0, 2, 2, 2, 4], np.int32)])
+
+
+@pytest.mark.parametrize("op", ["RNN", "UNIDIRECTIONAL_SEQUENCE_RNN"])
+def test_basic_rnn_keeps_its_state(rng, op):
+    """The basic RNN, one step or a sequence (batch-major and time-major), TANH / RELU / none: three invokes in a
+    row against LiteRT, the hidden state (a variable) carried from one to the next."""
+    batch, steps, inputs, units = 2, 5, 3, 4
+    for act, time_major in (("TANH", False), ("RELU", True), ("NONE", False)):
+        b = ModelBuilder()
+        shape = [batch, inputs] if op == "RNN" else ([steps, batch, inputs] if time_major else [batch, steps, inputs])
+        x = b.input("x", shape)
+        consts = [b.const("w", rng.normal(0, 0.5, (units, inputs)).astype(F)),
+                  b.const("r", rng.normal(0, 0.5, (units, units)).astype(F)),
+                  b.const("b", rng.normal(0, 0.5, units).astype(F))]
+        h = b.tensor("h", [batch, units], is_variable=True)
+        out_shape = [batch, units] if op == "RNN" else shape[:2] + [units]
+        y = b.tensor("y", out_shape)
+        options = {"fused_activation_function": act} | ({} if op == "RNN" else {"time_major": time_major})
+        b.op(op, [x, *consts, h], [y], **options)
+        b.output(y)
+        model = b.build()
+        feeds = [[rng.normal(0, 1, shape).astype(F)] for _ in range(3)]
+        got = invokes(Interpreter(model_content=model), feeds)
+        want = invokes(litert()(model_content=model, num_threads=1), feeds)
+        for (g, _), (w, _) in zip(got, want):
+            np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-5)

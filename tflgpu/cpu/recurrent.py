@@ -1,5 +1,6 @@
 """LSTM (one step) and UNIDIRECTIONAL_SEQUENCE_LSTM, with peepholes, CIFG, projection,
-layer normalization and clipping, as TFLite's float kernels define them.
+layer normalization and clipping, as TFLite's float kernels define them; the basic RNN (RNN, one step, and
+UNIDIRECTIONAL_SEQUENCE_RNN) with float weights.
 
 State tensors (inputs 18 and 19) are variables: the final state is written
 back into them, so it carries over to the next invoke, as in LiteRT. A state
@@ -268,5 +269,92 @@ def lstm(ctx: OpContext):
         cell.run((x.reshape(batch, -1) @ cell.wx)[None], h, c)
         _write_state(xs, h, c)
         return [h] if len(ctx.op.outputs) == 1 else [np.zeros(0, np.float32), h, c, h][: len(ctx.op.outputs)]
+
+    return run
+
+
+# -- RNN / UNIDIRECTIONAL_SEQUENCE_RNN: h = act(x W^T + h R^T + b) -----------------------------------------------
+
+
+def _rnn_activation(x: np.ndarray, code: int) -> np.ndarray:
+    """A basic RNN's fused activation (TFLite's ApplyActivationToVector): the RELU family clamps, TANH, SIGMOID."""
+    if code == 4:
+        return np.tanh(x)
+    if code == 6:
+        return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
+    lo, hi = {0: (None, None), 1: (0, None), 2: (-1, 1), 3: (0, 6)}[code]
+    return x if lo is None else np.clip(x, lo, hi)
+
+
+class _RnnCell:
+    """A basic RNN's constant weights [units, inputs], recurrent weights [units, units], bias [units] and its
+    hidden state (input 4): a variable carried across invokes, or a constant initial state."""
+
+    def __init__(self, ctx: OpContext):
+        self.act = int(ctx.opt("fused_activation_function", 0))
+        if self.act not in (0, 1, 2, 3, 4, 6):
+            raise ctx.fail(f"fused activation {self.act} is not one a basic RNN applies")
+        for i, what in ((1, "weights"), (2, "recurrent weights"), (3, "bias")):
+            t = ctx.input_tensor(i)
+            if t is None or ctx.const(i) is None:
+                raise ctx.fail(f"its {what} (input {i}) must be a constant")
+            if t.dtype != np.float32:
+                raise ctx.fail(f"its {what} are {t.type_name}: only float32 basic RNNs run here (a hybrid one, "
+                               "with int8 weights, does not)")
+        self.w, self.r, self.b = (np.asarray(ctx.const(i), np.float32) for i in (1, 2, 3))
+        self.units = self.w.shape[0]
+        if self.r.shape != (self.units, self.units) or self.b.shape != (self.units,):
+            raise ctx.fail(f"weights {list(self.w.shape)}, recurrent weights {list(self.r.shape)} and bias "
+                           f"{list(self.b.shape)} do not fit {self.units} units")
+        state = ctx.input_tensor(4)
+        self.stateful = state is not None and state.is_variable
+
+    def state(self, xs, batch: int) -> np.ndarray:
+        h = np.array(xs[4], np.float32)
+        if h.size != batch * self.units:
+            raise KernelError(f"the hidden state holds {h.size} values where a batch of {batch} needs {batch} x "
+                              f"{self.units}: the model's state variable is of another batch than the input")
+        return h.reshape(batch, self.units)
+
+    def steps(self, x: np.ndarray, h: np.ndarray, xs) -> np.ndarray:
+        """Outputs [time, batch, units] of ``x`` [time, batch, inputs] from state ``h``, the state written back."""
+        if x.shape[-1] != self.w.shape[1]:
+            raise KernelError(f"an input of {x.shape[-1]} values per step for weights of {self.w.shape[1]}")
+        xw = (x.reshape(-1, x.shape[-1]) @ self.w.T).reshape(x.shape[0], x.shape[1], self.units)
+        outs = np.empty_like(xw)
+        for t in range(x.shape[0]):
+            h = _rnn_activation((self.b + xw[t]) + h @ self.r.T, self.act).astype(np.float32)
+            outs[t] = h
+        if self.stateful and xs[4] is not None and xs[4].flags.writeable:
+            np.copyto(xs[4], h.reshape(xs[4].shape))
+        return outs
+
+
+@register("RNN")
+def rnn(ctx: OpContext):
+    cell = _RnnCell(ctx)
+
+    def run(xs):
+        x = np.asarray(xs[0], np.float32)
+        if x.ndim != 2:
+            raise KernelError(f"RNN: input must be [batch, inputs], got {list(x.shape)}")
+        return [cell.steps(x[None], cell.state(xs, x.shape[0]), xs)[0]]
+
+    return run
+
+
+@register("UNIDIRECTIONAL_SEQUENCE_RNN")
+def unidirectional_sequence_rnn(ctx: OpContext):
+    cell = _RnnCell(ctx)
+    time_major = ctx.opt("time_major", False)
+
+    def run(xs):
+        x = np.asarray(xs[0], np.float32)
+        if x.ndim != 3:
+            raise KernelError(f"UNIDIRECTIONAL_SEQUENCE_RNN: input must be 3-D, got shape {list(x.shape)}")
+        if not time_major:
+            x = np.swapaxes(x, 0, 1)  # [time, batch, inputs]
+        outs = cell.steps(np.ascontiguousarray(x), cell.state(xs, x.shape[1]), xs)
+        return [outs if time_major else np.ascontiguousarray(np.swapaxes(outs, 0, 1))]
 
     return run

@@ -33,7 +33,7 @@ _OPTION2_TABLES = {k.lower(): (k, v) for k, v in vars(BuiltinOptions2).items() i
 _OPTIONS_FOR = {
     "MAX_POOL_2D": "Pool2DOptions", "AVERAGE_POOL_2D": "Pool2DOptions", "L2_POOL_2D": "Pool2DOptions",
     "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions", "L2_NORMALIZATION": "L2NormOptions",
-    "CONV_3D_TRANSPOSE": "Conv3DOptions",
+    "CONV_3D_TRANSPOSE": "Conv3DOptions", "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
     **{n: "ReducerOptions" for n in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
                                      "REDUCE_ALL")},
 }

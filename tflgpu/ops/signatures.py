@@ -86,6 +86,9 @@ _add("CONV_3D", (2, 3), optional=[2], same_type=("in0", "in1", "out0"), types={"
      ranks={"in0": (5, 5), "in1": (5, 5)})
 _add("CONV_3D_TRANSPOSE", (3, 4), optional=[3], same_type=("in1", "in2", "out0"),
      types={"in0": frozenset({"INT32"}), "in2": F32}, ranks={"in0": (1, 1), "in1": (5, 5), "in2": (5, 5)})
+_add("RNN", 5, types={"in0": F32}, ranks={"in0": (2, 2), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1)})
+_add("UNIDIRECTIONAL_SEQUENCE_RNN", 5, types={"in0": F32},
+     ranks={"in0": (3, 3), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1)})
 _SCALAR = (0, 0)
 _add("NON_MAX_SUPPRESSION_V4", 5, 2, types={"in0": F32, "in1": F32, "in2": frozenset({"INT32"}), "in3": F32, "in4": F32,
      "out0": frozenset({"INT32"}), "out1": frozenset({"INT32"})},
