@@ -231,6 +231,14 @@ def _write_state(xs, h, c):
             np.copyto(dst, v)
 
 
+def _steps_first(xs, name: str, time_major: bool) -> np.ndarray:
+    """A sequence op's input as [time, batch, features], float32."""
+    x = np.asarray(xs[0], np.float32)
+    if x.ndim != 3:
+        raise KernelError(f"{name}: input must be 3-D, got shape {list(x.shape)}")
+    return x if time_major else np.swapaxes(x, 0, 1)
+
+
 @register("UNIDIRECTIONAL_SEQUENCE_LSTM")
 def unidirectional_sequence_lstm(ctx: OpContext):
     cell = _LstmCell(ctx)
@@ -238,11 +246,7 @@ def unidirectional_sequence_lstm(ctx: OpContext):
     stateful = _stateful(ctx)
 
     def run(xs):
-        x = np.asarray(xs[0], np.float32)
-        if x.ndim != 3:
-            raise KernelError(f"UNIDIRECTIONAL_SEQUENCE_LSTM: input must be 3-D, got shape {list(x.shape)}")
-        if not time_major:
-            x = np.swapaxes(x, 0, 1)  # [time, batch, features]
+        x = _steps_first(xs, ctx.op.name, time_major)
         t_steps, batch = x.shape[0], x.shape[1]
         h, c = _read_state(xs, cell, batch)
         xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
@@ -349,11 +353,7 @@ def unidirectional_sequence_rnn(ctx: OpContext):
     time_major = ctx.opt("time_major", False)
 
     def run(xs):
-        x = np.asarray(xs[0], np.float32)
-        if x.ndim != 3:
-            raise KernelError(f"UNIDIRECTIONAL_SEQUENCE_RNN: input must be 3-D, got shape {list(x.shape)}")
-        if not time_major:
-            x = np.swapaxes(x, 0, 1)  # [time, batch, inputs]
+        x = _steps_first(xs, ctx.op.name, time_major)
         outs = cell.steps(np.ascontiguousarray(x), cell.state(xs, x.shape[1]), xs)
         return [outs if time_major else np.ascontiguousarray(np.swapaxes(outs, 0, 1))]
 
