@@ -264,6 +264,8 @@ def detection_postprocess(ctx: OpContext):
     per = p.detections_per_class if p.use_regular_nms else p.max_classes_per_detection
     scales = np.array(p.scales, F).astype(np.float64)
     threshold, iou_threshold = F(p.score_threshold), F(p.iou_threshold)
+    fixed = ctx.const(2)  # (anchors are a model's constant: dequantized once)
+    fixed_anchors = None if fixed is None else _dequantized(np.asarray(fixed), anchor_t)
 
     def run(xs):
         box, cls, anchors = xs[0], xs[1], xs[2]
@@ -272,7 +274,8 @@ def detection_postprocess(ctx: OpContext):
             raise KernelError(f"TFLite_Detection_PostProcess: {problem}")
         n = box.shape[1]
         decoded = np.empty((n, 4), F)
-        _decode(_dequantized(box, box_t)[0], _dequantized(anchors, anchor_t), scales, decoded)
+        _decode(_dequantized(box, box_t)[0], fixed_anchors if fixed_anchors is not None else
+                _dequantized(anchors, anchor_t), scales, decoded)
         if np.any(decoded[:, 0] > decoded[:, 2]) or np.any(decoded[:, 1] > decoded[:, 3]):
             raise KernelError("TFLite_Detection_PostProcess: a decoded box has ymin > ymax or xmin > xmax (an "
                               "anchor of negative height or width)")

@@ -14,7 +14,7 @@ from ..graph.float_view import sim_grid
 from ..model import reader
 from ..ops.attributes import activation_bounds
 from ..ops.jit import PARALLEL_ELEMENTS, njit, prange, readonly
-from ..ops.quantization import RAW_MEAN_SNAP
+from ..ops.quantization import RAW_MEAN_SNAP, tfl_round
 from .registry import KernelError, OpContext, apply_activation, fits, register, static_shape
 
 
@@ -561,12 +561,6 @@ def add_n(ctx: OpContext):
     return run
 
 
-def _round_half_away(x: np.ndarray) -> np.ndarray:
-    """std::round of float32 values, exactly (in float64: a float32 plus one half is exact there)."""
-    d = x.astype(np.float64)
-    return (np.sign(d) * np.floor(np.abs(d) + 0.5)).astype(np.float32)
-
-
 @register("FAKE_QUANT")
 def fake_quant(ctx: OpContext):
     """TFLite's FakeQuant: [min, max] nudged so that zero is on the grid of ``num_bits``, each value clamped to it
@@ -582,7 +576,7 @@ def fake_quant(ctx: OpContext):
         raise ctx.fail(f"min {lo} must not exceed max {hi}, and num_bits {o.get('num_bits')} must give a grid")
     scale = (hi - lo) / (f(hi_q) - f(lo_q))
     from_min = f(lo_q) - lo / scale if scale else f(lo_q)
-    zero = lo_q if from_min < lo_q else hi_q if from_min > hi_q else int(_round_half_away(np.array(from_min)))
+    zero = lo_q if from_min < lo_q else hi_q if from_min > hi_q else int(tfl_round(np.float64(from_min)))
     nudged_lo, nudged_hi = (f(lo_q) - f(zero)) * scale, (f(hi_q) - f(zero)) * scale
     inv = f(1.0) / scale if scale else f(np.inf)
 
@@ -590,7 +584,9 @@ def fake_quant(ctx: OpContext):
         x = np.asarray(xs[0], np.float32)
         shifted = np.minimum(nudged_hi, np.maximum(nudged_lo, x)) - nudged_lo
         with np.errstate(invalid="ignore"):
-            return [(_round_half_away(shifted * inv) * scale + nudged_lo).astype(np.float32)]
+            # (std::round of float32 values, in float64: a float32 plus one half is exact there)
+            steps = tfl_round((shifted * inv).astype(np.float64)).astype(np.float32)
+            return [(steps * scale + nudged_lo).astype(np.float32)]
 
     return run
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ops.jit import njit, readonly
 from .conv import _float_weights
-from .registry import KernelError, OpContext, register
+from .registry import KernelError, OpContext, apply_activation, register
 from .vecmath import sigmoid_into, tanh_into
 
 LAYER_NORM_EPS = 1e-8
@@ -281,13 +281,13 @@ def lstm(ctx: OpContext):
 
 
 def _rnn_activation(x: np.ndarray, code: int) -> np.ndarray:
-    """A basic RNN's fused activation (TFLite's ApplyActivationToVector): the RELU family clamps, TANH, SIGMOID."""
+    """A basic RNN's fused activation (TFLite's ApplyActivationToVector): TANH, SIGMOID, else the RELU family's
+    clamp."""
     if code == 4:
         return np.tanh(x)
     if code == 6:
         return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
-    lo, hi = {0: (None, None), 1: (0, None), 2: (-1, 1), 3: (0, 6)}[code]
-    return x if lo is None else np.clip(x, lo, hi)
+    return apply_activation(x, code)
 
 
 class _RnnCell:
@@ -296,7 +296,7 @@ class _RnnCell:
 
     def __init__(self, ctx: OpContext):
         self.act = int(ctx.opt("fused_activation_function", 0))
-        if self.act not in (0, 1, 2, 3, 4, 6):
+        if self.act not in ACTIVATIONS:
             raise ctx.fail(f"fused activation {self.act} is not one a basic RNN applies")
         for i, what in ((1, "weights"), (2, "recurrent weights"), (3, "bias")):
             t = ctx.input_tensor(i)
