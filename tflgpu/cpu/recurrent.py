@@ -1,14 +1,17 @@
 """LSTM (one step) and UNIDIRECTIONAL_SEQUENCE_LSTM, with peepholes, CIFG, projection,
 layer normalization and clipping, as TFLite's float kernels define them; the basic RNN (RNN, one step, and
-UNIDIRECTIONAL_SEQUENCE_RNN) with float weights.
+UNIDIRECTIONAL_SEQUENCE_RNN) with float weights; BIDIRECTIONAL_SEQUENCE_LSTM and _RNN (a forward and a backward
+cell, with TFLite's auxiliary input); SVDF (float).
 
-State tensors (inputs 18 and 19) are variables: the final state is written
+State tensors (inputs 18 and 19 of an LSTM) are variables: the final state is written
 back into them, so it carries over to the next invoke, as in LiteRT. A state
 that is not a variable (graph.lstm_loop's rewrite of a Keras loop: constants)
 is the initial state of every invoke, read and left as it is.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -152,19 +155,25 @@ def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, 
 
 
 class _LstmCell:
-    def __init__(self, ctx: OpContext):
-        w = lambda i: _float_weights(ctx, i) if ctx.has_input(i) else None
-        self.cifg = not ctx.has_input(1)
+    """An LSTM's constant weights. ``shift``: where the op's inputs hold them past the unidirectional op's places
+    (1 to 17): a bidirectional LSTM's backward cell is 17 places on; ``layer_norm``: whether inputs 20 to 23 are
+    the layer-norm coefficients (the bidirectional op has none)."""
+
+    def __init__(self, ctx: OpContext, shift: int = 0, layer_norm: bool = True):
+        w = lambda i: _float_weights(ctx, i + shift) if ctx.has_input(i + shift) else None
+        self.cifg = not ctx.has_input(1 + shift)
         gates = ([] if self.cifg else [1]) + [2, 3, 4]
         rgates = ([] if self.cifg else [5]) + [6, 7, 8]
+        self.gates = gates
         for i in gates + rgates:
-            if ctx.const(i) is None:
-                raise ctx.fail(f"LSTM weight input {i} must be constant")
+            if ctx.const(i + shift) is None:
+                raise ctx.fail(f"LSTM weight input {i + shift} must be constant")
         self.wx = np.concatenate([w(i) for i in gates], axis=0).T.astype(np.float32)  # [in, G*units]
         self.wh = np.ascontiguousarray(np.concatenate([w(i) for i in rgates], axis=0).T, np.float32)  # [out, G*U]
-        self.units = units = ctx.input_tensor(2).shape[0]
+        self.units = units = ctx.input_tensor(2 + shift).shape[0]
         peeps = [w(i) for i in (9, 10, 11)]
-        layer_norm = [w(i) for i in (20, 21, 22, 23)] if len(ctx.op.inputs) > 20 else [None] * 4
+        layer_norm = ([w(i) for i in (20, 21, 22, 23)] if layer_norm and len(ctx.op.inputs) > 20
+                      else [None] * 4)
         bias = [w(i) for i in ([] if self.cifg else [12]) + [13, 14, 15]]
         self.bias = np.concatenate([b if b is not None else np.zeros(units, np.float32) for b in bias]).astype(
             np.float32)
@@ -207,11 +216,11 @@ class _LstmCell:
         return outs
 
 
-def _read_state(xs, cell: _LstmCell, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Copies of the state variables (inputs 18: h, 19: c) as [batch, width]; the kernel updates them in place. A
+def _read_state(xs, cell: _LstmCell, batch: int, at: tuple[int, int] = (18, 19)) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of the state variables (inputs ``at``: h, c) as [batch, width]; the kernel updates them in place. A
     state not of the input's batch is the op's failure, as in LiteRT ("NumElements(output_state) != n_batch *
     n_output"): a resize of the input's batch (to 0 too) leaves the model's state variables as they are."""
-    h, c = np.array(xs[18], np.float32), np.array(xs[19], np.float32)
+    h, c = np.array(xs[at[0]], np.float32), np.array(xs[at[1]], np.float32)
     for what, state, width in (("output state", h, cell.n_out), ("cell state", c, cell.units)):
         if state.size != batch * width:
             raise KernelError(f"the {what} holds {state.size} values where a batch of {batch} needs {batch} x {width}: "
@@ -219,13 +228,13 @@ def _read_state(xs, cell: _LstmCell, batch: int) -> tuple[np.ndarray, np.ndarray
     return h.reshape(batch, cell.n_out), c.reshape(batch, cell.units)
 
 
-def _stateful(ctx: OpContext) -> bool:
+def _stateful(ctx: OpContext, at: tuple[int, int] = (18, 19)) -> bool:
     """Whether the op's state inputs are variables (written back after a run), not a constant initial state."""
-    return all(ctx.op.inputs[i] >= 0 and ctx.subgraph.tensors[ctx.op.inputs[i]].is_variable for i in (18, 19))
+    return all(ctx.op.inputs[i] >= 0 and ctx.subgraph.tensors[ctx.op.inputs[i]].is_variable for i in at)
 
 
-def _write_state(xs, h, c):
-    for idx, v in ((18, h), (19, c)):
+def _write_state(xs, h, c, at: tuple[int, int] = (18, 19)):
+    for idx, v in zip(at, (h, c)):
         dst = xs[idx]
         if dst is not None and dst.flags.writeable and dst.shape == v.shape:
             np.copyto(dst, v)
@@ -292,45 +301,54 @@ def _rnn_activation(x: np.ndarray, code: int) -> np.ndarray:
 
 class _RnnCell:
     """A basic RNN's constant weights [units, inputs], recurrent weights [units, units], bias [units] and its
-    hidden state (input 4): a variable carried across invokes, or a constant initial state."""
+    hidden state: a variable carried across invokes, or a constant initial state. ``first``: the weights'
+    input (the state is three on); a bidirectional RNN's backward cell starts at 5."""
 
-    def __init__(self, ctx: OpContext):
+    def __init__(self, ctx: OpContext, first: int = 1):
         self.act = int(ctx.opt("fused_activation_function", 0))
         if self.act not in ACTIVATIONS:
             raise ctx.fail(f"fused activation {self.act} is not one a basic RNN applies")
-        for i, what in ((1, "weights"), (2, "recurrent weights"), (3, "bias")):
+        for i, what in ((first, "weights"), (first + 1, "recurrent weights"), (first + 2, "bias")):
             t = ctx.input_tensor(i)
             if t is None or ctx.const(i) is None:
                 raise ctx.fail(f"its {what} (input {i}) must be a constant")
             if t.dtype != np.float32:
                 raise ctx.fail(f"its {what} are {t.type_name}: only float32 basic RNNs run here (a hybrid one, "
                                "with int8 weights, does not)")
-        self.w, self.r, self.b = (np.asarray(ctx.const(i), np.float32) for i in (1, 2, 3))
+        self.w, self.r, self.b = (np.asarray(ctx.const(i), np.float32) for i in (first, first + 1, first + 2))
         self.units = self.w.shape[0]
         if self.r.shape != (self.units, self.units) or self.b.shape != (self.units,):
             raise ctx.fail(f"weights {list(self.w.shape)}, recurrent weights {list(self.r.shape)} and bias "
                            f"{list(self.b.shape)} do not fit {self.units} units")
-        state = ctx.input_tensor(4)
+        self.state_input = first + 3
+        state = ctx.input_tensor(self.state_input)
         self.stateful = state is not None and state.is_variable
 
     def state(self, xs, batch: int) -> np.ndarray:
-        h = np.array(xs[4], np.float32)
+        h = np.array(xs[self.state_input], np.float32)
         if h.size != batch * self.units:
             raise KernelError(f"the hidden state holds {h.size} values where a batch of {batch} needs {batch} x "
                               f"{self.units}: the model's state variable is of another batch than the input")
         return h.reshape(batch, self.units)
 
-    def steps(self, x: np.ndarray, h: np.ndarray, xs) -> np.ndarray:
-        """Outputs [time, batch, units] of ``x`` [time, batch, inputs] from state ``h``, the state written back."""
-        if x.shape[-1] != self.w.shape[1]:
-            raise KernelError(f"an input of {x.shape[-1]} values per step for weights of {self.w.shape[1]}")
-        xw = (x.reshape(-1, x.shape[-1]) @ self.w.T).reshape(x.shape[0], x.shape[1], self.units)
+    def contribution(self, x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """``x`` [time, batch, n] times ``weights`` [units, n] (default: the cell's input weights), per step."""
+        w = self.w if weights is None else weights
+        if x.shape[-1] != w.shape[1]:
+            raise KernelError(f"an input of {x.shape[-1]} values per step for weights of {w.shape[1]}")
+        return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(x.shape[0], x.shape[1], self.units)
+
+    def steps(self, xw: np.ndarray, xs, reverse: bool = False) -> np.ndarray:
+        """Outputs [time, batch, units] from the input's contribution ``xw`` [time, batch, units] (``reverse``:
+        last step first, each output in its step's place), the state read and written back."""
+        h = self.state(xs, xw.shape[1])
         outs = np.empty_like(xw)
-        for t in range(x.shape[0]):
+        for t in (range(xw.shape[0] - 1, -1, -1) if reverse else range(xw.shape[0])):
             h = _rnn_activation((self.b + xw[t]) + h @ self.r.T, self.act).astype(np.float32)
             outs[t] = h
-        if self.stateful and xs[4] is not None and xs[4].flags.writeable:
-            np.copyto(xs[4], h.reshape(xs[4].shape))
+        dst = xs[self.state_input]
+        if self.stateful and dst is not None and dst.flags.writeable:
+            np.copyto(dst, h.reshape(dst.shape))
         return outs
 
 
@@ -342,7 +360,7 @@ def rnn(ctx: OpContext):
         x = np.asarray(xs[0], np.float32)
         if x.ndim != 2:
             raise KernelError(f"RNN: input must be [batch, inputs], got {list(x.shape)}")
-        return [cell.steps(x[None], cell.state(xs, x.shape[0]), xs)[0]]
+        return [cell.steps(cell.contribution(x[None]), xs)[0]]
 
     return run
 
@@ -354,7 +372,182 @@ def unidirectional_sequence_rnn(ctx: OpContext):
 
     def run(xs):
         x = _steps_first(xs, ctx.op.name, time_major)
-        outs = cell.steps(np.ascontiguousarray(x), cell.state(xs, x.shape[1]), xs)
+        outs = cell.steps(cell.contribution(x), xs)
         return [outs if time_major else np.ascontiguousarray(np.swapaxes(outs, 0, 1))]
+
+    return run
+
+
+# -- BIDIRECTIONAL_SEQUENCE_RNN / _LSTM: a forward and a backward cell over the same sequence ----------------------
+
+
+@dataclass(frozen=True)
+class _Bidirectional:
+    """What a bidirectional op's inputs and options say beyond its two cells: its auxiliary input (``aux``: its
+    index, or None) and the two cells' weights for it (``fw_aux``, ``bw_aux``: input indices, or None), and how
+    its outputs are laid out. TFLite's three cases: no auxiliary input, both cells read the input; an auxiliary
+    input with weights, both cells read the input and add the auxiliary input's contribution (a stacked layer);
+    an auxiliary input without weights, the backward cell reads it in place of the input."""
+
+    aux: int | None
+    fw_aux: tuple[int, ...] | None
+    bw_aux: tuple[int, ...] | None
+    time_major: bool
+    merge_outputs: bool
+
+    @classmethod
+    def of(cls, ctx: OpContext, aux: int, fw_aux: tuple[int, ...], bw_aux: tuple[int, ...]) -> _Bidirectional:
+        has_aux = ctx.has_input(aux)
+        weighted = any(ctx.has_input(i) for i in fw_aux + bw_aux)
+        if weighted and not has_aux:
+            raise ctx.fail(f"auxiliary input weights without the auxiliary input (input {aux})")
+        for i in fw_aux + bw_aux if weighted else ():
+            if ctx.has_input(i) and ctx.const(i) is None:
+                raise ctx.fail(f"auxiliary input weights (input {i}) must be constant")
+        merge = bool(ctx.opt("merge_outputs", False))
+        if len(ctx.op.outputs) != (1 if merge else 2):
+            raise ctx.fail(f"{len(ctx.op.outputs)} outputs; merge_outputs={merge} needs {1 if merge else 2}")
+        return cls(aux if has_aux else None, fw_aux if weighted else None, bw_aux if weighted else None,
+                   bool(ctx.opt("time_major", False)), merge)
+
+    def inputs(self, xs, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The forward cell's input, the backward cell's, and the auxiliary input the cells weigh (or None), each
+        [time, batch, features]."""
+        x = _steps_first(xs, name, self.time_major)
+        if self.aux is None:
+            return x, x, None
+        aux = _steps_first([xs[self.aux]], name, self.time_major)
+        if aux.shape[:2] != x.shape[:2]:
+            raise KernelError(f"{name}: auxiliary input of shape {list(xs[self.aux].shape)} for an input of shape "
+                              f"{list(xs[0].shape)}")
+        return (x, x, aux) if self.fw_aux is not None else (x, aux, None)
+
+    def outputs(self, fw: np.ndarray, bw: np.ndarray) -> list[np.ndarray]:
+        """The cells' outputs [time, batch, *] in the op's layout: one output (concatenated) or two."""
+        outs = [np.concatenate([fw, bw], axis=2)] if self.merge_outputs else [fw, bw]
+        return outs if self.time_major else [np.ascontiguousarray(np.swapaxes(o, 0, 1)) for o in outs]
+
+
+def _aux_weights(ctx: OpContext, inputs: tuple[int, ...] | None) -> np.ndarray | None:
+    """The auxiliary input weights at ``inputs`` (per gate, absent ones skipped) stacked [G*units, aux]."""
+    if inputs is None:
+        return None
+    return np.concatenate([_float_weights(ctx, i) for i in inputs if ctx.has_input(i)], axis=0).astype(np.float32)
+
+
+@register("BIDIRECTIONAL_SEQUENCE_RNN")
+def bidirectional_sequence_rnn(ctx: OpContext):
+    fw, bw = _RnnCell(ctx, 1), _RnnCell(ctx, 5)
+    how = _Bidirectional.of(ctx, 9, (10,), (11,))
+    fw_aux, bw_aux = _aux_weights(ctx, how.fw_aux), _aux_weights(ctx, how.bw_aux)
+
+    def run(xs):
+        x_fw, x_bw, aux = how.inputs(xs, ctx.op.name)
+        fw_xw, bw_xw = fw.contribution(x_fw), bw.contribution(x_bw)
+        if aux is not None:
+            fw_xw, bw_xw = fw_xw + fw.contribution(aux, fw_aux), bw_xw + bw.contribution(aux, bw_aux)
+        return how.outputs(fw.steps(fw_xw, xs), bw.steps(bw_xw, xs, reverse=True))
+
+    return run
+
+
+@register("BIDIRECTIONAL_SEQUENCE_LSTM")
+def bidirectional_sequence_lstm(ctx: OpContext):
+    cells = _LstmCell(ctx, 0, layer_norm=False), _LstmCell(ctx, 17, layer_norm=False)
+    states = (35, 36), (37, 38)
+    how = _Bidirectional.of(ctx, 39, (40, 41, 42, 43), (44, 45, 46, 47))
+    aux_weights = [_aux_weights(ctx, at) for at in (how.fw_aux, how.bw_aux)]
+    for cell, w in zip(cells, aux_weights):
+        if w is not None and w.shape[0] != cell.wx.shape[1]:
+            raise ctx.fail(f"auxiliary input weights of {w.shape[0]} rows for a cell of {len(cell.gates)} gates of "
+                           f"{cell.units} units")
+    stateful = [_stateful(ctx, at) for at in states]
+
+    def run(xs):
+        x_fw, x_bw, aux = how.inputs(xs, ctx.op.name)
+        outs = []
+        for cell, x, w, at, keep, reverse in zip(cells, (x_fw, x_bw), aux_weights, states, stateful, (False, True)):
+            t_steps, batch = x.shape[0], x.shape[1]
+            h, c = _read_state(xs, cell, batch, at)
+            xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
+            if aux is not None:
+                xw += (aux.reshape(t_steps * batch, -1) @ w.T).reshape(t_steps, batch, -1)
+            outs.append(cell.run(xw[::-1], h, c)[::-1] if reverse else cell.run(xw, h, c))
+            if keep:
+                _write_state(xs, h, c, at)
+        return how.outputs(*outs)
+
+    return run
+
+
+# -- SVDF: a rank-r singular value decomposition filter over a memory of past feature activations ----------------
+
+
+class _Svdf:
+    """SVDF's constant feature weights [filters, inputs], time weights [filters, memory] and bias [units]
+    (filters = units x rank), float32; its state (input 4) [batch, memory x filters] holds each filter's last
+    ``memory`` feature activations, oldest first, and is a variable carried across invokes."""
+
+    def __init__(self, ctx: OpContext):
+        self.rank = int(ctx.opt("rank", 0) or 0)
+        self.act = int(ctx.opt("fused_activation_function", 0))
+        if self.act not in ACTIVATIONS:
+            raise ctx.fail(f"fused activation {self.act} is not one SVDF applies")
+        for i, what in ((1, "feature weights"), (2, "time weights"), (3, "bias")):
+            t = ctx.input_tensor(i)
+            if t is None:
+                if i == 3:
+                    continue
+                raise ctx.fail(f"its {what} (input {i}) are missing")
+            if ctx.const(i) is None:
+                raise ctx.fail(f"its {what} (input {i}) must be a constant")
+            if t.dtype != np.float32:
+                raise ctx.fail(f"its {what} are {t.type_name}: only float32 SVDF runs here (a hybrid or an "
+                               "integer one does not)")
+        self.feature = np.ascontiguousarray(ctx.const(1), np.float32)
+        self.time = np.ascontiguousarray(ctx.const(2), np.float32)
+        filters = self.feature.shape[0] if self.feature.ndim == 2 else 0
+        if self.rank < 1 or filters % self.rank:
+            raise ctx.fail(f"rank {self.rank} must be positive and divide the {filters} filters")
+        self.units = filters // self.rank
+        self.bias = np.asarray(ctx.const(3), np.float32) if ctx.has_input(3) else np.zeros(self.units, np.float32)
+        if self.time.ndim != 2 or self.time.shape[0] != filters or self.bias.shape != (self.units,):
+            raise ctx.fail(f"feature weights {list(self.feature.shape)}, time weights {list(self.time.shape)} and "
+                           f"bias {list(self.bias.shape)} do not fit {filters} filters of rank {self.rank}")
+        self.memory = self.time.shape[1]
+        state = ctx.input_tensor(4)
+        if state is None or not state.is_variable:
+            raise ctx.fail("its state (input 4) must be a variable tensor")
+
+    def step(self, x: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """One step: ``x`` [batch, inputs]; ``state`` (the variable, [batch, memory x filters]) shifted by one
+        and updated in place; returns [batch, units]."""
+        batch, filters = x.shape[0], self.feature.shape[0]
+        if x.shape[1] != self.feature.shape[1]:
+            raise KernelError(f"SVDF: an input of {x.shape[1]} values for feature weights of "
+                              f"{self.feature.shape[1]}")
+        if state.size != batch * filters * self.memory:
+            raise KernelError(f"SVDF: the state holds {state.size} values where a batch of {batch} needs {batch} "
+                              f"x {self.memory * filters}: the model's state variable is of another batch")
+        s = state.reshape(batch, filters, self.memory)
+        s[:, :, :-1] = s[:, :, 1:].copy()
+        s[:, :, -1] = x @ self.feature.T
+        per_filter = np.einsum("bfm,fm->bf", s, self.time, dtype=np.float32)
+        out = self.bias + per_filter.reshape(batch, self.units, self.rank).sum(axis=2, dtype=np.float32)
+        return _rnn_activation(out.astype(np.float32), self.act).astype(np.float32)
+
+
+@register("SVDF")
+def svdf(ctx: OpContext):
+    cell = _Svdf(ctx)
+
+    def run(xs):
+        x = np.asarray(xs[0], np.float32)
+        if x.ndim != 2:
+            raise KernelError(f"SVDF: input must be [batch, inputs], got {list(x.shape)}")
+        state = xs[4]
+        if state is None or not state.flags.writeable:
+            state = np.array(state, np.float32)
+        return [cell.step(x, state)]
 
     return run

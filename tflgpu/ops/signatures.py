@@ -89,6 +89,10 @@ _add("CONV_3D_TRANSPOSE", (3, 4), optional=[3], same_type=("in1", "in2", "out0")
 _add("RNN", 5, types={"in0": F32}, ranks={"in0": (2, 2), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1)})
 _add("UNIDIRECTIONAL_SEQUENCE_RNN", 5, types={"in0": F32},
      ranks={"in0": (3, 3), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1)})
+_add("BIDIRECTIONAL_SEQUENCE_RNN", 12, (1, 2), optional=[9, 10, 11], types={"in0": F32},
+     ranks={"in0": (3, 3), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1), "in5": (2, 2), "in6": (2, 2), "in7": (1, 1)})
+_add("SVDF", 5, optional=[3], same_type=("in0", "out0"), types={"in0": F32},
+     ranks={"in0": (2, 2), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1), "in4": (2, 2)})
 _SCALAR = (0, 0)
 _add("NON_MAX_SUPPRESSION_V4", 5, 2, types={"in0": F32, "in1": F32, "in2": frozenset({"INT32"}), "in3": F32, "in4": F32,
      "out0": frozenset({"INT32"}), "out1": frozenset({"INT32"})},
@@ -146,6 +150,7 @@ _add("TRANSPOSE_CONV", (3, 4), optional=[3], types={"in0": INDEX},
 _add("Convolution2DTransposeBias", 3, ranks={"in0": (4, 4), "in1": (4, 4), "in2": (1, 1)})
 _add("LSTM", (5, 24), (1, 4), any_optional=True)  # (5 inputs, 4 outputs: the basic kernel)
 _add("UNIDIRECTIONAL_SEQUENCE_LSTM", (20, 24), (1, 4), any_optional=True, ranks={"in0": (3, 3)})
+_add("BIDIRECTIONAL_SEQUENCE_LSTM", 48, (1, 2), any_optional=True, ranks={"in0": (3, 3)})
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
 _add("ASSIGN_VARIABLE", 2, 0)

@@ -1,0 +1,285 @@
+"""The recurrent ops beyond the unidirectional LSTM: BIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_RNN
+(speech and text models: a forward and a backward cell over one sequence, TFLite's auxiliary input stacking two
+layers or feeding the backward cell) and SVDF (keyword spotting: a rank-r filter over a memory of past feature
+activations). Each against LiteRT's kernels, several invokes in a row: the state variables carry over."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import GpuDelegate, Interpreter
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import litert
+from .test_ops_indexing import invokes
+
+F = np.float32
+
+
+def against_litert(model: bytes, feeds: list, runs: int = 3, **kw) -> list:
+    """Our outputs over ``runs`` invokes (the same feeds, so only a carried state changes them) against LiteRT's
+    on one thread; returns ours."""
+    got = invokes(Interpreter(model_content=model, **kw), [feeds] * runs)
+    want = invokes(litert()(model_content=model, num_threads=1), [feeds] * runs)
+    for (g, g_shapes), (w, w_shapes) in zip(got, want):
+        assert g_shapes == w_shapes
+        for a, b in zip(g, w):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    return got
+
+
+def svdf_model(rng, *, batch=2, inputs=5, units=4, rank=1, memory=6, bias=True, act="NONE",
+               around=False) -> bytes:
+    """An SVDF (``around``: between two fully connected layers, which a GpuDelegate runs)."""
+    filters = units * rank
+    b = ModelBuilder()
+    x = b.input("x", [batch, inputs])
+    if around:
+        h = b.tensor("fc0", [batch, inputs])
+        b.op("FULLY_CONNECTED", [x, b.const("w0", rng.normal(0, .5, (inputs, inputs)).astype(F)), -1], [h])
+        x = h
+    wf = b.const("wf", rng.normal(0, .5, (filters, inputs)).astype(F))
+    wt = b.const("wt", rng.normal(0, .5, (filters, memory)).astype(F))
+    bb = b.const("b", rng.normal(0, .5, units).astype(F)) if bias else -1
+    state = b.tensor("state", [batch, memory * filters], is_variable=True)
+    y = b.tensor("y", [batch, units])
+    b.op("SVDF", [x, wf, wt, bb, state], [y], rank=rank, fused_activation_function=act)
+    if around:
+        z = b.tensor("fc1", [batch, 3])
+        b.op("FULLY_CONNECTED", [y, b.const("w1", rng.normal(0, .5, (3, units)).astype(F)), -1], [z],
+             fused_activation_function="RELU")
+        y = z
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("rank, bias, act", [(1, True, "NONE"), (2, False, "RELU"), (3, True, "TANH"),
+                                             (1, True, "RELU6")])
+def test_svdf_carries_its_memory(rng, rank, bias, act):
+    """Eight invokes: the memory (6 steps) fills and then shifts; each output against LiteRT's."""
+    model = svdf_model(rng, rank=rank, bias=bias, act=act)
+    feeds = [[rng.normal(0, 1, (2, 5)).astype(F)] for _ in range(8)]
+    got = invokes(Interpreter(model_content=model), feeds)
+    want = invokes(litert()(model_content=model, num_threads=1), feeds)
+    for (g, _), (w, _) in zip(got, want):
+        np.testing.assert_allclose(g[0], w[0], rtol=2e-5, atol=2e-6)
+    assert not np.allclose(got[6][0][0], got[7][0][0])
+
+
+def test_svdf_beside_the_device(opencl_device, rng):
+    """Between two device layers, through a GpuDelegate: the SVDF on the CPU kernels keeps its state across the
+    partition, invoke after invoke."""
+    model = svdf_model(rng, rank=2, around=True)
+    feeds = [rng.normal(0, 1, (2, 5)).astype(F)]
+    got = invokes(Interpreter(model_content=model, experimental_delegates=[GpuDelegate()]),
+                  [feeds] * 4)
+    want = invokes(litert()(model_content=model, num_threads=1), [feeds] * 4)
+    for (g, _), (w, _) in zip(got, want):
+        np.testing.assert_allclose(g[0], w[0], rtol=1e-4, atol=1e-5)
+
+
+def test_svdf_refusals(rng):
+    model = svdf_model(rng, rank=3, units=4)  # 12 filters: fine
+    Interpreter(model_content=model).allocate_tensors()
+    b = ModelBuilder()
+    x = b.input("x", [1, 5])
+    st = b.tensor("s", [1, 7 * 6], is_variable=True)
+    y = b.tensor("y", [1, 3])
+    b.op("SVDF", [x, b.const("wf", np.ones((7, 5), F)), b.const("wt", np.ones((7, 6), F)), -1, st], [y], rank=2)
+    b.output(y)
+    with pytest.raises(RuntimeError, match="rank 2 must be positive and divide the 7 filters"):
+        Interpreter(model_content=b.build()).allocate_tensors()
+
+
+AUX = ["none", "stacked", "backward"]  # no auxiliary input; one with weights; one feeding the backward cell
+
+
+def sequence_shape(time_major: bool, batch: int, steps: int, n: int) -> list[int]:
+    return [steps, batch, n] if time_major else [batch, steps, n]
+
+
+def both_directions(b: ModelBuilder, x: int, aux: int, mode: str, time_major: bool, cell) -> tuple[int, int]:
+    """The unidirectional equivalent of a bidirectional op: ``cell(b, name, input, reverse)`` adds one direction's
+    sequence op and returns its output; the backward one runs on the input reversed in time, its output reversed
+    back. A stacked auxiliary input is concatenated to the input (its weights to the input weights)."""
+    time_axis = b.const("time_axis", np.array([0 if time_major else 1], np.int32))
+
+    def reverse(t: int, name: str) -> int:
+        out = b.tensor(name, b.main.tensors[t].shape)
+        b.op("REVERSE_V2", [t, time_axis], [out])
+        return out
+
+    def concat(ts: list[int], name: str) -> int:
+        shape = list(b.main.tensors[ts[0]].shape)
+        shape[2] = sum(b.main.tensors[t].shape[2] for t in ts)
+        out = b.tensor(name, shape)
+        b.op("CONCATENATION", ts, [out], axis=2)
+        return out
+
+    x_fw = concat([x, aux], "x_cat") if mode == "stacked" else x
+    x_bw = aux if mode == "backward" else x_fw
+    fw = cell(b, "fw", x_fw)
+    bw = reverse(cell(b, "bw", reverse(x_bw, "x_reversed")), "bw_reversed")
+    return fw, bw
+
+
+def check_bidirectional(model: bytes, oracle: bytes, feeds: list, fused_ok: bool) -> None:
+    """Ours against LiteRT running the unidirectional equivalent (``oracle``), three invokes; and against
+    LiteRT's own bidirectional kernel where ``fused_ok`` (the layouts in which that kernel has none of the known
+    faults named by the callers)."""
+    got = invokes(Interpreter(model_content=model), [feeds] * 3)
+    references = [oracle] + ([model] if fused_ok else [])
+    for reference in references:
+        want = invokes(litert()(model_content=reference, num_threads=1), [feeds] * 3)
+        for (g, g_shapes), (w, w_shapes) in zip(got, want):
+            assert g_shapes == w_shapes
+            for a, c in zip(g, w):
+                np.testing.assert_allclose(a, c, rtol=2e-5, atol=2e-6)
+    assert not np.allclose(got[0][0][0], got[1][0][0])  # (the state carried)
+
+
+def rnn_weights(rng, n_in: int, n_aux: int, units: int) -> dict[str, np.ndarray]:
+    w = lambda *s: rng.normal(0, .5, s).astype(F)
+    return {"w": w(units, n_in), "aux": w(units, n_aux), "r": w(units, units), "b": w(units)}
+
+
+@pytest.mark.parametrize("aux", AUX)
+@pytest.mark.parametrize("merge, time_major, act", [(False, False, "TANH"), (True, True, "RELU"),
+                                                    (True, False, "NONE"), (False, True, "RELU6")])
+def test_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
+    batch, steps, n_in = 2, 4, 3
+    n_aux = n_in if aux == "backward" else 5  # (LiteRT wants the backward weights as wide as the input)
+    units = {"fw": 4, "bw": 6}
+    shape = lambda n: sequence_shape(time_major, batch, steps, n)
+    bw_in = n_aux if aux == "backward" else n_in
+    weights = {"fw": rnn_weights(rng, n_in, n_aux, units["fw"]), "bw": rnn_weights(rng, bw_in, n_aux, units["bw"])}
+    outputs = lambda b: ([b.tensor("y", shape(units["fw"] + units["bw"]))] if merge else
+                         [b.tensor("fw_y", shape(units["fw"])), b.tensor("bw_y", shape(units["bw"]))])
+
+    b = ModelBuilder()
+    x = b.input("x", shape(n_in))
+    a = b.input("aux", shape(n_aux)) if aux != "none" else -1
+    ins = [x]
+    for name in ("fw", "bw"):
+        ws = weights[name]
+        ins += [b.const(f"{name}_{k}", ws[k]) for k in ("w", "r", "b")]
+        ins.append(b.tensor(f"{name}_h", [batch, units[name]], is_variable=True))
+    ins += [a] + ([b.const(f"{name}_aux", weights[name]["aux"]) for name in ("fw", "bw")] if aux == "stacked"
+                  else [-1, -1])
+    outs = outputs(b)
+    b.op("BIDIRECTIONAL_SEQUENCE_RNN", ins, outs, time_major=time_major, merge_outputs=merge,
+         fused_activation_function=act)
+    b.output(*outs)
+
+    def cell(o: ModelBuilder, name: str, inp: int) -> int:
+        ws = weights[name]
+        w = np.concatenate([ws["w"], ws["aux"]], axis=1) if aux == "stacked" else ws["w"]
+        y = o.tensor(f"{name}_out", shape(units[name]))
+        o.op("UNIDIRECTIONAL_SEQUENCE_RNN", [inp, o.const(f"{name}_w", w), o.const(f"{name}_r", ws["r"]),
+                                             o.const(f"{name}_b", ws["b"]),
+                                             o.tensor(f"{name}_h", [batch, units[name]], is_variable=True)],
+             [y], time_major=time_major, fused_activation_function=act)
+        return y
+
+    o = ModelBuilder()
+    fw, bw = both_directions(o, o.input("x", shape(n_in)), o.input("aux", shape(n_aux)) if aux != "none" else -1,
+                             aux, time_major, cell)
+    if merge:
+        y = o.tensor("y", shape(units["fw"] + units["bw"]))
+        o.op("CONCATENATION", [fw, bw], [y], axis=2)
+        o.output(y)
+    else:
+        o.output(fw, bw)
+    feeds = [rng.normal(0, 1, shape(n_in)).astype(F)] + ([rng.normal(0, 1, shape(n_aux)).astype(F)]
+                                                          if aux != "none" else [])
+    # LiteRT's kernel: time-major, it steps the auxiliary input by the input's width; batch-major, its backward
+    # cell reads the input, not the auxiliary input it was given; time-major and unmerged, it gives the backward
+    # output the shape [batch, time, units] over time-major data
+    fused_ok = not ((time_major and aux == "stacked") or (not time_major and aux == "backward")
+                    or (time_major and not merge))
+    check_bidirectional(b.build(), o.build(), feeds, fused_ok)
+
+
+GATES = "ifco"
+
+
+def lstm_weights(rng, n_in: int, n_aux: int, units: int, n_out: int, cifg: bool, peephole: bool) -> dict:
+    """One direction's weights by name (gates i, f, c, o; i absent under CIFG)."""
+    w = lambda *s: rng.uniform(-.5, .5, s).astype(F)
+    gates = GATES[1:] if cifg else GATES
+    ws = {f"w{g}": w(units, n_in) for g in gates} | {f"aux{g}": w(units, n_aux) for g in gates}
+    ws |= {f"r{g}": w(units, n_out) for g in gates} | {f"b{g}": w(units) for g in gates}
+    if peephole:
+        ws |= {f"p{g}": w(units) for g in ("fo" if cifg else "ifo")}
+    if n_out != units:
+        ws |= {"proj": w(n_out, units), "proj_bias": w(n_out)}
+    return ws
+
+
+def lstm_inputs(b: ModelBuilder, name: str, ws: dict, input_weights: dict) -> list[int]:
+    """The 17 weight inputs of one LSTM direction, in TFLite's order (absent: -1)."""
+    c = lambda k, v=None: b.const(f"{name}_{k}", ws[k] if v is None else v) if (v is not None or k in ws) else -1
+    ins = [c(f"w{g}", input_weights.get(g)) if f"w{g}" in ws else -1 for g in GATES]
+    ins += [c(f"r{g}") for g in GATES] + [c(f"p{g}") for g in "ifo"] + [c(f"b{g}") for g in GATES]
+    return ins + [c("proj"), c("proj_bias")]
+
+
+LSTM_VARIANTS = {
+    "plain": {"merge": True},
+    "cifg_peephole": {"cifg": True, "peephole": True},
+    "projection": {"projection": True, "merge": True, "time_major": True},
+    "clipped": {"clip": True, "time_major": True},
+}
+
+
+@pytest.mark.parametrize("aux", AUX)
+@pytest.mark.parametrize("variant", sorted(LSTM_VARIANTS))
+def test_bidirectional_sequence_lstm(rng, aux, variant):
+    opts = LSTM_VARIANTS[variant]
+    cifg, peephole, merge, time_major = (opts.get(k, False) for k in ("cifg", "peephole", "merge", "time_major"))
+    batch, steps, n_in, units = 2, 4, 3, 5  # (LiteRT wants both cells of one size, inputs as wide as the input)
+    n_aux = n_in if aux == "backward" else 4
+    n_out = 3 if opts.get("projection") else units
+    shape = lambda n: sequence_shape(time_major, batch, steps, n)
+    weights = {name: lstm_weights(rng, n_in, n_aux, units, n_out, cifg, peephole) for name in ("fw", "bw")}
+    clip = 0.5 if opts.get("clip") else 0.0
+    options = {"fused_activation_function": "TANH", "cell_clip": clip, "proj_clip": clip, "time_major": time_major}
+    states = lambda b, name: [b.tensor(f"{name}_h", [batch, n_out], is_variable=True),
+                              b.tensor(f"{name}_c", [batch, units], is_variable=True)]
+
+    b = ModelBuilder()
+    x = b.input("x", shape(n_in))
+    a = b.input("aux", shape(n_aux)) if aux != "none" else -1
+    ins = [x, *lstm_inputs(b, "fw", weights["fw"], {}), *lstm_inputs(b, "bw", weights["bw"], {})]
+    ins += states(b, "fw") + states(b, "bw") + [a]
+    for name in ("fw", "bw"):
+        ins += [b.const(f"{name}_aux{g}", weights[name][f"aux{g}"]) if aux == "stacked" and f"aux{g}" in
+                weights[name] else -1 for g in GATES]
+    outs = ([b.tensor("y", shape(2 * n_out))] if merge else [b.tensor("fw_y", shape(n_out)),
+                                                            b.tensor("bw_y", shape(n_out))])
+    b.op("BIDIRECTIONAL_SEQUENCE_LSTM", ins, outs, merge_outputs=merge, **options)
+    b.output(*outs)
+
+    def cell(o: ModelBuilder, name: str, inp: int) -> int:
+        ws = weights[name]
+        stacked = {g: np.concatenate([ws[f"w{g}"], ws[f"aux{g}"]], axis=1) for g in GATES
+                   if aux == "stacked" and f"w{g}" in ws}
+        y = o.tensor(f"{name}_out", shape(n_out))
+        o.op("UNIDIRECTIONAL_SEQUENCE_LSTM", [inp, *lstm_inputs(o, name, ws, stacked), *states(o, name)], [y],
+             **options)
+        return y
+
+    o = ModelBuilder()
+    fw, bw = both_directions(o, o.input("x", shape(n_in)), o.input("aux", shape(n_aux)) if aux != "none" else -1,
+                             aux, time_major, cell)
+    if merge:
+        y = o.tensor("y", shape(2 * n_out))
+        o.op("CONCATENATION", [fw, bw], [y], axis=2)
+        o.output(y)
+    else:
+        o.output(fw, bw)
+    feeds = [rng.normal(0, 1, shape(n_in)).astype(F)] + ([rng.normal(0, 1, shape(n_aux)).astype(F)]
+                                                          if aux != "none" else [])
+    # LiteRT's kernel, batch-major and merged, offsets the second batch row's state by the merged width
+    check_bidirectional(b.build(), o.build(), feeds, fused_ok=time_major or not merge)
