@@ -283,3 +283,37 @@ def test_bidirectional_sequence_lstm(rng, aux, variant):
                                                           if aux != "none" else [])
     # LiteRT's kernel, batch-major and merged, offsets the second batch row's state by the merged width
     check_bidirectional(b.build(), o.build(), feeds, fused_ok=time_major or not merge)
+
+
+def integer_svdf_model(rng, *, batch=2, inputs=5, units=4, rank=2, memory=6, act="RELU", bias=True) -> bytes:
+    q = lambda scale, zero_point=0: {"scale": np.float32([scale]), "zero_point": np.int64([zero_point])}
+    filters = units * rank
+    b = ModelBuilder()
+    x = b.input("x", [batch, inputs], np.int8, quant=q(0.05, 3))
+    wf = b.const("wf", rng.integers(-127, 128, (filters, inputs)).astype(np.int8), np.int8, quant=q(0.01))
+    wt = b.const("wt", rng.integers(-3000, 3000, (filters, memory)).astype(np.int16), np.int16, quant=q(2e-4))
+    bb = b.const("b", rng.integers(-500, 500, units).astype(np.int32), np.int32, quant=q(5e-4)) if bias else -1
+    state = b.tensor("state", [batch, memory * filters], np.int16, quant=q(0.004), is_variable=True)
+    y = b.tensor("y", [batch, units], np.int8, quant=q(0.3, -2))
+    b.op("SVDF", [x, wf, wt, bb, state], [y], rank=rank, fused_activation_function=act)
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("rank, bias", [(1, True), (2, False), (3, True)])
+def test_integer_svdf_equals_litert(rng, rank, bias):
+    """The integer SVDF (int8 in and out, int16 state and time weights): LiteRT's values exactly over eight
+    invokes, the int16 state carried."""
+    model = integer_svdf_model(rng, rank=rank, bias=bias)
+    feeds = [[rng.integers(-128, 128, (2, 5)).astype(np.int8)] for _ in range(8)]
+    got = invokes(Interpreter(model_content=model), feeds)
+    want = invokes(litert()(model_content=model, num_threads=1), feeds)
+    for (g, _), (w, _) in zip(got, want):
+        np.testing.assert_array_equal(g[0], w[0])
+    outputs = np.stack([g[0] for g, _ in got])
+    assert len(np.unique(outputs)) > 20 and (np.abs(outputs) < 127).mean() > 0.5  # (not saturated)
+
+
+def test_integer_svdf_takes_relu_only(rng):
+    with pytest.raises(RuntimeError, match="an integer SVDF takes the RELU activation only"):
+        Interpreter(model_content=integer_svdf_model(rng, act="NONE")).allocate_tensors()

@@ -4,8 +4,9 @@ An op is *quantized* when one of its non-constant inputs or outputs is an intege
 with affine quantization (``real = scale * (q - zero_point)``). For such an op the
 executor picks, in this order:
 
-1. an integer kernel from this module (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, SUB,
-   MUL, the pools, CONCATENATION, QUANTIZE/DEQUANTIZE and table-driven unary ops). Products are
+1. an integer kernel (``register_int``): from this module CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD,
+   SUB, MUL, the pools, CONCATENATION, QUANTIZE/DEQUANTIZE and table-driven unary ops; SVDF (cpu.recurrent) and
+   TFLite_Detection_PostProcess (cpu.detection) from theirs. Products are
    accumulated exactly (int32 sums of int8 products, computed in float64, which holds them
    exactly). Convolutions and matrix products are rescaled as LiteRT's default (XNNPACK) path does
    (float32 scale, round to nearest even); ADD/SUB/MUL/requantization with TFLite's fixed-point
@@ -17,8 +18,9 @@ executor picks, in this order:
 3. otherwise the float kernel on dequantized inputs, its outputs rounded (half away from zero,
    as ``TfLiteRound``) and clamped: within one step of an integer implementation.
 
-Hybrid (dynamic-range) ops — float activations, int8 weights — are not quantized ops: their
-float kernels dequantize the weights once.
+Hybrid (dynamic-range) ops — float activations, int8 weights — are not quantized ops. CONV_2D,
+DEPTHWISE_CONV_2D and FULLY_CONNECTED run LiteRT's hybrid arithmetic (``hybrid_factory``: the input quantized
+per row, integer products); other ops' float kernels dequantize the weights once.
 """
 
 from __future__ import annotations

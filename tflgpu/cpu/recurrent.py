@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ops.jit import njit, readonly
+from ..ops.quantization import qparams
 from .conv import _float_weights
+from .quantized import multiply_by_quantized_multiplier, quantize_multiplier, register_int
 from .registry import KernelError, OpContext, apply_activation, register
 from .vecmath import sigmoid_into, tanh_into
 
@@ -549,5 +551,76 @@ def svdf(ctx: OpContext):
         if state is None or not state.flags.writeable:
             state = np.array(state, np.float32)
         return [cell.step(x, state)]
+
+    return run
+
+
+_INT_SVDF_TYPES = ((0, np.int8, "input"), (1, np.int8, "feature weights"), (2, np.int16, "time weights"),
+                   (3, np.int32, "bias"), (4, np.int16, "state"))
+
+
+def _wrap_int32(v: np.ndarray) -> np.ndarray:
+    """int64 sums as the int32 sums of C would hold them (two's complement wrap-around)."""
+    return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+@register_int("SVDF")
+def svdf_integer(ctx: OpContext):
+    """TFLite's integer SVDF (int8 input and output, int8 feature weights, int16 time weights and state, int32
+    bias): the feature products rescaled into the int16 state, the time products summed with the bias in int32
+    and rescaled into the output, with TFLite's fixed-point multipliers; as LiteRT, RELU only."""
+    if int(ctx.opt("fused_activation_function", 0)) != 1:
+        raise ctx.fail("an integer SVDF takes the RELU activation only (as LiteRT)")
+    params = {}
+    for i, dtype, what in _INT_SVDF_TYPES + ((-1, np.int8, "output"),):
+        t = ctx.output_tensor(0) if i < 0 else ctx.input_tensor(i)
+        if t is None:
+            if i == 3:
+                continue
+            raise ctx.fail(f"its {what} (input {i}) is missing")
+        if t.dtype != dtype or (qparams(t) is None and i != 3):  # (the bias's scale is implied)
+            raise ctx.fail(f"its {what} is {t.type_name}{'' if qparams(t) else ' without quantization'}: an "
+                           f"integer SVDF takes {np.dtype(dtype).name} quantized there")
+        if i in (1, 2, 3) and ctx.const(i) is None:
+            raise ctx.fail(f"its {what} (input {i}) must be a constant")
+        params[i] = qparams(t)
+    rank = int(ctx.opt("rank", 0) or 0)
+    feature = np.asarray(ctx.const(1), np.int64)
+    time = np.asarray(ctx.const(2), np.int64)
+    filters = feature.shape[0] if feature.ndim == 2 else 0
+    if rank < 1 or filters % rank or time.ndim != 2 or time.shape[0] != filters:
+        raise ctx.fail(f"rank {rank}, feature weights {list(feature.shape)} and time weights {list(time.shape)} do "
+                       "not fit")
+    units, memory = filters // rank, time.shape[1]
+    bias = np.asarray(ctx.const(3), np.int64) if ctx.has_input(3) else np.zeros(units, np.int64)
+    if bias.shape != (units,):
+        raise ctx.fail(f"bias {list(bias.shape)} for {units} units")
+    if not ctx.input_tensor(4).is_variable:
+        raise ctx.fail("its state (input 4) must be a variable tensor")
+    f32 = lambda i: np.float32(params[i].s)
+    # (the scale ratios in float32, as LiteRT computes them, then QuantizeMultiplier in double)
+    to_state = quantize_multiplier(np.float64(f32(0) * f32(1) / f32(4)))
+    to_output = quantize_multiplier(np.float64(f32(4) * f32(2) / f32(-1)))
+    in_zp, out_zp = params[0].z, params[-1].z
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        if x.ndim != 2 or x.shape[1] != feature.shape[1]:
+            raise KernelError(f"SVDF: input of shape {list(x.shape)} for feature weights {list(feature.shape)}")
+        batch = x.shape[0]
+        state = xs[4]
+        if state.size != batch * filters * memory:
+            raise KernelError(f"SVDF: the state holds {state.size} values where a batch of {batch} needs "
+                              f"{batch} x {memory * filters}")
+        if not state.flags.writeable:
+            state = np.array(state)
+        s = state.reshape(batch, filters, memory)
+        s[:, :, :-1] = s[:, :, 1:].copy()
+        acc = _wrap_int32((x.astype(np.int64) - in_zp) @ feature.T)
+        s[:, :, -1] = np.clip(multiply_by_quantized_multiplier(acc, *to_state), -32768, 32767)
+        per_filter = np.einsum("bfm,fm->bf", s.astype(np.int64), time)
+        total = _wrap_int32(bias + per_filter.reshape(batch, units, rank).sum(axis=2))
+        out = multiply_by_quantized_multiplier(total, *to_output) + out_zp
+        return [np.clip(out, -128, 127).astype(np.int8)]
 
     return run
