@@ -317,3 +317,40 @@ def test_integer_svdf_equals_litert(rng, rank, bias):
 def test_integer_svdf_takes_relu_only(rng):
     with pytest.raises(RuntimeError, match="an integer SVDF takes the RELU activation only"):
         Interpreter(model_content=integer_svdf_model(rng, act="NONE")).allocate_tensors()
+
+
+def integer_lstm_model(rng, batch: int, steps: int, n_in: int, units: int) -> bytes:
+    """A full-integer UNIDIRECTIONAL_SEQUENCE_LSTM as TFLite's quantizer writes one (8x8->16: int8 input, output
+    and hidden state, int16 cell state, int32 biases, five intermediates giving its internal scales)."""
+    q = lambda scale, zero_point=0: {"scale": np.float32([scale]), "zero_point": np.int64([zero_point])}
+    in_q, w_scale, out_q = q(0.03, 2), 0.005, q(1 / 128)
+    b = ModelBuilder()
+    x = b.input("x", (batch, steps, n_in), np.int8, quant=in_q)
+    w = lambda name, shape: b.const(name, rng.integers(-127, 128, shape).astype(np.int8), np.int8, quant=q(w_scale))
+    ins = [x] + [w(f"w{g}", (units, n_in)) for g in "ifco"] + [w(f"r{g}", (units, units)) for g in "ifco"]
+    ins += [-1, -1, -1]
+    ins += [b.const(f"b{g}", rng.integers(-2000, 2000, units).astype(np.int32), np.int32, quant=q(0.03 * w_scale))
+            for g in "ifco"]
+    ins += [-1, -1, b.tensor("h", (batch, units), np.int8, quant=out_q, is_variable=True),
+            b.tensor("c", (batch, units), np.int16, quant=q(2 ** -11), is_variable=True)]
+    mids = [b.tensor(f"gate{i}", (0,), np.int16, quant=q(2 ** -12)) for i in range(4)]
+    mids.append(b.tensor("hidden", (0,), np.int8, quant=out_q))
+    y = b.tensor("y", (batch, steps, units), np.int8, quant=out_q)
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [y], intermediates=mids, fused_activation_function="TANH",
+         time_major=False)
+    b.output(y)
+    return b.build()
+
+
+def test_integer_lstm_carries_its_state(rng):
+    """A full-integer LSTM runs as the float LSTM between dequantize and quantize; its int16 / int8 state
+    variables are quantized back after each invoke (they were left as they were, so every invoke started from
+    zeros: LiteRT's second invoke differed by up to 51 steps). Five invokes within one step of LiteRT's."""
+    model = integer_lstm_model(rng, batch=2, steps=12, n_in=7, units=9)
+    feeds = [[rng.integers(-128, 128, (2, 12, 7)).astype(np.int8)] for _ in range(5)]
+    got = invokes(Interpreter(model_content=model), feeds)
+    want = invokes(litert()(model_content=model, num_threads=1), feeds)
+    for (g, _), (w, _) in zip(got, want):
+        assert np.abs(g[0].astype(np.int32) - w[0]).max() <= 1
+    again = invokes(Interpreter(model_content=model), [feeds[1]])  # (the same input from the zero state)
+    assert np.abs(again[0][0][0].astype(np.int32) - got[1][0][0]).max() > 4

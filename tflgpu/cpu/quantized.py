@@ -741,11 +741,17 @@ def _emulated(float_factory):
                 and ctx.input_tensor(i).data is None else None for i in range(len(ctx.op.inputs))]
         out_q = [qparams(ctx.output_tensor(i)) if ctx.op.outputs[i] >= 0 else None
                  for i in range(len(ctx.op.outputs))]
+        # quantized state variables (an integer LSTM's): the float kernel updates their dequantized copies, which
+        # are quantized back into the variables, so the state carries over to the next invoke
+        states = [i for i, p in enumerate(in_q) if p is not None and ctx.input_tensor(i).is_variable]
 
         def run(xs):
             fx = [dequantize_values(x, p) if p is not None and x is not None else x for x, p in zip(xs, in_q)]
             with np.errstate(all="ignore"):
                 ys = fn(fx)
+                for i in states:
+                    if xs[i] is not None and xs[i].flags.writeable and fx[i].shape == xs[i].shape:
+                        np.copyto(xs[i], quantize_values(fx[i], in_q[i]))
             return [quantize_values(np.asarray(y), p) if p is not None else y  # (NaN as zero)
                     for y, p in zip(ys, out_q)]
 

@@ -87,6 +87,7 @@ class _Op:
     options: dict[str, Any]
     custom_options: bytes | None
     version: int
+    intermediates: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -133,9 +134,10 @@ class SubgraphBuilder:
         self.outputs.extend(idx)
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
-           custom_options: bytes | None = None, **options: Any) -> None:
-        """Add an op; ``name`` is a builtin name or, for a custom op, its custom code."""
-        self.ops.append(_Op(name, list(inputs), list(outputs), options, custom_options, version))
+           custom_options: bytes | None = None, intermediates: Sequence[int] = (), **options: Any) -> None:
+        """Add an op; ``name`` is a builtin name or, for a custom op, its custom code; ``intermediates``: tensors
+        whose quantization describes values inside the op (an integer LSTM's gates)."""
+        self.ops.append(_Op(name, list(inputs), list(outputs), options, custom_options, version, list(intermediates)))
 
 
 class ModelBuilder:
@@ -318,12 +320,15 @@ class ModelBuilder:
         for op in sg.ops:
             ins = fb.CreateNumpyVector(np.array(op.inputs, np.int32))
             outs = fb.CreateNumpyVector(np.array(op.outputs, np.int32))
+            mids = fb.CreateNumpyVector(np.array(op.intermediates, np.int32)) if op.intermediates else None
             opts = self._options(fb, op)
             custom = fb.CreateNumpyVector(np.frombuffer(op.custom_options, np.uint8)) if op.custom_options else None
             T["Operator"].Start(fb)
             T["Operator"].AddOpcodeIndex(fb, codes[(op.name, op.version)])
             T["Operator"].AddInputs(fb, ins)
             T["Operator"].AddOutputs(fb, outs)
+            if mids is not None:
+                T["Operator"].AddIntermediates(fb, mids)
             if opts is not None:
                 code, off, second = opts
                 if second:
