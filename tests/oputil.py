@@ -167,15 +167,32 @@ def rand(rng, shape, lo=-1.0, hi=1.0, dtype=np.float32) -> np.ndarray:
     return rng.uniform(lo, hi, shape).astype(dtype)
 
 
+def hybrid_const(b: ModelBuilder, name: str, value: np.ndarray) -> int:
+    """A constant int8 weight tensor quantized symmetrically from ``value`` (one scale), as a dynamic-range
+    quantizer writes one."""
+    scale = float(np.abs(value).max() / 127) or 1.0
+    q = np.clip(np.round(value / scale), -127, 127).astype(np.int8)
+    return b.const(name, q, np.int8, quant={"scale": np.float32([scale]), "zero_point": np.int64([0])})
+
+
 def lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, peephole=False, cifg=False,
-                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False, peephole_size=None):
+                layer_norm=False, cell_clip=0.0, proj_clip=0.0, time_major=False, peephole_size=None,
+                hybrid=False, asymmetric=False):
     """An LSTM op with every optional input switchable; state inputs are variable tensors (``peephole_size``: a
-    peephole vector of another length than ``units``, a malformed model)."""
+    peephole vector of another length than ``units``, a malformed model). ``hybrid``: int8 weights (input,
+    recurrent, peephole, projection; biases and layer norm stay float), inputs quantized ``asymmetric``-ally or
+    not, as a dynamic-range quantized model has them."""
     n_out = n_out or units
     b = ModelBuilder()
     shape = (steps, batch, n_in) if time_major else (batch, steps, n_in)
     x = b.input("x", shape if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_in))
-    w = lambda name, s: b.const(name, rand(rng, s, -0.5, 0.5))
+
+    def w(name, s):
+        value = rand(rng, s, -0.5, 0.5)
+        if hybrid and name[0] in "wrp" and name != "proj_bias":
+            return hybrid_const(b, name, value)
+        return b.const(name, value)
+
     ins = [x]
     ins += [-1 if cifg else w("wi", (units, n_in))] + [w(f"w{g}", (units, n_in)) for g in "fco"]
     ins += [-1 if cifg else w("ri", (units, n_out))] + [w(f"r{g}", (units, n_out)) for g in "fco"]
@@ -193,6 +210,8 @@ def lstm_model(op: str, rng, *, batch=2, steps=5, n_in=6, units=7, n_out=None, p
     out_shape = (shape[0], shape[1], n_out) if op == "UNIDIRECTIONAL_SEQUENCE_LSTM" else (batch, n_out)
     y = b.tensor("y", out_shape)
     opts = {"fused_activation_function": "TANH", "cell_clip": cell_clip, "proj_clip": proj_clip}
+    if hybrid:
+        opts["asymmetric_quantize_inputs"] = asymmetric
     if op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
         opts["time_major"] = time_major
     b.op(op, ins, [y], **opts)

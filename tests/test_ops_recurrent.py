@@ -12,6 +12,7 @@ from tflgpu import GpuDelegate, Interpreter
 from tflgpu.model.builder import ModelBuilder
 
 from .conftest import litert
+from .oputil import VARIANTS, hybrid_const, lstm_model
 from .test_ops_indexing import invokes
 
 F = np.float32
@@ -217,9 +218,17 @@ def lstm_weights(rng, n_in: int, n_aux: int, units: int, n_out: int, cifg: bool,
     return ws
 
 
-def lstm_inputs(b: ModelBuilder, name: str, ws: dict, input_weights: dict) -> list[int]:
-    """The 17 weight inputs of one LSTM direction, in TFLite's order (absent: -1)."""
-    c = lambda k, v=None: b.const(f"{name}_{k}", ws[k] if v is None else v) if (v is not None or k in ws) else -1
+def lstm_inputs(b: ModelBuilder, name: str, ws: dict, input_weights: dict, hybrid: bool = False) -> list[int]:
+    """The 17 weight inputs of one LSTM direction, in TFLite's order (absent: -1); ``hybrid``: the weights (not
+    the biases) int8."""
+
+    def c(k, v=None):
+        if v is None and k not in ws:
+            return -1
+        value = ws[k] if v is None else v
+        weight = hybrid and k[0] in "wrp" and k != "proj_bias"
+        return hybrid_const(b, f"{name}_{k}", value) if weight else b.const(f"{name}_{k}", value)
+
     ins = [c(f"w{g}", input_weights.get(g)) if f"w{g}" in ws else -1 for g in GATES]
     ins += [c(f"r{g}") for g in GATES] + [c(f"p{g}") for g in "ifo"] + [c(f"b{g}") for g in GATES]
     return ins + [c("proj"), c("proj_bias")]
@@ -233,9 +242,9 @@ LSTM_VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("aux", AUX)
-@pytest.mark.parametrize("variant", sorted(LSTM_VARIANTS))
-def test_bidirectional_sequence_lstm(rng, aux, variant):
+def bidirectional_lstm(rng, aux: str, variant: str, hybrid: bool = False) -> tuple[bytes, bytes, list, bool]:
+    """A BIDIRECTIONAL_SEQUENCE_LSTM of ``variant``, its unidirectional equivalent, feeds, and whether LiteRT's
+    own kernel computes it right."""
     opts = LSTM_VARIANTS[variant]
     cifg, peephole, merge, time_major = (opts.get(k, False) for k in ("cifg", "peephole", "merge", "time_major"))
     batch, steps, n_in, units = 2, 4, 3, 5  # (LiteRT wants both cells of one size, inputs as wide as the input)
@@ -251,10 +260,11 @@ def test_bidirectional_sequence_lstm(rng, aux, variant):
     b = ModelBuilder()
     x = b.input("x", shape(n_in))
     a = b.input("aux", shape(n_aux)) if aux != "none" else -1
-    ins = [x, *lstm_inputs(b, "fw", weights["fw"], {}), *lstm_inputs(b, "bw", weights["bw"], {})]
+    ins = [x, *lstm_inputs(b, "fw", weights["fw"], {}, hybrid), *lstm_inputs(b, "bw", weights["bw"], {}, hybrid)]
     ins += states(b, "fw") + states(b, "bw") + [a]
+    const = (lambda name, v: hybrid_const(b, name, v)) if hybrid else b.const
     for name in ("fw", "bw"):
-        ins += [b.const(f"{name}_aux{g}", weights[name][f"aux{g}"]) if aux == "stacked" and f"aux{g}" in
+        ins += [const(f"{name}_aux{g}", weights[name][f"aux{g}"]) if aux == "stacked" and f"aux{g}" in
                 weights[name] else -1 for g in GATES]
     outs = ([b.tensor("y", shape(2 * n_out))] if merge else [b.tensor("fw_y", shape(n_out)),
                                                             b.tensor("bw_y", shape(n_out))])
@@ -266,8 +276,8 @@ def test_bidirectional_sequence_lstm(rng, aux, variant):
         stacked = {g: np.concatenate([ws[f"w{g}"], ws[f"aux{g}"]], axis=1) for g in GATES
                    if aux == "stacked" and f"w{g}" in ws}
         y = o.tensor(f"{name}_out", shape(n_out))
-        o.op("UNIDIRECTIONAL_SEQUENCE_LSTM", [inp, *lstm_inputs(o, name, ws, stacked), *states(o, name)], [y],
-             **options)
+        o.op("UNIDIRECTIONAL_SEQUENCE_LSTM", [inp, *lstm_inputs(o, name, ws, stacked, hybrid), *states(o, name)],
+             [y], **options)
         return y
 
     o = ModelBuilder()
@@ -282,7 +292,21 @@ def test_bidirectional_sequence_lstm(rng, aux, variant):
     feeds = [rng.normal(0, 1, shape(n_in)).astype(F)] + ([rng.normal(0, 1, shape(n_aux)).astype(F)]
                                                           if aux != "none" else [])
     # LiteRT's kernel, batch-major and merged, offsets the second batch row's state by the merged width
-    check_bidirectional(b.build(), o.build(), feeds, fused_ok=time_major or not merge)
+    return b.build(), o.build(), feeds, time_major or not merge
+
+
+@pytest.mark.parametrize("aux", AUX)
+@pytest.mark.parametrize("variant", sorted(LSTM_VARIANTS))
+def test_bidirectional_sequence_lstm(rng, aux, variant):
+    check_bidirectional(*bidirectional_lstm(rng, aux, variant))
+
+
+@pytest.mark.parametrize("aux", ["none", "backward"])  # (a stacked input's rows are quantized apart, not as one)
+@pytest.mark.parametrize("variant", sorted(LSTM_VARIANTS))
+def test_hybrid_bidirectional_sequence_lstm(rng, aux, variant):
+    """Dynamic-range (int8 weights): against LiteRT's hybrid unidirectional LSTMs, and its hybrid bidirectional
+    kernel (where it is right, as for float weights)."""
+    check_bidirectional(*bidirectional_lstm(rng, aux, variant, hybrid=True))
 
 
 def integer_svdf_model(rng, *, batch=2, inputs=5, units=4, rank=2, memory=6, act="RELU", bias=True) -> bytes:
@@ -354,3 +378,18 @@ def test_integer_lstm_carries_its_state(rng):
         assert np.abs(g[0].astype(np.int32) - w[0]).max() <= 1
     again = invokes(Interpreter(model_content=model), [feeds[1]])  # (the same input from the zero state)
     assert np.abs(again[0][0][0].astype(np.int32) - got[1][0][0]).max() > 4
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("op", ["UNIDIRECTIONAL_SEQUENCE_LSTM", "LSTM"])
+def test_hybrid_lstm_takes_litert_s_quantized_steps(rng, op, variant, asymmetric):
+    """A dynamic-range LSTM (int8 weights, float input and state), every variant, inputs quantized symmetrically
+    or not: LiteRT's values to float32 rounding over three invokes. Its weights dequantized instead gave
+    outputs a few thousandths of their range off."""
+    model, feeds = lstm_model(op, rng, hybrid=True, asymmetric=asymmetric, **VARIANTS[variant])
+    feeds = [feeds[0] * 3]  # (wide rows: coarse quantization steps, so a wrong step shows)
+    got = invokes(Interpreter(model_content=model), [feeds] * 3)
+    want = invokes(litert()(model_content=model, num_threads=1), [feeds] * 3)
+    for (g, _), (w, _) in zip(got, want):
+        np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-6)

@@ -11,13 +11,14 @@ is the initial state of every invoke, read and left as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
 from ..ops.jit import njit, readonly
 from ..ops.quantization import qparams
 from .conv import _float_weights
+from .hybrid_recurrent import HybridWeights, accumulate_product, is_hybrid, quantize_row
 from .quantized import multiply_by_quantized_multiplier, quantize_multiplier, register_int
 from .registry import KernelError, OpContext, apply_activation, register
 from .vecmath import sigmoid_into, tanh_into
@@ -79,16 +80,21 @@ def _normalize(g, lo: int, units: int, coeff, use: bool) -> None:
 
 
 @njit(cache=True)
-def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, proj_clip, h, c, outs):
+def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, hy_r, hy_p, act, cell_clip, proj_clip, h, c, outs):
     """Every time step of an LSTM: ``xw`` [T, B, G*U] is the input's contribution (x @ wx, one product for
     all steps), ``h`` [B, out] and ``c`` [B, U] the state, updated in place; ``outs`` [T, B, out] gets each
     step's h. Gates in TFLite's order (i, f, c, o; CIFG: f, c, o and i = 1 - f). ``flags``: CIFG, peephole
-    i / f / o, layer norm, projection, projection bias; ``peep`` [3, U] and ``ln`` [4, U] by gate."""
+    i / f / o, layer norm, projection, projection bias, hybrid, asymmetric; ``peep`` [3, U] and ``ln`` [4, U] by
+    gate. Hybrid: the hidden state's rows (and the projection's input) quantized each step, their products with
+    the int8 recurrent (projection) weights ``hy_r`` (``hy_p``: values, scales, row sums) as LiteRT's hybrid
+    kernel takes them; ``xw`` then holds the bias too (without layer norm), added first as LiteRT adds it."""
     steps, batch, width = xw.shape
     units = c.shape[1]
     n_out = h.shape[1]
     cifg, pi_on, pf_on, po_on, ln_on, proj_on, pbias_on = (flags[0], flags[1], flags[2], flags[3], flags[4],
                                                            flags[5], flags[6])
+    hybrid, asymmetric = flags[7], flags[8]
+    q_h, q_hid = np.empty(n_out, np.int32), np.empty(units, np.int32)
     gi, gf, gc, go = (-1, 0, units, 2 * units) if cifg else (0, units, 2 * units, 3 * units)
     pre = np.empty(width, np.float32)
     hid = np.empty(units, np.float32)
@@ -100,11 +106,15 @@ def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, 
         for b in range(batch):
             for j in range(width):
                 pre[j] = xw[t, b, j]
-            for k in range(n_out):
-                hk = h[b, k]
-                if hk != 0.0:
-                    for j in range(width):
-                        pre[j] += hk * wh[k, j]
+            if hybrid:
+                scale, zp = quantize_row(h[b], q_h, asymmetric)
+                accumulate_product(pre, q_h, scale, zp, hy_r[0], hy_r[1], hy_r[2])
+            else:
+                for k in range(n_out):
+                    hk = h[b, k]
+                    if hk != 0.0:
+                        for j in range(width):
+                            pre[j] += hk * wh[k, j]
             if not cifg:
                 if pi_on:
                     for u in range(units):
@@ -141,7 +151,15 @@ def _recurrence(xw, wh, bias, peep, ln, proj, proj_bias, flags, act, cell_clip, 
             _act_into(hid, act, scratch, scratch2, bits)
             for u in range(units):
                 hid[u] *= zo[u]
-            if proj_on:
+            if proj_on and hybrid:
+                for k in range(n_out):
+                    h[b, k] = proj_bias[k] if pbias_on else 0.0
+                scale, zp = quantize_row(hid, q_hid, asymmetric)
+                accumulate_product(h[b], q_hid, scale, zp, hy_p[0], hy_p[1], hy_p[2])
+                if proj_clip > 0:
+                    for k in range(n_out):
+                        h[b, k] = min(max(h[b, k], -proj_clip), proj_clip)
+            elif proj_on:
                 for k in range(n_out):
                     s = proj_bias[k] if pbias_on else 0.0
                     for u in range(units):
@@ -195,20 +213,61 @@ class _LstmCell:
         self.proj = (np.ascontiguousarray(proj, np.float32) if proj is not None
                      else np.zeros((0, units), np.float32))
         self.proj_bias = proj_bias.astype(np.float32) if proj_bias is not None else np.zeros(0, np.float32)
-        self.flags = np.array([self.cifg, *(v is not None for v in peeps), any(v is not None for v in layer_norm),
-                               proj is not None, proj_bias is not None], np.bool_)
+        # hybrid (int8 weights, float input): LiteRT's quantized products, the bias first where no layer norm
+        self.hybrid = is_hybrid(ctx, 2 + shift)
+        self.asymmetric = bool(ctx.opt("asymmetric_quantize_inputs", False))
+        self.layer_norm = any(v is not None for v in layer_norm)
+        self.shift = shift
+        empty = (np.zeros((0, 0), np.int32), np.zeros(0, np.float32), np.zeros(0, np.int32))
+        hy_r = hy_p = empty
+        if self.hybrid:
+            self.xq = HybridWeights.of(ctx, [i + shift for i in gates])
+            hy_r = astuple(HybridWeights.of(ctx, [i + shift for i in rgates]))
+            if proj is not None:
+                hy_p = astuple(HybridWeights.of(ctx, [16 + shift]))
+        self.flags = np.array([self.cifg, *(v is not None for v in peeps), self.layer_norm, proj is not None,
+                               proj_bias is not None, self.hybrid, self.asymmetric], np.bool_)
+        end_bias = np.zeros_like(self.bias) if self.hybrid and not self.layer_norm else self.bias
         # (read-only, as the recurrence kernel takes them: one compile whichever way they were made)
-        self.weights = tuple(map(readonly, (self.wh, self.bias, self.peep, self.ln, self.proj, self.proj_bias,
-                                            self.flags)))
+        self.weights = (*map(readonly, (self.wh, end_bias, self.peep, self.ln, self.proj, self.proj_bias,
+                                        self.flags)), tuple(map(readonly, hy_r)), tuple(map(readonly, hy_p)))
         self.act = ctx.opt("fused_activation_function", 4)
         if self.act not in ACTIVATIONS:
             raise ctx.fail(f"LSTM activation {self.act} is not supported")
         self.cell_clip = float(ctx.opt("cell_clip", 0.0) or 0.0)
         self.proj_clip = float(ctx.opt("proj_clip", 0.0) or 0.0)
 
+    def aux_weights(self, ctx: OpContext, inputs: tuple[int, ...]) -> np.ndarray | HybridWeights:
+        """The auxiliary input's weights at ``inputs`` (per gate, absent ones skipped): float [G*U, aux], or
+        int8 ones for the hybrid arithmetic."""
+        present = [i for i in inputs if ctx.has_input(i)]
+        if len(present) != len(self.gates):
+            raise ctx.fail(f"{len(present)} auxiliary input weights for a cell of {len(self.gates)} gates")
+        if self.hybrid:
+            return HybridWeights.of(ctx, present)
+        return np.concatenate([_float_weights(ctx, i) for i in present], axis=0).astype(np.float32)
+
+    def input_part(self, x: np.ndarray, aux: np.ndarray | None = None, aux_weights=None) -> np.ndarray:
+        """What the input ``x`` [T, B, n] (and an auxiliary input) add to the gates before the recurrence, [T, B,
+        G*U]: float products; hybrid, the bias (where no layer norm) plus the products of each step's rows
+        quantized, in LiteRT's order."""
+        steps, batch = x.shape[:2]
+        rows = x.reshape(steps * batch, -1)
+        if self.hybrid:
+            part = self.xq.product(rows, self.asymmetric)
+            if not self.layer_norm:
+                part = self.bias + part
+            if aux is not None:
+                part = part + aux_weights.product(aux.reshape(steps * batch, -1), self.asymmetric)
+        else:
+            part = rows @ self.wx
+            if aux is not None:
+                part += aux.reshape(steps * batch, -1) @ aux_weights.T
+        return part.reshape(steps, batch, -1)
+
     def run(self, xw: np.ndarray, h: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Every step of ``xw`` [T, B, G*U] (the input's contribution, precomputed); ``h`` and ``c`` are
-        updated in place; returns h of every step, [T, B, out]."""
+        """Every step of ``xw`` [T, B, G*U] (``input_part``); ``h`` and ``c`` are updated in place; returns h
+        of every step, [T, B, out]."""
         if h.shape[1] != self.n_out or c.shape[1] != self.units:
             raise KernelError(f"LSTM state of shape {list(h.shape)} / {list(c.shape)}, the weights need "
                               f"[batch, {self.n_out}] / [batch, {self.units}]")
@@ -258,10 +317,8 @@ def unidirectional_sequence_lstm(ctx: OpContext):
 
     def run(xs):
         x = _steps_first(xs, ctx.op.name, time_major)
-        t_steps, batch = x.shape[0], x.shape[1]
-        h, c = _read_state(xs, cell, batch)
-        xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
-        outs = cell.run(xw, h, c)
+        h, c = _read_state(xs, cell, x.shape[1])
+        outs = cell.run(cell.input_part(x), h, c)
         if stateful:
             _write_state(xs, h, c)
         if not time_major:
@@ -281,7 +338,7 @@ def lstm(ctx: OpContext):
         x = np.asarray(xs[0], np.float32)
         batch = x.shape[0]
         h, c = _read_state(xs, cell, batch)
-        cell.run((x.reshape(batch, -1) @ cell.wx)[None], h, c)
+        cell.run(cell.input_part(x.reshape(1, batch, -1)), h, c)
         _write_state(xs, h, c)
         return [h] if len(ctx.op.outputs) == 1 else [np.zeros(0, np.float32), h, c, h][: len(ctx.op.outputs)]
 
@@ -458,22 +515,16 @@ def bidirectional_sequence_lstm(ctx: OpContext):
     cells = _LstmCell(ctx, 0, layer_norm=False), _LstmCell(ctx, 17, layer_norm=False)
     states = (35, 36), (37, 38)
     how = _Bidirectional.of(ctx, 39, (40, 41, 42, 43), (44, 45, 46, 47))
-    aux_weights = [_aux_weights(ctx, at) for at in (how.fw_aux, how.bw_aux)]
-    for cell, w in zip(cells, aux_weights):
-        if w is not None and w.shape[0] != cell.wx.shape[1]:
-            raise ctx.fail(f"auxiliary input weights of {w.shape[0]} rows for a cell of {len(cell.gates)} gates of "
-                           f"{cell.units} units")
+    aux_weights = [cell.aux_weights(ctx, at) if at is not None else None
+                   for cell, at in zip(cells, (how.fw_aux, how.bw_aux))]
     stateful = [_stateful(ctx, at) for at in states]
 
     def run(xs):
         x_fw, x_bw, aux = how.inputs(xs, ctx.op.name)
         outs = []
         for cell, x, w, at, keep, reverse in zip(cells, (x_fw, x_bw), aux_weights, states, stateful, (False, True)):
-            t_steps, batch = x.shape[0], x.shape[1]
-            h, c = _read_state(xs, cell, batch, at)
-            xw = (x.reshape(t_steps * batch, -1) @ cell.wx).reshape(t_steps, batch, -1)
-            if aux is not None:
-                xw += (aux.reshape(t_steps * batch, -1) @ w.T).reshape(t_steps, batch, -1)
+            h, c = _read_state(xs, cell, x.shape[1], at)
+            xw = cell.input_part(x, aux, w)
             outs.append(cell.run(xw[::-1], h, c)[::-1] if reverse else cell.run(xw, h, c))
             if keep:
                 _write_state(xs, h, c, at)

@@ -1,0 +1,132 @@
+"""The hybrid (dynamic-range) arithmetic of TFLite's recurrent kernels: float activations and state, int8 weights.
+
+A model converted with ``optimizations = [DEFAULT]`` and no dataset keeps an LSTM's or RNN's weights in int8 and
+its values in float. LiteRT's kernels then quantize each step's input rows and the hidden state to int8 (each
+batch row on its own range: symmetric, or asymmetric where the op's ``asymmetric_quantize_inputs`` says so),
+take exact integer products with the weights and scale them back: ``float(dot) * (row scale * weight scale)``
+added to the gate in float32. Dequantizing the weights instead gives other numbers (a few thousandths of the
+output's range on a random LSTM); these functions give LiteRT's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ops.jit import njit
+from ..ops.quantization import qparams
+from .registry import OpContext
+
+
+@njit(cache=True)
+def _round_away(v: float) -> float:
+    """std::round in float32: half away from zero."""
+    f = np.floor(np.float32(abs(v) + np.float32(0.5)))
+    return f if v > 0 else -f if v < 0 else v
+
+
+@njit(cache=True)
+def quantize_row(v, q, asymmetric: bool) -> tuple[float, int]:
+    """TFLite's SymmetricQuantizeFloats / AsymmetricQuantizeFloats of one row ``v`` (float32) into ``q`` (int32
+    holding the int8 values); returns (scale, zero point). A row of zeros: all 0, scale 1."""
+    lo = np.float32(0.0)
+    hi = np.float32(0.0)
+    first = True
+    for x in v:
+        if first:
+            lo, hi, first = x, x, False
+        lo = min(lo, x)
+        hi = max(hi, x)
+    if not asymmetric:
+        rng = max(abs(lo), abs(hi))
+        if rng == 0:
+            q[:] = 0
+            return np.float32(1.0), 0
+        inv = np.float32(np.float32(127.0) / rng)
+        for i in range(v.size):
+            q[i] = min(127, max(-127, int(_round_away(np.float32(v[i] * inv)))))
+        return np.float32(rng / np.float32(127.0)), 0
+    rmin = float(min(np.float32(0.0), lo))
+    rmax = float(max(np.float32(0.0), hi))
+    if rmin == rmax:
+        q[:] = 0
+        return np.float32(1.0), 0
+    scale = (rmax - rmin) / 255.0
+    from_min, from_max = -128.0 - rmin / scale, 127.0 - rmax / scale
+    zp_real = from_min if 128.0 + abs(rmin / scale) < 127.0 + abs(rmax / scale) else from_max
+    if zp_real <= -128.0:
+        zp = -128
+    elif zp_real >= 127.0:
+        zp = 127
+    else:
+        zp = int(np.floor(abs(zp_real) + 0.5)) * (1 if zp_real >= 0 else -1)  # (C's round)
+    sf = np.float32(scale)
+    inv = np.float32(np.float32(1.0) / sf)
+    for i in range(v.size):
+        q[i] = min(127, max(-128, int(_round_away(np.float32(inv * v[i]))) + zp))
+    return sf, zp
+
+
+@njit(cache=True)
+def quantize_rows(x, asymmetric: bool):
+    """quantize_row over each row of ``x`` [n, d]: (int32 values, float32 scales [n], int32 zero points [n])."""
+    n, d = x.shape
+    q = np.empty((n, d), np.int32)
+    scales = np.empty(n, np.float32)
+    zps = np.empty(n, np.int32)
+    for r in range(n):
+        s, z = quantize_row(x[r], q[r], asymmetric)
+        scales[r] = s
+        zps[r] = z
+    return q, scales, zps
+
+
+@njit(cache=True)
+def accumulate_product(gate, q, scale: float, zp: int, w, w_scale, w_sums) -> None:
+    """gate[j] += float32(sum_k w[j, k] * q[k] - w_sums[j] * zp) * float32(scale * w_scale[j]): one row's
+    integer product with int8 weights (``w`` [rows, k] int32), scaled back and added as LiteRT adds it."""
+    for j in range(w.shape[0]):
+        dot = 0
+        for k in range(w.shape[1]):
+            dot += w[j, k] * q[k]
+        dot -= w_sums[j] * zp
+        gate[j] += np.float32(dot) * np.float32(scale * w_scale[j])
+
+
+@dataclass(frozen=True)
+class HybridWeights:
+    """int8 weights [rows, k] as int32, each row's scale (per tensor: a gate's scale over its rows) and row sums
+    (for asymmetric inputs)."""
+
+    values: np.ndarray
+    scales: np.ndarray
+    sums: np.ndarray
+
+    @classmethod
+    def of(cls, ctx: OpContext, inputs: list[int]) -> HybridWeights:
+        """The int8 weight tensors at ``inputs`` stacked by rows (gate after gate)."""
+        values, scales = [], []
+        for i in inputs:
+            t, w = ctx.input_tensor(i), ctx.const(i)
+            p = qparams(t)
+            if w is None or t.dtype != np.int8 or p is None or len(p.scale) != 1 or p.z != 0:
+                raise ctx.fail(f"hybrid weights (input {i}) must be constant int8 with one scale and zero point 0, "
+                               f"got {t.type_name}")
+            values.append(np.asarray(w, np.int32).reshape(w.shape[0], -1))
+            scales.append(np.full(w.shape[0], p.s, np.float32))
+        v = np.ascontiguousarray(np.concatenate(values))
+        return cls(v, np.concatenate(scales), v.sum(axis=1).astype(np.int32))
+
+    def product(self, x: np.ndarray, asymmetric: bool) -> np.ndarray:
+        """What rows ``x`` [n, k] (float32, each quantized on its own range) add through these weights: [n, rows]
+        float32 terms, each as LiteRT adds it to a gate."""
+        q, scales, zps = quantize_rows(np.ascontiguousarray(x, np.float32), asymmetric)
+        dot = q.astype(np.float64) @ self.values.T.astype(np.float64) - np.outer(zps, self.sums)  # (exact)
+        return dot.astype(np.float32) * (scales[:, None] * self.scales[None, :])
+
+
+def is_hybrid(ctx: OpContext, weight: int) -> bool:
+    """Whether the op's float input meets int8 weights (input ``weight``): LiteRT's hybrid kernels."""
+    x, w = ctx.input_tensor(0), ctx.input_tensor(weight)
+    return x is not None and w is not None and x.dtype == np.float32 and w.dtype == np.int8
