@@ -145,10 +145,12 @@ def rnn_weights(rng, n_in: int, n_aux: int, units: int) -> dict[str, np.ndarray]
     return {"w": w(units, n_in), "aux": w(units, n_aux), "r": w(units, units), "b": w(units)}
 
 
-@pytest.mark.parametrize("aux", AUX)
-@pytest.mark.parametrize("merge, time_major, act", [(False, False, "TANH"), (True, True, "RELU"),
-                                                    (True, False, "NONE"), (False, True, "RELU6")])
-def test_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
+RNN_LAYOUTS = [(False, False, "TANH"), (True, True, "RELU"), (True, False, "NONE"), (False, True, "RELU6")]
+
+
+def bidirectional_rnn(rng, aux: str, merge: bool, time_major: bool, act: str, hybrid: bool = False):
+    """A BIDIRECTIONAL_SEQUENCE_RNN, its unidirectional equivalent, feeds, and whether LiteRT's own kernel
+    computes it right (``hybrid``: int8 weights)."""
     batch, steps, n_in = 2, 4, 3
     n_aux = n_in if aux == "backward" else 5  # (LiteRT wants the backward weights as wide as the input)
     units = {"fw": 4, "bw": 6}
@@ -158,15 +160,16 @@ def test_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
     outputs = lambda b: ([b.tensor("y", shape(units["fw"] + units["bw"]))] if merge else
                          [b.tensor("fw_y", shape(units["fw"])), b.tensor("bw_y", shape(units["bw"]))])
 
+    const = lambda m, name, v: hybrid_const(m, name, v) if hybrid and not name.endswith("_b") else m.const(name, v)
     b = ModelBuilder()
     x = b.input("x", shape(n_in))
     a = b.input("aux", shape(n_aux)) if aux != "none" else -1
     ins = [x]
     for name in ("fw", "bw"):
         ws = weights[name]
-        ins += [b.const(f"{name}_{k}", ws[k]) for k in ("w", "r", "b")]
+        ins += [const(b, f"{name}_{k}", ws[k]) for k in ("w", "r", "b")]
         ins.append(b.tensor(f"{name}_h", [batch, units[name]], is_variable=True))
-    ins += [a] + ([b.const(f"{name}_aux", weights[name]["aux"]) for name in ("fw", "bw")] if aux == "stacked"
+    ins += [a] + ([const(b, f"{name}_aux", weights[name]["aux"]) for name in ("fw", "bw")] if aux == "stacked"
                   else [-1, -1])
     outs = outputs(b)
     b.op("BIDIRECTIONAL_SEQUENCE_RNN", ins, outs, time_major=time_major, merge_outputs=merge,
@@ -177,8 +180,8 @@ def test_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
         ws = weights[name]
         w = np.concatenate([ws["w"], ws["aux"]], axis=1) if aux == "stacked" else ws["w"]
         y = o.tensor(f"{name}_out", shape(units[name]))
-        o.op("UNIDIRECTIONAL_SEQUENCE_RNN", [inp, o.const(f"{name}_w", w), o.const(f"{name}_r", ws["r"]),
-                                             o.const(f"{name}_b", ws["b"]),
+        o.op("UNIDIRECTIONAL_SEQUENCE_RNN", [inp, const(o, f"{name}_w", w), const(o, f"{name}_r", ws["r"]),
+                                             const(o, f"{name}_b", ws["b"]),
                                              o.tensor(f"{name}_h", [batch, units[name]], is_variable=True)],
              [y], time_major=time_major, fused_activation_function=act)
         return y
@@ -196,10 +199,47 @@ def test_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
                                                           if aux != "none" else [])
     # LiteRT's kernel: time-major, it steps the auxiliary input by the input's width; batch-major, its backward
     # cell reads the input, not the auxiliary input it was given; time-major and unmerged, it gives the backward
-    # output the shape [batch, time, units] over time-major data
+    # output the shape [batch, time, units] over time-major data; its hybrid kernel, time-major, runs the whole
+    # sequence once per time step (and crashes where the outputs are merged)
     fused_ok = not ((time_major and aux == "stacked") or (not time_major and aux == "backward")
-                    or (time_major and not merge))
-    check_bidirectional(b.build(), o.build(), feeds, fused_ok)
+                    or (time_major and not merge) or (time_major and hybrid))
+    return b.build(), o.build(), feeds, fused_ok
+
+
+@pytest.mark.parametrize("aux", AUX)
+@pytest.mark.parametrize("merge, time_major, act", RNN_LAYOUTS)
+def test_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
+    check_bidirectional(*bidirectional_rnn(rng, aux, merge, time_major, act))
+
+
+@pytest.mark.parametrize("aux", ["none", "backward"])  # (a stacked input's rows are quantized apart, not as one)
+@pytest.mark.parametrize("merge, time_major, act", RNN_LAYOUTS)
+def test_hybrid_bidirectional_sequence_rnn(rng, aux, merge, time_major, act):
+    check_bidirectional(*bidirectional_rnn(rng, aux, merge, time_major, act, hybrid=True))
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+@pytest.mark.parametrize("op", ["RNN", "UNIDIRECTIONAL_SEQUENCE_RNN"])
+def test_hybrid_rnn(rng, op, asymmetric):
+    """A dynamic-range basic RNN (int8 weights): LiteRT's hybrid steps, three invokes, state carried."""
+    batch, steps, n_in, units = 2, 5, 4, 6
+    for time_major, act in ((False, "TANH"), (True, "RELU")):
+        shape = [batch, n_in] if op == "RNN" else ([steps, batch, n_in] if time_major else [batch, steps, n_in])
+        b = ModelBuilder()
+        x = b.input("x", shape)
+        ins = [x, hybrid_const(b, "w", rng.normal(0, .5, (units, n_in)).astype(F)),
+               hybrid_const(b, "r", rng.normal(0, .5, (units, units)).astype(F)),
+               b.const("b", rng.normal(0, .5, units).astype(F)), b.tensor("h", [batch, units], is_variable=True)]
+        y = b.tensor("y", shape[:-1] + [units])
+        options = {"fused_activation_function": act, "asymmetric_quantize_inputs": asymmetric}
+        b.op(op, ins, [y], **options | ({} if op == "RNN" else {"time_major": time_major}))
+        b.output(y)
+        model = b.build()
+        feeds = [[rng.normal(0, 2, shape).astype(F)] for _ in range(3)]
+        got = invokes(Interpreter(model_content=model), feeds)
+        want = invokes(litert()(model_content=model, num_threads=1), feeds)
+        for (g, _), (w, _) in zip(got, want):
+            np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-6)
 
 
 GATES = "ifco"
@@ -391,5 +431,27 @@ def test_hybrid_lstm_takes_litert_s_quantized_steps(rng, op, variant, asymmetric
     feeds = [feeds[0] * 3]  # (wide rows: coarse quantization steps, so a wrong step shows)
     got = invokes(Interpreter(model_content=model), [feeds] * 3)
     want = invokes(litert()(model_content=model, num_threads=1), [feeds] * 3)
+    for (g, _), (w, _) in zip(got, want):
+        np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_hybrid_svdf(rng, asymmetric):
+    """A dynamic-range SVDF (int8 feature and time weights): LiteRT's hybrid values over eight invokes."""
+    batch, inputs, units, rank, memory = 2, 5, 4, 2, 6
+    filters = units * rank
+    b = ModelBuilder()
+    x = b.input("x", [batch, inputs])
+    wf = hybrid_const(b, "wf", rng.normal(0, .5, (filters, inputs)).astype(F))
+    wt = hybrid_const(b, "wt", rng.normal(0, .5, (filters, memory)).astype(F))
+    state = b.tensor("state", [batch, memory * filters], is_variable=True)
+    y = b.tensor("y", [batch, units])
+    b.op("SVDF", [x, wf, wt, b.const("b", rng.normal(0, .5, units).astype(F)), state], [y], rank=rank,
+         fused_activation_function="RELU", asymmetric_quantize_inputs=asymmetric)
+    b.output(y)
+    model = b.build()
+    feeds = [[rng.normal(0, 2, (batch, inputs)).astype(F)] for _ in range(8)]
+    got = invokes(Interpreter(model_content=model), feeds)
+    want = invokes(litert()(model_content=model, num_threads=1), feeds)
     for (g, _), (w, _) in zip(got, want):
         np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-6)

@@ -361,24 +361,29 @@ def _rnn_activation(x: np.ndarray, code: int) -> np.ndarray:
 class _RnnCell:
     """A basic RNN's constant weights [units, inputs], recurrent weights [units, units], bias [units] and its
     hidden state: a variable carried across invokes, or a constant initial state. ``first``: the weights'
-    input (the state is three on); a bidirectional RNN's backward cell starts at 5."""
+    input (the state is three on); a bidirectional RNN's backward cell starts at 5. Int8 weights with a float
+    input: LiteRT's hybrid arithmetic (each step's input and hidden state quantized per row)."""
 
     def __init__(self, ctx: OpContext, first: int = 1):
         self.act = int(ctx.opt("fused_activation_function", 0))
         if self.act not in ACTIVATIONS:
             raise ctx.fail(f"fused activation {self.act} is not one a basic RNN applies")
+        self.hybrid = is_hybrid(ctx, first)
+        self.asymmetric = bool(ctx.opt("asymmetric_quantize_inputs", False))
         for i, what in ((first, "weights"), (first + 1, "recurrent weights"), (first + 2, "bias")):
             t = ctx.input_tensor(i)
             if t is None or ctx.const(i) is None:
                 raise ctx.fail(f"its {what} (input {i}) must be a constant")
-            if t.dtype != np.float32:
-                raise ctx.fail(f"its {what} are {t.type_name}: only float32 basic RNNs run here (a hybrid one, "
-                               "with int8 weights, does not)")
-        self.w, self.r, self.b = (np.asarray(ctx.const(i), np.float32) for i in (first, first + 1, first + 2))
+            if t.dtype != (np.int8 if self.hybrid and i < first + 2 else np.float32):
+                raise ctx.fail(f"its {what} are {t.type_name}: a basic RNN takes float32 weights, or int8 ones "
+                               "with a float32 bias (dynamic-range)")
+        self.w, self.r, self.b = (_float_weights(ctx, i) for i in (first, first + 1, first + 2))
         self.units = self.w.shape[0]
         if self.r.shape != (self.units, self.units) or self.b.shape != (self.units,):
             raise ctx.fail(f"weights {list(self.w.shape)}, recurrent weights {list(self.r.shape)} and bias "
                            f"{list(self.b.shape)} do not fit {self.units} units")
+        if self.hybrid:
+            self.wq, self.rq = HybridWeights.of(ctx, [first]), HybridWeights.of(ctx, [first + 1])
         self.state_input = first + 3
         state = ctx.input_tensor(self.state_input)
         self.stateful = state is not None and state.is_variable
@@ -390,20 +395,44 @@ class _RnnCell:
                               f"{self.units}: the model's state variable is of another batch than the input")
         return h.reshape(batch, self.units)
 
-    def contribution(self, x: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        """``x`` [time, batch, n] times ``weights`` [units, n] (default: the cell's input weights), per step."""
-        w = self.w if weights is None else weights
-        if x.shape[-1] != w.shape[1]:
-            raise KernelError(f"an input of {x.shape[-1]} values per step for weights of {w.shape[1]}")
-        return (x.reshape(-1, x.shape[-1]) @ w.T).reshape(x.shape[0], x.shape[1], self.units)
+    def aux_weights(self, ctx: OpContext, inputs: tuple[int, ...] | None):
+        """The auxiliary input's weights (input ``inputs[0]``): float [units, aux], or int8 ones (hybrid)."""
+        if inputs is None:
+            return None
+        if self.hybrid:
+            return HybridWeights.of(ctx, list(inputs))
+        return _float_weights(ctx, inputs[0])
+
+    def _product(self, x: np.ndarray, weights) -> np.ndarray:
+        """``x`` [time, batch, n] through ``weights`` [units, n] (float, or int8 ones on x's rows quantized)."""
+        rows = x.reshape(-1, x.shape[-1])
+        n = weights.values.shape[1] if self.hybrid else weights.shape[1]
+        if x.shape[-1] != n:
+            raise KernelError(f"an input of {x.shape[-1]} values per step for weights of {n}")
+        part = weights.product(rows, self.asymmetric) if self.hybrid else rows @ weights.T
+        return part.reshape(x.shape[0], x.shape[1], self.units)
+
+    def input_part(self, x: np.ndarray, aux: np.ndarray | None = None, aux_weights=None) -> np.ndarray:
+        """What the input ``x`` [time, batch, n] (and an auxiliary input) add per step, [time, batch, units];
+        hybrid: with the bias, added first as LiteRT adds it."""
+        part = self._product(x, self.wq if self.hybrid else self.w)
+        if self.hybrid:
+            part = self.b + part
+        if aux is not None:
+            part = part + self._product(aux, aux_weights)
+        return part
 
     def steps(self, xw: np.ndarray, xs, reverse: bool = False) -> np.ndarray:
-        """Outputs [time, batch, units] from the input's contribution ``xw`` [time, batch, units] (``reverse``:
-        last step first, each output in its step's place), the state read and written back."""
+        """Outputs [time, batch, units] from ``input_part`` (``reverse``: last step first, each output in its
+        step's place), the state read and written back."""
         h = self.state(xs, xw.shape[1])
         outs = np.empty_like(xw)
         for t in (range(xw.shape[0] - 1, -1, -1) if reverse else range(xw.shape[0])):
-            h = _rnn_activation((self.b + xw[t]) + h @ self.r.T, self.act).astype(np.float32)
+            if self.hybrid:
+                pre = xw[t] + self.rq.product(h, self.asymmetric)
+            else:
+                pre = (self.b + xw[t]) + h @ self.r.T
+            h = _rnn_activation(pre, self.act).astype(np.float32)
             outs[t] = h
         dst = xs[self.state_input]
         if self.stateful and dst is not None and dst.flags.writeable:
@@ -419,7 +448,7 @@ def rnn(ctx: OpContext):
         x = np.asarray(xs[0], np.float32)
         if x.ndim != 2:
             raise KernelError(f"RNN: input must be [batch, inputs], got {list(x.shape)}")
-        return [cell.steps(cell.contribution(x[None]), xs)[0]]
+        return [cell.steps(cell.input_part(x[None]), xs)[0]]
 
     return run
 
@@ -431,7 +460,7 @@ def unidirectional_sequence_rnn(ctx: OpContext):
 
     def run(xs):
         x = _steps_first(xs, ctx.op.name, time_major)
-        outs = cell.steps(cell.contribution(x), xs)
+        outs = cell.steps(cell.input_part(x), xs)
         return [outs if time_major else np.ascontiguousarray(np.swapaxes(outs, 0, 1))]
 
     return run
@@ -487,24 +516,15 @@ class _Bidirectional:
         return outs if self.time_major else [np.ascontiguousarray(np.swapaxes(o, 0, 1)) for o in outs]
 
 
-def _aux_weights(ctx: OpContext, inputs: tuple[int, ...] | None) -> np.ndarray | None:
-    """The auxiliary input weights at ``inputs`` (per gate, absent ones skipped) stacked [G*units, aux]."""
-    if inputs is None:
-        return None
-    return np.concatenate([_float_weights(ctx, i) for i in inputs if ctx.has_input(i)], axis=0).astype(np.float32)
-
-
 @register("BIDIRECTIONAL_SEQUENCE_RNN")
 def bidirectional_sequence_rnn(ctx: OpContext):
     fw, bw = _RnnCell(ctx, 1), _RnnCell(ctx, 5)
     how = _Bidirectional.of(ctx, 9, (10,), (11,))
-    fw_aux, bw_aux = _aux_weights(ctx, how.fw_aux), _aux_weights(ctx, how.bw_aux)
+    fw_aux, bw_aux = fw.aux_weights(ctx, how.fw_aux), bw.aux_weights(ctx, how.bw_aux)
 
     def run(xs):
         x_fw, x_bw, aux = how.inputs(xs, ctx.op.name)
-        fw_xw, bw_xw = fw.contribution(x_fw), bw.contribution(x_bw)
-        if aux is not None:
-            fw_xw, bw_xw = fw_xw + fw.contribution(aux, fw_aux), bw_xw + bw.contribution(aux, bw_aux)
+        fw_xw, bw_xw = fw.input_part(x_fw, aux, fw_aux), bw.input_part(x_bw, aux, bw_aux)
         return how.outputs(fw.steps(fw_xw, xs), bw.steps(bw_xw, xs, reverse=True))
 
     return run
@@ -538,14 +558,17 @@ def bidirectional_sequence_lstm(ctx: OpContext):
 
 class _Svdf:
     """SVDF's constant feature weights [filters, inputs], time weights [filters, memory] and bias [units]
-    (filters = units x rank), float32; its state (input 4) [batch, memory x filters] holds each filter's last
-    ``memory`` feature activations, oldest first, and is a variable carried across invokes."""
+    (filters = units x rank), float32, or int8 weights (LiteRT's hybrid SVDF: the input's rows quantized for the
+    feature product, the time weights dequantized); its state (input 4) [batch, memory x filters] holds each
+    filter's last ``memory`` feature activations, oldest first, and is a variable carried across invokes."""
 
     def __init__(self, ctx: OpContext):
         self.rank = int(ctx.opt("rank", 0) or 0)
         self.act = int(ctx.opt("fused_activation_function", 0))
         if self.act not in ACTIVATIONS:
             raise ctx.fail(f"fused activation {self.act} is not one SVDF applies")
+        self.hybrid = is_hybrid(ctx, 1)  # (int8 feature and time weights, float input: dynamic-range)
+        self.asymmetric = bool(ctx.opt("asymmetric_quantize_inputs", False))
         for i, what in ((1, "feature weights"), (2, "time weights"), (3, "bias")):
             t = ctx.input_tensor(i)
             if t is None:
@@ -554,11 +577,13 @@ class _Svdf:
                 raise ctx.fail(f"its {what} (input {i}) are missing")
             if ctx.const(i) is None:
                 raise ctx.fail(f"its {what} (input {i}) must be a constant")
-            if t.dtype != np.float32:
-                raise ctx.fail(f"its {what} are {t.type_name}: only float32 SVDF runs here (a hybrid or an "
-                               "integer one does not)")
-        self.feature = np.ascontiguousarray(ctx.const(1), np.float32)
-        self.time = np.ascontiguousarray(ctx.const(2), np.float32)
+            if t.dtype != (np.int8 if self.hybrid and i < 3 else np.float32):
+                raise ctx.fail(f"its {what} are {t.type_name}: a float SVDF takes float32 weights, or int8 ones "
+                               "with a float32 bias (dynamic-range)")
+        self.feature = np.ascontiguousarray(_float_weights(ctx, 1))
+        self.time = np.ascontiguousarray(_float_weights(ctx, 2))  # (hybrid: dequantized once, as LiteRT does)
+        if self.hybrid:
+            self.feature_q = HybridWeights.of(ctx, [1])
         filters = self.feature.shape[0] if self.feature.ndim == 2 else 0
         if self.rank < 1 or filters % self.rank:
             raise ctx.fail(f"rank {self.rank} must be positive and divide the {filters} filters")
@@ -584,7 +609,7 @@ class _Svdf:
                               f"x {self.memory * filters}: the model's state variable is of another batch")
         s = state.reshape(batch, filters, self.memory)
         s[:, :, :-1] = s[:, :, 1:].copy()
-        s[:, :, -1] = x @ self.feature.T
+        s[:, :, -1] = self.feature_q.product(x, self.asymmetric) if self.hybrid else x @ self.feature.T
         per_filter = np.einsum("bfm,fm->bf", s, self.time, dtype=np.float32)
         out = self.bias + per_filter.reshape(batch, self.units, self.rank).sum(axis=2, dtype=np.float32)
         return _rnn_activation(out.astype(np.float32), self.act).astype(np.float32)
