@@ -311,6 +311,42 @@ def test_hybrid_ops(rng, op, path):
     (assert_fp16_close if path.wants_fp16() else assert_close)(got, want, what=op)
 
 
+@pytest.mark.parametrize("shapes", [((2, 3, 24), (24, 7), False, False), ((2, 3, 24), (7, 24), False, True),
+                                    ((2, 24, 3), (2, 24, 7), True, False), ((5, 24), (24, 7), False, False)],
+                         ids=["2d-weights", "adj_y", "adj_x-batched", "rank2"])
+def test_hybrid_batch_matmul(rng, shapes, path):
+    """BATCH_MATMUL of a float x by constant int8 weights (a dynamic-range transformer's): on the CPU, LiteRT's
+    arithmetic (XNNPACK's rows quantized, integer products), within float rounding; it multiplied by the raw
+    int8 values before (outputs 50x too large). GPU float view: against LiteRT on the dequantized weights."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    x_shape, w_shape, adj_x, adj_y = shapes
+    w = rng.integers(-127, 128, w_shape).astype(np.int8)
+    scale = np.float32(0.013)
+    x = rng.normal(0, 1, x_shape).astype(np.float32)
+    out_shape = np.matmul(np.swapaxes(x, -1, -2) if adj_x else x,
+                          np.swapaxes(w, -1, -2) if adj_y else w.astype(np.float32)).shape
+
+    def build(hybrid: bool) -> bytes:
+        b = ModelBuilder()
+        xi = b.input("x", x_shape)
+        wi = (b.const("w", w, quant={"scale": np.float32([scale]), "zero_point": np.int64([0])}) if hybrid
+              else b.const("w", w.astype(np.float32) * scale))
+        y = b.tensor("y", out_shape)
+        b.op("BATCH_MATMUL", [xi, wi], [y], adj_x=adj_x, adj_y=adj_y)
+        b.output(y)
+        return b.build()
+
+    model = build(True)
+    if path is None:
+        assert_close(run_model(Interpreter, model, [x])[0], run_model(litert(), model, [x])[0], 1e-5)
+        return
+    got = run_model(lambda **kw: Interpreter(model_content=model, delegate=path), model, [x])[0]
+    want = run_model(litert(), build(False), [x])[0]
+    (assert_fp16_close if path.wants_fp16() else assert_close)(got, want)
+
+
 # -- the corpus' quantized models, on every path --------------------------------------------------
 
 def _run_path(path_delegate, model_path, x):
@@ -586,9 +622,9 @@ def _qd8_reference(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_qd8_row_quantization_kernel_is_the_numpy_reference():
-    """The numba pass (_quantize_rows_qd8) is XNNPACK's qd8 as the numpy reference writes it, bit for bit,
+    """The numba pass (quantize_rows_qd8) is XNNPACK's qd8 as the numpy reference writes it, bit for bit,
     including rows of one sign, zeros, tiny ranges, a NaN and infinities."""
-    from tflgpu.cpu.quantized import _quantize_rows_qd8
+    from tflgpu.cpu.hybrid import quantize_rows_qd8
 
     rng = np.random.default_rng(11)
     for scale in (1.0, 1e-3, 1e3, 1e-30):
@@ -597,7 +633,7 @@ def test_qd8_row_quantization_kernel_is_the_numpy_reference():
         x[6, 2], x[7, 1], x[8, 3], x[9] = np.nan, np.inf, -np.inf, np.inf
         with np.errstate(all="ignore"):
             want_q, want_s = _qd8_reference(x)
-        got_q, got_s = _quantize_rows_qd8(x)
+        got_q, got_s = quantize_rows_qd8(x)
         assert np.array_equal(got_q, want_q, equal_nan=True) and np.array_equal(got_s, want_s, equal_nan=True)
 
 

@@ -16,6 +16,7 @@ from ..ops.custom_options import transpose_conv_params
 from ..ops.jit import njit, prange, readonly
 from .elementwise import dequant_params
 from .gemm import conv_bias_clamp, gemm_bias_clamp
+from .hybrid import is_hybrid, quantize_rows_qd8, weight_columns
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 
 
@@ -499,6 +500,8 @@ def fully_connected(ctx: OpContext):
 @register("BATCH_MATMUL")
 def batch_matmul(ctx: OpContext):
     adj_x, adj_y = ctx.opt("adj_x", False), ctx.opt("adj_y", False)
+    if is_hybrid(ctx, 1):
+        return _hybrid_batch_matmul(ctx, adj_x, adj_y)
 
     def run(xs):
         a, b = xs[0], xs[1]
@@ -510,5 +513,29 @@ def batch_matmul(ctx: OpContext):
             return [np.matmul(a, b)]
         except ValueError as e:
             raise KernelError(f"BATCH_MATMUL: {e}") from e
+
+    return run
+
+
+def _hybrid_batch_matmul(ctx: OpContext, adj_x: bool, adj_y: bool):
+    """A float x times constant int8 weights (dynamic-range): LiteRT's hybrid product, each row of x quantized on
+    its own range, the integer sums scaled back by (row scale x weight scale)."""
+    w, w_scale = weight_columns(ctx, 1)
+    if adj_y:
+        w = np.swapaxes(w, -1, -2)
+
+    def run(xs):
+        a = np.asarray(xs[0], np.float32)
+        if adj_x:
+            a = np.swapaxes(a, -1, -2)
+        if a.ndim < 2 or a.shape[-1] != w.shape[-2]:
+            raise KernelError(f"BATCH_MATMUL: operands of shapes {list(xs[0].shape)} and {list(w.shape)} "
+                              f"(adj_x={adj_x}, adj_y={adj_y}) do not multiply")
+        q, scales = quantize_rows_qd8(np.ascontiguousarray(a.reshape(-1, a.shape[-1])))
+        try:
+            dot = np.matmul(q.reshape(a.shape).astype(np.float64), w)
+        except ValueError as e:
+            raise KernelError(f"BATCH_MATMUL: {e}") from e
+        return [dot.astype(np.float32) * (scales * w_scale).reshape(a.shape[:-1])[..., None]]
 
     return run

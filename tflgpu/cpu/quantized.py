@@ -19,8 +19,9 @@ executor picks, in this order:
    as ``TfLiteRound``) and clamped: within one step of an integer implementation.
 
 Hybrid (dynamic-range) ops — float activations, int8 weights — are not quantized ops. CONV_2D,
-DEPTHWISE_CONV_2D and FULLY_CONNECTED run LiteRT's hybrid arithmetic (``hybrid_factory``: the input quantized
-per row, integer products); other ops' float kernels dequantize the weights once.
+DEPTHWISE_CONV_2D and FULLY_CONNECTED run LiteRT's hybrid arithmetic here (``hybrid_factory``: the input
+quantized per row or image, integer products); BATCH_MATMUL and the recurrent ops in their float kernels
+(cpu.hybrid); EMBEDDING_LOOKUP dequantizes the rows it picks.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..ops.traits import traits
 from .conv import _bias, _depthwise, border_taps, conv_product, window_rows
 from .elementwise import dequantize, quantize
 from .gemm import conv_requantize, gemm_bias_clamp
+from .hybrid import quantize_rows_qd8
 from .pool import window
 from .registry import KernelError, OpContext, check_geometry, factory_for, once
 
@@ -825,50 +827,6 @@ def _offset_round_rows(rows, inv, off, flat):
 
 
 @njit(cache=True, parallel=True)
-def _quantize_rows_qd8(rows):
-    """XNNPACK's dynamic (qd8) quantization of each row, all in float32, one parallel pass per row: inverse scale
-    255 / range, the zero point of smaller error, rounded to nearest even. Returns (quantized value - zero point,
-    as float32 integers) and each row's scale. A NaN in a row makes its range, and so every value of it, NaN, as
-    numpy's reductions do (tests/test_quantized.py holds the numpy expression it equals bit for bit)."""
-    m, d = rows.shape
-    q = np.empty((m, d), np.float32)
-    scales = np.empty(m, np.float32)
-    one, lo8, hi8 = np.float32(1), np.float32(-128), np.float32(127)
-    for r in prange(m):
-        rmin = np.float32(0)
-        rmax = np.float32(0)
-        for j in range(d):
-            v = rows[r, j]
-            if np.isnan(v) or v < rmin:
-                rmin = v
-            if np.isnan(v) or v > rmax:
-                rmax = v
-            if np.isnan(rmin):
-                rmax = rmin
-                break
-        inv = one if rmin == rmax else np.float32(np.float32(255) / (rmax - rmin))
-        rmin_s, rmax_s = np.float32(rmin * inv), np.float32(rmax * inv)
-        zp = np.float32(lo8 - rmin_s) if (lo8 + rmin_s) + (hi8 + rmax_s) > 0 else np.float32(hi8 - rmax_s)
-        if zp < lo8:  # noqa: PLR1730 (np.clip keeps a NaN; max() would drop it)
-            zp = lo8
-        if zp > hi8:  # noqa: PLR1730
-            zp = hi8
-        zp = np.rint(zp)
-        vlo, vhi = np.float32(lo8 - zp), np.float32(hi8 - zp)
-        for j in range(d):
-            v = np.float32(rows[r, j] * inv)
-            if np.isnan(zp):  # (an infinite range: np.clip against NaN bounds gives NaN)
-                v = zp
-            if v < vlo:  # noqa: PLR1730
-                v = vlo
-            if v > vhi:  # noqa: PLR1730
-                v = vhi
-            q[r, j] = np.rint(v)
-        scales[r] = one / inv
-    return q, scales
-
-
-@njit(cache=True, parallel=True)
 def _hybrid_scale(acc, row_scale, w_scale, bias, lo, hi):
     """float32(acc) * (row_scale[r] * w_scale[c]) + bias[c], clamped to [lo, hi] (a NaN kept): the hybrid
     kernels' return to float, one parallel pass (numpy took four)."""
@@ -936,7 +894,7 @@ def hybrid_factory(ctx: OpContext):
             d = depth if name == "FULLY_CONNECTED" else ic
             if x.size % d:
                 raise KernelError(f"{name}: input of {x.size} values is not a multiple of depth {d}")
-            qz, scales = _quantize_rows_qd8(np.ascontiguousarray(x.reshape(-1, d)))
+            qz, scales = quantize_rows_qd8(np.ascontiguousarray(x.reshape(-1, d)))
             wm = w_mat()
             acc = gemm_bias_clamp(qz.astype(wm.dtype, copy=False), wm, None, -np.inf, np.inf)
             y = _hybrid_scale(acc, scales, w_scale, bias, lo, hi)

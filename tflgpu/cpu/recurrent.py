@@ -18,7 +18,7 @@ import numpy as np
 from ..ops.jit import njit, readonly
 from ..ops.quantization import qparams
 from .conv import _float_weights
-from .hybrid_recurrent import HybridWeights, accumulate_product, is_hybrid, quantize_row
+from .hybrid import HybridWeights, accumulate_product, is_hybrid, quantize_row
 from .quantized import multiply_by_quantized_multiplier, quantize_multiplier, register_int
 from .registry import KernelError, OpContext, apply_activation, register
 from .vecmath import sigmoid_into, tanh_into

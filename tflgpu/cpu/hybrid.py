@@ -1,11 +1,14 @@
-"""The hybrid (dynamic-range) arithmetic of TFLite's recurrent kernels: float activations and state, int8 weights.
+"""The hybrid (dynamic-range) arithmetic of LiteRT's kernels: float activations, int8 weights.
 
-A model converted with ``optimizations = [DEFAULT]`` and no dataset keeps an LSTM's or RNN's weights in int8 and
-its values in float. LiteRT's kernels then quantize each step's input rows and the hidden state to int8 (each
-batch row on its own range: symmetric, or asymmetric where the op's ``asymmetric_quantize_inputs`` says so),
-take exact integer products with the weights and scale them back: ``float(dot) * (row scale * weight scale)``
-added to the gate in float32. Dequantizing the weights instead gives other numbers (a few thousandths of the
-output's range on a random LSTM); these functions give LiteRT's.
+A model converted with ``optimizations = [DEFAULT]`` and no dataset keeps the weights of its LSTMs, RNNs, SVDFs
+and matrix products in int8 and its values in float. LiteRT's kernels for them quantize rows of the float operand
+to int8, take exact integer products with the weights and scale them back: ``float(dot) * (row scale * weight
+scale)``. How the rows are quantized depends on who runs the op: TFLite's recurrent kernels quantize each step's
+input and hidden state per batch row (``quantize_row``: symmetric, or asymmetric where the op's
+``asymmetric_quantize_inputs`` says so); XNNPACK, which takes FULLY_CONNECTED, 1x1 convolutions and BATCH_MATMUL
+with constant int8 weights, quantizes each row asymmetrically in float32 (``quantize_rows_qd8``). Dequantizing
+the weights instead gives other numbers (a few thousandths of the output's range on a random LSTM; hybrid
+convolutions and fully connected layers are ``cpu.quantized.hybrid_factory``'s).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ops.jit import njit
+from ..ops.jit import njit, prange
 from ..ops.quantization import qparams
 from .registry import OpContext
 
@@ -94,6 +97,50 @@ def accumulate_product(gate, q, scale: float, zp: int, w, w_scale, w_sums) -> No
         gate[j] += np.float32(dot) * np.float32(scale * w_scale[j])
 
 
+@njit(cache=True, parallel=True)
+def quantize_rows_qd8(rows):
+    """XNNPACK's dynamic (qd8) quantization of each row, all in float32, one parallel pass per row: inverse scale
+    255 / range, the zero point of smaller error, rounded to nearest even. Returns (quantized value - zero point,
+    as float32 integers) and each row's scale. A NaN in a row makes its range, and so every value of it, NaN, as
+    numpy's reductions do (tests/test_quantized.py holds the numpy expression it equals bit for bit)."""
+    m, d = rows.shape
+    q = np.empty((m, d), np.float32)
+    scales = np.empty(m, np.float32)
+    one, lo8, hi8 = np.float32(1), np.float32(-128), np.float32(127)
+    for r in prange(m):
+        rmin = np.float32(0)
+        rmax = np.float32(0)
+        for j in range(d):
+            v = rows[r, j]
+            if np.isnan(v) or v < rmin:
+                rmin = v
+            if np.isnan(v) or v > rmax:
+                rmax = v
+            if np.isnan(rmin):
+                rmax = rmin
+                break
+        inv = one if rmin == rmax else np.float32(np.float32(255) / (rmax - rmin))
+        rmin_s, rmax_s = np.float32(rmin * inv), np.float32(rmax * inv)
+        zp = np.float32(lo8 - rmin_s) if (lo8 + rmin_s) + (hi8 + rmax_s) > 0 else np.float32(hi8 - rmax_s)
+        if zp < lo8:  # noqa: PLR1730 (np.clip keeps a NaN; max() would drop it)
+            zp = lo8
+        if zp > hi8:  # noqa: PLR1730
+            zp = hi8
+        zp = np.rint(zp)
+        vlo, vhi = np.float32(lo8 - zp), np.float32(hi8 - zp)
+        for j in range(d):
+            v = np.float32(rows[r, j] * inv)
+            if np.isnan(zp):  # (an infinite range: np.clip against NaN bounds gives NaN)
+                v = zp
+            if v < vlo:  # noqa: PLR1730
+                v = vlo
+            if v > vhi:  # noqa: PLR1730
+                v = vhi
+            q[r, j] = np.rint(v)
+        scales[r] = one / inv
+    return q, scales
+
+
 @dataclass(frozen=True)
 class HybridWeights:
     """int8 weights [rows, k] as int32, each row's scale (per tensor: a gate's scale over its rows) and row sums
@@ -124,6 +171,15 @@ class HybridWeights:
         q, scales, zps = quantize_rows(np.ascontiguousarray(x, np.float32), asymmetric)
         dot = q.astype(np.float64) @ self.values.T.astype(np.float64) - np.outer(zps, self.sums)  # (exact)
         return dot.astype(np.float32) * (scales[:, None] * self.scales[None, :])
+
+
+def weight_columns(ctx: OpContext, i: int) -> tuple[np.ndarray, np.float32]:
+    """A constant int8 second operand of a matrix product (``i``), as float64 integers, and its one scale."""
+    t, w = ctx.input_tensor(i), ctx.const(i)
+    p = qparams(t)
+    if w is None or p is None or len(p.scale) != 1 or p.z != 0:
+        raise ctx.fail(f"int8 weights (input {i}) must be constant, with one scale and zero point 0")
+    return np.asarray(w, np.float64), np.float32(p.s)
 
 
 def is_hybrid(ctx: OpContext, weight: int) -> bool:
