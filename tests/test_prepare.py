@@ -151,6 +151,13 @@ MALFORMED = {
                 [((1, 8, 8, 4), F32)]),
         (r"Node number 0 \(PAD\) failed to prepare: PAD: its output of shape \[1, 4194312, 1048584, 4\] needs "
          r"\d+ bytes, over the limit")),
+    "CONCATENATION of float and int8": (
+        _one_op("CONCATENATION", [("in", (2, 3), F32), ("in", (2, 1), F32), ("const", np.ones((2, 2), np.int8))],
+                [((2, 6), F32)], axis=1),
+        r"\(CONCATENATION\) failed to prepare: in0->type != in2->type \(FLOAT32 != INT8\)"),
+    "PRELU of an int8 alpha": (  # (LiteRT runs it, reading the int8 bytes as floats)
+        _one_op("PRELU", [("in", (2, 3), F32), ("const", np.ones(3, np.int8))], [((2, 3), F32)]),
+        r"\(PRELU\) failed to prepare: in0->type != in1->type \(FLOAT32 != INT8\)"),
     "TILE past the limit": (
         _one_op("TILE", [("in", (16, 16), F32), ("const", np.array([1 << 16, 1 << 16], I32))], [((16, 16), F32)]),
         r"\(TILE\) failed to prepare: TILE: its output .* over the limit"),
@@ -160,7 +167,8 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_nodes_are_refused_at_allocate(case):
     model, match = MALFORMED[case]
-    if "64 TiB" not in case and "TILE" not in case:  # (LiteRT tries those allocations, and may fail either way)
+    if "64 TiB" not in case and "TILE" not in case and "PRELU" not in case:  # (LiteRT tries those allocations,
+        # and may fail either way; it runs the PRELU)
         litert_refuses(model)
     err = refused_at_allocate(model, match)
     assert err.__cause__ is None or not isinstance(err.__cause__, (IndexError, KeyError, TypeError, AttributeError))

@@ -27,6 +27,7 @@ class Signature:
     ranks: dict[str, tuple[int, int]] = field(default_factory=dict)
     any_optional: bool = False  # every input may be omitted (LSTM's many optional tensors, control flow)
     nonempty: tuple[str, ...] = ()  # tensors that may not have a zero dimension (weights), where shapes are given
+    inputs_alike: bool = False  # every input is of in0's type (a concatenation's, whatever their number)
 
 
 _TABLE: dict[str, Signature] = {}
@@ -111,7 +112,7 @@ _add("ADD SUB MUL DIV POW MAXIMUM MINIMUM FLOOR_DIV FLOOR_MOD SQUARED_DIFFERENCE
      same_type=("in0", "in1"))
 _add("EQUAL NOT_EQUAL GREATER GREATER_EQUAL LESS LESS_EQUAL", 2, same_type=("in0", "in1"))  # (TFLite sets out0 BOOL)
 _add("LOGICAL_AND LOGICAL_OR", 2, types={"in0": BOOL, "in1": BOOL})
-_add("PRELU", 2, same_type=("in0", "out0"))
+_add("PRELU", 2, same_type=("in0", "in1", "out0"))  # (LiteRT reads an int8 alpha's bytes as floats)
 _add("BATCH_MATMUL", 2, ranks={"in0": (2, 5), "in1": (2, 5)})
 _add("ARG_MAX ARG_MIN", 2, types={"in1": INDEX, "out0": INDEX})
 _add("EXPAND_DIMS", 2, same_type=_UNARY_SAME, types={"in1": INDEX})
@@ -134,7 +135,7 @@ _add("STRIDED_SLICE", 4, same_type=_UNARY_SAME, types={"in1": INDEX, "in2": INDE
 _add("SPLIT", 2, (1, ANY), same_type=("in1", "out0"), types={"in0": INDEX})
 _add("SPLIT_V", 3, (1, ANY), same_type=_UNARY_SAME, types={"in1": INDEX, "in2": INDEX})
 _add("UNPACK", 1, (1, ANY), same_type=_UNARY_SAME)
-_add("PACK CONCATENATION", (1, ANY), same_type=("in0", "out0"))
+_add("PACK CONCATENATION", (1, ANY), same_type=("in0", "out0"), inputs_alike=True)
 _add("TOPK_V2", 2, 2, same_type=_UNARY_SAME)
 _add("RANGE", 3, same_type=("in0", "in1", "in2", "out0"))
 _add("SCATTER_ND", 3, same_type=("in1", "out0"), types={"in0": INDEX, "in2": INDEX})
@@ -191,7 +192,8 @@ def problems(op: Operator, sg: Subgraph) -> list[str]:
         i = int(ref[2:] if ref.startswith("in") else ref[3:])
         return sg.tensors[seq[i]] if i < len(seq) and seq[i] >= 0 else None
 
-    group = [(ref, t) for ref in sig.same_type if (t := tensor(ref)) is not None]
+    refs = sig.same_type + (tuple(f"in{i}" for i in range(len(op.inputs))) if sig.inputs_alike else ())
+    group = [(ref, t) for ref in dict.fromkeys(refs) if (t := tensor(ref)) is not None]
     for ref, t in group[1:]:
         first_ref, first = group[0]
         if t.type_name != first.type_name:
