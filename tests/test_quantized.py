@@ -347,6 +347,46 @@ def test_hybrid_batch_matmul(rng, shapes, path):
     (assert_fp16_close if path.wants_fp16() else assert_close)(got, want)
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+@pytest.mark.parametrize("geometry", [("SAME", 2, True, "NONE"), ("VALID", 1, False, "RELU"),
+                                      ("SAME", 3, True, "RELU6")], ids=["same-2", "valid-1", "same-3"])
+def test_hybrid_transpose_conv(rng, per_channel, geometry, path):
+    """TRANSPOSE_CONV of a float input by int8 weights: on the CPU, LiteRT's hybrid kernel (each image quantized
+    asymmetrically, products scattered in its order), within float rounding, where dequantized weights were
+    some 0.3% of the output's range off. GPU float view: against LiteRT on the dequantized weights."""
+    from tflgpu import Interpreter
+    from tflgpu.model.builder import ModelBuilder
+
+    pad, stride, with_bias, act = geometry
+    oc, k, ic, h, w_ = 6, 3, 3, 4, 5
+    w = rng.integers(-127, 128, (oc, k, k, ic)).astype(np.int8)
+    scale = rng.uniform(0.005, 0.02, oc if per_channel else 1).astype(np.float32)
+    bias = rng.normal(0, 1, oc).astype(np.float32)
+    oh, ow = (h * stride, w_ * stride) if pad == "SAME" else ((h - 1) * stride + k, (w_ - 1) * stride + k)
+    x = rng.normal(0, 1, (2, h, w_, ic)).astype(np.float32)
+
+    def build(hybrid: bool) -> bytes:
+        b = ModelBuilder()
+        xi = b.input("x", x.shape)
+        wi = (b.const("w", w, quant={"scale": scale, "zero_point": np.zeros(len(scale), np.int64),
+                                     "quantized_dimension": 0}) if hybrid
+              else b.const("w", w.astype(np.float32) * scale.reshape(-1, 1, 1, 1)))
+        y = b.tensor("y", (2, oh, ow, oc))
+        ins = [b.const("shape", np.array([2, oh, ow, oc], np.int32)), wi, xi]
+        b.op("TRANSPOSE_CONV", ins + ([b.const("b", bias)] if with_bias else []), [y], padding=pad, stride_h=stride,
+             stride_w=stride, fused_activation_function=act, version=4 if with_bias else 3)
+        b.output(y)
+        return b.build()
+
+    model = build(True)
+    if path is None:
+        assert_close(run_model(Interpreter, model, [x])[0], run_model(litert(), model, [x])[0], 1e-5)
+        return
+    got = run_model(lambda **kw: Interpreter(model_content=model, delegate=path), model, [x])[0]
+    want = run_model(litert(), build(False), [x])[0]
+    (assert_fp16_close if path.wants_fp16() else assert_close)(got, want)
+
+
 # -- the corpus' quantized models, on every path --------------------------------------------------
 
 def _run_path(path_delegate, model_path, x):

@@ -20,8 +20,8 @@ executor picks, in this order:
 
 Hybrid (dynamic-range) ops — float activations, int8 weights — are not quantized ops. CONV_2D,
 DEPTHWISE_CONV_2D and FULLY_CONNECTED run LiteRT's hybrid arithmetic here (``hybrid_factory``: the input
-quantized per row or image, integer products); BATCH_MATMUL and the recurrent ops in their float kernels
-(cpu.hybrid); EMBEDDING_LOOKUP dequantizes the rows it picks.
+quantized per row or image, integer products); BATCH_MATMUL, TRANSPOSE_CONV and the recurrent ops in their
+float kernels (cpu.hybrid's helpers); EMBEDDING_LOOKUP dequantizes the rows it picks.
 """
 
 from __future__ import annotations
