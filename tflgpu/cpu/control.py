@@ -1,4 +1,4 @@
-"""Control flow (WHILE, IF, CALL_ONCE) and resource variables.
+"""Control flow (WHILE, IF, CALL_ONCE, and STABLEHLO_COMPOSITE: a call of its decomposition) and resource variables.
 
 These ops call other subgraphs through the runtime that owns every
 subgraph's runner; they hold no state of their own.
@@ -66,6 +66,21 @@ def if_op(ctx: OpContext):
         return rt.run_subgraph(branch, list(xs[1:]))
 
     return run
+
+
+@register("STABLEHLO_COMPOSITE")
+def composite(ctx: OpContext):
+    """A StableHLO composite (ai-edge-torch's ``odml.*`` blocks): its decomposition subgraph called on its inputs,
+    as LiteRT runs it. (Plans for the OpenCL path inline the decomposition instead: graph.composite.)"""
+    dec = _subgraph(ctx, "decomposition_subgraph_index")
+    rt = ctx.runtime
+    if dec == ctx.subgraph.index:
+        raise ctx.fail(f"decomposition_subgraph_index {dec} is the subgraph the composite is in")
+    sub = rt.model.subgraphs[dec]
+    if len(sub.inputs) != len(ctx.op.inputs) or len(sub.outputs) != len(ctx.op.outputs):
+        raise ctx.fail(f"{len(ctx.op.inputs)} inputs and {len(ctx.op.outputs)} outputs for a decomposition of "
+                       f"{len(sub.inputs)} and {len(sub.outputs)}")
+    return lambda xs: rt.run_subgraph(dec, list(xs))
 
 
 @register("CALL_ONCE")

@@ -111,25 +111,25 @@ def _op(name: str, inputs: tuple[int, ...], output: int, **options) -> Operator:
     return Operator(-1, name, BUILTIN_CODES[name], 1, inputs, (output,), options=options)
 
 
-def rewrite_loops(sg: Subgraph, rewrite: Callable[[Operator, LoopEdit], list[Operator]], kept: str
-                  ) -> tuple[Subgraph, int]:
-    """``sg`` with each WHILE that ``rewrite`` takes replaced by the ops it returns (their inputs and outputs in
-    ``LoopEdit``'s tensors); a WHILE it refuses (NotUnrollable) is kept, logged as ``kept`` with the reason.
-    Returns the new subgraph and how many WHILEs were rewritten."""
-    if not any(op.name == "WHILE" for op in sg.operators):
+def rewrite_loops(sg: Subgraph, rewrite: Callable[[Operator, LoopEdit], list[Operator]], kept: str,
+                  op_name: str = "WHILE") -> tuple[Subgraph, int]:
+    """``sg`` with each WHILE (``op_name``) that ``rewrite`` takes replaced by the ops it returns (their inputs
+    and outputs in ``LoopEdit``'s tensors); one it refuses (NotUnrollable) is kept, logged as ``kept`` with the
+    reason. Returns the new subgraph and how many were rewritten."""
+    if not any(op.name == op_name for op in sg.operators):
         return sg, 0
     edit = LoopEdit(list(sg.tensors), list(sg.outputs))
     ops: list[Operator] = []
     count = 0
     for op in sg.operators:
         op = replace(op, inputs=tuple(edit.remap.get(i, i) for i in op.inputs))
-        if op.name != "WHILE":
+        if op.name != op_name:
             ops.append(op)
             continue
         try:
             new_ops = rewrite(op, edit)
         except NotUnrollable as e:
-            log.info("WHILE at op %d %s: %s", op.index, kept, e)
+            log.info("%s at op %d %s: %s", op_name, op.index, kept, e)
             ops.append(op)
             continue
         ops.extend(new_ops)

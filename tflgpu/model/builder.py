@@ -134,9 +134,12 @@ class SubgraphBuilder:
         self.outputs.extend(idx)
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
-           custom_options: bytes | None = None, intermediates: Sequence[int] = (), **options: Any) -> None:
+           custom_options: bytes | None = None, intermediates: Sequence[int] = (), option_fields: dict | None = None,
+           **options: Any) -> None:
         """Add an op; ``name`` is a builtin name or, for a custom op, its custom code; ``intermediates``: tensors
-        whose quantization describes values inside the op (an integer LSTM's gates)."""
+        whose quantization describes values inside the op (an integer LSTM's gates); ``option_fields``: options
+        whose names are this method's own (a composite's ``name`` and ``version``)."""
+        options = options | (option_fields or {})
         self.ops.append(_Op(name, list(inputs), list(outputs), options, custom_options, version, list(intermediates)))
 
 
@@ -419,6 +422,8 @@ class ModelBuilder:
                 value = fb.CreateNumpyVector(arr.astype(np.float32 if arr.dtype.kind == "f" else np.int32))
             elif isinstance(value, str):
                 value = fb.CreateString(value)
+            elif isinstance(value, (bytes, bytearray)):  # (a composite's flexbuffer attributes)
+                value = fb.CreateNumpyVector(np.frombuffer(value, np.uint8))
             values[fields[key]] = value
         mod.Start(fb)
         for acc, value in values.items():

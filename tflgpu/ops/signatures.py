@@ -152,6 +152,7 @@ _add("Convolution2DTransposeBias", 3, ranks={"in0": (4, 4), "in1": (4, 4), "in2"
 _add("LSTM", (5, 24), (1, 4), any_optional=True)  # (5 inputs, 4 outputs: the basic kernel)
 _add("UNIDIRECTIONAL_SEQUENCE_LSTM", (20, 24), (1, 4), any_optional=True, ranks={"in0": (3, 3)})
 _add("BIDIRECTIONAL_SEQUENCE_LSTM", 48, (1, 2), any_optional=True, ranks={"in0": (3, 3)})
+_add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
 _add("ASSIGN_VARIABLE", 2, 0)

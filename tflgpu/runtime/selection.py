@@ -3,7 +3,8 @@ partition limit. Pure Python over the IR and the generators; nothing is compiled
 
 The graph transforms, in the one order they run:
 
-0. ``lstm_loop`` (graph.lstm_loop): a WHILE whose body is one LSTM cell (a Keras 3 LSTM), one
+0. ``inline_composite`` (graph.composite): a STABLEHLO_COMPOSITE's decomposition inlined in place of the call.
+0a. ``lstm_loop`` (graph.lstm_loop): a WHILE whose body is one LSTM cell (a Keras 3 LSTM), one
    UNIDIRECTIONAL_SEQUENCE_LSTM.
 1. ``unroll_while`` (graph.unroll): other WHILE loops with a constant trip count.
 2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
@@ -48,6 +49,7 @@ from functools import cached_property
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
+from ..graph.composite import inline_composites
 from ..graph.conv_arg import merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
 from ..graph.indices import exact_indices
@@ -225,13 +227,14 @@ class TransformedGraph:
 
 
 def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> TransformedGraph:
-    """Fuse LSTM time loops, unroll other counted WHILE loops, then (if allowed) take a quantized subgraph's
-    float view; each new graph's runner folds its constants as it is built."""
-    unrolled = lstm_loops = 0
+    """Inline composites, fuse LSTM time loops, unroll other counted WHILE loops, then (if allowed) take a
+    quantized subgraph's float view; each new graph's runner folds its constants as it is built."""
+    unrolled = lstm_loops = composites = 0
     if not any(t.is_variable for t in runner.sg.tensors):  # (a separate runner must not own state)
-        sg, lstm_loops = fuse_lstm_loops(runner.sg, runner.runtime, runner.consts)
+        sg, composites = inline_composites(runner.sg, runner.runtime.model)
+        sg, lstm_loops = fuse_lstm_loops(sg, runner.runtime, runner.consts)
         sg, unrolled = unroll_static_loops(sg, runner.runtime, runner.consts)
-        if unrolled or lstm_loops:
+        if unrolled or lstm_loops or composites:
             runner = SubgraphRunner(runner.runtime, sg)
             runner.build()
     quant_io = None
@@ -243,7 +246,8 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
     sg, sunk = sink_elementwise(runner.sg, runner.consts, [op for op, _ in runner.steps])
     if sunk:
         runner = _rewired(runner, sg)
-    return TransformedGraph(runner, quant_io, {"lstm_loop": lstm_loops, "unroll_while": unrolled, "conv_arg": merged,
+    return TransformedGraph(runner, quant_io, {"inline_composite": composites, "lstm_loop": lstm_loops,
+                                               "unroll_while": unrolled, "conv_arg": merged,
                                                "sink_elementwise": sunk})
 
 
