@@ -276,6 +276,31 @@ def _host_op(g: _Graph, rng, x: T):
     return y
 
 
+def _composite(g: _Graph, rng, x: T):
+    """A StableHLO composite (ai-edge-torch's ``odml.*`` blocks) of one to three elementwise ops of ``x`` and
+    constants, sometimes also returning its input as is: the CPU kernels call its decomposition, a delegated
+    plan inlines it (graph.composite)."""
+    n = len(g.ops)
+    idx, sub = g.b.subgraph(f"composite{n}")
+    cur = a = sub.input("a", x.shape)
+    for k in range(int(rng.integers(1, 4))):
+        t = sub.tensor(f"t{k}", x.shape)
+        if rng.random() < 0.5:
+            sub.op(UNARY[int(rng.integers(0, len(UNARY)))], [cur], [t])
+        else:
+            c = sub.const(f"c{k}", rng.uniform(-1, 1, _broadcast_shape(rng, x.shape)).astype(np.float32))
+            sub.op(["ADD", "SUB", "MUL", "MAXIMUM"][int(rng.integers(0, 4))], [cur, c] if rng.random() < 0.7
+                   else [c, cur], [t])
+        cur = t
+    both = rng.random() < 0.3
+    sub.output(cur, *([a] if both else []))
+    outs = [g.new(x.shape) for _ in range(2 if both else 1)]
+    g.op("STABLEHLO_COMPOSITE", [x.index], outs, option_fields={
+        "name": "odml.random_block", "decomposition_subgraph_index": idx, "version": 1,
+        "composite_attributes": b"\x00\x00\x01\x00\x00$\x01"})  # (an empty flexbuffer map)
+    return outs[0]
+
+
 def _transpose_conv(g: _Graph, rng, x: T):
     if len(x.shape) != 4:
         return None
@@ -795,7 +820,7 @@ WIDE_MAKERS = MAKERS + [
 ]
 # makers added after seeds of every other residue were named in regression tests: the float DAGs of seeds 9 mod 20
 # draw from every list (the others keep their models)
-NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0), (_host_op, 1.0)]
+NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0), (_host_op, 1.0), (_composite, 1.0)]
 
 
 def newest_makers(seed: int) -> bool:
@@ -986,7 +1011,8 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     BROADCAST_TO, REVERSE_V2, PACK / UNPACK, SELECT_V2, real networks' blocks: residual ADDs, channel-PAD skip
     branches, squeeze-and-excitation gates), those of seeds 9 mod 20 with the newest too (NEWEST_MAKERS: a zero
     PAD of the image merged into the conv reading it, an empty tensor inside the graph, an op only the CPU kernels
-    run: ADD_N, LRN, FAKE_QUANT, REVERSE_SEQUENCE, DYNAMIC_UPDATE_SLICE, UNSORTED_SEGMENT_SUM); any other seed names the
+    run: ADD_N, LRN, FAKE_QUANT, REVERSE_SEQUENCE, DYNAMIC_UPDATE_SLICE, UNSORTED_SEGMENT_SUM; a StableHLO
+    composite of elementwise ops); any other seed names the
     same model it named before those kinds existed (a seed of 9 mod 20 changes as makers join NEWEST_MAKERS)."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
