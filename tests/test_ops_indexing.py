@@ -413,3 +413,47 @@ def test_basic_rnn_keeps_its_state(rng, op):
         want = invokes(litert()(model_content=model, num_threads=1), feeds)
         for (g, _), (w, _) in zip(got, want):
             np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-5)
+
+
+def test_sparse_to_dense(rng):
+    """Values placed at their indices over the default (a repeated index: the last value), 2-D and 1-D indices,
+    one value for all; an index outside the shape fails the invoke, as in LiteRT."""
+    cases = [(np.array([[0, 1], [0, 1], [2, 3], [1, 0]], np.int32), np.array([1, 2, 3, 4], F), [3, 4]),
+             (np.array([[2, 1], [0, 1], [1, 3]], np.int64), np.array(7, F), [3, 4]),
+             (np.array([1, 3, 0], np.int32), np.array([4, 5, 6], np.int32), [5])]
+    for idx, values, shape in cases:
+        check("SPARSE_TO_DENSE", [idx, np.array(shape, idx.dtype), values, np.array(-1, values.dtype)],
+              [shape], [values.dtype], consts={1: True, 3: True}, validate_indices=True)
+    model = single_op("SPARSE_TO_DENSE", [idx, np.array([5], np.int32), values, np.array(0, np.int32)], [[5]],
+                      [np.int32], consts={1: True, 3: True})
+    with pytest.raises(RuntimeError, match="failed to invoke"):
+        run(model, [np.array([1, 7, 0], np.int32), values])
+
+
+def test_dilate(rng):
+    for shape, dilations in (((2, 3), (2, 3)), ((1, 4, 3, 2), (1, 2, 3, 1)), ((3,), (1,))):
+        x = rng.normal(0, 1, shape).astype(F)
+        out = [(n - 1) * d + 1 for n, d in zip(shape, dilations)]
+        check("DILATE", [x, np.array(dilations, np.int32), np.array(0.5, F)], [out], [F], consts={1: True, 2: True})
+
+
+@pytest.mark.parametrize("function", range(1, 7))  # ADD, MUL, MINIMUM, MAXIMUM, ALL, ANY
+def test_reduce_window(rng, function):
+    """Strided, dilated windows folded into the init value in LiteRT's order: float sums exactly."""
+    cases = [((1, 6, 5, 2), (1, 2, 3, 1), (1, 2, 1, 1), (1, 1, 2, 1), F),
+             ((2, 7, 3), (1, 3, 2), (1, 2, 1), (1, 1, 1), F),
+             ((1, 5, 4, 1), (1, 2, 2, 1), (1, 1, 1, 1), (1, 2, 1, 1), np.int32)]
+    for shape, window, strides, dilations, dtype in cases:
+        x = (rng.normal(0, 10, shape) if dtype == F else rng.integers(-3, 4, shape)).astype(dtype)
+        span = [(w - 1) * d + 1 for w, d in zip(window, dilations)]
+        out = [(n - s) // t + 1 for n, s, t in zip(shape, span, strides)]
+        init = np.array({1: 0.5, 2: 1.0, 3: 9.0, 4: -9.0, 5: 1.0, 6: 0.0}[function], dtype)
+        b = ModelBuilder()
+        xi = b.input("x", shape, dtype)
+        ins = [xi, b.const("init", init)] + [b.const(n, np.array(v, np.int64), np.int64) for n, v in
+                                             (("w", window), ("s", strides), ("d", dilations))]
+        y = b.tensor("y", out, dtype)
+        b.op("REDUCE_WINDOW", ins, [y], reduce_function=function)
+        b.output(y)
+        model = b.build()
+        np.testing.assert_array_equal(run(model, [x])[0], run(model, [x], reference=True)[0])

@@ -1,13 +1,14 @@
 """Ops that place or pick values by index arrays: ONE_HOT, EMBEDDING_LOOKUP, DYNAMIC_UPDATE_SLICE,
 UNSORTED_SEGMENT_{SUM,PROD,MAX,MIN}, REVERSE_SEQUENCE, MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, BITCAST, WHERE,
-with LiteRT's rules for indices out of range (each op's own: ignored, clamped or refused)."""
+SPARSE_TO_DENSE, DILATE, with LiteRT's rules for indices out of range (each op's own: ignored, clamped or
+refused)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..ops.quantization import qparams
-from .registry import KernelError, OpContext, normalize_axis, register
+from .registry import KernelError, OpContext, fits, normalize_axis, register
 
 
 def _scalar_int(x, what: str) -> int:
@@ -261,6 +262,50 @@ def segment_sum(ctx: OpContext):
             raise KernelError(f"SEGMENT_SUM: segment ids {ids.tolist()} must start at 0 and grow by 0 or 1")
         out = np.zeros((int(ids.max()) + 1 if ids.size else 0,) + data.shape[1:], data.dtype)
         np.add.at(out, ids, data)
+        return [out]
+
+    return run
+
+
+@register("SPARSE_TO_DENSE")
+def sparse_to_dense(ctx: OpContext):
+    """``output_shape`` filled with ``default_value``, then ``values[i]`` (or the one value) at ``indices[i]`` in
+    order (a repeated index: the last one's value); an index outside the shape fails the invoke, as in LiteRT."""
+
+    def run(xs):
+        shape = np.asarray(xs[1]).reshape(-1)
+        rank = shape.size
+        dims = fits(shape, np.asarray(xs[2]).dtype, "SPARSE_TO_DENSE")
+        idx = np.asarray(xs[0]).astype(np.int64)
+        idx = idx.reshape(-1, 1) if idx.ndim < 2 else idx  # (one index per value, or per row of a 2-D array)
+        if idx.shape[1] != rank:
+            raise KernelError(f"SPARSE_TO_DENSE: indices of {idx.shape[1]} coordinates for an output of rank {rank}")
+        values = np.asarray(xs[2])
+        if values.size != 1 and values.size != idx.shape[0]:
+            raise KernelError(f"SPARSE_TO_DENSE: {values.size} values for {idx.shape[0]} indices")
+        out = np.full(dims, np.asarray(xs[3]).reshape(()), dtype=values.dtype)
+        if idx.shape[0]:
+            if np.any(idx < 0) or np.any(idx >= np.asarray(dims, np.int64)):
+                raise KernelError(f"SPARSE_TO_DENSE: an index outside the output shape {list(dims)}")
+            out[tuple(idx.T)] = np.broadcast_to(values.reshape(-1), (idx.shape[0],))  # (numpy: the last one wins)
+        return [out]
+
+    return run
+
+
+@register("DILATE")
+def dilate(ctx: OpContext):
+    """The input's values spread ``dilations`` apart along each axis (output size (n - 1) x d + 1), the gaps
+    filled with ``padding_value``."""
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        d = np.asarray(xs[1]).reshape(-1).astype(np.int64)
+        if d.size != x.ndim or np.any(d < 1):
+            raise KernelError(f"DILATE: dilations {d.tolist()} for an input of rank {x.ndim} (one per axis, >= 1)")
+        dims = fits([(n - 1) * k + 1 if n else 0 for n, k in zip(x.shape, d)], x.dtype, "DILATE")
+        out = np.full(dims, np.asarray(xs[2]).reshape(()), dtype=x.dtype)
+        out[tuple(slice(None, None, int(k)) for k in d)] = x
         return [out]
 
     return run

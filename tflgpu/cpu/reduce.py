@@ -323,3 +323,39 @@ def local_response_normalization(ctx: OpContext):
         return [scaled.astype(np.float32).reshape(x.shape)]
 
     return run
+
+
+# REDUCE_WINDOW's reduce_function (ReduceWindowFunction): ADD, MUL, MINIMUM, MAXIMUM, ALL, ANY
+_WINDOW_FUNCTIONS = {1: np.add, 2: np.multiply, 3: np.minimum, 4: np.maximum, 5: np.logical_and, 6: np.logical_or}
+
+
+@register("REDUCE_WINDOW")
+def reduce_window(ctx: OpContext):
+    """StableHLO's reduce_window as TFLite's REDUCE_WINDOW: each output the window's values folded into
+    ``init_value`` one at a time, in the window's row-major order (the float sums follow it); windows strided and
+    dilated, no padding. ALL / ANY on numbers: a nonzero value is true, the result 1 or 0."""
+    code = int(ctx.opt("reduce_function", 0))
+    fn = _WINDOW_FUNCTIONS.get(code)
+    if fn is None:
+        raise ctx.fail(f"reduce_function {code} is not one REDUCE_WINDOW runs (ADD, MUL, MINIMUM, MAXIMUM, ALL, ANY)")
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        window, strides, dilations = (np.asarray(v).reshape(-1).astype(np.int64) for v in xs[2:5])
+        if not window.size == strides.size == dilations.size == x.ndim or np.any(window < 1) or \
+                np.any(strides < 1) or np.any(dilations < 1):
+            raise KernelError(f"REDUCE_WINDOW: window {window.tolist()}, strides {strides.tolist()} and dilations "
+                              f"{dilations.tolist()} for an input of rank {x.ndim} (one per axis, each >= 1)")
+        span = (window - 1) * dilations + 1
+        dims = [max(0, (n - s) // t + 1) for n, s, t in zip(x.shape, span, strides)]
+        logical = code in (5, 6)
+        acc = np.full(dims, np.asarray(xs[1]).reshape(()), dtype=x.dtype)
+        if logical:
+            acc = acc != 0
+        for offset in np.ndindex(*window):
+            part = x[tuple(slice(int(o * d), int(o * d + (m - 1) * t + 1), int(t))
+                           for o, d, m, t in zip(offset, dilations, dims, strides))]
+            acc = fn(acc, part != 0 if logical else part)
+        return [acc.astype(x.dtype) if logical else acc]
+
+    return run

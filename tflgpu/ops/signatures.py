@@ -152,6 +152,11 @@ _add("Convolution2DTransposeBias", 3, ranks={"in0": (4, 4), "in1": (4, 4), "in2"
 _add("LSTM", (5, 24), (1, 4), any_optional=True)  # (5 inputs, 4 outputs: the basic kernel)
 _add("UNIDIRECTIONAL_SEQUENCE_LSTM", (20, 24), (1, 4), any_optional=True, ranks={"in0": (3, 3)})
 _add("BIDIRECTIONAL_SEQUENCE_LSTM", 48, (1, 2), any_optional=True, ranks={"in0": (3, 3)})
+_add("SPARSE_TO_DENSE", 4, same_type=("in2", "in3", "out0"), types={"in0": INDEX, "in1": INDEX},
+     ranks={"in0": (0, 2), "in1": (1, 1), "in2": (0, 1), "in3": (0, 1)})
+_add("DILATE", 3, same_type=("in0", "in2", "out0"), types={"in1": frozenset({"INT32"})}, ranks={"in1": (1, 1)})
+_add("REDUCE_WINDOW", 5, same_type=("in0", "in1", "out0"), types={f"in{i}": frozenset({"INT64"}) for i in (2, 3, 4)},
+     ranks={"in2": (1, 1), "in3": (1, 1), "in4": (1, 1)})
 _add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
