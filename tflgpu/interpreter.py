@@ -199,6 +199,7 @@ class _Session:
             self.allocated = False
 
     def allocate(self) -> None:
+        prepared = not self.allocated  # (first, or after a resize that changed a shape: LiteRT prepares the graph)
         for i in self.sg.inputs:
             t = self.sg.tensors[i]
             shape = self.input_shapes[i]
@@ -240,6 +241,8 @@ class _Session:
         self.values = None
         self.invoked = False
         self.allocated = self.readable = True
+        if prepared:  # (a random op's generator starts over, whatever the plan's build ran of it)
+            self.runtime.preparations += 1
 
     def set(self, idx: int, value) -> None:
         if not self.allocated:

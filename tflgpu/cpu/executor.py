@@ -370,6 +370,7 @@ class ModelRunner:
         self.resources: dict[int, np.ndarray] = {}
         self._resource_ids: dict[tuple[str, str], int] = {}
         self._called_once: set[int] = set()
+        self.preparations = 0  # times the model was prepared for other input shapes (a random op's seed restarts)
 
     def runner(self, index: int) -> SubgraphRunner:
         r = self._runners.get(index)
@@ -424,6 +425,7 @@ def load_kernels() -> None:
         elementwise,
         indexing,
         pool,
+        random_ops,
         recurrent,
         reduce,
         resize,

@@ -34,6 +34,7 @@ _OPTIONS_FOR = {
     "MAX_POOL_2D": "Pool2DOptions", "AVERAGE_POOL_2D": "Pool2DOptions", "L2_POOL_2D": "Pool2DOptions",
     "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions", "L2_NORMALIZATION": "L2NormOptions",
     "CONV_3D_TRANSPOSE": "Conv3DOptions", "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
+    **{n: "RandomOptions" for n in ("RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL")},
     **{n: "ReducerOptions" for n in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
                                      "REDUCE_ALL")},
 }

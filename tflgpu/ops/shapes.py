@@ -240,3 +240,20 @@ def _cumsum(op: Operator, shapes: list, values: list, declared: list) -> list[Sh
     if x is None or axis is None or len(axis) != 1 or not -len(x) <= axis[0] < len(x) or len(op.outputs) != 1:
         return None
     return [tuple(x)]
+
+
+@_rule("RANDOM_UNIFORM RANDOM_STANDARD_NORMAL")
+def _random(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
+    """The shape input's values (known: the generator is not run to learn them, which would draw from it)."""
+    shape = _known_ints(values[0])
+    if shape is None or any(d < 0 for d in shape) or shapes[0] is None or len(shapes[0]) != 1:
+        return None
+    return [tuple(shape)]
+
+
+@_rule("MULTINOMIAL")
+def _multinomial(op: Operator, shapes: list, values: list, declared: list) -> list[Shape] | None:
+    logits, samples = shapes[0], _known_ints(values[1])
+    if logits is None or len(logits) != 2 or samples is None or len(samples) != 1 or samples[0] < 0:
+        return None
+    return [(logits[0], samples[0])]

@@ -157,6 +157,10 @@ _add("SPARSE_TO_DENSE", 4, same_type=("in2", "in3", "out0"), types={"in0": INDEX
 _add("DILATE", 3, same_type=("in0", "in2", "out0"), types={"in1": frozenset({"INT32"})}, ranks={"in1": (1, 1)})
 _add("REDUCE_WINDOW", 5, same_type=("in0", "in1", "out0"), types={f"in{i}": frozenset({"INT64"}) for i in (2, 3, 4)},
      ranks={"in2": (1, 1), "in3": (1, 1), "in4": (1, 1)})
+_add("RANDOM_UNIFORM RANDOM_STANDARD_NORMAL", 1, types={"in0": frozenset({"INT32"}), "out0": F32},
+     ranks={"in0": (1, 1)})
+_add("MULTINOMIAL", 2, types={"in0": F32, "in1": frozenset({"INT32"}), "out0": INDEX},
+     ranks={"in0": (2, 2), "in1": (0, 0)})
 _add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)

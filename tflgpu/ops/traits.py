@@ -142,6 +142,8 @@ _add("UNSORTED_SEGMENT_SUM UNSORTED_SEGMENT_PROD UNSORTED_SEGMENT_MAX UNSORTED_S
 _add("SPLIT FILL TRANSPOSE_CONV CONV_3D_TRANSPOSE WHERE UNIQUE", shape_inputs=(0,))  # (WHERE: a row per true value)
 _add("SEGMENT_SUM SPARSE_TO_DENSE DILATE", shape_inputs=(1,))
 _add("REDUCE_WINDOW", shape_inputs=(2, 3, 4))
+_add("RANDOM_UNIFORM RANDOM_STANDARD_NORMAL", shape_inputs=(0,))
+_add("MULTINOMIAL", shape_inputs=(1,))
 _add("RANGE", shape_inputs=(0, 1, 2))
 _add("SCATTER_ND", shape_inputs=(2,))
 _add("MaxPoolingWithArgmax2D MaxUnpooling2D", shape_inputs=())
