@@ -1,4 +1,5 @@
-"""Control flow (WHILE, IF, CALL_ONCE, and STABLEHLO_COMPOSITE: a call of its decomposition) and resource variables.
+"""Control flow (WHILE, IF, CALL_ONCE, and STABLEHLO_COMPOSITE: a call of its decomposition), resource variables and
+hash tables (a text model's vocabulary: HASHTABLE / _IMPORT / _FIND / _SIZE, and the older HASHTABLE_LOOKUP).
 
 These ops call other subgraphs through the runtime that owns every
 subgraph's runner; they hold no state of their own.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.schema import TENSOR_TYPE_CODES
 from .loops import UNFINISHED, LoopSlot
 from .registry import KernelError, OpContext, register
 
@@ -122,5 +124,105 @@ def read_variable(ctx: OpContext):
         if rid not in rt.resources:
             raise KernelError("READ_VARIABLE: the variable was never assigned")
         return [rt.resources[rid]]
+
+    return run
+
+
+# -- hash tables: int64 -> string or string -> int64, filled once (HASHTABLE_IMPORT), as LiteRT's static tables --
+
+_TYPE_CODES = {TENSOR_TYPE_CODES[name]: name for name in ("INT64", "STRING")}  # (a table's key / value types)
+
+
+class _Table:
+    def __init__(self, key_type: str, value_type: str):
+        self.key_type, self.value_type = key_type, value_type
+        self.items: dict = {}
+        self.filled = False
+
+
+def _key(value, string: bool):
+    return bytes(value) if string else int(value)
+
+
+def _table(ctx: OpContext, xs) -> _Table:
+    rid = int(np.asarray(xs[0]).reshape(-1)[0])
+    table = ctx.runtime.hashtables.get(rid)
+    if table is None:
+        raise KernelError(f"{ctx.op.name}: no hash table {rid} (a HASHTABLE op makes it)")
+    return table
+
+
+@register("HASHTABLE")
+def hashtable(ctx: OpContext):
+    """The table ``table_id`` (made on the first run, kept by the interpreter like a resource variable); its id."""
+    key, value = (_TYPE_CODES.get(ctx.opt(k)) for k in ("key_dtype", "value_dtype"))
+    if (key, value) not in (("INT64", "STRING"), ("STRING", "INT64")):
+        raise ctx.fail(f"a table of {ctx.opt('key_dtype')} -> {ctx.opt('value_dtype')} (TensorType codes): LiteRT's "
+                       "tables map INT64 to STRING or STRING to INT64")
+    rid = int(ctx.opt("table_id", 0))
+    rt = ctx.runtime
+
+    def run(xs):
+        rt.hashtables.setdefault(rid, _Table(key, value))
+        return [np.array([rid], np.int32)]
+
+    return run
+
+
+@register("HASHTABLE_IMPORT")
+def hashtable_import(ctx: OpContext):
+    """keys -> values, the first import only (a static table; a key given twice keeps its first value)."""
+
+    def run(xs):
+        table = _table(ctx, xs)
+        if not table.filled:
+            keys, values = np.asarray(xs[1]).reshape(-1), np.asarray(xs[2]).reshape(-1)
+            if keys.size != values.size:
+                raise KernelError(f"HASHTABLE_IMPORT: {keys.size} keys for {values.size} values")
+            for k, v in zip(keys, values):
+                table.items.setdefault(_key(k, table.key_type == "STRING"), v)
+            table.filled = True
+        return []
+
+    return run
+
+
+@register("HASHTABLE_FIND")
+def hashtable_find(ctx: OpContext):
+    """Each key's value, ``default_value`` for a key not in the table; the keys' shape."""
+
+    def run(xs):
+        table = _table(ctx, xs)
+        keys = np.asarray(xs[1])
+        default = np.asarray(xs[2]).reshape(-1)[0]
+        string = table.key_type == "STRING"
+        found = [table.items.get(_key(k, string), default) for k in keys.reshape(-1)]
+        dtype = np.object_ if table.value_type == "STRING" else np.int64
+        return [np.array(found, dtype=dtype).reshape(keys.shape)]
+
+    return run
+
+
+@register("HASHTABLE_SIZE")
+def hashtable_size(ctx: OpContext):
+    return lambda xs: [np.array([len(_table(ctx, xs).items)], np.int64)]
+
+
+@register("HASHTABLE_LOOKUP")
+def hashtable_lookup(ctx: OpContext):
+    """TFLite's older lookup: each int32 of ``lookup`` found among ``keys`` (sorted, as the model stores them), its
+    row of ``values`` and a hit of 1; a miss gives a row of zeros (an empty string) and 0."""
+
+    def run(xs):
+        lookup, keys, values = np.asarray(xs[0]).reshape(-1), np.asarray(xs[1]).reshape(-1), np.asarray(xs[2])
+        if values.shape[:1] != keys.shape:
+            raise KernelError(f"HASHTABLE_LOOKUP: {keys.size} keys for values of shape {list(values.shape)}")
+        at = np.searchsorted(keys, lookup)
+        hit = (at < keys.size) & (keys[np.minimum(at, max(keys.size - 1, 0))] == lookup) if keys.size else \
+            np.zeros(lookup.size, bool)
+        empty = b"" if values.dtype == np.object_ else 0
+        out = np.full((lookup.size, *values.shape[1:]), empty, dtype=values.dtype)
+        out[hit] = values[at[hit]]
+        return [out, hit.astype(np.uint8)]
 
     return run

@@ -370,6 +370,7 @@ class ModelRunner:
         self.resources: dict[int, np.ndarray] = {}
         self._resource_ids: dict[tuple[str, str], int] = {}
         self._called_once: set[int] = set()
+        self.hashtables: dict[int, object] = {}  # table_id -> its hash table (cpu.control)
         self.preparations = 0  # times the model was prepared for other input shapes (a random op's seed restarts)
 
     def runner(self, index: int) -> SubgraphRunner:

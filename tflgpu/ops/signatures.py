@@ -161,6 +161,12 @@ _add("RANDOM_UNIFORM RANDOM_STANDARD_NORMAL", 1, types={"in0": frozenset({"INT32
      ranks={"in0": (1, 1)})
 _add("MULTINOMIAL", 2, types={"in0": F32, "in1": frozenset({"INT32"}), "out0": INDEX},
      ranks={"in0": (2, 2), "in1": (0, 0)})
+_add("HASHTABLE", 0, 1)
+_add("HASHTABLE_IMPORT", 3, 0)
+_add("HASHTABLE_FIND", 3, 1, same_type=("in2", "out0"))
+_add("HASHTABLE_SIZE", 1, 1, types={"out0": frozenset({"INT64"})})
+_add("HASHTABLE_LOOKUP", 3, 2, same_type=("in2", "out0"), types={"in0": frozenset({"INT32"}),
+     "in1": frozenset({"INT32"}), "out1": frozenset({"UINT8"})})
 _add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
