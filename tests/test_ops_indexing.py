@@ -457,3 +457,17 @@ def test_reduce_window(rng, function):
         b.output(y)
         model = b.build()
         np.testing.assert_array_equal(run(model, [x])[0], run(model, [x], reference=True)[0])
+
+
+@pytest.mark.parametrize("combiner", [0, 1, 2])  # SUM, MEAN, SQRTN
+def test_embedding_lookup_sparse(rng, combiner):
+    """Weighted rows summed into the rows their sparse indices name, and divided per run of one row (LiteRT's
+    order: unsorted indices, which divide a row once per run, included)."""
+    params = rng.normal(0, 1, (6, 2, 3)).astype(F)
+    for indices, dense in ((np.array([[0, 0], [0, 1], [1, 0], [3, 2], [3, 5]], np.int32), [4, 6]),
+                           (np.array([[2, 0], [0, 1], [2, 1], [0, 0], [2, 3]], np.int32), [3, 4]),
+                           (np.array([[1, 0, 0], [1, 1, 3], [0, 1, 1], [1, 1, 0], [0, 0, 2]], np.int32), [2, 2, 4])):
+        ids = rng.integers(0, 6, 5).astype(np.int32)
+        weights = rng.uniform(0.5, 2, 5).astype(F)
+        check("EMBEDDING_LOOKUP_SPARSE", [ids, indices, np.array(dense, np.int32), weights, params],
+              [dense[:-1] + [2, 3]], [F], consts={2: True, 4: True}, combiner=combiner)

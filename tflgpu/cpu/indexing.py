@@ -1,6 +1,6 @@
 """Ops that place or pick values by index arrays: ONE_HOT, EMBEDDING_LOOKUP, DYNAMIC_UPDATE_SLICE,
 UNSORTED_SEGMENT_{SUM,PROD,MAX,MIN}, REVERSE_SEQUENCE, MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, BITCAST, WHERE,
-SPARSE_TO_DENSE, DILATE, with LiteRT's rules for indices out of range (each op's own: ignored, clamped or
+SPARSE_TO_DENSE, DILATE, EMBEDDING_LOOKUP_SPARSE, with LiteRT's rules for indices out of range (each op's own: ignored, clamped or
 refused)."""
 
 from __future__ import annotations
@@ -306,6 +306,57 @@ def dilate(ctx: OpContext):
         dims = fits([(n - 1) * k + 1 if n else 0 for n, k in zip(x.shape, d)], x.dtype, "DILATE")
         out = np.full(dims, np.asarray(xs[2]).reshape(()), dtype=x.dtype)
         out[tuple(slice(None, None, int(k)) for k in d)] = x
+        return [out]
+
+    return run
+
+
+# EMBEDDING_LOOKUP_SPARSE's combiner (CombinerType): SUM, MEAN, SQRTN
+_SUM, _MEAN, _SQRTN = 0, 1, 2
+
+
+@register("EMBEDDING_LOOKUP_SPARSE")
+def embedding_lookup_sparse(ctx: OpContext):
+    """TF1's embedding_lookup_sparse as LiteRT computes it: each lookup's row of ``params`` times its weight, added
+    into the output row its sparse index names (the index's last coordinate dropped); with MEAN / SQRTN, a run of
+    lookups into one row is divided by its weights' sum (root of squared sum) when the next lookup goes
+    elsewhere, in LiteRT's order, so unsorted indices give LiteRT's numbers too."""
+    combiner = int(ctx.opt("combiner", 0))
+    if combiner not in (_SUM, _MEAN, _SQRTN):
+        raise ctx.fail(f"combiner {combiner} is not SUM, MEAN or SQRTN")
+
+    def run(xs):
+        ids, indices, dense, weights, params = (np.asarray(x) for x in xs)
+        if params.ndim < 2 or indices.ndim != 2 or dense.size != indices.shape[1] or \
+                not ids.size == weights.size == indices.shape[0]:
+            raise KernelError(f"EMBEDDING_LOOKUP_SPARSE: ids {list(ids.shape)}, indices {list(indices.shape)}, "
+                              f"dense shape {dense.tolist()}, weights {list(weights.shape)} and params "
+                              f"{list(params.shape)} do not fit")
+        rows = [int(d) for d in dense[:-1]]
+        out = np.zeros(fits(rows + list(params.shape[1:]), np.float32, "EMBEDDING_LOOKUP_SPARSE"), np.float32)
+        flat, table = out.reshape(int(np.prod(rows, dtype=np.int64)), -1), params.reshape(params.shape[0], -1)
+        current, count, total, squares = 0, 0, np.float32(0), np.float32(0)
+
+        def finish():
+            if combiner != _SUM and count:
+                flat[current] /= total if combiner == _MEAN else np.sqrt(squares)
+
+        for i, idx in enumerate(ids.reshape(-1).astype(np.int64)):
+            if not 0 <= idx < table.shape[0]:
+                raise KernelError(f"EMBEDDING_LOOKUP_SPARSE: id {idx} out of [0, {table.shape[0]})")
+            coords = indices[i, :-1].astype(np.int64)
+            if np.any(coords < 0) or np.any(coords >= np.asarray(rows, np.int64)):
+                raise KernelError(f"EMBEDDING_LOOKUP_SPARSE: index {indices[i].tolist()} outside {dense.tolist()}")
+            bucket = int(np.ravel_multi_index(tuple(coords), rows)) if rows else 0
+            if bucket != current:
+                finish()
+                current, count, total, squares = bucket, 0, np.float32(0), np.float32(0)
+            w = np.float32(weights.reshape(-1)[i])
+            count += 1
+            squares = np.float32(squares + w * w)
+            total = np.float32(total + w)
+            flat[current] += table[idx] * w
+        finish()
         return [out]
 
     return run

@@ -167,6 +167,9 @@ _add("HASHTABLE_FIND", 3, 1, same_type=("in2", "out0"))
 _add("HASHTABLE_SIZE", 1, 1, types={"out0": frozenset({"INT64"})})
 _add("HASHTABLE_LOOKUP", 3, 2, same_type=("in2", "out0"), types={"in0": frozenset({"INT32"}),
      "in1": frozenset({"INT32"}), "out1": frozenset({"UINT8"})})
+_add("EMBEDDING_LOOKUP_SPARSE", 5, types={"in0": frozenset({"INT32"}), "in1": frozenset({"INT32"}),
+     "in2": frozenset({"INT32"}), "in3": F32, "out0": F32}, ranks={"in0": (1, 1), "in1": (2, 2), "in2": (1, 1),
+                                                                  "in3": (1, 1), "in4": (2, 8)})
 _add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
