@@ -1,7 +1,7 @@
 """Ops that place or pick values by index arrays: ONE_HOT, EMBEDDING_LOOKUP, DYNAMIC_UPDATE_SLICE,
 UNSORTED_SEGMENT_{SUM,PROD,MAX,MIN}, REVERSE_SEQUENCE, MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, BITCAST, WHERE,
-SPARSE_TO_DENSE, DILATE, EMBEDDING_LOOKUP_SPARSE, with LiteRT's rules for indices out of range (each op's own: ignored, clamped or
-refused)."""
+SPARSE_TO_DENSE, DILATE, EMBEDDING_LOOKUP_SPARSE, with LiteRT's rules for indices out of range (each op's own:
+ignored, clamped or refused)."""
 
 from __future__ import annotations
 
