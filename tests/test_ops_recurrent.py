@@ -125,6 +125,25 @@ def both_directions(b: ModelBuilder, x: int, aux: int, mode: str, time_major: bo
     return fw, bw
 
 
+def equivalent(rng, cell, shape, n_in: int, n_aux: int, aux: str, time_major: bool, merge: bool
+               ) -> tuple[bytes, list]:
+    """The unidirectional equivalent model (``both_directions`` of ``cell``, its outputs concatenated where
+    ``merge``) and feeds for it and the bidirectional op (the input, and the auxiliary input where there is one)."""
+    o = ModelBuilder()
+    fw, bw = both_directions(o, o.input("x", shape(n_in)), o.input("aux", shape(n_aux)) if aux != "none" else -1,
+                             aux, time_major, cell)
+    if merge:
+        width = o.main.tensors[fw].shape[2] + o.main.tensors[bw].shape[2]
+        y = o.tensor("y", shape(width))
+        o.op("CONCATENATION", [fw, bw], [y], axis=2)
+        o.output(y)
+    else:
+        o.output(fw, bw)
+    feeds = [rng.normal(0, 1, shape(n_in)).astype(F)] + ([rng.normal(0, 1, shape(n_aux)).astype(F)]
+                                                          if aux != "none" else [])
+    return o.build(), feeds
+
+
 def check_bidirectional(model: bytes, oracle: bytes, feeds: list, fused_ok: bool) -> None:
     """Ours against LiteRT running the unidirectional equivalent (``oracle``), three invokes; and against
     LiteRT's own bidirectional kernel where ``fused_ok`` (the layouts in which that kernel has none of the known
@@ -186,24 +205,14 @@ def bidirectional_rnn(rng, aux: str, merge: bool, time_major: bool, act: str, hy
              [y], time_major=time_major, fused_activation_function=act)
         return y
 
-    o = ModelBuilder()
-    fw, bw = both_directions(o, o.input("x", shape(n_in)), o.input("aux", shape(n_aux)) if aux != "none" else -1,
-                             aux, time_major, cell)
-    if merge:
-        y = o.tensor("y", shape(units["fw"] + units["bw"]))
-        o.op("CONCATENATION", [fw, bw], [y], axis=2)
-        o.output(y)
-    else:
-        o.output(fw, bw)
-    feeds = [rng.normal(0, 1, shape(n_in)).astype(F)] + ([rng.normal(0, 1, shape(n_aux)).astype(F)]
-                                                          if aux != "none" else [])
+    oracle, feeds = equivalent(rng, cell, shape, n_in, n_aux, aux, time_major, merge)
     # LiteRT's kernel: time-major, it steps the auxiliary input by the input's width; batch-major, its backward
     # cell reads the input, not the auxiliary input it was given; time-major and unmerged, it gives the backward
     # output the shape [batch, time, units] over time-major data; its hybrid kernel, time-major, runs the whole
     # sequence once per time step (and crashes where the outputs are merged)
     fused_ok = not ((time_major and aux == "stacked") or (not time_major and aux == "backward")
                     or (time_major and not merge) or (time_major and hybrid))
-    return b.build(), o.build(), feeds, fused_ok
+    return b.build(), oracle, feeds, fused_ok
 
 
 @pytest.mark.parametrize("aux", AUX)
@@ -320,19 +329,9 @@ def bidirectional_lstm(rng, aux: str, variant: str, hybrid: bool = False) -> tup
              [y], **options)
         return y
 
-    o = ModelBuilder()
-    fw, bw = both_directions(o, o.input("x", shape(n_in)), o.input("aux", shape(n_aux)) if aux != "none" else -1,
-                             aux, time_major, cell)
-    if merge:
-        y = o.tensor("y", shape(2 * n_out))
-        o.op("CONCATENATION", [fw, bw], [y], axis=2)
-        o.output(y)
-    else:
-        o.output(fw, bw)
-    feeds = [rng.normal(0, 1, shape(n_in)).astype(F)] + ([rng.normal(0, 1, shape(n_aux)).astype(F)]
-                                                          if aux != "none" else [])
+    oracle, feeds = equivalent(rng, cell, shape, n_in, n_aux, aux, time_major, merge)
     # LiteRT's kernel, batch-major and merged, offsets the second batch row's state by the merged width
-    return b.build(), o.build(), feeds, time_major or not merge
+    return b.build(), oracle, feeds, time_major or not merge
 
 
 @pytest.mark.parametrize("aux", AUX)

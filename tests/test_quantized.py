@@ -311,6 +311,20 @@ def test_hybrid_ops(rng, op, path):
     (assert_fp16_close if path.wants_fp16() else assert_close)(got, want, what=op)
 
 
+def _check_hybrid(build, x: np.ndarray, path) -> None:
+    """``build(True)``, a model with int8 weights, on ``path``: on the CPU within float rounding of LiteRT's hybrid
+    arithmetic; through a GpuDelegate's float view, against LiteRT on ``build(False)`` (the weights dequantized)."""
+    from tflgpu import Interpreter
+
+    model = build(True)
+    if path is None:
+        assert_close(run_model(Interpreter, model, [x])[0], run_model(litert(), model, [x])[0], 1e-5)
+        return
+    got = run_model(lambda **kw: Interpreter(model_content=model, delegate=path), model, [x])[0]
+    want = run_model(litert(), build(False), [x])[0]
+    (assert_fp16_close if path.wants_fp16() else assert_close)(got, want)
+
+
 @pytest.mark.parametrize("shapes", [((2, 3, 24), (24, 7), False, False), ((2, 3, 24), (7, 24), False, True),
                                     ((2, 24, 3), (2, 24, 7), True, False), ((5, 24), (24, 7), False, False)],
                          ids=["2d-weights", "adj_y", "adj_x-batched", "rank2"])
@@ -318,7 +332,6 @@ def test_hybrid_batch_matmul(rng, shapes, path):
     """BATCH_MATMUL of a float x by constant int8 weights (a dynamic-range transformer's): on the CPU, LiteRT's
     arithmetic (XNNPACK's rows quantized, integer products), within float rounding; it multiplied by the raw
     int8 values before (outputs 50x too large). GPU float view: against LiteRT on the dequantized weights."""
-    from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
 
     x_shape, w_shape, adj_x, adj_y = shapes
@@ -338,13 +351,7 @@ def test_hybrid_batch_matmul(rng, shapes, path):
         b.output(y)
         return b.build()
 
-    model = build(True)
-    if path is None:
-        assert_close(run_model(Interpreter, model, [x])[0], run_model(litert(), model, [x])[0], 1e-5)
-        return
-    got = run_model(lambda **kw: Interpreter(model_content=model, delegate=path), model, [x])[0]
-    want = run_model(litert(), build(False), [x])[0]
-    (assert_fp16_close if path.wants_fp16() else assert_close)(got, want)
+    _check_hybrid(build, x, path)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
@@ -354,7 +361,6 @@ def test_hybrid_transpose_conv(rng, per_channel, geometry, path):
     """TRANSPOSE_CONV of a float input by int8 weights: on the CPU, LiteRT's hybrid kernel (each image quantized
     asymmetrically, products scattered in its order), within float rounding, where dequantized weights were
     some 0.3% of the output's range off. GPU float view: against LiteRT on the dequantized weights."""
-    from tflgpu import Interpreter
     from tflgpu.model.builder import ModelBuilder
 
     pad, stride, with_bias, act = geometry
@@ -378,13 +384,7 @@ def test_hybrid_transpose_conv(rng, per_channel, geometry, path):
         b.output(y)
         return b.build()
 
-    model = build(True)
-    if path is None:
-        assert_close(run_model(Interpreter, model, [x])[0], run_model(litert(), model, [x])[0], 1e-5)
-        return
-    got = run_model(lambda **kw: Interpreter(model_content=model, delegate=path), model, [x])[0]
-    want = run_model(litert(), build(False), [x])[0]
-    (assert_fp16_close if path.wants_fp16() else assert_close)(got, want)
+    _check_hybrid(build, x, path)
 
 
 # -- the corpus' quantized models, on every path --------------------------------------------------

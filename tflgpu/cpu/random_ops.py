@@ -82,32 +82,31 @@ def _shape(x) -> tuple[int, ...]:
     return fits(shape, np.float32, "random op")
 
 
-@register("RANDOM_UNIFORM")
-def random_uniform(ctx: OpContext):
+def _uniform(bits: np.ndarray) -> np.ndarray:
+    return uint32_to_float(bits.reshape(-1))
+
+
+def _normal(bits: np.ndarray) -> np.ndarray:
+    """Each call's four uint32 as two Box-Muller pairs, in order."""
+    (a, b), (c, d) = (box_muller(bits[:, i], bits[:, i + 1]) for i in (0, 2))
+    return np.stack([a, b, c, d], axis=1).reshape(-1)
+
+
+def _floats(ctx: OpContext, convert):
+    """A random op of float32 values of the shape its input holds: four a generator call, the last call's extra
+    ones dropped."""
     generator = _generator(ctx)
 
     def run(xs):
         shape = _shape(xs[0])
         n = int(np.prod(shape, dtype=np.int64))
-        values = uint32_to_float(generator().draw(-(-n // 4)).reshape(-1)[:n])
-        return [values.reshape(shape)]
+        return [convert(generator().draw(-(-n // 4)))[:n].astype(np.float32).reshape(shape)]
 
     return run
 
 
-@register("RANDOM_STANDARD_NORMAL")
-def random_standard_normal(ctx: OpContext):
-    generator = _generator(ctx)
-
-    def run(xs):
-        shape = _shape(xs[0])
-        n = int(np.prod(shape, dtype=np.int64))
-        bits = generator().draw(-(-n // 4))
-        pairs = [box_muller(bits[:, i], bits[:, i + 1]) for i in (0, 2)]
-        values = np.stack([pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]], axis=1).reshape(-1)[:n]
-        return [values.astype(np.float32).reshape(shape)]
-
-    return run
+register("RANDOM_UNIFORM")(lambda ctx: _floats(ctx, _uniform))
+register("RANDOM_STANDARD_NORMAL")(lambda ctx: _floats(ctx, _normal))
 
 
 @register("MULTINOMIAL")
