@@ -431,6 +431,7 @@ def load_kernels() -> None:
         reduce,
         resize,
         spectral,
+        svdf,
         tensor_ops,
     )
 

@@ -5,7 +5,7 @@ with affine quantization (``real = scale * (q - zero_point)``). For such an op t
 executor picks, in this order:
 
 1. an integer kernel (``register_int``): from this module CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD,
-   SUB, MUL, the pools, CONCATENATION, QUANTIZE/DEQUANTIZE and table-driven unary ops; SVDF (cpu.recurrent) and
+   SUB, MUL, the pools, CONCATENATION, QUANTIZE/DEQUANTIZE and table-driven unary ops; SVDF (cpu.svdf) and
    TFLite_Detection_PostProcess (cpu.detection) from theirs. Products are
    accumulated exactly (int32 sums of int8 products, computed in float64, which holds them
    exactly). Convolutions and matrix products are rescaled as LiteRT's default (XNNPACK) path does
