@@ -14,10 +14,9 @@ from ..graph.conv_arg import CONV_ARG
 from ..ops.attributes import activation_bounds, conv_options, conv_padding, explicit_padding, pixel_for_pixel
 from ..ops.custom_options import transpose_conv_params
 from ..ops.jit import njit, prange, readonly
-from ..ops.quantization import qparams
 from .elementwise import dequant_params
 from .gemm import conv_bias_clamp, gemm_bias_clamp
-from .hybrid import is_hybrid, quantize_rows, quantize_rows_qd8, weight_columns
+from .hybrid import int8_weights, is_hybrid, quantize_images, quantize_rows_qd8
 from .registry import KernelError, OpContext, apply_activation, check_geometry, once, register
 
 
@@ -444,9 +443,9 @@ def _transpose_conv(ctx: OpContext, x_idx: int, w_idx: int, bias_idx: int, out_s
 
 
 @njit(cache=True)
-def _hybrid_scatter(q, offsets, scales, w, ch_scale, sh, sw, pt, pl, out):
-    """TFLite's HybridTransposeConv: each input value's (q - offset) x weight products scattered into ``out``
-    (zeros), each scaled as ``float(acc) * channel scale * image scale`` and added in TFLite's loop order (the
+def _hybrid_scatter(q, scales, w, ch_scale, sh, sw, pt, pl, out):
+    """TFLite's HybridTransposeConv: each input value (``q``, less its image's zero point) times the weights,
+    scattered into ``out`` (zeros), each scaled as ``float(acc) * channel scale * image scale`` and added in TFLite's loop order (the
     float sums depend on it)."""
     n, ih, iw, ic = q.shape
     oc, kh, kw, _ = w.shape
@@ -456,7 +455,7 @@ def _hybrid_scatter(q, offsets, scales, w, ch_scale, sh, sw, pt, pl, out):
         for y in range(ih):
             for x in range(iw):
                 for c in range(ic):
-                    v = q[b, y, x, c] - offsets[b]
+                    v = q[b, y, x, c]
                     for fy in range(kh):
                         oy = y * sh - pt + fy
                         if oy < 0 or oy >= oh:
@@ -473,14 +472,12 @@ def _hybrid_scatter(q, offsets, scales, w, ch_scale, sh, sw, pt, pl, out):
 def _hybrid_transpose_conv(ctx: OpContext, out_shape_fn):
     """TRANSPOSE_CONV of a float input by int8 weights (dynamic-range): LiteRT's hybrid kernel, each image
     quantized asymmetrically on its own range, the integer products scaled back per output channel."""
-    t = ctx.input_tensor(1)
-    p = qparams(t)
-    w = ctx.const(1)
-    oc = t.shape[0] if len(t.shape) == 4 else 0
-    if w is None or p is None or len(t.shape) != 4 or len(p.scale) not in (1, oc) or np.any(p.zero_point != 0):
-        raise ctx.fail("hybrid TRANSPOSE_CONV weights must be constant int8 [out, kh, kw, in] with zero point 0")
+    shape = ctx.input_tensor(1).shape
+    if len(shape) != 4:
+        raise ctx.fail(f"filter must be 4-D [out, kh, kw, in], got {list(shape)}")
+    w, p = int8_weights(ctx, 1, per_channel=shape[0])
     w = np.ascontiguousarray(w, np.int32)
-    _, kh, kw, ic = w.shape
+    oc, kh, kw, ic = w.shape
     ch_scale = np.ascontiguousarray(np.broadcast_to(p.scale.astype(np.float32), (oc,)))
     pad, sh, sw = ctx.opt("padding", 0), ctx.opt("stride_h", 1), ctx.opt("stride_w", 1)
     check_geometry(ctx, stride_h=sh, stride_w=sw, filter_h=kh, filter_w=kw, in_channels=ic, out_channels=oc)
@@ -496,9 +493,9 @@ def _hybrid_transpose_conv(ctx: OpContext, out_shape_fn):
             raise KernelError(f"TRANSPOSE_CONV: output shape {[n, oh, ow, occ]} does not fit input {list(x.shape)}")
         _, pt = conv_padding(oh, kh, sh, 1, pad)
         _, pl = conv_padding(ow, kw, sw, 1, pad)
-        q, scales, offsets = quantize_rows(np.ascontiguousarray(x.reshape(n, -1)), True)
+        centered, scales = quantize_images(x)  # (each value less its image's zero point)
         out = np.zeros((n, oh, ow, oc), np.float32)
-        _hybrid_scatter(q.reshape(x.shape), offsets, scales, w, ch_scale, sh, sw, pt, pl, out)
+        _hybrid_scatter(centered.astype(np.int32), scales, w, ch_scale, sh, sw, pt, pl, out)
         if bias is not None:
             out += bias
         return [np.clip(out, lo, hi, out=out) if (lo, hi) != (-np.inf, np.inf) else out]
@@ -514,8 +511,7 @@ def transpose_conv(ctx: OpContext):
         s = shape_const if shape_const is not None else xs[0]
         return tuple(int(v) for v in np.asarray(s).reshape(-1))
 
-    if ctx.input_tensor(2) is not None and ctx.input_tensor(2).dtype == np.float32 and ctx.input_tensor(1).dtype == \
-            np.int8:
+    if is_hybrid(ctx, 1, data=2):
         return _hybrid_transpose_conv(ctx, out_shape)
     return _transpose_conv(
         ctx, 2, 1, 3 if ctx.has_input(3) else -1, out_shape,
@@ -587,7 +583,8 @@ def batch_matmul(ctx: OpContext):
 def _hybrid_batch_matmul(ctx: OpContext, adj_x: bool, adj_y: bool):
     """A float x times constant int8 weights (dynamic-range): LiteRT's hybrid product, each row of x quantized on
     its own range, the integer sums scaled back by (row scale x weight scale)."""
-    w, w_scale = weight_columns(ctx, 1)
+    w, p = int8_weights(ctx, 1)
+    w, w_scale = np.asarray(w, np.float64), np.float32(p.s)
     if adj_y:
         w = np.swapaxes(w, -1, -2)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ops.jit import njit, prange
-from ..ops.quantization import qparams
+from ..ops.quantization import QParams, qparams, tfl_round
 from .registry import OpContext
 
 
@@ -141,6 +141,58 @@ def quantize_rows_qd8(rows):
     return q, scales
 
 
+def quantize_images(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite's AsymmetricQuantizeFloats per image (the hybrid convolutions' and TRANSPOSE_CONV's; quantize_row
+    is the same for one small row inside a numba loop): each image's range [min(0, x), max(0, x)] mapped
+    onto [-128, 127] with a nudged integer zero point. Returns (quantized value - zero point, as float32
+    integers; so a padded zero stays zero) and each row's scale."""
+    n = x.shape[0]
+    rows = x.reshape(n, -1).astype(np.float32, copy=False)
+    rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float64)
+    rmax = np.maximum(rows.max(axis=1, initial=0), 0).astype(np.float64)
+    flat = rmin == rmax
+    scale = np.where(flat, 1.0, (rmax - rmin) / 255.0)
+    zp = np.where(128.0 + np.abs(rmin / scale) < 127.0 + np.abs(rmax / scale), -128.0 - rmin / scale,
+                  127.0 - rmax / scale)
+    off = np.where(flat, 0, np.where(zp <= -128, -128, np.where(zp >= 127, 127, tfl_round(zp)))).astype(np.float32)
+    inv = np.float32(1.0) / scale.astype(np.float32)
+    # (rounded before the offset is added, as LiteRT's x86 build does)
+    q = _offset_round_rows(np.ascontiguousarray(rows), inv, off, flat)
+    return q.reshape(x.shape), scale.astype(np.float32)
+
+
+QUANT_CHUNK = 1 << 14  # values per parallel task of _offset_round_rows (a row is a whole image)
+
+
+@njit(cache=True, parallel=True)
+def _offset_round_rows(rows, inv, off, flat):
+    """clip(tfl_round(rows * inv) + off, -128, 127) - off per row, in float32 (0 for a flat row): one parallel
+    pass over every value, in chunks, where numpy took ten."""
+    n, size = rows.shape
+    q = np.empty((n, size), np.float32)
+    chunks = (size + QUANT_CHUNK - 1) // QUANT_CHUNK
+    lo, hi, half = np.float32(-128), np.float32(127), np.float32(0.5)
+    for task in prange(n * chunks):
+        r = task // chunks
+        j0 = (task % chunks) * QUANT_CHUNK
+        j1 = min(size, j0 + QUANT_CHUNK)
+        o, s = off[r], inv[r]
+        if flat[r]:
+            q[r, j0:j1] = 0
+            continue
+        for j in range(j0, j1):
+            v = np.float32(rows[r, j] * s)
+            f = np.floor(np.float32(abs(v) + half))
+            t = f if v > 0 else -f if v < 0 else v  # (std::round: half away from zero; NaN stays NaN)
+            t = np.float32(t + o)
+            if t < lo:  # noqa: PLR1730 (np.clip keeps a NaN)
+                t = lo
+            if t > hi:  # noqa: PLR1730
+                t = hi
+            q[r, j] = np.float32(t - o)
+    return q
+
+
 @dataclass(frozen=True)
 class HybridWeights:
     """int8 weights [rows, k] as int32, each row's scale (per tensor: a gate's scale over its rows) and row sums
@@ -155,11 +207,7 @@ class HybridWeights:
         """The int8 weight tensors at ``inputs`` stacked by rows (gate after gate)."""
         values, scales = [], []
         for i in inputs:
-            t, w = ctx.input_tensor(i), ctx.const(i)
-            p = qparams(t)
-            if w is None or t.dtype != np.int8 or p is None or len(p.scale) != 1 or p.z != 0:
-                raise ctx.fail(f"hybrid weights (input {i}) must be constant int8 with one scale and zero point 0, "
-                               f"got {t.type_name}")
+            w, p = int8_weights(ctx, i)
             values.append(np.asarray(w, np.int32).reshape(w.shape[0], -1))
             scales.append(np.full(w.shape[0], p.s, np.float32))
         v = np.ascontiguousarray(np.concatenate(values))
@@ -173,16 +221,19 @@ class HybridWeights:
         return dot.astype(np.float32) * (scales[:, None] * self.scales[None, :])
 
 
-def weight_columns(ctx: OpContext, i: int) -> tuple[np.ndarray, np.float32]:
-    """A constant int8 second operand of a matrix product (``i``), as float64 integers, and its one scale."""
+def int8_weights(ctx: OpContext, i: int, per_channel: int = 0) -> tuple[np.ndarray, QParams]:
+    """Input ``i``: constant int8 weights with zero point 0 and one scale (or, with ``per_channel``, one per row of
+    that many), as LiteRT's hybrid kernels take them; else the node is refused."""
     t, w = ctx.input_tensor(i), ctx.const(i)
-    p = qparams(t)
-    if w is None or p is None or len(p.scale) != 1 or p.z != 0:
-        raise ctx.fail(f"int8 weights (input {i}) must be constant, with one scale and zero point 0")
-    return np.asarray(w, np.float64), np.float32(p.s)
+    p = qparams(t) if t is not None else None
+    if w is None or t.dtype != np.int8 or p is None or len(p.scale) not in (1, per_channel or 1) or \
+            np.any(p.zero_point != 0):
+        raise ctx.fail(f"hybrid weights (input {i}) must be constant int8 with zero point 0 and one scale"
+                       f"{' or one per output channel' if per_channel else ''}")
+    return w, p
 
 
-def is_hybrid(ctx: OpContext, weight: int) -> bool:
-    """Whether the op's float input meets int8 weights (input ``weight``): LiteRT's hybrid kernels."""
-    x, w = ctx.input_tensor(0), ctx.input_tensor(weight)
+def is_hybrid(ctx: OpContext, weight: int, data: int = 0) -> bool:
+    """Whether the op's float input (``data``) meets int8 weights (input ``weight``): LiteRT's hybrid kernels."""
+    x, w = ctx.input_tensor(data), ctx.input_tensor(weight)
     return x is not None and w is not None and x.dtype == np.float32 and w.dtype == np.int8

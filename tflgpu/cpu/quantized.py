@@ -38,7 +38,7 @@ from ..ops.traits import traits
 from .conv import _bias, _depthwise, border_taps, conv_product, window_rows
 from .elementwise import dequantize, quantize
 from .gemm import conv_requantize, gemm_bias_clamp
-from .hybrid import quantize_rows_qd8
+from .hybrid import quantize_images, quantize_rows_qd8
 from .pool import window
 from .registry import KernelError, OpContext, check_geometry, factory_for, once
 
@@ -775,57 +775,6 @@ def is_hybrid_op(op, sg) -> bool:
     return x.dtype == np.float32 and w.data is not None and w.dtype == np.int8 and qparams(w) is not None
 
 
-def _quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """TFLite's AsymmetricQuantizeFloats per row (an image): the row's range [min(0, x), max(0, x)] mapped
-    onto [-128, 127] with a nudged integer zero point. Returns (quantized value - zero point, as float32
-    integers; so a padded zero stays zero) and each row's scale."""
-    n = x.shape[0]
-    rows = x.reshape(n, -1).astype(np.float32, copy=False)
-    rmin = np.minimum(rows.min(axis=1, initial=0), 0).astype(np.float64)
-    rmax = np.maximum(rows.max(axis=1, initial=0), 0).astype(np.float64)
-    flat = rmin == rmax
-    scale = np.where(flat, 1.0, (rmax - rmin) / 255.0)
-    zp = np.where(128.0 + np.abs(rmin / scale) < 127.0 + np.abs(rmax / scale), -128.0 - rmin / scale,
-                  127.0 - rmax / scale)
-    off = np.where(flat, 0, np.where(zp <= -128, -128, np.where(zp >= 127, 127, tfl_round(zp)))).astype(np.float32)
-    inv = np.float32(1.0) / scale.astype(np.float32)
-    # (rounded before the offset is added, as LiteRT's x86 build does)
-    q = _offset_round_rows(np.ascontiguousarray(rows), inv, off, flat)
-    return q.reshape(x.shape), scale.astype(np.float32)
-
-
-QUANT_CHUNK = 1 << 14  # values per parallel task of _offset_round_rows (a row is a whole image)
-
-
-@njit(cache=True, parallel=True)
-def _offset_round_rows(rows, inv, off, flat):
-    """clip(tfl_round(rows * inv) + off, -128, 127) - off per row, in float32 (0 for a flat row): one parallel
-    pass over every value, in chunks, where numpy took ten."""
-    n, size = rows.shape
-    q = np.empty((n, size), np.float32)
-    chunks = (size + QUANT_CHUNK - 1) // QUANT_CHUNK
-    lo, hi, half = np.float32(-128), np.float32(127), np.float32(0.5)
-    for task in prange(n * chunks):
-        r = task // chunks
-        j0 = (task % chunks) * QUANT_CHUNK
-        j1 = min(size, j0 + QUANT_CHUNK)
-        o, s = off[r], inv[r]
-        if flat[r]:
-            q[r, j0:j1] = 0
-            continue
-        for j in range(j0, j1):
-            v = np.float32(rows[r, j] * s)
-            f = np.floor(np.float32(abs(v) + half))
-            t = f if v > 0 else -f if v < 0 else v  # (std::round: half away from zero; NaN stays NaN)
-            t = np.float32(t + o)
-            if t < lo:  # noqa: PLR1730 (np.clip keeps a NaN)
-                t = lo
-            if t > hi:  # noqa: PLR1730
-                t = hi
-            q[r, j] = np.float32(t - o)
-    return q
-
-
 @njit(cache=True, parallel=True)
 def _hybrid_scale(acc, row_scale, w_scale, bias, lo, hi):
     """float32(acc) * (row_scale[r] * w_scale[c]) + bias[c], clamped to [lo, hi] (a NaN kept): the hybrid
@@ -904,7 +853,7 @@ def hybrid_factory(ctx: OpContext):
         if x.ndim != 4:
             raise KernelError(f"{name}: input must be 4-D, got shape {x.shape}")
         n, h, wd, c = x.shape
-        qz, scales = _quantize_rows(x)  # padding then holds the real zero, as the offset does
+        qz, scales = quantize_images(x)  # padding then holds the real zero, as the offset does
         oh, pt = conv_padding(h, kh, sh, dh, pad)
         ow, pl = conv_padding(wd, kw, sw, dw, pad)
         if name == "CONV_2D":

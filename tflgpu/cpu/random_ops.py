@@ -7,6 +7,7 @@ resize that changes one), as LiteRT re-prepares it.
 
 from __future__ import annotations
 
+import copy
 import os
 
 import numpy as np
@@ -124,10 +125,9 @@ def multinomial(ctx: OpContext):
                               f"{list(logits.shape)} and {samples}")
         batch = logits.shape[0]
         rng = generator()
-        copy = Philox(0, 0)
-        copy.key, copy.counter = rng.key, rng.counter
+        draws = copy.copy(rng)
         rng.skip(batch * ((samples + 3) // 4 * 4) * 2 * 256)
-        bits = copy.draw(-(-batch * samples // 2)).reshape(-1, 2)[: batch * samples].astype(np.uint64)
+        bits = draws.draw(-(-batch * samples // 2)).reshape(-1, 2)[: batch * samples].astype(np.uint64)
         mantissa = ((bits[:, 0] & np.uint64(0xFFFFF)) << _32) | bits[:, 1]
         u = ((np.uint64(1023) << np.uint64(52)) | mantissa).view(np.float64) - 1.0
         out = np.empty((batch, samples), out_dtype)

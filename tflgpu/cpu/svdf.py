@@ -94,8 +94,8 @@ _INT_SVDF_TYPES = ((0, np.int8, "input"), (1, np.int8, "feature weights"), (2, n
 
 
 def _wrap_int32(v: np.ndarray) -> np.ndarray:
-    """int64 sums as the int32 sums of C would hold them (two's complement wrap-around)."""
-    return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
+    """int64 sums as the int32 sums of C would hold them (numpy's cast wraps around, as two's complement does)."""
+    return v.astype(np.int32).astype(np.int64)
 
 
 @register_int("SVDF")
