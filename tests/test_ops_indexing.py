@@ -285,44 +285,6 @@ def test_where(rng, condition_type):
             np.testing.assert_array_equal(g, w)
 
 
-def test_sizes_set_by_data_leave_the_model_to_the_cpu_kernels(opencl_device, rng):
-    """A tensor whose size the input values set (a WHERE's rows; a RANGE to a limit computed from an input) cannot
-    have a device plan, which fixes every size when it is built: the CPU kernels run such a model, and backend
-    says why. Before, the plan was built on zeros standing in for the inputs: the WHERE model gave outputs of the
-    zeros' size (silently wrong), the RANGE model a DeviceError from an upload of the wrong size."""
-    feeds = [[rng.normal(0, 1, (2, 5)).astype(F)] for _ in range(3)]
-    model = where_model()
-    want = invokes(litert()(model_content=model), feeds)
-    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
-    got = invokes(it, feeds)
-    assert "WHERE (node 1) makes the size of tensor" in it.cpu_fallback_reason and it.backend.startswith("cpu")
-    for (g_out, g_shapes), (w_out, w_shapes) in zip(got, want):
-        assert g_shapes == w_shapes
-        for g, w in zip(g_out, w_out):
-            np.testing.assert_array_equal(g, w)
-
-    b = ModelBuilder()  # x[0 : n + 5] * 2, n an input
-    x, n = b.input("x", [12]), b.input("n", [], np.int32)
-    limit = b.tensor("limit", [], np.int32)
-    b.op("ADD", [n, b.const("five", np.array(5, np.int32))], [limit])
-    r = b.tensor("r", [5], np.int32, shape_signature=[-1])
-    b.op("RANGE", [b.const("start", np.array(0, np.int32)), limit, b.const("delta", np.array(1, np.int32))], [r])
-    g = b.tensor("g", [5], F, shape_signature=[-1])
-    b.op("GATHER", [x, r], [g], axis=0)
-    y = b.tensor("y", [5], F, shape_signature=[-1])
-    b.op("MUL", [g, b.const("two", np.full(1, 2, F))], [y])
-    b.output(y)
-    model = b.build()
-    feeds = [[np.arange(12, dtype=F), np.array(v, np.int32)] for v in (0, 3, 7)]
-    want = invokes(litert()(model_content=model), feeds)
-    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
-    got = invokes(it, feeds)
-    assert "RANGE (node 1)" in it.backend
-    for (g_out, g_shapes), (w_out, w_shapes) in zip(got, want):
-        assert g_shapes == w_shapes
-        np.testing.assert_array_equal(g_out[0], w_out[0])
-
-
 def test_sizes_from_shapes_alone_stay_on_the_device(opencl_device):
     """A RESHAPE to a shape computed from a SHAPE (BirdNET's SHAPE -> STRIDED_SLICE -> PACK) keeps its size fixed:
     graph.sizes finds nothing and the plan runs on the device; a RESHAPE to a shape read from an input's values is

@@ -34,7 +34,7 @@ from .delegate import GpuDelegate, load_delegate  # noqa: F401 (LiteRT's interpr
 from .model import ModelBytes, read_model
 from .model.ir import Model, Subgraph, Tensor
 from .ops.jit import check_fork
-from .runtime import DeviceError, EmptyTensorError, ShapeError, SizedByDataError
+from .runtime import DeviceError, EmptyTensorError, ShapeError
 from .runtime.startup import StartupClock, format_phases
 
 log = logging.getLogger("tflgpu")
@@ -87,7 +87,6 @@ class _Session:
         self.gpu_factory = None  # input shapes -> plan
         self.refused_shapes = None  # input shapes plan() found no plan for (allocate_tensors() says why)
         self.empty_shapes = None  # input shapes whose graph holds a tensor with no elements: the CPU kernels run them
-        self.sized_by_data: str | None = None  # why no plan runs this model at any shapes (graph.sizes), or None
         self.gpu_failed = False  # the device raised during invoke: rebuild before the next one
         self.bindings: dict[int, object] = {}  # tensor -> user's device buffer (zero-copy I/O)
         self.merged_runner: SubgraphRunner | None = None  # what a CPU invoke runs: runner.merged(), made once
@@ -112,7 +111,7 @@ class _Session:
             from .runtime.device import check_process  # (loaded with the delegate's device)
 
             check_process()
-        if self.gpu_plan is None and self.gpu_factory is not None and self.sized_by_data is None:
+        if self.gpu_plan is None and self.gpu_factory is not None:
             shapes = self.input_shape_list()
             if shapes != self.refused_shapes and shapes != self.empty_shapes:
                 try:
@@ -125,8 +124,6 @@ class _Session:
         return self.gpu_plan
 
     def cpu_fallback_reason(self) -> str | None:
-        if self.sized_by_data is not None:
-            return f"{self.sized_by_data}: sizes a device plan cannot fix"
         if self.empty_shapes is not None and self.empty_shapes == self.input_shape_list():
             return "an empty batch, which the OpenCL device leaves to the CPU kernels"
         return None
@@ -210,17 +207,13 @@ class _Session:
         shapes = self.input_shape_list()
         if self.gpu_factory is not None and shapes == self.empty_shapes:
             self.drop_plan()  # (another batch's)
-        elif self.gpu_factory is not None and self.sized_by_data is None:
+        elif self.gpu_factory is not None:
             if self.gpu_plan is None or self.gpu_plan.input_shapes != shapes or self.gpu_failed:
                 try:
                     self.build_plan(shapes)
                 except EmptyTensorError as e:  # (an empty batch: the CPU kernels run it)
                     self.empty_shapes = shapes
                     log.info("GpuDelegate: %s; the CPU kernels run these shapes", e)
-                except SizedByDataError as e:  # (sizes that change from invoke to invoke: the CPU kernels run it)
-                    self.sized_by_data = str(e)
-                    log.warning("GpuDelegate: %s; a device plan fixes every size, so the CPU kernels run this "
-                                "model", e)
             if self.gpu_plan is not None:
                 self.gpu_plan.activity.use()  # (its background work may start: the optimized build, a search)
             arrays = self.gpu_plan.input_arrays() if self.gpu_plan is not None else {}
@@ -798,7 +791,7 @@ class Interpreter:
 
     @property
     def cpu_fallback_reason(self) -> str | None:
-        """Why the model itself (an empty batch, sizes its data set) leaves a GpuDelegate's device nothing to run."""
+        """Why the model itself (an empty batch) leaves a GpuDelegate's device nothing to run, or None."""
         return self._session(0).cpu_fallback_reason()
 
     def bind_buffer(self, tensor_index: int, buffer) -> None:

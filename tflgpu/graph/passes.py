@@ -245,7 +245,10 @@ def _paddings(op, consts) -> np.ndarray | None:
     return np.asarray(p).reshape(-1, 2).astype(int)
 
 
-def drop_identities(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassStep], int]:
+def drop_identities(steps: list[PassStep], sg, consts: dict, unfixed: frozenset[int] = frozenset()
+                    ) -> tuple[list[PassStep], int]:
+    """Remove reshapes to the same shape, one-input concatenations and PADs of zeros. ``unfixed``: tensors whose
+    shapes the graph does not fix (graph.sizes): a reshape of one may change its shape in another invoke."""
     graph_out = set(sg.outputs)
     dropped = 0
     i = 0
@@ -257,7 +260,7 @@ def drop_identities(steps: list[PassStep], sg, consts: dict) -> tuple[list[PassS
         if len(s.members) == 1 and op.outputs and op.outputs[0] not in graph_out and op.inputs:
             src, dst = op.inputs[0], op.outputs[0]
             if op.name == "RESHAPE" or op.name in ("SQUEEZE", "EXPAND_DIMS"):
-                identity = sg.tensors[src].shape == sg.tensors[dst].shape
+                identity = sg.tensors[src].shape == sg.tensors[dst].shape and dst not in unfixed
             elif op.name == "CONCATENATION":
                 identity = len(op.inputs) == 1
             elif op.name in ("PAD", "PADV2"):

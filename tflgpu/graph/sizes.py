@@ -2,12 +2,15 @@
 rows as true values), a RANGE's of computed limits, a RESHAPE to a shape read from the data, and every tensor
 computed from one of them.
 
-A device plan fixes every tensor's size when it is built (from zeros standing in for the inputs), so such a graph
-cannot run on one: its sizes change from invoke to invoke with the same input shapes. Values known when a plan is
+A device plan fixes every tensor's size when it is built (from zeros standing in for the inputs), so such a tensor's
+ops cannot run on one: its size changes from invoke to invoke with the same input shapes. A plan leaves them to the
+CPU kernels (``DataSizes``) and runs the rest. Values known when a plan is
 built are a model's constants and what is computed from shapes alone (SHAPE, RANK, then index arithmetic on them:
 BirdNET's SHAPE -> FLOOR_DIV -> PACK -> STRIDED_SLICE), so a reshape to such a shape keeps its size fixed."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..model.ir import Operator, Subgraph
 from ..ops.traits import traits
@@ -34,3 +37,33 @@ def sized_by_data(sg: Subgraph) -> dict[int, Operator]:
         elif ins and all(t in known_values for t in ins) and not facts.side_effects:
             known_values.update(t for t in op.outputs if t >= 0)
     return sized
+
+
+@dataclass(frozen=True)
+class DataSizes:
+    """What of a graph its input values size, and what a device plan of it leaves to the CPU kernels therefore:
+    the ops making such a tensor, and those reading one's shape (SHAPE, RANK: values it sets, of a fixed size),
+    which are after the tensor's making anyway. Every other op's tensors keep their sizes from invoke to invoke,
+    so the ops before a WHERE (a detector's backbone before its threshold) run on the device."""
+
+    sized: dict[int, Operator]  # tensor -> the op whose input values first set its size (sized_by_data)
+    host_ops: dict[int, str]  # op index -> why it runs on the CPU
+
+    @classmethod
+    def of(cls, sg: Subgraph) -> DataSizes:
+        sized = sized_by_data(sg)
+        host: dict[int, str] = {}
+        for op in sg.operators:
+            made = next((t for t in op.outputs if t in sized), None)
+            if made is not None:
+                origin = sized[made]
+                whose = "its" if origin is op else f"{origin.name}'s (node {origin.index})"
+                host[op.index] = (f"the size of its output (tensor {made}) follows {whose} input values, and a "
+                                  "device plan fixes every size")
+            elif traits(op.name).values_from_shape and any(t in sized for t in op.inputs):
+                host[op.index] = "it reads the shape of a tensor the input values size"
+        return cls(sized, host)
+
+    def __bool__(self) -> bool:
+        return bool(self.sized)
+

@@ -9,12 +9,6 @@ class ShapeError(RuntimeError):
     """An op of the subgraph refused the shapes it got while they were propagated (its message names it)."""
 
 
-class SizedByDataError(ShapeError):
-    """A tensor of the subgraph has a size that the input values set (a WHERE's rows, graph.sizes): a plan fixes
-    every size when it is built, so the CPU kernels run such a model (``Interpreter.allocate_tensors`` falls back
-    to them, whatever the input shapes)."""
-
-
 class EmptyTensorError(ShapeError):
     """A tensor of the subgraph has no elements at these input shapes (an empty batch): a device buffer cannot be
     empty, so the CPU kernels run such shapes (``Interpreter.allocate_tensors`` falls back to them)."""

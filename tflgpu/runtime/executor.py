@@ -19,6 +19,7 @@ from ..autotune.exchange import NearestRecords
 from ..autotune.measure import KernelBench
 from ..cache.plans import StepRecord
 from ..cpu.executor import SubgraphRunner
+from ..graph.sizes import DataSizes
 from ..kernels import Target
 from ..kernels.common import CONST_KINDS, KernelSpec, relayout_cache
 from ..kernels.program import ProgramMemo, build_program, compiled_sources, program_key, stored_bytes
@@ -42,8 +43,8 @@ from .programs import PlanProgram
 from .selection import (
     KernelMaker,
     dense_boundary,
-    hand_over,
     fold_shapes,
+    hand_over,
     limit_partitions,
     link_concatenations,
     link_reshapes,
@@ -133,6 +134,7 @@ class GpuPlan:
         import pyopencl as cl
 
         config = config or PlanConfig()
+        sizes = DataSizes.of(runner.sg)  # (what the input values size stays on the CPU)
         explicit = set(params or {})  # (the caller's; a stored plan's parameters are decisions tuning may revisit)
         self.cl, self.runner, self.device, self.config = cl, runner, device, config
         self.fp16, self.profile, self.device_outputs = config.fp16, profile, device_outputs
@@ -162,11 +164,11 @@ class GpuPlan:
             clock.phase("shapes", "every tensor's shape for these inputs (ops.shapes; a CPU run on zeros where values "
                                   "may decide one)")
             self.sg = propagate_shapes(runner, self.input_shapes)
-        empty = next((t for t in self.sg.tensors if t.empty_values(t.shape)), None)
+        empty = next((t for t in self.sg.tensors if t.empty_values(t.shape) and t.index not in sizes.sized), None)
         if empty is not None:
             raise EmptyTensorError(f"tensor {empty.index} ({empty.name!r}) has no elements at the input shapes "
                                    f"{self.input_shapes}: {list(empty.shape)}")
-        runner = fold_shapes(runner, self.sg)  # (the shapes this plan knows: its reshapes' shapes constant)
+        runner = fold_shapes(runner, self.sg, sizes)  # (the shapes this plan knows: its reshapes' shapes constant)
         self.base_tensors = len(self.sg.tensors)  # (a stored plan holds these; storage casts add their copies)
         self.precision, fp32_ops = PrecisionChoice(), frozenset()
         if self.fp16:
@@ -181,6 +183,7 @@ class GpuPlan:
                                                   output_steps(runner.sg, self.quant_out), self.sg)
             runner, self.sg, fp32_ops = with_casts(runner, self.sg, self.precision)
             self.runner = runner
+            sizes = DataSizes.of(runner.sg) if sizes else sizes  # (the storage casts of a sized tensor too)
         clock.phase("passes and kernels", "placement, graph passes, kernel generation")
         # the fallback chain of records (autotune.exchange), for the steps' kernels and a composite op's unfused parts
         # (no database, GpuDelegate(tuning_db=False): the heuristics alone, the shipped records too left out)
@@ -190,11 +193,12 @@ class GpuPlan:
         self.make = make = KernelMaker(self.sg, runner.consts, self.fp16, frozenset(runner.variables), fp32_ops,
                                       Target.of(device.cl_device, device.identity.device_type), part_params=parts)
         with relayout_cache():  # (weights re-laid out once, however often their op is generated)
-            self.steps, passes = select(runner, make, params or {}, config.fuse_regions, config.fuse_expansions)
+            self.steps, passes = select(runner, make, params or {}, config.fuse_regions, config.fuse_expansions,
+                                        sizes)
             if record is not None and not restore(self.steps, record):
                 cache.reject(record, dev, "its steps no longer match what the graph passes produce")
                 record, params = None, None
-                self.steps, passes = select(runner, make, {}, config.fuse_regions, config.fuse_expansions)
+                self.steps, passes = select(runner, make, {}, config.fuse_regions, config.fuse_expansions, sizes)
             self.pass_counts = {**(earlier_passes or {}), **passes}
             if config.dense_boundary:
                 make, self.pass_counts["dense_boundary"] = dense_boundary(self.steps, make)

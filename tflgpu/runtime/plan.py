@@ -11,8 +11,7 @@ import xxhash
 
 from ..cache.plans import PlanCache
 from ..cpu.executor import SubgraphRunner
-from ..graph.sizes import sized_by_data
-from . import EmptyTensorError, ShapeError, SizedByDataError
+from . import EmptyTensorError, ShapeError
 from .config import PlanConfig, PlanRequest
 from .device import DeviceInfo, NoDeviceError, check_process, choose_device
 from .selection import transform_graph
@@ -85,12 +84,6 @@ def build_plan(runner: SubgraphRunner, options: PlanRequest, device: DeviceInfo,
     ``tflgpu cache ls``.
     """
     check_process()
-    sized = sized_by_data(runner.sg)
-    if sized:  # (a plan fixes every size when it is built)
-        t, op = next(iter(sized.items()))
-        raise SizedByDataError(f"{op.name} (node {op.index}) makes the size of tensor {t} "
-                               f"({runner.sg.tensors[t].name!r}) from the input values, and {len(sized) - 1} more "
-                               "tensors take theirs from it")
     clock = StartupClock()
     fp16 = options.fp16
     if fp16 and not device.identity.fp16:

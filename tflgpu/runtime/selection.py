@@ -10,13 +10,15 @@ The graph transforms, in the one order they run:
 2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
 3. ``fold_constants``: every op whose inputs are all constant. It is evaluated by the CPU kernels, so the
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
+   A graph whose input values size some tensors (graph.sizes) skips 3b and 3c, which reason from its shapes.
 3b. ``conv_arg`` (graph.conv_arg): a CONV_2D and the ARG_MAX / ARG_MIN over its channels, one op; before the
    precision choice, which may keep it FP32 for its index while its sums stay half.
 3c. ``sink_elementwise`` (graph.sink): an elementwise op whose one reader is a reshape, and which could not join
    its input's producer, moved after the reshape, whose kernel then takes it.
 3d. ``fold_shapes``: once the plan's shapes are propagated for its inputs, each SHAPE is a constant, and what
    then reads only constants folds too (a converted Keras reshape's shape computed at run time).
-4. placement: an op goes to the device where a generator makes its kernels.
+4. placement: an op goes to the device where a generator makes its kernels, and its tensors' sizes are fixed
+   (``DataSizes.host_ops``: a WHERE and what reads its rows run on the CPU).
 5. ``cull_dead``, ``drop_identities``, ``merge_pad``, ``fuse_expand_depthwise`` on a GPU (not with
    fuse_expansions), ``fuse_separable``, ``fold_reshapes``, ``fold_tensordot``, ``fuse_elementwise``,
    ``fuse_input_prologue`` on a GPU, ``fuse_regions``, ``fuse_gates``, ``fold_gate_scales``, ``fuse_pooled_dense``
@@ -81,6 +83,7 @@ from ..graph.passes import (
 )
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.sink import sink_elementwise
+from ..graph.sizes import DataSizes
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, expand_depthwise, generator_for
 from ..kernels.common import dense_tensors, fp32_region
@@ -240,12 +243,14 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
     quant_io = None
     if quantized_models_allowed:
         runner, quant_io = _float_view(runner)
-    sg, merged = merge_channel_args(runner.sg, runner.consts)
-    if merged:
-        runner = _rewired(runner, sg)
-    sg, sunk = sink_elementwise(runner.sg, runner.consts, [op for op, _ in runner.steps])
-    if sunk:
-        runner = _rewired(runner, sg)
+    merged = sunk = 0
+    if not DataSizes.of(runner.sg):  # (both reason from the tensors' shapes: a WHERE's rows have none fixed)
+        sg, merged = merge_channel_args(runner.sg, runner.consts)
+        if merged:
+            runner = _rewired(runner, sg)
+        sg, sunk = sink_elementwise(runner.sg, runner.consts, [op for op, _ in runner.steps])
+        if sunk:
+            runner = _rewired(runner, sg)
     return TransformedGraph(runner, quant_io, {"inline_composite": composites, "lstm_loop": lstm_loops,
                                                "unroll_while": unrolled, "conv_arg": merged,
                                                "sink_elementwise": sunk})
@@ -298,39 +303,46 @@ def propagate_shapes(runner: SubgraphRunner, input_shapes: list[tuple[int, ...]]
     return replace(sg, tensors=tensors)
 
 
-def fold_shapes(runner: SubgraphRunner, shaped: Subgraph) -> SubgraphRunner:
+def fold_shapes(runner: SubgraphRunner, shaped: Subgraph, sizes: DataSizes) -> SubgraphRunner:
     """``runner`` with each SHAPE of a tensor whose shape the plan knows (``shaped``: every tensor's shape for
     the plan's inputs) made a constant, and every op then reading only constants folded as the CPU runner folds
     (``SubgraphRunner.folded``): a converted Keras graph computes its reshapes' shapes at run time (SHAPE ->
     STRIDED_SLICE -> PACK -> RESHAPE; BirdNET 2.4 has 16 such SHAPEs), which a plan specialized for one input shape
-    knows already, so the reshapes get a constant shape and run on the device."""
+    knows already, so the reshapes get a constant shape and run on the device. Not the SHAPE of a tensor the input
+    values size (``sizes``), whose shape the plan does not know."""
     shapes = [(op.inputs[0], op.outputs[0]) for op, _ in runner.steps
-              if op.name == "SHAPE" and op.inputs and op.inputs[0] >= 0 and op.outputs[0] >= 0]
+              if op.name == "SHAPE" and op.inputs and op.inputs[0] >= 0 and op.outputs[0] >= 0
+              and op.inputs[0] not in sizes.sized]
     return runner.folded({y: np.array(shaped.tensors[x].shape, shaped.tensors[y].dtype) for x, y in shapes})
 
 
 def select(runner: SubgraphRunner, make: KernelMaker, params: dict, regions: bool = True,
-           expansions: bool | None = False) -> tuple[list[Step], dict[str, int]]:
+           expansions: bool | None = False, sizes: DataSizes | None = None) -> tuple[list[Step], dict[str, int]]:
     """Place each op, run the graph passes (``regions``: fuse_regions too; ``expansions``: fuse_expansions, its
     blocks starting fused; None: on a GPU, its blocks starting unfused for the tuner to fuse), then generate the
-    kernels of every device step. Returns the steps and how many ops each pass changed."""
+    kernels of every device step. ``sizes``: what of the graph the input values size (its ops stay on the CPU).
+    Returns the steps and how many ops each pass changed."""
     sg, consts = make.sg, runner.consts
+    sizes = sizes if sizes is not None else DataSizes.of(runner.sg)
     reasons: dict[int, str] = {}
     generated: dict[int, tuple] = {}  # op index -> (op, specs) from the support check
     base = []
     for op, fn in runner.steps:
-        if generator_for(op.name) is None:
-            reasons[op.index] = "no OpenCL kernel"
-        else:
+        why = sizes.host_ops.get(op.index)
+        if why is None and generator_for(op.name) is None:
+            why = "no OpenCL kernel"
+        elif why is None:
             try:  # (whether a generator takes the op; an op's parameters are applied when its step is made, since
                 # a pass may merge it into another op of its index: fuse_separable)
                 generated[op.index] = (op, make(op, [], {}))
             except Unsupported as e:
-                reasons[op.index] = str(e)
+                why = str(e)
+        if why is not None:
+            reasons[op.index] = why
         base.append(PassStep(op, [(op, fn)], [], op.index in generated))
     counts = {"fold_constants": len(runner.sg.operators) - len(runner.steps)}
     steps, counts["cull_dead"] = cull_dead(base, sg)
-    steps, counts["drop_identities"] = drop_identities(steps, sg, consts)
+    steps, counts["drop_identities"] = drop_identities(steps, sg, consts, frozenset(sizes.sized))
     steps, counts["merge_pad"] = merge_pad(steps, sg, consts)
     # (two convs of one storage precision; neither one that casts its own output)
     same_storage = lambda dw, pw: (make.op_fp16(dw) == make.op_fp16(pw)
