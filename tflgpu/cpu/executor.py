@@ -426,6 +426,7 @@ def load_kernels() -> None:
         elementwise,
         indexing,
         pool,
+        projection,
         random_ops,
         recurrent,
         reduce,
