@@ -16,7 +16,7 @@ from .registry import KernelError, OpContext, register
 MAX_WHILE_ITERATIONS = 100_000_000
 
 
-def _subgraph(ctx: OpContext, option: str) -> int:
+def subgraph_option(ctx: OpContext, option: str) -> int:
     """The subgraph an option names, checked at prepare: an index of one of the model's subgraphs."""
     idx = ctx.opt(option)
     n = len(ctx.runtime.model.subgraphs)
@@ -27,7 +27,7 @@ def _subgraph(ctx: OpContext, option: str) -> int:
 
 @register("WHILE")
 def while_op(ctx: OpContext):
-    cond, body = _subgraph(ctx, "cond_subgraph_index"), _subgraph(ctx, "body_subgraph_index")
+    cond, body = subgraph_option(ctx, "cond_subgraph_index"), subgraph_option(ctx, "body_subgraph_index")
     rt = ctx.runtime
     slot = LoopSlot(rt, cond, body, MAX_WHILE_ITERATIONS)
     if hasattr(rt, "loops"):
@@ -60,7 +60,7 @@ def while_op(ctx: OpContext):
 
 @register("IF")
 def if_op(ctx: OpContext):
-    then_g, else_g = _subgraph(ctx, "then_subgraph_index"), _subgraph(ctx, "else_subgraph_index")
+    then_g, else_g = subgraph_option(ctx, "then_subgraph_index"), subgraph_option(ctx, "else_subgraph_index")
     rt = ctx.runtime
 
     def run(xs):
@@ -74,7 +74,7 @@ def if_op(ctx: OpContext):
 def composite(ctx: OpContext):
     """A StableHLO composite (ai-edge-torch's ``odml.*`` blocks): its decomposition subgraph called on its inputs,
     as LiteRT runs it. (Plans for the OpenCL path inline the decomposition instead: graph.composite.)"""
-    dec = _subgraph(ctx, "decomposition_subgraph_index")
+    dec = subgraph_option(ctx, "decomposition_subgraph_index")
     rt = ctx.runtime
     if dec == ctx.subgraph.index:
         raise ctx.fail(f"decomposition_subgraph_index {dec} is the subgraph the composite is in")
@@ -87,7 +87,7 @@ def composite(ctx: OpContext):
 
 @register("CALL_ONCE")
 def call_once(ctx: OpContext):
-    init = _subgraph(ctx, "init_subgraph_index")
+    init = subgraph_option(ctx, "init_subgraph_index")
     rt = ctx.runtime
 
     def run(xs):

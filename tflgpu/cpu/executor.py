@@ -432,6 +432,7 @@ def load_kernels() -> None:
         reduce,
         resize,
         spectral,
+        stablehlo,
         svdf,
         tensor_ops,
     )

@@ -346,16 +346,22 @@ def reduce_window(ctx: OpContext):
                 np.any(strides < 1) or np.any(dilations < 1):
             raise KernelError(f"REDUCE_WINDOW: window {window.tolist()}, strides {strides.tolist()} and dilations "
                               f"{dilations.tolist()} for an input of rank {x.ndim} (one per axis, each >= 1)")
-        span = (window - 1) * dilations + 1
-        dims = [max(0, (n - s) // t + 1) for n, s, t in zip(x.shape, span, strides)]
-        logical = code in (5, 6)
-        acc = np.full(dims, np.asarray(xs[1]).reshape(()), dtype=x.dtype)
-        if logical:
-            acc = acc != 0
-        for offset in np.ndindex(*window):
-            part = x[tuple(slice(int(o * d), int(o * d + (m - 1) * t + 1), int(t))
-                           for o, d, m, t in zip(offset, dilations, dims, strides))]
-            acc = fn(acc, part != 0 if logical else part)
-        return [acc.astype(x.dtype) if logical else acc]
+        return [fold_windows(x, np.asarray(xs[1]).reshape(()), fn, window, strides, dilations, code in (5, 6))]
 
     return run
+
+
+def fold_windows(x: np.ndarray, init, fn, window, strides, dilations, logical: bool = False) -> np.ndarray:
+    """Each output ``init`` folded with its window's values by ``fn`` one at a time, in the window's row-major order
+    (the float sums follow it); windows strided and dilated, no padding. ``logical``: a nonzero value is true, the
+    result 1 or 0 in ``x``'s type."""
+    span = (np.asarray(window) - 1) * np.asarray(dilations) + 1
+    dims = [max(0, (n - s) // t + 1) for n, s, t in zip(x.shape, span, strides)]
+    acc = np.full(dims, init, dtype=x.dtype)
+    if logical:
+        acc = acc != 0
+    for offset in np.ndindex(*window):
+        part = x[tuple(slice(int(o * d), int(o * d + (m - 1) * t + 1), int(t))
+                       for o, d, m, t in zip(offset, dilations, dims, strides))]
+        acc = fn(acc, part != 0 if logical else part)
+    return acc.astype(x.dtype) if logical else acc

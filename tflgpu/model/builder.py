@@ -418,7 +418,9 @@ class ModelBuilder:
             if key not in fields:
                 raise ValueError(f"{table} has no field {key!r}; fields: {sorted(fields)}")
             value = _enum_value(key, value)
-            if isinstance(value, (list, tuple, np.ndarray)):
+            if isinstance(value, np.ndarray) and value.dtype == np.int64:  # (StableHLO's [long] vectors)
+                value = fb.CreateNumpyVector(value)
+            elif isinstance(value, (list, tuple, np.ndarray)):
                 arr = np.asarray(value)  # (BUCKETIZE's boundaries are the one float vector)
                 value = fb.CreateNumpyVector(arr.astype(np.float32 if arr.dtype.kind == "f" else np.int32))
             elif isinstance(value, str):

@@ -1,0 +1,158 @@
+"""The StableHLO ops LiteRT runs as builtins (JAX / PyTorch models converted through StableHLO): the elementwise
+ADD / MULTIPLY / MAXIMUM / MINIMUM / AND / SHIFT_LEFT, PAD, GATHER, SCATTER and REDUCE_WINDOW, each against LiteRT's
+values exactly, over the dimension numbers, paddings and computations it takes; what it refuses, refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tflgpu import Interpreter
+from tflgpu.model.builder import ModelBuilder
+
+from .conftest import litert, run_model
+
+F = np.float32
+
+
+def longs(values) -> np.ndarray:
+    return np.array(values, np.int64)  # (StableHLO's options are [long] vectors)
+
+
+def one_op(name: str, inputs: list[np.ndarray], out_shape, out_type, computation: str | None = None,
+           computation_option: str = "", **options) -> bytes:
+    """A model of one op reading every array of ``inputs`` as an input; ``computation``: the op's two-value
+    subgraph (its one op; "replace": none, returning the second value) named by ``computation_option``."""
+    b = ModelBuilder()
+    ids = [b.input(f"in{i}", x.shape, x.dtype) for i, x in enumerate(inputs)]
+    if computation is not None:
+        idx, sub = b.subgraph("computation")
+        p, q = sub.input("p", (), inputs[0].dtype), sub.input("q", (), inputs[0].dtype)
+        if computation == "replace":
+            sub.output(q)
+        else:
+            r = sub.tensor("r", (), inputs[0].dtype)
+            sub.op(computation, [p, q], [r])
+            sub.output(r)
+        options[computation_option] = idx
+    y = b.tensor("y", tuple(out_shape), out_type)
+    b.op(name, ids, [y], **options)
+    b.output(y)
+    return b.build()
+
+
+def same_as_litert(model: bytes, feeds: list) -> np.ndarray:
+    want = run_model(litert(), model, feeds)[0]
+    got = run_model(Interpreter, model, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    return got
+
+
+@pytest.mark.parametrize("name", ["STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM", "STABLEHLO_MINIMUM"])
+@pytest.mark.parametrize("dtype", [F, np.int32, np.int8, np.int64])
+def test_elementwise(rng, name, dtype):
+    """Integers wrap where they overflow (int8 products), as LiteRT's do."""
+    draw = lambda: (rng.normal(0, 3, (2, 3, 4)) if dtype == F else rng.integers(-100, 100, (2, 3, 4))).astype(dtype)
+    a, b = draw(), draw()
+    same_as_litert(one_op(name, [a, b], a.shape, dtype), [a, b])
+
+
+def test_and_and_shift_left(rng):
+    for dtype in (np.bool_, np.int32, np.int8):
+        a, b = (rng.integers(0, 2 if dtype == np.bool_ else 100, 9).astype(dtype) for _ in range(2))
+        same_as_litert(one_op("STABLEHLO_AND", [a, b], a.shape, dtype), [a, b])
+    for dtype in (np.int32, np.int16, np.int8):
+        a = rng.integers(-50, 50, 9).astype(dtype)
+        b = rng.integers(0, np.dtype(dtype).itemsize * 8, 9).astype(dtype)
+        same_as_litert(one_op("STABLEHLO_SHIFT_LEFT", [a, b], a.shape, dtype), [a, b])
+
+
+@pytest.mark.parametrize("low, high, interior", [([1, 0], [0, 2], [0, 0]), ([0, 1], [2, 0], [1, 2]),
+                                                 ([-1, 1], [1, -2], [0, 1]), ([2, -1], [-1, 0], [2, 0])])
+def test_pad(rng, low, high, interior):
+    """Edge padding (negative: cropped) and interior padding, with the padding value."""
+    x, value = rng.normal(0, 1, (3, 4)).astype(F), np.array(7.5, F)
+    shape = [lo + hi + d + (d - 1) * i for d, lo, hi, i in zip(x.shape, low, high, interior)]
+    same_as_litert(one_op("STABLEHLO_PAD", [x, value], shape, F, edge_padding_low=longs(low),
+                          edge_padding_high=longs(high), interior_padding=longs(interior)), [x, value])
+
+
+# (indices, offset_dims, collapsed_slice_dims, start_index_map, index_vector_dim, slice_sizes, output shape)
+GATHERS = {
+    "points": ([[0, 1], [2, 3], [1, 4]], [1], [0, 1], [0, 1], 1, [1, 1, 4], (3, 4)),
+    "rows-clamped": ([[4], [0], [2], [9]], [0, 2], [1], [1], 1, [3, 1, 4], (3, 4, 4)),
+    "blocks": ([[1], [0]], [1, 2, 3], [], [0], 1, [2, 2, 3], (2, 2, 2, 3)),
+    "vector-last-negative": ([[[0, 3]], [[2, -1]]], [2, 3], [0], [0, 1], 2, [1, 2, 4], (2, 1, 2, 4)),
+}
+
+
+@pytest.mark.parametrize("case", GATHERS)
+@pytest.mark.parametrize("index_type", [np.int32, np.int64])
+def test_gather(rng, case, index_type):
+    """XLA's gather by dimension numbers: points, rows (a start index past the end clamped so that the slice lies
+    inside), whole blocks, index vectors along another axis (a negative start clamped to 0)."""
+    indices, offset, collapsed, start_map, vector_dim, sizes, shape = GATHERS[case]
+    x, indices = rng.normal(0, 1, (3, 5, 4)).astype(F), np.array(indices, index_type)
+    same_as_litert(one_op("STABLEHLO_GATHER", [x, indices], shape, F, offset_dims=longs(offset),
+                          collapsed_slice_dims=longs(collapsed), start_index_map=longs(start_map),
+                          index_vector_dim=vector_dim, slice_sizes=longs(sizes)), [x, indices])
+
+
+# (indices, updates shape, update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims)
+SCATTERS = {
+    "rows": ([[1], [3], [1]], (3, 4), [1], [0], [0]),
+    "points-one-outside": ([[0, 1], [4, 3], [0, 1], [7, 0]], (4,), [], [0, 1], [0, 1]),
+    "blocks-partly-outside": ([[0, 0], [3, 2], [4, 3]], (3, 2, 2), [1, 2], [], [0, 1]),
+}
+
+
+@pytest.mark.parametrize("case", SCATTERS)
+@pytest.mark.parametrize("computation", ["replace", "STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM",
+                                         "STABLEHLO_MINIMUM"])
+def test_scatter(rng, case, computation):
+    """Repeated indices (the last replaces; sums in order), a value outside the operand skipped, and a window partly
+    outside: its values inside are applied (LiteRT checks each value, where XLA skips the window)."""
+    indices, update_shape, window, inserted, to_operand = SCATTERS[case]
+    x, indices = rng.normal(0, 1, (5, 4)).astype(F), np.array(indices, np.int32)
+    updates = rng.normal(0, 1, update_shape).astype(F)
+    updates += {"STABLEHLO_MAXIMUM": 5, "STABLEHLO_MINIMUM": -5}.get(computation, 0)  # (each one applied)
+    got = same_as_litert(one_op("STABLEHLO_SCATTER", [x, indices, updates], x.shape, F, computation,
+                                "update_computation_subgraph_index", update_window_dims=longs(window),
+                                inserted_window_dims=longs(inserted), scatter_dims_to_operand_dims=longs(to_operand),
+                                index_vector_dim=1), [x, indices, updates])
+    assert not np.array_equal(got, x)
+
+
+@pytest.mark.parametrize("computation", ["STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM",
+                                         "STABLEHLO_MINIMUM"])
+@pytest.mark.parametrize("window, strides, base, dilations, padding", [
+    ([1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], [1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 0, 0]),
+    ([1, 2, 2, 1], [1, 1, 1, 1], [1, 2, 1, 1], [1, 1, 2, 1], [0, 0, 0, 1, 2, 0, 0, 0]),
+    ([1, 3, 1, 2], [1, 1, 3, 1], [1, 1, 1, 1], [1, 2, 1, 1], [0] * 8)], ids=["pool-padded", "dilated", "strided"])
+def test_reduce_window(rng, computation, window, strides, base, dilations, padding):
+    """Padded (with the init value), base- and window-dilated, strided windows, folded by the body's op in LiteRT's
+    order (the float sums equal)."""
+    x = rng.normal(0, 1, (1, 7, 6, 2)).astype(F)
+    init = np.array({"STABLEHLO_MULTIPLY": 1.0, "STABLEHLO_MINIMUM": 1.5}.get(computation, 0.0), F)
+    shape = []
+    for k, n in enumerate(x.shape):
+        grown = (n - 1) * base[k] + 1 + padding[2 * k] + padding[2 * k + 1]
+        shape.append(max(0, (grown - (window[k] - 1) * dilations[k] - 1) // strides[k] + 1))
+    same_as_litert(one_op("STABLEHLO_REDUCE_WINDOW", [x, init], shape, F, computation, "body_subgraph_index",
+                          window_dimensions=longs(window), window_strides=longs(strides),
+                          base_dilations=longs(base), window_dilations=longs(dilations), padding=longs(padding)),
+                   [x, init])
+
+
+def test_a_computation_litert_refuses_is_refused(rng):
+    """A scatter whose update computation is a TFLite ADD (not STABLEHLO_ADD): LiteRT refuses it at prepare, and so
+    does allocate_tensors() here, naming the node."""
+    x, indices, updates = rng.normal(0, 1, (5, 4)).astype(F), np.array([[1]], np.int32), np.ones((1, 4), F)
+    model = one_op("STABLEHLO_SCATTER", [x, indices, updates], x.shape, F, "ADD", "update_computation_subgraph_index",
+                   update_window_dims=longs([1]), inserted_window_dims=longs([0]),
+                   scatter_dims_to_operand_dims=longs([0]), index_vector_dim=1)
+    with pytest.raises(RuntimeError, match="failed to prepare"):
+        litert()(model_content=model).allocate_tensors()
+    with pytest.raises(RuntimeError, match=r"Node number 0 \(STABLEHLO_SCATTER\) failed to prepare: .*not one of"):
+        Interpreter(model_content=model).allocate_tensors()

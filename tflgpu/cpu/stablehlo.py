@@ -1,0 +1,256 @@
+"""The StableHLO ops LiteRT runs as builtins (a JAX or PyTorch model converted through StableHLO keeps them where no
+TFLite op says the same): STABLEHLO_ADD, _MULTIPLY, _MAXIMUM, _MINIMUM, _AND, _SHIFT_LEFT (elementwise, operands of
+one shape: StableHLO broadcasts nothing implicitly), STABLEHLO_PAD (edge padding, negative to crop, and interior
+padding), STABLEHLO_REDUCE_WINDOW (padded and dilated windows folded by the body's op), STABLEHLO_GATHER and
+STABLEHLO_SCATTER (XLA's general gather and scatter by dimension numbers; a gather's start indices clamped so that
+each slice lies inside the operand, as StableHLO defines). A scatter's update computation and a reduce_window's body
+are one of LiteRT's: replace (scatter only), add, multiply, maximum, minimum. STABLEHLO_COMPOSITE is in
+``control``; LiteRT runs no other StableHLO op as a builtin."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .control import subgraph_option
+from .reduce import fold_windows
+from .registry import KernelError, OpContext, register
+
+_ELEMENTWISE = {
+    "STABLEHLO_ADD": np.add, "STABLEHLO_MULTIPLY": np.multiply, "STABLEHLO_MAXIMUM": np.maximum,
+    "STABLEHLO_MINIMUM": np.minimum,
+}
+
+
+def _same_shapes(name: str, a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:
+        raise KernelError(f"{name}: operands of shapes {list(a.shape)} and {list(b.shape)}; StableHLO's elementwise "
+                          "ops take one shape (no implicit broadcast)")
+
+
+def _elementwise(ctx: OpContext):
+    name = ctx.op.name
+    fn = _ELEMENTWISE[name]
+
+    def run(xs):
+        a, b = np.asarray(xs[0]), np.asarray(xs[1])
+        _same_shapes(name, a, b)
+        with np.errstate(over="ignore"):  # (integers wrap, as LiteRT's do)
+            return [fn(a, b)]
+
+    return run
+
+
+for _name in _ELEMENTWISE:
+    register(_name)(_elementwise)
+
+
+@register("STABLEHLO_AND")
+def stablehlo_and(ctx: OpContext):
+    """Logical AND of booleans, bitwise AND of integers."""
+    def run(xs):
+        a, b = np.asarray(xs[0]), np.asarray(xs[1])
+        _same_shapes("STABLEHLO_AND", a, b)
+        if a.dtype.kind not in "biu":
+            raise KernelError(f"STABLEHLO_AND takes booleans or integers, got {a.dtype}")
+        return [np.bitwise_and(a, b)]
+
+    return run
+
+
+@register("STABLEHLO_SHIFT_LEFT")
+def stablehlo_shift_left(ctx: OpContext):
+    """lhs << rhs of integers; a shift by the width or more (or a negative one) gives 0, as StableHLO defines."""
+    def run(xs):
+        a, b = np.asarray(xs[0]), np.asarray(xs[1])
+        _same_shapes("STABLEHLO_SHIFT_LEFT", a, b)
+        if a.dtype.kind not in "iu":
+            raise KernelError(f"STABLEHLO_SHIFT_LEFT takes integers, got {a.dtype}")
+        bits = a.dtype.itemsize * 8
+        inside = (b >= 0) & (b < bits)
+        return [np.where(inside, np.left_shift(a, np.where(inside, b, 0).astype(a.dtype)), 0).astype(a.dtype)]
+
+    return run
+
+
+def _dims(ctx: OpContext, key: str) -> list[int]:
+    value = ctx.opt(key)
+    return [] if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+@register("STABLEHLO_PAD")
+def stablehlo_pad(ctx: OpContext):
+    """Each dimension: ``interior`` padding values between neighbours, then ``low`` before and ``high`` after (a
+    negative one removes that many from the edge)."""
+    low, high, interior = (_dims(ctx, k) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
+    if any(i < 0 for i in interior):
+        raise ctx.fail(f"interior padding {interior} must be >= 0")
+
+    def run(xs):
+        value = np.asarray(xs[1])
+        if value.size != 1:
+            raise KernelError(f"STABLEHLO_PAD: the padding value must be a scalar, got {list(value.shape)}")
+        return [padded(np.asarray(xs[0]), value.reshape(()), low, high, interior, "STABLEHLO_PAD")]
+
+    return run
+
+
+def padded(x: np.ndarray, value, low: list[int], high: list[int], interior: list[int], what: str) -> np.ndarray:
+    """``x`` with ``interior`` values between neighbours along each axis, then ``low`` before and ``high`` after
+    (negative: that many removed from the edge), the new places ``value``."""
+    if not len(low) == len(high) == len(interior) == x.ndim:
+        raise KernelError(f"{what}: paddings {low} / {high} / {interior} for an operand of rank {x.ndim}")
+    sizes = [lo + hi + d + max(d - 1, 0) * i for d, lo, hi, i in zip(x.shape, low, high, interior)]
+    if any(s < 0 for s in sizes):
+        raise KernelError(f"{what}: paddings {low} / {high} leave a negative size {sizes}")
+    spread = [d + max(d - 1, 0) * i for d, i in zip(x.shape, interior)]
+    grown = [max(lo, 0) + s + max(hi, 0) for s, lo, hi in zip(spread, low, high)]
+    out = np.full(grown, value, x.dtype)
+    out[tuple(slice(max(lo, 0), max(lo, 0) + s, i + 1) for s, lo, i in zip(spread, low, interior))] = x
+    crop = tuple(slice(-min(lo, 0), g + min(hi, 0)) for g, lo, hi in zip(grown, low, high))
+    return np.ascontiguousarray(out[crop])
+
+
+def _index_vectors(indices: np.ndarray, index_vector_dim: int) -> np.ndarray:
+    """The start indices with their index vectors along the last axis (a trailing one of 1 where
+    ``index_vector_dim`` is the rank: each index a scalar)."""
+    indices = np.asarray(indices, np.int64)
+    if index_vector_dim == indices.ndim:
+        return indices[..., None]
+    return np.moveaxis(indices, index_vector_dim, -1)
+
+
+@register("STABLEHLO_GATHER")
+def stablehlo_gather(ctx: OpContext):
+    offset_dims, collapsed, start_map, slice_sizes = (
+        _dims(ctx, k) for k in ("offset_dims", "collapsed_slice_dims", "start_index_map", "slice_sizes"))
+    index_vector_dim = int(ctx.opt("index_vector_dim", 0))
+
+    def run(xs):
+        x = np.asarray(xs[0])
+        if len(slice_sizes) != x.ndim or any(not 0 <= s <= d for s, d in zip(slice_sizes, x.shape)):
+            raise KernelError(f"STABLEHLO_GATHER: slice sizes {slice_sizes} for an operand {list(x.shape)}")
+        if any(slice_sizes[d] != 1 for d in collapsed):
+            raise KernelError(f"STABLEHLO_GATHER: collapsed dimensions {collapsed} must have slices of size 1")
+        vectors = _index_vectors(xs[1], index_vector_dim)
+        if vectors.shape[-1] != len(start_map):
+            raise KernelError(f"STABLEHLO_GATHER: index vectors of {vectors.shape[-1]} for a start index map of "
+                              f"{len(start_map)}")
+        batch = vectors.shape[:-1]
+        starts = np.zeros((*batch, x.ndim), np.int64)
+        for k, d in enumerate(start_map):
+            starts[..., d] = vectors[..., k]
+        starts = np.clip(starts, 0, np.array(x.shape) - np.array(slice_sizes))  # (each slice inside the operand)
+        nb = len(batch)
+        coords = []
+        for d in range(x.ndim):
+            within = np.arange(slice_sizes[d]).reshape([1] * (nb + d) + [-1] + [1] * (x.ndim - d - 1))
+            coords.append(starts[..., d].reshape(batch + (1,) * x.ndim) + within)
+        picked = x[tuple(coords)] if x.size else np.zeros((*batch, *slice_sizes), x.dtype)
+        kept = [d for d in range(x.ndim) if d not in collapsed]
+        picked = picked.reshape((*batch, *(slice_sizes[d] for d in kept)))
+        if len(offset_dims) != len(kept):
+            raise KernelError(f"STABLEHLO_GATHER: {len(offset_dims)} offset dims for {len(kept)} uncollapsed "
+                              "slice dimensions")
+        rank = nb + len(kept)
+        batch_axes = iter(range(nb))
+        order = sorted(offset_dims)
+        perm = [nb + order.index(o) if o in offset_dims else next(batch_axes) for o in range(rank)]
+        return [np.ascontiguousarray(np.transpose(picked, perm))]
+
+    return run
+
+
+# a scatter's update computation, by the one op of its subgraph (LiteRT's kinds): (old, update) -> new, in place
+_COMBINE = {"STABLEHLO_ADD": np.add, "STABLEHLO_MULTIPLY": np.multiply, "STABLEHLO_MAXIMUM": np.maximum,
+            "STABLEHLO_MINIMUM": np.minimum}
+
+
+def _computation(ctx: OpContext, option: str, replace: bool):
+    """The ufunc a scatter's update computation or a reduce_window's body applies (None: the second value replaces
+    the first, where ``replace`` allows), from its subgraph: no op, returning its second input; or one StableHLO op
+    of the two inputs (LiteRT refuses a TFLite ADD there)."""
+    sg = ctx.runtime.model.subgraphs[subgraph_option(ctx, option)]
+    if len(sg.inputs) != 2 or len(sg.outputs) != 1:
+        raise ctx.fail(f"the computation of {option} {sg.index} must take 2 values and return 1")
+    if replace and not sg.operators and sg.outputs[0] == sg.inputs[1]:
+        return None
+    op = sg.operators[0] if len(sg.operators) == 1 else None
+    if op is None or op.name not in _COMBINE or sorted(op.inputs) != sorted(sg.inputs) or op.outputs != sg.outputs:
+        raise ctx.fail(f"the computation of {option} {sg.index} is not one of {'replace, ' if replace else ''}add, "
+                       f"multiply, maximum or minimum: {[o.name for o in sg.operators]}")
+    return _COMBINE[op.name]
+
+
+@register("STABLEHLO_SCATTER")
+def stablehlo_scatter(ctx: OpContext):
+    """Each update's value combined into the operand at its scatter index plus its window position; a value whose
+    index lies outside the operand is skipped (LiteRT checks each value, not each window as XLA). Updates apply in
+    their row-major order (a repeated index: the last one replaces; the sums' order)."""
+    window_dims, inserted, to_operand = (
+        _dims(ctx, k) for k in ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims"))
+    index_vector_dim = int(ctx.opt("index_vector_dim", 0))
+    combine = _computation(ctx, "update_computation_subgraph_index", replace=True)
+
+    def run(xs):
+        x, updates = np.asarray(xs[0]), np.asarray(xs[2])
+        vectors = _index_vectors(xs[1], index_vector_dim)
+        if vectors.shape[-1] != len(to_operand):
+            raise KernelError(f"STABLEHLO_SCATTER: index vectors of {vectors.shape[-1]} for "
+                              f"{len(to_operand)} scatter dims")
+        scatter_axes = [d for d in range(updates.ndim) if d not in window_dims]
+        window_operand = [d for d in range(x.ndim) if d not in inserted]
+        if len(window_operand) != len(window_dims) or [updates.shape[d] for d in scatter_axes] != \
+                list(vectors.shape[:-1]):
+            raise KernelError(f"STABLEHLO_SCATTER: updates {list(updates.shape)} do not match the indices "
+                              f"{list(vectors.shape)} and window dims {window_dims}")
+        # every update element's operand index: [updates.size, rank]
+        grid = np.indices(updates.shape).reshape(updates.ndim, -1)
+        starts = np.zeros((grid.shape[1], x.ndim), np.int64)
+        index = vectors[tuple(grid[d] for d in scatter_axes)]
+        for k, d in enumerate(to_operand):
+            starts[:, d] = index[:, k]
+        within = np.zeros_like(starts)
+        for k, d in enumerate(window_operand):
+            within[:, d] = grid[window_dims[k]]
+        full = starts + within
+        fits = ((full >= 0) & (full < np.array(x.shape))).all(axis=1)  # (each element's own index, as LiteRT)
+        out = np.array(x, copy=True)
+        where, values = tuple(full[fits].T), updates.reshape(-1)[fits]
+        if combine is None:  # (the last of a repeated index replaces)
+            flat = np.ravel_multi_index(where, x.shape) if where else np.zeros(0, np.int64)
+            _, last = np.unique(flat[::-1], return_index=True)
+            keep = len(flat) - 1 - last
+            out.reshape(-1)[flat[keep]] = values[keep]
+        else:
+            with np.errstate(over="ignore"):
+                combine.at(out, where, values)
+        return [out]
+
+    return run
+
+
+@register("STABLEHLO_REDUCE_WINDOW")
+def stablehlo_reduce_window(ctx: OpContext):
+    """The operand dilated by ``base_dilations`` and padded by ``padding`` (both with the init value), then each
+    window's values folded into the init value by the body's op, in the window's row-major order (as TFLite's
+    REDUCE_WINDOW, which LiteRT runs with the same kernel)."""
+    fn = _computation(ctx, "body_subgraph_index", replace=False)
+    window, strides, base, dilations, padding = (_dims(ctx, k) for k in (
+        "window_dimensions", "window_strides", "base_dilations", "window_dilations", "padding"))
+
+    def run(xs):
+        x, init = np.asarray(xs[0]), np.asarray(xs[1])
+        rank = x.ndim
+        w = window or [1] * rank
+        s, b, d = (v or [1] * rank for v in (strides, base, dilations))
+        pad = padding or [0] * (2 * rank)
+        if not len(w) == len(s) == len(b) == len(d) == rank or len(pad) != 2 * rank or \
+                min(w + s + b + d, default=1) < 1:
+            raise KernelError(f"STABLEHLO_REDUCE_WINDOW: window {w}, strides {s}, base dilations {b}, window "
+                              f"dilations {d} and padding {pad} for an operand of rank {rank} (each >= 1)")
+        if init.size != 1:
+            raise KernelError(f"STABLEHLO_REDUCE_WINDOW: the init value must be a scalar, got {list(init.shape)}")
+        grown = padded(x, init.reshape(()), pad[0::2], pad[1::2], [v - 1 for v in b], "STABLEHLO_REDUCE_WINDOW")
+        return [fold_windows(grown, init.reshape(()), fn, w, s, d)]
+
+    return run
