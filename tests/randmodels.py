@@ -276,6 +276,41 @@ def _host_op(g: _Graph, rng, x: T):
     return y
 
 
+def _counted(g: _Graph, rng, x: T):
+    """x scaled by the share of its values over a threshold, counted as the rows of a WHERE of the comparison (a
+    size its values set: graph.sizes) read back by SHAPE; or x's values over the threshold gathered by those rows,
+    their SUM added to x. A delegated plan leaves the WHERE and what reads its rows to the CPU kernels, and the
+    fixed-size count (sum) goes back to the device."""
+    n = len(g.ops)
+    c = g.b.tensor(f"over{n}", x.shape, np.bool_)
+    g.b.op("GREATER", [x.index, g.b.const(f"ct{n}", np.float32(rng.uniform(-0.5, 0.5)))], [c])
+    g.ops.append("GREATER")
+    rows = g.b.tensor(f"rows{n}", (0, len(x.shape)), np.int64, shape_signature=[-1, len(x.shape)])
+    g.b.op("WHERE", [c], [rows])
+    g.ops.append("WHERE")
+    share = g.new((1,))
+    if rng.random() < 0.5:
+        shape = g.b.tensor(f"rs{n}", (2,), np.int32)
+        g.b.op("SHAPE", [rows], [shape], out_type=2)
+        count = g.b.tensor(f"rc{n}", (1,), np.int32)
+        g.b.op("STRIDED_SLICE", [shape, g.b.const(f"r0{n}", np.int32([0])), g.b.const(f"r1{n}", np.int32([1])),
+                                 g.b.const(f"r2{n}", np.int32([1]))], [count])
+        counted = g.new((1,))
+        g.b.op("CAST", [count], [counted.index])
+        g.tensors.remove(counted)
+        g.op("MUL", [counted.index, g.b.const(f"rn{n}", np.float32([1 / np.prod(x.shape)]))], [share])
+        g.ops[-1:] = ["SHAPE", "STRIDED_SLICE", "CAST", "MUL"]
+    else:
+        picked = g.b.tensor(f"rp{n}", (0,), np.float32, shape_signature=[-1])
+        g.b.op("GATHER_ND", [x.index, rows], [picked])
+        g.op("SUM", [picked, g.b.const(f"ra{n}", np.int32([0]))], [share], keep_dims=True)
+        g.ops[-1:] = ["GATHER_ND", "SUM"]
+    y = g.new(x.shape)
+    g.op("MUL" if rng.random() < 0.5 else "ADD", [x.index, share.index], [y])
+    g.tensors.remove(share)
+    return y
+
+
 def _composite(g: _Graph, rng, x: T):
     """A StableHLO composite (ai-edge-torch's ``odml.*`` blocks) of one to three elementwise ops of ``x`` and
     constants, sometimes also returning its input as is: the CPU kernels call its decomposition, a delegated
@@ -820,7 +855,8 @@ WIDE_MAKERS = MAKERS + [
 ]
 # makers added after seeds of every other residue were named in regression tests: the float DAGs of seeds 9 mod 20
 # draw from every list (the others keep their models)
-NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0), (_host_op, 1.0), (_composite, 1.0)]
+NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0), (_host_op, 1.0), (_composite, 1.0),
+                                (_counted, 1.0)]
 
 
 def newest_makers(seed: int) -> bool:
@@ -1012,7 +1048,7 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     branches, squeeze-and-excitation gates), those of seeds 9 mod 20 with the newest too (NEWEST_MAKERS: a zero
     PAD of the image merged into the conv reading it, an empty tensor inside the graph, an op only the CPU kernels
     run: ADD_N, LRN, FAKE_QUANT, REVERSE_SEQUENCE, DYNAMIC_UPDATE_SLICE, UNSORTED_SEGMENT_SUM; a StableHLO
-    composite of elementwise ops); any other seed names the
+    composite of elementwise ops; a count of values over a threshold, a WHERE's rows); any other seed names the
     same model it named before those kinds existed (a seed of 9 mod 20 changes as makers join NEWEST_MAKERS)."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
