@@ -147,6 +147,10 @@ def test_sizes_set_by_data_keep_only_their_ops_on_the_cpu(opencl_device, rng):
         got = invokes(it, feeds)
         assert device_ops(it) == {on_device} and cpu_ops(it) == kept
         assert it.backend.endswith(f"1 ops on device, {len(kept)} on cpu)") and it.cpu_fallback_reason is None
+        import pyopencl as cl
+
+        with pytest.raises(ValueError, match="no device buffer in this plan: the CPU kernels make or read it"):
+            it.bind_buffer(it.get_output_details()[-1]["index"], cl.Buffer(it.gpu_context, cl.mem_flags.READ_WRITE, 64))
         for (g_out, g_shapes), (w_out, w_shapes) in zip(got, want):
             assert g_shapes == w_shapes
             for g, w in zip(g_out, w_out):

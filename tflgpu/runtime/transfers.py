@@ -344,7 +344,9 @@ class DeviceTensors:
         """Use ``buffer`` (dense NHWC float32, in this plan's context) as tensor t's host-side data."""
         cl = self.cl
         if t not in self.staging:
-            raise ValueError(f"tensor {t} does not cross the device boundary; only graph inputs/outputs can be bound")
+            raise ValueError(f"tensor {t} has no device buffer in this plan: the CPU kernels make or read it (an op "
+                             "without an OpenCL kernel, or one whose output size its input values set); "
+                             "set_tensor() / get_tensor() move its values")
         buf = getattr(buffer, "base_data", None) or getattr(buffer, "data", buffer)
         if not isinstance(buf, cl.MemoryObjectHolder):
             raise ValueError(f"bind_buffer needs a pyopencl Buffer or Array, got {type(buffer).__name__}")
