@@ -156,3 +156,37 @@ def test_a_computation_litert_refuses_is_refused(rng):
         litert()(model_content=model).allocate_tensors()
     with pytest.raises(RuntimeError, match=r"Node number 0 \(STABLEHLO_SCATTER\) failed to prepare: .*not one of"):
         Interpreter(model_content=model).allocate_tensors()
+
+
+def test_float_elementwise_ops_run_on_the_device_as_builtins(opencl_device, rng):
+    """Between two convs, a float STABLEHLO_ADD / _MULTIPLY / _MAXIMUM / _MINIMUM runs on the device as the builtin
+    that says the same (graph.stablehlo; before, each was a CPU step splitting the plan); an int32 one stays a CPU
+    step. Against LiteRT."""
+    from tflgpu import GpuDelegate
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 6, 6, 4))
+    cur = x
+    for k, name in enumerate(["STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM", "STABLEHLO_MINIMUM"]):
+        conv = b.tensor(f"conv{k}", (1, 6, 6, 4))
+        b.op("CONV_2D", [cur, b.const(f"w{k}", rng.normal(0, 0.5, (4, 1, 1, 4)).astype(F)),
+                         b.const(f"b{k}", rng.normal(0, 0.1, 4).astype(F))], [conv], padding="SAME", stride_w=1,
+             stride_h=1)
+        other = b.const(f"c{k}", rng.normal(0, 1, (1, 6, 6, 4)).astype(F))
+        y = b.tensor(f"y{k}", (1, 6, 6, 4))
+        b.op(name, [conv, other] if k % 2 else [other, conv], [y])
+        cur = y
+    i = b.input("i", (5,), np.int32)
+    j = b.tensor("j", (5,), np.int32)
+    b.op("STABLEHLO_ADD", [i, i], [j])
+    b.output(cur, j)
+    model = b.build()
+    feeds = [rng.normal(0, 1, (1, 6, 6, 4)).astype(F), np.arange(5, dtype=np.int32)]
+    want = run_model(litert(), model, feeds)
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    got = run_model(lambda **kw: it, model, feeds)
+    plan = it.gpu_plan
+    assert plan.pass_counts["stablehlo_builtin"] == 4
+    assert [s.op.name for s in plan.steps if s.device == "cpu"] == ["STABLEHLO_ADD"] and plan.cpu_op_count == 1
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[1], want[1])

@@ -7,6 +7,8 @@ The graph transforms, in the one order they run:
 0a. ``lstm_loop`` (graph.lstm_loop): a WHILE whose body is one LSTM cell (a Keras 3 LSTM), one
    UNIDIRECTIONAL_SEQUENCE_LSTM.
 1. ``unroll_while`` (graph.unroll): other WHILE loops with a constant trip count.
+1b. ``stablehlo_builtin`` (graph.stablehlo): a float32 STABLEHLO_ADD / _MULTIPLY / _MAXIMUM / _MINIMUM as the
+   TFLite builtin that says the same.
 2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
 3. ``fold_constants``: every op whose inputs are all constant. It is evaluated by the CPU kernels, so the
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
@@ -84,6 +86,7 @@ from ..graph.passes import (
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.sink import sink_elementwise
 from ..graph.sizes import DataSizes
+from ..graph.stablehlo import as_builtins
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, expand_depthwise, generator_for
 from ..kernels.common import dense_tensors, fp32_region
@@ -230,8 +233,9 @@ class TransformedGraph:
 
 
 def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> TransformedGraph:
-    """Inline composites, fuse LSTM time loops, unroll other counted WHILE loops, then (if allowed) take a
-    quantized subgraph's float view; each new graph's runner folds its constants as it is built."""
+    """Inline composites, fuse LSTM time loops, unroll other counted WHILE loops, rename StableHLO's elementwise
+    ops, then (if allowed) take a quantized subgraph's float view; each new graph's runner folds its constants as it
+    is built."""
     unrolled = lstm_loops = composites = 0
     if not any(t.is_variable for t in runner.sg.tensors):  # (a separate runner must not own state)
         sg, composites = inline_composites(runner.sg, runner.runtime.model)
@@ -240,6 +244,9 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
         if unrolled or lstm_loops or composites:
             runner = SubgraphRunner(runner.runtime, sg)
             runner.build()
+    sg, renamed = as_builtins(runner.sg)
+    if renamed:
+        runner = _rewired(runner, sg)
     quant_io = None
     if quantized_models_allowed:
         runner, quant_io = _float_view(runner)
@@ -252,8 +259,8 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
         if sunk:
             runner = _rewired(runner, sg)
     return TransformedGraph(runner, quant_io, {"inline_composite": composites, "lstm_loop": lstm_loops,
-                                               "unroll_while": unrolled, "conv_arg": merged,
-                                               "sink_elementwise": sunk})
+                                               "unroll_while": unrolled, "stablehlo_builtin": renamed,
+                                               "conv_arg": merged, "sink_elementwise": sunk})
 
 
 def _rewired(runner: SubgraphRunner, sg: Subgraph) -> SubgraphRunner:
