@@ -190,3 +190,25 @@ def test_float_elementwise_ops_run_on_the_device_as_builtins(opencl_device, rng)
     assert [s.op.name for s in plan.steps if s.device == "cpu"] == ["STABLEHLO_ADD"] and plan.cpu_op_count == 1
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("algorithm, words", [(0, 2), (1, 3), (2, 2)], ids=["default", "philox-3", "threefry"])
+@pytest.mark.parametrize("out_type", [np.uint32, np.int64])
+def test_rng_bit_generator(rng, algorithm, words, out_type):
+    """LiteRT's bits and new state for a random state and one whose counter is about to wrap (LiteRT's counter
+    wraps its low 64 bits without a carry): Philox (DEFAULT is Philox) from a 2- or 3-word state, Threefry from a
+    2-word one; 32- and 64-bit outputs of a length no call's words divide."""
+    b = ModelBuilder()
+    state = b.input("state", (words,), np.uint64)
+    new, bits = b.tensor("new", (words,), np.uint64), b.tensor("bits", (3, 1, 3), out_type)
+    b.op("STABLEHLO_RNG_BIT_GENERATOR", [state], [new, bits], algorithm=algorithm)
+    b.output(new, bits)
+    model = b.build()
+    for start in (rng.integers(0, 2**63, words, dtype=np.uint64),
+                  np.array([7, 2**64 - 2, 9][:words], np.uint64)):
+        want = run_model(litert(), model, [start])
+        got = run_model(Interpreter, model, [start])
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+        assert len(set(got[1].reshape(-1).tolist())) == 9

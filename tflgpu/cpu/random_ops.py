@@ -33,16 +33,22 @@ class Philox:
         base, self.counter = self.counter, (self.counter + calls) % (1 << 128)
         lo = np.uint64(base & ((1 << 64) - 1)) + np.arange(calls, dtype=np.uint64)
         hi = np.full(calls, base >> 64, np.uint64) + (lo < np.uint64(base & ((1 << 64) - 1))).astype(np.uint64)
-        c = [lo & _LOW32, lo >> _32, hi & _LOW32, hi >> _32]
-        k0, k1 = self.key
-        for _ in range(10):
-            p0, p1 = _M[0] * c[0], _M[1] * c[2]
-            c = [(p1 >> _32) ^ c[1] ^ np.uint64(k0), p1 & _LOW32, (p0 >> _32) ^ c[3] ^ np.uint64(k1), p0 & _LOW32]
-            k0, k1 = (k0 + _W[0]) & 0xFFFFFFFF, (k1 + _W[1]) & 0xFFFFFFFF
-        return np.stack(c, axis=1).astype(np.uint32)
+        return philox4x32(self.key, lo, hi)
 
     def skip(self, count: int) -> None:
         self.counter = (self.counter + count) % (1 << 128)
+
+
+def philox4x32(key: tuple[int, int], lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Philox-4x32-10 of the 128-bit counters ``hi`` << 64 | ``lo`` (uint64 arrays) under ``key`` (two uint32):
+    [n, 4] uint32, TensorFlow's and XLA's order."""
+    c = [lo & _LOW32, lo >> _32, hi & _LOW32, hi >> _32]
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = _M[0] * c[0], _M[1] * c[2]
+        c = [(p1 >> _32) ^ c[1] ^ np.uint64(k0), p1 & _LOW32, (p0 >> _32) ^ c[3] ^ np.uint64(k1), p0 & _LOW32]
+        k0, k1 = (k0 + _W[0]) & 0xFFFFFFFF, (k1 + _W[1]) & 0xFFFFFFFF
+    return np.stack(c, axis=1).astype(np.uint32)
 
 
 def uint32_to_float(x: np.ndarray) -> np.ndarray:

@@ -5,13 +5,15 @@ padding), STABLEHLO_REDUCE_WINDOW (padded and dilated windows folded by the body
 STABLEHLO_SCATTER (XLA's general gather and scatter by dimension numbers; a gather's start indices clamped so that
 each slice lies inside the operand, as StableHLO defines). A scatter's update computation and a reduce_window's body
 are one of LiteRT's: replace (scatter only), add, multiply, maximum, minimum. STABLEHLO_COMPOSITE is in
-``control``; LiteRT runs no other StableHLO op as a builtin."""
+``control``. STABLEHLO_RNG_BIT_GENERATOR draws LiteRT's Philox or Threefry bits; LiteRT runs no other StableHLO op
+as a builtin but STABLEHLO_CASE."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .control import subgraph_option
+from .random_ops import philox4x32
 from .reduce import fold_windows
 from .registry import KernelError, OpContext, register
 
@@ -252,5 +254,62 @@ def stablehlo_reduce_window(ctx: OpContext):
             raise KernelError(f"STABLEHLO_REDUCE_WINDOW: the init value must be a scalar, got {list(init.shape)}")
         grown = padded(x, init.reshape(()), pad[0::2], pad[1::2], [v - 1 for v in b], "STABLEHLO_REDUCE_WINDOW")
         return [fold_windows(grown, init.reshape(()), fn, w, s, d)]
+
+    return run
+
+
+_THREEFRY, _PHILOX = 2, 1  # RngAlgorithm (DEFAULT, 0, is Philox, as in LiteRT)
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def threefry2x32(key: tuple[int, int], x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Threefry-2x32 with 20 rounds (Random123's, JAX's) of the counter words ``x0``, ``x1`` (uint32 arrays)."""
+    ks = [np.uint32(key[0]), np.uint32(key[1]), np.uint32(key[0] ^ key[1] ^ 0x1BD11BDA)]
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+        x0, x1 = x0 + ks[(i + 1) % 3], x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+@register("STABLEHLO_RNG_BIT_GENERATOR")
+def stablehlo_rng_bit_generator(ctx: OpContext):
+    """LiteRT's bits: the state's uint64 words as uint32, the key its first two; Philox-4x32-10 counting from the
+    next two, its high half the last two of a 3-word state or the key again of a 2-word one; Threefry-2x32 (a 2-word
+    state) from the second word. Each call's words fill the output in order (a 64-bit output takes two, low first),
+    the counter's low 64 bits counting up once per call, a partial last one too; the new state is the old with that
+    counter."""
+    algorithm = int(ctx.opt("algorithm", 0))
+    if algorithm not in (0, _PHILOX, _THREEFRY):
+        raise ctx.fail(f"algorithm {algorithm} is none of DEFAULT, PHILOX, THREEFRY")
+    out = ctx.output_tensor(1)
+    if out.dtype not in (np.int32, np.int64, np.uint32, np.uint64):
+        raise ctx.fail(f"output type {out.type_name} is not INT32, INT64, UINT32 or UINT64")
+    shape, words_per = tuple(out.shape), out.dtype.itemsize // 4
+
+    def run(xs):
+        state = np.ascontiguousarray(xs[0], np.uint64)
+        n = state.shape[0] if state.ndim == 1 else 0
+        if n not in ((2,) if algorithm == _THREEFRY else (2, 3)):
+            raise KernelError(f"STABLEHLO_RNG_BIT_GENERATOR: a state of {list(state.shape)} words; this algorithm "
+                              f"takes {'2' if algorithm == _THREEFRY else '2 or 3'}")
+        words = int(np.prod(shape, dtype=np.int64)) * words_per
+        key = (int(state[0]) & 0xFFFFFFFF, int(state[0]) >> 32)
+        start = int(state[1])
+        per_call = 2 if algorithm == _THREEFRY else 4
+        calls = -(-words // per_call)
+        lo = np.uint64(start) + np.arange(calls, dtype=np.uint64)  # (wraps without a carry, as LiteRT's)
+        if algorithm == _THREEFRY:
+            a, b = threefry2x32(key, (lo & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                                (lo >> np.uint64(32)).astype(np.uint32))
+            bits = np.stack([a, b], axis=1)
+        else:
+            bits = philox4x32(key, lo, np.full(calls, state[2] if n == 3 else state[0], np.uint64))
+        values = bits.reshape(-1)[:words].view(np.uint32).view(out.dtype).reshape(shape)
+        new = state.copy()
+        new[1] = np.uint64((start + calls) % (1 << 64))
+        return [new, values]
 
     return run

@@ -42,7 +42,8 @@ _DTYPE_TO_TYPE = {
     np.dtype(np.float32): "FLOAT32", np.dtype(np.float16): "FLOAT16", np.dtype(np.float64): "FLOAT64",
     np.dtype(np.int8): "INT8", np.dtype(np.int16): "INT16", np.dtype(np.int32): "INT32",
     np.dtype(np.int64): "INT64", np.dtype(np.uint8): "UINT8", np.dtype(np.bool_): "BOOL",
-    np.dtype(np.uint16): "UINT16", np.dtype(np.uint32): "UINT32", np.dtype(np.complex64): "COMPLEX64",
+    np.dtype(np.uint16): "UINT16", np.dtype(np.uint32): "UINT32", np.dtype(np.uint64): "UINT64",
+    np.dtype(np.complex64): "COMPLEX64",
 }
 
 
