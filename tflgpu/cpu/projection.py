@@ -24,20 +24,17 @@ _K2 = np.uint64(0x9AE16A3B2F90404F)
 
 
 @njit(cache=True)
-def _fetch64(s, i):
-    """The 8 bytes of ``s`` from ``i``, little-endian."""
+def _fetch(s, i, width):
+    """The ``width`` bytes of ``s`` from ``i``, little-endian, as uint64."""
     v = np.uint64(0)
-    for k in range(8):
+    for k in range(width):
         v |= np.uint64(s[i + k]) << np.uint64(8 * k)
     return v
 
 
 @njit(cache=True)
-def _fetch32(s, i):
-    v = np.uint64(0)
-    for k in range(4):
-        v |= np.uint64(s[i + k]) << np.uint64(8 * k)
-    return v
+def _fetch64(s, i):
+    return _fetch(s, i, 8)
 
 
 @njit(cache=True)
@@ -70,8 +67,8 @@ def _len0to16(s, n):
         return _hash16(c, d, mul)
     if n >= 4:
         mul = _K2 + np.uint64(n * 2)
-        a = _fetch32(s, 0)
-        return _hash16(np.uint64(n) + (a << np.uint64(3)), _fetch32(s, n - 4), mul)
+        a = _fetch(s, 0, 4)
+        return _hash16(np.uint64(n) + (a << np.uint64(3)), _fetch(s, n - 4, 4), mul)
     if n > 0:
         y = np.uint64(np.uint32(s[0]) + (np.uint32(s[n >> 1]) << np.uint32(8)))
         z = np.uint64(np.uint32(n) + (np.uint32(s[n - 1]) << np.uint32(2)))

@@ -17,26 +17,32 @@ from .random_ops import philox4x32
 from .reduce import fold_windows
 from .registry import KernelError, OpContext, register
 
+def _shift_left(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """lhs << rhs; a shift by the width or more (or a negative one) gives 0, as StableHLO defines."""
+    inside = (b >= 0) & (b < a.dtype.itemsize * 8)
+    return np.where(inside, np.left_shift(a, np.where(inside, b, 0).astype(a.dtype)), 0).astype(a.dtype)
+
+
+# op -> (what it computes of two operands of one shape, the dtype kinds it takes); integers wrap, as LiteRT's
 _ELEMENTWISE = {
-    "STABLEHLO_ADD": np.add, "STABLEHLO_MULTIPLY": np.multiply, "STABLEHLO_MAXIMUM": np.maximum,
-    "STABLEHLO_MINIMUM": np.minimum,
+    "STABLEHLO_ADD": (np.add, "fiu"), "STABLEHLO_MULTIPLY": (np.multiply, "fiu"),
+    "STABLEHLO_MAXIMUM": (np.maximum, "fiu"), "STABLEHLO_MINIMUM": (np.minimum, "fiu"),
+    "STABLEHLO_AND": (np.bitwise_and, "biu"), "STABLEHLO_SHIFT_LEFT": (_shift_left, "iu"),
 }
-
-
-def _same_shapes(name: str, a: np.ndarray, b: np.ndarray) -> None:
-    if a.shape != b.shape:
-        raise KernelError(f"{name}: operands of shapes {list(a.shape)} and {list(b.shape)}; StableHLO's elementwise "
-                          "ops take one shape (no implicit broadcast)")
 
 
 def _elementwise(ctx: OpContext):
     name = ctx.op.name
-    fn = _ELEMENTWISE[name]
+    fn, kinds = _ELEMENTWISE[name]
 
     def run(xs):
         a, b = np.asarray(xs[0]), np.asarray(xs[1])
-        _same_shapes(name, a, b)
-        with np.errstate(over="ignore"):  # (integers wrap, as LiteRT's do)
+        if a.shape != b.shape:
+            raise KernelError(f"{name}: operands of shapes {list(a.shape)} and {list(b.shape)}; StableHLO's "
+                              "elementwise ops take one shape (no implicit broadcast)")
+        if a.dtype.kind not in kinds:
+            raise KernelError(f"{name} does not take {a.dtype} values")
+        with np.errstate(over="ignore"):
             return [fn(a, b)]
 
     return run
@@ -44,34 +50,6 @@ def _elementwise(ctx: OpContext):
 
 for _name in _ELEMENTWISE:
     register(_name)(_elementwise)
-
-
-@register("STABLEHLO_AND")
-def stablehlo_and(ctx: OpContext):
-    """Logical AND of booleans, bitwise AND of integers."""
-    def run(xs):
-        a, b = np.asarray(xs[0]), np.asarray(xs[1])
-        _same_shapes("STABLEHLO_AND", a, b)
-        if a.dtype.kind not in "biu":
-            raise KernelError(f"STABLEHLO_AND takes booleans or integers, got {a.dtype}")
-        return [np.bitwise_and(a, b)]
-
-    return run
-
-
-@register("STABLEHLO_SHIFT_LEFT")
-def stablehlo_shift_left(ctx: OpContext):
-    """lhs << rhs of integers; a shift by the width or more (or a negative one) gives 0, as StableHLO defines."""
-    def run(xs):
-        a, b = np.asarray(xs[0]), np.asarray(xs[1])
-        _same_shapes("STABLEHLO_SHIFT_LEFT", a, b)
-        if a.dtype.kind not in "iu":
-            raise KernelError(f"STABLEHLO_SHIFT_LEFT takes integers, got {a.dtype}")
-        bits = a.dtype.itemsize * 8
-        inside = (b >= 0) & (b < bits)
-        return [np.where(inside, np.left_shift(a, np.where(inside, b, 0).astype(a.dtype)), 0).astype(a.dtype)]
-
-    return run
 
 
 def _dims(ctx: OpContext, key: str) -> list[int]:
