@@ -17,6 +17,7 @@ from .random_ops import philox4x32
 from .reduce import fold_windows
 from .registry import KernelError, OpContext, register
 
+
 def _shift_left(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """lhs << rhs; a shift by the width or more (or a negative one) gives 0, as StableHLO defines."""
     inside = (b >= 0) & (b < a.dtype.itemsize * 8)
