@@ -172,6 +172,13 @@ _add("HASHTABLE_LOOKUP", 3, 2, same_type=("in2", "out0"), types={"in0": frozense
 _add("EMBEDDING_LOOKUP_SPARSE", 5, types={"in0": frozenset({"INT32"}), "in1": frozenset({"INT32"}),
      "in2": frozenset({"INT32"}), "in3": F32, "out0": F32}, ranks={"in0": (1, 1), "in1": (2, 2), "in2": (1, 1),
                                                                   "in3": (1, 1), "in4": (2, 8)})
+_add("STABLEHLO_ADD STABLEHLO_MULTIPLY STABLEHLO_MAXIMUM STABLEHLO_MINIMUM STABLEHLO_AND STABLEHLO_SHIFT_LEFT "
+     "STABLEHLO_PAD", 2, same_type=("in0", "in1", "out0"))
+_add("STABLEHLO_GATHER", 2, same_type=_UNARY_SAME, types={"in1": INDEX})
+_add("STABLEHLO_SCATTER", 3, same_type=("in0", "in2", "out0"), types={"in1": INDEX})
+_add("STABLEHLO_REDUCE_WINDOW", 2, same_type=("in0", "in1", "out0"), ranks={"in1": (0, 0)})
+_U64 = frozenset({"UINT64"})
+_add("STABLEHLO_RNG_BIT_GENERATOR", 1, 2, types={"in0": _U64, "out0": _U64}, ranks={"in0": (1, 1)})
 _add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
