@@ -212,3 +212,22 @@ def test_rng_bit_generator(rng, algorithm, words, out_type):
             assert g.dtype == w.dtype
             np.testing.assert_array_equal(g, w)
         assert len(set(got[1].reshape(-1).tolist())) == 9
+
+
+def test_inspect_says_which_stablehlo_ops_reach_the_device(tmp_path, capsys):
+    """`tflgpu inspect`: a float STABLEHLO_ADD reaches the device as ADD, a STABLEHLO_PAD runs on the CPU."""
+    from tflgpu.cli import main
+
+    b = ModelBuilder()
+    x = b.input("x", (4,))
+    y, z = b.tensor("y", (4,)), b.tensor("z", (6,))
+    b.op("STABLEHLO_ADD", [x, x], [y])
+    b.op("STABLEHLO_PAD", [y, b.const("v", np.array(0, F))], [z], edge_padding_low=longs([1]),
+         edge_padding_high=longs([1]), interior_padding=longs([0]))
+    b.output(z)
+    path = tmp_path / "stablehlo.tflite"
+    path.write_bytes(b.build())
+    assert main(["inspect", str(path)]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("STABLEHLO")}
+    assert lines["STABLEHLO_ADD"].endswith("float32 as ADD; else no (runs on cpu)")
+    assert lines["STABLEHLO_PAD"].endswith("no (runs on cpu)")

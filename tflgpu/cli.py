@@ -402,6 +402,7 @@ def cmd_inspect(args) -> int:
         return cmd_startup(args)
     model = read_model(args.model)
     cpu_ops = set(supported_ops())
+    from .graph.stablehlo import BUILTIN_FOR
     from .kernels import gpu_ops
 
     opencl_ops = set(gpu_ops())
@@ -431,6 +432,9 @@ def cmd_inspect(args) -> int:
             print(f"{kind[:-1]:7s} #{t['index']:<4d} {t['name']}  {t['dtype']}{t['shape']}")
     print(f"{'op':32s} {'count':>5s}  cpu  opencl")
     for name, info in report["ops"].items():
+        builtin = BUILTIN_FOR.get(name)
+        if not info["opencl"] and builtin in opencl_ops:  # (graph.stablehlo: renamed in a device plan)
+            info["float_view"] = f"float32 as {builtin}; else no (runs on cpu)"
         opencl = info.get("float_view") or ("yes" if info["opencl"] else "no (runs on cpu)")
         print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO ':3s}  {opencl}")
     if report.get("float_view"):
