@@ -58,6 +58,33 @@ def test_elementwise(rng, name, dtype):
     same_as_litert(one_op(name, [a, b], a.shape, dtype), [a, b])
 
 
+@pytest.mark.parametrize("name", ["STABLEHLO_MAXIMUM", "STABLEHLO_MINIMUM"])
+def test_maximum_and_minimum_keep_litert_nans_and_zeros(opencl_device, name):
+    """LiteRT's STABLEHLO_MAXIMUM is std::max (the first operand unless it is less), unlike its MAXIMUM (the second
+    unless the first is greater): which NaN and which signed zero comes out, on the CPU kernels and on the device,
+    where it runs as the builtin with its operands swapped; and a scatter applying it, update after update."""
+    from tflgpu import GpuDelegate
+
+    a = np.array([np.nan, 1, -0.0, 0.0, 2, np.nan, -3], F)
+    b = np.array([1, np.nan, 0.0, -0.0, 2, np.nan, 4], F)
+    model = one_op(name, [a, b], a.shape, F)
+    want = run_model(litert(), model, [a, b])[0]
+    it = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    assert it.gpu_plan.cpu_op_count == 0
+    for got in (run_model(Interpreter, model, [a, b])[0], run_model(lambda **kw: it, model, [a, b])[0]):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # a scatter's update computation of the op: (old, update), as the op, twice into one row
+    x, indices, updates = a.reshape(1, -1), np.zeros((2, 1), np.int32), np.stack([b, a[::-1]])
+    model = one_op("STABLEHLO_SCATTER", [x, indices, updates], x.shape, F, name, "update_computation_subgraph_index",
+                   update_window_dims=longs([1]), inserted_window_dims=longs([0]),
+                   scatter_dims_to_operand_dims=longs([0]), index_vector_dim=1)
+    want = run_model(litert(), model, [x, indices, updates])[0]
+    got = run_model(Interpreter, model, [x, indices, updates])[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 def test_and_and_shift_left(rng):
     for dtype in (np.bool_, np.int32, np.int8):
         a, b = (rng.integers(0, 2 if dtype == np.bool_ else 100, 9).astype(dtype) for _ in range(2))

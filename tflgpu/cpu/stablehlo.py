@@ -24,10 +24,13 @@ def _shift_left(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(inside, np.left_shift(a, np.where(inside, b, 0).astype(a.dtype)), 0).astype(a.dtype)
 
 
-# op -> (what it computes of two operands of one shape, the dtype kinds it takes); integers wrap, as LiteRT's
+# op -> (what it computes of two operands of one shape, the dtype kinds it takes); integers wrap, as LiteRT's. Its
+# MAXIMUM is std::max(a, b): a unless a < b (a NaN first stays, a NaN second does not; of two zeros the first), and
+# MINIMUM std::min(a, b): a unless b < a
 _ELEMENTWISE = {
     "STABLEHLO_ADD": (np.add, "fiu"), "STABLEHLO_MULTIPLY": (np.multiply, "fiu"),
-    "STABLEHLO_MAXIMUM": (np.maximum, "fiu"), "STABLEHLO_MINIMUM": (np.minimum, "fiu"),
+    "STABLEHLO_MAXIMUM": (lambda a, b: np.where(a < b, b, a), "fiu"),
+    "STABLEHLO_MINIMUM": (lambda a, b: np.where(b < a, b, a), "fiu"),
     "STABLEHLO_AND": (np.bitwise_and, "biu"), "STABLEHLO_SHIFT_LEFT": (_shift_left, "iu"),
 }
 
@@ -141,25 +144,26 @@ def stablehlo_gather(ctx: OpContext):
     return run
 
 
-# a scatter's update computation, by the one op of its subgraph (LiteRT's kinds): (old, update) -> new, in place
-_COMBINE = {"STABLEHLO_ADD": np.add, "STABLEHLO_MULTIPLY": np.multiply, "STABLEHLO_MAXIMUM": np.maximum,
-            "STABLEHLO_MINIMUM": np.minimum}
+# a reduce_window's body, by the one op of its subgraph (LiteRT's kinds): (accumulated, value) -> new. A scatter's
+# update computation applies its op as the elementwise op does, (old, update) -> new (LiteRT's std::max of the two)
+_FOLD = {"STABLEHLO_ADD": np.add, "STABLEHLO_MULTIPLY": np.multiply, "STABLEHLO_MAXIMUM": np.maximum,
+         "STABLEHLO_MINIMUM": np.minimum}
 
 
-def _computation(ctx: OpContext, option: str, replace: bool):
-    """The ufunc a scatter's update computation or a reduce_window's body applies (None: the second value replaces
-    the first, where ``replace`` allows), from its subgraph: no op, returning its second input; or one StableHLO op
-    of the two inputs (LiteRT refuses a TFLite ADD there)."""
+def _computation(ctx: OpContext, option: str, replace: bool) -> str | None:
+    """The op a scatter's update computation or a reduce_window's body applies (None: the second value replaces the
+    first, where ``replace`` allows), from its subgraph: no op, returning its second input; or one StableHLO op of the
+    two inputs (LiteRT refuses a TFLite ADD there)."""
     sg = ctx.runtime.model.subgraphs[subgraph_option(ctx, option)]
     if len(sg.inputs) != 2 or len(sg.outputs) != 1:
         raise ctx.fail(f"the computation of {option} {sg.index} must take 2 values and return 1")
     if replace and not sg.operators and sg.outputs[0] == sg.inputs[1]:
         return None
     op = sg.operators[0] if len(sg.operators) == 1 else None
-    if op is None or op.name not in _COMBINE or sorted(op.inputs) != sorted(sg.inputs) or op.outputs != sg.outputs:
+    if op is None or op.name not in _FOLD or sorted(op.inputs) != sorted(sg.inputs) or op.outputs != sg.outputs:
         raise ctx.fail(f"the computation of {option} {sg.index} is not one of {'replace, ' if replace else ''}add, "
                        f"multiply, maximum or minimum: {[o.name for o in sg.operators]}")
-    return _COMBINE[op.name]
+    return op.name
 
 
 @register("STABLEHLO_SCATTER")
@@ -170,7 +174,8 @@ def stablehlo_scatter(ctx: OpContext):
     window_dims, inserted, to_operand = (
         _dims(ctx, k) for k in ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims"))
     index_vector_dim = int(ctx.opt("index_vector_dim", 0))
-    combine = _computation(ctx, "update_computation_subgraph_index", replace=True)
+    computation = _computation(ctx, "update_computation_subgraph_index", replace=True)
+    combine = (lambda old, new: new) if computation is None else _ELEMENTWISE[computation][0]
 
     def run(xs):
         x, updates = np.asarray(xs[0]), np.asarray(xs[2])
@@ -196,15 +201,18 @@ def stablehlo_scatter(ctx: OpContext):
         full = starts + within
         fits = ((full >= 0) & (full < np.array(x.shape))).all(axis=1)  # (each element's own index, as LiteRT)
         out = np.array(x, copy=True)
-        where, values = tuple(full[fits].T), updates.reshape(-1)[fits]
-        if combine is None:  # (the last of a repeated index replaces)
-            flat = np.ravel_multi_index(where, x.shape) if where else np.zeros(0, np.int64)
-            _, last = np.unique(flat[::-1], return_index=True)
-            keep = len(flat) - 1 - last
-            out.reshape(-1)[flat[keep]] = values[keep]
-        else:
-            with np.errstate(over="ignore"):
-                combine.at(out, where, values)
+        flat = np.ravel_multi_index(tuple(full[fits].T), x.shape) if x.ndim else np.zeros(int(fits.sum()), np.int64)
+        values = updates.reshape(-1)[fits]
+        # in rounds: each update's repeat count of its index so far, so that repeated indices apply in order
+        order = np.argsort(flat, kind="stable")
+        first = np.r_[0, np.flatnonzero(np.diff(flat[order])) + 1] if flat.size else np.zeros(0, np.int64)
+        rank = np.empty(flat.size, np.int64)
+        rank[order] = np.arange(flat.size) - np.repeat(first, np.diff(np.r_[first, flat.size]))
+        dest = out.reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for r in range(int(rank.max(initial=-1)) + 1):
+                at = rank == r
+                dest[flat[at]] = combine(dest[flat[at]], values[at])
         return [out]
 
     return run
@@ -215,7 +223,7 @@ def stablehlo_reduce_window(ctx: OpContext):
     """The operand dilated by ``base_dilations`` and padded by ``padding`` (both with the init value), then each
     window's values folded into the init value by the body's op, in the window's row-major order (as TFLite's
     REDUCE_WINDOW, which LiteRT runs with the same kernel)."""
-    fn = _computation(ctx, "body_subgraph_index", replace=False)
+    fn = _FOLD[_computation(ctx, "body_subgraph_index", replace=False)]
     window, strides, base, dilations, padding = (_dims(ctx, k) for k in (
         "window_dimensions", "window_strides", "base_dilations", "window_dilations", "padding"))
 
