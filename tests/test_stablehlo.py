@@ -95,12 +95,15 @@ def test_and_and_shift_left(rng):
         same_as_litert(one_op("STABLEHLO_SHIFT_LEFT", [a, b], a.shape, dtype), [a, b])
 
 
-@pytest.mark.parametrize("low, high, interior", [([1, 0], [0, 2], [0, 0]), ([0, 1], [2, 0], [1, 2]),
-                                                 ([-1, 1], [1, -2], [0, 1]), ([2, -1], [-1, 0], [2, 0])])
-def test_pad(rng, low, high, interior):
-    """Edge padding (negative: cropped) and interior padding, with the padding value."""
-    x, value = rng.normal(0, 1, (3, 4)).astype(F), np.array(7.5, F)
-    shape = [lo + hi + d + (d - 1) * i for d, lo, hi, i in zip(x.shape, low, high, interior)]
+@pytest.mark.parametrize("low, high, interior, rows", [([1, 0], [0, 2], [0, 0], 3), ([0, 1], [2, 0], [1, 2], 3),
+                                                       ([-1, 1], [1, -2], [0, 1], 3), ([2, -1], [-1, 0], [2, 0], 3),
+                                                       ([0, 1], [0, 1], [0, 0], 0), ([-3, 0], [0, 0], [0, 0], 3)],
+                         ids=["low-high", "interior", "cropped", "cropped-interior", "empty-in", "cropped-away"])
+def test_pad(rng, low, high, interior, rows):
+    """Edge padding (negative: cropped) and interior padding, with the padding value; an output of no elements
+    (an empty input, or all cropped) has LiteRT's shape, 0 along every axis ([0, 6] reported as [0, 0])."""
+    x, value = rng.normal(0, 1, (rows, 4)).astype(F), np.array(7.5, F)
+    shape = [lo + hi + d + max(d - 1, 0) * i for d, lo, hi, i in zip(x.shape, low, high, interior)]
     same_as_litert(one_op("STABLEHLO_PAD", [x, value], shape, F, edge_padding_low=longs(low),
                           edge_padding_high=longs(high), interior_padding=longs(interior)), [x, value])
 
