@@ -311,6 +311,31 @@ def _counted(g: _Graph, rng, x: T):
     return y
 
 
+def _stablehlo(g: _Graph, rng, x: T):
+    """A StableHLO op LiteRT runs as a builtin: ADD / MULTIPLY / MAXIMUM / MINIMUM of x and a constant of its shape
+    (a delegated plan runs them as the builtins, fused like them: graph.stablehlo), or a PAD of x (edges of -1 to 2,
+    interior 0 or 1) by a constant value (on the CPU kernels)."""
+    n = len(g.ops)
+    if rng.random() < 0.7:
+        names = ["STABLEHLO_ADD", "STABLEHLO_MULTIPLY", "STABLEHLO_MAXIMUM", "STABLEHLO_MINIMUM"]
+        name = names[int(rng.integers(0, 4))]
+        c = g.b.const(f"sh{n}", rng.uniform(-1, 1, x.shape).astype(np.float32))
+        y = g.new(x.shape)
+        g.op(name, [x.index, c] if rng.random() < 0.5 else [c, x.index], [y])
+        return y
+    low = [int(rng.integers(-1, 3)) if d > 1 else 0 for d in x.shape]
+    high = [int(rng.integers(-1, 3)) if d > 1 else 0 for d in x.shape]
+    interior = [int(rng.integers(0, 2)) for _ in x.shape]
+    shape = [lo + hi + d + (d - 1) * i for d, lo, hi, i in zip(x.shape, low, high, interior)]
+    if min(shape) < 1:
+        return None
+    y = g.new(shape)
+    g.op("STABLEHLO_PAD", [x.index, g.b.const(f"sv{n}", np.float32(rng.uniform(-1, 1)))], [y],
+         edge_padding_low=np.array(low, np.int64), edge_padding_high=np.array(high, np.int64),
+         interior_padding=np.array(interior, np.int64))
+    return y
+
+
 def _composite(g: _Graph, rng, x: T):
     """A StableHLO composite (ai-edge-torch's ``odml.*`` blocks) of one to three elementwise ops of ``x`` and
     constants, sometimes also returning its input as is: the CPU kernels call its decomposition, a delegated
@@ -856,7 +881,7 @@ WIDE_MAKERS = MAKERS + [
 # makers added after seeds of every other residue were named in regression tests: the float DAGs of seeds 9 mod 20
 # draw from every list (the others keep their models)
 NEWEST_MAKERS = WIDE_MAKERS + [(_padded_conv, 3.0), (_empty_detour, 1.0), (_host_op, 1.0), (_composite, 1.0),
-                                (_counted, 1.0)]
+                                (_counted, 1.0), (_stablehlo, 1.0)]
 
 
 def newest_makers(seed: int) -> bool:
@@ -1048,8 +1073,9 @@ def model_for(seed: int, max_ops: int | None = None) -> RandomModel:
     branches, squeeze-and-excitation gates), those of seeds 9 mod 20 with the newest too (NEWEST_MAKERS: a zero
     PAD of the image merged into the conv reading it, an empty tensor inside the graph, an op only the CPU kernels
     run: ADD_N, LRN, FAKE_QUANT, REVERSE_SEQUENCE, DYNAMIC_UPDATE_SLICE, UNSORTED_SEGMENT_SUM; a StableHLO
-    composite of elementwise ops; a count of values over a threshold, a WHERE's rows); any other seed names the
-    same model it named before those kinds existed (a seed of 9 mod 20 changes as makers join NEWEST_MAKERS)."""
+    composite of elementwise ops; a count of values over a threshold, a WHERE's rows; a StableHLO builtin); any other
+    seed names the same model it named before those kinds existed (a seed of 9 mod 20 changes as makers join
+    NEWEST_MAKERS)."""
     if seed % 5 == 2:
         return quantized_model(seed, max_ops, np.uint8 if seed % 20 == 12 else np.int8)
     if seed % 10 == 4:
