@@ -82,3 +82,50 @@ def test_lsh_projection_refuses_what_litert_refuses(rng):
             litert()(model_content=model).allocate_tensors()
         with pytest.raises(RuntimeError, match=r"Node number 0 \(LSH_PROJECTION\) failed to prepare"):
             Interpreter(model_content=model).allocate_tensors()
+
+
+def skip_gram_model(n: int, max_skip: int, all_sizes: bool) -> bytes:
+    b = ModelBuilder()
+    text = b.input("text", [1], np.object_, type_name="STRING")
+    grams = b.tensor("grams", [1], np.object_, type_name="STRING", shape_signature=[-1])
+    b.op("SKIP_GRAM", [text], [grams], ngram_size=n, max_skip_size=max_skip, include_all_ngrams=all_sizes)
+    b.output(grams)
+    return b.build()
+
+
+def test_skip_gram_gives_litert_ngrams(rng):
+    """Random sentences of 0 to 6 words (runs of spaces, tabs and newlines between them, a leading one, which
+    LiteRT's split takes the first word with, and a trailing one): LiteRT's n-grams in its order, for n of 1 to 4,
+    skips of 0 to 2, with and without every smaller size."""
+    cases = 0
+    for trial in range(60):
+        n, max_skip, all_sizes = int(rng.integers(1, 5)), int(rng.integers(0, 3)), bool(trial % 2)
+        words = [bytes(rng.choice(list(b"abcde"), int(rng.integers(1, 4))).tolist()) for _ in range(rng.integers(0, 7))]
+        seps = [[b" ", b"  ", b"\t", b"\n "][int(rng.integers(0, 4))] for _ in words]
+        text = b"".join(s + w for s, w in zip(seps, words)) if trial % 3 else b" ".join(words)
+        text += b" " if trial % 5 == 0 else b""
+        model = skip_gram_model(n, max_skip, all_sizes)
+        feed = [np.array([text], object)]
+        want = run_model(litert(), model, feed)[0]
+        got = run_model(Interpreter, model, feed)[0]
+        assert got.dtype == object and list(got) == list(want), (text, n, max_skip, all_sizes)
+        cases += bool(len(want))
+    assert cases >= 30  # (most sentences had enough words)
+
+
+def test_skip_gram_output_size_follows_the_text():
+    """One interpreter, sentences of other lengths: each invoke's output holds its own n-grams (its size set by the
+    data: graph.sizes), as LiteRT's; an ngram_size of 0 is refused at prepare."""
+    model = skip_gram_model(2, 1, False)
+    ours, ref = Interpreter(model_content=model), litert()(model_content=model)
+    for it in (ours, ref):
+        it.allocate_tensors()
+    for text in (b"a b c d", b"x y", b"one"):
+        outs = []
+        for it in (ours, ref):
+            it.set_tensor(it.get_input_details()[0]["index"], np.array([text], object))
+            it.invoke()
+            outs.append(list(it.get_tensor(it.get_output_details()[0]["index"])))
+        assert outs[0] == outs[1]
+    with pytest.raises(RuntimeError, match=r"Node number 0 \(SKIP_GRAM\) failed to prepare: ngram_size 0"):
+        Interpreter(model_content=skip_gram_model(0, 1, False)).allocate_tensors()

@@ -236,9 +236,9 @@ def test_unsupported_quantized_op_is_a_clear_error():
 
     from .qutil import qop_model
 
-    model, _ = qop_model("SKIP_GRAM", [QIn(np.zeros((1, 2, 2, 3), I8), Q(0.1, 0))],
+    model, _ = qop_model("CONCAT_EMBEDDINGS", [QIn(np.zeros((1, 2, 2, 3), I8), Q(0.1, 0))],
                          [QOut((1, 2, 2, 3), I8, Q(0.1, 0))])
-    with pytest.raises(ValueError, match="quantized op SKIP_GRAM"):
+    with pytest.raises(ValueError, match="quantized op CONCAT_EMBEDDINGS"):
         Interpreter(model_content=model).allocate_tensors()
 
 

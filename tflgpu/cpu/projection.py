@@ -1,4 +1,12 @@
-"""LSH_PROJECTION as LiteRT computes it (older on-device text models: projection networks, Smart Reply): each of
+"""The string-projection ops of older on-device text models (projection networks, Smart Reply), as LiteRT computes
+them: SKIP_GRAM and LSH_PROJECTION.
+
+SKIP_GRAM: the words of its one string (split at whitespace, with LiteRT's quirk: a string that starts with one
+whitespace character loses its first word), and their n-grams of ``ngram_size`` words (every size up to it with
+``include_all_ngrams``), each next word at most ``max_skip_size`` words past the one before, in LiteRT's order: by
+first word, a longer n-gram before the shorter one it extends.
+
+LSH_PROJECTION: each of
 the op's seeds (the hash tensor's floats, [functions, bits]) gives one bit, the sign of the sum over the input's rows
 of each row's weight times the row's 64-bit fingerprint, farmhash's Fingerprint64 of the seed's four bytes followed
 by the row's bytes, as a signed integer made a double. SPARSE packs each function's bits into one int32 (the first
@@ -219,5 +227,58 @@ def lsh_projection(ctx: OpContext):
         for j in range(bits):
             packed = (packed << 1) | signs.reshape(functions, bits)[:, j]
         return [(packed + np.arange(functions, dtype=np.int64) * (1 << bits)).astype(np.int32)]
+
+    return run
+
+
+def _words(text: bytes) -> list[bytes]:
+    """LiteRT's split of a string at whitespace (a run of it ends a word; the first character starts one even
+    where it is whitespace, so a single leading whitespace character takes the first word with it)."""
+    words, start = [], 0
+    for i in range(1, len(text)):
+        if text[i:i + 1].isspace():
+            if i > start and not text[start:start + 1].isspace():
+                words.append(text[start:i])
+            start = i + 1
+    if len(text) > start:
+        words.append(text[start:])
+    return words
+
+
+def skip_grams(text: bytes, n: int, max_skip: int, all_sizes: bool) -> list[bytes]:
+    """The n-grams of ``text``'s words, depth first as LiteRT enumerates them: ``chosen[d]`` is the word at depth
+    d, a depth steps in while a next word lies within ``max_skip`` skipped words, and an n-gram is emitted when its
+    depth is left."""
+    words = _words(text)
+    if len(words) < n:
+        return []
+    out, chosen, depth = [], [0] * n, 1
+    while depth >= 0:
+        deeper = depth < n and chosen[depth] + 1 < len(words) and (
+            depth == 0 or chosen[depth] - chosen[depth - 1] <= max_skip)
+        if deeper:
+            chosen[depth] += 1
+            depth += 1
+            if depth < n:
+                chosen[depth] = chosen[depth - 1]
+        else:
+            if depth > 0 and (depth <= n if all_sizes else depth == n):
+                out.append(b" ".join(words[chosen[d]] for d in range(depth)))
+            depth -= 1
+    return out
+
+
+@register("SKIP_GRAM")
+def skip_gram(ctx: OpContext):
+    n, max_skip = int(ctx.opt("ngram_size", 0)), int(ctx.opt("max_skip_size", 0))
+    all_sizes = bool(ctx.opt("include_all_ngrams", False))
+    if n < 1 or max_skip < 0:
+        raise ctx.fail(f"ngram_size {n} must be >= 1 and max_skip_size {max_skip} >= 0")
+
+    def run(xs):
+        text = np.asarray(xs[0], dtype=object).reshape(-1)
+        if text.size < 1:
+            raise KernelError("SKIP_GRAM: the input holds no string")
+        return [np.array(skip_grams(bytes(text[0]), n, max_skip, all_sizes), dtype=object)]
 
     return run

@@ -92,6 +92,8 @@ _add("UNIDIRECTIONAL_SEQUENCE_RNN", 5, types={"in0": F32},
      ranks={"in0": (3, 3), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1)})
 _add("BIDIRECTIONAL_SEQUENCE_RNN", 12, (1, 2), optional=[9, 10, 11], types={"in0": F32},
      ranks={"in0": (3, 3), "in1": (2, 2), "in2": (2, 2), "in3": (1, 1), "in5": (2, 2), "in6": (2, 2), "in7": (1, 1)})
+_STRING = frozenset({"STRING"})
+_add("SKIP_GRAM", 1, types={"in0": _STRING, "out0": _STRING})
 _add("LSH_PROJECTION", (2, 3), types={"in0": F32, "in2": F32, "out0": frozenset({"INT32"})},
      ranks={"in0": (2, 2), "in1": (1, 16), "in2": (1, 1)})
 _add("SVDF", 5, optional=[3], same_type=("in0", "out0"), types={"in0": frozenset({"FLOAT32", "INT8"})},
