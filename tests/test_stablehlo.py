@@ -261,3 +261,49 @@ def test_inspect_says_which_stablehlo_ops_reach_the_device(tmp_path, capsys):
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("STABLEHLO")}
     assert lines["STABLEHLO_ADD"].endswith("float32 as ADD; else no (runs on cpu)")
     assert lines["STABLEHLO_PAD"].endswith("no (runs on cpu)")
+
+
+def case_model(rng, branches_of=None) -> bytes:
+    """x -> RELU -> STABLEHLO_CASE(i: ADD / MUL / SUB of a constant, one branch each) -> y. ``branches_of``: the
+    subgraph indices the op names (default: its three branches)."""
+    b = ModelBuilder()
+    i, x = b.input("i", (), np.int32), b.input("x", (2, 3))
+    r = b.tensor("r", (2, 3))
+    b.op("RELU", [x], [r])
+    branches = []
+    for k, name in enumerate(["ADD", "MUL", "SUB"]):
+        idx, sub = b.subgraph(f"branch{k}")
+        a, out = sub.input("a", (2, 3)), sub.tensor("out", (2, 3))
+        sub.op(name, [a, sub.const("c", rng.normal(0, 1, (2, 3)).astype(F))], [out])
+        sub.output(out)
+        branches.append(idx)
+    y = b.tensor("y", (2, 3))
+    b.op("STABLEHLO_CASE", [i, r], [y], branch_subgraph_indices=branches if branches_of is None else branches_of)
+    b.output(y)
+    return b.build()
+
+
+def test_case_calls_the_branch_its_index_names(opencl_device, rng):
+    """STABLEHLO_CASE (op code 209, newer than the `tflite` schema package: its options read and written by hand):
+    the indexed branch, the last one for an index outside them, as LiteRT; under a GpuDelegate the RELU before it
+    runs on the device and the call on the CPU kernels. A branch index that names no subgraph is refused at
+    prepare."""
+    from tflgpu import GpuDelegate
+    from tflgpu.model.reader import read_model
+
+    model = case_model(rng)
+    op = read_model(model).main.operators[1]
+    assert op.name == "STABLEHLO_CASE" and op.options["branch_subgraph_indices"] == (1, 2, 3)
+    x = rng.normal(0, 1, (2, 3)).astype(F)
+    delegated = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()])
+    outs = set()
+    for index in (0, 1, 2, 3, -1):
+        feeds = [np.array(index, np.int32), x]
+        want = run_model(litert(), model, feeds)[0]
+        for got in (run_model(Interpreter, model, feeds)[0], run_model(lambda **kw: delegated, model, feeds)[0]):
+            np.testing.assert_array_equal(got, want)
+        outs.add(want.tobytes())
+    assert len(outs) == 3
+    assert delegated.gpu_plan.gpu_op_count == 1 and delegated.gpu_plan.cpu_op_count == 1
+    with pytest.raises(RuntimeError, match=r"\(STABLEHLO_CASE\) failed to prepare: branch_subgraph_indices \[1, 9\]"):
+        Interpreter(model_content=case_model(rng, [1, 9])).allocate_tensors()

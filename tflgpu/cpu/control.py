@@ -70,6 +70,23 @@ def if_op(ctx: OpContext):
     return run
 
 
+@register("STABLEHLO_CASE")
+def stablehlo_case(ctx: OpContext):
+    """The branch its index names called on the other inputs; an index outside the branches takes the last one, as
+    StableHLO defines and LiteRT does."""
+    branches = tuple(int(i) for i in ctx.opt("branch_subgraph_indices", ()) or ())
+    n = len(ctx.runtime.model.subgraphs)
+    if not branches or any(not 0 <= i < n or i == ctx.subgraph.index for i in branches):
+        raise ctx.fail(f"branch_subgraph_indices {list(branches)} must name other subgraphs of this model (it has {n})")
+    rt = ctx.runtime
+
+    def run(xs):
+        index = int(np.asarray(xs[0]).reshape(-1)[0])
+        return rt.run_subgraph(branches[index if 0 <= index < len(branches) else -1], list(xs[1:]))
+
+    return run
+
+
 @register("STABLEHLO_COMPOSITE")
 def composite(ctx: OpContext):
     """A StableHLO composite (ai-edge-torch's ``odml.*`` blocks): its decomposition subgraph called on its inputs,

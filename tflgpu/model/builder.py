@@ -408,6 +408,18 @@ class ModelBuilder:
     def _options(fb, op: _Op) -> tuple[int, int, bool] | None:
         if not op.options:
             return None
+        newer = schema.NEWER_OPTIONS2_FOR.get(op.name)
+        if newer is not None:  # (a table the tflite package has no builder for: its int32 vectors by slot)
+            fields = schema.NEWER_OPTIONS2[newer][1]
+            unknown = sorted(set(op.options) - set(fields))
+            if unknown:
+                raise ValueError(f"{op.name}'s options have no field {unknown}; fields: {list(fields)}")
+            vectors = {k: fb.CreateNumpyVector(np.asarray(op.options[k], np.int32)) for k in fields if k in op.options}
+            fb.StartObject(len(fields))
+            for slot, key in enumerate(fields):
+                if key in vectors:
+                    fb.PrependUOffsetTRelativeSlot(slot, vectors[key], 0)
+            return newer, fb.EndObject(), True
         found = _options_table(op.name)
         if found is None:
             raise ValueError(f"op {op.name} takes no builtin options, got {sorted(op.options)}")

@@ -388,7 +388,7 @@ class _Reader:
                 ready.add(v)
 
     def _options(self, fop) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = dict(schema.newer_options(fop.BuiltinOptions2Type(), fop.BuiltinOptions2()) or {})
         for second in (False, True):
             type_code = fop.BuiltinOptions2Type() if second else fop.BuiltinOptionsType()
             cls = schema.options_class(type_code, second)

@@ -15,6 +15,13 @@ from tflite.TensorType import TensorType
 BUILTIN_NAMES: dict[int, str] = {
     v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")
 }
+# Ops newer than the tflite package's schema (its 2.18, the newest, ends at STABLEHLO_CBRT, 208): their codes, and
+# their BuiltinOptions2 tables by union code, as (table name, its int32-vector fields in slot order), read and written
+# by hand (``newer_options``, ``model.builder``)
+NEWER_BUILTINS: dict[int, str] = {209: "STABLEHLO_CASE"}
+NEWER_OPTIONS2: dict[int, tuple[str, tuple[str, ...]]] = {23: ("StablehloCaseOptions", ("branch_subgraph_indices",))}
+NEWER_OPTIONS2_FOR: dict[str, int] = {"STABLEHLO_CASE": 23}
+BUILTIN_NAMES.update((code, name) for code, name in NEWER_BUILTINS.items() if code not in BUILTIN_NAMES)
 BUILTIN_CODES: dict[str, int] = {v: k for k, v in BUILTIN_NAMES.items()}
 # Codes below this are stored in the one-byte deprecated_builtin_code field.
 PLACEHOLDER_FOR_GREATER_OP_CODES = 127
@@ -58,6 +65,23 @@ _OPTION2_TABLES: dict[int, str] = {
 def snake(name: str) -> str:
     """``FusedActivationFunction`` -> ``fused_activation_function``, ``DilationWFactor`` -> ``dilation_w_factor``."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def newer_options(type_code: int, table) -> dict[str, tuple[int, ...]] | None:
+    """The fields of a BuiltinOptions2 table the tflite package has no accessor for (``NEWER_OPTIONS2``), read from
+    its flatbuffers ``table``; None for another union code."""
+    import flatbuffers
+
+    known = NEWER_OPTIONS2.get(type_code)
+    if known is None or table is None:
+        return None
+    out = {}
+    for slot, field in enumerate(known[1]):
+        at = table.Offset(4 + 2 * slot)
+        start = table.Vector(at) if at else 0
+        out[field] = tuple(table.Get(flatbuffers.number_types.Int32Flags, start + 4 * i)
+                           for i in range(table.VectorLen(at) if at else 0))
+    return out
 
 
 def options_class(type_code: int, second: bool = False):

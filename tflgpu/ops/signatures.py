@@ -181,6 +181,7 @@ _add("STABLEHLO_SCATTER", 3, same_type=("in0", "in2", "out0"), types={"in1": IND
 _add("STABLEHLO_REDUCE_WINDOW", 2, same_type=("in0", "in1", "out0"), ranks={"in1": (0, 0)})
 _U64 = frozenset({"UINT64"})
 _add("STABLEHLO_RNG_BIT_GENERATOR", 1, 2, types={"in0": _U64, "out0": _U64}, ranks={"in0": (1, 1)})
+_add("STABLEHLO_CASE", (1, ANY), (0, ANY), types={"in0": frozenset({"INT32"})}, ranks={"in0": (0, 0)})
 _add("STABLEHLO_COMPOSITE", (0, ANY), (0, ANY))  # (its decomposition's signature: checked by the call)
 _add("WHILE IF CALL_ONCE", (0, ANY), (0, ANY), any_optional=True)
 _add("VAR_HANDLE", 0, 1)
