@@ -454,3 +454,30 @@ def test_hybrid_svdf(rng, asymmetric):
     want = invokes(litert()(model_content=model, num_threads=1), feeds)
     for (g, _), (w, _) in zip(got, want):
         np.testing.assert_allclose(g[0], w[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", sorted(LSTM_VARIANTS))
+def test_bidirectional_lstm_runs_on_the_device_as_two_cells(opencl_device, rng, variant):
+    """Under a GpuDelegate a float BIDIRECTIONAL_SEQUENCE_LSTM is split into its two unidirectional cells and the
+    time reversals (graph.bidirectional), which the device runs (the peephole / projection cells on the CPU kernels,
+    as for a unidirectional LSTM), each cell keeping the op's state variables: three invokes against LiteRT running
+    the same cells, the state carried and each direction's in its own variables. Before, the whole op ran on the
+    CPU kernels."""
+    from tflgpu import GpuDelegate
+
+    model, oracle, feeds, _ = bidirectional_lstm(rng, "none", variant)
+    it, ref = Interpreter(model_content=model, experimental_delegates=[GpuDelegate()]), litert()(
+        model_content=oracle, num_threads=1)
+    got, want = invokes(it, [feeds] * 3), invokes(ref, [feeds] * 3)
+    states = lambda i: {d["name"]: i.get_tensor(d["index"]) for d in i.get_tensor_details()
+                        if d["name"] in ("fw_h", "fw_c", "bw_h", "bw_c")}
+    ours, theirs = states(it), states(ref)
+    assert len(ours) == 4 and all(np.allclose(ours[k], theirs[k], rtol=2e-5, atol=2e-6) for k in ours)
+    for (g, g_shapes), (w, w_shapes) in zip(got, want):
+        assert g_shapes == w_shapes
+        for a, c in zip(g, w):
+            np.testing.assert_allclose(a, c, rtol=2e-5, atol=2e-6)
+    assert not np.allclose(got[0][0][0], got[1][0][0])  # (the state carried)
+    plan = it.gpu_plan
+    assert plan.pass_counts["split_bidirectional"] == 1
+    assert plan.cpu_op_count == (0 if variant in ("plain", "clipped") else 2)

@@ -76,7 +76,7 @@ def unidirectional_sequence_lstm(ctx: GenContext) -> list[KernelSpec]:
     absent = [i for i in (1, 5, 9, 10, 11, 16, 17) if ctx.input_tensor(i) is None]
     if absent != [9, 10, 11, 16, 17] or any(ctx.input_tensor(i) is not None for i in range(20, len(op.inputs))):
         raise Unsupported("peephole/CIFG/projection/layer-norm LSTM variants run on the CPU")
-    if op.options.get("fused_activation_function", 4) != 4 or op.options.get("proj_clip", 0.0):
+    if op.options.get("fused_activation_function", 4) != 4:  # (a proj_clip clips no projection: there is none)
         raise Unsupported("LSTM activation other than TANH")
     ws = [ctx.const(i) for i in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14, 15)]
     if any(w is None for w in ws) or any(w.dtype != np.float32 for w in ws):

@@ -9,6 +9,8 @@ The graph transforms, in the one order they run:
 1. ``unroll_while`` (graph.unroll): other WHILE loops with a constant trip count.
 1b. ``stablehlo_builtin`` (graph.stablehlo): a float32 STABLEHLO_ADD / _MULTIPLY / _MAXIMUM / _MINIMUM as the
    TFLite builtin that says the same.
+1c. ``split_bidirectional`` (graph.bidirectional): a float BIDIRECTIONAL_SEQUENCE_LSTM as its two unidirectional
+   LSTMs and the time reversals (in a graph with state too: the cells keep the op's state variables).
 2. ``float_view`` (graph.float_view): a quantized subgraph's float equivalent.
 3. ``fold_constants``: every op whose inputs are all constant. It is evaluated by the CPU kernels, so the
    CPU runner of each graph above does it when it is built (the CPU-only path folds the same way).
@@ -53,6 +55,7 @@ from functools import cached_property
 import numpy as np
 
 from ..cpu.executor import SubgraphRunner
+from ..graph.bidirectional import split_bidirectional
 from ..graph.composite import inline_composites
 from ..graph.conv_arg import merge_channel_args
 from ..graph.float_view import float_view, needs_float_view
@@ -247,6 +250,9 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
     sg, renamed = as_builtins(runner.sg)
     if renamed:
         runner = _rewired(runner, sg)
+    sg, axes, bidirectional = split_bidirectional(runner.sg)
+    if bidirectional:  # (new ops and tensors, the state variables the runner's own: _extended)
+        runner = _extended(runner, sg, axes)
     quant_io = None
     if quantized_models_allowed:
         runner, quant_io = _float_view(runner)
@@ -260,7 +266,21 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
             runner = _rewired(runner, sg)
     return TransformedGraph(runner, quant_io, {"inline_composite": composites, "lstm_loop": lstm_loops,
                                                "unroll_while": unrolled, "stablehlo_builtin": renamed,
-                                               "conv_arg": merged, "sink_elementwise": sunk})
+                                               "split_bidirectional": bidirectional, "conv_arg": merged,
+                                               "sink_elementwise": sunk})
+
+
+def _extended(runner: SubgraphRunner, sg: Subgraph, consts: dict) -> SubgraphRunner:
+    """A runner over ``sg``, ``runner``'s graph with ops replaced by new ones numbered after its own (and new
+    ``consts``): the ops it kept keep their CPU kernels (a folded one stays folded), the new ones get theirs, and the
+    variables (their state) stay ``runner``'s."""
+    kept = {op.index: fn for op, fn in runner.steps}
+    known = {op.index for op in runner.sg.operators}
+    new = runner.derived(sg, [])
+    new.consts = {**runner.consts, **consts}
+    new.steps = [(op, kept[op.index] if op.index in known else new.kernel(op))
+                 for op in sg.operators if op.index in kept or op.index not in known]
+    return new
 
 
 def _rewired(runner: SubgraphRunner, sg: Subgraph) -> SubgraphRunner:
