@@ -481,3 +481,13 @@ def test_bidirectional_lstm_runs_on_the_device_as_two_cells(opencl_device, rng, 
     plan = it.gpu_plan
     assert plan.pass_counts["split_bidirectional"] == 1
     assert plan.cpu_op_count == (0 if variant in ("plain", "clipped") else 2)
+
+
+def test_inspect_says_a_bidirectional_lstm_reaches_the_device(tmp_path, rng, capsys):
+    from tflgpu.cli import main
+
+    path = tmp_path / "bidirectional.tflite"
+    path.write_bytes(bidirectional_lstm(rng, "none", "plain")[0])
+    assert main(["inspect", str(path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("BIDIRECTIONAL_SEQUENCE_LSTM"))
+    assert line.endswith("float32 as UNIDIRECTIONAL_SEQUENCE_LSTM; else no (runs on cpu)")

@@ -402,6 +402,7 @@ def cmd_inspect(args) -> int:
         return cmd_startup(args)
     model = read_model(args.model)
     cpu_ops = set(supported_ops())
+    from .graph.bidirectional import BIDIRECTIONAL, UNIDIRECTIONAL
     from .graph.stablehlo import BUILTIN_FOR
     from .kernels import gpu_ops
 
@@ -432,8 +433,8 @@ def cmd_inspect(args) -> int:
             print(f"{kind[:-1]:7s} #{t['index']:<4d} {t['name']}  {t['dtype']}{t['shape']}")
     print(f"{'op':32s} {'count':>5s}  cpu  opencl")
     for name, info in report["ops"].items():
-        builtin = BUILTIN_FOR.get(name)
-        if not info["opencl"] and builtin in opencl_ops:  # (graph.stablehlo: renamed in a device plan)
+        builtin = {**BUILTIN_FOR, BIDIRECTIONAL: UNIDIRECTIONAL}.get(name)
+        if not info["opencl"] and builtin in opencl_ops:  # (a device plan rewrites it: graph.stablehlo, bidirectional)
             info["float_view"] = f"float32 as {builtin}; else no (runs on cpu)"
         opencl = info.get("float_view") or ("yes" if info["opencl"] else "no (runs on cpu)")
         print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO ':3s}  {opencl}")
