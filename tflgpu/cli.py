@@ -407,6 +407,8 @@ def cmd_inspect(args) -> int:
     from .kernels import gpu_ops
 
     opencl_ops = set(gpu_ops())
+    # (ops a device plan rewrites into ones the device has kernels for, at float32: graph.stablehlo, .bidirectional)
+    rewritten = {name: to for name, to in {**BUILTIN_FOR, BIDIRECTIONAL: UNIDIRECTIONAL}.items() if to in opencl_ops}
     census = model.op_census()
     report = {
         "model": str(args.model),
@@ -414,7 +416,8 @@ def cmd_inspect(args) -> int:
         "subgraphs": len(model.subgraphs),
         "inputs": [_brief(tensor_details(model.main.tensors[i])) for i in model.main.inputs],
         "outputs": [_brief(tensor_details(model.main.tensors[i])) for i in model.main.outputs],
-        "ops": {name: {"count": n, "cpu": name in cpu_ops, "opencl": name in opencl_ops}
+        "ops": {name: {"count": n, "cpu": name in cpu_ops, "opencl": name in opencl_ops,
+                       **({"opencl_as": rewritten[name]} if name in rewritten else {})}
                 for name, n in census.items()},
         "signatures": {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in model.signature_defs},
     }
@@ -433,10 +436,9 @@ def cmd_inspect(args) -> int:
             print(f"{kind[:-1]:7s} #{t['index']:<4d} {t['name']}  {t['dtype']}{t['shape']}")
     print(f"{'op':32s} {'count':>5s}  cpu  opencl")
     for name, info in report["ops"].items():
-        builtin = {**BUILTIN_FOR, BIDIRECTIONAL: UNIDIRECTIONAL}.get(name)
-        if not info["opencl"] and builtin in opencl_ops:  # (a device plan rewrites it: graph.stablehlo, bidirectional)
-            info["float_view"] = f"float32 as {builtin}; else no (runs on cpu)"
         opencl = info.get("float_view") or ("yes" if info["opencl"] else "no (runs on cpu)")
+        if "opencl_as" in info:
+            opencl = f"float32 as {info['opencl_as']}; else no (runs on cpu)"
         print(f"{name:32s} {info['count']:5d}  {'yes' if info['cpu'] else 'NO ':3s}  {opencl}")
     if report.get("float_view"):
         print("the OpenCL device runs this quantized model's float view (weights dequantized once, QUANT_SIM "

@@ -88,7 +88,7 @@ from ..graph.passes import (
 )
 from ..graph.precision import STORAGE_CAST, stored_fp16
 from ..graph.sink import sink_elementwise
-from ..graph.sizes import DataSizes
+from ..graph.sizes import DataSizes, sized_by_data
 from ..graph.stablehlo import as_builtins
 from ..graph.unroll import unroll_static_loops
 from ..kernels import GenContext, KernelSpec, Target, Unsupported, expand_depthwise, generator_for
@@ -257,7 +257,7 @@ def transform_graph(runner: SubgraphRunner, quantized_models_allowed: bool) -> T
     if quantized_models_allowed:
         runner, quant_io = _float_view(runner)
     merged = sunk = 0
-    if not DataSizes.of(runner.sg):  # (both reason from the tensors' shapes: a WHERE's rows have none fixed)
+    if not sized_by_data(runner.sg):  # (both reason from the tensors' shapes: a WHERE's rows have none fixed)
         sg, merged = merge_channel_args(runner.sg, runner.consts)
         if merged:
             runner = _rewired(runner, sg)
